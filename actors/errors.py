@@ -1,0 +1,45 @@
+"""Errors of the actor layer.
+
+Tree::
+
+    ActorError                 root
+    ├── FatalError             stop the process, do not restart (retriable = False)
+    │   ├── MessageFailedError failure mode ``throw``: a message failed; offset not committed
+    │   ├── NoCommittedOffsetError  ``auto_offset_reset: none`` and no committed offset
+    │   └── EscalationError    a supervisor exceeded its restart intensity
+    └── SinkError              a sink could not accept rows (retriable: back off, retry)
+"""
+
+from __future__ import annotations
+
+
+class ActorError(Exception):
+    """Root of the actor-layer errors."""
+
+    retriable = True
+
+
+class FatalError(ActorError):
+    """An error that must stop the service instead of restarting the worker."""
+
+    retriable = False
+
+
+class MessageFailedError(FatalError):
+    """A message failed and the failure policy says throw."""
+
+    def __init__(self, message: str, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class NoCommittedOffsetError(FatalError):
+    """``auto_offset_reset: none`` and a partition has no committed offset."""
+
+
+class EscalationError(FatalError):
+    """Too many crashes within the restart window."""
+
+
+class SinkError(ActorError):
+    """A sink failed to accept a batch; the worker backs off and retries."""

@@ -1,0 +1,123 @@
+"""The master: reads the consumer-group definitions and runs one worker per topic.
+
+It resolves every processor before anything starts (an unknown name, a duplicate
+registration or a topic claimed twice fails fast), builds one worker factory per
+(group, topic), and runs them under a :class:`OneForOneSupervisor`. With ``drain`` it
+stops the service once every worker reported its partitions drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from actors.errors import FatalError
+from actors.failure import Sleep
+from actors.supervisor import ChildFactory, OneForOneSupervisor
+from actors.worker import DECODERS, Worker
+from processors import registry
+from processors.base import Processor
+from processors.errors import RegistryError
+from settings.models import GroupSettings, Settings, TopicSettings
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_processors(settings: Settings) -> dict[str, type[Processor]]:
+    """Load every processor the configuration names; raise RegistryError listing all bad ones."""
+    claims = []
+    problems: list[str] = []
+    classes: dict[str, type[Processor]] = {}
+    for gi, group in enumerate(settings.groups):
+        for ti, topic in enumerate(group.topics):
+            where = f"groups[{gi}].topics[{ti}].processor"
+            claims.append((settings.group_id(group), topic.topic, topic.processor))
+            if topic.processor in classes:
+                cls = classes[topic.processor]
+            else:
+                try:
+                    cls = classes[topic.processor] = registry.load(topic.processor)
+                except RegistryError as exc:
+                    problems.append(f"{where}: {exc}")
+                    continue
+            if topic.format not in cls.formats:
+                problems.append(f"groups[{gi}].topics[{ti}].format: processor "
+                                f"{topic.processor!r} accepts {list(cls.formats)}, "
+                                f"not {topic.format!r}")
+            elif topic.format not in DECODERS:
+                problems.append(f"groups[{gi}].topics[{ti}].format: format {topic.format!r} "
+                                "is not supported yet")
+    try:
+        registry.check_topics(claims)
+    except RegistryError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise RegistryError("\n".join(problems))
+    return classes
+
+
+class Master:
+    """Runs the workers of every group; ``run`` returns when they all stopped.
+
+    Args:
+        settings: validated settings.
+        bootstrap: resolved bootstrap servers (the embedded broker's, if any).
+        drain: stop once every worker drained its partitions.
+        retry_sleep: interruptible sleep for failure-policy retries (tests).
+    """
+
+    def __init__(self, settings: Settings, bootstrap: str, *, drain: bool = False,
+                 retry_sleep: Sleep | None = None) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.drain = drain
+        self._retry_sleep = retry_sleep
+        self._classes = resolve_processors(settings)
+        self._drained: set[str] = set()
+        self._stop_requested = asyncio.Event()
+        factories = [
+            (f"{settings.group_id(g)}/{t.topic}", self._factory(g, t))
+            for g in settings.groups for t in g.topics
+        ]
+        self.supervisor = OneForOneSupervisor(factories, settings.supervisor)
+        self._expected = {name for name, _ in factories}
+
+    def _factory(self, group: GroupSettings, topic: TopicSettings) -> ChildFactory:
+        def make(incarnation: int) -> Worker:
+            return Worker(
+                settings=self.settings, group=group, topic=topic,
+                processor_cls=self._classes[topic.processor], bootstrap=self.bootstrap,
+                drain=self.drain, on_drained=self._worker_drained,
+                sleep=self._retry_sleep, incarnation=incarnation,
+            )
+        return make
+
+    def _worker_drained(self, worker: Worker) -> None:
+        self._drained.add(f"{worker.group_id}/{worker.topic.topic}")
+        if self._drained >= self._expected:
+            logger.info("every worker drained its partitions: stopping")
+            self.request_stop()
+
+    def request_stop(self) -> None:
+        """Begin the graceful two-phase stop (idempotent)."""
+        self._stop_requested.set()
+
+    async def run(self) -> None:
+        """Run until stopped; raises FatalError on throw, escalation or a fatal start error."""
+        if not self.settings.groups:
+            raise FatalError("no consumer groups configured: nothing to do")
+        run = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        stop = asyncio.create_task(self._stop_requested.wait(), name="stop-request")
+        try:
+            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                await self.supervisor.shutdown()
+            await run
+            if self.supervisor.cancelled:
+                raise FatalError(
+                    f"stop had to cancel {', '.join(self.supervisor.cancelled)} after the "
+                    f"shutdown grace period; their unfinished work was not committed")
+        finally:
+            stop.cancel()
+            if not run.done():
+                run.cancel()

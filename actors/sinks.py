@@ -1,0 +1,158 @@
+"""Sinks and the sink actor loop.
+
+A :class:`Sink` durably accepts batches of rows: when ``write`` returns, the rows are
+safe and their offsets may be committed. The worker hands :class:`SinkBatch` messages to
+its sink through a bounded mailbox; :func:`run_sink` drains the mailbox in order and
+acknowledges each batch after the write returned. A full mailbox blocks the worker's
+processing, which in turn pauses fetching (backpressure without eviction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.errors import SinkError
+from actors.offsets import Entry
+from processors.base import Row
+from settings.models import SinkSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class SinkBatch:
+    """Rows of one partition's consecutive messages, and the work entry they finish."""
+
+    rows: Sequence[Row]
+    entry: Entry
+
+
+END: Any = object()
+"""Mailbox sentinel: no more batches follow."""
+
+
+class Sink:
+    """Base class of sinks. ``write`` must only return once the rows are durable."""
+
+    type: str = ""
+
+    async def open(self) -> None:
+        """Open files or clients."""
+
+    async def close(self) -> None:
+        """Release what :meth:`open` acquired."""
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        raise NotImplementedError
+
+
+class NullSink(Sink):
+    """Discards rows (benchmarks, dry runs)."""
+
+    type = "null"
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        return None
+
+
+def _default(value: object) -> object:
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+class JsonlSink(Sink):
+    """Appends rows as JSON lines to a file; each write is one ``O_APPEND`` write + fsync.
+
+    One ``write(2)`` per batch keeps the lines of concurrent writers (several kstage
+    processes with one config) from interleaving inside a line.
+    """
+
+    type = "jsonl"
+
+    def __init__(self, path: str | Path, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self._fsync = fsync
+        self._fd: int | None = None
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    async def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None, "sink not open"  # noqa: S101 - internal invariant
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        if self._fsync:
+            os.fsync(self._fd)
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        if not rows:
+            return
+        data = "".join(
+            json.dumps(r, ensure_ascii=False, default=_default) + "\n" for r in rows
+        ).encode("utf-8")
+        try:
+            await asyncio.to_thread(self._write, data)
+        except OSError as exc:
+            raise SinkError(f"jsonl sink {self.path}: {exc}") from exc
+
+
+SINK_TYPES: dict[str, Callable[[SinkSettings], Sink]] = {
+    "null": lambda s: NullSink(),
+    "jsonl": lambda s: JsonlSink(str(s.path), fsync=bool(getattr(s, "fsync", True))),
+}
+
+
+def build_sink(settings: SinkSettings) -> Sink:
+    """Create the sink a topic's ``sink`` settings describe."""
+    try:
+        factory = SINK_TYPES[settings.type]
+    except KeyError:
+        known = ", ".join(sorted(SINK_TYPES))
+        raise SinkError(f"unknown sink type {settings.type!r} (known: {known})") from None
+    return factory(settings)
+
+
+async def run_sink(
+    sink: Sink,
+    mailbox: asyncio.Queue[SinkBatch],
+    on_ack: Callable[[SinkBatch], None],
+    *,
+    label: str,
+    retry_backoff_s: tuple[float, float] = (0.5, 30.0),
+) -> None:
+    """The sink actor: write each batch in mailbox order, ack it once durable.
+
+    A failing write (:class:`SinkError` or ``OSError``) is retried with capped exponential
+    backoff: the batch is neither acked nor dropped, so its offsets stay uncommitted.
+    Returns when it takes :data:`END` from the mailbox.
+    """
+    while True:
+        batch = await mailbox.get()
+        if batch is END:
+            return
+        delay = retry_backoff_s[0]
+        while True:
+            try:
+                await sink.write(batch.rows)
+                break
+            except (SinkError, OSError) as exc:
+                logger.warning("%s: sink write failed (%s); retrying in %.1fs", label, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, retry_backoff_s[1])
+        on_ack(batch)

@@ -1,0 +1,200 @@
+"""One-for-one supervision of workers, with restart intensity and a two-phase stop.
+
+Each child is described by a factory; a crashed child is replaced by a fresh instance
+from its factory after a capped exponential backoff with jitter. More than
+``max_restarts`` crashes within ``restart_window_s`` escalate: the supervisor stops
+the other children and raises :class:`~actors.errors.EscalationError`. A
+:class:`~actors.errors.FatalError` from a child (failure mode ``throw``, no committed
+offset with ``auto_offset_reset: none``) is never restarted; it stops everything too.
+
+Stop, in two phases (see :meth:`OneForOneSupervisor.shutdown`):
+
+1. ask every child to stop intake, drain and commit; wait ``shutdown_grace_s``;
+2. cancel whatever is left and wait ``abort_grace_s``; then name the stragglers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from actors.errors import EscalationError, FatalError
+from settings.models import SupervisorSettings
+
+logger = logging.getLogger(__name__)
+
+
+class Child(Protocol):
+    label: str
+
+    async def run(self) -> None: ...
+
+    def stop_intake(self) -> None: ...
+
+
+ChildFactory = Callable[[int], Child]
+"""Builds a fresh child; the argument is the incarnation number (0, 1, 2, ...)."""
+
+
+@dataclass(eq=False)
+class _Slot:
+    factory: ChildFactory
+    name: str
+    incarnation: int = 0
+    child: Child | None = None
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class RestartPolicy:
+    """Restart intensity and backoff delays (capped exponential, equal jitter)."""
+
+    settings: SupervisorSettings
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.monotonic
+    _crashes: deque[float] = field(default_factory=deque)
+
+    def record_crash(self) -> bool:
+        """Record one crash; False once the intensity is exceeded (escalate)."""
+        now = self.clock()
+        self._crashes.append(now)
+        while self._crashes and now - self._crashes[0] > self.settings.restart_window_s:
+            self._crashes.popleft()
+        return len(self._crashes) <= self.settings.max_restarts
+
+    def delay_s(self) -> float:
+        """The wait before the next restart: half fixed, half random, capped."""
+        n = max(len(self._crashes) - 1, 0)
+        cap = min(self.settings.max_backoff_s, self.settings.min_backoff_s * 2**n)
+        return float(cap / 2 + self.rng.uniform(0, cap / 2))
+
+
+class OneForOneSupervisor:
+    """Runs children, replaces the ones that crash, stops them all in two phases.
+
+    Args:
+        factories: (name, factory) pairs, one per child.
+        settings: restart intensity, backoff and grace periods.
+        sleep: awaitable sleep (a fake clock in tests).
+    """
+
+    def __init__(
+        self,
+        factories: list[tuple[str, ChildFactory]],
+        settings: SupervisorSettings,
+        *,
+        policy: RestartPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        self.policy = policy or RestartPolicy(settings)
+        self._slots = [_Slot(f, name) for name, f in factories]
+        self._sleep = sleep
+        self._stopping = False
+        self._wakeup = asyncio.Event()
+        self.restarts = 0
+        self.cancelled: list[str] = []
+        self.crash_reason: BaseException | None = None
+
+    def __repr__(self) -> str:
+        live = sum(1 for s in self._slots if s.task and not s.task.done())
+        return f"<OneForOneSupervisor children={len(self._slots)} live={live}>"
+
+    async def _run_child(self, slot: _Slot, delay: float) -> None:
+        if delay:
+            await self._sleep(delay)
+            if self._stopping:
+                return
+        child = slot.child = slot.factory(slot.incarnation)
+        await child.run()
+
+    def _launch(self, slot: _Slot, delay: float = 0.0) -> None:
+        slot.task = asyncio.create_task(self._run_child(slot, delay), name=slot.name)
+        slot.task.add_done_callback(lambda _: self._wakeup.set())
+
+    async def run(self) -> None:
+        """Supervise until every child has finished (after :meth:`shutdown`) or a crash
+        escalates; raises the escalation or fatal error in that case."""
+        for slot in self._slots:
+            self._launch(slot)
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            for slot in self._slots:
+                task = slot.task
+                if task is None or not task.done():
+                    continue
+                slot.task = None
+                if task.cancelled():
+                    continue
+                exc = task.exception()
+                if exc is None:
+                    logger.info("%s: finished", slot.name)
+                    continue
+                self._on_crash(slot, exc)
+            if self.crash_reason is not None and not self._stopping:
+                await self.shutdown()
+            if all(s.task is None for s in self._slots):
+                if self.crash_reason is not None:
+                    raise self.crash_reason
+                return
+
+    def _on_crash(self, slot: _Slot, exc: BaseException) -> None:
+        if isinstance(exc, FatalError):
+            logger.critical("%s: %s", slot.name, exc)
+            self.crash_reason = self.crash_reason or exc
+            return
+        logger.error("%s crashed: %s: %s", slot.name, type(exc).__name__, exc, exc_info=exc)
+        if self._stopping:
+            return
+        if not self.policy.record_crash():
+            msg = (f"{slot.name}: more than {self.settings.max_restarts} crashes within "
+                   f"{self.settings.restart_window_s:g}s; giving up (last: "
+                   f"{type(exc).__name__}: {exc})")
+            logger.critical(msg)
+            self.crash_reason = self.crash_reason or EscalationError(msg)
+            return
+        delay = self.policy.delay_s()
+        slot.incarnation += 1
+        self.restarts += 1
+        logger.warning("%s: restarting in %.2fs (restart %d)", slot.name, delay, self.restarts)
+        self._launch(slot, delay)
+
+    async def shutdown(self) -> None:
+        """Two-phase stop of every child; returns when all are gone or abandoned."""
+        if self._stopping:
+            return
+        self._stopping = True
+        live = [s for s in self._slots if s.task is not None and not s.task.done()]
+        for slot in live:
+            if slot.child is not None:
+                slot.child.stop_intake()
+            else:  # still waiting out a restart backoff: nothing to drain
+                assert slot.task is not None  # noqa: S101
+                slot.task.cancel()
+        tasks = {s.task for s in live if s.task is not None}
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
+        if not pending:
+            return
+        logger.warning("shutdown grace of %gs expired; cancelling %s",
+                       self.settings.shutdown_grace_s, sorted(t.get_name() for t in pending))
+        self.cancelled = sorted(t.get_name() for t in pending)
+        for task in pending:
+            task.cancel()
+        _, stragglers = await asyncio.wait(pending, timeout=self.settings.abort_grace_s)
+        if stragglers:
+            logger.warning("abort grace of %gs expired; abandoning %s",
+                           self.settings.abort_grace_s,
+                           sorted(t.get_name() for t in stragglers))
+            for slot in live:
+                if slot.task in stragglers:
+                    slot.task = None
+            self._wakeup.set()

@@ -1,0 +1,525 @@
+"""The worker actor: one aiokafka consumer for one (group, topic), end to end.
+
+A worker runs four loops in one ``asyncio.TaskGroup``, talking through mailboxes::
+
+    fetch  --inbox-->  process  --outbox-->  sink  --ack-->  commit
+    (getmany)          (decode, transform,    (durable      (contiguous
+                        failure policy)        write)         offsets)
+
+* **fetch** owns the consumer's reads. When the pipeline is full (``max_in_flight``
+  messages not yet acked, or the inbox full) it pauses every assigned partition and keeps
+  polling, so the member keeps heartbeating and never hits ``max_poll_interval_ms``.
+* **process** decodes and transforms messages in offset order, applies the failure
+  policy, and hands each partition batch to the sink as a :class:`SinkBatch`.
+* **sink** (:func:`actors.sinks.run_sink`) writes batches in order and acks them.
+* **commit** commits, per commit mode, only offsets whose work the sink acked, only
+  contiguous ones, as next-offset; also on partition revoke, after draining.
+
+Stopping: :meth:`Worker.stop_intake` ends the fetch loop; the END sentinel then flows
+down the pipeline, every loop finishes its queue, and a final commit follows (phase 1).
+Cancelling :meth:`Worker.run` (phase 2) abandons work in progress: only what the sink
+had already acked is committed, never the cancelled work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import (
+    CommitFailedError,
+    ConsumerStoppedError,
+    IllegalStateError,
+    KafkaError,
+    NoOffsetForPartitionError,
+)
+
+from actors.deadletter import DeadLetterFile, dead_letter_line
+from actors.errors import FatalError, MessageFailedError, NoCommittedOffsetError
+from actors.failure import FailurePolicy, Outcome, Sleep
+from actors.kafka import build_consumer
+from actors.offsets import OffsetTracker
+from actors.sinks import END, SinkBatch, build_sink, run_sink
+from processors.base import Message, Processor, Row
+from processors.errors import PoisonMessage
+from settings.models import CommitMode, GroupSettings, Settings, TopicSettings
+
+logger = logging.getLogger(__name__)
+
+_POLL_MS = 200  # getmany timeout: bounds how late a stop or a drain check is noticed
+_INBOX_BATCHES = 4
+
+
+def _decode_json(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise PoisonMessage(f"value is not valid JSON: {exc}") from exc
+
+
+def _decode_bytes(raw: bytes | None) -> Any:
+    return raw
+
+
+DECODERS: dict[str, Callable[[bytes | None], Any]] = {"json": _decode_json, "bytes": _decode_bytes}
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._worker._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._worker._on_assigned(set(assigned))
+
+
+class Worker:
+    """Consumes one topic in one group and lands its messages in one sink.
+
+    Args:
+        settings: the whole configuration (for kafka client settings).
+        group: the group this worker belongs to.
+        topic: the topic this worker consumes.
+        processor_cls: the processor class for the topic.
+        bootstrap: resolved bootstrap servers.
+        drain: report via ``on_drained`` once every assigned partition is processed and
+            committed up to its fetch high-water mark.
+        on_drained: called once with this worker when drained.
+        sleep: interruptible sleep used for retry waits (a fake clock in tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        group: GroupSettings,
+        topic: TopicSettings,
+        processor_cls: type[Processor],
+        bootstrap: str,
+        drain: bool = False,
+        on_drained: Callable[[Worker], None] | None = None,
+        sleep: Sleep | None = None,
+        incarnation: int = 0,
+    ) -> None:
+        self.settings = settings
+        self.group = group
+        self.topic = topic
+        self.group_id = settings.group_id(group)
+        self.label = f"{self.group_id}/{topic.topic}#{incarnation}"
+        self._processor_cls = processor_cls
+        self._bootstrap = bootstrap
+        self._drain = drain
+        self._on_drained = on_drained
+        self._failure = FailurePolicy(topic.failure or group.failure, sleep or self._sleep)
+        self._dead_letters = DeadLetterFile(self._failure.settings.dead_letter_path)
+        self._decode = DECODERS.get(topic.format, _decode_bytes)
+        self._mode = group.commit.mode
+        self._tracker = OffsetTracker(savepoint_only=self._mode is CommitMode.SAVEPOINT)
+        self._inbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
+        self._stop_intake = asyncio.Event()
+        self._commit_due = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._sink_done = asyncio.Event()
+        self._joined = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
+        self._assigned: set[TopicPartition] = set()
+        self._current_tp: TopicPartition | None = None
+        self._in_flight = 0
+        self._acked_since_commit = 0
+        self._last_commit = time.monotonic()
+        self._drained_reported = False
+        self._consumer: AIOKafkaConsumer | None = None
+        self._processor: Processor | None = None
+        self.stats = {"processed": 0, "failed": 0, "committed": 0}
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.label} in_flight={self._in_flight}>"
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def stop_intake(self) -> None:
+        """Phase 1 of a stop: fetch no more; drain, commit and return from :meth:`run`."""
+        self._stop_intake.set()
+
+    @property
+    def should_stop(self) -> bool:
+        return self._stop_intake.is_set()
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep that ends early on stop; returns False when interrupted."""
+        try:
+            await asyncio.wait_for(self._stop_intake.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    async def run(self) -> None:
+        """Run until stopped (returns) or crashed (raises). Cancel to abort."""
+        processor = self._processor = self._processor_cls(self.topic.options)
+        sink = build_sink(self.topic.sink)
+        self._async_transform = inspect.iscoroutinefunction(processor.transform)
+        await processor.start()
+        try:
+            await sink.open()
+            try:
+                consumer = self._consumer = build_consumer(
+                    self.settings, self.group, self._bootstrap, self.topic.topic
+                )
+                await consumer.start()
+                try:
+                    consumer.subscribe([self.topic.topic], listener=_Listener(self))
+                    logger.info("%s: started, joining group %s", self.label, self.group_id)
+                    await self._run_loops(sink)
+                finally:
+                    await asyncio.shield(self._close_consumer())
+            finally:
+                await sink.close()
+        finally:
+            await processor.stop()
+
+    async def _run_loops(self, sink: Any) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._fetch_loop(), name=f"{self.label}:fetch")
+                tg.create_task(self._process_loop(), name=f"{self.label}:process")
+                tg.create_task(self._sink_loop(sink), name=f"{self.label}:sink")
+                tg.create_task(self._commit_loop(), name=f"{self.label}:commit")
+        except BaseExceptionGroup as group:
+            # Surface the first real error to the supervisor, not the group wrapper.
+            for exc in group.exceptions:
+                if not isinstance(exc, asyncio.CancelledError):
+                    raise exc from None
+            raise
+
+    async def _close_consumer(self) -> None:
+        """Commit what the sink acked (never cancelled work), then leave the group."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            async with asyncio.timeout(10):
+                await self._commit()
+        except (TimeoutError, KafkaError) as exc:
+            logger.warning("%s: final commit failed: %s", self.label, exc)
+        try:
+            async with asyncio.timeout(10):
+                await consumer.stop()
+        except TimeoutError:
+            logger.warning("%s: consumer did not stop within 10s", self.label)
+        logger.info("%s: stopped (%s)", self.label, self.stats)
+
+    # -- fetch -----------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None  # noqa: S101
+        max_in_flight = self.group.commit.max_in_flight
+        max_records = self.group.max_poll_records
+        paused = False
+        while not self._stop_intake.is_set():
+            if self._in_flight >= max_in_flight or self._inbox.full():
+                # Backpressure: pause and keep polling so the member stays alive.
+                consumer.pause(*consumer.assignment())
+                paused = True
+                await self._poll(consumer, max_records)
+                continue
+            if paused:
+                consumer.resume(*consumer.paused())
+                paused = False
+            data = await self._poll(consumer, max_records)
+            if not data:
+                if self._drain:
+                    await self._check_drained()
+                continue
+            for tp, records in data.items():
+                self._in_flight += len(records)
+                await self._inbox.put((tp, records))
+        await self._inbox.put(END)
+
+    async def _poll(self, consumer: AIOKafkaConsumer, max_records: int) -> Any:
+        try:
+            return await consumer.getmany(timeout_ms=_POLL_MS, max_records=max_records)
+        except NoOffsetForPartitionError as exc:
+            parts = ", ".join(str(a) for a in exc.args) or "(unknown)"
+            raise NoCommittedOffsetError(
+                f"group {self.group_id!r} has no committed offset for {parts} of topic "
+                f"{self.topic.topic!r} and auto_offset_reset is 'none': refusing to start"
+            ) from exc
+        except ConsumerStoppedError:
+            self._stop_intake.set()
+            return {}
+
+    # -- process ---------------------------------------------------------------------
+
+    async def _process_loop(self) -> None:
+        failure: MessageFailedError | None = None
+        try:
+            while True:
+                item = await self._inbox.get()
+                if item is END:
+                    break
+                tp, records = item
+                if tp not in self._assigned:  # revoked while queued: the new owner re-reads
+                    self._in_flight -= len(records)
+                    continue
+                self._current_tp = tp
+                try:
+                    if self._mode is CommitMode.PER_MESSAGE:
+                        finished = await self._process_each(tp, records)
+                    else:
+                        finished = await self._process_batch(tp, records)
+                finally:
+                    self._current_tp = None
+                    self._progress.set()
+                if not finished:
+                    break
+        except MessageFailedError as exc:
+            failure = exc
+        # Normal end, abandon or throw: the sink finishes what it was given first.
+        await self._outbox.put(END)
+        if failure is not None:
+            # throw: commit the work before the failed message, never the message itself.
+            await self._sink_done.wait()
+            await self._commit()
+            raise failure
+
+    def _message(self, rec: Any) -> Message:
+        return Message(
+            rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
+            self._decode(rec.value), rec.headers, rec.value,
+        )
+
+    async def _transform(self, rec: Any) -> tuple[Sequence[Row], bool]:
+        processor = self._processor
+        assert processor is not None  # noqa: S101
+        msg = self._message(rec)
+        out = processor.transform(msg)
+        if self._async_transform:
+            out = await out  # type: ignore[misc]
+        savepoint = self._mode is CommitMode.SAVEPOINT and processor.wants_savepoint(msg)
+        return out, savepoint  # type: ignore[return-value]
+
+    async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> bool:
+        """Process one partition batch; False when processing must stop (abandon)."""
+        rows: list[Row] = []
+        savepoint = False
+        processor = self._processor
+        assert processor is not None  # noqa: S101
+        sync = not self._async_transform and self._mode is not CommitMode.SAVEPOINT
+        decode = self._decode
+        for i, rec in enumerate(records):
+            try:
+                if sync:  # hot path: no coroutine per message
+                    rows.extend(processor.transform(Message(  # type: ignore[arg-type]
+                        rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
+                        decode(rec.value), rec.headers, rec.value)))
+                else:
+                    out, sp = await self._transform(rec)
+                    rows.extend(out)
+                    savepoint = savepoint or sp
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+                try:
+                    outcome, result = await self._on_failure(rec, exc)
+                except MessageFailedError:
+                    await self._ship(tp, rows, rec.offset, i, savepoint=False)
+                    self._in_flight -= len(records) - i
+                    raise
+                if outcome is Outcome.ABANDONED:
+                    await self._ship(tp, rows, rec.offset, i, savepoint=False)
+                    self._in_flight -= len(records) - i
+                    return False
+                if outcome is Outcome.RECOVERED:
+                    rows.extend(result[0])
+                    savepoint = savepoint or result[1]
+        self.stats["processed"] += len(records)
+        await self._ship(tp, rows, records[-1].offset + 1, len(records), savepoint=savepoint)
+        return True
+
+    async def _process_each(self, tp: TopicPartition, records: list[Any]) -> bool:
+        """per_message mode: write, await the ack and commit after every message."""
+        for i, rec in enumerate(records):
+            try:
+                out, _ = await self._transform(rec)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                try:
+                    outcome, result = await self._on_failure(rec, exc)
+                except MessageFailedError:
+                    self._in_flight -= len(records) - i
+                    raise
+                if outcome is Outcome.ABANDONED:
+                    self._in_flight -= len(records) - i
+                    return False
+                out = result[0] if outcome is Outcome.RECOVERED else ()
+            self.stats["processed"] += 1
+            batch = await self._ship(tp, list(out), rec.offset + 1, 1, savepoint=True)
+            while not batch.entry.done:
+                self._progress.clear()
+                await self._progress.wait()
+            await self._commit()
+        return True
+
+    async def _ship(
+        self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
+        savepoint: bool,
+    ) -> SinkBatch:
+        entry = self._tracker.add(tp, next_offset, count, savepoint=savepoint)
+        batch = SinkBatch(rows, entry)
+        await self._outbox.put(batch)
+        return batch
+
+    async def _on_failure(self, rec: Any, exc: BaseException) -> tuple[Outcome, Any]:
+        self.stats["failed"] += 1
+        describe = f"{self.group_id}: {rec.topic}[{rec.partition}]@{rec.offset}"
+
+        async def dead_letter(error: BaseException, attempts: int) -> None:
+            await self._dead_letters.write(dead_letter_line(
+                group=self.group_id, topic=rec.topic, partition=rec.partition,
+                offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
+                headers=rec.headers, processor=self.topic.processor, exc=error,
+                attempts=attempts,
+            ))
+
+        return await self._failure.handle(exc, lambda: self._transform(rec), dead_letter, describe)
+
+    # -- sink and acks ---------------------------------------------------------------
+
+    async def _sink_loop(self, sink: Any) -> None:
+        try:
+            await run_sink(sink, self._outbox, self._on_ack, label=self.label)
+        finally:
+            self._sink_done.set()
+            self._commit_due.set()
+
+    def _on_ack(self, batch: SinkBatch) -> None:
+        entry = batch.entry
+        self._tracker.ack(entry)
+        self._in_flight -= entry.count
+        self._acked_since_commit += entry.count
+        if (self._mode is CommitMode.BATCH
+                and self._acked_since_commit >= self.group.commit.max_messages) or (
+                self._mode is CommitMode.SAVEPOINT and entry.savepoint):
+            self._commit_due.set()
+        self._progress.set()
+
+    # -- commit ----------------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        if self._mode in (CommitMode.NONE, CommitMode.AUTO, CommitMode.PER_MESSAGE):
+            return  # nothing periodic: none/auto never, per_message commits inline
+        interval = self.group.commit.max_interval_s
+        while not self._sink_done.is_set():
+            try:
+                await asyncio.wait_for(self._commit_due.wait(), interval)
+            except TimeoutError:
+                pass
+            self._commit_due.clear()
+            await self._commit()
+
+    async def _commit(self) -> None:
+        """Commit every partition's contiguous acked offset (single-flight)."""
+        if self._mode in (CommitMode.NONE, CommitMode.AUTO) or self._consumer is None:
+            return
+        async with self._commit_lock:
+            offsets = self._tracker.to_commit()
+            if not offsets:
+                return
+            started = time.monotonic()
+            try:
+                await self._consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError) as exc:
+                # A rebalance took partitions away: their new owner replays from the last
+                # committed offset (at-least-once); nothing to do here.
+                logger.warning("%s: commit of %s rejected: %s", self.label, offsets, exc)
+                return
+            except KafkaError as exc:
+                logger.warning("%s: commit failed, will retry: %s", self.label, exc)
+                return
+            self._tracker.mark_committed(offsets)
+            self._acked_since_commit = 0
+            self._last_commit = time.monotonic()
+            self.stats["committed"] += 1
+            logger.debug("%s: committed %s in %.3fs", self.label,
+                         {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()},
+                         self._last_commit - started)
+
+    # -- rebalance -------------------------------------------------------------------
+
+    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._assigned = assigned
+        self._joined.set()
+        parts = sorted(tp.partition for tp in assigned)
+        logger.info("%s: assigned partitions %s of %s", self.label, parts, self.topic.topic)
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Drain in-flight work of revoked partitions, commit it, then forget them."""
+        self._assigned -= revoked
+        if not revoked:
+            return
+        if self._mode in (CommitMode.NONE, CommitMode.AUTO):
+            self._tracker.forget(revoked)
+            return
+        timeout = min(self.settings.supervisor.shutdown_grace_s,
+                      self.group.max_poll_interval_ms / 2000)
+
+        def drained() -> bool:
+            return self._current_tp not in revoked and all(
+                self._tracker.pending_count(tp) == 0 for tp in revoked)
+
+        try:
+            async with asyncio.timeout(timeout):
+                while not drained():
+                    self._progress.clear()
+                    await self._progress.wait()
+        except TimeoutError:
+            logger.warning("%s: revoke: in-flight work of %s not drained within %.0fs; "
+                           "it will be replayed by the new owner", self.label,
+                           sorted(tp.partition for tp in revoked), timeout)
+        await self._commit()
+        self._tracker.forget(revoked)
+        logger.info("%s: revoked partitions %s", self.label, sorted(tp.partition for tp in revoked))
+
+    # -- drain -----------------------------------------------------------------------
+
+    async def _check_drained(self) -> None:
+        """``--drain``: all assigned partitions processed and committed up to high-water."""
+        consumer = self._consumer
+        if self._drained_reported or consumer is None or not self._joined.is_set():
+            return
+        if self._in_flight or not self._inbox.empty():
+            return
+        for tp in self._assigned:
+            hw = consumer.highwater(tp)
+            if hw is None:
+                return
+            try:
+                position = await consumer.position(tp)
+            except IllegalStateError:
+                return
+            if position < hw or self._tracker.pending_count(tp):
+                return
+        await self._commit()
+        if self._tracker.to_commit():
+            return  # commit failed: try again on the next empty poll
+        self._drained_reported = True
+        logger.info("%s: drained partitions %s", self.label,
+                    sorted(tp.partition for tp in self._assigned))
+        if self._on_drained is not None:
+            self._on_drained(self)
+
+
+__all__ = ["DECODERS", "FatalError", "Worker"]

@@ -1,0 +1,34 @@
+"""Errors of the processor layer.
+
+Tree::
+
+    ProcessorError           root
+    ├── PoisonMessage        the message itself is bad (undecodable, wrong shape): not retriable
+    ├── RegistryError        loading processors failed: unknown, duplicate, topic claimed twice
+    └── Retry                control flow: ask for this message to be retried (retriable)
+
+Any other exception raised by ``transform`` counts as a processing failure of that
+message and goes through the group's failure policy.
+"""
+
+from __future__ import annotations
+
+
+class ProcessorError(Exception):
+    """Root of the processor errors."""
+
+    retriable = False
+
+
+class PoisonMessage(ProcessorError):
+    """The message cannot be decoded or has the wrong shape; retrying will not help."""
+
+
+class RegistryError(ProcessorError):
+    """A processor name is unknown or duplicated, or a topic is claimed twice."""
+
+
+class Retry(ProcessorError):
+    """Raised by a processor to ask for the message to be retried by the failure policy."""
+
+    retriable = True

@@ -1,0 +1,34 @@
+"""``json_rows``: one JSON object per message becomes one row, plus Kafka coordinates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from processors.base import Message, Processor, Row, with_coordinates
+from processors.errors import PoisonMessage
+
+
+class JsonRowsProcessor(Processor):
+    """Maps a JSON object to a row with the same keys and the Kafka coordinates.
+
+    Options:
+        fields: optional list of keys to keep (others are dropped).
+    """
+
+    name = "json_rows"
+    formats = ("json",)
+    description = "JSON object -> one row with the object's keys and Kafka coordinates"
+
+    def __init__(self, options: dict[str, object] | None = None) -> None:
+        super().__init__(options)
+        fields = self.options.get("fields")
+        self._fields: tuple[str, ...] | None = tuple(fields) if fields else None
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        value = message.value
+        if not isinstance(value, dict):
+            raise PoisonMessage(f"expected a JSON object, got {type(value).__name__}")
+        row = (
+            {k: value.get(k) for k in self._fields} if self._fields is not None else dict(value)
+        )
+        return [with_coordinates(row, message)]

@@ -1,0 +1,70 @@
+"""Finding processors through the ``kstage.processors`` entry-point group.
+
+Built-ins are registered the same way as plugins (see pyproject.toml), so there is one
+path. Classes are imported lazily, only for the names a configuration uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint, entry_points
+
+from processors.base import Processor
+from processors.errors import RegistryError
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "kstage.processors"
+
+
+def _entry_points() -> dict[str, list[EntryPoint]]:
+    found: dict[str, list[EntryPoint]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, []).append(ep)
+    return found
+
+
+def available() -> dict[str, str]:
+    """Installed processor names mapped to their ``module:Class`` target."""
+    return {name: eps[0].value for name, eps in sorted(_entry_points().items())}
+
+
+def load(name: str) -> type[Processor]:
+    """Import the processor class registered as ``name``.
+
+    Raises:
+        RegistryError: the name is unknown, registered twice, or not a Processor.
+    """
+    eps = _entry_points().get(name)
+    if not eps:
+        known = ", ".join(sorted(_entry_points())) or "none"
+        raise RegistryError(f"unknown processor {name!r} (installed: {known})")
+    targets = sorted({ep.value for ep in eps})
+    if len(targets) > 1:
+        raise RegistryError(
+            f"processor {name!r} is registered more than once: {', '.join(targets)}"
+        )
+    try:
+        cls = eps[0].load()
+    except Exception as exc:  # noqa: BLE001 - any import failure is a registry problem
+        raise RegistryError(f"processor {name!r} ({eps[0].value}) failed to import: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Processor)):
+        raise RegistryError(f"processor {name!r} ({eps[0].value}) is not a Processor subclass")
+    return cls
+
+
+def check_topics(claims: Iterable[tuple[str, str, str]]) -> None:
+    """Fail when one (group, topic) is claimed by two processors.
+
+    Args:
+        claims: (group_id, topic, processor name) triples.
+    """
+    owner: dict[tuple[str, str], str] = {}
+    for group, topic, processor in claims:
+        prev = owner.setdefault((group, topic), processor)
+        if prev != processor:
+            raise RegistryError(
+                f"topic {topic!r} in group {group!r} is claimed by two processors: "
+                f"{prev!r} and {processor!r}"
+            )

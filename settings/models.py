@@ -1,0 +1,211 @@
+"""The typed configuration model of kstage (pydantic).
+
+One :class:`Settings` root; nested groups are plain ``BaseModel``s. Every field has a
+default and a description; durations carry their unit in the name (``*_s``, or ``*_ms``
+where the value goes to aiokafka unchanged). Unknown keys are errors, so typos surface.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_NO_WHITESPACE = re.compile(r"^\S+$")
+# consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
+_SECRET_KEY = re.compile(r"(password|secret|token|\.key$|jaas)", re.IGNORECASE)
+
+
+def _name(value: str) -> str:
+    if not _NO_WHITESPACE.match(value):
+        raise ValueError(f"must be non-empty and contain no whitespace, got {value!r}")
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Model):
+    bootstrap: str = Field(
+        "embedded",
+        description='Comma-separated host:port list, or "embedded" to start the bundled broker.',
+    )
+    consumer_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Free-form Kafka client keys (security.protocol, sasl.*, ssl.*, ...).",
+    )
+    client_id: str = Field("kstage", description="Kafka client.id prefix.")
+
+    @field_validator("consumer_config")
+    @classmethod
+    def _hide_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: SecretStr(str(v)) if _SECRET_KEY.search(k) and not isinstance(v, SecretStr) else v
+            for k, v in value.items()
+        }
+
+    @property
+    def embedded(self) -> bool:
+        return self.bootstrap.strip().lower() == "embedded"
+
+
+class SupervisorSettings(_Model):
+    shutdown_grace_s: float = Field(30, ge=0, description="Drain-and-commit phase of a stop.")
+    abort_grace_s: float = Field(10, ge=0, description="Cancel phase of a stop, after the drain.")
+    max_restarts: int = Field(5, ge=0, description="Crashes tolerated within restart_window_s.")
+    restart_window_s: float = Field(60, gt=0, description="Window of the restart intensity.")
+    min_backoff_s: float = Field(0.5, ge=0, description="First restart delay (full jitter).")
+    max_backoff_s: float = Field(30, ge=0, description="Cap of the restart delay.")
+
+
+class CommitMode(StrEnum):
+    NONE = "none"
+    AUTO = "auto"
+    PER_MESSAGE = "per_message"
+    BATCH = "batch"
+    SAVEPOINT = "savepoint"
+
+
+class CommitSettings(_Model):
+    mode: CommitMode = Field(CommitMode.BATCH, description="When offsets are committed.")
+    max_messages: int = Field(1000, ge=1, description="batch: commit after this many acked.")
+    max_interval_s: float = Field(
+        10, gt=0, description="batch: commit at least this often; auto: auto-commit interval."
+    )
+    max_in_flight: int = Field(
+        10000, ge=1, description="Messages fetched but not yet acked by the sink (backpressure)."
+    )
+    wait_for_ack: bool = Field(
+        False, description="Wait for each commit to be acknowledged before processing more."
+    )
+
+
+class FailureMode(StrEnum):
+    CONTINUE = "continue"
+    THROW = "throw"
+    RETRY = "retry"
+
+
+class FailureSettings(_Model):
+    mode: FailureMode = Field(FailureMode.CONTINUE, description="continue | throw | retry")
+    max_retries: int = Field(3, ge=1, description="retry: attempts after the first failure.")
+    min_backoff_ms: int = Field(60000, ge=0, description="retry: wait before the first retry.")
+    max_backoff_ms: int = Field(100000, ge=0, description="retry: wait before the last retry.")
+    then: Literal["continue", "throw"] = Field(
+        "continue", description="retry: what to do once retries are exhausted."
+    )
+    dead_letter_path: str = Field(
+        "failed_events.log", description="JSON-lines file of failed messages."
+    )
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> FailureSettings:
+        if self.max_backoff_ms < self.min_backoff_ms:
+            raise ValueError("max_backoff_ms must be >= min_backoff_ms")
+        return self
+
+
+class SinkSettings(_Model):
+    """Where a topic's rows go. ``type`` picks the sink; other keys are the sink's options."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str = Field("null", description="jsonl | null (more sink types come with plugins).")
+    path: str | None = Field(None, description="jsonl: output file (appended).")
+
+    @model_validator(mode="after")
+    def _check(self) -> SinkSettings:
+        if self.type == "jsonl" and not self.path:
+            raise ValueError("sink type jsonl needs a path")
+        return self
+
+
+class TopicSettings(_Model):
+    topic: str = Field(description="Kafka topic name.")
+    processor: str = Field(description="Processor name (entry point in kstage.processors).")
+    format: Literal["json", "bytes", "avro"] = Field("json", description="Value encoding.")
+    sink: SinkSettings = Field(default_factory=SinkSettings, description="Destination.")
+    failure: FailureSettings | None = Field(None, description="Overrides the group's failure.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
+
+    _topic = field_validator("topic", "processor")(_name)
+
+
+class GroupSettings(_Model):
+    group_id: str | None = Field(None, description="Consumer group id; defaults to `name`.")
+    auto_offset_reset: Literal["earliest", "latest", "none"] = Field(
+        "earliest", description="Where to start without a committed offset (none = refuse)."
+    )
+    max_poll_records: int = Field(500, ge=1, description="Records per fetch.")
+    max_poll_interval_ms: int = Field(300000, ge=1000, description="Kafka max.poll.interval.ms.")
+    session_timeout_ms: int = Field(10000, ge=1000, description="Kafka session.timeout.ms.")
+    heartbeat_interval_ms: int = Field(3000, ge=100, description="Kafka heartbeat.interval.ms.")
+    fetch_max_wait_ms: int = Field(500, ge=0, description="Kafka fetch.max.wait.ms.")
+    commit: CommitSettings = Field(default_factory=CommitSettings, description="Commit policy.")
+    failure: FailureSettings = Field(
+        default_factory=FailureSettings, description="Failure policy."
+    )
+    topics: list[TopicSettings] = Field(min_length=1, description="Topics of this group.")
+
+    @field_validator("group_id")
+    @classmethod
+    def _group_name(cls, value: str | None) -> str | None:
+        return None if value is None else _name(value)
+
+    @model_validator(mode="after")
+    def _heartbeat(self) -> GroupSettings:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        return self
+
+
+class ServiceSettings(_Model):
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level.")
+    log_format: Literal["text", "json"] = Field("text", description="Log line format.")
+    status_interval_s: float = Field(30, gt=0, description="Period of the status log line.")
+
+
+class Settings(BaseSettings):
+    """Root of the configuration: the YAML file, overridden by ``KSTAGE_*`` variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    name: Annotated[str, Field(description="Service name; default group id.")] = "kstage"
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="Kafka client.")
+    supervisor: SupervisorSettings = Field(
+        default_factory=SupervisorSettings, description="Restarts and stop grace periods."
+    )
+    service: ServiceSettings = Field(default_factory=ServiceSettings, description="Process.")
+    groups: list[GroupSettings] = Field(default_factory=list, description="Consumer groups.")
+
+    _service_name = field_validator("name")(_name)
+
+    @model_validator(mode="after")
+    def _unique_topics(self) -> Settings:
+        seen: dict[tuple[str, str], int] = {}
+        for gi, group in enumerate(self.groups):
+            gid = group.group_id or self.name
+            for topic in group.topics:
+                key = (gid, topic.topic)
+                if key in seen:
+                    raise ValueError(
+                        f"topic {topic.topic!r} appears twice in group {gid!r} "
+                        f"(groups[{seen[key]}] and groups[{gi}])"
+                    )
+                seen[key] = gi
+        return self
+
+    def group_id(self, group: GroupSettings) -> str:
+        return group.group_id or self.name

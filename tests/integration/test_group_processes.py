@@ -1,0 +1,100 @@
+"""Several `kstage run` processes in one group, SIGKILL, restarts: nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.kafkautil import (
+    committed,
+    create_topic,
+    produce,
+    read_jsonl,
+    unique,
+    wait_until,
+    write_config,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+async def wait_committed(broker: str, group: str, topic: str, parts: int, total: int) -> None:
+    deadline = time.monotonic() + 30
+    while sum((await committed(broker, group, topic, parts)).values()) != total:
+        assert time.monotonic() < deadline, f"offsets of {group} never summed to {total}"
+        await asyncio.sleep(0.2)
+
+
+def coords(rows: list[dict[str, object]]) -> Counter[tuple[object, object]]:
+    return Counter((r["_partition"], r["_offset"]) for r in rows)
+
+
+async def test_two_processes_share_partitions_and_take_over(broker, tmp_path: Path, kstage):
+    topic, group = unique("share"), unique("g-share")
+    await create_topic(broker, topic, partitions=4)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [
+        {"topic": topic, "processor": "json_rows", "sink": {"type": "jsonl", "path": "${OUT}"}},
+    ])
+    out_a, out_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a = kstage(cfg, env={"OUT": str(out_a)})
+    await a.wait_for_log("assigned partitions [0, 1, 2, 3]")
+    b = kstage(cfg, env={"OUT": str(out_b)})
+    await b.wait_for_log("assigned partitions [")
+    await a.wait_for_log("assigned partitions [", count=2)  # A rebalanced to its share
+
+    await produce(broker, topic, ({"i": i} for i in range(400)), partition_of=lambda i: i % 4)
+    await wait_until(lambda: len(read_jsonl(out_a)) + len(read_jsonl(out_b)) >= 400,
+                     what="400 rows")
+    rows_a, rows_b = read_jsonl(out_a), read_jsonl(out_b)
+    assert rows_a and rows_b, "both members must have received partitions"
+    parts_a = {r["_partition"] for r in rows_a}
+    parts_b = {r["_partition"] for r in rows_b}
+    assert not parts_a & parts_b and parts_a | parts_b == {0, 1, 2, 3}
+
+    await wait_committed(broker, group, topic, 4, 400)
+
+    a.signal(signal.SIGKILL)
+    await produce(broker, topic, ({"i": i} for i in range(400, 800)),
+                  partition_of=lambda i: i % 4)
+    # B takes A's partitions after A's session expires, and lands everything.
+    await wait_until(lambda: len(read_jsonl(out_a)) + len(read_jsonl(out_b)) >= 800,
+                     timeout=60, what="800 rows after the takeover")
+    b.signal(signal.SIGTERM)
+    assert await b.wait() == 0, b.output()
+    everything = coords(read_jsonl(out_a) + read_jsonl(out_b))
+    assert len(everything) == 800
+    assert set(everything.values()) == {1}, "every message lands once"
+    assert sorted(r["i"] for r in read_jsonl(out_a) + read_jsonl(out_b)) == list(range(800))
+    assert sum((await committed(broker, group, topic, 4)).values()) == 800
+
+
+async def test_sigkill_mid_batch_replays_only_uncommitted(broker, tmp_path: Path, kstage):
+    topic, group = unique("replay"), unique("g-replay")
+    await create_topic(broker, topic, partitions=1)
+    await produce(broker, topic, ({"i": i} for i in range(2000)))
+    cfg = write_config(
+        tmp_path / "kstage.yml", broker, group,
+        [{"topic": topic, "processor": "test_slow", "options": {"delay_s": 0.002},
+          "sink": {"type": "jsonl", "path": "${OUT}"}}],
+        commit={"max_messages": 300, "max_interval_s": 60}, max_poll_records=50,
+    )
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    run1 = kstage(cfg, env={"OUT": str(first)})
+    await wait_until(lambda: len(read_jsonl(first)) >= 700, timeout=60, what="700 rows")
+    run1.signal(signal.SIGKILL)
+    await run1.wait()
+    done = (await committed(broker, group, topic, 1))[0]
+    written = [r["_offset"] for r in read_jsonl(first)]
+    assert 300 <= done < len(written), (done, len(written))  # some acked work uncommitted
+    assert written == list(range(len(written)))
+
+    run2 = kstage(cfg, "--drain", env={"OUT": str(second)})
+    assert await run2.wait(timeout=90) == 0, run2.output()
+    replayed = [r["_offset"] for r in read_jsonl(second)]
+    assert replayed == list(range(done, 2000)), "restart resumes at the committed offset"
+    assert (await committed(broker, group, topic, 1))[0] == 2000

@@ -1,0 +1,157 @@
+"""Helpers for tests on the real embedded broker: topics, producing, offsets, processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGINS = ROOT / "tests" / "plugins"
+
+# Tansu holds a group join for ~session_timeout/2 (ENVIRONMENT.md): keep it short.
+FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+async def produce(bootstrap: str, topic: str, values: Iterable[Any], *,
+                  partition_of: Callable[[int], int] | None = None) -> int:
+    """Produce JSON values (bytes are sent as they are); returns the count."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    n = 0
+    try:
+        for i, value in enumerate(values):
+            raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+            part = partition_of(i) if partition_of else None
+            await producer.send(topic, raw, key=str(i).encode(), partition=part)
+            n += 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return n
+
+
+async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """Committed next-offsets of ``group`` per partition (-1 when none)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        offsets = await admin.list_consumer_group_offsets(group, partitions=tps)
+    finally:
+        await admin.close()
+    return {tp.partition: (meta.offset if meta is not None else -1)
+            for tp, meta in offsets.items()}
+
+
+def write_config(path: Path, bootstrap: str, group: str, topics: list[dict[str, Any]], *,
+                 commit: dict[str, Any] | None = None, failure: dict[str, Any] | None = None,
+                 supervisor: dict[str, Any] | None = None, **group_keys: Any) -> Path:
+    cfg = {
+        "name": group,
+        "kafka": {"bootstrap": bootstrap},
+        "supervisor": {"shutdown_grace_s": 10, "abort_grace_s": 5, "max_restarts": 3,
+                       "restart_window_s": 60, "min_backoff_s": 0.1, "max_backoff_s": 1,
+                       **(supervisor or {})},
+        "groups": [{
+            "group_id": group,
+            **FAST_GROUP,
+            "commit": {"mode": "batch", "max_messages": 100, "max_interval_s": 0.5,
+                       **(commit or {})},
+            "failure": {"mode": "continue",
+                        "dead_letter_path": str(path.parent / "dead.jsonl"),
+                        **(failure or {})},
+            "topics": topics,
+            **group_keys,
+        }],
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+class KstageProcess:
+    """``kstage run`` as a child process, with its output captured to a file."""
+
+    def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None,
+                 log: Path | None = None) -> None:
+        self.log = log or config.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
+        full_env = {**os.environ, "PYTHONPATH": str(PLUGINS), **(env or {})}
+        self._fh = open(self.log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "run", "-c", str(config), *args],
+            stdout=self._fh, stderr=subprocess.STDOUT, env=full_env, cwd=config.parent,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def wait_for_log(self, text: str, timeout: float = 30, count: int = 1) -> None:
+        deadline = time.monotonic() + timeout
+        while self.output().count(text) < count:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"kstage exited {self.proc.returncode} before logging "
+                                     f"{text!r}:\n{self.output()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} within {timeout}s:\n{self.output()}")
+            await asyncio.sleep(0.1)
+
+    async def wait(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"kstage did not exit within {timeout}s:\n{self.output()}")
+            await asyncio.sleep(0.1)
+        return self.proc.returncode
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        self._fh.close()
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float = 30,
+                     what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)

@@ -1,0 +1,75 @@
+"""Processors for kstage's tests, registered through a dist-info on PYTHONPATH."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+
+from processors import Message, PoisonMessage, Processor, Row, with_coordinates
+
+
+class SlowProcessor(Processor):
+    """Sleeps ``delay_s`` per message (async), then emits the JSON object as a row."""
+
+    name = "test_slow"
+    formats = ("json",)
+
+    async def transform(self, message: Message) -> Sequence[Row]:
+        await asyncio.sleep(float(self.options.get("delay_s", 0.001)))
+        return [with_coordinates(dict(message.value), message)]
+
+
+class FlakyProcessor(Processor):
+    """Fails for values with ``fail: true``; ``fail_times`` limits how often per offset.
+
+    With ``marker_dir`` set, the attempts are counted in files so a retried message can
+    recover (the count survives across attempts within one process).
+    """
+
+    name = "test_flaky"
+    formats = ("json",)
+
+    def __init__(self, options: dict[str, object] | None = None) -> None:
+        super().__init__(options)
+        self.attempts: dict[int, int] = {}
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        value = message.value
+        if not isinstance(value, dict):
+            raise PoisonMessage("not an object")
+        if value.get("fail"):
+            n = self.attempts[message.offset] = self.attempts.get(message.offset, 0) + 1
+            limit = int(self.options.get("fail_times", 1_000_000))  # type: ignore[arg-type]
+            if n <= limit:
+                raise RuntimeError(f"flaky failure {n} at offset {message.offset}")
+        return [with_coordinates(dict(value), message)]
+
+
+class HangProcessor(Processor):
+    """Hangs forever (cancellable) on values with ``hang: true``."""
+
+    name = "test_hang"
+    formats = ("json",)
+
+    async def transform(self, message: Message) -> Sequence[Row]:
+        if message.value.get("hang"):
+            marker = self.options.get("marker")
+            if marker:
+                with open(str(marker), "w") as fh:
+                    fh.write(str(os.getpid()))
+            await asyncio.sleep(3600)
+        return [with_coordinates(dict(message.value), message)]
+
+
+class SavepointProcessor(Processor):
+    """Asks for a savepoint on values with ``savepoint: true``."""
+
+    name = "test_savepoint"
+    formats = ("json",)
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return [with_coordinates(dict(message.value), message)]
+
+    def wants_savepoint(self, message: Message) -> bool:
+        return bool(message.value.get("savepoint"))
