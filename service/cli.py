@@ -5,6 +5,7 @@ Commands::
     kstage run -c FILE [--drain]     run the service (exit 0 clean, 1 crash, 2 bad config)
     kstage validate -c FILE          check the configuration and processors (exit 0 or 2)
     kstage processors [-c FILE]      list installed processors (and the topics using them)
+    kstage demo [--dir DIR]          the main job on the embedded broker, summarised
     kstage broker [--port N]         run the embedded Kafka-compatible broker in the foreground
 """
 
@@ -16,6 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from processors import registry
 from processors.errors import RegistryError
@@ -42,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("-c", "--config", default="kstage.yml")
     procs = sub.add_parser("processors", help="list installed processors")
     procs.add_argument("-c", "--config", default=None, help="also show the topics of FILE")
+    demo = sub.add_parser("demo", help="run the main job on the embedded broker with "
+                          "sample events and summarise what landed")
+    demo.add_argument("--dir", default="demo-out", help="output directory")
+    demo.add_argument("--events", type=int, default=5000)
     broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
     broker.add_argument("--port", type=int, default=9092)
     return parser
@@ -102,6 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args.config)
         if args.command == "processors":
             return _processors(args.config)
+        if args.command == "demo":
+            from service.demo import run_demo  # noqa: PLC0415
+
+            configure_logging("ERROR")
+            return run_demo(Path(args.dir), args.events)
         if args.command == "broker":
             configure_logging()
             return _broker(args.port)
