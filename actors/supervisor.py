@@ -106,6 +106,11 @@ class OneForOneSupervisor:
         live = sum(1 for s in self._slots if s.task and not s.task.done())
         return f"<OneForOneSupervisor children={len(self._slots)} live={live}>"
 
+    @property
+    def children(self) -> list[Child]:
+        """The current incarnation of every child that has been started."""
+        return [s.child for s in self._slots if s.child is not None]
+
     async def _run_child(self, slot: _Slot, delay: float) -> None:
         if delay:
             await self._sleep(delay)

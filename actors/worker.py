@@ -124,6 +124,7 @@ class Worker:
         self._dead_letters = DeadLetterFile(self._failure.settings.dead_letter_path)
         self._decode = DECODERS.get(topic.format, _decode_bytes)
         self._mode = group.commit.mode
+        self._wait_for_ack = group.commit.wait_for_ack
         self._tracker = OffsetTracker(savepoint_only=self._mode is CommitMode.SAVEPOINT)
         self._inbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
         self._outbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
@@ -141,7 +142,7 @@ class Worker:
         self._drained_reported = False
         self._consumer: AIOKafkaConsumer | None = None
         self._processor: Processor | None = None
-        self.stats = {"processed": 0, "failed": 0, "committed": 0}
+        self.stats = {"processed": 0, "failed": 0, "committed": 0, "paused": 0}
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -230,6 +231,8 @@ class Worker:
         while not self._stop_intake.is_set():
             if self._in_flight >= max_in_flight or self._inbox.full():
                 # Backpressure: pause and keep polling so the member stays alive.
+                if not paused:
+                    self.stats["paused"] += 1
                 consumer.pause(*consumer.assignment())
                 paused = True
                 await self._poll(consumer, max_records)
@@ -273,6 +276,9 @@ class Worker:
                 if tp not in self._assigned:  # revoked while queued: the new owner re-reads
                     self._in_flight -= len(records)
                     continue
+                if self._wait_for_ack and self._commit_lock.locked():
+                    async with self._commit_lock:  # layline's wait_for_ack: no overlap
+                        pass
                 self._current_tp = tp
                 try:
                     if self._mode is CommitMode.PER_MESSAGE:
@@ -311,41 +317,50 @@ class Worker:
         return out, savepoint  # type: ignore[return-value]
 
     async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> bool:
-        """Process one partition batch; False when processing must stop (abandon)."""
+        """Process one partition batch; False when processing must stop (abandon).
+
+        The rows go to the sink as one entry, split after every message whose processor
+        asked for a savepoint (savepoint mode), so a savepoint commits exactly up to it.
+        """
         rows: list[Row] = []
-        savepoint = False
+        start = 0  # index of the first record not yet shipped
         processor = self._processor
         assert processor is not None  # noqa: S101
         sync = not self._async_transform and self._mode is not CommitMode.SAVEPOINT
         decode = self._decode
         for i, rec in enumerate(records):
+            savepoint = False
             try:
                 if sync:  # hot path: no coroutine per message
                     rows.extend(processor.transform(Message(  # type: ignore[arg-type]
                         rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
                         decode(rec.value), rec.headers, rec.value)))
                 else:
-                    out, sp = await self._transform(rec)
+                    out, savepoint = await self._transform(rec)
                     rows.extend(out)
-                    savepoint = savepoint or sp
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
                 try:
                     outcome, result = await self._on_failure(rec, exc)
                 except MessageFailedError:
-                    await self._ship(tp, rows, rec.offset, i, savepoint=False)
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
                     self._in_flight -= len(records) - i
                     raise
                 if outcome is Outcome.ABANDONED:
-                    await self._ship(tp, rows, rec.offset, i, savepoint=False)
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
                     self._in_flight -= len(records) - i
                     return False
                 if outcome is Outcome.RECOVERED:
                     rows.extend(result[0])
-                    savepoint = savepoint or result[1]
+                    savepoint = result[1]
+            if savepoint:
+                await self._ship(tp, rows, rec.offset + 1, i + 1 - start, savepoint=True)
+                rows, start = [], i + 1
         self.stats["processed"] += len(records)
-        await self._ship(tp, rows, records[-1].offset + 1, len(records), savepoint=savepoint)
+        if start < len(records):
+            await self._ship(tp, rows, records[-1].offset + 1, len(records) - start,
+                             savepoint=False)
         return True
 
     async def _process_each(self, tp: TopicPartition, records: list[Any]) -> bool:
@@ -513,7 +528,8 @@ class Worker:
             if position < hw or self._tracker.pending_count(tp):
                 return
         await self._commit()
-        if self._tracker.to_commit():
+        commits = self._mode not in (CommitMode.NONE, CommitMode.AUTO)
+        if commits and self._tracker.to_commit():
             return  # commit failed: try again on the next empty poll
         self._drained_reported = True
         logger.info("%s: drained partitions %s", self.label,

@@ -73,3 +73,16 @@ class SavepointProcessor(Processor):
 
     def wants_savepoint(self, message: Message) -> bool:
         return bool(message.value.get("savepoint"))
+
+
+class CrashOnStartProcessor(Processor):
+    """Its start() always raises: the worker crashes and is restarted, then escalates."""
+
+    name = "test_crash_start"
+    formats = ("json",)
+
+    async def start(self) -> None:
+        raise ConnectionError("cannot reach the imaginary backend")
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return []

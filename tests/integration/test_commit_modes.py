@@ -1,0 +1,106 @@
+"""Commit modes, backpressure and restart escalation, in-process on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.errors import EscalationError
+from actors.master import Master
+from actors.worker import Worker
+from settings import load_settings
+from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
+
+pytestmark = pytest.mark.kafka
+
+
+async def run_drained(broker: str, tmp_path: Path, processor: str, values: list[Any],
+                      **cfg: Any) -> tuple[str, str, Master]:
+    topic, group = unique("mode"), unique("g-mode")
+    await create_topic(broker, topic)
+    await produce(broker, topic, values)
+    options = cfg.pop("options", {})
+    path = write_config(tmp_path / f"{topic}.yml", broker, group,
+                        [{"topic": topic, "processor": processor, "options": options,
+                          "sink": {"type": "jsonl", "path": str(tmp_path / f"{topic}.jsonl")}}],
+                        **cfg)
+    master = Master(load_settings(path), broker, drain=True)
+    await asyncio.wait_for(master.run(), 60)
+    return topic, group, master
+
+
+def worker_of(master: Master) -> Worker:
+    (child,) = master.supervisor.children
+    assert isinstance(child, Worker)
+    return child
+
+
+async def test_per_message_commits_after_every_message(broker, tmp_path):
+    topic, group, master = await run_drained(
+        broker, tmp_path, "json_rows", [{"i": i} for i in range(5)],
+        commit={"mode": "per_message"})
+    assert worker_of(master).stats["committed"] == 5
+    assert (await committed(broker, group, topic, 1))[0] == 5
+    assert len(read_jsonl(tmp_path / f"{topic}.jsonl")) == 5
+
+
+async def test_savepoint_commits_only_where_asked(broker, tmp_path):
+    values = [{"i": i, "savepoint": i == 4} for i in range(10)]
+    topic, group, master = await run_drained(broker, tmp_path, "test_savepoint", values,
+                                             commit={"mode": "savepoint"})
+    assert len(read_jsonl(tmp_path / f"{topic}.jsonl")) == 10
+    assert (await committed(broker, group, topic, 1))[0] == 5, "next offset after the savepoint"
+
+
+async def test_none_never_commits(broker, tmp_path):
+    topic, group, _ = await run_drained(broker, tmp_path, "json_rows",
+                                        [{"i": i} for i in range(3)], commit={"mode": "none"})
+    assert len(read_jsonl(tmp_path / f"{topic}.jsonl")) == 3
+    assert (await committed(broker, group, topic, 1))[0] == -1
+
+
+async def test_auto_commits_through_kafka_autocommit(broker, tmp_path):
+    topic, group, _ = await run_drained(broker, tmp_path, "json_rows",
+                                        [{"i": i} for i in range(3)],
+                                        commit={"mode": "auto", "max_interval_s": 0.2})
+    assert (await committed(broker, group, topic, 1))[0] == 3
+
+
+async def test_batch_wait_for_ack_commits_everything(broker, tmp_path):
+    topic, group, master = await run_drained(
+        broker, tmp_path, "json_rows", [{"i": i} for i in range(250)],
+        commit={"mode": "batch", "max_messages": 50, "wait_for_ack": True}, max_poll_records=25)
+    assert (await committed(broker, group, topic, 1))[0] == 250
+    assert worker_of(master).stats["committed"] >= 5
+
+
+async def test_slow_processing_pauses_partitions_without_eviction(broker, tmp_path, caplog):
+    """Processing takes far longer than max_poll_interval_ms: the member stays in."""
+    caplog.set_level("INFO", logger="actors.worker")
+    topic, group, master = await run_drained(
+        broker, tmp_path, "test_slow", [{"i": i} for i in range(12)],
+        options={"delay_s": 0.35}, max_poll_interval_ms=1500, max_poll_records=1,
+        commit={"mode": "batch", "max_in_flight": 2, "max_messages": 1})
+    worker = worker_of(master)
+    assert worker.stats["paused"] >= 1, "the full pipeline paused fetching"
+    assert [r["i"] for r in read_jsonl(tmp_path / f"{topic}.jsonl")] == list(range(12))
+    assert (await committed(broker, group, topic, 1))[0] == 12
+    revokes = [r for r in caplog.records if "revoked partitions" in r.getMessage()]
+    assignments = [r for r in caplog.records if "assigned partitions" in r.getMessage()]
+    assert len(assignments) == 1 and not revokes, "no rebalance: never evicted"
+
+
+async def test_crash_loop_escalates(broker, tmp_path):
+    topic, group = unique("crash"), unique("g-crash")
+    path = write_config(tmp_path / "kstage.yml", broker, group,
+                        [{"topic": topic, "processor": "test_crash_start"}],
+                        supervisor={"max_restarts": 2, "min_backoff_s": 0.01,
+                                    "max_backoff_s": 0.05})
+    master = Master(load_settings(path), broker)
+    with pytest.raises(EscalationError, match="more than 2 crashes within 60s"):
+        await asyncio.wait_for(master.run(), 30)
+    assert master.supervisor.restarts == 2
+    assert worker_of(master).label.endswith("#2"), "each restart is a fresh incarnation"
