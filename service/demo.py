@@ -57,9 +57,9 @@ def _count_lines(path: Path) -> int:
 def demo_settings(bootstrap: str, out: Path) -> Settings:
     return Settings(
         name="kstage-demo",
-        kafka={"bootstrap": bootstrap},  # type: ignore[arg-type]
-        supervisor={"shutdown_grace_s": 10, "abort_grace_s": 5},  # type: ignore[arg-type]
-        groups=[{  # type: ignore[list-item]
+        kafka={"bootstrap": bootstrap},
+        supervisor={"shutdown_grace_s": 10, "abort_grace_s": 5},
+        groups=[{
             "group_id": "kstage-demo",
             "session_timeout_ms": 6000,
             "heartbeat_interval_ms": 500,
