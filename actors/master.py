@@ -98,6 +98,16 @@ class Master:
             logger.info("every worker drained its partitions: stopping")
             self.request_stop()
 
+    async def _status_loop(self) -> None:
+        """Log one status line per worker every ``service.status_interval_s``."""
+        while True:
+            await asyncio.sleep(self.settings.service.status_interval_s)
+            for child in self.supervisor.children:
+                if isinstance(child, Worker):
+                    logger.info("status %s %s restarts=%d", child.label,
+                                " ".join(f"{k}={v}" for k, v in child.status().items()),
+                                self.supervisor.restarts)
+
     def request_stop(self) -> None:
         """Begin the graceful two-phase stop (idempotent)."""
         self._stop_requested.set()
@@ -108,6 +118,7 @@ class Master:
             raise FatalError("no consumer groups configured: nothing to do")
         run = asyncio.create_task(self.supervisor.run(), name="supervisor")
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-request")
+        status = asyncio.create_task(self._status_loop(), name="status")
         try:
             await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
             if not run.done():
@@ -119,5 +130,6 @@ class Master:
                     f"shutdown grace period; their unfinished work was not committed")
         finally:
             stop.cancel()
+            status.cancel()
             if not run.done():
                 run.cancel()

@@ -147,6 +147,18 @@ class Worker:
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
 
+    def status(self) -> dict[str, int]:
+        """Counters for the status line: processed, failed, commits, in-flight, lag."""
+        lag = 0
+        consumer = self._consumer
+        if consumer is not None:
+            for tp in self._assigned:
+                hw = consumer.highwater(tp)
+                done = self._tracker.committable(tp)
+                if hw is not None and done is not None:
+                    lag += max(hw - done, 0)
+        return {**self.stats, "in_flight": self._in_flight, "lag": lag}
+
     # -- lifecycle -------------------------------------------------------------------
 
     def stop_intake(self) -> None:

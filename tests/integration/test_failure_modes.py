@@ -137,3 +137,23 @@ async def test_offset_reset_none_refuses_to_start(broker, tmp_path, kstage):
     out = proc.output()
     assert f"group {group!r} has no committed offset" in out
     assert topic in out and "refusing to start" in out
+
+
+async def test_second_sigint_aborts_at_once(broker, tmp_path, kstage):
+    topic, group = unique("abort"), unique("g-abort")
+    await create_topic(broker, topic)
+    await produce(broker, topic, [{"i": 0}, {"i": 1, "hang": True}])
+    marker = tmp_path / "hanging"
+    cfg = write_config(tmp_path / "kstage.yml", broker, group,
+                       [{"topic": topic, "processor": "test_hang",
+                         "options": {"marker": str(marker)},
+                         "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+                       supervisor={"shutdown_grace_s": 60, "abort_grace_s": 60})
+    proc = kstage(cfg)
+    await wait_until(marker.exists, what="the processor to hang")
+    proc.signal(signal.SIGINT)
+    await proc.wait_for_log("received SIGINT: stopping")
+    proc.signal(signal.SIGINT)
+    assert await proc.wait(timeout=15) == 130, proc.output()
+    assert "second SIGINT: aborting now" in proc.output()
+    assert (await committed(broker, group, topic, 1))[0] in (-1, 1), "hanging work uncommitted"

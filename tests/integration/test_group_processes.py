@@ -98,3 +98,31 @@ async def test_sigkill_mid_batch_replays_only_uncommitted(broker, tmp_path: Path
     replayed = [r["_offset"] for r in read_jsonl(second)]
     assert replayed == list(range(done, 2000)), "restart resumes at the committed offset"
     assert (await committed(broker, group, topic, 1))[0] == 2000
+
+
+async def test_revoke_commits_drained_work_before_handing_over(broker, tmp_path, kstage):
+    """A joins with acked-but-uncommitted work; B joins: A commits on revoke, no replay."""
+    topic, group = unique("revoke"), unique("g-revoke")
+    await create_topic(broker, topic, partitions=2)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group,
+                       [{"topic": topic, "processor": "json_rows",
+                         "sink": {"type": "jsonl", "path": "${OUT}"}}],
+                       commit={"max_messages": 100000, "max_interval_s": 3600})
+    out_a, out_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a = kstage(cfg, env={"OUT": str(out_a)})
+    await a.wait_for_log("assigned partitions [0, 1]")
+    await produce(broker, topic, ({"i": i} for i in range(200)), partition_of=lambda i: i % 2)
+    await wait_until(lambda: len(read_jsonl(out_a)) == 200, what="A to write 200 rows")
+    assert sum((await committed(broker, group, topic, 2)).values()) == -2, "nothing committed yet"
+    b = kstage(cfg, env={"OUT": str(out_b)})
+    await a.wait_for_log("revoked partitions [0, 1]")
+    await b.wait_for_log("assigned partitions [")
+    assert sum((await committed(broker, group, topic, 2)).values()) == 200
+    await produce(broker, topic, ({"i": i} for i in range(200, 210)), partition_of=lambda i: i % 2)
+    await wait_until(lambda: len(read_jsonl(out_a)) + len(read_jsonl(out_b)) == 210,
+                     what="210 rows")
+    for proc in (a, b):
+        proc.signal(signal.SIGTERM)
+    assert await a.wait() == 0 and await b.wait() == 0
+    rows = read_jsonl(out_a) + read_jsonl(out_b)
+    assert sorted(r["i"] for r in rows) == list(range(210)), "no replay after the handover"
