@@ -1,11 +1,21 @@
 """Processor plugin API: the base class, message type, errors and the registry."""
 
-from processors.base import COORDINATE_COLUMNS, Message, Processor, Row, with_coordinates
+from processors.base import (
+    COORDINATE_COLUMNS,
+    SCHEMA_DIR,
+    Column,
+    Message,
+    Processor,
+    Row,
+    with_coordinates,
+)
 from processors.errors import PoisonMessage, ProcessorError, RegistryError, Retry
 from processors.registry import ENTRY_POINT_GROUP, available, check_topics, load
 
 __all__ = [
     "COORDINATE_COLUMNS",
+    "SCHEMA_DIR",
+    "Column",
     "ENTRY_POINT_GROUP",
     "Message",
     "PoisonMessage",

@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,28 @@ Row = dict[str, Any]
 """One output row: column name to value."""
 
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp")
+
+SCHEMA_DIR = Path(__file__).parent / "schemas"
+"""Avro schemas and DDL shipped with kstage (see the SOURCES.md files for provenance)."""
+
+ColumnType = Literal["string", "int", "long", "double", "boolean", "binary"]
+
+
+@dataclass(slots=True, frozen=True)
+class Column:
+    """One typed column of a processor's rows (the staging table's schema).
+
+    Attributes:
+        name: column name.
+        type: logical type; staging sinks map it to their own (Spark, JDBC).
+        nullable: False for the source DDL's NOT NULL columns.
+        doc: where the value comes from.
+    """
+
+    name: str
+    type: ColumnType = "string"
+    nullable: bool = True
+    doc: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -80,11 +103,22 @@ class Processor:
         name: the registered name (set it to the entry-point name).
         formats: value formats the processor accepts (checked at start).
         description: one line shown by ``kstage processors``.
+        table, columns, key: the rows' staging table, typed columns and natural key.
+        reader_schema: the Avro schema the processor expects, if it reads Avro.
     """
 
     name: ClassVar[str] = ""
     formats: ClassVar[tuple[str, ...]] = ("json", "bytes", "avro")
     description: ClassVar[str] = ""
+    table: ClassVar[str] = ""
+    """Default staging table of the rows (a sink may override it)."""
+    columns: ClassVar[tuple[Column, ...]] = ()
+    """Typed columns of the rows, without the Kafka coordinates; empty = schemaless."""
+    key: ClassVar[tuple[str, ...]] = ()
+    """Natural key of the rows (the source DDL's primary key), used by the merge."""
+    reader_schema: ClassVar[str | None] = None
+    """Path of the Avro schema the processor reads (relative to SCHEMA_DIR), if any;
+    writer schemas from the registry are resolved against it (Avro evolution rules)."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: Mapping[str, Any] = dict(options or {})
