@@ -92,6 +92,8 @@ class FailurePolicy:
                     raise
                 except Exception as again:  # noqa: BLE001 - any processor error is retried
                     exc = again
+                    if isinstance(again, PoisonMessage):
+                        break  # retrying a poison message will not help
             final = self.settings.then
         else:
             final = "throw" if mode is FailureMode.THROW else "continue"

@@ -126,6 +126,8 @@ class OneForOneSupervisor:
     async def run(self) -> None:
         """Supervise until every child has finished (after :meth:`shutdown`) or a crash
         escalates; raises the escalation or fatal error in that case."""
+        if self._stopping:  # shutdown() came first: nothing to start
+            return
         for slot in self._slots:
             self._launch(slot)
         while True:
@@ -166,6 +168,7 @@ class OneForOneSupervisor:
             self.crash_reason = self.crash_reason or EscalationError(msg)
             return
         delay = self.policy.delay_s()
+        slot.child = None  # the dead incarnation must not receive stop_intake
         slot.incarnation += 1
         self.restarts += 1
         logger.warning("%s: restarting in %.2fs (restart %d)", slot.name, delay, self.restarts)

@@ -46,8 +46,9 @@ from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.kafka import build_consumer
 from actors.offsets import OffsetTracker
 from actors.sinks import END, SinkBatch, build_sink, run_sink
+from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
-from processors.errors import PoisonMessage
+from processors.errors import PoisonMessage, ProcessorError
 from settings.models import CommitMode, GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
@@ -60,16 +61,43 @@ def _decode_json(raw: bytes | None) -> Any:
     if raw is None:
         return None
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except ValueError as exc:
         raise PoisonMessage(f"value is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise PoisonMessage(f"JSON value is {type(value).__name__}, not an object")
+    return value
 
 
 def _decode_bytes(raw: bytes | None) -> Any:
     return raw
 
 
-DECODERS: dict[str, Callable[[bytes | None], Any]] = {"json": _decode_json, "bytes": _decode_bytes}
+def _decode_string(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PoisonMessage(f"key is not UTF-8: {exc}") from exc
+
+
+DECODERS: dict[str, Callable[[bytes | None], Any]] = {
+    "json": _decode_json, "bytes": _decode_bytes, "string": _decode_string,
+}
+FORMATS = (*DECODERS, "avro")
+
+
+def _decode_json_key(raw: bytes | None) -> Any:
+    try:
+        return None if raw is None else json.loads(raw)
+    except ValueError as exc:
+        raise PoisonMessage(f"key is not valid JSON: {exc}") from exc
+
+
+KEY_DECODERS: dict[str, Callable[[bytes | None], Any]] = {
+    "string": _decode_string, "json": _decode_json_key,
+}
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -96,6 +124,7 @@ class Worker:
             committed up to its fetch high-water mark.
         on_drained: called once with this worker when drained.
         sleep: interruptible sleep used for retry waits (a fake clock in tests).
+        avro: decoder for ``format: avro`` values (and ``key_format: avro`` keys).
     """
 
     def __init__(
@@ -110,6 +139,8 @@ class Worker:
         on_drained: Callable[[Worker], None] | None = None,
         sleep: Sleep | None = None,
         incarnation: int = 0,
+        avro: AvroDecoder | None = None,
+        avro_keys: AvroDecoder | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -122,7 +153,12 @@ class Worker:
         self._on_drained = on_drained
         self._failure = FailurePolicy(topic.failure or group.failure, sleep or self._sleep)
         self._dead_letters = DeadLetterFile(self._failure.settings.dead_letter_path)
-        self._decode = DECODERS.get(topic.format, _decode_bytes)
+        self._avro = avro if topic.format == "avro" else None
+        self._avro_keys = avro_keys if topic.key_format == "avro" else None
+        self._decode = self._avro.decode if self._avro else DECODERS[topic.format]
+        self._decode_key: Callable[[bytes | None], Any] | None = (
+            self._avro_keys.decode if self._avro_keys
+            else None if topic.key_format == "bytes" else KEY_DECODERS[topic.key_format])
         self._mode = group.commit.mode
         self._wait_for_ack = group.commit.wait_for_ack
         self._tracker = OffsetTracker(savepoint_only=self._mode is CommitMode.SAVEPOINT)
@@ -313,10 +349,36 @@ class Worker:
             raise failure
 
     def _message(self, rec: Any) -> Message:
+        key = rec.key if self._decode_key is None else self._decode_key(rec.key)
         return Message(
-            rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
+            rec.topic, rec.partition, rec.offset, rec.timestamp, key,
             self._decode(rec.value), rec.headers, rec.value,
         )
+
+    async def _fetch_schemas(self, records: list[Any]) -> bool:
+        """Load the writer schemas a batch needs before decoding it (the only registry
+        I/O). An unreachable registry is not poison: back off and retry until it answers
+        or the worker stops (then False: the batch is abandoned, nothing committed)."""
+        for decoder, values in ((self._avro, [r.value for r in records]),
+                                (self._avro_keys, [r.key for r in records])):
+            if decoder is None:
+                continue
+            for id_bytes in decoder.missing(values):
+                delay = 0.5
+                while True:
+                    try:
+                        await decoder.fetch(id_bytes)
+                        break
+                    except ProcessorError as exc:
+                        if not exc.retriable:
+                            raise
+                        logger.warning("%s: schema registry unavailable for id %s (%s); "
+                                       "retrying in %.1fs", self.label,
+                                       decoder.schema_id(id_bytes), exc, delay)
+                        if not await self._sleep(delay):
+                            return False
+                        delay = min(delay * 2, 30.0)
+        return True
 
     async def _transform(self, rec: Any) -> tuple[Sequence[Row], bool]:
         processor = self._processor
@@ -338,7 +400,11 @@ class Worker:
         start = 0  # index of the first record not yet shipped
         processor = self._processor
         assert processor is not None  # noqa: S101
-        sync = not self._async_transform and self._mode is not CommitMode.SAVEPOINT
+        if (self._avro or self._avro_keys) and not await self._fetch_schemas(records):
+            self._in_flight -= len(records)
+            return False
+        sync = (not self._async_transform and self._mode is not CommitMode.SAVEPOINT
+                and self._decode_key is None)
         decode = self._decode
         for i, rec in enumerate(records):
             savepoint = False
@@ -377,6 +443,9 @@ class Worker:
 
     async def _process_each(self, tp: TopicPartition, records: list[Any]) -> bool:
         """per_message mode: write, await the ack and commit after every message."""
+        if (self._avro or self._avro_keys) and not await self._fetch_schemas(records):
+            self._in_flight -= len(records)
+            return False
         for i, rec in enumerate(records):
             try:
                 out, _ = await self._transform(rec)
@@ -418,7 +487,7 @@ class Worker:
                 group=self.group_id, topic=rec.topic, partition=rec.partition,
                 offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
                 headers=rec.headers, processor=self.topic.processor, exc=error,
-                attempts=attempts,
+                attempts=attempts, extra=getattr(error, "details", None),
             ))
 
         return await self._failure.handle(exc, lambda: self._transform(rec), dead_letter, describe)
@@ -550,4 +619,4 @@ class Worker:
             self._on_drained(self)
 
 
-__all__ = ["DECODERS", "FatalError", "Worker"]
+__all__ = ["DECODERS", "FORMATS", "FatalError", "Worker"]

@@ -13,6 +13,8 @@ message and goes through the group's failure policy.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ProcessorError(Exception):
     """Root of the processor errors."""
@@ -21,7 +23,12 @@ class ProcessorError(Exception):
 
 
 class PoisonMessage(ProcessorError):
-    """The message cannot be decoded or has the wrong shape; retrying will not help."""
+    """The message cannot be decoded or has the wrong shape; retrying will not help.
+
+    ``details`` holds extra fields for the dead-letter line (e.g. schema id, first bytes).
+    """
+
+    details: dict[str, Any] = {}  # noqa: RUF012 - replaced per instance, never mutated
 
 
 class RegistryError(ProcessorError):

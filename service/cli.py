@@ -121,8 +121,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from service.lifecycle import run  # noqa: PLC0415
 
         return run(settings, drain=args.drain)
-    except (SettingsError, RegistryError) as exc:
+    except SettingsError as exc:
         print(f"kstage: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except RegistryError as exc:  # processors named by the file: prefix every line with it
+        where = getattr(args, "config", None)
+        lines = str(exc).splitlines() if where else [str(exc)]
+        print("\n".join(f"kstage: {where}: {line}" if where else f"kstage: {line}"
+                        for line in lines), file=sys.stderr)
         return EXIT_CONFIG
     except BrokerError as exc:
         print(f"kstage: {exc}", file=sys.stderr)

@@ -138,7 +138,7 @@ def make_supervisor(
     *,
     seed: int = SEED,
 ) -> OneForOneSupervisor:
-    policy = RestartPolicy(settings, rng=random.Random(seed), clock=fake.clock)
+    policy = RestartPolicy(settings, rng=random.Random(seed), clock=fake.clock)  # noqa: S311
     return OneForOneSupervisor(
         [(f.name, f) for f in families], settings, policy=policy, sleep=fake.sleep
     )
@@ -217,7 +217,7 @@ async def test_backoff_delays_are_capped_exponential_with_equal_jitter() -> None
     for delay, cap in zip(fake.sleeps, caps, strict=True):
         assert cap / 2 <= delay <= cap, (delay, cap)
     # equal jitter: half the cap fixed, the other half drawn from the injected rng
-    rng = random.Random(SEED)
+    rng = random.Random(SEED)  # noqa: S311 - jitter, not crypto
     assert fake.sleeps == [cap / 2 + rng.uniform(0, cap / 2) for cap in caps]
 
 
@@ -281,7 +281,7 @@ async def test_crashes_spread_beyond_the_window_do_not_escalate() -> None:
 def test_restart_policy_window_with_fake_clock() -> None:
     settings = make_settings(max_restarts=2, restart_window_s=10)
     now = [0.0]
-    policy = RestartPolicy(settings, rng=random.Random(SEED), clock=lambda: now[0])
+    policy = RestartPolicy(settings, rng=random.Random(SEED), clock=lambda: now[0])  # noqa: S311
     assert policy.record_crash()
     now[0] = 5.0
     assert policy.record_crash()
@@ -350,7 +350,7 @@ async def test_shutdown_is_idempotent() -> None:
 
 
 async def test_shutdown_phase_two_cancels_a_child_ignoring_stop_intake() -> None:
-    settings = make_settings(shutdown_grace_s=0.05, abort_grace_s=0.5)
+    settings = make_settings(shutdown_grace_s=0.05, abort_grace_s=2.0)
     fake = FakeTime()
     good = Family("good")
     hung = Family("hung", ignore_stop=True)
@@ -369,7 +369,7 @@ async def test_shutdown_phase_two_cancels_a_child_ignoring_stop_intake() -> None
     assert not hung.instances[0].finished
     assert good.instances[0].finished
     assert good.instances[0].cancels == 0
-    assert 0.05 <= elapsed < 0.5  # waited the shutdown grace, not the abort grace
+    assert 0.045 <= elapsed < 1.5  # waited the shutdown grace, not the abort grace
 
 
 async def test_shutdown_abandons_a_child_that_swallows_cancellation() -> None:
@@ -392,7 +392,7 @@ async def test_shutdown_abandons_a_child_that_swallows_cancellation() -> None:
         assert child.stop_calls == 1
         assert child.cancels >= 1
         assert child.task is not None and not child.task.done()  # abandoned, still alive
-        assert 0.1 <= elapsed < 1.0
+        assert 0.09 <= elapsed < 1.0  # both graces, then gave up
         assert good.instances[0].finished
     finally:
         # let the abandoned task end so the event loop closes cleanly
@@ -414,7 +414,7 @@ async def test_shutdown_during_restart_backoff_does_not_wait_for_the_grace() -> 
         await never.wait()  # a long backoff; only cancellation ends it
 
     fam = Family("a", crashes=1)
-    policy = RestartPolicy(settings, rng=random.Random(SEED), clock=FakeTime().clock)
+    policy = RestartPolicy(settings, rng=random.Random(SEED), clock=FakeTime().clock)  # noqa: S311
     sup = OneForOneSupervisor([("a", fam)], settings, policy=policy, sleep=long_sleep)
     async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
         await backing_off.wait()
@@ -423,6 +423,6 @@ async def test_shutdown_during_restart_backoff_does_not_wait_for_the_grace() -> 
         await runner
         elapsed = time.monotonic() - started
     assert fam.incarnations == [0]  # never restarted
-    assert fam.instances[0].stop_calls == 0  # the crashed incarnation is gone: not asked
-    assert sup.cancelled == []
+    assert sup.cancelled == []  # nothing was running, so nothing had to be cancelled
     assert elapsed < settings.shutdown_grace_s
+    assert fam.instances[0].stop_calls == 0  # the crashed incarnation is gone: not asked

@@ -1,0 +1,169 @@
+"""Tests of service.cli in-process: exit codes and where config errors point.
+
+``validate`` and ``processors`` never connect to a broker, so no Kafka is needed here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """\
+name: cli-test
+groups:
+  - topics:
+      - {topic: events, processor: json_rows, format: json}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "kstage.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ------------------------------------------------------------------------- validate
+
+
+def test_validate_good_config_prints_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, GOOD)
+    code, out, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 0
+    assert out.strip() == f"{path}: OK (1 group(s), 1 topic(s))"
+    assert err == ""
+
+
+def test_validate_bad_yaml_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "name: t\ngroups:\n  - topics: [\n      {topic: a\n")
+    code, out, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"kstage: {path}:5:")  # the stream ends on line 5
+    assert "flow mapping at line 4" in err
+
+
+def test_validate_unset_variable_names_variable_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLI_TEST_UNSET_VAR", raising=False)
+    path = write(tmp_path, "name: t\nkafka:\n  bootstrap: ${CLI_TEST_UNSET_VAR}\n")
+    code, out, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"kstage: {path}:3:")
+    assert "environment variable CLI_TEST_UNSET_VAR is not set" in err
+
+
+def test_validate_validation_error_names_path_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = "name: t\ngroups:\n  - topics:\n      - topic: a\n        format: json\n"
+    path = write(tmp_path, text)
+    code, out, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 2
+    assert out == ""
+    assert str(path) in err
+    assert "groups[0].topics[0].processor (line 4): Field required" in err
+
+
+def test_validate_unknown_processor_names_it_and_its_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, GOOD.replace("json_rows", "no_such_processor"))
+    code, out, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 2
+    assert out == ""
+    assert "groups[0].topics[0].processor" in err
+    assert "unknown processor 'no_such_processor'" in err
+    assert "json_rows" in err  # lists what is installed
+
+
+def test_validate_format_the_processor_does_not_accept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, GOOD.replace("format: json", "format: bytes"))
+    code, _, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 2
+    assert "groups[0].topics[0].format" in err
+    assert "'json_rows' accepts ['json'], not 'bytes'" in err
+
+
+def test_validate_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "absent.yml"
+    code, out, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 2
+    assert out == ""
+    assert f"kstage: {path}: cannot read configuration file" in err
+
+
+# ----------------------------------------------------------------------- processors
+
+
+def test_processors_lists_the_builtins(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "processors")
+    assert code == 0
+    names = {line.split()[0] for line in out.splitlines() if line and not line[0].isspace()}
+    assert {"json_rows", "log"} <= names
+    json_rows = next(line for line in out.splitlines() if line.startswith("json_rows "))
+    assert "BROKEN" not in json_rows
+    assert " json " in json_rows
+
+
+def test_processors_with_config_shows_topic_users(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, GOOD)
+    code, out, _ = run_cli(capsys, "processors", "-c", str(path))
+    assert code == 0
+    assert "topic cli-test/events (json)" in out
+
+
+def test_processors_with_unknown_processor_in_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, GOOD.replace("json_rows", "no_such_processor"))
+    code, out, _ = run_cli(capsys, "processors", "-c", str(path))
+    assert code == 2
+    assert "no_such_processor" in out
+    assert "NOT INSTALLED (used by cli-test/events (json))" in out
+
+
+def test_processors_with_bad_config_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "processors", "-c", str(tmp_path / "absent.yml"))
+    assert code == 2
+    assert "cannot read configuration file" in err
+
+
+# ----------------------------------------------------------------------- entry point
+
+
+def test_python_dash_m_service_runs_the_cli(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: t\ngroups:\n  - topics: [\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "validate", "-c", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"kstage: {path}:" in proc.stderr
+    assert proc.stdout == ""
