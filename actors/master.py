@@ -11,13 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from fastavro.schema import SchemaParseException
+
 from actors.errors import FatalError
 from actors.failure import Sleep
 from actors.supervisor import ChildFactory, OneForOneSupervisor
-from actors.worker import DECODERS, Worker
+from actors.worker import Worker
 from processors import registry
+from processors.avro import AvroDecoder, load_schema
 from processors.base import Processor
 from processors.errors import RegistryError
+from processors.schema_registry import SchemaRegistry, registry_from_settings
 from settings.models import GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
@@ -44,9 +48,16 @@ def resolve_processors(settings: Settings) -> dict[str, type[Processor]]:
                 problems.append(f"groups[{gi}].topics[{ti}].format: processor "
                                 f"{topic.processor!r} accepts {list(cls.formats)}, "
                                 f"not {topic.format!r}")
-            elif topic.format not in DECODERS:
-                problems.append(f"groups[{gi}].topics[{ti}].format: format {topic.format!r} "
-                                "is not supported yet")
+            uses_avro = "avro" in (topic.format, topic.key_format)
+            if uses_avro and settings.schema_registry is None:
+                problems.append(f"groups[{gi}].topics[{ti}]: topic {topic.topic!r} reads Avro "
+                                "but no schema_registry is configured")
+            if topic.reader_schema is not None:
+                try:
+                    load_schema(topic.reader_schema)
+                except (OSError, ValueError, SchemaParseException) as exc:
+                    problems.append(f"groups[{gi}].topics[{ti}].reader_schema: "
+                                    f"{topic.reader_schema}: {exc}")
     try:
         registry.check_topics(claims)
     except RegistryError as exc:
@@ -68,12 +79,14 @@ class Master:
 
     def __init__(self, settings: Settings, bootstrap: str, *, drain: bool = False,
                  retry_sleep: Sleep | None = None) -> None:
+        """Resolve processors and reader schemas (RegistryError lists every problem)."""
         self.settings = settings
         self.bootstrap = bootstrap
         self.drain = drain
         self._retry_sleep = retry_sleep
         self._classes = resolve_processors(settings)
         self._drained: set[str] = set()
+        self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()
         factories = [
             (f"{settings.group_id(g)}/{t.topic}", self._factory(g, t))
@@ -83,12 +96,22 @@ class Master:
         self._expected = {name for name, _ in factories}
 
     def _factory(self, group: GroupSettings, topic: TopicSettings) -> ChildFactory:
+        reader = load_schema(topic.reader_schema) if topic.reader_schema else None
+
         def make(incarnation: int) -> Worker:
+            avro = avro_keys = None
+            if self._registry is not None:
+                # Fresh decoders per incarnation: parsed-schema caches are per worker,
+                # schema texts are cached once in the shared registry client.
+                id_type = self.settings.schema_registry.id_type  # type: ignore[union-attr]
+                avro = AvroDecoder(self._registry, id_type, reader)
+                avro_keys = AvroDecoder(self._registry, id_type)
             return Worker(
                 settings=self.settings, group=group, topic=topic,
                 processor_cls=self._classes[topic.processor], bootstrap=self.bootstrap,
                 drain=self.drain, on_drained=self._worker_drained,
                 sleep=self._retry_sleep, incarnation=incarnation,
+                avro=avro, avro_keys=avro_keys,
             )
         return make
 
@@ -116,6 +139,17 @@ class Master:
         """Run until stopped; raises FatalError on throw, escalation or a fatal start error."""
         if not self.settings.groups:
             raise FatalError("no consumer groups configured: nothing to do")
+        if self.settings.schema_registry is None:
+            await self._supervise()
+            return
+        async with registry_from_settings(self.settings.schema_registry) as reg:
+            self._registry = reg
+            try:
+                await self._supervise()
+            finally:
+                self._registry = None
+
+    async def _supervise(self) -> None:
         run = asyncio.create_task(self.supervisor.run(), name="supervisor")
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-request")
         status = asyncio.create_task(self._status_loop(), name="status")

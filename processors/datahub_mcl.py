@@ -1,0 +1,189 @@
+"""DataHub ``MetadataChangeLog_v1`` -> ``stg_datahub_mcl``, one row per aspect change.
+
+DataHub (the successor of WhereHows) writes a MetadataChangeLog (MCL) for every aspect
+it persists: versioned aspects on ``MetadataChangeLog_Versioned_v1`` and timeseries
+aspects on ``MetadataChangeLog_Timeseries_v1``, both with the schema
+``schemas/datahub/MetadataChangeLog.avsc`` (acryl-datahub 1.7.0.17). DataHub publishes no
+staging DDL; the table layout is kstage's, one column per top-level MCL field, with
+aspects and system metadata kept as JSON text. Helpers here are shared with
+:mod:`processors.datahub_platform_event`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from processors.base import Column, Message, Processor, Row, with_coordinates
+from processors.errors import PoisonMessage
+
+JSON_CONTENT_TYPE = "application/json"
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr`` of a bad value for an error message, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _bytes_as_base64(value: object) -> str:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_text(value: object) -> str | None:
+    """Canonical JSON text (sorted keys, compact, UTF-8 kept, bytes as base64); None -> None."""
+    if value is None:
+        return None
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_bytes_as_base64
+    )
+
+
+def is_json(content_type: str) -> bool:
+    """True for ``application/json``, ignoring case and parameters such as charset."""
+    return content_type.split(";", 1)[0].strip().lower() == JSON_CONTENT_TYPE
+
+
+def record(parent: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any] | None:
+    """The nested record ``parent[key]`` (None when null); PoisonMessage if not a record."""
+    value = parent.get(key)
+    if value is not None and not isinstance(value, Mapping):
+        raise PoisonMessage(f"field {where}{key}={shown(value)} is not a record")
+    return value
+
+
+def req_str(rec: Mapping[str, Any], key: str, where: str = "") -> str:
+    """The required string ``rec[key]``; PoisonMessage naming the field otherwise."""
+    value = rec.get(key)
+    if not isinstance(value, str):
+        raise PoisonMessage(f"field {where}{key}={shown(value)} is missing or not a string")
+    return value
+
+
+def opt_str(rec: Mapping[str, Any], key: str, where: str = "") -> str | None:
+    """The optional string ``rec[key]`` (None when absent or null)."""
+    return None if rec.get(key) is None else req_str(rec, key, where)
+
+
+def req_int(rec: Mapping[str, Any], key: str, where: str = "", *, bits: int = 64) -> int:
+    """The required integer ``rec[key]`` (``bits`` wide); PoisonMessage otherwise."""
+    value = rec.get(key)
+    limit = 2 ** (bits - 1)
+    if not isinstance(value, int) or isinstance(value, bool) or not -limit <= value < limit:
+        raise PoisonMessage(
+            f"field {where}{key}={shown(value)} is missing or not a {bits}-bit integer"
+        )
+    return value
+
+
+def generic_aspect_text(aspect: Mapping[str, Any] | None, where: str) -> str | None:
+    """A ``GenericAspect`` (value bytes + contentType) as text.
+
+    ``application/json``: the value decoded as UTF-8, checked to be JSON, kept verbatim.
+    Any other content type: standard base64 of the bytes (DataHub itself only writes
+    JSON aspects). Undecodable UTF-8 or invalid JSON raise PoisonMessage naming ``where``.
+    """
+    if aspect is None:
+        return None
+    value, content_type = aspect.get("value"), aspect.get("contentType")
+    if not isinstance(value, bytes):
+        raise PoisonMessage(f"field {where}.value={shown(value)} is missing or not bytes")
+    if not isinstance(content_type, str):
+        raise PoisonMessage(
+            f"field {where}.contentType={shown(content_type)} is missing or not a string"
+        )
+    if not is_json(content_type):
+        return base64.b64encode(value).decode("ascii")
+    try:
+        text = value.decode("utf-8")
+        json.loads(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PoisonMessage(
+            f"field {where}.value={shown(value)} is not UTF-8 JSON ({type(exc).__name__}: {exc})"
+        ) from exc
+    return text
+
+
+class DatahubMclProcessor(Processor):
+    """DataHub MetadataChangeLog -> ``stg_datahub_mcl`` (versioned and timeseries topics).
+
+    Mapping (MCL field -> column); every choice here is kstage's (DataHub has no DDL):
+
+    * ``entityUrn`` -> entity_urn. It is optional in the schema: an MCL may name its
+      entity by ``entityKeyAspect`` only, and then entity_urn is None. An MCL with
+      neither is a PoisonMessage.
+    * ``entityType`` -> entity_type, ``changeType`` -> change_type (``UPSERT``,
+      ``DELETE``, ...), ``aspectName`` -> aspect_name (required here, since it is in the
+      key: DataHub always sets it on an MCL).
+    * ``aspect`` / ``previousAspectValue`` / ``entityKeyAspect`` (GenericAspect) ->
+      aspect / previous_aspect / entity_key_aspect: the UTF-8 JSON text when
+      contentType is ``application/json``, else base64 (see :func:`generic_aspect_text`).
+    * ``systemMetadata`` / ``previousSystemMetadata`` -> system_metadata /
+      previous_system_metadata as canonical JSON text (:func:`json_text`);
+      ``systemMetadata.runId`` -> run_id.
+    * ``created.time`` / ``created.actor`` -> created_time / created_actor (None when
+      ``created`` is absent).
+
+    ``auditHeader`` and ``headers`` are not kept.
+
+    Key: (entity_urn, aspect_name), the latest state of an aspect. A merge on it keeps one
+    row per aspect, which for timeseries aspects means the latest data point only; rows
+    with a null entity_urn (key-aspect-only MCLs) never match one another.
+    """
+
+    name = "datahub_mcl"
+    formats = ("avro",)
+    description = "DataHub MetadataChangeLog (versioned/timeseries) -> stg_datahub_mcl"
+    table = "stg_datahub_mcl"
+    reader_schema = "datahub/MetadataChangeLog.avsc"
+    key = ("entity_urn", "aspect_name")
+    columns = (
+        Column("entity_urn", doc="entityUrn; None when only entityKeyAspect is given"),
+        Column("entity_type", nullable=False, doc="entityType, e.g. dataset"),
+        Column("aspect_name", nullable=False, doc="aspectName, e.g. ownership"),
+        Column("change_type", nullable=False, doc="changeType, e.g. UPSERT"),
+        Column("aspect", doc="aspect: JSON text (application/json) else base64"),
+        Column("previous_aspect", doc="previousAspectValue, like aspect"),
+        Column("system_metadata", doc="systemMetadata as JSON text"),
+        Column("previous_system_metadata", doc="previousSystemMetadata as JSON text"),
+        Column("created_time", "long", doc="created.time (epoch ms)"),
+        Column("created_actor", doc="created.actor"),
+        Column("entity_key_aspect", doc="entityKeyAspect, like aspect"),
+        Column("run_id", doc="systemMetadata.runId"),
+    )
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        mcl = message.value
+        if not isinstance(mcl, Mapping):
+            raise PoisonMessage(f"expected a MetadataChangeLog record, got {type(mcl).__name__}")
+        urn = opt_str(mcl, "entityUrn")
+        key_aspect = generic_aspect_text(record(mcl, "entityKeyAspect"), "entityKeyAspect")
+        if urn is None and key_aspect is None:
+            raise PoisonMessage(
+                "MetadataChangeLog has neither entityUrn nor entityKeyAspect "
+                f"(entityType={shown(mcl.get('entityType'))}, "
+                f"aspectName={shown(mcl.get('aspectName'))})"
+            )
+        system = record(mcl, "systemMetadata")
+        created = record(mcl, "created")
+        row: Row = {
+            "entity_urn": urn,
+            "entity_type": req_str(mcl, "entityType"),
+            "aspect_name": req_str(mcl, "aspectName"),
+            "change_type": req_str(mcl, "changeType"),
+            "aspect": generic_aspect_text(record(mcl, "aspect"), "aspect"),
+            "previous_aspect": generic_aspect_text(
+                record(mcl, "previousAspectValue"), "previousAspectValue"
+            ),
+            "system_metadata": json_text(system),
+            "previous_system_metadata": json_text(record(mcl, "previousSystemMetadata")),
+            "created_time": None if created is None else req_int(created, "time", "created."),
+            "created_actor": None if created is None else req_str(created, "actor", "created."),
+            "entity_key_aspect": key_aspect,
+            "run_id": None if system is None else opt_str(system, "runId", "systemMetadata."),
+        }
+        return [with_coordinates(row, message)]

@@ -1,0 +1,388 @@
+"""A fake Confluent schema registry: a real HTTP server on 127.0.0.1, in a daemon thread.
+
+Real sockets, so clients under test use their real transport (httpx, or a ``kstage run``
+child process). It follows the documented REST API for what kstage uses::
+
+    POST /subjects/{s}/versions          {"schema": "..."} -> {"id": N}
+    POST /subjects/{s}                   is this schema registered under s? -> version
+    GET  /subjects                       ["s1", ...]
+    GET  /subjects/{s}/versions          [1, 2, ...]                  404 40401
+    GET  /subjects/{s}/versions/{v}      {"subject","version","id","schema"}  (v = N | latest)
+                                         404 40401 subject / 40402 version, 422 42202
+    GET  /schemas/ids/{id}               {"schema": "..."}            404 40403
+    GET  /schemas/id=<32 hex>            WhereHows: the plain schema text (add_uuid)
+
+Like the real registry, the same schema (compared as parsed JSON) gets the same id in
+every subject, ids count from 1, schemas are stored and served in compact JSON, and errors
+are ``{"error_code": ..., "message": ...}`` as ``application/vnd.schemaregistry.v1+json``.
+Auth (``basic_auth=(user, password)`` or ``bearer_token=``) answers 401 when missing or
+wrong. Scripted trouble: :meth:`FakeRegistry.fail_next` and :meth:`FakeRegistry.hang_next`.
+Every request is logged (:attr:`FakeRegistry.requests`) before any scripted trouble.
+
+Usage::
+
+    with FakeRegistry() as reg:
+        schema_id = reg.register("events-value", schema_text)
+        ... point the client or the service at reg.url ...
+        assert reg.count("GET", f"/schemas/ids/{schema_id}") == 1
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import socket
+import ssl
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import unquote, urlsplit
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+_REASONS = {429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the fake received it (header names in lower case)."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class FakeRegistryError(Exception):
+    """Raised by the in-process helpers (``register`` with an invalid schema)."""
+
+
+class FakeRegistry:
+    """A fake Confluent schema registry server; see the module docstring.
+
+    Args:
+        basic_auth: ``(username, password)`` every request must carry.
+        bearer_token: token every request must carry as ``Authorization: Bearer ...``.
+        ssl_context: a server-side context to serve HTTPS instead of HTTP.
+    """
+
+    def __init__(
+        self,
+        *,
+        basic_auth: tuple[str, str] | None = None,
+        bearer_token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._expected_auth: str | None = None
+        if basic_auth is not None:
+            token = base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
+            self._expected_auth = f"Basic {token}"
+        elif bearer_token is not None:
+            self._expected_auth = f"Bearer {bearer_token}"
+        self._ssl_context = ssl_context
+        self._lock = threading.RLock()
+        self._schemas: dict[int, str] = {}  # id -> compact schema text
+        self._ids: dict[str, int] = {}  # canonical (sorted-keys) JSON -> id
+        self._subjects: dict[str, list[int]] = {}  # subject -> ids by version - 1
+        self._uuids: dict[str, str] = {}  # 32 hex -> plain text
+        self._log: list[RecordedRequest] = []
+        self._failures: list[tuple[int, float | None]] = []  # (status, retry_after)
+        self._hangs: list[float] = []
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Self:
+        """Listen on a free 127.0.0.1 port and serve from a daemon thread."""
+        if self._server is not None:
+            raise RuntimeError("FakeRegistry already started")
+        self._server = _Server(self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-registry-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, wake hung requests, close every connection (idempotent)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeRegistry is not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:40123``."""
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    # ---------------------------------------------------------- in-process helpers
+
+    def register(self, subject: str, schema_text: str) -> int:
+        """Register a schema under a subject (as ``POST /subjects/{s}/versions``)."""
+        try:
+            parsed = json.loads(schema_text)
+        except ValueError as exc:
+            raise FakeRegistryError(f"invalid schema: {exc}") from exc
+        canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+        with self._lock:
+            schema_id = self._ids.get(canonical)
+            if schema_id is None:
+                schema_id = len(self._schemas) + 1
+                self._ids[canonical] = schema_id
+                self._schemas[schema_id] = json.dumps(parsed, separators=(",", ":"))
+            versions = self._subjects.setdefault(subject, [])
+            if schema_id not in versions:
+                versions.append(schema_id)
+            return schema_id
+
+    def add_uuid(self, hex_id: str, schema_text: str) -> None:
+        """Serve ``schema_text`` as is at WhereHows' ``GET /schemas/id=<hex_id>``."""
+        with self._lock:
+            self._uuids[hex_id.lower().replace("-", "")] = schema_text
+
+    def schema(self, schema_id: int) -> str:
+        """The stored (compact) text of an id."""
+        with self._lock:
+            return self._schemas[schema_id]
+
+    def fail_next(self, n: int = 1, status: int = 503, *, retry_after: float | None = None) -> None:
+        """Answer the next ``n`` requests with ``status`` (and ``Retry-After``, if given)."""
+        with self._lock:
+            self._failures.extend([(status, retry_after)] * n)
+
+    def hang_next(self, n: int = 1, seconds: float = 30.0) -> None:
+        """Hold the next ``n`` requests ``seconds`` before answering (``stop`` wakes them)."""
+        with self._lock:
+            self._hangs.extend([seconds] * n)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of the request log, oldest first."""
+        with self._lock:
+            return list(self._log)
+
+    def count(self, method: str | None = None, path: str | None = None) -> int:
+        """How many logged requests match ``method`` and ``path`` (None matches any)."""
+        return sum(
+            1
+            for r in self.requests
+            if (method is None or r.method == method) and (path is None or r.path == path)
+        )
+
+    def clear_log(self) -> None:
+        with self._lock:
+            self._log.clear()
+
+    # ------------------------------------------------------------------- serving
+
+    def _handle(self, handler: _Handler, method: str) -> None:
+        split = urlsplit(handler.path)
+        path = unquote(split.path)
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in handler.headers.items()}
+        with self._lock:
+            self._log.append(RecordedRequest(method, path, split.query, headers, body))
+            hang = self._hangs.pop(0) if self._hangs else None
+            failure = self._failures.pop(0) if self._failures else None
+        if hang is not None and self._stopping.wait(hang):
+            return  # stopped while hanging: drop the connection
+        if failure is not None:
+            status, retry_after = failure
+            extra = {} if retry_after is None else {"Retry-After": _seconds(retry_after)}
+            code = 42901 if status == 429 else 50001 if status >= 500 else status
+            message = _REASONS.get(status, "Scripted failure")
+            handler.send(status, {"error_code": code, "message": message}, extra)
+            return
+        if self._expected_auth is not None and headers.get("authorization") != self._expected_auth:
+            handler.send(401, {"error_code": 401, "message": "Unauthorized"})
+            return
+        status, answer = self._route(method, path, body)
+        if isinstance(answer, str):
+            handler.send_text(status, answer)
+        else:
+            handler.send(status, answer)
+
+    def _route(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        parts = path.strip("/").split("/")
+        with self._lock:
+            if method == "GET" and len(parts) == 3 and parts[:2] == ["schemas", "ids"]:
+                schema_id = int(parts[2]) if parts[2].isdigit() else -1
+                if schema_id not in self._schemas:
+                    return _error(404, 40403, "Schema not found")
+                return 200, {"schema": self._schemas[schema_id]}
+            if method == "GET" and len(parts) == 2 and parts[0] == "schemas":
+                hex_id = parts[1].removeprefix("id=") if parts[1].startswith("id=") else None
+                if hex_id is None or hex_id not in self._uuids:
+                    return _error(404, 40403, "Schema not found")
+                return 200, self._uuids[hex_id]
+            if method == "GET" and parts == ["subjects"]:
+                return 200, sorted(self._subjects)
+            if parts[0] != "subjects" or len(parts) < 2 or len(parts) > 4:
+                return _error(404, 404, "HTTP 404 Not Found")
+            subject = parts[1]
+            if method == "POST" and len(parts) in (2, 3) and parts[2:] in ([], ["versions"]):
+                return self._post_subject(subject, body, lookup=len(parts) == 2)
+            versions = self._subjects.get(subject)
+            if method != "GET" or len(parts) < 3 or parts[2] != "versions":
+                return _error(405, 405, "HTTP 405 Method Not Allowed")
+            if versions is None:
+                return _error(404, 40401, f"Subject '{subject}' not found.")
+            if len(parts) == 3:
+                return 200, list(range(1, len(versions) + 1))
+            wanted = parts[3]
+            if wanted == "latest":
+                version = len(versions)
+            elif wanted.isdigit() and int(wanted) > 0:
+                version = int(wanted)
+            else:
+                return _error(422, 42202, f"The specified version '{wanted}' is not valid.")
+            if version > len(versions):
+                return _error(404, 40402, f"Version {version} not found.")
+            return 200, self._version(subject, version)
+
+    def _post_subject(self, subject: str, body: bytes, *, lookup: bool) -> tuple[int, Any]:
+        try:
+            request = json.loads(body)
+            schema_text = request["schema"]
+            if not isinstance(schema_text, str):
+                raise TypeError("schema must be a string")
+        except (ValueError, KeyError, TypeError) as exc:
+            return _error(422, 42201, f"Invalid schema: {exc}")
+        if not lookup:
+            try:
+                return 200, {"id": self.register(subject, schema_text)}
+            except FakeRegistryError as exc:
+                return _error(422, 42201, str(exc))
+        if subject not in self._subjects:
+            return _error(404, 40401, f"Subject '{subject}' not found.")
+        try:
+            canonical = json.dumps(json.loads(schema_text), sort_keys=True, separators=(",", ":"))
+        except ValueError as exc:
+            return _error(422, 42201, f"Invalid schema: {exc}")
+        schema_id = self._ids.get(canonical)
+        if schema_id is None or schema_id not in self._subjects[subject]:
+            return _error(404, 40403, "Schema not found")
+        return 200, self._version(subject, self._subjects[subject].index(schema_id) + 1)
+
+    def _version(self, subject: str, version: int) -> dict[str, Any]:
+        schema_id = self._subjects[subject][version - 1]
+        return {
+            "subject": subject,
+            "version": version,
+            "id": schema_id,
+            "schema": self._schemas[schema_id],
+        }
+
+
+def _error(status: int, error_code: int, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"error_code": error_code, "message": message}
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like a real registry
+    timeout = 30  # an idle keep-alive connection does not hold its thread forever
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms ACK stalls
+    server: _Server
+
+    def do_GET(self) -> None:
+        self.server.registry._handle(self, "GET")
+
+    def do_POST(self) -> None:
+        self.server.registry._handle(self, "POST")
+
+    def do_DELETE(self) -> None:
+        self.server.registry._handle(self, "DELETE")
+
+    def send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self._write(status, json.dumps(body).encode(), CONTENT_TYPE, headers)
+
+    def send_text(self, status: int, text: str) -> None:
+        self._write(status, text.encode(), "text/plain; charset=utf-8", None)
+
+    def _write(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("fake registry: %s", format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, registry: FakeRegistry) -> None:
+        self.registry = registry
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # Runs in the connection's thread: the TLS handshake does not block accept().
+        # wrap_socket detaches ``request``; the TLS socket it returns is closed here.
+        context = self.registry._ssl_context
+        connection = request if context is None else context.wrap_socket(request, server_side=True)
+        with self._connections_lock:
+            self._connections.add(connection)
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections.discard(connection)
+            if connection is not request:
+                connection.close()
+
+    def close_connections(self) -> None:
+        """Shut down open (keep-alive or hung) connections so their threads end."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops the connection, a failed TLS handshake: not test failures.
+        logger.debug("fake registry: error serving %s", client_address, exc_info=True)
