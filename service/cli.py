@@ -5,6 +5,7 @@ Commands::
     kstage run -c FILE [--drain]     run the service (exit 0 clean, 1 crash, 2 bad config)
     kstage validate -c FILE          check the configuration and processors (exit 0 or 2)
     kstage processors [-c FILE]      list installed processors (and the topics using them)
+    kstage schemas check -c FILE     can every Avro topic's reader read its writer schema
     kstage demo [--dir DIR]          the main job on the embedded broker, summarised
     kstage broker [--port N]         run the embedded Kafka-compatible broker in the foreground
 """
@@ -48,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
                           "sample events and summarise what landed")
     demo.add_argument("--dir", default="demo-out", help="output directory")
     demo.add_argument("--events", type=int, default=5000)
+    schemas = sub.add_parser("schemas", help="schema registry tools")
+    schemas_sub = schemas.add_subparsers(dest="schemas_command", required=True)
+    schemas_check = schemas_sub.add_parser(
+        "check", help="check that every Avro topic's reader can read its writer schema")
+    schemas_check.add_argument("-c", "--config", default="kstage.yml")
     broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
     broker.add_argument("--port", type=int, default=9092)
     return parser
@@ -91,6 +97,21 @@ def _processors(path: str | None) -> int:
     return EXIT_CONFIG if missing else EXIT_OK
 
 
+def _schemas_check(path: str) -> int:
+    import asyncio  # noqa: PLC0415
+
+    from service.schemas import check  # noqa: PLC0415
+
+    settings = _load(path)
+    results = asyncio.run(check(settings))
+    if not results:
+        print(f"{path}: no Avro topics (or no schema_registry) to check")
+        return EXIT_OK
+    for r in results:
+        print(f"{'OK ' if r.ok else 'BAD'} {r.group}/{r.topic} [{r.subject}]: {r.detail}")
+    return EXIT_OK if all(r.ok for r in results) else EXIT_CRASH
+
+
 def _broker(port: int) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -108,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args.config)
         if args.command == "processors":
             return _processors(args.config)
+        if args.command == "schemas":
+            return _schemas_check(args.config)
         if args.command == "demo":
             from service.demo import run_demo  # noqa: PLC0415
 

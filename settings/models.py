@@ -140,6 +140,9 @@ class TopicSettings(_Model):
     reader_schema: str | None = Field(
         None, description="avro: reader schema .avsc file; writer data is resolved to it."
     )
+    subject: str | None = Field(
+        None, description="avro: registry subject of the value schema (default TOPIC-value)."
+    )
     sink: SinkSettings = Field(default_factory=SinkSettings, description="Destination.")
     failure: FailureSettings | None = Field(None, description="Overrides the group's failure.")
     options: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
