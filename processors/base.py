@@ -32,7 +32,7 @@ import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -64,15 +64,17 @@ class Column:
     doc: str = ""
 
 
-@dataclass(slots=True, frozen=True)
-class Message:
+class Message(NamedTuple):
     """One decoded Kafka message, as handed to :meth:`Processor.transform`.
+
+    Immutable and cheap to build (a NamedTuple: it is created once per message).
 
     Attributes:
         topic, partition, offset: the Kafka coordinates.
         timestamp: the record timestamp in milliseconds since the epoch.
-        key: the raw key bytes (or None).
-        value: the decoded value (a dict for ``json``, bytes for ``bytes``).
+        key: the key, decoded per the topic's ``key_format`` (raw bytes by default).
+        value: the decoded value (a fresh dict for ``json``/``avro``, bytes for ``bytes``);
+            it belongs to the processor, which may reuse it as a row.
         headers: the record headers as (name, bytes) pairs.
         raw: the undecoded value bytes.
     """
@@ -81,7 +83,7 @@ class Message:
     partition: int
     offset: int
     timestamp: int
-    key: bytes | None
+    key: Any
     value: Any
     headers: Sequence[tuple[str, bytes]]
     raw: bytes | None

@@ -13,6 +13,7 @@ processor blocks the event loop. A second SIGINT aborts at once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_CRASH, EXIT_CONFIG, EXIT_ABORT = 0, 1, 2, 130
 _HARD_STOP_MARGIN_S = 5.0
+_GC_GEN0_THRESHOLD = 50_000
 
 
 def _arm_watchdog(seconds: float) -> None:
@@ -79,8 +81,24 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False) -> i
     return EXIT_OK
 
 
+def tune_gc() -> None:
+    """Make the collector cheap for a streaming workload.
+
+    Every message allocates short-lived dicts that live until their batch is written; with
+    CPython's default gen-0 threshold (700) the collector runs thousands of times per
+    second and repeatedly walks the batches in flight. Freezing the start-up heap and
+    raising the gen-0 threshold cuts that cost without changing what gets freed
+    (reference counting frees almost everything; the collector only breaks cycles).
+    """
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
+
+
 def run(settings: Settings, *, drain: bool = False) -> int:
     """Start the embedded broker if asked, serve, and stop the broker on the way out."""
+    tune_gc()
     broker = None
     bootstrap = settings.kafka.bootstrap
     if settings.kafka.embedded:

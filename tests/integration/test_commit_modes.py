@@ -78,16 +78,18 @@ async def test_batch_wait_for_ack_commits_everything(broker, tmp_path):
 
 
 async def test_slow_processing_pauses_partitions_without_eviction(broker, tmp_path, caplog):
-    """Processing takes far longer than max_poll_interval_ms: the member stays in."""
+    """Processing (6.4 s) takes far longer than max_poll_interval_ms (1.5 s), and the
+    pipeline stays full longer than the pause threshold: partitions are paused, polling
+    goes on, and the member is never evicted."""
     caplog.set_level("INFO", logger="actors.worker")
     topic, group, master = await run_drained(
-        broker, tmp_path, "test_slow", [{"i": i} for i in range(12)],
-        options={"delay_s": 0.35}, max_poll_interval_ms=1500, max_poll_records=1,
+        broker, tmp_path, "test_slow", [{"i": i} for i in range(8)],
+        options={"delay_s": 0.8}, max_poll_interval_ms=1500, max_poll_records=1,
         commit={"mode": "batch", "max_in_flight": 2, "max_messages": 1})
     worker = worker_of(master)
     assert worker.stats["paused"] >= 1, "the full pipeline paused fetching"
-    assert [r["i"] for r in read_jsonl(tmp_path / f"{topic}.jsonl")] == list(range(12))
-    assert (await committed(broker, group, topic, 1))[0] == 12
+    assert [r["i"] for r in read_jsonl(tmp_path / f"{topic}.jsonl")] == list(range(8))
+    assert (await committed(broker, group, topic, 1))[0] == 8
     revokes = [r for r in caplog.records if "revoked partitions" in r.getMessage()]
     assignments = [r for r in caplog.records if "assigned partitions" in r.getMessage()]
     assert len(assignments) == 1 and not revokes, "no rebalance: never evicted"

@@ -1,0 +1,409 @@
+"""Throughput of ``kstage run --drain`` against a raw aiokafka consumer loop.
+
+Usage::
+
+    python bench/throughput.py [--messages N] [--size BYTES] [--rounds R]
+
+One embedded broker (Tansu) is started for the run. N JSON objects of about BYTES bytes
+each (an increasing ``id`` field plus filler fields) are produced once to a new
+1-partition topic (uncompressed, batched). The same data is then consumed ``--rounds``
+times by each of, alternately:
+
+(a) **raw aiokafka**: the floor any Python consumer on aiokafka pays, in this process.
+    ``getmany(max_records=500)``, ``json.loads`` of every value, one ``commit()`` per
+    batch; done once the committed position reaches the fetch high-water mark
+    (``consumer.highwater``: ``end_offsets`` is wrong on this broker for batched produce).
+(b) **kstage**: ``python -m service run -c CFG --drain`` as a subprocess with the
+    ``json_rows`` processor, ``json`` format, the ``null`` sink and ``batch`` commits
+    (``max_messages: 1000``), i.e. the full pipeline (fetch -> decode/transform -> sink ->
+    commit actors) minus any real I/O in the sink.
+
+Each consumer uses a fresh group id with ``session_timeout_ms=6000`` and
+``heartbeat_interval_ms=500`` (Tansu holds a join for ~session_timeout/2). Reported is
+the median over the rounds of each side, as events/s, and as the last line
+``ratio=<b/a>`` (kstage events/s over raw events/s; the target is >= 0.9).
+
+What is timed, and why it is the same interval on both sides:
+
+* Process start-up, imports and the group join (~3 s on Tansu) are excluded: they are
+  fixed costs that would swamp a throughput number.
+* Both windows start when the partition is **assigned** (end of the join) and end when
+  the **last commit returned**. The window therefore includes, on both sides, the
+  committed-offset lookup, the reset to ``earliest`` and the first fetch, which is what
+  "from the first message" costs a consumer anyway (the raw side also reports its
+  assignment-to-first-message gap: ~20 ms, under 1% of a default run). kstage's side
+  cannot observe its first message from outside without patching the code under test,
+  so the raw side is timed the same way instead.
+* For kstage both ends are read from its own log (``asctime``, ms resolution, one
+  clock): the worker's ``assigned partitions`` line and the last ``committed ...`` line.
+  The latter is a DEBUG line, so the benchmark runs kstage with ``log_level: DEBUG``;
+  that adds one log line per commit (at most N/1000) and nothing per message. The INFO
+  ``drained partitions`` line would also include ``--drain``'s idle detection (it
+  needs an empty ``getmany`` of 200 ms, ~0.4 s in practice): that lag is printed per
+  round but not counted, since the raw loop stops right after its last commit too.
+
+Checks (the run fails loudly otherwise): every message was received by the raw loop
+and its high-water mark is N; kstage exited 0, and its group's committed offset, read
+back with the admin client, is N.
+
+kstage's peak RSS is its ``VmHWM`` (``/proc/PID/status``) sampled every 50 ms while it
+runs. ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` would be wrong here: Linux keeps the
+high-water mark of the address space a child had before ``exec``, i.e. a copy of this
+process holding all the produced messages (~350 MB instead of ~80 MB).
+
+Timings on this 2-core machine are shared with the broker: only the ratio, measured in
+one run against the same broker and data, is meaningful (see ENVIRONMENT.md). Single
+rounds vary by up to ~25% on the raw side: use ``--rounds 3`` or more before comparing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from service.broker import EmbeddedBroker
+
+FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+MAX_RECORDS = 500
+POLL_MS = 200
+IDLE_TIMEOUT_S = 60.0  # raw loop: give up after this long without a message
+KSTAGE_TIMEOUT_S = 600.0
+
+_LOG_TIME = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
+_ASSIGNED = re.compile(_LOG_TIME + r".*: assigned partitions ", re.MULTILINE)
+_COMMITTED = re.compile(_LOG_TIME + r".*: committed \{", re.MULTILINE)
+_DRAINED = re.compile(_LOG_TIME + r".*: drained partitions ", re.MULTILINE)
+
+
+class BenchError(RuntimeError):
+    """A run did not do what it must: the numbers would be meaningless."""
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# -- data ------------------------------------------------------------------------------
+
+_WORDS = ("dataset hive kafka table owner schema column partition lineage upstream "
+          "downstream etl job flow audit metric event urn platform prod dev").split()
+
+
+def make_values(n: int, size: int, seed: int = 42) -> list[bytes]:
+    """``n`` JSON objects of ``size`` bytes each (when ``size`` allows), ids 0..n-1."""
+    rng = random.Random(seed)
+    filler = " ".join(rng.choice(_WORDS) for _ in range(max(64, size)))
+    values = []
+    for i in range(n):
+        obj: dict[str, Any] = {
+            "id": i,
+            "ts": 1_700_000_000_000 + i,
+            "type": "MetadataChangeEvent",
+            "urn": f"urn:li:dataset:(urn:li:dataPlatform:hive,db.table_{i % 5000:05d},PROD)",
+            "actor": "urn:li:corpuser:etl",
+            "version": i % 17,
+            "deleted": i % 97 == 0,
+            "tags": ["pii", "gold"] if i % 3 == 0 else ["bronze"],
+            "props": {"owner": f"team-{i % 40}", "retention_days": 30 + i % 300},
+            "text": "",
+        }
+        pad = size - len(json.dumps(obj, separators=(",", ":")))
+        if pad > 0:
+            start = rng.randrange(0, len(filler) - pad) if len(filler) > pad else 0
+            obj["text"] = filler[start:start + pad].ljust(pad)
+        values.append(json.dumps(obj, separators=(",", ":")).encode())
+    return values
+
+
+async def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+
+
+async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, compression_type=None, acks=1,
+        linger_ms=20, max_batch_size=512 * 1024, max_request_size=4 * 1024 * 1024,
+    )
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, partition=0) for value in values]
+        await producer.flush()
+        await asyncio.gather(*futures)  # raises if any delivery failed
+    finally:
+        await producer.stop()
+
+
+async def committed_offset(bootstrap: str, group: str, topic: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        offsets = await admin.list_consumer_group_offsets(group, partitions=[tp])
+    finally:
+        await admin.close()
+    meta = offsets.get(tp)
+    return -1 if meta is None else int(meta.offset)
+
+
+# -- (a) raw aiokafka ------------------------------------------------------------------
+
+@dataclass
+class RawResult:
+    seconds: float  # assignment -> last commit returned
+    first_message_s: float  # assignment -> first message received
+
+
+class _AssignedAt(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.count = 0
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.count += 1
+        if self.at is None:
+            self.at = time.monotonic()
+
+
+async def run_raw(bootstrap: str, topic: str, n: int) -> RawResult:
+    group = unique("bench-raw")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+        auto_offset_reset="earliest", max_poll_records=MAX_RECORDS, **FAST_GROUP,
+    )
+    tp = TopicPartition(topic, 0)
+    listener = _AssignedAt()
+    await consumer.start()
+    try:
+        consumer.subscribe([topic], listener=listener)
+        first: float | None = None
+        done = 0.0
+        hw: int | None = None
+        received = 0
+        idle_since = time.monotonic()
+        while True:
+            data = await consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
+            if not data:
+                if time.monotonic() - idle_since > IDLE_TIMEOUT_S:
+                    raise BenchError(f"raw: no message for {IDLE_TIMEOUT_S:.0f}s "
+                                     f"after {received} of {n}")
+                continue
+            if first is None:
+                first = time.monotonic()
+            next_offset = 0
+            for records in data.values():
+                for rec in records:
+                    json.loads(rec.value)
+                received += sum(1 for _ in records)
+                next_offset = records[-1].offset + 1
+            await consumer.commit()
+            done = time.monotonic()
+            idle_since = done
+            hw = consumer.highwater(tp)
+            if hw is not None and next_offset >= hw:
+                break
+    finally:
+        await consumer.stop()
+    if hw != n or received != n:
+        raise BenchError(f"raw: high-water {hw}, received {received}, expected {n}")
+    if listener.at is None or listener.count != 1:
+        raise BenchError(f"raw: {listener.count} assignments (a rebalance skews the timing)")
+    got = await committed_offset(bootstrap, group, topic)
+    if got != n:
+        raise BenchError(f"raw: committed offset {got}, expected {n}")
+    assert first is not None
+    return RawResult(done - listener.at, first - listener.at)
+
+
+# -- (b) kstage run --drain ------------------------------------------------------------
+
+@dataclass
+class KstageResult:
+    seconds: float  # "assigned partitions" -> last "committed" log line
+    drain_lag_s: float  # last commit -> "drained partitions" log line
+    wall_s: float  # process start -> exit
+    commits: int
+    peak_rss_kb: int  # VmHWM sampled every 50 ms while it ran
+
+
+def _log_times(pattern: re.Pattern[str], text: str) -> list[datetime]:
+    return [datetime.strptime(m, "%Y-%m-%d %H:%M:%S,%f") for m in pattern.findall(text)]
+
+
+def write_config(path: Path, bootstrap: str, group: str, topic: str) -> Path:
+    cfg = {
+        "name": group,
+        "kafka": {"bootstrap": bootstrap},
+        # DEBUG only adds the per-commit line that marks the end of the timed window.
+        "service": {"log_level": "DEBUG"},
+        "groups": [{
+            "group_id": group,
+            "auto_offset_reset": "earliest",
+            "max_poll_records": MAX_RECORDS,
+            **FAST_GROUP,
+            "commit": {"mode": "batch", "max_messages": 1000, "max_interval_s": 10},
+            "topics": [{"topic": topic, "processor": "json_rows", "format": "json",
+                        "sink": {"type": "null"}}],
+        }],
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def _peak_rss_kb(pid: int) -> int | None:
+    """The process's peak RSS so far (``VmHWM``), None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path,
+                     command: tuple[str, ...] = (sys.executable, "-m", "service")
+                     ) -> KstageResult:
+    group = unique("bench-kstage")
+    run_dir = workdir / group
+    run_dir.mkdir()
+    cfg = write_config(run_dir / "kstage.yml", bootstrap, group, topic)
+    log_path = run_dir / "kstage.log"
+    peak_kb = 0
+    started = time.monotonic()
+    with open(log_path, "wb") as log:  # noqa: ASYNC230 - opened once, before the run
+        proc = await asyncio.create_subprocess_exec(
+            *command, "run", "-c", str(cfg), "--drain",
+            cwd=run_dir, stdout=log, stderr=log,
+        )
+        waiter = asyncio.ensure_future(proc.wait())
+        try:
+            while not waiter.done():
+                if time.monotonic() - started > KSTAGE_TIMEOUT_S:
+                    raise BenchError(f"kstage did not exit within {KSTAGE_TIMEOUT_S:.0f}s; "
+                                     f"log: {log_path}")
+                # Sample the peak RSS while it runs: the child's rusage after exit would
+                # also count this (large) process's pages it inherited before exec.
+                peak_kb = max(peak_kb, _peak_rss_kb(proc.pid) or 0)
+                await asyncio.wait([waiter], timeout=0.05)
+        finally:
+            if not waiter.done():
+                proc.kill()
+                await waiter
+        code = waiter.result()
+    wall = time.monotonic() - started
+    text = log_path.read_text(errors="replace")
+    if code != 0:
+        raise BenchError(f"kstage exited {code}; log {log_path}:\n{text[-4000:]}")
+    assigned = _log_times(_ASSIGNED, text)
+    commits = _log_times(_COMMITTED, text)
+    drained = _log_times(_DRAINED, text)
+    if len(assigned) != 1 or not commits or len(drained) != 1:
+        raise BenchError(f"kstage log: {len(assigned)} assignment(s), {len(commits)} "
+                         f"commit line(s), {len(drained)} drained line(s), expected 1/>0/1 "
+                         f"(a rebalance skews the timing); log {log_path}")
+    got = await committed_offset(bootstrap, group, topic)
+    if got != n:
+        raise BenchError(f"kstage: committed offset {got}, expected {n}; log {log_path}")
+    return KstageResult(
+        seconds=(commits[-1] - assigned[0]).total_seconds(),
+        drain_lag_s=(drained[0] - commits[-1]).total_seconds(),
+        wall_s=wall,
+        commits=len(commits),
+        peak_rss_kb=peak_kb,
+    )
+
+
+# -- main ------------------------------------------------------------------------------
+
+async def bench(bootstrap: str, n: int, size: int, rounds: int, workdir: Path) -> float:
+    topic = unique("bench-json")
+    t0 = time.monotonic()
+    values = make_values(n, size)
+    avg = sum(map(len, values)) / n
+    t1 = time.monotonic()
+    await create_topic(bootstrap, topic)
+    await produce(bootstrap, topic, values)
+    t2 = time.monotonic()
+    del values
+    print(f"broker {bootstrap}, topic {topic} (1 partition): {n} JSON messages of "
+          f"{avg:.0f} B avg built in {t1 - t0:.1f} s, produced in {t2 - t1:.1f} s", flush=True)
+
+    raw_s: list[float] = []
+    kstage_s: list[float] = []
+    peak_kb = 0
+    for r in range(1, rounds + 1):
+        raw = await run_raw(bootstrap, topic, n)
+        raw_s.append(raw.seconds)
+        print(f"round {r}: raw aiokafka    {raw.seconds:6.2f} s ({n / raw.seconds:6.0f}/s; "
+              f"first message {raw.first_message_s * 1000:.0f} ms after assignment)",
+              flush=True)
+        ks = await run_kstage(bootstrap, topic, n, workdir)
+        kstage_s.append(ks.seconds)
+        peak_kb = max(peak_kb, ks.peak_rss_kb)
+        print(f"round {r}: kstage --drain  {ks.seconds:6.2f} s ({n / ks.seconds:6.0f}/s; "
+              f"{ks.commits} commits, drain detected {ks.drain_lag_s * 1000:.0f} ms after "
+              f"the last commit, process wall {ks.wall_s:.1f} s, exit 0, committed {n})",
+              flush=True)
+
+    raw_med = statistics.median(raw_s)
+    ks_med = statistics.median(kstage_s)
+    raw_rate, ks_rate = n / raw_med, n / ks_med
+    label = "" if rounds == 1 else f", median of {rounds}"
+    print(f"raw aiokafka: {raw_rate:.0f} events/s ({raw_med:.2f} s{label})")
+    print(f"kstage run --drain: {ks_rate:.0f} events/s ({ks_med:.2f} s{label})")
+    print(f"kstage peak RSS: {peak_kb / 1024:.0f} MB (VmHWM, max over the kstage runs)")
+    return ks_rate / raw_rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1000, help="bytes per JSON message")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.size < 1 or args.rounds < 1:
+        parser.error("--messages, --size and --rounds must be positive")
+
+    workdir = Path(tempfile.mkdtemp(prefix="kstage-bench-"))
+    broker = EmbeddedBroker()
+    try:
+        broker.start()
+        ratio = asyncio.run(bench(broker.bootstrap, args.messages, args.size,
+                                  args.rounds, workdir))
+    except BaseException:
+        print(f"kstage configs and logs kept in {workdir}", file=sys.stderr)
+        raise
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        broker.stop()
+    print(f"ratio={ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
