@@ -595,6 +595,7 @@ class Worker:
             offsets = self._tracker.to_commit()
             if not offsets:
                 return
+            acked = self._acked_since_commit  # acks arriving during the commit stay counted
             started = time.monotonic()
             try:
                 await self._consumer.commit(offsets)
@@ -607,7 +608,7 @@ class Worker:
                 logger.warning("%s: commit failed, will retry: %s", self.label, exc)
                 return
             self._tracker.mark_committed(offsets)
-            self._acked_since_commit = 0
+            self._acked_since_commit = max(self._acked_since_commit - acked, 0)
             self._last_commit = time.monotonic()
             self.stats["committed"] += 1
             logger.debug("%s: committed %s in %.3fs", self.label,

@@ -2,7 +2,17 @@
 
 Usage::
 
-    python bench/throughput.py [--messages N] [--size BYTES] [--rounds R]
+    python bench/throughput.py [--format json|avro] [--messages N] [--size BYTES]
+                               [--rounds R] [--processor NAME]
+
+``--format avro`` runs the same comparison on DataHub MetadataChangeLog events (the real
+schema, Confluent wire format, writer schema served by a ``file://`` registry): the raw
+loop decodes each value with ``fastavro.schemaless_reader`` and a pre-parsed schema;
+kstage goes through its own decode path (header, cached schema by id, decode). For the
+ratio both sides do the same per-message work: kstage runs the pass-through
+``json_rows`` processor (record -> row), so the ratio measures the pipeline, not a
+mapping. One extra kstage run with the real ``datahub_mcl`` processor is reported
+(not in the ratio) to show what the MCL mapping costs on top.
 
 One embedded broker (Tansu) is started for the run. N JSON objects of about BYTES bytes
 each (an increasing ``id`` field plus filler fields) are produced once to a new
@@ -69,8 +79,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +201,8 @@ class _AssignedAt(ConsumerRebalanceListener):  # type: ignore[misc]
             self.at = time.monotonic()
 
 
-async def run_raw(bootstrap: str, topic: str, n: int) -> RawResult:
+async def run_raw(bootstrap: str, topic: str, n: int,
+                  decode: Callable[[bytes], Any] = json.loads) -> RawResult:
     group = unique("bench-raw")
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
@@ -217,7 +230,7 @@ async def run_raw(bootstrap: str, topic: str, n: int) -> RawResult:
             next_offset = 0
             for records in data.values():
                 for rec in records:
-                    json.loads(rec.value)
+                    decode(rec.value)
                 received += sum(1 for _ in records)
                 next_offset = records[-1].offset + 1
             await consumer.commit()
@@ -254,7 +267,52 @@ def _log_times(pattern: re.Pattern[str], text: str) -> list[datetime]:
     return [datetime.strptime(m, "%Y-%m-%d %H:%M:%S,%f") for m in pattern.findall(text)]
 
 
-def write_config(path: Path, bootstrap: str, group: str, topic: str) -> Path:
+@dataclass
+class Workload:
+    """What is produced and how each side reads it."""
+
+    name: str
+    values: list[bytes]
+    raw_decode: Callable[[bytes], Any]
+    format: str = "json"
+    processor: str = "json_rows"
+    extra_config: dict[str, Any] | None = None
+
+
+def json_workload(n: int, size: int) -> Workload:
+    return Workload("JSON", make_values(n, size), json.loads)
+
+
+def avro_workload(n: int, workdir: Path) -> Workload:
+    """n DataHub MCL events in the Confluent wire format, schema id 1, file:// registry."""
+    from decode import mcl  # bench/decode.py: the same MCL events as the decode benchmark
+    from fastavro import parse_schema, schemaless_reader
+
+    from processors.avro import encode
+    from processors.base import SCHEMA_DIR
+
+    text = (SCHEMA_DIR / "datahub/MetadataChangeLog.avsc").read_text()
+    registry = workdir / "registry"
+    registry.mkdir()
+    (registry / "MetadataChangeLog.avsc").write_text(text)
+    (registry / "index.json").write_text(json.dumps(
+        {"1": {"subject": "MetadataChangeLog_Versioned_v1-value",
+               "file": "MetadataChangeLog.avsc"}}))
+    parsed = parse_schema(json.loads(text))
+    rng = random.Random(1)
+    values = [encode(parsed, 1, mcl(i, rng)) for i in range(n)]
+
+    def raw_decode(value: bytes) -> Any:
+        fo = BytesIO(value)
+        fo.seek(5)  # magic byte + 4-byte schema id: the raw loop knows its one schema
+        return schemaless_reader(fo, parsed, None)
+
+    return Workload("Avro MCL", values, raw_decode, format="avro",
+                    extra_config={"schema_registry": {"url": f"file://{registry}"}})
+
+
+def write_config(path: Path, bootstrap: str, group: str, topic: str,
+                 work: Workload, processor: str) -> Path:
     cfg = {
         "name": group,
         "kafka": {"bootstrap": bootstrap},
@@ -266,9 +324,10 @@ def write_config(path: Path, bootstrap: str, group: str, topic: str) -> Path:
             "max_poll_records": MAX_RECORDS,
             **FAST_GROUP,
             "commit": {"mode": "batch", "max_messages": 1000, "max_interval_s": 10},
-            "topics": [{"topic": topic, "processor": "json_rows", "format": "json",
+            "topics": [{"topic": topic, "processor": processor, "format": work.format,
                         "sink": {"type": "null"}}],
         }],
+        **(work.extra_config or {}),
     }
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -284,13 +343,14 @@ def _peak_rss_kb(pid: int) -> int | None:
     return int(match.group(1)) if match else None
 
 
-async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path,
+async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Workload,
+                     processor: str,
                      command: tuple[str, ...] = (sys.executable, "-m", "service")
                      ) -> KstageResult:
     group = unique("bench-kstage")
     run_dir = workdir / group
     run_dir.mkdir()
-    cfg = write_config(run_dir / "kstage.yml", bootstrap, group, topic)
+    cfg = write_config(run_dir / "kstage.yml", bootstrap, group, topic, work, processor)
     log_path = run_dir / "kstage.log"
     peak_kb = 0
     started = time.monotonic()
@@ -339,29 +399,29 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path,
 
 # -- main ------------------------------------------------------------------------------
 
-async def bench(bootstrap: str, n: int, size: int, rounds: int, workdir: Path) -> float:
-    topic = unique("bench-json")
-    t0 = time.monotonic()
-    values = make_values(n, size)
-    avg = sum(map(len, values)) / n
+async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
+                extra_processor: str | None) -> float:
+    topic = unique("bench")
+    n = len(work.values)
+    avg = sum(map(len, work.values)) / n
     t1 = time.monotonic()
     await create_topic(bootstrap, topic)
-    await produce(bootstrap, topic, values)
+    await produce(bootstrap, topic, work.values)
     t2 = time.monotonic()
-    del values
-    print(f"broker {bootstrap}, topic {topic} (1 partition): {n} JSON messages of "
-          f"{avg:.0f} B avg built in {t1 - t0:.1f} s, produced in {t2 - t1:.1f} s", flush=True)
+    work.values = []
+    print(f"broker {bootstrap}, topic {topic} (1 partition): {n} {work.name} messages of "
+          f"{avg:.0f} B avg, produced in {t2 - t1:.1f} s", flush=True)
 
     raw_s: list[float] = []
     kstage_s: list[float] = []
     peak_kb = 0
     for r in range(1, rounds + 1):
-        raw = await run_raw(bootstrap, topic, n)
+        raw = await run_raw(bootstrap, topic, n, work.raw_decode)
         raw_s.append(raw.seconds)
         print(f"round {r}: raw aiokafka    {raw.seconds:6.2f} s ({n / raw.seconds:6.0f}/s; "
               f"first message {raw.first_message_s * 1000:.0f} ms after assignment)",
               flush=True)
-        ks = await run_kstage(bootstrap, topic, n, workdir)
+        ks = await run_kstage(bootstrap, topic, n, workdir, work, work.processor)
         kstage_s.append(ks.seconds)
         peak_kb = max(peak_kb, ks.peak_rss_kb)
         print(f"round {r}: kstage --drain  {ks.seconds:6.2f} s ({n / ks.seconds:6.0f}/s; "
@@ -376,6 +436,10 @@ async def bench(bootstrap: str, n: int, size: int, rounds: int, workdir: Path) -
     print(f"raw aiokafka: {raw_rate:.0f} events/s ({raw_med:.2f} s{label})")
     print(f"kstage run --drain: {ks_rate:.0f} events/s ({ks_med:.2f} s{label})")
     print(f"kstage peak RSS: {peak_kb / 1024:.0f} MB (VmHWM, max over the kstage runs)")
+    if extra_processor:
+        ks = await run_kstage(bootstrap, topic, n, workdir, work, extra_processor)
+        print(f"kstage run --drain with {extra_processor} (not in the ratio): "
+              f"{n / ks.seconds:.0f} events/s ({ks.seconds:.2f} s)")
     return ks_rate / raw_rate
 
 
@@ -384,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=1000, help="bytes per JSON message")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--format", choices=("json", "avro"), default="json")
+    parser.add_argument("--processor", default=None,
+                        help="kstage processor for the ratio (default json_rows)")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.size < 1 or args.rounds < 1:
         parser.error("--messages, --size and --rounds must be positive")
@@ -392,8 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     broker = EmbeddedBroker()
     try:
         broker.start()
-        ratio = asyncio.run(bench(broker.bootstrap, args.messages, args.size,
-                                  args.rounds, workdir))
+        if args.format == "avro":
+            work, extra = avro_workload(args.messages, workdir), "datahub_mcl"
+        else:
+            work, extra = json_workload(args.messages, args.size), None
+        work.processor = args.processor or work.processor
+        ratio = asyncio.run(bench(broker.bootstrap, work, args.rounds, workdir, extra))
     except BaseException:
         print(f"kstage configs and logs kept in {workdir}", file=sys.stderr)
         raise

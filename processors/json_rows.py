@@ -1,4 +1,5 @@
-"""``json_rows``: one JSON object per message becomes one row, plus Kafka coordinates."""
+"""``json_rows``: one JSON object (or Avro record) per message becomes one row, plus
+Kafka coordinates: the schemaless pass-through processor."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ class JsonRowsProcessor(Processor):
     """
 
     name = "json_rows"
-    formats = ("json",)
-    description = "JSON object -> one row with the object's keys and Kafka coordinates"
+    formats = ("json", "avro")
+    description = "JSON object or Avro record -> one row with its fields and Kafka coordinates"
 
     def __init__(self, options: dict[str, object] | None = None) -> None:
         super().__init__(options)
@@ -27,7 +28,7 @@ class JsonRowsProcessor(Processor):
     def transform(self, message: Message) -> Sequence[Row]:
         value = message.value
         if not isinstance(value, dict):
-            raise PoisonMessage(f"expected a JSON object, got {type(value).__name__}")
+            raise PoisonMessage(f"expected an object/record, got {type(value).__name__}")
         # The decoded object is fresh and ours: reuse it as the row (no copy per message).
         row = {k: value.get(k) for k in self._fields} if self._fields is not None else value
         return [with_coordinates(row, message)]

@@ -72,9 +72,12 @@ async def test_auto_commits_through_kafka_autocommit(broker, tmp_path):
 async def test_batch_wait_for_ack_commits_everything(broker, tmp_path):
     topic, group, master = await run_drained(
         broker, tmp_path, "json_rows", [{"i": i} for i in range(250)],
-        commit={"mode": "batch", "max_messages": 50, "wait_for_ack": True}, max_poll_records=25)
+        commit={"mode": "batch", "max_messages": 50, "max_interval_s": 60, "wait_for_ack": True},
+        max_poll_records=25)
     assert (await committed(broker, group, topic, 1))[0] == 250
-    assert worker_of(master).stats["committed"] >= 5
+    # max_messages triggered commits while consuming, not only the final one (acks that
+    # arrive while a commit is in flight fold into the next, so the exact count varies).
+    assert worker_of(master).stats["committed"] >= 2
 
 
 async def test_slow_processing_pauses_partitions_without_eviction(broker, tmp_path, caplog):
