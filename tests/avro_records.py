@@ -18,7 +18,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.validation import validate
 
-from processors.base import SCHEMA_DIR, Message
+from processors.base import COORDINATE_COLUMNS, SCHEMA_DIR, Message, Processor, Row
 
 TIMESTAMP = 1_700_000_000_000
 
@@ -58,3 +58,20 @@ def avro_message(
     value, raw = roundtrip(path, record)
     return Message(topic=topic, partition=partition, offset=offset, timestamp=timestamp,
                    key=key, value=value, headers=tuple(headers), raw=raw)
+
+
+PY_TYPES: dict[str, type] = {"string": str, "long": int, "int": int, "boolean": bool}
+
+
+def assert_row_honest(proc: type[Processor], message: Message, row: Row) -> None:
+    """The row has exactly the declared columns plus the coordinates, with their types."""
+    assert set(row) == {c.name for c in proc.columns} | set(COORDINATE_COLUMNS)
+    assert {k: row[k] for k in COORDINATE_COLUMNS} == message.coordinates()
+    for col in proc.columns:
+        value = row[col.name]
+        if value is None:
+            assert col.nullable, f"{col.name} is NOT NULL but None"
+            continue
+        assert type(value) is PY_TYPES[col.type], (col.name, value)
+        if col.type == "int":
+            assert isinstance(value, int) and -(2**31) <= value < 2**31

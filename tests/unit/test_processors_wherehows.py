@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from processors.base import COORDINATE_COLUMNS, SCHEMA_DIR, Message, Processor, Row
+from processors.base import SCHEMA_DIR, Message, Processor, Row
 from processors.errors import PoisonMessage
 from processors.gobblin import GobblinCompactionProcessor, GobblinDistcpProcessor
 from processors.gobblin_lumos import GobblinLumosProcessor
 from processors.metastore_audit import MetastoreAuditProcessor
-from tests.avro_records import TIMESTAMP, avro_message
+from tests.avro_records import TIMESTAMP, assert_row_honest, avro_message
 
 TABLE_SCHEMA = "wherehows/MetastoreTableAuditEvent.avsc"
 PARTITION_SCHEMA = "wherehows/MetastorePartitionAuditEvent.avsc"
@@ -198,24 +198,13 @@ def test_class_attributes(proc: type[Processor]) -> None:
         assert (SCHEMA_DIR / proc.reader_schema).is_file()
 
 
-PY_TYPES: dict[str, type] = {"string": str, "long": int, "int": int, "boolean": bool}
 
 
 @pytest.mark.parametrize("proc", PROCESSORS, ids=lambda p: p.name)
 def test_rows_are_honest_about_columns_and_types(proc: type[Processor]) -> None:
     for make in SAMPLES[proc]:
         message = make()
-        row = one(proc(), message)
-        assert set(row) == {c.name for c in proc.columns} | set(COORDINATE_COLUMNS)
-        assert {k: row[k] for k in COORDINATE_COLUMNS} == message.coordinates()
-        for col in proc.columns:
-            value = row[col.name]
-            if value is None:
-                assert col.nullable, f"{col.name} is NOT NULL but None"
-                continue
-            assert type(value) is PY_TYPES[col.type], (col.name, value)
-            if col.type == "int":
-                assert isinstance(value, int) and -(2**31) <= value < 2**31
+        assert_row_honest(proc, message, one(proc(), message))
 
 
 # --------------------------------------------------------------------------- compaction
