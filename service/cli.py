@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the main job on the embedded broker with "
                           "sample events and summarise what landed")
     demo.add_argument("--dir", default="demo-out", help="output directory")
-    demo.add_argument("--events", type=int, default=5000)
+    demo.add_argument("--events", type=int, default=500, help="events per topic")
     schemas = sub.add_parser("schemas", help="schema registry tools")
     schemas_sub = schemas.add_subparsers(dest="schemas_command", required=True)
     schemas_check = schemas_sub.add_parser(
