@@ -6,6 +6,7 @@ from actors.errors import (
     FatalError,
     MessageFailedError,
     NoCommittedOffsetError,
+    PermanentSinkError,
     SinkError,
 )
 from actors.failure import FailurePolicy, Outcome, retry_delays_s
@@ -27,6 +28,7 @@ __all__ = [
     "NullSink",
     "OffsetTracker",
     "OneForOneSupervisor",
+    "PermanentSinkError",
     "Outcome",
     "RestartPolicy",
     "Sink",

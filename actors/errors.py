@@ -7,7 +7,8 @@ Tree::
     │   ├── MessageFailedError failure mode ``throw``: a message failed; offset not committed
     │   ├── NoCommittedOffsetError  ``auto_offset_reset: none`` and no committed offset
     │   └── EscalationError    a supervisor exceeded its restart intensity
-    └── SinkError              a sink could not accept rows (retriable: back off, retry)
+    ├── SinkError              a sink could not accept rows (retriable: back off, retry)
+    └── PermanentSinkError     a sink refused rows for good (HTTP 4xx): dead-lettered
 """
 
 from __future__ import annotations
@@ -43,3 +44,9 @@ class EscalationError(FatalError):
 
 class SinkError(ActorError):
     """A sink failed to accept a batch; the worker backs off and retries."""
+
+
+class PermanentSinkError(ActorError):
+    """A sink refused rows for good (e.g. an HTTP 4xx other than 429); not retriable."""
+
+    retriable = False

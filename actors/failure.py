@@ -56,6 +56,7 @@ class FailurePolicy:
         self.settings = settings
         self._sleep = sleep
         self.delays_s = retry_delays_s(settings)
+        self.retries = 0  # retries performed so far (metrics)
 
     async def handle(
         self,
@@ -86,6 +87,7 @@ class FailurePolicy:
                 if not await self._sleep(delay):
                     return Outcome.ABANDONED, None
                 attempts += 1
+                self.retries += 1
                 try:
                     return Outcome.RECOVERED, await attempt()
                 except asyncio.CancelledError:

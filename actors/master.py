@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from fastavro.schema import SchemaParseException
 
 from actors.errors import FatalError
 from actors.failure import Sleep
+from actors.metrics import Metrics
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
 from processors import registry
@@ -78,8 +80,9 @@ class Master:
     """
 
     def __init__(self, settings: Settings, bootstrap: str, *, drain: bool = False,
-                 retry_sleep: Sleep | None = None) -> None:
+                 retry_sleep: Sleep | None = None, metrics: Metrics | None = None) -> None:
         """Resolve processors and reader schemas (RegistryError lists every problem)."""
+        self.metrics = metrics
         self.settings = settings
         self.bootstrap = bootstrap
         self.drain = drain
@@ -111,7 +114,7 @@ class Master:
                 processor_cls=self._classes[topic.processor], bootstrap=self.bootstrap,
                 drain=self.drain, on_drained=self._worker_drained,
                 sleep=self._retry_sleep, incarnation=incarnation,
-                avro=avro, avro_keys=avro_keys,
+                avro=avro, avro_keys=avro_keys, metrics=self.metrics,
             )
         return make
 
@@ -130,6 +133,25 @@ class Master:
                     logger.info("status %s %s restarts=%d", child.label,
                                 " ".join(f"{k}={v}" for k, v in child.status().items()),
                                 self.supervisor.restarts)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every running worker's state (metrics, readiness); call on the event loop."""
+        return [c.snapshot() for c in self.supervisor.children if isinstance(c, Worker)]
+
+    def readiness(self) -> list[str]:
+        """Why the service is not ready (empty when every worker has joined its group and
+        opened its sink); call on the event loop."""
+        running = {f"{w['group']}/{w['topic']}": w for w in self.snapshot()}
+        reasons = []
+        for name in sorted(self._expected):
+            worker = running.get(name)
+            if worker is None:
+                reasons.append(f"{name}: not running (starting or restarting)")
+            elif not worker["joined"]:
+                reasons.append(f"{name}: has not joined its consumer group yet")
+            elif not worker["sink_open"]:
+                reasons.append(f"{name}: sink is not open")
+        return reasons
 
     def request_stop(self) -> None:
         """Begin the graceful two-phase stop (idempotent)."""

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ class SinkBatch:
     rows: Sequence[Row]
     entry: Entry
 
+
+_LANE_BATCHES = 2
 
 END: Any = object()
 """Mailbox sentinel: no more batches follow."""
@@ -112,9 +115,16 @@ class JsonlSink(Sink):
             raise SinkError(f"jsonl sink {self.path}: {exc}") from exc
 
 
+def _http_sink(settings: SinkSettings) -> Sink:
+    from actors.http_sink import HttpSink, HttpSinkSettings  # noqa: PLC0415 - only if used
+
+    return HttpSink(HttpSinkSettings.model_validate(settings.model_dump()))
+
+
 SINK_TYPES: dict[str, Callable[[SinkSettings], Sink]] = {
     "null": lambda s: NullSink(),
     "jsonl": lambda s: JsonlSink(str(s.path), fsync=bool(getattr(s, "fsync", True))),
+    "http": _http_sink,
 }
 
 
@@ -128,6 +138,25 @@ def build_sink(settings: SinkSettings) -> Sink:
     return factory(settings)
 
 
+async def _write(sink: Sink, batch: SinkBatch, label: str,
+                 backoff_s: tuple[float, float],
+                 on_write_seconds: Callable[[float], None] | None) -> None:
+    """Write one batch; retry failures (SinkError, OSError) with capped backoff, forever:
+    the batch is neither acked nor dropped, so its offsets stay uncommitted."""
+    delay = backoff_s[0]
+    while True:
+        try:
+            started = time.monotonic()
+            await sink.write(batch.rows)
+            if on_write_seconds is not None:
+                on_write_seconds(time.monotonic() - started)
+            return
+        except (SinkError, OSError) as exc:
+            logger.warning("%s: sink write failed (%s); retrying in %.1fs", label, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, backoff_s[1])
+
+
 async def run_sink(
     sink: Sink,
     mailbox: asyncio.Queue[SinkBatch],
@@ -135,24 +164,48 @@ async def run_sink(
     *,
     label: str,
     retry_backoff_s: tuple[float, float] = (0.5, 30.0),
+    on_write_seconds: Callable[[float], None] | None = None,
 ) -> None:
-    """The sink actor: write each batch in mailbox order, ack it once durable.
+    """The sink actor: write each batch, ack it once durable; return on :data:`END`.
 
-    A failing write (:class:`SinkError` or ``OSError``) is retried with capped exponential
-    backoff: the batch is neither acked nor dropped, so its offsets stay uncommitted.
-    Returns when it takes :data:`END` from the mailbox.
+    A sink with ``max_concurrency > 1`` (HTTP) gets one lane per partition: batches of one
+    partition are written in order, batches of different partitions concurrently, at most
+    ``max_concurrency`` at a time. Acks may then arrive out of order across partitions;
+    the offset tracker only ever commits each partition's contiguous prefix.
     """
-    while True:
-        batch = await mailbox.get()
-        if batch is END:
-            return
-        delay = retry_backoff_s[0]
+    concurrency = int(getattr(sink, "max_concurrency", 1) or 1)
+    if concurrency <= 1:
         while True:
-            try:
-                await sink.write(batch.rows)
+            batch = await mailbox.get()
+            if batch is END:
+                return
+            await _write(sink, batch, label, retry_backoff_s, on_write_seconds)
+            on_ack(batch)
+
+    slots = asyncio.Semaphore(concurrency)
+
+    async def lane(queue: asyncio.Queue[SinkBatch]) -> None:
+        while True:
+            batch = await queue.get()
+            if batch is END:
+                return
+            async with slots:
+                await _write(sink, batch, label, retry_backoff_s, on_write_seconds)
+            on_ack(batch)
+
+    lanes: dict[Any, asyncio.Queue[SinkBatch]] = {}
+    async with asyncio.TaskGroup() as tg:
+        while True:
+            batch = await mailbox.get()
+            if batch is END:
+                for queue in lanes.values():
+                    await queue.put(END)  # lanes drain what they hold, then finish
                 break
-            except (SinkError, OSError) as exc:
-                logger.warning("%s: sink write failed (%s); retrying in %.1fs", label, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, retry_backoff_s[1])
-        on_ack(batch)
+            tp = batch.entry.tp
+            if tp in lanes:
+                queue = lanes[tp]
+            else:
+                # Bounded lanes: a slow partition backs up the mailbox, and fetching pauses.
+                queue = lanes[tp] = asyncio.Queue(_LANE_BATCHES)
+                tg.create_task(lane(queue), name=f"{label}:sink[{tp.partition}]")
+            await queue.put(batch)

@@ -43,9 +43,15 @@ from aiokafka.errors import (
 )
 
 from actors.deadletter import DeadLetterFile, dead_letter_line
-from actors.errors import FatalError, MessageFailedError, NoCommittedOffsetError
+from actors.errors import (
+    FatalError,
+    MessageFailedError,
+    NoCommittedOffsetError,
+    PermanentSinkError,
+)
 from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.kafka import build_consumer
+from actors.metrics import Metrics
 from actors.offsets import OffsetTracker
 from actors.sinks import END, SinkBatch, build_sink, run_sink
 from processors.avro import AvroDecoder
@@ -140,6 +146,7 @@ class Worker:
         on_drained: called once with this worker when drained.
         sleep: interruptible sleep used for retry waits (a fake clock in tests).
         avro: decoder for ``format: avro`` values (and ``key_format: avro`` keys).
+        metrics: histograms to observe (batch sizes, sink writes, commits).
     """
 
     def __init__(
@@ -156,6 +163,7 @@ class Worker:
         incarnation: int = 0,
         avro: AvroDecoder | None = None,
         avro_keys: AvroDecoder | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -194,10 +202,35 @@ class Worker:
         self._drained_reported = False
         self._consumer: AIOKafkaConsumer | None = None
         self._processor: Processor | None = None
-        self.stats = {"processed": 0, "failed": 0, "committed": 0, "paused": 0}
+        self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
+                      "dead_lettered": 0, "committed": 0, "paused": 0}
+        self.metrics = metrics
+        self.restarts = incarnation
+        self._sink_open = False
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
+
+    def snapshot(self) -> dict[str, Any]:
+        """State for metrics and readiness; call on the event loop."""
+        consumer = self._consumer
+        partitions = []
+        for tp in sorted(self._assigned, key=lambda t: t.partition):
+            hw = consumer.highwater(tp) if consumer is not None else None
+            committed = self._tracker.committed(tp)
+            position = self._tracker.committable(tp)
+            if position is None:
+                position = committed
+            lag = None if hw is None else max(hw - (position or 0), 0)
+            partitions.append({"partition": tp.partition, "committed": committed,
+                               "high_water": hw, "lag": lag})
+        return {
+            "group": self.group_id, "topic": self.topic.topic, "label": self.label,
+            "stats": dict(self.stats), "restarts": self.restarts,
+            "in_flight": self._in_flight, "partitions": partitions,
+            "paused_partitions": len(consumer.paused()) if consumer is not None else 0,
+            "joined": self._joined.is_set(), "sink_open": self._sink_open,
+        }
 
     def status(self) -> dict[str, int]:
         """Counters for the status line: processed, failed, commits, in-flight, lag."""
@@ -234,9 +267,12 @@ class Worker:
         processor = self._processor = self._processor_cls(self.topic.options)
         sink = build_sink(self.topic.sink)
         self._async_transform = inspect.iscoroutinefunction(processor.transform)
+        if hasattr(sink, "on_permanent_failure"):
+            sink.on_permanent_failure = self._sink_dead_letter
         await processor.start()
         try:
             await sink.open()
+            self._sink_open = True
             try:
                 consumer = self._consumer = build_consumer(
                     self.settings, self.group, self._bootstrap, self.topic.topic
@@ -313,9 +349,7 @@ class Worker:
                 # Keep aiokafka's buffer drained so its next fetch request goes out early
                 # (prefetch up to max_in_flight), without blocking: the inbox may free up.
                 data = await self._poll(consumer, max_records, 0)
-                for tp, records in data.items():
-                    self._in_flight += len(records)
-                    backlog.append((tp, records))
+                self._fetched(data, backlog)
                 if not data:
                     self._room.clear()
                     try:
@@ -333,7 +367,7 @@ class Worker:
                                 self.label, now - full_since)
                 if paused:
                     consumer.pause(*consumer.assignment())
-                    backlog.extend((await self._poll(consumer, max_records, 0)).items())
+                    self._fetched(await self._poll(consumer, max_records, 0), backlog)
                 self._room.clear()
                 try:
                     await asyncio.wait_for(self._room.wait(), min(pause_after, 1.0))
@@ -349,12 +383,19 @@ class Worker:
                 if self._drain:
                     await self._check_drained()
                 continue
-            for tp, records in data.items():
-                self._in_flight += len(records)
-                backlog.append((tp, records))
+            self._fetched(data, backlog)
         for item in backlog:  # fetched, never processed: not committed, re-read later
             self._in_flight -= len(item[1])
         await inbox.put(END)
+
+    def _fetched(self, data: dict[TopicPartition, list[Any]],
+                 backlog: deque[tuple[TopicPartition, list[Any]]]) -> None:
+        for tp, records in data.items():
+            self._in_flight += len(records)
+            self.stats["consumed"] += len(records)
+            if self.metrics is not None:
+                self.metrics.batch_size.labels(self.group_id, tp.topic).observe(len(records))
+            backlog.append((tp, records))
 
     async def _poll(self, consumer: AIOKafkaConsumer, max_records: int, timeout_ms: int
                     ) -> Any:
@@ -543,6 +584,7 @@ class Worker:
         describe = f"{self.group_id}: {rec.topic}[{rec.partition}]@{rec.offset}"
 
         async def dead_letter(error: BaseException, attempts: int) -> None:
+            self.stats["dead_lettered"] += 1
             await self._dead_letters.write(dead_letter_line(
                 group=self.group_id, topic=rec.topic, partition=rec.partition,
                 offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
@@ -550,13 +592,44 @@ class Worker:
                 attempts=attempts, extra=getattr(error, "details", None),
             ))
 
-        return await self._failure.handle(exc, lambda: self._transform(rec), dead_letter, describe)
+        retries_before = self._failure.retries
+        try:
+            return await self._failure.handle(exc, lambda: self._transform(rec), dead_letter,
+                                              describe)
+        finally:
+            self.stats["retried"] += self._failure.retries - retries_before
+
+    async def _sink_dead_letter(self, rows: Sequence[Row], status: int, body_head: str) -> None:
+        """A sink refused rows for good (e.g. HTTP 4xx): dead-letter each, durably, so the
+        partition moves on and nothing is lost."""
+        what = ("could not send the rows" if status == 0  # e.g. a URL template field missing
+                else f"answered {status}")
+        error = PermanentSinkError(f"{self.topic.sink.type} sink {what}: {body_head[:200]}")
+        for row in rows:
+            self.stats["failed"] += 1
+            self.stats["dead_lettered"] += 1
+            await self._dead_letters.write(dead_letter_line(
+                group=self.group_id, topic=str(row.get("_topic", self.topic.topic)),
+                partition=int(row.get("_partition", -1)), offset=int(row.get("_offset", -1)),
+                timestamp=int(row.get("_timestamp", 0)), key=None,
+                value=json.dumps(row, default=str).encode(), headers=(),
+                processor=self.topic.processor, exc=error, attempts=1,
+                extra={"sink": self.topic.sink.type, "status": status,
+                       "response_body": body_head},
+            ))
+        logger.warning("%s: %d row(s) refused by the sink with status %d; dead-lettered to %s",
+                       self.label, len(rows), status, self._failure.settings.dead_letter_path)
 
     # -- sink and acks ---------------------------------------------------------------
 
     async def _sink_loop(self, sink: Any) -> None:
         try:
-            await run_sink(sink, self._outbox, self._on_ack, label=self.label)
+            observe = None
+            if self.metrics is not None:
+                observe = self.metrics.sink_write_seconds.labels(
+                    self.group_id, self.topic.topic, self.topic.sink.type).observe
+            await run_sink(sink, self._outbox, self._on_ack, label=self.label,
+                           on_write_seconds=observe)
         finally:
             self._sink_done.set()
             self._commit_due.set()
@@ -611,6 +684,9 @@ class Worker:
             self._acked_since_commit = max(self._acked_since_commit - acked, 0)
             self._last_commit = time.monotonic()
             self.stats["committed"] += 1
+            if self.metrics is not None:
+                self.metrics.commit_seconds.labels(self.group_id, self.topic.topic).observe(
+                    self._last_commit - started)
             logger.debug("%s: committed %s in %.3fs", self.label,
                          {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()},
                          self._last_commit - started)

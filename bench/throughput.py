@@ -317,7 +317,7 @@ def write_config(path: Path, bootstrap: str, group: str, topic: str,
         "name": group,
         "kafka": {"bootstrap": bootstrap},
         # DEBUG only adds the per-commit line that marks the end of the timed window.
-        "service": {"log_level": "DEBUG"},
+        "service": {"log_level": "DEBUG", "http_port": 0},
         "groups": [{
             "group_id": group,
             "auto_offset_reset": "earliest",

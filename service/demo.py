@@ -83,6 +83,7 @@ def demo_settings(bootstrap: str, out: Path) -> Settings:
         name="kstage-demo",
         kafka={"bootstrap": bootstrap},
         supervisor={"shutdown_grace_s": 10, "abort_grace_s": 5},
+        service={"http_port": 0},
         schema_registry={"url": f"file://{out / 'registry'}"},
         groups=[{
             "group_id": "kstage-demo",

@@ -21,7 +21,9 @@ import threading
 
 from actors.errors import FatalError
 from actors.master import Master
+from actors.metrics import Metrics
 from service.broker import EmbeddedBroker
+from service.http import StatusServer
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
@@ -43,9 +45,22 @@ def _arm_watchdog(seconds: float) -> None:
 
 
 async def serve(settings: Settings, bootstrap: str, *, drain: bool = False) -> int:
-    """Run the master until it stops; map the outcome to an exit code."""
-    master = Master(settings, bootstrap, drain=drain)
+    """Run the master (and the status server) until it stops; map the outcome to an exit
+    code."""
+    metrics = Metrics()
+    master = Master(settings, bootstrap, drain=drain, metrics=metrics)
     loop = asyncio.get_running_loop()
+    status: StatusServer | None = None
+    if settings.service.http_port:
+        try:
+            status = StatusServer(master, metrics, loop, settings.service.http_host,
+                                  settings.service.http_port)
+        except OSError as exc:
+            logger.critical("service.http_port: cannot serve on %s:%d: %s",
+                            settings.service.http_host, settings.service.http_port, exc)
+            return EXIT_CRASH
+        status.start()
+        beat = asyncio.create_task(status.beat(), name="heartbeat")
     main = asyncio.current_task()
     assert main is not None  # noqa: S101
     state = {"signals": 0, "aborted": False}
@@ -78,6 +93,9 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False) -> i
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if status is not None:
+            beat.cancel()
+            status.stop()
     return EXIT_OK
 
 

@@ -39,5 +39,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
                        "stream": "ext://sys.stderr"},
         },
         "root": {"level": level, "handlers": ["stderr"]},
-        "loggers": {"aiokafka": {"level": "WARNING"}},
+        # httpx logs every request URL at INFO (query strings included): keep it quiet.
+        "loggers": {"aiokafka": {"level": "WARNING"}, "httpx": {"level": "WARNING"},
+                    "httpcore": {"level": "WARNING"}},
     })

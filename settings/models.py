@@ -182,6 +182,10 @@ class ServiceSettings(_Model):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level.")
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     status_interval_s: float = Field(30, gt=0, description="Period of the status log line.")
+    http_port: int = Field(
+        9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0 disables)."
+    )
+    http_host: str = Field("0.0.0.0", description="Address the status server binds.")  # noqa: S104
 
 
 class Settings(BaseSettings):

@@ -71,10 +71,12 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 def write_config(path: Path, bootstrap: str, group: str, topics: list[dict[str, Any]], *,
                  commit: dict[str, Any] | None = None, failure: dict[str, Any] | None = None,
-                 supervisor: dict[str, Any] | None = None, **group_keys: Any) -> Path:
+                 supervisor: dict[str, Any] | None = None,
+                 service: dict[str, Any] | None = None, **group_keys: Any) -> Path:
     cfg = {
         "name": group,
         "kafka": {"bootstrap": bootstrap},
+        "service": {"http_port": 0, **(service or {})},
         "supervisor": {"shutdown_grace_s": 10, "abort_grace_s": 5, "max_restarts": 3,
                        "restart_window_s": 60, "min_backoff_s": 0.1, "max_backoff_s": 1,
                        **(supervisor or {})},

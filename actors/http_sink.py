@@ -1,0 +1,530 @@
+"""The HTTP sink: rows become JSON requests to an HTTP API, acknowledged only on a 2xx.
+
+Settings come from a topic's ``sink`` mapping (``type: http`` plus the keys of
+:class:`HttpSinkSettings`), parsed as ``HttpSinkSettings.model_validate(s.model_dump())``.
+
+Guarantees and rules, per :meth:`HttpSink.write` call (the rows of ONE partition, in
+offset order):
+
+* requests are sent one after the other, in row order, so a receiver sees the events of
+  one partition in order. Concurrency across partitions is the caller's job:
+  :attr:`HttpSink.max_concurrency` tells it how many writes may run at once (the
+  connection pool is sized to match; extra writes wait for a connection);
+* without ``batch`` each row is one request whose body is the row as a JSON object; with
+  ``batch``, consecutive rows with the same rendered URL go as one JSON array of at most
+  ``max_events`` rows. ``batch.max_interval_s`` is for the caller, which decides how long
+  rows may wait before they are written (exposed as :attr:`HttpSink.max_interval_s`);
+* every request carries ``Idempotency-Key: {topic}-{partition}-{first}-{last}`` (the
+  offsets of its first and last row), so a replay after a crash sends the same key for
+  the same event. When one message gave several rows and a request holds only some of
+  them, the row's index within its message is appended (``{first}.{i}-{last}.{j}``).
+  With ``batch``, keys repeat only if the replayed write is cut the same way: receivers
+  that must dedupe per event should use ``_topic/_partition/_offset`` of the body;
+* transport errors (timeouts included), 429 and 5xx are retried with capped exponential
+  backoff and full jitter, honouring ``Retry-After`` (capped at ``max_backoff_s``); after
+  ``max_retries`` retries :class:`~actors.errors.SinkError` is raised (retriable: the
+  caller retries the whole write, nothing is acked);
+* any other answer (4xx, and 3xx: redirects are not followed) refuses the request for
+  good: its rows go to :attr:`HttpSink.on_permanent_failure` with the status and the
+  first KB of the body, and the next request is sent. A row whose URL cannot be rendered
+  (missing or null field) is refused the same way, with status 0 (never sent);
+* ``write`` returns once every request got a 2xx or was handed to the failure handler.
+
+Secrets (auth, secret-looking headers) are only read to build the client; they never
+appear in logs, reprs or exception messages (echoed back by a server, they are masked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import json
+import logging
+import random
+import re
+import ssl
+import string
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from actors.errors import SinkError
+from actors.sinks import Sink
+from processors.base import Row
+from processors.schema_registry import Sleep
+from processors.schema_registry import _retry_after as retry_after_s
+
+logger = logging.getLogger(__name__)
+
+PermanentFailureHandler = Callable[[Sequence[Row], int, str], Awaitable[None] | None]
+"""``(rows, status, body_head)``: rows an API refused for good (status 0: never sent)."""
+
+BODY_HEAD_BYTES = 1024
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_SECRET_HEADER = re.compile(r"(auth|key|token|secret|password|cookie|session)", re.IGNORECASE)
+# Characters left as they are when a row value is put into the URL; everything else
+# (``/ ? # & =`` and spaces included) is percent-encoded, so a value stays one segment.
+_URL_SAFE = ":@(),;!*'"
+
+
+class _Model(BaseModel):
+    # hide_input_in_errors: a mistyped key next to a token must not echo the token.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+class HttpBatch(_Model):
+    max_events: int = Field(100, ge=1, description="Rows per request (one JSON array).")
+    max_interval_s: float = Field(
+        1.0, gt=0, description="For the caller: longest wait of a row before it is written."
+    )
+
+
+class HttpBasicAuth(_Model):
+    username: str = Field(description="HTTP basic auth user.")
+    password: SecretStr = Field(description="HTTP basic auth password (never logged).")
+
+
+class HttpAuth(_Model):
+    """Exactly one of ``bearer`` and ``basic``."""
+
+    bearer: SecretStr | None = Field(None, description="Bearer token (never logged).")
+    basic: HttpBasicAuth | None = Field(None, description="HTTP basic auth.")
+
+    @model_validator(mode="after")
+    def _one(self) -> HttpAuth:
+        if (self.bearer is None) == (self.basic is None):
+            raise ValueError("auth needs exactly one of bearer, basic")
+        return self
+
+
+class HttpTls(_Model):
+    verify: bool = Field(True, description="Verify the server's certificate.")
+    ca_file: str | None = Field(None, description="PEM bundle of trusted CAs (replaces default).")
+    client_cert: str | None = Field(None, description="PEM client certificate (mutual TLS).")
+    client_key: str | None = Field(None, description="PEM key of client_cert, if separate.")
+
+    @model_validator(mode="after")
+    def _key_needs_cert(self) -> HttpTls:
+        if self.client_key and not self.client_cert:
+            raise ValueError("client_key needs client_cert")
+        return self
+
+
+class HttpSinkSettings(_Model):
+    """Options of ``sink: {type: http, ...}`` (see the module docstring for semantics)."""
+
+    type: Literal["http"] = Field("http", description="Sink type.")
+    url: str = Field(description="http(s) URL; may use row fields: https://x/{entity_type}.")
+    method: Literal["POST", "PUT", "PATCH"] = Field("POST", description="HTTP method.")
+    batch: HttpBatch | None = Field(None, description="None: one request per row.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra request headers.")
+    auth: HttpAuth | None = Field(None, description="bearer or basic auth.")
+    timeout_s: float = Field(
+        10, gt=0, description="Connect, write and read timeouts of one request attempt."
+    )
+    max_concurrency: int = Field(8, ge=1, description="Concurrent writes (enforced by caller).")
+    tls: HttpTls = Field(default_factory=HttpTls, description="TLS options.")
+    max_retries: int = Field(10, ge=0, description="Retries after the first attempt.")
+    min_backoff_s: float = Field(0.2, ge=0, description="First retry delay (full jitter).")
+    max_backoff_s: float = Field(30, ge=0, description="Cap of the retry delay and Retry-After.")
+    idempotency_header: str | None = Field(
+        "Idempotency-Key", description="Header carrying the idempotency key (None: not sent)."
+    )
+    # SinkSettings.model_dump() always has jsonl's ``path`` key: accepted only unset.
+    path: None = Field(None, description="Not used by http sinks (jsonl's file).")
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # header values may be API keys, the url's query too
+        for name, value in super().__repr_args__():
+            if name == "url":
+                value = _shown(value)
+            elif name == "headers":
+                value = dict.fromkeys(value, "***")
+            yield name, value
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        _UrlTemplate(value)  # raises ValueError, without echoing the value
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _TOKEN.match(name):
+                raise ValueError(f"header name {name!r} is not a valid HTTP token")
+            if "\r" in text or "\n" in text:
+                raise ValueError(f"header {name!r}: the value contains a line break")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> HttpSinkSettings:
+        if self.max_backoff_s < self.min_backoff_s:
+            raise ValueError("max_backoff_s must be >= min_backoff_s")
+        names = {n.lower() for n in self.headers}
+        if self.auth is not None and "authorization" in names:
+            raise ValueError("set auth or an Authorization header, not both")
+        if self.idempotency_header is not None:
+            if not _TOKEN.match(self.idempotency_header):
+                raise ValueError("idempotency_header is not a valid HTTP token")
+            if self.idempotency_header.lower() in names:
+                raise ValueError("headers must not set the idempotency_header")
+        return self
+
+
+class _RowError(Exception):
+    """A row cannot become a request (the URL template needs a field it lacks)."""
+
+
+class _UrlTemplate:
+    """A ``str.format_map`` URL template of plain row fields (``{name}``, ``{name:spec}``).
+
+    Values are formatted as ``format_map`` does, then percent-encoded (see ``_URL_SAFE``).
+    A missing or null field is a :class:`_RowError`.
+    """
+
+    def __init__(self, template: str) -> None:
+        try:
+            parts = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise ValueError(f"url: not a valid template ({exc})") from None
+        for _, field, spec, conversion in parts:
+            if field is None:
+                continue
+            if not _IDENTIFIER.match(field):
+                raise ValueError(f"url: template field {field!r} must be a plain row field name")
+            if conversion or "{" in (spec or ""):
+                raise ValueError(f"url: template field {field!r}: use {{name}} or {{name:spec}}")
+        scheme, sep, rest = template.partition("://")
+        authority = rest.split("/", 1)[0]
+        if not sep or scheme.lower() not in ("http", "https") or not authority:
+            raise ValueError("url must be http(s)://host[:port]/path")  # value not echoed
+        if "@" in authority:
+            raise ValueError("credentials in the url are not allowed; use auth")
+        self.parts = parts
+        self.static = None if any(f is not None for _, f, _, _ in parts) else "".join(
+            literal for literal, _, _, _ in parts)
+
+    def render(self, row: Row) -> str:
+        if self.static is not None:
+            return self.static
+        out: list[str] = []
+        for literal, field, spec, _ in self.parts:
+            out.append(literal)
+            if field is None:
+                continue
+            value = row.get(field)
+            if value is None:
+                what = "null" if field in row else "missing"
+                raise _RowError(f"url template: field {field!r} is {what} in the row")
+            try:
+                text = format(value, spec or "")
+            except (TypeError, ValueError) as exc:
+                raise _RowError(f"url template: field {field!r}: {exc}") from None
+            out.append(quote(text, safe=_URL_SAFE))
+        return "".join(out)
+
+
+@dataclass(slots=True)
+class _Request:
+    """One request to send, or (``refused`` set) rows that cannot become one."""
+
+    rows: list[Row]
+    url: str = ""
+    key: str = ""
+    refused: str | None = None
+
+
+class _State(enum.Enum):
+    INIT = "INIT"
+    OPEN = "OPEN"
+    CLOSED = "CLOSED"
+
+
+class HttpSink(Sink):
+    """Sends rows to an HTTP API (see the module docstring for the guarantees).
+
+    Args:
+        settings: the parsed sink settings.
+        transport: an httpx transport to use instead of the network (tests).
+        sleep: awaited for every backoff wait (tests inject a recorder).
+        jitter: a float in [0, 1) scaling each backoff (full jitter).
+
+    Attributes:
+        max_concurrency: how many ``write`` calls the caller may run at once (one per
+            partition); the sink does not enforce it beyond sizing its connection pool.
+        max_interval_s: ``batch.max_interval_s`` for the caller, None without batch.
+        on_permanent_failure: ``(rows, status, body_head)``, sync or async, called for
+            refused rows; set it before :meth:`open`. The default raises SinkError.
+        stats: counters ``requests`` (2xx answers), ``retries``, ``refused_rows``.
+
+    Lifecycle: :meth:`open` creates the one ``httpx.AsyncClient``, :meth:`close` closes it
+    (idempotent); a closed sink may be opened again.
+    """
+
+    type = "http"
+
+    def __init__(
+        self,
+        settings: HttpSinkSettings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.settings = settings
+        self.max_concurrency = settings.max_concurrency
+        self.max_interval_s = settings.batch.max_interval_s if settings.batch else None
+        self.on_permanent_failure: PermanentFailureHandler = self._no_handler
+        self.stats = {"requests": 0, "retries": 0, "refused_rows": 0}
+        self._url = _UrlTemplate(settings.url)
+        self._transport = transport
+        self._sleep = sleep
+        self._jitter = jitter
+        self._client: httpx.AsyncClient | None = None
+        self._state = _State.INIT
+        self._headers, self._secrets = _headers_and_secrets(settings)
+
+    def __repr__(self) -> str:
+        s = self.settings
+        auth = "none" if s.auth is None else "bearer" if s.auth.bearer else "basic"
+        batch = s.batch.max_events if s.batch else None
+        return (f"<HttpSink {self._state.value} {s.method} {_shown(s.url)} batch={batch} "
+                f"auth={auth}>")
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Create the HTTP client; RuntimeError if already open."""
+        if self._state is _State.OPEN:
+            raise RuntimeError("http sink is already open")
+        s = self.settings
+        self._client = httpx.AsyncClient(
+            headers=self._headers,
+            # pool=None: writes beyond max_concurrency wait for a connection, not fail
+            timeout=httpx.Timeout(s.timeout_s, pool=None),
+            limits=httpx.Limits(
+                max_connections=s.max_concurrency, max_keepalive_connections=s.max_concurrency
+            ),
+            # an injected transport carries its own TLS settings
+            verify=_tls_verify(s.tls) if self._transport is None else True,
+            transport=self._transport,
+            follow_redirects=False,
+        )
+        self._state = _State.OPEN
+        logger.info("http sink open: %s %s", s.method, _shown(s.url))
+
+    async def close(self) -> None:
+        """Close the HTTP client (idempotent)."""
+        client, self._client = self._client, None
+        if self._state is _State.OPEN:
+            self._state = _State.CLOSED
+        if client is not None:
+            await client.aclose()
+            logger.info("http sink closed: %s", _shown(self.settings.url))
+
+    # --------------------------------------------------------------------- write
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        """Send ``rows`` (one partition, offset order); return once each is settled."""
+        client = self._client
+        if client is None:
+            raise RuntimeError(f"http sink is {self._state.value}; open() it first")
+        for item in self._plan(rows):
+            if item.refused is not None:
+                logger.warning("http sink: %d row(s) not sent: %s", len(item.rows), item.refused)
+                await self._refuse(item.rows, 0, item.refused)
+            else:
+                await self._send(client, item)
+
+    def _plan(self, rows: Sequence[Row]) -> Iterator[_Request]:
+        """The requests (or refusals) for ``rows``, in row order."""
+        max_events = self.settings.batch.max_events if self.settings.batch else 1
+        # index of each row among the rows of its message (same offset), and whether it
+        # is the message's last row: keys must differ when a message is split
+        index, last = [0] * len(rows), [True] * len(rows)
+        for i in range(1, len(rows)):
+            if rows[i].get("_offset") == rows[i - 1].get("_offset"):
+                index[i], last[i - 1] = index[i - 1] + 1, False
+        group: list[int] = []
+        url = ""
+        for i, row in enumerate(rows):
+            try:
+                row_url = self._url.render(row)
+                if not isinstance(row.get("_offset"), int):
+                    raise _RowError("the row has no Kafka coordinates (_offset)")
+            except _RowError as exc:
+                if group:
+                    yield self._request(rows, group, url, index, last)
+                    group = []
+                yield _Request([row], refused=str(exc))
+                continue
+            if group and (row_url != url or len(group) >= max_events
+                          or _partition_of(row) != _partition_of(rows[group[0]])):
+                yield self._request(rows, group, url, index, last)
+                group = []
+            group.append(i)
+            url = row_url
+        if group:
+            yield self._request(rows, group, url, index, last)
+
+    def _request(self, rows: Sequence[Row], group: list[int], url: str,
+                 index: list[int], last: list[bool]) -> _Request:
+        first, final = group[0], group[-1]
+        topic, partition = _partition_of(rows[first])
+        start, end = rows[first]["_offset"], rows[final]["_offset"]
+        if index[first] == 0 and last[final]:
+            key = f"{topic}-{partition}-{start}-{end}"
+        else:
+            key = f"{topic}-{partition}-{start}.{index[first]}-{end}.{index[final]}"
+        return _Request([rows[i] for i in group], url, key)
+
+    async def _send(self, client: httpx.AsyncClient, request: _Request) -> None:
+        s = self.settings
+        payload: object = request.rows if s.batch else request.rows[0]
+        body = json.dumps(payload, ensure_ascii=False, default=_json_default).encode("utf-8")
+        headers = {s.idempotency_header: request.key} if s.idempotency_header else {}
+        shown = _shown(request.url)
+        problem, cause = "", None
+        for attempt in range(s.max_retries + 1):
+            wait: float | None = None
+            try:
+                response, head = await self._exchange(client, request.url, body, headers)
+            except httpx.TransportError as exc:
+                problem, cause = self._scrub(f"{type(exc).__name__}: {exc}"), exc
+            else:
+                status = response.status_code
+                if 200 <= status < 300:
+                    self.stats["requests"] += 1
+                    logger.debug("http sink: %s %s -> %d (key %s)", s.method, shown, status,
+                                 request.key)
+                    return
+                if status != 429 and status < 500:
+                    logger.warning("http sink: %s %s -> %d: %d row(s) refused (key %s)",
+                                   s.method, shown, status, len(request.rows), request.key)
+                    await self._refuse(request.rows, status, head)
+                    return
+                problem, cause = f"HTTP {status}: {head[:200]}", None
+                wait = retry_after_s(response)
+            if attempt == s.max_retries:
+                break
+            delay = self._backoff(attempt, wait)
+            self.stats["retries"] += 1
+            logger.warning("http sink: %s %s: %s; retry %d/%d in %.2f s", s.method, shown,
+                           problem, attempt + 1, s.max_retries, delay)
+            await self._sleep(delay)
+        raise SinkError(f"http sink: {s.method} {shown} failed after {s.max_retries + 1} "
+                        f"attempt(s): {problem}") from cause
+
+    async def _exchange(self, client: httpx.AsyncClient, url: str, body: bytes,
+                        headers: dict[str, str]) -> tuple[httpx.Response, str]:
+        """One attempt: the response and, for a non-2xx, the first KB of its body."""
+        request = client.build_request(self.settings.method, url, content=body, headers=headers)
+        response = await client.send(request, stream=True)
+        try:
+            if response.is_success:
+                async for _ in response.aiter_raw():
+                    pass  # drained (not decoded: it is not used), the connection is reused
+                return response, ""
+            data = b""
+            try:
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) >= BODY_HEAD_BYTES:
+                        break  # the rest is not read; the connection is closed instead
+            except httpx.DecodingError:
+                data += b" (undecodable content-encoding)"
+            return response, self._scrub(_decode(data[:BODY_HEAD_BYTES], response))
+        finally:
+            await response.aclose()
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        cap = self.settings.max_backoff_s
+        if retry_after is not None:
+            return min(retry_after, cap)
+        return self._jitter() * min(cap, self.settings.min_backoff_s * 2.0 ** min(attempt, 60))
+
+    async def _refuse(self, rows: list[Row], status: int, body_head: str) -> None:
+        self.stats["refused_rows"] += len(rows)
+        result = self.on_permanent_failure(rows, status, body_head)
+        if result is not None:
+            await result
+
+    def _no_handler(self, rows: Sequence[Row], status: int, body_head: str) -> None:
+        raise SinkError(f"http sink: {len(rows)} row(s) refused with status {status} and no "
+                        f"on_permanent_failure handler: {body_head[:200]}")
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with every secret value masked (servers may echo our headers)."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+# -------------------------------------------------------------------- helpers
+
+
+def _headers_and_secrets(s: HttpSinkSettings) -> tuple[dict[str, str], list[str]]:
+    headers = {"Content-Type": "application/json", "User-Agent": "kstage-http-sink"}
+    headers.update(s.headers)
+    secrets = [v for k, v in s.headers.items() if _SECRET_HEADER.search(k) and len(v) >= 4]
+    if s.auth is not None and s.auth.bearer is not None:
+        token = s.auth.bearer.get_secret_value()
+        headers["Authorization"] = f"Bearer {token}"
+        secrets.append(token)
+    elif s.auth is not None and s.auth.basic is not None:
+        password = s.auth.basic.password.get_secret_value()
+        userpass = f"{s.auth.basic.username}:{password}".encode()
+        encoded = base64.b64encode(userpass).decode("ascii")
+        headers["Authorization"] = f"Basic {encoded}"
+        secrets += [password, encoded]
+    # longest first, so a secret containing another is masked whole
+    return headers, sorted((x for x in secrets if x), key=len, reverse=True)
+
+
+def _partition_of(row: Row) -> tuple[Any, Any]:
+    return row.get("_topic"), row.get("_partition")
+
+
+def _shown(url: str) -> str:
+    """The URL for logs and errors: without its query (it may carry an API key)."""
+    base, sep, _ = url.partition("?")
+    return f"{base}?..." if sep else base
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def _decode(data: bytes, response: httpx.Response) -> str:
+    try:
+        return data.decode(response.charset_encoding or "utf-8", "replace")
+    except LookupError:  # an unknown charset name
+        return data.decode("utf-8", "replace")
+
+
+def _tls_verify(tls: HttpTls) -> ssl.SSLContext | bool:
+    """httpx's ``verify``: a bool, or an SSLContext when CA or client files are given."""
+    if not tls.verify:
+        logger.warning("http sink: TLS certificate verification is disabled")
+    if tls.ca_file is None and tls.client_cert is None:
+        return tls.verify
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file if tls.verify else None)
+        if not tls.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if tls.client_cert is not None:
+            context.load_cert_chain(tls.client_cert, tls.client_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise SinkError(f"http sink tls: cannot load the files: {exc}") from exc
+    return context

@@ -1,0 +1,90 @@
+"""Prometheus metrics of the actors.
+
+Latency and size distributions are observed where they happen (histograms, thread-safe);
+counters and per-partition gauges are not kept twice: they are read from the workers'
+own state at scrape time (:meth:`Worker.snapshot`), on the event loop, so no actor
+shares mutable state with the HTTP thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_LABELS = ("group", "topic")
+_COUNTERS = {
+    # snapshot stat -> (metric name, help)
+    "consumed": ("kstage_messages_consumed", "Messages fetched from Kafka."),
+    "processed": ("kstage_messages_processed", "Messages processed by the processor."),
+    "failed": ("kstage_messages_failed", "Messages whose processing or sink write failed."),
+    "retried": ("kstage_messages_retried", "Retries of failed messages."),
+    "dead_lettered": ("kstage_messages_dead_lettered", "Messages written to the dead-letter file."),
+    "committed": ("kstage_commits", "Successful offset commits."),
+    "paused": ("kstage_pauses", "Times the worker paused its partitions (backpressure)."),
+}
+
+
+class Metrics:
+    """The process's metrics registry and the histograms actors observe into."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.batch_size = Histogram(
+            "kstage_batch_size", "Messages per fetched partition batch.", _LABELS,
+            buckets=(1, 10, 50, 100, 250, 500, 1000, 5000), registry=self.registry)
+        self.sink_write_seconds = Histogram(
+            "kstage_sink_write_seconds", "Duration of durable sink writes (flushes).",
+            (*_LABELS, "sink"), registry=self.registry)
+        self.commit_seconds = Histogram(
+            "kstage_commit_seconds", "Duration of offset commits.", _LABELS,
+            registry=self.registry)
+
+    def watch(self, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
+        """Expose counters and gauges computed from ``snapshot()`` at each scrape."""
+        self.registry.register(_SnapshotCollector(snapshot))
+
+
+class _SnapshotCollector(Collector):
+    def __init__(self, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> Iterable[Any]:
+        return []  # names are dynamic: never collect at registration (it runs a snapshot)
+
+    def collect(self) -> Iterable[Any]:
+        workers = self._snapshot()
+        counters = {k: CounterMetricFamily(n, h, labels=_LABELS) for k, (n, h) in
+                    _COUNTERS.items()}
+        restarts = CounterMetricFamily("kstage_worker_restarts", "Worker restarts.",
+                                       labels=_LABELS)
+        part = (*_LABELS, "partition")
+        committed = GaugeMetricFamily("kstage_committed_offset",
+                                      "Last committed offset (next to read).", labels=part)
+        high_water = GaugeMetricFamily("kstage_high_water",
+                                       "Fetch high-water mark of the partition.", labels=part)
+        lag = GaugeMetricFamily("kstage_lag", "High-water mark minus processed position.",
+                                labels=part)
+        paused = GaugeMetricFamily("kstage_paused_partitions",
+                                   "Partitions currently paused.", labels=_LABELS)
+        in_flight = GaugeMetricFamily("kstage_in_flight_messages",
+                                      "Messages fetched but not yet durable.", labels=_LABELS)
+        for w in workers:
+            labels = [w["group"], w["topic"]]
+            for key, family in counters.items():
+                family.add_metric(labels, w["stats"].get(key, 0))
+            restarts.add_metric(labels, w["restarts"])
+            paused.add_metric(labels, w["paused_partitions"])
+            in_flight.add_metric(labels, w["in_flight"])
+            for p in w["partitions"]:
+                plabels = [*labels, str(p["partition"])]
+                if p["committed"] is not None:
+                    committed.add_metric(plabels, p["committed"])
+                if p["high_water"] is not None:
+                    high_water.add_metric(plabels, p["high_water"])
+                    lag.add_metric(plabels, p["lag"])
+        yield from counters.values()
+        yield from (restarts, committed, high_water, lag, paused, in_flight)

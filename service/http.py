@@ -1,0 +1,132 @@
+"""The status HTTP server: ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
+
+It runs in its own thread, so it still answers when the event loop is stuck, and says so:
+
+* ``/healthz``: 200 while the event loop is responsive (a loop task refreshes a heartbeat
+  every 0.5 s); 503 with ``{"status": "unhealthy", "reason": ...}`` once it is 5 s stale.
+* ``/readyz``: 200 once every worker has joined its consumer group and opened its sink;
+  503 with the reasons per worker otherwise.
+* ``/metrics``: Prometheus text format (prometheus-client); worker state is snapshotted
+  on the event loop, never read concurrently from this thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from actors.master import Master
+from actors.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_S = 0.5
+STALE_S = 5.0
+_LOOP_CALL_TIMEOUT_S = 2.0
+
+
+class StatusServer:
+    """Serves the three endpoints for one master on ``host:port`` (port 0: any free port)."""
+
+    def __init__(self, master: Master, metrics: Metrics, loop: asyncio.AbstractEventLoop,
+                 host: str = "0.0.0.0", port: int = 9108) -> None:  # noqa: S104 - a service port
+        self.master = master
+        self.metrics = metrics
+        self.loop = loop
+        self.heartbeat = time.monotonic()
+        self._server = ThreadingHTTPServer((host, port), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="kstage-status", daemon=True)
+        metrics.watch(lambda: self.on_loop(master.snapshot))
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+        logger.info("status server on port %d: /metrics /healthz /readyz", self.port)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    async def beat(self) -> None:
+        """Refresh the heartbeat until cancelled (runs on the event loop)."""
+        while True:
+            self.heartbeat = time.monotonic()
+            await asyncio.sleep(HEARTBEAT_S)
+
+    def on_loop(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the event loop and return its result (from the server thread)."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except Exception as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(run)
+        try:
+            return future.result(_LOOP_CALL_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()  # if the loop wakes up later, it skips the call
+            raise
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        stale = time.monotonic() - self.heartbeat
+        if stale > STALE_S:
+            return 503, {"status": "unhealthy",
+                         "reason": f"event loop unresponsive for {stale:.1f}s"}
+        return 200, {"status": "ok"}
+
+    def ready(self) -> tuple[int, dict[str, Any]]:
+        try:
+            reasons = self.on_loop(self.master.readiness)
+        except (TimeoutError, RuntimeError) as exc:
+            return 503, {"status": "not ready", "reasons": [f"event loop: {exc!r}"]}
+        if reasons:
+            return 503, {"status": "not ready", "reasons": reasons}
+        return 200, {"status": "ready"}
+
+
+def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                try:
+                    body = generate_latest(server.metrics.registry)
+                except (TimeoutError, RuntimeError) as exc:
+                    self._send(503, "text/plain", f"metrics unavailable: {exc!r}\n".encode())
+                    return
+                self._send(200, CONTENT_TYPE_LATEST, body)
+            elif path in ("/healthz", "/readyz"):
+                code, data = server.health() if path == "/healthz" else server.ready()
+                self._send(code, "application/json", json.dumps(data).encode())
+            else:
+                self._send(404, "application/json", b'{"error": "not found"}')
+
+        def _send(self, code: int, content_type: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            logger.debug("status %s", format % args)
+
+    return Handler
