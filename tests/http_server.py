@@ -24,6 +24,7 @@ import http
 import json
 import socket
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -52,6 +53,7 @@ class RecordedRequest:
     body: bytes
     client_port: int
     answer: int = field(default=200)
+    at: float = field(default_factory=time.monotonic)  # when it was received
 
     @cached_property
     def json(self) -> Any:
