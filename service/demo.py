@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
+from actors.master import Master
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker
@@ -98,6 +102,28 @@ def demo_settings(bootstrap: str, out: Path) -> Settings:
     )
 
 
+def progress_display(total: int) -> Callable[[Master], Coroutine[Any, Any, None]]:
+    """A one-line progress display on stderr: messages processed of ``total``."""
+    async def show(master: Master) -> None:
+        started = time.monotonic()
+        tty = sys.stderr.isatty()
+        try:
+            while True:
+                done = sum(w["stats"]["processed"] for w in master.snapshot())
+                rate = done / max(time.monotonic() - started, 1e-9)
+                width = 30
+                bar = "#" * (width * min(done, total) // max(total, 1))
+                line = f"  [{bar:<{width}}] {done}/{total} messages ({rate:.0f}/s)"
+                # A terminal gets one line redrawn in place; a log gets a line a second.
+                sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
+                sys.stderr.flush()
+                await asyncio.sleep(0.25 if tty else 1.0)
+        finally:
+            if tty:
+                sys.stderr.write("\n")
+    return show
+
+
 def _count_lines(path: Path) -> int:
     if not path.exists():
         return 0
@@ -117,7 +143,7 @@ def run_demo(out: Path, events: int = 500) -> int:
               f"{len(counts)} topics on the embedded broker {broker.bootstrap}", flush=True)
         started = time.monotonic()
         code = asyncio.run(serve(demo_settings(broker.bootstrap, out), broker.bootstrap,
-                                 drain=True))
+                                 drain=True, progress=progress_display(produced)))
         elapsed = time.monotonic() - started
     tables: dict[str, int] = {}
     for topic in SAMPLE_TOPICS:

@@ -18,6 +18,8 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from actors.errors import FatalError
 from actors.master import Master
@@ -44,9 +46,10 @@ def _arm_watchdog(seconds: float) -> None:
     timer.start()
 
 
-async def serve(settings: Settings, bootstrap: str, *, drain: bool = False) -> int:
+async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
+                progress: Callable[[Master], Coroutine[Any, Any, None]] | None = None) -> int:
     """Run the master (and the status server) until it stops; map the outcome to an exit
-    code."""
+    code. ``progress(master)`` runs beside it (the demo's progress display)."""
     metrics = Metrics()
     master = Master(settings, bootstrap, drain=drain, metrics=metrics)
     loop = asyncio.get_running_loop()
@@ -81,6 +84,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False) -> i
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    shown = asyncio.create_task(progress(master), name="progress") if progress else None
     try:
         await master.run()
     except asyncio.CancelledError:
@@ -96,6 +100,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False) -> i
         if status is not None:
             beat.cancel()
             status.stop()
+        if shown is not None:
+            shown.cancel()
     return EXIT_OK
 
 
