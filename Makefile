@@ -5,7 +5,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint setup
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml .ci/system-deps
+	bash .ci/system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
@@ -22,3 +23,5 @@ lint: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest
+	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
+	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

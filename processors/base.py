@@ -119,8 +119,10 @@ class Processor:
     key: ClassVar[tuple[str, ...]] = ()
     """Natural key of the rows (the source DDL's primary key), used by the merge."""
     reader_schema: ClassVar[str | None] = None
-    """Path of the Avro schema the processor reads (relative to SCHEMA_DIR), if any;
-    writer schemas from the registry are resolved against it (Avro evolution rules)."""
+    """Path of the Avro schema the processor expects (relative to SCHEMA_DIR), if any.
+    ``kstage schemas check`` checks writer schemas against it. Decoding resolves writer
+    data to a reader schema only when the topic names one (``reader_schema`` in the
+    topic's settings); otherwise values are read as written."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: Mapping[str, Any] = dict(options or {})
