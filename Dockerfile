@@ -1,12 +1,41 @@
 # kstage service image. Build: docker build -t kstage .
-FROM python:3.11-slim
+# Run:   docker run --rm -e KAFKA_BOOTSTRAP=host:9092 -v $PWD/kstage.yml:/etc/kstage/kstage.yml:ro kstage
+# Debian bookworm: the last Debian with OpenJDK 17, the JRE PySpark (the `spark` extra) needs.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# slim images lack /usr/share/man/man1, which the JRE's postinst writes to.
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY service service
 COPY actors actors
 COPY processors processors
 COPY settings settings
-RUN pip install --no-cache-dir .
+RUN pip install .
+
+# Non-root; /data is the working directory, so relative sink and dead-letter paths
+# (out/..., failed_events.log) are writable, and a named volume mounted there is too.
+RUN useradd --system --uid 10001 --user-group --home-dir /data --shell /usr/sbin/nologin kstage \
+ && mkdir -p /data /etc/kstage \
+ && chown kstage:kstage /data
 COPY kstage.yml /etc/kstage/kstage.yml
+COPY examples/configs /etc/kstage/examples
+USER kstage
+WORKDIR /data
+
+# service.http_port: /healthz (event loop responsive), /readyz, /metrics.
+EXPOSE 9108
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9108/healthz', timeout=4)"]
+
 ENTRYPOINT ["kstage"]
 CMD ["run", "-c", "/etc/kstage/kstage.yml"]

@@ -5,9 +5,14 @@ Commands::
     kstage run -c FILE [--drain]     run the service (exit 0 clean, 1 crash, 2 bad config)
     kstage validate -c FILE          check the configuration and processors (exit 0 or 2)
     kstage processors [-c FILE]      list installed processors (and the topics using them)
+    kstage processors new NAME [--dir DIR]   scaffold a processor plugin package in DIR/NAME
     kstage schemas check -c FILE     can every Avro topic's reader read its writer schema
+    kstage config from-wherehows|from-datahub FILE [-o OUT]   translate a config to kstage YAML
     kstage demo [--dir DIR]          the main job on the embedded broker, summarised
     kstage broker [--port N]         run the embedded Kafka-compatible broker in the foreground
+    kstage lag -c FILE [--json]      committed offset, high-water mark and lag per partition
+    kstage offsets reset -c FILE --group G --to earliest|latest|TIME|OFFSET [--dry-run]
+    kstage dlq show|replay -c FILE [--topic T] [--since TIME] [--to-kafka]
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("-c", "--config", default="kstage.yml")
     procs = sub.add_parser("processors", help="list installed processors")
     procs.add_argument("-c", "--config", default=None, help="also show the topics of FILE")
+    procs_sub = procs.add_subparsers(dest="processors_command", metavar="{new}")
+    new = procs_sub.add_parser("new", help="scaffold an installable processor plugin package")
+    new.add_argument("name", help="processor and package name: lowercase, digits, underscores")
+    new.add_argument("--dir", default=".", help="create the project in DIR/NAME (default: .)")
     demo = sub.add_parser("demo", help="run the main job on the embedded broker with "
                           "sample events and summarise what landed")
     demo.add_argument("--dir", default="demo-out", help="output directory")
@@ -54,6 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     schemas_check = schemas_sub.add_parser(
         "check", help="check that every Avro topic's reader can read its writer schema")
     schemas_check.add_argument("-c", "--config", default="kstage.yml")
+    config = sub.add_parser("config", help="translate other consumers' configs to kstage YAML")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    for source, what in (("wherehows", "a WhereHows Kafka consumer job (.job properties)"),
+                         ("datahub", "a DataHub Actions pipeline (YAML, Kafka source)")):
+        translate = config_sub.add_parser(f"from-{source}", help=f"translate {what}")
+        translate.add_argument("file", help=what)
+        translate.add_argument("-o", "--output", default=None, help="write to OUT, not stdout")
+    _add_ops_parsers(sub)
     broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
     broker.add_argument("--port", type=int, default=9092)
     return parser
@@ -97,6 +114,21 @@ def _processors(path: str | None) -> int:
     return EXIT_CONFIG if missing else EXIT_OK
 
 
+def _new_plugin(name: str, directory: str) -> int:
+    from service.scaffold import ScaffoldError, scaffold  # noqa: PLC0415
+
+    try:
+        files = scaffold(name, directory)
+    except ScaffoldError as exc:
+        print(f"kstage: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    project = Path(directory) / name
+    for path in files:
+        print(f"created {path}")
+    print(f"next: pip install -e {project} && (cd {project} && pytest) && kstage processors")
+    return EXIT_OK
+
+
 def _schemas_check(path: str) -> int:
     import asyncio  # noqa: PLC0415
 
@@ -110,6 +142,90 @@ def _schemas_check(path: str) -> int:
     for r in results:
         print(f"{'OK ' if r.ok else 'BAD'} {r.group}/{r.topic} [{r.subject}]: {r.detail}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_CRASH
+
+
+def _config(kind: str, path: str, output: str | None) -> int:
+    from service.translate import TranslationError, translate_file  # noqa: PLC0415
+
+    try:
+        text = translate_file(kind, path)
+        if output is not None:
+            Path(output).write_text(text, encoding="utf-8")
+    except TranslationError as exc:
+        print("\n".join(f"kstage: {line}" for line in str(exc).splitlines()), file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"kstage: {output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        print(f"{output}: translated from {path}; check it with: kstage validate -c {output}")
+    return EXIT_OK
+
+
+_OPS_COMMANDS = ("lag", "offsets", "dlq")
+
+
+def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Subcommands of the ops tools (service.lag, service.offsets, service.dlq)."""
+    lag = sub.add_parser("lag", help="committed offset, high-water mark and lag per partition")
+    lag.add_argument("-c", "--config", default="kstage.yml")
+    lag.add_argument("--json", action="store_true", help="print a JSON list of partitions")
+    offsets = sub.add_parser("offsets", help="consumer-group offset tools")
+    offsets_sub = offsets.add_subparsers(dest="offsets_command", required=True)
+    reset = offsets_sub.add_parser(
+        "reset", help="move a group's committed offsets (refused while it has live members)")
+    reset.add_argument("-c", "--config", default="kstage.yml")
+    reset.add_argument("--group", required=True, help="consumer group of the config")
+    reset.add_argument("--to", required=True,
+                       help="earliest | latest | ISO-8601 time (UTC if no zone) | offset")
+    reset.add_argument("--dry-run", action="store_true", help="report, commit nothing")
+    dlq = sub.add_parser("dlq", help="dead-letter tools")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
+    for name, what in (("show", "list dead-lettered messages"),
+                       ("replay", "reprocess dead-lettered messages through their processor "
+                                  "and sink (or re-produce them with --to-kafka)")):
+        cmd = dlq_sub.add_parser(name, help=what)
+        cmd.add_argument("-c", "--config", default="kstage.yml")
+        cmd.add_argument("--topic", default=None, help="only this topic")
+        cmd.add_argument("--since", default=None,
+                         help="only messages that failed at or after this ISO-8601 time")
+        if name == "replay":
+            cmd.add_argument("--to-kafka", action="store_true",
+                             help="re-produce to the original topic instead of processing")
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from aiokafka.errors import KafkaError  # noqa: PLC0415 - keep other commands light
+
+    from service.lag import OpsError  # noqa: PLC0415
+
+    settings = _load(args.config)
+    configure_logging("WARNING", settings.service.log_format)
+    try:
+        if args.command == "lag":
+            from service.lag import lag, render_json, render_table  # noqa: PLC0415
+
+            rows = lag(settings)
+            print(render_json(rows) if args.json else render_table(rows))
+            return EXIT_OK
+        if args.command == "offsets":
+            from service.offsets import render, reset  # noqa: PLC0415
+
+            print(render(reset(settings, args.group, args.to, args.dry_run)))
+            return EXIT_OK
+        from service import dlq  # noqa: PLC0415
+
+        if args.dlq_command == "show":
+            print(dlq.render(*dlq.show(settings, args.topic, args.since)))
+            return EXIT_OK
+        result = dlq.replay(settings, args.topic, args.since, args.to_kafka)
+        print(dlq.render_replay(result, args.to_kafka))
+        return EXIT_CRASH if result.failed or result.skipped else EXIT_OK
+    except (OpsError, KafkaError) as exc:
+        print(f"kstage: {exc}", file=sys.stderr)
+        return EXIT_CRASH
 
 
 def _broker(port: int) -> int:
@@ -128,9 +244,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return _validate(args.config)
         if args.command == "processors":
+            if args.processors_command == "new":
+                return _new_plugin(args.name, args.dir)
             return _processors(args.config)
         if args.command == "schemas":
             return _schemas_check(args.config)
+        if args.command == "config":
+            return _config(args.config_command.removeprefix("from-"), args.file, args.output)
+        if args.command in _OPS_COMMANDS:
+            return _ops(args)
         if args.command == "demo":
             from service.demo import run_demo  # noqa: PLC0415
 

@@ -1,0 +1,412 @@
+"""``kstage dlq show|replay``: inspect and replay the dead-letter files.
+
+The files are the topics' ``failure.dead_letter_path`` (a topic's ``failure`` overrides
+its group's). They stay **append-only**: a replay never rewrites or removes a line. What
+was replayed is recorded beside each file in ``<path>.replayed``, one JSON line per
+replayed dead-letter line (``group, topic, partition, offset, failed_at``, which identify
+the line, plus ``replayed_at`` and ``via``), appended and fsynced right after the
+line's work became durable. A crash mid-replay therefore re-replays at most the message
+in progress (its rows carry their Kafka coordinates, so that duplicate is idempotent
+downstream), and a line that fails again simply stays unreplayed.
+
+``replay`` rebuilds each message (key, value and headers from base64), decodes it the
+way the worker does (the topic's ``format``/``key_format``, Avro through the configured
+schema registry), runs the processor the **given** configuration names for the topic
+(so a fixed processor or a fixed config replays the failures), writes the rows to the
+topic's sink, then marks the line. Lines of a sink's permanent refusal (they carry
+``sink``; their value is the refused row) are written to the sink again as they are.
+``to_kafka`` instead re-produces the original key, value and headers to the original
+topic and partition (``send_and_wait`` each), for the running service to consume.
+One replay per file at a time (an exclusive lock on the sidecar).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import fcntl
+import inspect
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from actors.sinks import Sink, build_sink
+from actors.worker import DECODERS, KEY_DECODERS
+from processors.avro import AvroDecoder, load_schema
+from processors.base import Message, Processor
+from service.lag import OpsError, bootstrap_of, connection_kwargs
+from settings.models import Settings, TopicSettings
+
+logger = logging.getLogger(__name__)
+
+_PROGRESS_MIN_LINES = 1000  # without a TTY, show progress only for replays this long
+
+
+def sidecar_of(path: Path) -> Path:
+    return path.with_name(path.name + ".replayed")
+
+
+def _identity(rec: dict[str, Any]) -> tuple[Any, ...]:
+    return (rec.get("group"), rec.get("topic"), rec.get("partition"), rec.get("offset"),
+            rec.get("failed_at"))
+
+
+def _parse_time(text: str, what: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise OpsError(f"{what} {text!r}: expected an ISO-8601 time such as "
+                       "2026-11-22T06:00:00Z") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """One dead-letter line, where it is, and whether the sidecar marks it replayed."""
+
+    path: Path
+    line: int
+    record: dict[str, Any]
+    replayed: bool
+
+    def describe(self) -> str:
+        r = self.record
+        return f"{r.get('topic')}[{r.get('partition')}]@{r.get('offset')} ({self.path}:{self.line})"
+
+
+def dead_letter_paths(settings: Settings) -> list[Path]:
+    """Every dead-letter file the configuration names, in order, without duplicates."""
+    paths: dict[Path, None] = {}
+    for group in settings.groups:
+        for topic in group.topics:
+            paths[Path((topic.failure or group.failure).dead_letter_path)] = None
+    return list(paths)
+
+
+def _read_replayed(path: Path) -> set[tuple[Any, ...]]:
+    done: set[tuple[Any, ...]] = set()
+    side = sidecar_of(path)
+    if side.exists():
+        with side.open("rb") as fh:
+            for raw in fh:
+                try:
+                    done.add(_identity(json.loads(raw)))
+                except (ValueError, AttributeError):
+                    continue  # a line torn by a crash: its message is replayed again
+    return done
+
+
+def load(settings: Settings, *, topic: str | None = None,
+         since: str | None = None) -> tuple[list[DeadLetter], int]:
+    """The dead-letter lines (filtered by topic and ``failed_at >= since``) and the count
+    of unreadable lines. A last line without its newline is still being written: skipped."""
+    since_dt = _parse_time(since, "--since") if since else None
+    found: list[DeadLetter] = []
+    bad = 0
+    for path in dead_letter_paths(settings):
+        if not path.exists():
+            continue
+        done = _read_replayed(path)
+        with path.open("rb") as fh:
+            for number, raw in enumerate(fh, 1):
+                if not raw.endswith(b"\n"):
+                    break
+                try:
+                    rec = json.loads(raw)
+                    failed_at = _parse_time(str(rec["failed_at"]), "failed_at")
+                    if not isinstance(rec["topic"], str):
+                        raise TypeError("topic")
+                except (ValueError, KeyError, TypeError, OpsError):
+                    bad += 1
+                    logger.warning("%s:%d: not a dead-letter line; ignored", path, number)
+                    continue
+                if topic is not None and rec["topic"] != topic:
+                    continue
+                if since_dt is not None and failed_at < since_dt:
+                    continue
+                found.append(DeadLetter(path, number, rec, _identity(rec) in done))
+    return found, bad
+
+
+def render(lines: list[DeadLetter], unreadable: int = 0) -> str:
+    """The ``show`` table."""
+    head = ("TOPIC", "PARTITION", "OFFSET", "ERROR_TYPE", "ERROR", "FAILED_AT", "REPLAYED")
+    body = [(str(d.record.get("topic")), str(d.record.get("partition")),
+             str(d.record.get("offset")), str(d.record.get("error_type", "")),
+             " ".join(str(d.record.get("error", "")).split())[:80],
+             str(d.record.get("failed_at")), "yes" if d.replayed else "no") for d in lines]
+    widths = [max(len(cells[i]) for cells in (head, *body)) for i in range(len(head))]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+           for cells in (head, *body)]
+    done = sum(d.replayed for d in lines)
+    out.append(f"{len(lines)} dead-lettered, {done} replayed, {len(lines) - done} not replayed"
+               + (f", {unreadable} unreadable line(s) ignored" if unreadable else ""))
+    return "\n".join(out)
+
+
+class Progress:
+    """A progress bar on ``stream``: redrawn in place on a TTY; elsewhere (logs, CI) a
+    line per 10% for long runs. Silent for short runs without a TTY."""
+
+    def __init__(self, total: int, stream: IO[str] | None = None) -> None:
+        self.total, self.done = total, 0
+        self._stream = stream or sys.stderr
+        self._tty = self._stream.isatty()
+        self.enabled = total > 0 and (self._tty or total > _PROGRESS_MIN_LINES)
+        self._started = time.monotonic()
+        self._drawn = self._started - 1.0  # draw the first step at once
+        self._step = -1
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        step = self.done * 10 // self.total
+        if self._tty and (now - self._drawn >= 0.1 or self.done == self.total):
+            self._stream.write("\r" + self._text(now) + "\x1b[K")  # clear to end of line
+        elif not self._tty and step != self._step:
+            self._stream.write(self._text(now) + "\n")
+        else:
+            return
+        self._drawn, self._step = now, step
+        self._stream.flush()
+
+    def _text(self, now: float) -> str:
+        width = 30
+        filled = width * self.done // self.total
+        rate = self.done / max(now - self._started, 1e-6)
+        eta = (self.total - self.done) / rate if rate else 0.0
+        return (f"replay [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                f"{rate:.0f}/s eta {eta:.0f}s")
+
+    def close(self) -> None:
+        if self.enabled and self._tty:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    replayed: list[DeadLetter] = field(default_factory=list)
+    failed: list[tuple[DeadLetter, str]] = field(default_factory=list)
+    skipped: list[tuple[DeadLetter, str]] = field(default_factory=list)
+    already: int = 0
+    unreadable: int = 0
+
+
+class _Marker:
+    """The append-only, fsynced sidecar of one dead-letter file, locked for one replay."""
+
+    def __init__(self, path: Path) -> None:
+        side = sidecar_of(path)
+        side.parent.mkdir(parents=True, exist_ok=True)
+        created = not side.exists()
+        self._fd = os.open(side, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise OpsError(f"another replay of {path} is running (lock on {side})") from None
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            os.write(self._fd, b"\n")  # end a line torn by a crash; it stays ignored
+        if created:
+            dir_fd = os.open(side.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def mark(self, letter: DeadLetter, via: str) -> None:
+        r = letter.record
+        entry = {"group": r.get("group"), "topic": r.get("topic"),
+                 "partition": r.get("partition"), "offset": r.get("offset"),
+                 "failed_at": r.get("failed_at"), "line": letter.line, "via": via,
+                 "replayed_at": datetime.now(UTC).isoformat(timespec="seconds")
+                 .replace("+00:00", "Z")}
+        os.write(self._fd, (json.dumps(entry) + "\n").encode())
+        os.fsync(self._fd)
+        letter.replayed = True
+
+    def close(self) -> None:
+        os.close(self._fd)  # releases the lock
+
+
+def _b64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+class _Target:
+    """A configured topic's processor, decoders and sink, started on first use."""
+
+    def __init__(self, topic: TopicSettings, cls: type[Processor], registry: Any,
+                 id_type: str) -> None:
+        self._started = self._open = False
+        self.processor = cls(topic.options)
+        self.sink: Sink = build_sink(topic.sink)
+        reader = load_schema(topic.reader_schema) if topic.reader_schema else None
+        self.avro = (AvroDecoder(registry, id_type, reader)
+                     if topic.format == "avro" and registry is not None else None)
+        self.avro_keys = (AvroDecoder(registry, id_type)
+                          if topic.key_format == "avro" and registry is not None else None)
+        self.decode: Callable[[bytes | None], Any] = (
+            self.avro.decode if self.avro else DECODERS[topic.format])
+        self.decode_key: Callable[[bytes | None], Any] | None = (
+            self.avro_keys.decode if self.avro_keys
+            else None if topic.key_format == "bytes" else KEY_DECODERS[topic.key_format])
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        """Start the processor and open the sink (each once; stopped/closed by ``stack``)."""
+        if not self._started:
+            await self.processor.start()
+            self._started = True
+            stack.push_async_callback(self.processor.stop)
+        if not self._open:
+            await self.sink.open()
+            self._open = True
+            stack.push_async_callback(self.sink.close)
+
+    async def replay(self, rec: dict[str, Any]) -> None:
+        """Decode, transform and write one dead-lettered message (raises on failure)."""
+        key, value = _b64(rec.get("key")), _b64(rec.get("value"))
+        if "sink" in rec:  # the sink refused this row for good: offer it again as it is
+            await self.sink.write([json.loads(value or b"null")])
+            return
+        for decoder, raw in ((self.avro, value), (self.avro_keys, key)):
+            if decoder is not None:
+                for id_bytes in decoder.missing([raw]):
+                    await decoder.fetch(id_bytes)
+        headers = tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ())
+        message = Message(
+            str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
+            int(rec.get("timestamp") or 0),
+            key if self.decode_key is None else self.decode_key(key),
+            self.decode(value), headers, value)  # type: ignore[arg-type]
+        out = self.processor.transform(message)
+        if inspect.isawaitable(out):
+            out = await out
+        await self.sink.write(list(out))
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
+"""Replays one dead-letter record; returns why it was skipped, or None when done."""
+
+
+async def _processor_handler(settings: Settings, stack: AsyncExitStack) -> Handler:
+    from actors.master import resolve_processors  # noqa: PLC0415 - loads plugins
+
+    classes = resolve_processors(settings)
+    registry: Any = None
+    if settings.schema_registry is not None:
+        from processors.schema_registry import registry_from_settings  # noqa: PLC0415
+
+        registry = await stack.enter_async_context(
+            registry_from_settings(settings.schema_registry))
+    id_type = settings.schema_registry.id_type if settings.schema_registry else "int"
+    exact = {(settings.group_id(g), t.topic): t for g in settings.groups for t in g.topics}
+    by_topic: dict[str, list[TopicSettings]] = {}
+    for t in exact.values():
+        by_topic.setdefault(t.topic, []).append(t)
+    targets: dict[int, _Target] = {}
+
+    async def handle(rec: dict[str, Any]) -> str | None:
+        # the line's (group, topic); else its topic, when one configured group reads it
+        topic = exact.get((str(rec.get("group")), str(rec.get("topic"))))
+        candidates = by_topic.get(str(rec.get("topic")), [])
+        topic = topic or (candidates[0] if len(candidates) == 1 else None)
+        if topic is None:
+            return "topic not in the configuration"
+        if id(topic) not in targets:
+            targets[id(topic)] = _Target(topic, classes[topic.processor], registry, id_type)
+        await targets[id(topic)].start(stack)
+        await targets[id(topic)].replay(rec)
+        return None
+    return handle
+
+
+async def _kafka_handler(settings: Settings, stack: AsyncExitStack) -> Handler:
+    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_of(settings),
+                                client_id=f"{settings.kafka.client_id}-replay",
+                                acks="all", **connection_kwargs(settings))
+    await producer.start()
+    stack.push_async_callback(producer.stop)
+
+    async def handle(rec: dict[str, Any]) -> str | None:
+        if "sink" in rec:
+            return "a row refused by the sink, not a Kafka message: replay it without --to-kafka"
+        partition = rec.get("partition")
+        await producer.send_and_wait(
+            str(rec["topic"]), value=_b64(rec.get("value")), key=_b64(rec.get("key")),
+            headers=[(str(k), _b64(v)) for k, v in rec.get("headers") or ()],
+            partition=partition if isinstance(partition, int) and partition >= 0 else None)
+        return None
+    return handle
+
+
+async def replay_async(settings: Settings, *, topic: str | None = None,
+                       since: str | None = None, to_kafka: bool = False,
+                       progress_stream: IO[str] | None = None) -> ReplayResult:
+    """Replay every not-yet-replayed dead-letter line (filtered); see the module doc."""
+    letters, unreadable = load(settings, topic=topic, since=since)
+    result = ReplayResult(already=sum(d.replayed for d in letters), unreadable=unreadable)
+    todo = [d for d in letters if not d.replayed]
+    if not todo:
+        return result
+    progress = Progress(len(todo), progress_stream)
+    markers: dict[Path, _Marker] = {}
+    async with AsyncExitStack() as stack:
+        stack.callback(progress.close)
+        for path in dict.fromkeys(d.path for d in todo):
+            markers[path] = _Marker(path)
+            stack.callback(markers[path].close)
+        via = "kafka" if to_kafka else "processor"
+        handle = await (_kafka_handler if to_kafka else _processor_handler)(settings, stack)
+        for letter in todo:
+            progress.advance()
+            try:
+                skipped = await handle(letter.record)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure leaves the line unreplayed
+                result.failed.append((letter, f"{type(exc).__name__}: {exc}"))
+                continue
+            if skipped is not None:
+                result.skipped.append((letter, skipped))
+                continue
+            markers[letter.path].mark(letter, via)  # only after the work is durable
+            result.replayed.append(letter)
+    return result
+
+
+def render_replay(result: ReplayResult, to_kafka: bool = False) -> str:
+    lines = [f"failed again: {d.describe()}: {why}" for d, why in result.failed]
+    lines += [f"skipped: {d.describe()}: {why}" for d, why in result.skipped]
+    where = "re-produced to Kafka" if to_kafka else "replayed"
+    lines.append(f"{len(result.replayed)} {where}, {len(result.failed)} failed, "
+                 f"{len(result.skipped)} skipped, {result.already} already replayed"
+                 + (f", {result.unreadable} unreadable line(s) ignored"
+                    if result.unreadable else ""))
+    return "\n".join(lines)
+
+
+def show(settings: Settings, topic: str | None = None,
+         since: str | None = None) -> tuple[list[DeadLetter], int]:
+    """Synchronous entry point of ``dlq show``."""
+    return load(settings, topic=topic, since=since)
+
+
+def replay(settings: Settings, topic: str | None = None, since: str | None = None,
+           to_kafka: bool = False) -> ReplayResult:
+    """Synchronous entry point of ``dlq replay``."""
+    return asyncio.run(replay_async(settings, topic=topic, since=since, to_kafka=to_kafka))
