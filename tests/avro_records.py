@@ -75,3 +75,11 @@ def assert_row_honest(proc: type[Processor], message: Message, row: Row) -> None
         assert type(value) is PY_TYPES[col.type], (col.name, value)
         if col.type == "int":
             assert isinstance(value, int) and -(2**31) <= value < 2**31
+
+
+def one(proc: Processor, message: Message) -> Row:
+    """The single row ``proc`` makes of ``message`` (asserting there is exactly one)."""
+    rows = proc.transform(message)
+    assert isinstance(rows, list) and len(rows) == 1
+    row: Row = rows[0]
+    return row

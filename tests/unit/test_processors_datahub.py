@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from fastavro.validation import validate
 
-from processors.base import COORDINATE_COLUMNS, SCHEMA_DIR, Message, Processor, Row
+from processors.base import COORDINATE_COLUMNS, SCHEMA_DIR, Message, Processor
 from processors.datahub_mcl import DatahubMclProcessor, json_text
 from processors.datahub_platform_event import DatahubEntityChangeProcessor
 from processors.errors import PoisonMessage
-from tests.avro_records import TIMESTAMP, assert_row_honest, avro_message, schema
+from tests.avro_records import TIMESTAMP, assert_row_honest, avro_message, one, schema
 
 MCL = "datahub/MetadataChangeLog.avsc"
 PLATFORM_EVENT = "datahub/PlatformEvent.avsc"
@@ -90,13 +90,6 @@ def platform_event(payload: bytes, *, name: str = "entityChangeEvent",
 def ece_message(change: dict[str, Any]) -> Message:
     validate(change, schema("datahub/EntityChangeEvent.avsc"), raise_errors=True)
     return platform_event(json.dumps(change).encode("utf-8"))
-
-
-def one(proc: Processor, message: Message) -> Row:
-    rows = proc.transform(message)
-    assert isinstance(rows, list) and len(rows) == 1
-    row: Row = rows[0]
-    return row
 
 
 SAMPLES: dict[type[Processor], list[Callable[[], Message]]] = {

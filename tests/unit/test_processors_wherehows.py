@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from processors.base import SCHEMA_DIR, Message, Processor, Row
+from processors.base import SCHEMA_DIR, Message, Processor
 from processors.errors import PoisonMessage
 from processors.gobblin import GobblinCompactionProcessor, GobblinDistcpProcessor
 from processors.gobblin_lumos import GobblinLumosProcessor
 from processors.metastore_audit import MetastoreAuditProcessor
-from tests.avro_records import TIMESTAMP, assert_row_honest, avro_message
+from tests.avro_records import TIMESTAMP, assert_row_honest, avro_message, one
 
 TABLE_SCHEMA = "wherehows/MetastoreTableAuditEvent.avsc"
 PARTITION_SCHEMA = "wherehows/MetastorePartitionAuditEvent.avsc"
@@ -129,13 +129,6 @@ def partition_event(event_type: str, old: Any, new: Any) -> Message:
                                 new_field="newPartition")
     record = {"auditHeader": header(), "metastorePartitionAuditContent": content}
     return avro_message(PARTITION_SCHEMA, record, topic="MetastorePartitionAudit", offset=12)
-
-
-def one(proc: Processor, message: Message) -> Row:
-    rows = proc.transform(message)
-    assert isinstance(rows, list) and len(rows) == 1
-    row: Row = rows[0]
-    return row
 
 
 # A realistic accepted event of every kind, for the column/type checks below.
