@@ -52,7 +52,7 @@ from actors.errors import (
 from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.kafka import build_consumer
 from actors.metrics import Metrics
-from actors.offsets import OffsetTracker
+from actors.offsets import Entry, OffsetTracker
 from actors.sinks import END, SinkBatch, build_sink, run_sink
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
@@ -574,7 +574,13 @@ class Worker:
         self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
         savepoint: bool,
     ) -> SinkBatch:
-        entry = self._tracker.add(tp, next_offset, count, savepoint=savepoint)
+        if tp in self._assigned:
+            entry = self._tracker.add(tp, next_offset, count, savepoint=savepoint)
+        else:
+            # Revoked while this batch was processed (e.g. during long retry waits): the
+            # rows are still written (at-least-once), but the partition's offsets belong to
+            # its new owner now: an untracked entry never resurrects its commit state.
+            entry = Entry(tp, next_offset, count, savepoint)
         batch = SinkBatch(rows, entry)
         await self._outbox.put(batch)
         return batch
