@@ -43,8 +43,8 @@ from aiokafka.errors import (
 )
 
 from actors.deadletter import DeadLetterFile, dead_letter_line
+from actors.decoding import DECODERS, KEY_DECODERS
 from actors.errors import (
-    FatalError,
     MessageFailedError,
     NoCommittedOffsetError,
     PermanentSinkError,
@@ -56,69 +56,13 @@ from actors.offsets import Entry, OffsetTracker
 from actors.sinks import END, SinkBatch, build_sink, run_sink
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
-from processors.errors import PoisonMessage, ProcessorError
+from processors.errors import ProcessorError
 from settings.models import CommitMode, GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
 
 _POLL_MS = 200  # getmany timeout: bounds how late a stop or a drain check is noticed
 _INBOX_BATCHES = 2
-
-
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # C scanner
-
-
-def _decode_json(raw: bytes | None) -> Any:
-    """Decode a JSON object. Fast path: UTF-8 text scanned by the C scanner directly,
-    skipping json.loads' encoding detection and whitespace regexes; anything unusual
-    (BOM, UTF-16/32, surrounding whitespace, errors) takes the json.loads path, which
-    gives the same result or the precise error message."""
-    if raw is None:
-        return None
-    try:
-        text = raw.decode("utf-8")
-        value, end = _scan_json(text, 0)
-        if end != len(text):
-            raise ValueError("trailing data")
-    except (UnicodeDecodeError, StopIteration, ValueError):
-        try:
-            value = json.loads(raw)
-        except ValueError as exc:
-            raise PoisonMessage(f"value is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise PoisonMessage(f"JSON value is {type(value).__name__}, not an object")
-    return value
-
-
-def _decode_bytes(raw: bytes | None) -> Any:
-    return raw
-
-
-def _decode_string(raw: bytes | None) -> Any:
-    if raw is None:
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PoisonMessage(f"key is not UTF-8: {exc}") from exc
-
-
-DECODERS: dict[str, Callable[[bytes | None], Any]] = {
-    "json": _decode_json, "bytes": _decode_bytes, "string": _decode_string,
-}
-FORMATS = (*DECODERS, "avro")
-
-
-def _decode_json_key(raw: bytes | None) -> Any:
-    try:
-        return None if raw is None else json.loads(raw)
-    except ValueError as exc:
-        raise PoisonMessage(f"key is not valid JSON: {exc}") from exc
-
-
-KEY_DECODERS: dict[str, Callable[[bytes | None], Any]] = {
-    "string": _decode_string, "json": _decode_json_key,
-}
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -763,4 +707,4 @@ class Worker:
             self._on_drained(self)
 
 
-__all__ = ["DECODERS", "FORMATS", "FatalError", "Worker"]
+__all__ = ["Worker"]

@@ -38,8 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from actors.decoding import DECODERS, KEY_DECODERS
 from actors.sinks import Sink, build_sink
-from actors.worker import DECODERS, KEY_DECODERS
 from processors.avro import AvroDecoder, load_schema
 from processors.base import Message, Processor
 from service.lag import OpsError, bootstrap_of, connection_kwargs

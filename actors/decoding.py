@@ -1,0 +1,70 @@
+"""Decoding of message values and keys for the ``json``, ``bytes`` and ``string`` formats.
+
+(``avro`` is decoded by :class:`processors.avro.AvroDecoder`, which needs a registry.)
+Every decoder raises :class:`~processors.errors.PoisonMessage` for input it cannot
+decode, so bad input is classified, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+from collections.abc import Callable
+from typing import Any
+
+from processors.errors import PoisonMessage
+
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # C scanner
+
+
+def _decode_json(raw: bytes | None) -> Any:
+    """Decode a JSON object. Fast path: UTF-8 text scanned by the C scanner directly,
+    skipping json.loads' encoding detection and whitespace regexes; anything unusual
+    (BOM, UTF-16/32, surrounding whitespace, errors) takes the json.loads path, which
+    gives the same result or the precise error message."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+        value, end = _scan_json(text, 0)
+        if end != len(text):
+            raise ValueError("trailing data")
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise PoisonMessage(f"value is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise PoisonMessage(f"JSON value is {type(value).__name__}, not an object")
+    return value
+
+
+def _decode_bytes(raw: bytes | None) -> Any:
+    return raw
+
+
+def _decode_string(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PoisonMessage(f"key is not UTF-8: {exc}") from exc
+
+
+DECODERS: dict[str, Callable[[bytes | None], Any]] = {
+    "json": _decode_json, "bytes": _decode_bytes, "string": _decode_string,
+}
+FORMATS = (*DECODERS, "avro")
+
+
+def _decode_json_key(raw: bytes | None) -> Any:
+    try:
+        return None if raw is None else json.loads(raw)
+    except ValueError as exc:
+        raise PoisonMessage(f"key is not valid JSON: {exc}") from exc
+
+
+KEY_DECODERS: dict[str, Callable[[bytes | None], Any]] = {
+    "string": _decode_string, "json": _decode_json_key,
+}
