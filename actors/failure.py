@@ -64,6 +64,7 @@ class FailurePolicy:
         attempt: Callable[[], Awaitable[Any]],
         dead_letter: Callable[[BaseException, int], Awaitable[None]],
         describe: str,
+        context: dict[str, Any] | None = None,
     ) -> tuple[Outcome, Any]:
         """Decide on a failed message.
 
@@ -72,6 +73,8 @@ class FailurePolicy:
             attempt: re-runs processing of the message; returns its result.
             dead_letter: writes the dead-letter line (durably) for ``exc`` after n attempts.
             describe: ``topic[partition]@offset`` for messages.
+            context: group/topic/partition/offset, attached to log records (JSON logs
+                show them as fields).
 
         Raises:
             MessageFailedError: the policy says throw; the offset must stay uncommitted.
@@ -82,7 +85,7 @@ class FailurePolicy:
             for delay in self.delays_s:
                 logger.warning(
                     "%s failed (attempt %d: %s: %s); retrying in %.1fs",
-                    describe, attempts, type(exc).__name__, exc, delay,
+                    describe, attempts, type(exc).__name__, exc, delay, extra=context,
                 )
                 if not await self._sleep(delay):
                     return Outcome.ABANDONED, None
@@ -110,5 +113,6 @@ class FailurePolicy:
         logger.warning(
             "%s failed after %d attempt(s) (%s: %s); dead-lettered to %s",
             describe, attempts, type(exc).__name__, exc, self.settings.dead_letter_path,
+            extra=context,
         )
         return Outcome.DEAD_LETTERED, None

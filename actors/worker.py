@@ -544,8 +544,10 @@ class Worker:
 
         retries_before = self._failure.retries
         try:
-            return await self._failure.handle(exc, lambda: self._transform(rec), dead_letter,
-                                              describe)
+            return await self._failure.handle(
+                exc, lambda: self._transform(rec), dead_letter, describe,
+                {"group": self.group_id, "topic": rec.topic, "partition": rec.partition,
+                 "offset": rec.offset})
         finally:
             self.stats["retried"] += self._failure.retries - retries_before
 

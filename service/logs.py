@@ -7,18 +7,24 @@ import logging
 import logging.config
 import time
 
+_CONTEXT = ("group", "topic", "partition", "offset")
+
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (+ exception)."""
+    """One JSON object per line: time, level, logger, message, and for message-level
+    lines group/topic/partition/offset (+ exception)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        data = {
+        data: dict[str, object] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key in _CONTEXT:  # message-level lines: Kafka coordinates as fields
+            if key in record.__dict__:
+                data[key] = record.__dict__[key]
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data, ensure_ascii=False)

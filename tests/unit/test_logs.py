@@ -1,0 +1,49 @@
+"""JSON log lines carry the Kafka coordinates of message-level events as fields."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from actors.failure import FailurePolicy, Outcome
+from service.logs import JsonFormatter
+from settings import FailureSettings
+
+
+async def test_dead_letter_warning_carries_coordinates_into_json(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="actors.failure")
+    policy = FailurePolicy(FailureSettings(mode="continue"), sleep=lambda s: None)  # type: ignore[arg-type,return-value]
+
+    async def dead_letter(exc: BaseException, attempts: int) -> None:
+        return None
+
+    context = {"group": "g", "topic": "t", "partition": 3, "offset": 42}
+    outcome, _ = await policy.handle(ValueError("boom"), lambda: None, dead_letter,  # type: ignore[arg-type,return-value]
+                                     "g: t[3]@42", context)
+    assert outcome is Outcome.DEAD_LETTERED
+    (record,) = [r for r in caplog.records if "dead-lettered" in r.getMessage()]
+    line = json.loads(JsonFormatter().format(record))
+    assert {k: line[k] for k in context} == context
+    assert line["level"] == "WARNING" and "t[3]@42 failed after 1 attempt(s)" in line["message"]
+
+
+def test_plain_lines_have_no_coordinate_fields() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "started %s", ("w",), None)
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "started w" and "topic" not in line
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_configure_logging_accepts_both_formats(fmt: str) -> None:
+    from service.logs import configure_logging
+
+    configure_logging("INFO", fmt)
+    root = logging.getLogger()
+    try:
+        assert isinstance(root.handlers[0].formatter, JsonFormatter) is (fmt == "json")
+        assert logging.getLogger("httpx").level == logging.WARNING
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
