@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 setup: $(STAMP)

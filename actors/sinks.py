@@ -121,10 +121,17 @@ def _http_sink(settings: SinkSettings) -> Sink:
     return HttpSink(HttpSinkSettings.model_validate(settings.model_dump()))
 
 
+def _spark_sink(settings: SinkSettings) -> Sink:
+    from actors.spark_sink import SparkSink, SparkSinkSettings  # noqa: PLC0415 - only if used
+
+    return SparkSink(SparkSinkSettings.model_validate(settings.model_dump()))
+
+
 SINK_TYPES: dict[str, Callable[[SinkSettings], Sink]] = {
     "null": lambda s: NullSink(),
     "jsonl": lambda s: JsonlSink(str(s.path), fsync=bool(getattr(s, "fsync", True))),
     "http": _http_sink,
+    "spark": _spark_sink,
 }
 
 

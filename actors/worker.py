@@ -210,6 +210,9 @@ class Worker:
         """Run until stopped (returns) or crashed (raises). Cancel to abort."""
         processor = self._processor = self._processor_cls(self.topic.options)
         sink = build_sink(self.topic.sink)
+        if hasattr(sink, "bind"):  # spark sink: the processor's typed schema and table
+            sink.bind(self._processor_cls.columns, self._processor_cls.table,
+                      processor=self.topic.processor, spark=self.settings.spark)
         self._async_transform = inspect.iscoroutinefunction(processor.transform)
         if hasattr(sink, "on_permanent_failure"):
             sink.on_permanent_failure = self._sink_dead_letter

@@ -17,6 +17,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -102,6 +103,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
             status.stop()
         if shown is not None:
             shown.cancel()
+        if "actors.spark_sink" in sys.modules:  # only if a spark sink was used
+            await sys.modules["actors.spark_sink"].stop_spark_actors()
     return EXIT_OK
 
 

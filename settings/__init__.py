@@ -27,6 +27,7 @@ from settings.models import (
     ServiceSettings,
     Settings,
     SinkSettings,
+    SparkSettings,
     SupervisorSettings,
     TopicSettings,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "SinkSettings",
+    "SparkSettings",
     "SupervisorSettings",
     "TopicSettings",
     "UndefinedVariableError",

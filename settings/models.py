@@ -178,6 +178,21 @@ class GroupSettings(_Model):
         return self
 
 
+class SparkSettings(_Model):
+    """The process-wide ``spark:`` section (one SparkSession per process)."""
+
+    master: str = Field("local[2]", description="Spark master URL.")
+    warehouse: str = Field("./warehouse", description="Directory of the staging tables.")
+    conf: dict[str, str] = Field(
+        default_factory=lambda: {"spark.driver.memory": "512m"},
+        description="Extra Spark configuration (overrides kstage's defaults).",
+    )
+    flush_max_rows: int = Field(10000, ge=1, description="Flush a table at this many rows.")
+    flush_max_interval_s: float = Field(
+        5, gt=0, description="Longest wait of a row before its table is flushed."
+    )
+
+
 class ServiceSettings(_Model):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level.")
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
@@ -202,6 +217,9 @@ class Settings(BaseSettings):
     )
     service: ServiceSettings = Field(default_factory=ServiceSettings, description="Process.")
     groups: list[GroupSettings] = Field(default_factory=list, description="Consumer groups.")
+    spark: SparkSettings = Field(
+        default_factory=lambda: SparkSettings(), description="Spark (sinks of type spark)."
+    )
     schema_registry: SchemaRegistrySettings | None = Field(
         None, description="Schema registry for Avro topics (none: no registry)."
     )

@@ -1,0 +1,405 @@
+"""The Spark sink: rows land in Parquet staging tables, written in micro-batches.
+
+Settings: a topic's ``sink: {type: spark, table: NAME}`` (:class:`SparkSinkSettings`, parsed
+as ``SparkSinkSettings.model_validate(s.model_dump())``) and the process-wide ``spark:``
+section (:class:`SparkSettings`).
+
+How it works:
+
+* :class:`SparkActor` owns the process's one SparkSession. Every Spark call runs on its
+  single background thread (a one-thread executor), never on the event loop; the session
+  is created lazily on that thread. One actor per process: :func:`spark_actor` returns it
+  (a registry keyed by the settings); :func:`stop_spark_actors` stops them at shutdown.
+* :class:`SparkSink` is one worker's handle. The worker calls :meth:`SparkSink.bind` with
+  its processor's typed ``columns`` and default ``table`` before :meth:`~SparkSink.open`.
+  ``write(rows)`` checks and converts the rows on the event loop (a wrong type or a missing
+  NOT NULL value raises :class:`~actors.errors.SinkError` for that write only), hands them
+  to the table's shared :class:`TableWriter` and returns once the micro-batch holding them
+  was appended (durable): the worker then commits their offsets.
+* A :class:`TableWriter` buffers the rows of all the workers writing one table and flushes
+  them as one Parquet append when ``flush_max_rows`` rows are pending or
+  ``flush_max_interval_s`` passed since the first pending row. A failed append fails every
+  write in it with SinkError (retriable; nothing is committed).
+* Staging table = Parquet at ``<warehouse>/<table>``, registered by location at open
+  (``CREATE TABLE IF NOT EXISTS ... LOCATION``, then ``RECOVER PARTITIONS``), so it survives
+  restarts and can be queried from any Spark. Columns: the processor's columns, then
+  ``_topic, _partition, _offset, _timestamp, _ingested_at`` (UTC), partitioned by
+  ``ingest_date`` (UTC DATE; a string would be read back as a date by path readers'
+  partition inference) and ``writer_id`` (``host-pid-uuid8``, unique per process) so
+  several kstage processes never write the same directory. Parquet files keep
+  no NOT NULL: read back, every column is nullable (the sink enforces ``nullable``).
+
+pyspark is imported only inside functions: importing this module does not load it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import logging
+import os
+import re
+import socket
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from actors.errors import FatalError, SinkError
+from actors.sinks import Sink
+from processors.base import Column, Row
+from settings.models import SparkSettings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+PARTITION_COLUMNS = ("ingest_date", "writer_id")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SQL_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOUBLE",
+              "boolean": "BOOLEAN", "binary": "BINARY", "timestamp": "TIMESTAMP"}
+# The Kafka coordinates every row carries, and the ingest time added at flush.
+_COORDINATES = (Column("_topic", "string", False), Column("_partition", "int", False),
+                Column("_offset", "long", False), Column("_timestamp", "long", True))
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SparkSinkSettings(_Model):
+    """Options of ``sink: {type: spark, table: NAME}``."""
+
+    type: Literal["spark"] = Field("spark", description="Sink type.")
+    table: str | None = Field(None, description="Staging table (default: the processor's).")
+    # SinkSettings.model_dump() always has jsonl's ``path`` key: accepted only unset.
+    path: None = Field(None, description="Not used by spark sinks (jsonl's file).")
+
+
+def _writer_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class SparkActor:
+    """Owns one SparkSession; runs every Spark call on its single thread.
+
+    Attributes:
+        settings: the ``spark:`` section.
+        writer_id: this process's partition value (``host-pid-uuid8``).
+    """
+
+    def __init__(self, settings: SparkSettings | None = None) -> None:
+        self.settings = settings or SparkSettings()
+        self.writer_id = _writer_id()
+        self.warehouse = Path(self.settings.warehouse).resolve()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
+        self._spark: Any = None
+        self._writers: dict[str, TableWriter] = {}
+        self._stopped = False
+
+    def _session(self) -> Any:
+        """The SparkSession (created on first use; Spark thread only)."""
+        if self._spark is None:
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only if used
+
+            conf = {
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.sql.sources.partitionOverwriteMode": "dynamic",
+                "spark.sql.session.timeZone": "UTC",
+                "spark.sql.warehouse.dir": str(self.warehouse),
+                **self.settings.conf,
+            }
+            builder = SparkSession.builder.master(self.settings.master).appName(
+                f"kstage-{self.writer_id}")
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            self._spark = builder.getOrCreate()
+            logger.info("spark: session started (master %s, writer id %s)",
+                        self.settings.master, self.writer_id)
+        return self._spark
+
+    def _run(self, fn: Callable[[Any], T]) -> T:
+        return fn(self._session())
+
+    async def call(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(spark)`` on the Spark thread and return its result."""
+        if self._stopped:
+            raise SinkError("spark actor is stopped")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._run, fn)
+
+    def writer(self, table: str, columns: Sequence[Column]) -> TableWriter:
+        """The shared writer of ``table`` (created on first use)."""
+        writer = self._writers.get(table)
+        if writer is None:
+            writer = self._writers[table] = TableWriter(self, table, tuple(columns))
+        elif writer.columns != tuple(columns):
+            raise FatalError(f"spark sink: table {table!r} is written with two different "
+                             "column lists in this process")
+        return writer
+
+    def _stop_session(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+            logger.info("spark: session stopped")
+
+    def stop(self) -> None:
+        """Stop the session and the thread (blocking; idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._executor.submit(self._stop_session).result()
+        self._executor.shutdown()
+
+    async def astop(self) -> None:
+        """:meth:`stop` off the event loop."""
+        await asyncio.to_thread(self.stop)
+
+
+_ACTORS: dict[str, SparkActor] = {}
+
+
+def spark_actor(settings: SparkSettings | None = None) -> SparkActor:
+    """The process's SparkActor for ``settings`` (created on first use)."""
+    settings = settings or SparkSettings()
+    key = settings.model_dump_json()
+    actor = _ACTORS.get(key)
+    if actor is None or actor._stopped:
+        actor = _ACTORS[key] = SparkActor(settings)
+    return actor
+
+
+async def stop_spark_actors() -> None:
+    """Stop every actor :func:`spark_actor` created (call once at process shutdown)."""
+    actors = list(_ACTORS.values())
+    _ACTORS.clear()
+    for actor in actors:
+        await actor.astop()
+
+
+def struct_type(columns: Sequence[Column]) -> Any:
+    """The Spark schema of a staging table with the processor's ``columns``."""
+    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
+
+    spark_types: dict[str, Any] = {
+        "string": t.StringType(), "int": t.IntegerType(), "long": t.LongType(),
+        "double": t.DoubleType(), "boolean": t.BooleanType(), "binary": t.BinaryType(),
+    }
+    fields = [t.StructField(c.name, spark_types[c.type], c.nullable)
+              for c in (*columns, *_COORDINATES)]
+    fields += [t.StructField("_ingested_at", t.TimestampType(), False),
+               t.StructField("ingest_date", t.DateType(), False),
+               t.StructField("writer_id", t.StringType(), False)]
+    return t.StructType(fields)
+
+
+def _check(value: Any, column: Column) -> Any:
+    """``value`` converted for ``column``; ValueError when it does not fit."""
+    if value is None:
+        if column.nullable:
+            return None
+        raise ValueError("is null but the column is NOT NULL")
+    kind = column.type
+    ok = False
+    if kind == "string":
+        ok = isinstance(value, str)
+    elif kind in ("int", "long"):
+        lo, hi = _INT_RANGE[kind]
+        ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+    elif kind == "double":
+        ok = isinstance(value, float | int) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif kind == "boolean":
+        ok = isinstance(value, bool)
+    elif kind == "binary":
+        ok = isinstance(value, bytes | bytearray)
+    if not ok:
+        shown = repr(value)[:80]
+        raise ValueError(f"value {shown} ({type(value).__name__}) is not a {kind}")
+    return value
+
+
+class TableWriter:
+    """Buffers the rows of one table from every sink of the process; flushes in batches."""
+
+    def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...]) -> None:
+        self.actor = actor
+        self.table = table
+        self.columns = columns
+        self.path = actor.warehouse / table
+        self.flushes = 0
+        self.max_rows = actor.settings.flush_max_rows
+        self.max_interval_s = actor.settings.flush_max_interval_s
+        self._all = (*columns, *_COORDINATES)
+        self._pending: list[tuple[list[tuple[Any, ...]], asyncio.Future[None]]] = []
+        self._pending_rows = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._registered = False
+        self._dates: set[dt.date] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def convert(self, rows: Sequence[Row]) -> list[tuple[Any, ...]]:
+        """The rows as tuples in schema order; SinkError names the bad row and column."""
+        out = []
+        for row in rows:
+            values = []
+            for column in self._all:
+                try:
+                    values.append(_check(row.get(column.name), column))
+                except ValueError as exc:
+                    where = (row.get("_topic"), row.get("_partition"), row.get("_offset"))
+                    raise SinkError(f"spark sink {self.table}: row {where}: column "
+                                    f"{column.name!r}: {exc}") from None
+            out.append(tuple(values))
+        return out
+
+    async def register(self) -> None:
+        """Create the table by location if needed, and find its existing partitions."""
+        if self._registered:
+            return
+        cols = ", ".join(f"`{c.name}` {_SQL_TYPES[c.type]}" for c in self._all)
+        ddl = (f"CREATE TABLE IF NOT EXISTS `{self.table}` ({cols}, `_ingested_at` TIMESTAMP, "
+               "`ingest_date` DATE, `writer_id` STRING) USING parquet "
+               f"PARTITIONED BY (ingest_date, writer_id) LOCATION {_quote(str(self.path))}")
+
+        def create(spark: Any) -> None:
+            self.path.mkdir(parents=True, exist_ok=True)  # RECOVER PARTITIONS lists it
+            spark.sql(ddl)
+            spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
+
+        try:
+            await self.actor.call(create)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
+            raise SinkError(f"spark sink {self.table}: cannot register the table: "
+                            f"{_short(exc)}") from exc
+        self._registered = True
+        logger.info("spark sink: table %s registered at %s", self.table, self.path)
+
+    async def write(self, tuples: list[tuple[Any, ...]]) -> None:
+        """Add rows to the next flush and wait until it was appended."""
+        if not tuples:
+            return
+        loop = asyncio.get_running_loop()
+        item = (tuples, loop.create_future())
+        self._pending.append(item)
+        self._pending_rows += len(tuples)
+        if self._pending_rows >= self.max_rows:
+            self._flush_now()
+        elif self._timer is None:
+            self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+        try:
+            await item[1]
+        except asyncio.CancelledError:
+            if item in self._pending:  # not taken by a flush yet: drop it
+                self._pending.remove(item)
+                self._pending_rows -= len(tuples)
+            raise
+
+    def _flush_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending, self._pending_rows = self._pending, [], 0
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._tasks.add(task)  # a reference until done
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, batch: list[tuple[list[tuple[Any, ...]], asyncio.Future[None]]],
+                     ) -> None:
+        rows = [r for tuples, _ in batch for r in tuples]
+        try:
+            await self.actor.call(lambda spark: self._append(spark, rows))
+        except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
+            error = SinkError(f"spark sink {self.table}: append of {len(rows)} row(s) "
+                              f"failed: {_short(exc)}")
+            error.__cause__ = exc
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        self.flushes += 1
+        for _, future in batch:
+            if not future.done():
+                future.set_result(None)
+
+    def _append(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Spark thread: append ``rows`` as one Parquet write, then refresh the table."""
+        now = dt.datetime.now(dt.UTC)
+        date = now.date()
+        extra = (now, date, self.actor.writer_id)
+        frame = spark.createDataFrame([r + extra for r in rows], struct_type(self.columns),
+                                      verifySchema=False)
+        frame.write.mode("append").partitionBy(*PARTITION_COLUMNS).parquet(str(self.path))
+        if date not in self._dates:
+            spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
+            self._dates.add(date)
+        spark.sql(f"REFRESH TABLE `{self.table}`")
+        logger.debug("spark sink: %s: appended %d row(s)", self.table, len(rows))
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+class SparkSink(Sink):
+    """One worker's handle on a Spark staging table (see the module docstring)."""
+
+    type = "spark"
+
+    def __init__(self, settings: SparkSinkSettings, actor: SparkActor | None = None,
+                 columns: Sequence[Column] = (), table: str | None = None) -> None:
+        self.settings = settings
+        self._actor = actor
+        self._spark_settings: SparkSettings | None = None
+        self.columns: tuple[Column, ...] = tuple(columns)
+        self.table = settings.table or table or ""
+        self.processor = ""
+        self._writer: TableWriter | None = None
+
+    def bind(self, columns: Sequence[Column], table_default: str = "", *,
+             processor: str = "", spark: SparkSettings | None = None) -> None:
+        """Give the sink its processor's columns and table, and the ``spark:`` section
+        (used when no actor was passed). Call before :meth:`open`."""
+        self.columns = tuple(columns)
+        self.table = self.settings.table or table_default or self.table
+        self.processor = processor
+        self._spark_settings = spark
+
+    async def open(self) -> None:
+        what = f"processor {self.processor!r}" if self.processor else "the processor"
+        if not self.table or not _IDENTIFIER.match(self.table):
+            raise FatalError(f"spark sink: table name {self.table!r} (of {what}) is not a "
+                             "plain identifier; set sink.table")
+        if not self.columns:
+            raise FatalError(f"spark sink: {what} declares no columns for table "
+                             f"{self.table!r}; a spark sink needs a typed schema")
+        bad = [c.name for c in self.columns if not _IDENTIFIER.match(c.name)
+               or c.name in (*(x.name for x in _COORDINATES), "_ingested_at",
+                             *PARTITION_COLUMNS)]
+        if bad:
+            raise FatalError(f"spark sink {self.table}: bad or reserved column names {bad}")
+        if self._actor is None:
+            self._actor = spark_actor(self._spark_settings)
+        self._writer = self._actor.writer(self.table, self.columns)
+        await self._writer.register()
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        if self._writer is None:
+            raise SinkError("spark sink: write before open")
+        await self._writer.write(self._writer.convert(rows))

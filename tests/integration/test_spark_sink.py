@@ -1,0 +1,182 @@
+"""The Spark sink against a real local SparkSession: micro-batches, durability, restarts.
+
+One SparkActor (``local[1]``) is shared by the module; each test writes its own table.
+The restart test stops it and must stay last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.errors import SinkError
+from actors.sinks import build_sink
+from actors.spark_sink import SparkActor, SparkSettings, SparkSink, SparkSinkSettings, struct_type
+from processors.base import Message, Row
+from processors.gobblin import GobblinCompactionProcessor
+from settings.models import SinkSettings
+
+pytestmark = pytest.mark.slow
+
+PROCESSOR = GobblinCompactionProcessor
+TOPIC = "GobblinTrackingEvent_compaction"
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("warehouse")
+
+
+@pytest.fixture(scope="module")
+def spark_actor(warehouse: Path) -> Iterator[SparkActor]:
+    actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(warehouse),
+                                     flush_max_interval_s=0.2))
+    yield actor
+    actor.stop()
+
+
+def events(partition: int, start: int, count: int) -> list[Row]:
+    """Rows of real compaction events, through the processor's own transform."""
+    processor = PROCESSOR({"clusters": [{"code": "ltx1-holdem", "short_name": "holdem"}]})
+    rows: list[Row] = []
+    for offset in range(start, start + count):
+        ts = 1468368000000 + offset * 1000
+        if offset % 2:
+            metadata = {"clusterIdentifier": "ltx1-holdem", "datasetUrn": "/data/tracking/PageView",
+                        "partition": "2016/07/13/00", "recordCount": str(1000 + offset),
+                        "dedupeStatus": "DEDUPED", "azkabanProjectName": "compaction",
+                        "azkabanFlowId": "hourly", "azkabanJobId": "compact_pv",
+                        "azkabanExecId": str(4242 + offset)}
+            name = "CompactionCompleted"
+        else:
+            metadata = {"clusterIdentifier": "ltx1-holdem",
+                        "DatasetOutputPath": "/data/tracking/AdClick/daily/2016/07/13",
+                        "RegularRecordCount": str(50 * offset), "LateRecordCount": "3"}
+            name = "CompactionRecordCounts"
+        value = {"timestamp": ts, "namespace": "compaction.tracking.events", "name": name,
+                 "metadata": metadata}
+        message = Message(TOPIC, partition, offset, ts + 5, None, value, (), None)
+        rows.extend(processor.transform(message))
+    return rows
+
+
+async def opened(actor: SparkActor, table: str) -> SparkSink:
+    sink = SparkSink(SparkSinkSettings(table=table), actor)
+    sink.bind(PROCESSOR.columns, PROCESSOR.table, processor=PROCESSOR.name)
+    await sink.open()
+    return sink
+
+
+def keys(rows: list[Any]) -> set[tuple[Any, ...]]:
+    names = [c.name for c in PROCESSOR.columns] + ["_topic", "_partition", "_offset", "_timestamp"]
+    return {tuple(r[n] for n in names) for r in rows}
+
+
+async def test_two_sinks_share_a_micro_batch_and_write_is_durable(
+        spark_actor: SparkActor) -> None:
+    table = "stg_concurrent"
+    one, two = await opened(spark_actor, table), await opened(spark_actor, table)
+    writer = spark_actor.writer(table, PROCESSOR.columns)
+    a, b = events(0, 0, 40), events(1, 0, 25)
+    async with asyncio.timeout(60):
+        await asyncio.gather(one.write(a), two.write(b))
+    assert writer.flushes == 1  # one append held the rows of both workers
+
+    def read(spark: Any) -> tuple[Any, list[Any], list[Any], Any, Any]:
+        by_path = spark.read.parquet(str(writer.path))
+        by_table = spark.table(table)
+        return (by_path.schema, by_path.collect(), by_table.collect(), by_table.schema,
+                by_table.select("writer_id").distinct().collect())
+
+    schema, path_rows, table_rows, table_schema, writers = await spark_actor.call(read)
+    assert keys(path_rows) == keys(table_rows) == keys(a + b)
+    assert len(table_rows) == 65
+    from pyspark.testing import assertSchemaEqual
+
+    assertSchemaEqual(schema, struct_type(PROCESSOR.columns))  # types and order
+    assertSchemaEqual(table_schema, struct_type(PROCESSOR.columns))
+    assert [w.writer_id for w in writers] == [spark_actor.writer_id]
+    assert path_rows[0]["_ingested_at"] is not None
+    await one.close()
+    await two.close()
+
+
+async def test_flush_at_max_rows_without_waiting_for_the_interval(
+        spark_actor: SparkActor) -> None:
+    sink = await opened(spark_actor, "stg_max_rows")
+    writer = spark_actor.writer("stg_max_rows", PROCESSOR.columns)
+    writer.max_rows, writer.max_interval_s = 10, 3600
+    async with asyncio.timeout(30):  # would hang for an hour without the row limit
+        await asyncio.gather(sink.write(events(0, 0, 4)), sink.write(events(1, 0, 6)))
+        await sink.write(events(2, 0, 12))  # more than max_rows: flushed at once
+    assert writer.flushes == 2
+    count = await spark_actor.call(lambda spark: spark.table("stg_max_rows").count())
+    assert count == 22
+
+
+async def test_flush_after_the_interval(spark_actor: SparkActor) -> None:
+    sink = await opened(spark_actor, "stg_interval")
+    writer = spark_actor.writer("stg_interval", PROCESSOR.columns)
+    writer.max_rows, writer.max_interval_s = 1000, 0.5
+    started = time.monotonic()
+    async with asyncio.timeout(30):
+        first = asyncio.create_task(sink.write(events(0, 0, 3)))
+        await asyncio.sleep(0.2)
+        await sink.write(events(0, 3, 2))  # joins the pending batch: same flush
+        await first
+    assert time.monotonic() - started >= 0.5
+    assert writer.flushes == 1
+    assert await spark_actor.call(lambda spark: spark.table("stg_interval").count()) == 5
+
+
+async def test_bad_rows_and_failed_appends_raise_sink_error(
+        spark_actor: SparkActor, tmp_path: Path) -> None:
+    sink = await opened(spark_actor, "stg_errors")
+    wrong = events(0, 0, 2)
+    wrong[1]["record_count"] = "1001"  # a string in a long column
+    with pytest.raises(SinkError, match="'record_count'.*not a long"):
+        await sink.write(wrong)
+    missing = events(0, 0, 1)
+    missing[0]["cluster"] = None
+    with pytest.raises(SinkError, match="'cluster'.*NOT NULL"):
+        await sink.write(missing)
+    # an append that Spark cannot do fails every write of the micro-batch
+    writer = spark_actor.writer("stg_errors", PROCESSOR.columns)
+    good_path, writer.path = writer.path, tmp_path / "a-file"
+    writer.path.write_text("not a directory")
+    other = await opened(spark_actor, "stg_errors")
+    results = await asyncio.gather(sink.write(events(0, 0, 2)), other.write(events(1, 0, 2)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, SinkError) for r in results), results
+    writer.path = good_path
+    await sink.write(events(0, 0, 2))  # the retry succeeds
+    assert await spark_actor.call(lambda spark: spark.table("stg_errors").count()) == 2
+
+
+async def test_build_sink_makes_a_spark_sink() -> None:
+    sink = build_sink(SinkSettings.model_validate({"type": "spark", "table": "t"}))
+    assert isinstance(sink, SparkSink) and sink.table == "t"
+    with pytest.raises(ValueError, match="extra"):
+        build_sink(SinkSettings.model_validate({"type": "spark", "tabel": "t"}))
+
+
+async def test_restart_finds_the_table_by_location(spark_actor: SparkActor) -> None:
+    """Last: stops the module's session. A fresh session registers the table again."""
+    spark_actor.stop()
+    fresh = SparkActor(spark_actor.settings)
+    try:
+        async with asyncio.timeout(60):
+            sink = await opened(fresh, "stg_concurrent")
+            assert await fresh.call(lambda spark: spark.table("stg_concurrent").count()) == 65
+            await sink.write(events(3, 0, 5))
+            names = await fresh.call(lambda spark: sorted(
+                r.writer_id for r in
+                spark.table("stg_concurrent").select("writer_id").distinct().collect()))
+        assert names == sorted([spark_actor.writer_id, fresh.writer_id])
+    finally:
+        fresh.stop()
