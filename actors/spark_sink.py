@@ -250,9 +250,10 @@ class TableWriter:
         self._dates: set[dt.date] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def convert(self, rows: Sequence[Row]) -> list[tuple[Any, ...]]:
-        """The rows as tuples in schema order; SinkError names the bad row and column."""
-        out = []
+    def convert(self, rows: Sequence[Row]) -> tuple[list[tuple[Any, ...]], list[tuple[Row, str]]]:
+        """The rows as tuples in schema order, and the rows that do not fit the declared
+        schema, each with the reason naming the row and column."""
+        out, rejected = [], []
         for row in rows:
             values = []
             for column in self._all:
@@ -260,10 +261,12 @@ class TableWriter:
                     values.append(_check(row.get(column.name), column))
                 except ValueError as exc:
                     where = (row.get("_topic"), row.get("_partition"), row.get("_offset"))
-                    raise SinkError(f"spark sink {self.table}: row {where}: column "
-                                    f"{column.name!r}: {exc}") from None
-            out.append(tuple(values))
-        return out
+                    rejected.append((row, f"spark sink {self.table}: row {where}: column "
+                                          f"{column.name!r}: {exc}"))
+                    break
+            else:
+                out.append(tuple(values))
+        return out, rejected
 
     async def register(self) -> None:
         """Create the table by location if needed, and find its existing partitions."""
@@ -371,6 +374,11 @@ class SparkSink(Sink):
         self.table = settings.table or table or ""
         self.processor = ""
         self._writer: TableWriter | None = None
+        self.on_permanent_failure: Callable[[list[Row], int, str], Any] = self._no_handler
+
+    @staticmethod
+    def _no_handler(rows: list[Row], status: int, reason: str) -> None:
+        raise SinkError(reason)
 
     def bind(self, columns: Sequence[Column], table_default: str = "", *,
              processor: str = "", spark: SparkSettings | None = None) -> None:
@@ -402,4 +410,11 @@ class SparkSink(Sink):
     async def write(self, rows: Sequence[Row]) -> None:
         if self._writer is None:
             raise SinkError("spark sink: write before open")
-        await self._writer.write(self._writer.convert(rows))
+        good, rejected = self._writer.convert(rows)
+        for row, reason in rejected:
+            # A row that does not fit its declared types never will: dead-letter it (the
+            # worker's handler) instead of retrying the batch forever.
+            result = self.on_permanent_failure([row], 0, reason)
+            if result is not None:
+                await result
+        await self._writer.write(good)

@@ -158,6 +158,26 @@ async def test_bad_rows_and_failed_appends_raise_sink_error(
     assert await spark_actor.call(lambda spark: spark.table("stg_errors").count()) == 2
 
 
+async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
+        spark_actor: SparkActor) -> None:
+    """The worker dead-letters them; the rest of the batch is written (no stall)."""
+    sink = await opened(spark_actor, "stg_refused")
+    refused: list[tuple[list[Row], int, str]] = []
+
+    async def handler(rows: list[Row], status: int, reason: str) -> None:
+        refused.append((rows, status, reason))
+
+    sink.on_permanent_failure = handler
+    rows = events(0, 0, 3)
+    rows[1]["record_count"] = "many"
+    await sink.write(rows)
+    assert [(r[0][0]["_offset"], r[1]) for r in refused] == [(1, 0)]
+    assert "'record_count'" in refused[0][2] and "not a long" in refused[0][2]
+    written = await spark_actor.call(
+        lambda spark: sorted(r["_offset"] for r in spark.table("stg_refused").collect()))
+    assert written == [0, 2]
+
+
 async def test_build_sink_makes_a_spark_sink() -> None:
     sink = build_sink(SinkSettings.model_validate({"type": "spark", "table": "t"}))
     assert isinstance(sink, SparkSink) and sink.table == "t"
