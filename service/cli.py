@@ -13,6 +13,7 @@ Commands::
     kstage lag -c FILE [--json]      committed offset, high-water mark and lag per partition
     kstage offsets reset -c FILE --group G --to earliest|latest|TIME|OFFSET [--dry-run]
     kstage dlq show|replay -c FILE [--topic T] [--since TIME] [--to-kafka]
+    kstage merge -c FILE [--table NAME]   fold the Spark staging tables into final tables
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         translate.add_argument("file", help=what)
         translate.add_argument("-o", "--output", default=None, help="write to OUT, not stdout")
     _add_ops_parsers(sub)
+    merge = sub.add_parser("merge", help="fold the Spark staging tables into their final "
+                           "tables (replays and superseded rows dropped; idempotent)")
+    merge.add_argument("-c", "--config", default="kstage.yml")
+    merge.add_argument("--table", default=None, help="only this staging table")
     broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
     broker.add_argument("--port", type=int, default=9092)
     return parser
@@ -228,6 +233,30 @@ def _ops(args: argparse.Namespace) -> int:
         return EXIT_CRASH
 
 
+def _merge(path: str, table: str | None) -> int:
+    import asyncio  # noqa: PLC0415
+
+    from actors.spark_sink import stop_spark_actors  # noqa: PLC0415
+    from service.merge import MergeError, merge  # noqa: PLC0415
+
+    settings = _load(path)
+    configure_logging("WARNING", settings.service.log_format)
+
+    async def go() -> list[str]:
+        try:
+            return [r.summary() for r in await merge(settings, table)]
+        finally:
+            await stop_spark_actors()
+
+    try:
+        lines = asyncio.run(go())
+    except MergeError as exc:
+        print(f"kstage: {exc}", file=sys.stderr)
+        return EXIT_CRASH
+    print("\n".join(lines) if lines else f"{path}: no spark sink tables to merge")
+    return EXIT_OK
+
+
 def _broker(port: int) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -253,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _config(args.config_command.removeprefix("from-"), args.file, args.output)
         if args.command in _OPS_COMMANDS:
             return _ops(args)
+        if args.command == "merge":
+            return _merge(args.config, args.table)
         if args.command == "demo":
             from service.demo import run_demo  # noqa: PLC0415
 

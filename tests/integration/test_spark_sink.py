@@ -16,9 +16,10 @@ import pytest
 
 from actors.errors import SinkError
 from actors.sinks import build_sink
-from actors.spark_sink import SparkActor, SparkSettings, SparkSink, SparkSinkSettings, struct_type
+from actors.spark_sink import SparkActor, SparkSink, SparkSinkSettings, struct_type
 from processors.base import Message, Row
 from processors.gobblin import GobblinCompactionProcessor
+from settings import SparkSettings
 from settings.models import SinkSettings
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,323 @@
+"""``kstage merge``: fold each Spark staging table into its final table (a batch job).
+
+For every staging table fed by topics with ``sink.type: spark`` (the sink's ``table`` or
+the processor's; several topics may feed one table, their processors must then agree on
+columns and key), the final table is ``final_<rest>`` for ``stg_<rest>`` (else
+``<table>_final``), Parquet at ``<warehouse>/<final>``, registered by location like the
+staging tables. Columns: the processor's columns, then ``_topic, _partition, _offset,
+_timestamp, _ingested_at`` (no ``ingest_date``/``writer_id``).
+
+One merge, on the SparkActor's thread:
+
+1. read the staging table by path (an absent path: the table is skipped with a note) and,
+   when it exists, the current final table, as one union;
+2. drop exact replays: rows equal in every column but ``_ingested_at`` (same Kafka
+   coordinates, same content: a crash re-delivered the message), keeping the earliest
+   ingest. The content is part of the identity because one message may give several rows;
+3. keep the latest row per natural key (``Processor.key``, the source DDL's primary key):
+   ``row_number()`` over the key ordered by ``_timestamp desc, _topic, _partition,
+   _offset desc`` then the remaining columns (a total order, so the winner is
+   deterministic). Windows group NULL keys as equal. A processor without a key keeps
+   every distinct row;
+4. write the result to ``<warehouse>/_merge_work/<final>.new``, then swap it in
+   (``<final>`` -> ``.old``, ``.new`` -> ``<final>``, delete ``.old``) and refresh the table.
+   A crash inside the swap is repaired by the next merge (``.old`` restored).
+
+Decision, INSERT OVERWRITE of the affected partitions: that is only right when a key
+cannot move between partitions. The final tables are not partitioned (no key-derived
+partition column exists yet), so every merge is a full rewrite of the final table, which
+also avoids overwriting a table while reading it (the result is written elsewhere first).
+
+Idempotence: the staging table is read whole every time (never filtered by a watermark: a
+slow append may land rows older than the last merge's newest row), and steps 2-3 are
+deterministic, so a re-run without new staging rows writes the same rows.
+
+How far it merged: ``<warehouse>/_merge_state/<final>.json`` holds ``merged_at``,
+``staging_rows``, ``final_rows``, ``max_ingested_at`` (the newest staging row merged; the
+next merge reports the rows ingested after it as ``new_rows``).
+
+The warehouse is a local directory (as for the sink): the swap uses ``os.rename``.
+pyspark is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.spark_sink import SparkActor, SparkSinkSettings, spark_actor, struct_type
+from processors.base import COORDINATE_COLUMNS, Column
+from settings.errors import SettingsError
+from settings.models import Settings
+
+logger = logging.getLogger(__name__)
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_SQL_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOUBLE",
+              "boolean": "BOOLEAN", "binary": "BINARY"}
+
+
+class MergeConfigError(SettingsError):
+    """The configuration cannot be merged (unknown table, disagreeing processors)."""
+
+
+class MergeError(Exception):
+    """A merge failed while running (Spark or file system)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    """What one table's merge did.
+
+    Attributes:
+        table, final_table: the staging table and the final table it was folded into.
+        staging_rows: rows in the staging table (replays included).
+        final_rows: rows in the final table after the merge.
+        replays_dropped: staging rows that repeat another staging row (exact replays).
+        superseded_dropped: distinct rows dropped because a later row has their key.
+        new_rows: staging rows ingested after the previous merge's ``max_ingested_at``.
+        skipped: the table was not merged; ``note`` says why.
+    """
+
+    table: str
+    final_table: str
+    staging_rows: int = 0
+    final_rows: int = 0
+    replays_dropped: int = 0
+    superseded_dropped: int = 0
+    new_rows: int = 0
+    skipped: bool = False
+    note: str = ""
+
+    def summary(self) -> str:
+        """One line for the operator."""
+        head = f"{self.table} -> {self.final_table}"
+        if self.skipped:
+            return f"{head}: skipped ({self.note})"
+        return (f"{head}: {self.staging_rows} staging rows, {self.final_rows} final rows "
+                f"({self.replays_dropped} replays dropped, {self.superseded_dropped} "
+                f"superseded; {self.new_rows} new since last merge)")
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    """One staging table to merge: its columns, natural key and the topics feeding it."""
+
+    table: str
+    final_table: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    topics: tuple[str, ...]
+
+
+def final_name(table: str) -> str:
+    """``stg_x`` -> ``final_x``; any other name -> ``<name>_final``."""
+    if table.startswith("stg_") and len(table) > len("stg_"):
+        return "final_" + table[len("stg_"):]
+    return f"{table}_final"
+
+
+def plan(settings: Settings, table: str | None = None) -> list[TablePlan]:
+    """The staging tables of ``settings``' spark sinks (only ``table`` when given)."""
+    from actors.master import resolve_processors  # noqa: PLC0415 - loads the processors
+
+    classes = resolve_processors(settings)
+    found: dict[str, TablePlan] = {}
+    for group in settings.groups:
+        for topic in group.topics:
+            if topic.sink.type != "spark":
+                continue
+            cls = classes[topic.processor]
+            name = SparkSinkSettings.model_validate(topic.sink.model_dump()).table or cls.table
+            if not name:
+                raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
+                                       "table; set sink.table")
+            if not cls.columns:
+                raise MergeConfigError(f"table {name}: processor {cls.name!r} declares no "
+                                       "columns")
+            missing = [k for k in cls.key if k not in {c.name for c in cls.columns}]
+            if missing:
+                raise MergeConfigError(f"table {name}: key columns {missing} of processor "
+                                       f"{cls.name!r} are not among its columns")
+            seen = found.get(name)
+            if seen is None:
+                found[name] = TablePlan(name, final_name(name), tuple(cls.columns),
+                                        tuple(cls.key), (topic.topic,))
+                continue
+            if (seen.columns, seen.key) != (tuple(cls.columns), tuple(cls.key)):
+                raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
+                                       f"{topic.topic!r} feed it with different columns or key")
+            found[name] = TablePlan(name, seen.final_table, seen.columns, seen.key,
+                                    (*seen.topics, topic.topic))
+    if table is not None:
+        if table not in found:
+            known = ", ".join(sorted(found)) or "none"
+            raise MergeConfigError(f"table {table!r} is not fed by a spark sink "
+                                   f"(spark tables: {known})")
+        return [found[table]]
+    return list(found.values())
+
+
+async def merge(settings: Settings, table: str | None = None,
+                actor: SparkActor | None = None) -> list[MergeResult]:
+    """Merge every spark staging table of ``settings`` (or only ``table``) into its final
+    table; see the module docstring. Raises MergeConfigError (or the processor registry's
+    error) for configuration problems, MergeError when a merge fails."""
+    plans = plan(settings, table)
+    actor = actor or spark_actor(settings.spark)
+    results = []
+    for item in plans:
+        job = _Job(actor.warehouse, item)
+        try:
+            result = await actor.call(job.run)
+        except MergeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any Spark/file failure fails the merge
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise MergeError(f"merge {item.table} -> {item.final_table} failed: "
+                             f"{type(exc).__name__}: {first}") from exc
+        logger.info("merge: %s", result.summary())
+        results.append(result)
+    return results
+
+
+def _micros_to_iso(micros: int) -> str:
+    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()
+
+
+def _iso_to_micros(text: str) -> int:
+    delta = dt.datetime.fromisoformat(text) - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+class _Job:
+    """One table's merge; :meth:`run` runs on the Spark thread."""
+
+    def __init__(self, warehouse: Path, item: TablePlan) -> None:
+        self.item = item
+        self.staging = warehouse / item.table
+        self.final = warehouse / item.final_table
+        work = warehouse / "_merge_work"
+        self.new, self.old = work / f"{item.final_table}.new", work / f"{item.final_table}.old"
+        self.state = warehouse / "_merge_state" / f"{item.final_table}.json"
+        self.names = [c.name for c in item.columns] + [*COORDINATE_COLUMNS, "_ingested_at"]
+
+    def _previous_max(self) -> int | None:
+        try:
+            state = json.loads(self.state.read_text(encoding="utf-8"))
+            return _iso_to_micros(state["max_ingested_at"]) if state["max_ingested_at"] else None
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("merge: %s: unreadable state (%s); reporting every row as new",
+                           self.state, exc)
+            return None
+
+    def _repair(self) -> None:
+        """Finish or undo a swap a crash interrupted; drop a half-written result."""
+        if self.old.exists():
+            if self.final.exists():
+                shutil.rmtree(self.old)
+            else:
+                os.rename(self.old, self.final)
+        if self.new.exists():
+            shutil.rmtree(self.new)
+
+    def run(self, spark: Any) -> MergeResult:
+        from pyspark.sql import Window  # noqa: PLC0415 - pyspark only if used
+        from pyspark.sql import functions as f  # noqa: PLC0415
+        from pyspark.sql.types import StructType  # noqa: PLC0415
+
+        item = self.item
+        if not self.staging.exists():
+            return MergeResult(item.table, item.final_table, skipped=True,
+                               note=f"no staging data at {self.staging}")
+        self._repair()
+        schema = struct_type(item.columns)
+        staging = spark.read.schema(schema).parquet(str(self.staging)).select(*self.names)
+        previous = self._previous_max()
+        since = f.lit(True) if previous is None else f.unix_micros("_ingested_at") > previous
+        identity = [n for n in self.names if n != "_ingested_at"]
+        stats = staging.agg(
+            f.count(f.lit(1)).alias("rows"),
+            f.count_distinct(f.struct(*identity)).alias("distinct"),  # NULLs count too
+            f.max(f.unix_micros("_ingested_at")).alias("max_micros"),
+            f.sum(f.when(since, 1).otherwise(0)).alias("new"),
+        ).first()
+        rows, new = int(stats["rows"]), int(stats["new"] or 0)
+        replays = rows - int(stats["distinct"])
+
+        final_schema = StructType([schema[n] for n in self.names])
+        union = staging
+        if self.final.exists():
+            current = spark.read.schema(final_schema).parquet(str(self.final))
+            union = staging.unionByName(current.select(*self.names))
+        once = Window.partitionBy(*identity).orderBy(f.col("_ingested_at").asc())
+        distinct = (union.withColumn("_n", f.row_number().over(once))
+                    .filter("_n = 1").drop("_n"))
+        if item.key:
+            rest = [n for n in self.names if n not in item.key and n not in COORDINATE_COLUMNS]
+            order = [f.col("_timestamp").desc_nulls_last(), f.col("_topic").asc(),
+                     f.col("_partition").asc(), f.col("_offset").desc(),
+                     *(f.col(n).asc_nulls_first() for n in rest)]
+            latest = Window.partitionBy(*item.key).orderBy(*order)
+            ranked = distinct.withColumn("_rank", f.row_number().over(latest))
+        else:
+            ranked = distinct.withColumn("_rank", f.lit(1))
+        ranked = ranked.persist()
+        try:
+            counted = ranked.agg(f.count(f.lit(1)).alias("all"),
+                                 f.sum(f.when(f.col("_rank") == 1, 1).otherwise(0)).alias("kept"),
+                                 ).first()
+            kept = int(counted["kept"] or 0)
+            superseded = int(counted["all"]) - kept
+            result = (ranked.filter("_rank = 1").select(*self.names)
+                      .orderBy(*(item.key or identity), "_topic", "_partition", "_offset"))
+            self.new.parent.mkdir(parents=True, exist_ok=True)
+            result.write.mode("overwrite").parquet(str(self.new))
+        finally:
+            ranked.unpersist()
+        self._swap()
+        self._register(spark)
+        self._record(rows, kept, stats["max_micros"])
+        return MergeResult(item.table, item.final_table, staging_rows=rows, final_rows=kept,
+                           replays_dropped=replays, superseded_dropped=superseded, new_rows=new)
+
+    def _swap(self) -> None:
+        if self.final.exists():
+            os.rename(self.final, self.old)
+        os.rename(self.new, self.final)
+        if self.old.exists():
+            shutil.rmtree(self.old)
+
+    def _register(self, spark: Any) -> None:
+        name = self.item.final_table
+        cols = ", ".join(f"`{c.name}` {_SQL_TYPES[c.type]}" for c in self.item.columns)
+        location = str(self.final).replace("\\", "\\\\").replace("'", "\\'")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS `{name}` ({cols}, `_topic` STRING, "
+                  "`_partition` INT, `_offset` BIGINT, `_timestamp` BIGINT, "
+                  f"`_ingested_at` TIMESTAMP) USING parquet LOCATION '{location}'")
+        spark.sql(f"REFRESH TABLE `{name}`")
+
+    def _record(self, staging_rows: int, final_rows: int, max_micros: int | None) -> None:
+        state = {
+            "staging_table": self.item.table,
+            "merged_at": dt.datetime.now(dt.UTC).isoformat(),
+            "staging_rows": staging_rows,
+            "final_rows": final_rows,
+            "max_ingested_at": None if max_micros is None else _micros_to_iso(int(max_micros)),
+        }
+        self.state.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.state)
+
+
+__all__ = ["MergeConfigError", "MergeError", "MergeResult", "TablePlan",
+           "final_name", "merge", "plan"]
