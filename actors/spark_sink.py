@@ -205,6 +205,31 @@ def struct_type(columns: Sequence[Column]) -> Any:
     return t.StructType(fields)
 
 
+def schema_change(existing: dict[str, str], declared: Sequence[Column],
+                  ) -> tuple[list[str], list[str]]:
+    """Compare a table's written columns (name -> Spark simple type string, without
+    the partition columns) with the ``declared`` ones (coordinates
+    included): the names of new nullable columns, and one message per change that is not
+    allowed (a column removed, a type changed, a new NOT NULL column)."""
+    declared_types = {c.name: _SQL_TYPES[c.type].lower() for c in declared}
+    declared_types["_ingested_at"] = "timestamp"
+    errors = [f"column {name!r} ({kind}) is no longer declared" for name, kind in
+              existing.items() if name not in declared_types]
+    errors += [f"column {name!r} was {existing[name]}, is now declared {kind}"
+               for name, kind in declared_types.items()
+               if name in existing and existing[name] != kind]
+    added = []
+    for column in declared:
+        if column.name in existing:
+            continue
+        if column.nullable:
+            added.append(column.name)
+        else:
+            errors.append(f"new column {column.name!r} is NOT NULL but the rows already "
+                          "written have no value for it")
+    return added, errors
+
+
 def _check(value: Any, column: Column) -> Any:
     """``value`` converted for ``column``; ValueError when it does not fit."""
     if value is None:
@@ -279,18 +304,46 @@ class TableWriter:
 
         def create(spark: Any) -> None:
             self.path.mkdir(parents=True, exist_ok=True)  # RECOVER PARTITIONS lists it
+            added = self._check_files(spark)
             spark.sql(ddl)
+            known = {f.name for f in spark.table(self.table).schema}
+            missing = [c for c in self._all if c.name not in known]
+            if missing:  # a persistent catalog holds the table with fewer columns
+                spark.sql(f"ALTER TABLE `{self.table}` ADD COLUMNS (" + ", ".join(
+                    f"`{c.name}` {_SQL_TYPES[c.type]}" for c in missing) + ")")
             spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
+            if added:
+                logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
+                               "written before read them as NULL)", self.table,
+                               ", ".join(added))
 
         try:
             await self.actor.call(create)
-        except SinkError:
+        except (SinkError, FatalError):
             raise
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
             raise SinkError(f"spark sink {self.table}: cannot register the table: "
                             f"{_short(exc)}") from exc
         self._registered = True
         logger.info("spark sink: table %s registered at %s", self.table, self.path)
+
+    def _check_files(self, spark: Any) -> list[str]:
+        """Spark thread: compare the columns of the Parquet files already in the table with
+        the declared ones; the new (nullable) columns, or FatalError (see
+        :func:`schema_change`)."""
+        if next(self.path.rglob("*.parquet"), None) is None:
+            return []
+        found = spark.read.option("mergeSchema", "true").parquet(str(self.path)).schema
+        existing = {f.name: f.dataType.simpleString() for f in found
+                    if f.name not in PARTITION_COLUMNS}
+        added, errors = schema_change(existing, self._all)
+        if errors:
+            raise FatalError(f"spark sink: table {self.table} at {self.path}: the processor's "
+                             "columns do not fit the files already written: "
+                             + "; ".join(errors) + " (only new nullable columns can be "
+                             "added; write to a new table with sink.table, or move the old "
+                             "files away)")
+        return added
 
     async def write(self, tuples: list[tuple[Any, ...]]) -> None:
         """Add rows to the next flush and wait until it was appended."""

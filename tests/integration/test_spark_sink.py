@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from actors.errors import SinkError
+from actors.errors import FatalError, SinkError
 from actors.sinks import build_sink
-from actors.spark_sink import SparkActor, SparkSink, SparkSinkSettings, struct_type
-from processors.base import Message, Row
+from actors.spark_sink import SparkActor, SparkSink, SparkSinkSettings, TableWriter, struct_type
+from processors.base import Column, Message, Row
 from processors.gobblin import GobblinCompactionProcessor
 from settings import SparkSettings
 from settings.models import SinkSettings
@@ -177,6 +177,36 @@ async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
     written = await spark_actor.call(
         lambda spark: sorted(r["_offset"] for r in spark.table("stg_refused").collect()))
     assert written == [0, 2]
+
+
+async def test_schema_change_adds_nullable_columns_and_refuses_the_rest(
+        spark_actor: SparkActor) -> None:
+    """A processor that gains a nullable column keeps writing the table (older rows read
+    NULL); a changed type, a removed or a new NOT NULL column stop the sink at open."""
+    sink = await opened(spark_actor, "stg_evolving")
+    await sink.write(events(0, 0, 4))
+    wider = (*PROCESSOR.columns, Column("comment", "string", True))
+    writer = TableWriter(spark_actor, "stg_evolving", wider)
+    await writer.register()
+    rows, _ = writer.convert([{**r, "comment": "new"} for r in events(0, 4, 2)])
+    await writer.write(rows)
+    comments = await spark_actor.call(lambda spark: sorted(
+        (r["_offset"], r["comment"]) for r in spark.table("stg_evolving").collect()))
+    assert comments == [(0, None), (1, None), (2, None), (3, None), (4, "new"), (5, "new")]
+
+    first = PROCESSOR.columns[0]
+    changed = (Column(first.name, "long", first.nullable), *PROCESSOR.columns[1:])
+    cases = {
+        "changed": (changed, f"column '{first.name}' was string, is now declared bigint"),
+        "removed": (PROCESSOR.columns[1:], f"column '{first.name}' (string) is no longer "
+                                           "declared"),
+        "not null": ((*wider, Column("owner", "string", False)),
+                     "new column 'owner' is NOT NULL"),
+    }
+    for columns, message in cases.values():
+        with pytest.raises(FatalError, match="stg_evolving") as caught:
+            await TableWriter(spark_actor, "stg_evolving", tuple(columns)).register()
+        assert message in str(caught.value)
 
 
 async def test_build_sink_makes_a_spark_sink() -> None:
