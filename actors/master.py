@@ -153,6 +153,11 @@ class Master:
                 reasons.append(f"{name}: sink is not open")
         return reasons
 
+    @property
+    def drained(self) -> bool:
+        """True once every worker drained its partitions (``--drain``)."""
+        return bool(self._expected) and self._drained >= self._expected
+
     def request_stop(self) -> None:
         """Begin the graceful two-phase stop (idempotent)."""
         self._stop_requested.set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -42,6 +42,21 @@ class Metrics:
         self.commit_seconds = Histogram(
             "kstage_commit_seconds", "Duration of offset commits.", _LABELS,
             registry=self.registry)
+
+        self.merge_seconds = Histogram(
+            "kstage_merge_seconds", "Duration of merges of a staging into its final table.",
+            ("table",), buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+            registry=self.registry)
+        self.merge_failures = Counter(
+            "kstage_merge_failures", "Merges that failed (retried at the next interval).",
+            ("table",), registry=self.registry)
+        self.merge_last_success = Gauge(
+            "kstage_merge_last_success_timestamp_seconds",
+            "Unix time of the last successful merge of the table.", ("table",),
+            registry=self.registry)
+        self.merge_final_rows = Gauge(
+            "kstage_merge_final_rows", "Rows of the final table after the last merge.",
+            ("table",), registry=self.registry)
 
     def watch(self, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
         """Expose counters and gauges computed from ``snapshot()`` at each scrape."""

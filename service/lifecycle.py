@@ -83,11 +83,36 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
             state["aborted"] = True
             main.cancel()
 
+    merging: asyncio.Task[None] | None = None
+    if settings.merge.interval_s is not None:
+        from service import merge_loop  # noqa: PLC0415 - loads the merge only if used
+        from service.merge import plan  # noqa: PLC0415
+        from settings.errors import SettingsError  # noqa: PLC0415
+
+        try:
+            plan(settings)
+        except SettingsError as exc:
+            logger.critical("merge: %s", exc)
+            if status is not None:
+                beat.cancel()
+                status.stop()
+            return EXIT_CONFIG
+        merging = asyncio.create_task(merge_loop.merge_periodically(settings, metrics),
+                                      name="merge")
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     shown = asyncio.create_task(progress(master), name="progress") if progress else None
     try:
         await master.run()
+        if merging is not None and master.drained:
+            merging.cancel()
+            await asyncio.gather(merging, return_exceptions=True)
+            tables = plan(settings)
+            merged = await merge_loop.merge_all(settings, metrics)
+            if len(merged) < len(tables):
+                logger.critical("stopping: the final merge after --drain failed for %d "
+                                "table(s)", len(tables) - len(merged))
+                return EXIT_CRASH
     except asyncio.CancelledError:
         if state["aborted"]:
             return EXIT_ABORT
@@ -103,6 +128,9 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
             status.stop()
         if shown is not None:
             shown.cancel()
+        if merging is not None:
+            merging.cancel()
+            await asyncio.gather(merging, return_exceptions=True)
         if "actors.spark_sink" in sys.modules:  # only if a spark sink was used
             await sys.modules["actors.spark_sink"].stop_spark_actors()
     return EXIT_OK

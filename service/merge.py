@@ -36,13 +36,20 @@ How far it merged: ``<warehouse>/_merge_state/<final>.json`` holds ``merged_at``
 ``staging_rows``, ``final_rows``, ``max_ingested_at`` (the newest staging row merged; the
 next merge reports the rows ingested after it as ``new_rows``).
 
-The warehouse is a local directory (as for the sink): the swap uses ``os.rename``.
+Concurrency: one merge per table at a time, across processes: each merge holds an
+exclusive ``flock`` on ``_merge_state/<final>.lock`` and a merge that finds it taken is
+skipped ("another process is merging this table"). Sinks may append while a merge runs:
+the merge reads the files listed when it starts and the rest waits for the next merge.
+
+The warehouse is a local directory (as for the sink): the swap uses ``os.rename`` and
+the lock ``flock``, so every process merging one table must see one POSIX file system.
 pyspark is imported only inside functions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import logging
 import os
@@ -230,14 +237,30 @@ class _Job:
             shutil.rmtree(self.new)
 
     def run(self, spark: Any) -> MergeResult:
+        """Merge under an exclusive lock on ``_merge_state/<final>.lock``: a merge of the
+        same table by another process (``kstage merge`` beside a service merging on an
+        interval) is skipped, never run twice at once."""
+        if not self.staging.exists():
+            return MergeResult(self.item.table, self.item.final_table, skipped=True,
+                               note=f"no staging data at {self.staging}")
+        self.state.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.state.with_suffix(".lock"), "a+b") as lock:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return MergeResult(self.item.table, self.item.final_table, skipped=True,
+                                   note="another process is merging this table")
+            try:
+                return self._run(spark)
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _run(self, spark: Any) -> MergeResult:
         from pyspark.sql import Window  # noqa: PLC0415 - pyspark only if used
         from pyspark.sql import functions as f  # noqa: PLC0415
         from pyspark.sql.types import StructType  # noqa: PLC0415
 
         item = self.item
-        if not self.staging.exists():
-            return MergeResult(item.table, item.final_table, skipped=True,
-                               note=f"no staging data at {self.staging}")
         self._repair()
         schema = struct_type(item.columns)
         staging = spark.read.schema(schema).parquet(str(self.staging)).select(*self.names)

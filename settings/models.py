@@ -193,6 +193,14 @@ class SparkSettings(_Model):
     )
 
 
+class MergeSettings(_Model):
+    """The ``merge:`` section: merging staging into final tables inside the service."""
+
+    interval_s: float | None = Field(
+        None, gt=0, description="Merge every spark staging table this often while running "
+        "(and once more at the end of --drain); none: only `kstage merge` merges.")
+
+
 class ServiceSettings(_Model):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level.")
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
@@ -223,6 +231,9 @@ class Settings(BaseSettings):
     schema_registry: SchemaRegistrySettings | None = Field(
         None, description="Schema registry for Avro topics (none: no registry)."
     )
+    merge: MergeSettings = Field(
+        default_factory=lambda: MergeSettings(), description="Merge into final tables."
+    )
 
     _service_name = field_validator("name")(_name)
 
@@ -239,6 +250,14 @@ class Settings(BaseSettings):
                         f"(groups[{seen[key]}] and groups[{gi}])"
                     )
                 seen[key] = gi
+        return self
+
+    @model_validator(mode="after")
+    def _merge_needs_spark(self) -> Settings:
+        if self.merge.interval_s is not None and not any(
+                t.sink.type == "spark" for g in self.groups for t in g.topics):
+            raise ValueError("merge.interval_s is set but no topic has a sink of type spark "
+                             "(the merge folds spark staging tables)")
         return self
 
     def group_id(self, group: GroupSettings) -> str:

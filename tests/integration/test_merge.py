@@ -9,6 +9,8 @@ CLI shuts Spark down and its session is the module's one): it must stay last.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,6 +184,29 @@ async def test_table_filter_skip_and_config_errors(actor: SparkActor, warehouse:
 
     with pytest.raises(MergeConfigError, match="'stg_nope' is not fed by a spark sink"):
         await merge(cfg, "stg_nope", actor=actor)
+
+
+async def test_a_table_being_merged_elsewhere_is_skipped(
+        actor: SparkActor, warehouse: Path) -> None:
+    """Another process holding the table's merge lock: the merge is skipped, untouched."""
+    await stage(actor, "stg_merge_locked", events(0, 0, 2))
+    cfg = settings(warehouse, "stg_merge_locked")
+    lock = warehouse / "_merge_state" / "final_merge_locked.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(  # flock(1)-like holder in another process
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a');"
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+         str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        [skipped] = await merge(cfg, actor=actor)
+        assert skipped.skipped and "another process is merging" in skipped.summary()
+        assert not (warehouse / "final_merge_locked").exists()
+    finally:
+        holder.kill()
+        holder.communicate()
+    [merged] = await merge(cfg, actor=actor)
+    assert counts(merged) == (2, 2, 0, 0)
 
 
 def write_config(tmp_path: Path, warehouse: Path, table: str) -> str:

@@ -289,6 +289,16 @@ def test_model_level_error_cites_the_model_line(tmp_path: Path) -> None:
     assert err.problems == ["groups[0].failure (line 4): max_backoff_ms must be >= min_backoff_ms"]
 
 
+def test_merge_interval_needs_a_spark_sink(tmp_path: Path) -> None:
+    path = write(tmp_path, "merge: {interval_s: 60}\n" + MINIMAL_GROUP)
+    err = validation_error(path)
+    assert len(err.problems) == 1
+    assert "merge.interval_s is set but no topic has a sink of type spark" in err.problems[0]
+    ok = write(tmp_path, "merge: {interval_s: 60}\n" + MINIMAL_GROUP.replace(
+        "processor: p}", "processor: p, sink: {type: spark}}"))
+    assert load_settings(ok).merge.interval_s == 60
+
+
 # ------------------------------------------------------------------- environment
 
 

@@ -1,0 +1,57 @@
+"""Merging inside the service: every ``merge.interval_s``, and once more after ``--drain``.
+
+The merge runs on the process's SparkActor thread (the one the spark sinks append on), so
+appends of this process wait while a table is merged: the sinks' writes take longer,
+workers' pipelines fill up and fetching pauses (backpressure; nothing is dropped). A
+failed merge is logged with the table and counted (``kstage_merge_failures``); the next
+interval tries again. Tables are merged one at a time; a table another process is merging
+is skipped (see :mod:`service.merge`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from actors.metrics import Metrics
+from service.merge import MergeError, MergeResult, merge, plan
+from settings.models import Settings
+
+logger = logging.getLogger(__name__)
+
+
+async def merge_all(settings: Settings, metrics: Metrics | None = None) -> list[MergeResult]:
+    """Merge every spark staging table once; a failing table is logged and the others
+    are still merged."""
+    results = []
+    for item in plan(settings):
+        started = time.monotonic()
+        try:
+            (result,) = await merge(settings, item.table)
+        except MergeError as exc:
+            logger.error("merge: %s", exc)
+            if metrics is not None:
+                metrics.merge_failures.labels(item.table).inc()
+            continue
+        results.append(result)
+        if metrics is not None and not result.skipped:
+            metrics.merge_seconds.labels(item.table).observe(time.monotonic() - started)
+            metrics.merge_last_success.labels(item.table).set(time.time())
+            metrics.merge_final_rows.labels(item.table).set(result.final_rows)
+    return results
+
+
+async def merge_periodically(settings: Settings, metrics: Metrics | None = None) -> None:
+    """Merge every ``settings.merge.interval_s`` seconds until cancelled."""
+    interval = settings.merge.interval_s
+    if interval is None:
+        return
+    logger.info("merge: every %gs into the final tables of %s", interval,
+                ", ".join(p.table for p in plan(settings)))
+    while True:
+        await asyncio.sleep(interval)
+        await merge_all(settings, metrics)
+
+
+__all__ = ["merge_all", "merge_periodically"]
