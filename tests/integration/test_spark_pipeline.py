@@ -1,9 +1,11 @@
-"""Gobblin events (real schema, wire format) through `kstage run --drain` into a Parquet
-staging table written by Spark, read back with Spark."""
+"""WhereHows Gobblin and metastore events and DataHub MCL events (real schemas, Confluent
+wire format) through `kstage run --drain` into their Parquet staging tables written by
+Spark, read back with Spark: every event, the declared types, the Kafka coordinates."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import yaml
@@ -19,21 +21,38 @@ from tests.kafkautil import committed, create_topic, produce, unique, write_conf
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
+# processor -> (events, expected Spark types of some columns)
+CASES: dict[str, tuple[int, dict[str, str]]] = {
+    "gobblin_compaction": (30, {"record_count": "bigint", "cluster": "string",
+                                "log_event_time": "bigint"}),
+    "metastore_audit": (20, {"log_event_time": "bigint", "create_time": "bigint",
+                             "db_name": "string", "new_info": "string"}),
+    "datahub_mcl": (25, {"entity_urn": "string", "aspect": "string",
+                         "created_time": "bigint"}),
+}
+COORDINATES = {"_topic": "string", "_partition": "int", "_offset": "bigint",
+               "_timestamp": "bigint", "_ingested_at": "timestamp", "ingest_date": "date",
+               "writer_id": "string"}
 
-async def test_gobblin_events_land_in_their_staging_table(broker, tmp_path, kstage) -> None:
-    sample = next(t for t in SAMPLE_TOPICS if t.processor == "gobblin_compaction")
-    topic, group = unique("spark-gobblin"), unique("g-spark")
+
+async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
+                                                               kstage) -> None:
+    samples = {p: next(t for t in SAMPLE_TOPICS if t.processor == p) for p in CASES}
+    group = unique("g-spark")
+    topics = {p: unique(f"spark-{p}") for p in CASES}
     warehouse = tmp_path / "warehouse"
-    text = (SCHEMA_DIR / sample.schema_file).read_text()
-    records = sample_records(sample, 30)
     with FakeRegistry() as registry:
-        sid = registry.register(f"{topic}-value", text)
-        await create_topic(broker, topic, partitions=2)
-        await produce(broker, topic, [encode(parse_schema(json.loads(text)), sid, r)
-                                      for r in records], partition_of=lambda i: i % 2)
+        for processor, sample in samples.items():
+            topic, count = topics[processor], CASES[processor][0]
+            text = (SCHEMA_DIR / sample.schema_file).read_text()
+            sid = registry.register(f"{topic}-value", text)
+            await create_topic(broker, topic, partitions=2)
+            await produce(broker, topic, [encode(parse_schema(json.loads(text)), sid, r)
+                                          for r in sample_records(sample, count)],
+                          partition_of=lambda i: i % 2)
         cfg = write_config(tmp_path / "kstage.yml", broker, group,
-                           [{"topic": topic, "processor": "gobblin_compaction",
-                             "format": "avro", "sink": {"type": "spark"}}])
+                           [{"topic": topics[p], "processor": p, "format": "avro",
+                             "sink": {"type": "spark"}} for p in CASES])
         data = yaml.safe_load(cfg.read_text())
         data["schema_registry"] = {"url": registry.url}
         data["spark"] = {"master": "local[1]", "warehouse": str(warehouse),
@@ -41,19 +60,31 @@ async def test_gobblin_events_land_in_their_staging_table(broker, tmp_path, ksta
         cfg.write_text(yaml.safe_dump(data))
         proc = kstage(cfg, "--drain")
         assert await proc.wait(timeout=150) == 0, proc.output()
-    assert sum((await committed(broker, group, topic, 2)).values()) == 30
+    for processor, (count, _) in CASES.items():
+        assert sum((await committed(broker, group, topics[processor], 2)).values()) == count
 
     actor = spark_actor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "reader")))
+
+    def read(path: str) -> Any:
+        def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+            frame = spark.read.parquet(path)
+            return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
+        return run
+
     try:
-        path = str(warehouse / sample.table)
-        rows = await actor.call(lambda spark: [r.asDict() for r in
-                                               spark.read.parquet(path).collect()])
-        types = await actor.call(lambda spark: dict(spark.read.parquet(path).dtypes))
+        tables = {p: await actor.call(read(str(warehouse / samples[p].table))) for p in CASES}
     finally:
         await stop_spark_actors()
-    assert len(rows) == 30
-    assert sorted((r["_partition"], r["_offset"]) for r in rows) == sorted(
-        (i % 2, i // 2) for i in range(30))
-    assert {r["_topic"] for r in rows} == {topic} and len({r["writer_id"] for r in rows}) == 1
-    assert types["record_count"] == "bigint" and types["_offset"] == "bigint"
-    assert types["cluster"] == "string" and types["ingest_date"] == "date"
+    for processor, (count, types) in CASES.items():
+        rows, dtypes = tables[processor]
+        assert len(rows) == count, processor
+        assert sorted((r["_partition"], r["_offset"]) for r in rows) == sorted(
+            (i % 2, i // 2) for i in range(count)), processor
+        assert {r["_topic"] for r in rows} == {topics[processor]}
+        assert len({r["writer_id"] for r in rows}) == 1
+        assert all(r["_timestamp"] > 0 for r in rows)
+        assert {k: dtypes[k] for k in (*types, *COORDINATES)} == {**types, **COORDINATES}
+    mcl = tables["datahub_mcl"][0]
+    assert all(r["entity_urn"].startswith("urn:li:") and r["aspect_name"] for r in mcl)
+    audit = tables["metastore_audit"][0]
+    assert all(isinstance(r["log_event_time"], int) and r["db_name"] for r in audit)
