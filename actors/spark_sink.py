@@ -114,6 +114,7 @@ class SparkActor:
 
             conf = {
                 "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",  # no progress bars in logs
                 "spark.sql.shuffle.partitions": "2",
                 "spark.sql.sources.partitionOverwriteMode": "dynamic",
                 "spark.sql.session.timeZone": "UTC",

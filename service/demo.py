@@ -3,8 +3,10 @@
 Starts the embedded broker, writes a ``file://`` schema registry holding the real
 WhereHows and DataHub schemas, produces sample events of those schemas (plus a few poison
 values) in the Confluent wire format, runs the service until every partition is
-processed and committed (``--drain``), and prints what landed where: rows per staging
-table, dead-lettered messages and throughput.
+processed and committed (``--drain``) with Spark staging sinks (Spark local mode,
+Parquet tables under ``DIR/warehouse``), merges each staging table into its final table
+(the service's final merge after ``--drain``), and prints what landed where: rows per
+staging and final table (from the merge's records), dead-lettered messages, throughput.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -29,7 +32,6 @@ from service.lifecycle import serve
 from service.samples import (
     POISON_SCHEMA_ID,
     SAMPLE_TOPICS,
-    SampleTopic,
     poison_values,
     sample_records,
 )
@@ -78,10 +80,6 @@ async def produce(bootstrap: str, events: int, ids: dict[str, int]) -> dict[str,
     return counts
 
 
-def sink_path(out: Path, topic: SampleTopic) -> Path:
-    return out / "staging" / topic.table / f"{topic.topic}.jsonl"
-
-
 def demo_settings(bootstrap: str, out: Path) -> Settings:
     return Settings(
         name="kstage-demo",
@@ -89,15 +87,17 @@ def demo_settings(bootstrap: str, out: Path) -> Settings:
         supervisor={"shutdown_grace_s": 10, "abort_grace_s": 5},
         service={"http_port": 0},
         schema_registry={"url": f"file://{out / 'registry'}"},
+        spark={"master": "local[2]", "warehouse": str(out / "warehouse"),
+               "flush_max_rows": 5000, "flush_max_interval_s": 1},
+        # The merge the demo shows is the one after --drain; none runs on the interval.
+        merge={"interval_s": 3600},
         groups=[{
             "group_id": "kstage-demo",
             "session_timeout_ms": 6000,
             "heartbeat_interval_ms": 500,
             "failure": {"mode": "continue", "dead_letter_path": str(out / "failed_events.log")},
-            "topics": [{
-                "topic": t.topic, "processor": t.processor, "format": "avro",
-                "sink": {"type": "jsonl", "path": str(sink_path(out, t))},
-            } for t in SAMPLE_TOPICS],
+            "topics": [{"topic": t.topic, "processor": t.processor, "format": "avro",
+                        "sink": {"type": "spark"}} for t in SAMPLE_TOPICS],
         }],
     )
 
@@ -131,33 +131,45 @@ def _count_lines(path: Path) -> int:
         return sum(1 for _ in fh)
 
 
+def merge_records(warehouse: Path) -> dict[str, dict[str, Any]]:
+    """Staging table -> the merge's record of it (``_merge_state/<final>.json``)."""
+    found = {}
+    for path in sorted((warehouse / "_merge_state").glob("*.json")):
+        state = json.loads(path.read_text(encoding="utf-8"))
+        found[state["staging_table"]] = {**state, "final_table": path.stem}
+    return found
+
+
 def run_demo(out: Path, events: int = 500) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [out / "failed_events.log", *(sink_path(out, t) for t in SAMPLE_TOPICS)]:
-        stale.unlink(missing_ok=True)
+    (out / "failed_events.log").unlink(missing_ok=True)
+    shutil.rmtree(out / "warehouse", ignore_errors=True)
     ids = write_registry(out / "registry")
     with EmbeddedBroker() as broker:
         counts = asyncio.run(produce(broker.bootstrap, events, ids))
         produced = sum(counts.values())
         print(f"produced {produced} events of the real WhereHows/DataHub schemas to "
-              f"{len(counts)} topics on the embedded broker {broker.bootstrap}", flush=True)
+              f"{len(counts)} topics on the embedded broker {broker.bootstrap}; "
+              "starting Spark (local mode)", flush=True)
         started = time.monotonic()
         code = asyncio.run(serve(demo_settings(broker.bootstrap, out), broker.bootstrap,
                                  drain=True, progress=progress_display(produced)))
         elapsed = time.monotonic() - started
-    tables: dict[str, int] = {}
-    for topic in SAMPLE_TOPICS:
-        tables[topic.table] = tables.get(topic.table, 0) + _count_lines(sink_path(out, topic))
+    merged = merge_records(out / "warehouse")
     dead = _count_lines(out / "failed_events.log")
-    rows = [("staging table", "rows")] + [(t, str(n)) for t, n in tables.items()]
-    rows += [("dead letters (" + str(out / "failed_events.log") + ")", str(dead))]
-    width = max(len(a) for a, _ in rows)
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value:>6}")
-    print(f"{produced} events in {elapsed:.1f}s including the group join "
-          f"({produced / elapsed:.0f} events/s); rows under {out / 'staging'}; "
-          f"exit code {code}")
-    empty = [t for t, n in tables.items() if n == 0]
+    tables = sorted({t.table for t in SAMPLE_TOPICS})
+    rows = [("staging table -> final table", "staging", "final")]
+    rows += [(f"{t} -> {merged[t]['final_table']}" if t in merged else f"{t} -> (not merged)",
+              str(merged.get(t, {}).get("staging_rows", 0)),
+              str(merged.get(t, {}).get("final_rows", 0))) for t in tables]
+    rows += [(f"dead letters ({out / 'failed_events.log'})", str(dead), "")]
+    width = max(len(a) for a, _, _ in rows)
+    for name, staging, final in rows:
+        print(f"  {name:<{width}}  {staging:>7}  {final:>6}")
+    print(f"{produced} events in {elapsed:.1f}s including the group join, Spark start-up "
+          f"and the merge ({produced / elapsed:.0f} events/s); Parquet tables under "
+          f"{out / 'warehouse'}; exit code {code}")
+    empty = [t for t in tables if not merged.get(t, {}).get("final_rows")]
     if code == 0 and (empty or dead != 6):
         print(f"UNEXPECTED: empty tables {empty}, {dead} dead letters (expected 6)")
         return 1

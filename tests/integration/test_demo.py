@@ -1,4 +1,5 @@
-"""`kstage demo`: the main job on the embedded default lands rows in every table."""
+"""`kstage demo`: the main job on the embedded default lands rows in every staging table
+(Spark, Parquet) and merges each into its final table."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ import pytest
 from service.cli import main
 from service.samples import SAMPLE_TOPICS
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def test_demo_lands_every_table_and_dead_letters_the_poison(tmp_path, capsys):
+def test_demo_lands_and_merges_every_table_and_dead_letters_the_poison(tmp_path, capsys):
     assert main(["demo", "--dir", str(tmp_path), "--events", "40"]) == 0
     out = capsys.readouterr().out
     for table in {t.table for t in SAMPLE_TOPICS}:
         line = next(line for line in out.splitlines() if line.strip().startswith(table))
-        assert int(line.split()[-1]) > 0, line
+        staging, final = (int(n) for n in line.split()[-2:])
+        per_topic = sum(1 for t in SAMPLE_TOPICS if t.table == table)
+        assert staging == 40 * per_topic and 0 < final <= staging, line
     dead = [json.loads(line) for line in (tmp_path / "failed_events.log").read_text().splitlines()]
     assert len(dead) == 6 and {d["topic"] for d in dead} == {"MetadataChangeLog_Versioned_v1"}
-    mcl = (tmp_path / "staging" / "stg_datahub_mcl" / "MetadataChangeLog_Versioned_v1.jsonl")
-    assert len(mcl.read_text().splitlines()) == 40
+    state = json.loads((tmp_path / "warehouse" / "_merge_state" / "final_datahub_mcl.json")
+                       .read_text())
+    assert state["staging_rows"] == 40 and (tmp_path / "warehouse" / "final_datahub_mcl").is_dir()
