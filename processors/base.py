@@ -106,6 +106,7 @@ class Processor:
         formats: value formats the processor accepts (checked at start).
         description: one line shown by ``kstage processors``.
         table, columns, key: the rows' staging table, typed columns and natural key.
+        final_partition: how the merge partitions the final table (optional).
         reader_schema: the Avro schema the processor expects, if it reads Avro.
     """
 
@@ -118,6 +119,13 @@ class Processor:
     """Typed columns of the rows, without the Kafka coordinates; empty = schemaless."""
     key: ClassVar[tuple[str, ...]] = ()
     """Natural key of the rows (the source DDL's primary key), used by the merge."""
+    final_partition: ClassVar[tuple[str, str] | None] = None
+    """Partition of the final table the merge writes: ``(column name, Spark SQL
+    expression over key columns only)``, e.g. ``("log_date",
+    "to_date(timestamp_millis(log_event_time))")``. A key then never moves between
+    partitions, so a merge rewrites only the partitions its staging rows fall into
+    (checked: the expression is analysed against the key columns alone). None: every
+    merge rewrites the whole final table."""
     reader_schema: ClassVar[str | None] = None
     """Path of the Avro schema the processor expects (relative to SCHEMA_DIR), if any.
     ``kstage schemas check`` checks writer schemas against it. Decoding resolves writer

@@ -76,6 +76,7 @@ class DatahubEntityChangeProcessor(Processor):
     table = "stg_datahub_entity_change_event"
     reader_schema = "datahub/PlatformEvent.avsc"
     key = ("entity_urn", "category", "operation", "modifier", "audit_time")
+    final_partition = ("audit_date", "to_date(timestamp_millis(audit_time))")
     columns = (
         Column("entity_urn", nullable=False, doc="entityUrn"),
         Column("entity_type", nullable=False, doc="entityType, e.g. dataset"),

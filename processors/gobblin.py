@@ -239,6 +239,7 @@ class GobblinCompactionProcessor(GobblinProcessor):
     table = "stg_kafka_gobblin_compaction"
     reader_schema = "wherehows/GobblinTrackingEvent.avsc"
     key = ("dataset", "cluster", "log_event_time")
+    final_partition = ("log_date", "to_date(timestamp_millis(log_event_time))")
     columns = (
         Column("cluster", nullable=False, doc="metadata clusterIdentifier, cluster-code match"),
         Column("dataset", nullable=False, doc="datasetUrn, or cut from DatasetOutputPath"),
@@ -308,6 +309,7 @@ class GobblinDistcpProcessor(GobblinProcessor):
     table = "stg_kafka_gobblin_distcp"
     reader_schema = "wherehows/GobblinTrackingEvent_distcp_ng.avsc"
     key = ("dataset", "cluster", "partition_name", "log_event_time")
+    final_partition = ("log_date", "to_date(timestamp_millis(log_event_time))")
     columns = (
         Column("cluster", nullable=False, doc="metadata clusterIdentifier, cluster-code match"),
         Column("dataset", nullable=False, doc="metadata datasetUrn"),

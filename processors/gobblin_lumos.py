@@ -85,6 +85,7 @@ class GobblinLumosProcessor(GobblinProcessor):
     table = "stg_kafka_gobblin_lumos"
     reader_schema = "wherehows/GobblinTrackingEvent_lumos.avsc"
     key = ("dataset", "cluster", "log_event_time")
+    final_partition = ("log_date", "to_date(timestamp_millis(log_event_time))")
     columns = (
         Column("cluster", nullable=False, doc="metadata clusterIdentifier, cluster-code match"),
         Column("dataset", nullable=False, doc="metadata datasetUrn"),

@@ -139,6 +139,7 @@ class MetastoreAuditProcessor(Processor):
     table = "stg_kafka_metastore_audit"
     reader_schema = None
     key = ("db_name", "table_name", "time_partition", "instance", "log_event_time", "event_type")
+    final_partition = ("log_date", "to_date(timestamp_millis(log_event_time))")
     columns = (
         Column("server", nullable=False, doc="auditHeader.server, cluster-code match"),
         Column("instance", nullable=False, doc="auditHeader.instance, '?' when null"),

@@ -19,14 +19,23 @@ One merge, on the SparkActor's thread:
    _offset desc`` then the remaining columns (a total order, so the winner is
    deterministic). Windows group NULL keys as equal. A processor without a key keeps
    every distinct row;
-4. write the result to ``<warehouse>/_merge_work/<final>.new``, then swap it in
-   (``<final>`` -> ``.old``, ``.new`` -> ``<final>``, delete ``.old``) and refresh the table.
-   A crash inside the swap is repaired by the next merge (``.old`` restored).
+4. write the result to ``<warehouse>/_merge_work/<final>.new``, then swap it in and
+   refresh the table. A crash inside a swap is repaired by the next merge.
 
-Decision, INSERT OVERWRITE of the affected partitions: that is only right when a key
-cannot move between partitions. The final tables are not partitioned (no key-derived
-partition column exists yet), so every merge is a full rewrite of the final table, which
-also avoids overwriting a table while reading it (the result is written elsewhere first).
+INSERT OVERWRITE of the affected partitions, where keys cannot move between partitions:
+a processor may declare ``final_partition = (name, expression over key columns)`` (the
+built-in WhereHows processors: ``log_date`` from ``log_event_time``; DataHub entity
+change events: ``audit_date``). The expression is analysed against the key columns
+alone at each merge (anything else is a MergeError), so a key's rows always fall into
+one partition. Then only the partitions holding staging rows are read from the final
+table, merged and swapped in one directory at a time (``<final>/p=v`` ->
+``.old-parts/p=v``, ``.new/p=v`` -> ``<final>/p=v``); other partitions are not touched.
+A crash between the two renames is undone by the next merge (the old partition is put
+back, and the merge runs again over it). Without ``final_partition`` (MCL: its key,
+entity urn + aspect, carries no time) or when the final table's layout does not match
+(first merge, or a partition declared later), the final table is rewritten whole
+(``<final>`` -> ``.old``, ``.new`` -> ``<final>``). The result is always written
+elsewhere first: a table is never overwritten while it is read.
 
 Idempotence: the staging table is read whole every time (never filtered by a watermark: a
 slow append may land rows older than the last merge's newest row), and steps 2-3 are
@@ -53,6 +62,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +76,7 @@ from settings.models import Settings
 logger = logging.getLogger(__name__)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_SQL_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOUBLE",
-              "boolean": "BOOLEAN", "binary": "BINARY"}
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class MergeConfigError(SettingsError):
@@ -121,6 +130,7 @@ class TablePlan:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
     topics: tuple[str, ...]
+    partition: tuple[str, str] | None = None
 
 
 def final_name(table: str) -> str:
@@ -152,16 +162,28 @@ def plan(settings: Settings, table: str | None = None) -> list[TablePlan]:
             if missing:
                 raise MergeConfigError(f"table {name}: key columns {missing} of processor "
                                        f"{cls.name!r} are not among its columns")
+            partition = cls.final_partition
+            if partition is not None:
+                pname = partition[0]
+                if not _IDENTIFIER.match(pname) or pname in {c.name for c in cls.columns}:
+                    raise MergeConfigError(f"table {name}: processor {cls.name!r}: final "
+                                           f"partition column {pname!r} must be a new plain "
+                                           "identifier (not one of the row's columns)")
+                if not cls.key:
+                    raise MergeConfigError(f"table {name}: processor {cls.name!r} declares a "
+                                           "final partition but no key")
             seen = found.get(name)
             if seen is None:
                 found[name] = TablePlan(name, final_name(name), tuple(cls.columns),
-                                        tuple(cls.key), (topic.topic,))
+                                        tuple(cls.key), (topic.topic,), partition)
                 continue
-            if (seen.columns, seen.key) != (tuple(cls.columns), tuple(cls.key)):
+            if (seen.columns, seen.key, seen.partition) != (tuple(cls.columns),
+                                                            tuple(cls.key), partition):
                 raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
-                                       f"{topic.topic!r} feed it with different columns or key")
+                                       f"{topic.topic!r} feed it with different columns, key "
+                                       "or final partition")
             found[name] = TablePlan(name, seen.final_table, seen.columns, seen.key,
-                                    (*seen.topics, topic.topic))
+                                    (*seen.topics, topic.topic), partition)
     if table is not None:
         if table not in found:
             known = ", ".join(sorted(found)) or "none"
@@ -212,6 +234,7 @@ class _Job:
         self.final = warehouse / item.final_table
         work = warehouse / "_merge_work"
         self.new, self.old = work / f"{item.final_table}.new", work / f"{item.final_table}.old"
+        self.old_parts = work / f"{item.final_table}.old-parts"
         self.state = warehouse / "_merge_state" / f"{item.final_table}.json"
         self.names = [c.name for c in item.columns] + [*COORDINATE_COLUMNS, "_ingested_at"]
 
@@ -233,6 +256,14 @@ class _Job:
                 shutil.rmtree(self.old)
             else:
                 os.rename(self.old, self.final)
+        if self.old_parts.exists():
+            for part in sorted(self.old_parts.iterdir()):
+                target = self.final / part.name
+                if target.exists():  # swapped: the old partition is garbage
+                    shutil.rmtree(part)
+                else:  # taken out, not yet replaced: put it back
+                    os.rename(part, target)
+            shutil.rmtree(self.old_parts)
         if self.new.exists():
             shutil.rmtree(self.new)
 
@@ -255,10 +286,32 @@ class _Job:
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
+    def _partition_type(self, spark: Any, schema: Any) -> Any:
+        """The Spark type of the final partition column; MergeError when its expression
+        uses anything but the key columns."""
+        from pyspark.sql.types import StructType  # noqa: PLC0415 - pyspark only if used
+
+        assert self.item.partition is not None  # noqa: S101 - caller checked
+        name, expression = self.item.partition
+        keys = spark.createDataFrame([], StructType([schema[k] for k in self.item.key]))
+        try:
+            return keys.selectExpr(f"{expression} AS `{name}`").schema[name].dataType
+        except Exception as exc:  # noqa: BLE001 - Spark's analysis error, reworded
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise MergeError(f"merge {self.item.table}: final partition {name!r} = "
+                             f"{expression!r} must be an expression over the key columns "
+                             f"{list(self.item.key)} only: {first}") from exc
+
+    def _partitioned_layout(self, name: str) -> bool:
+        """Is the existing final table laid out in ``name=...`` directories (and nothing
+        else holding data)?"""
+        entries = [e for e in self.final.iterdir() if not e.name.startswith(("_", "."))]
+        return all(e.is_dir() and e.name.startswith(f"{name}=") for e in entries)
+
     def _run(self, spark: Any) -> MergeResult:
         from pyspark.sql import Window  # noqa: PLC0415 - pyspark only if used
         from pyspark.sql import functions as f  # noqa: PLC0415
-        from pyspark.sql.types import StructType  # noqa: PLC0415
+        from pyspark.sql.types import StructField, StructType  # noqa: PLC0415
 
         item = self.item
         self._repair()
@@ -277,10 +330,28 @@ class _Job:
         replays = rows - int(stats["distinct"])
 
         final_schema = StructType([schema[n] for n in self.names])
+        columns = list(self.names)
+        incremental = False
+        if item.partition is not None:
+            pname, expression = item.partition
+            final_schema = StructType([*final_schema.fields, StructField(
+                pname, self._partition_type(spark, schema), True)])
+            staging = staging.withColumn(pname, f.expr(expression))
+            columns.append(pname)
+            incremental = self.final.exists() and self._partitioned_layout(pname)
         union = staging
         if self.final.exists():
-            current = spark.read.schema(final_schema).parquet(str(self.final))
-            union = staging.unionByName(current.select(*self.names))
+            if incremental:
+                current = spark.read.schema(final_schema).parquet(str(self.final))
+                affected = staging.select(f.col(pname).alias("_affected")).distinct()
+                current = current.join(affected, current[pname].eqNullSafe(
+                    affected["_affected"]), "left_semi")
+            else:  # whole table; a final table written before its partition was declared
+                current = spark.read.schema(StructType(
+                    [schema[n] for n in self.names])).parquet(str(self.final))
+                if item.partition is not None:
+                    current = current.withColumn(pname, f.expr(expression))
+            union = staging.unionByName(current.select(*columns))
         once = Window.partitionBy(*identity).orderBy(f.col("_ingested_at").asc())
         distinct = (union.withColumn("_n", f.row_number().over(once))
                     .filter("_n = 1").drop("_n"))
@@ -298,16 +369,22 @@ class _Job:
             counted = ranked.agg(f.count(f.lit(1)).alias("all"),
                                  f.sum(f.when(f.col("_rank") == 1, 1).otherwise(0)).alias("kept"),
                                  ).first()
-            kept = int(counted["kept"] or 0)
-            superseded = int(counted["all"]) - kept
-            result = (ranked.filter("_rank = 1").select(*self.names)
+            superseded = int(counted["all"]) - int(counted["kept"] or 0)
+            result = (ranked.filter("_rank = 1").select(*columns)
                       .orderBy(*(item.key or identity), "_topic", "_partition", "_offset"))
             self.new.parent.mkdir(parents=True, exist_ok=True)
-            result.write.mode("overwrite").parquet(str(self.new))
+            writer = result.write.mode("overwrite")
+            if item.partition is not None:
+                writer = writer.partitionBy(item.partition[0])
+            writer.parquet(str(self.new))
         finally:
             ranked.unpersist()
-        self._swap()
-        self._register(spark)
+        if incremental:
+            self._swap_partitions()
+        else:
+            self._swap()
+        self._register(spark, final_schema)
+        kept = spark.read.schema(final_schema).parquet(str(self.final)).count()
         self._record(rows, kept, stats["max_micros"])
         return MergeResult(item.table, item.final_table, staging_rows=rows, final_rows=kept,
                            replays_dropped=replays, superseded_dropped=superseded, new_rows=new)
@@ -319,13 +396,29 @@ class _Job:
         if self.old.exists():
             shutil.rmtree(self.old)
 
-    def _register(self, spark: Any) -> None:
+    def _swap_partitions(self) -> None:
+        """Replace the final table's partitions that the merge rewrote, one at a time."""
+        self.old_parts.mkdir(parents=True, exist_ok=True)
+        for part in sorted(p for p in self.new.iterdir() if p.is_dir()
+                           and not p.name.startswith(("_", "."))):
+            target = self.final / part.name
+            if target.exists():
+                os.rename(target, self.old_parts / part.name)
+            os.rename(part, target)
+        shutil.rmtree(self.old_parts)
+        shutil.rmtree(self.new)
+
+    def _register(self, spark: Any, final_schema: Any) -> None:
         name = self.item.final_table
-        cols = ", ".join(f"`{c.name}` {_SQL_TYPES[c.type]}" for c in self.item.columns)
+        cols = ", ".join(f"`{field.name}` {field.dataType.simpleString().upper()}"
+                         for field in final_schema.fields)
+        partitioned = (f"PARTITIONED BY (`{self.item.partition[0]}`) "
+                       if self.item.partition is not None else "")
         location = str(self.final).replace("\\", "\\\\").replace("'", "\\'")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS `{name}` ({cols}, `_topic` STRING, "
-                  "`_partition` INT, `_offset` BIGINT, `_timestamp` BIGINT, "
-                  f"`_ingested_at` TIMESTAMP) USING parquet LOCATION '{location}'")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS `{name}` ({cols}) USING parquet "
+                  f"{partitioned}LOCATION '{location}'")
+        if partitioned:
+            spark.sql(f"ALTER TABLE `{name}` RECOVER PARTITIONS")
         spark.sql(f"REFRESH TABLE `{name}`")
 
     def _record(self, staging_rows: int, final_rows: int, max_micros: int | None) -> None:

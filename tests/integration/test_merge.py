@@ -9,6 +9,8 @@ CLI shuts Spark down and its session is the module's one): it must stay last.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ import pytest
 from actors.spark_sink import SparkActor
 from processors.base import Message, Row
 from service.cli import main
-from service.merge import MergeConfigError, MergeResult, final_name, merge
+from service.merge import MergeConfigError, MergeError, MergeResult, final_name, merge
 from settings.models import Settings, SparkSettings
 from tests.integration.test_spark_sink import PROCESSOR, TOPIC, events, opened
 
@@ -28,6 +30,7 @@ pytestmark = pytest.mark.slow
 
 NAMES = [c.name for c in PROCESSOR.columns] + ["_topic", "_partition", "_offset", "_timestamp",
                                                "_ingested_at"]
+FINAL_NAMES = [*NAMES, "log_date"]  # GobblinCompactionProcessor.final_partition
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +77,17 @@ async def final_rows(actor: SparkActor, table: str) -> list[tuple[Any, ...]]:
     final = final_name(table)
 
     def read(spark: Any) -> tuple[list[Any], list[Any], list[str]]:
-        by_table = spark.table(final).collect()
-        by_path = spark.read.parquet(str(actor.warehouse / final))
-        return by_table, by_path.collect(), by_path.columns
+        by_table = spark.table(final)
+        path = actor.warehouse / final
+        if not list(path.rglob("*.parquet")):  # an empty partitioned table has no files
+            return by_table.collect(), [], by_table.columns
+        by_path = spark.read.parquet(str(path))
+        return by_table.collect(), by_path.collect(), by_path.columns
 
     by_table, by_path, columns = await actor.call(read)
-    assert columns == NAMES  # no ingest_date / writer_id
-    rows = sorted(tuple(r[n] for n in NAMES) for r in by_table)
-    assert rows == sorted(tuple(r[n] for n in NAMES) for r in by_path)
+    assert columns == FINAL_NAMES  # no ingest_date / writer_id; the final partition last
+    rows = sorted(tuple(r[n] for n in FINAL_NAMES) for r in by_table)
+    assert rows == sorted(tuple(r[n] for n in FINAL_NAMES) for r in by_path)
     return rows
 
 
@@ -148,8 +154,6 @@ async def test_final_rows_survive_when_staging_is_purged(
     await merge(cfg, actor=actor)
     before = await final_rows(actor, table)
     # staging retention removed the old partitions; new rows arrive
-    import shutil
-
     shutil.rmtree(warehouse / table)
     await actor.call(lambda spark: spark.sql(f"DROP TABLE `{table}`"))
     actor._writers.pop(table)
@@ -158,6 +162,57 @@ async def test_final_rows_survive_when_staging_is_purged(
     assert counts(result) == (3, 7, 0, 0)
     after = await final_rows(actor, table)
     assert set(before) <= set(after) and len(after) == 7
+
+
+async def test_only_partitions_with_staging_rows_are_rewritten_and_swaps_are_repaired(
+        actor: SparkActor, warehouse: Path) -> None:
+    """final_partition = log_date (from the key's log_event_time): a merge rewrites only
+    the dates its staging rows fall into; a swap cut between its renames is undone."""
+    table = "stg_merge_parts"
+    await stage(actor, table, events(0, 0, 4), version(100, 1))  # 2016-07-13, 2017-07-14
+    cfg = settings(warehouse, table)
+    [first] = await merge(cfg, actor=actor)
+    assert counts(first) == (5, 5, 0, 0)
+    final = warehouse / final_name(table)
+    old_day, new_day = final / "log_date=2016-07-13", final / "log_date=2017-07-14"
+    assert sorted(p.name for p in final.iterdir() if p.is_dir()) == [old_day.name,
+                                                                      new_day.name]
+    untouched = {p.name: p.stat().st_mtime_ns for p in old_day.iterdir()}
+
+    # staging retention removed the rows; a newer version of the 2017 key arrives
+    shutil.rmtree(warehouse / table)
+    await actor.call(lambda spark: spark.sql(f"DROP TABLE `{table}`"))
+    actor._writers.pop(table)
+    await stage(actor, table, version(101, 2))
+    [second] = await merge(cfg, actor=actor)
+    assert counts(second) == (1, 5, 0, 1)
+    assert {p.name: p.stat().st_mtime_ns for p in old_day.iterdir()} == untouched
+    rows = await final_rows(actor, table)
+    latest = [r for r in rows if r[NAMES.index("dataset")] == "/data/tracking/X"]
+    assert [r[NAMES.index("record_count")] for r in latest] == [2]
+
+    # a crash between "final/p -> .old-parts/p" and ".new/p -> final/p"
+    work = warehouse / "_merge_work"
+    (work / f"{final_name(table)}.old-parts").mkdir(parents=True)
+    os.rename(new_day, work / f"{final_name(table)}.old-parts" / new_day.name)
+    (work / f"{final_name(table)}.new" / new_day.name).mkdir(parents=True)  # half written
+    [third] = await merge(cfg, actor=actor)
+    assert counts(third) == (1, 5, 0, 0)  # version 1 was superseded by the last merge
+    assert await final_rows(actor, table) == rows
+    assert not list(work.glob(f"{final_name(table)}.*"))
+
+
+async def test_a_final_partition_must_depend_on_the_key_alone(
+        actor: SparkActor, warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    await stage(actor, "stg_merge_badpart", events(0, 0, 1))
+    monkeypatch.setattr(PROCESSOR, "final_partition", ("day", "to_date(partition_name)"))
+    with pytest.raises(MergeError, match=r"'day' = 'to_date\(partition_name\)' must be an "
+                                         r"expression over the key columns"):
+        await merge(settings(warehouse, "stg_merge_badpart"), actor=actor)
+    monkeypatch.setattr(PROCESSOR, "final_partition", ("cluster", "cluster"))
+    with pytest.raises(MergeConfigError, match="final partition column 'cluster' must be a "
+                                               "new plain identifier"):
+        await merge(settings(warehouse, "stg_merge_badpart"), actor=actor)
 
 
 async def test_table_filter_skip_and_config_errors(actor: SparkActor, warehouse: Path) -> None:
