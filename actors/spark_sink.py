@@ -26,7 +26,8 @@ How it works:
   ``_topic, _partition, _offset, _timestamp, _ingested_at`` (UTC), partitioned by
   ``ingest_date`` (UTC DATE; a string would be read back as a date by path readers'
   partition inference) and ``writer_id`` (``host-pid-uuid8``, unique per process) so
-  several kstage processes never write the same directory. Parquet files keep
+  several kstage processes never write the same directory (each appends into its
+  own ``ingest_date=D/writer_id=W`` directory, see :meth:`TableWriter._append`). Parquet files keep
   no NOT NULL: read back, every column is nullable (the sink enforces ``nullable``).
 
 pyspark is imported only inside functions: importing this module does not load it.
@@ -109,7 +110,10 @@ class SparkActor:
     def _session(self) -> Any:
         """The SparkSession (created on first use; Spark thread only)."""
         if self._spark is None:
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            if self.settings.master.startswith("local"):
+                # One machine: loopback (the hostname may resolve elsewhere). On a cluster
+                # the operator sets SPARK_LOCAL_IP or spark.driver.host to a reachable address.
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only if used
 
             conf = {
@@ -395,13 +399,23 @@ class TableWriter:
                 future.set_result(None)
 
     def _append(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
-        """Spark thread: append ``rows`` as one Parquet write, then refresh the table."""
+        """Spark thread: append ``rows`` as one Parquet write into this process's own
+        partition directory, then refresh the table.
+
+        The write targets ``<table>/ingest_date=D/writer_id=W`` itself rather than the
+        table with ``partitionBy``: Hadoop's output committer stages a job under
+        ``<target>/_temporary`` and deletes that directory when the job ends, so two
+        processes writing through the table's root would delete each other's staged
+        files (failed commits, leaked rows). A directory per writer keeps them apart."""
+        from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
+
         now = dt.datetime.now(dt.UTC)
         date = now.date()
-        extra = (now, date, self.actor.writer_id)
-        frame = spark.createDataFrame([r + extra for r in rows], struct_type(self.columns),
-                                      verifySchema=False)
-        frame.write.mode("append").partitionBy(*PARTITION_COLUMNS).parquet(str(self.path))
+        schema = t.StructType([f for f in struct_type(self.columns).fields
+                               if f.name not in PARTITION_COLUMNS])
+        frame = spark.createDataFrame([(*r, now) for r in rows], schema, verifySchema=False)
+        target = self.path / f"ingest_date={date.isoformat()}" / f"writer_id={self.actor.writer_id}"
+        frame.write.mode("append").parquet(str(target))
         if date not in self._dates:
             spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
             self._dates.add(date)

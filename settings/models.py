@@ -182,7 +182,9 @@ class SparkSettings(_Model):
     """The process-wide ``spark:`` section (one SparkSession per process)."""
 
     master: str = Field("local[2]", description="Spark master URL.")
-    warehouse: str = Field("./warehouse", description="Directory of the staging tables.")
+    warehouse: str = Field(
+        "./warehouse", description="Directory of the tables: a local (or shared, POSIX) path "
+        "or file:// URI, the same on the driver and every executor.")
     conf: dict[str, str] = Field(
         default_factory=lambda: {"spark.driver.memory": "512m"},
         description="Extra Spark configuration (overrides kstage's defaults).",
@@ -191,6 +193,18 @@ class SparkSettings(_Model):
     flush_max_interval_s: float = Field(
         5, gt=0, description="Longest wait of a row before its table is flushed."
     )
+
+    @field_validator("warehouse")
+    @classmethod
+    def _local_warehouse(cls, value: str) -> str:
+        if value.startswith("file://"):
+            return value[len("file://"):] or "/"
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+            raise ValueError(
+                f"{value!r}: only a local or shared POSIX path (or file://) is supported: "
+                "the sink and the merge list, rename and lock the table files with file "
+                "system calls (mount HDFS/S3 through a POSIX layer, or use a local path)")
+        return value
 
 
 class MergeSettings(_Model):

@@ -299,6 +299,15 @@ def test_merge_interval_needs_a_spark_sink(tmp_path: Path) -> None:
     assert load_settings(ok).merge.interval_s == 60
 
 
+def test_spark_warehouse_is_a_posix_path_or_file_uri(tmp_path: Path) -> None:
+    ok = write(tmp_path, "spark: {warehouse: 'file:///data/wh'}\n")
+    assert load_settings(ok).spark.warehouse == "/data/wh"
+    bad = write(tmp_path, "spark: {warehouse: 'hdfs://nn:8020/wh'}\n")
+    [problem] = validation_error(bad).problems
+    assert problem.startswith("spark.warehouse (line 1): ")
+    assert "'hdfs://nn:8020/wh': only a local or shared POSIX path" in problem
+
+
 # ------------------------------------------------------------------- environment
 
 
