@@ -9,11 +9,14 @@ _timestamp, _ingested_at`` (no ``ingest_date``/``writer_id``).
 
 One merge, on the SparkActor's thread:
 
-1. read the staging table by path (an absent path: the table is skipped with a note) and,
-   when it exists, the current final table, as one union;
+1. list the staging table's committed Parquet files (an absent table directory: skipped
+   with a note) and read the ones no earlier merge folded (all of them when the final
+   table does not exist), united with the current final table (only its affected
+   partitions, see below);
 2. drop exact replays: rows equal in every column but ``_ingested_at`` (same Kafka
    coordinates, same content: a crash re-delivered the message), keeping the earliest
-   ingest. The content is part of the identity because one message may give several rows;
+   ingest (so a final row beats its replay). The content is part of the identity
+   because one message may give several rows;
 3. keep the latest row per natural key (``Processor.key``, the source DDL's primary key):
    ``row_number()`` over the key ordered by ``_timestamp desc, _topic, _partition,
    _offset desc`` then the remaining columns (a total order, so the winner is
@@ -37,13 +40,17 @@ entity urn + aspect, carries no time) or when the final table's layout does not 
 (``<final>`` -> ``.old``, ``.new`` -> ``<final>``). The result is always written
 elsewhere first: a table is never overwritten while it is read.
 
-Idempotence: the staging table is read whole every time (never filtered by a watermark: a
-slow append may land rows older than the last merge's newest row), and steps 2-3 are
-deterministic, so a re-run without new staging rows writes the same rows.
-
-How far it merged: ``<warehouse>/_merge_state/<final>.json`` holds ``merged_at``,
-``staging_rows``, ``final_rows``, ``max_ingested_at`` (the newest staging row merged; the
-next merge reports the rows ingested after it as ``new_rows``).
+How far it merged, and idempotence: ``<warehouse>/_merge_state/<final>.json`` holds
+``merged_at``, ``staging_rows`` (all of staging, from the files' footers),
+``final_rows``, ``max_ingested_at`` (the newest staging row merged) and
+``merged_files``: the staging files (relative paths) folded so far, written after the
+swap. Files are the unit, not an ingest-time watermark: a slow append can commit rows
+older than the last merge's newest row, but never a file the merge already listed (Spark
+moves complete files into place). A merge without new files changes nothing; a crash
+after the swap but before the state was written re-reads those files, whose rows are
+then exact replays of final rows and dropped. Steps 2-3 are deterministic, so the final
+table does not depend on how the files were split across merges. Files removed from
+staging (retention) are forgotten; their rows stay in the final table.
 
 Concurrency: one merge per table at a time, across processes: each merge holds an
 exclusive ``flock`` on ``_merge_state/<final>.lock`` and a merge that finds it taken is
@@ -95,9 +102,9 @@ class MergeResult:
         table, final_table: the staging table and the final table it was folded into.
         staging_rows: rows in the staging table (replays included).
         final_rows: rows in the final table after the merge.
-        replays_dropped: staging rows that repeat another staging row (exact replays).
+        new_rows: rows of the staging files this merge folded (none merged before).
+        replays_dropped: of those, exact replays of another new row or of a final row.
         superseded_dropped: distinct rows dropped because a later row has their key.
-        new_rows: staging rows ingested after the previous merge's ``max_ingested_at``.
         skipped: the table was not merged; ``note`` says why.
     """
 
@@ -238,16 +245,30 @@ class _Job:
         self.state = warehouse / "_merge_state" / f"{item.final_table}.json"
         self.names = [c.name for c in item.columns] + [*COORDINATE_COLUMNS, "_ingested_at"]
 
-    def _previous_max(self) -> int | None:
+    def _previous(self) -> tuple[int | None, set[str]]:
+        """The last merge's ``max_ingested_at`` (micros) and the staging files it had
+        merged (relative paths)."""
         try:
             state = json.loads(self.state.read_text(encoding="utf-8"))
-            return _iso_to_micros(state["max_ingested_at"]) if state["max_ingested_at"] else None
+            top = state["max_ingested_at"]
+            return (_iso_to_micros(top) if top else None,
+                    set(state.get("merged_files", ())))
         except FileNotFoundError:
-            return None
+            return None, set()
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            logger.warning("merge: %s: unreadable state (%s); reporting every row as new",
-                           self.state, exc)
-            return None
+            logger.warning("merge: %s: unreadable state (%s); merging every staging file "
+                           "again (replays are dropped)", self.state, exc)
+            return None, set()
+
+    def _staging_files(self) -> list[str]:
+        """The staging table's committed Parquet files, relative to its directory (files
+        being written sit under ``_temporary`` and are not listed)."""
+        found = []
+        for path in self.staging.rglob("*.parquet"):
+            relative = path.relative_to(self.staging)
+            if not any(part.startswith(("_", ".")) for part in relative.parts):
+                found.append(relative.as_posix())
+        return sorted(found)
 
     def _repair(self) -> None:
         """Finish or undo a swap a crash interrupted; drop a half-written result."""
@@ -311,31 +332,43 @@ class _Job:
     def _run(self, spark: Any) -> MergeResult:
         from pyspark.sql import Window  # noqa: PLC0415 - pyspark only if used
         from pyspark.sql import functions as f  # noqa: PLC0415
-        from pyspark.sql.types import StructField, StructType  # noqa: PLC0415
+        from pyspark.sql.types import StructType  # noqa: PLC0415
 
         item = self.item
         self._repair()
         schema = struct_type(item.columns)
-        staging = spark.read.schema(schema).parquet(str(self.staging)).select(*self.names)
-        previous = self._previous_max()
-        since = f.lit(True) if previous is None else f.unix_micros("_ingested_at") > previous
+        previous_max, merged = self._previous()
+        files = self._staging_files()
+        file_schema = StructType([schema[n] for n in self.names])
+        total = (spark.read.schema(file_schema).parquet(*(str(self.staging / x) for x in files))
+                 .count() if files else 0)  # from the files' footers
+        if self.final.exists():
+            new_files = [x for x in files if x not in merged]
+        else:  # first merge, or the final table was removed: fold everything
+            new_files = files
+        final_schema = self._final_schema(spark, schema)
+        if not new_files and self.final.exists():  # nothing new: the final table stays
+            self._register(spark, final_schema)
+            kept = spark.read.schema(final_schema).parquet(str(self.final)).count()
+            self._record(total, kept, previous_max, files)
+            return MergeResult(item.table, item.final_table, staging_rows=total,
+                               final_rows=kept)
+        if new_files:
+            staging = spark.read.schema(file_schema).parquet(
+                *(str(self.staging / x) for x in new_files)).select(*self.names)
+        else:
+            staging = spark.createDataFrame([], file_schema)
         identity = [n for n in self.names if n != "_ingested_at"]
-        stats = staging.agg(
-            f.count(f.lit(1)).alias("rows"),
-            f.count_distinct(f.struct(*identity)).alias("distinct"),  # NULLs count too
-            f.max(f.unix_micros("_ingested_at")).alias("max_micros"),
-            f.sum(f.when(since, 1).otherwise(0)).alias("new"),
-        ).first()
-        rows, new = int(stats["rows"]), int(stats["new"] or 0)
-        replays = rows - int(stats["distinct"])
+        stats = staging.agg(f.count(f.lit(1)).alias("rows"),
+                            f.max(f.unix_micros("_ingested_at")).alias("max_micros")).first()
+        new = int(stats["rows"])
+        newest = max((m for m in (previous_max, stats["max_micros"]) if m is not None),
+                     default=None)
 
-        final_schema = StructType([schema[n] for n in self.names])
         columns = list(self.names)
         incremental = False
         if item.partition is not None:
             pname, expression = item.partition
-            final_schema = StructType([*final_schema.fields, StructField(
-                pname, self._partition_type(spark, schema), True)])
             staging = staging.withColumn(pname, f.expr(expression))
             columns.append(pname)
             incremental = self.final.exists() and self._partitioned_layout(pname)
@@ -369,6 +402,7 @@ class _Job:
             counted = ranked.agg(f.count(f.lit(1)).alias("all"),
                                  f.sum(f.when(f.col("_rank") == 1, 1).otherwise(0)).alias("kept"),
                                  ).first()
+            replays = int(union.count()) - int(counted["all"])
             superseded = int(counted["all"]) - int(counted["kept"] or 0)
             result = (ranked.filter("_rank = 1").select(*columns)
                       .orderBy(*(item.key or identity), "_topic", "_partition", "_offset"))
@@ -385,9 +419,20 @@ class _Job:
             self._swap()
         self._register(spark, final_schema)
         kept = spark.read.schema(final_schema).parquet(str(self.final)).count()
-        self._record(rows, kept, stats["max_micros"])
-        return MergeResult(item.table, item.final_table, staging_rows=rows, final_rows=kept,
+        self._record(total, kept, newest, files)
+        return MergeResult(item.table, item.final_table, staging_rows=total, final_rows=kept,
                            replays_dropped=replays, superseded_dropped=superseded, new_rows=new)
+
+    def _final_schema(self, spark: Any, schema: Any) -> Any:
+        """The final table's schema: the row's columns and coordinates, then the final
+        partition column if the processor declares one."""
+        from pyspark.sql.types import StructField, StructType  # noqa: PLC0415
+
+        fields = [schema[n] for n in self.names]
+        if self.item.partition is not None:
+            fields.append(StructField(self.item.partition[0],
+                                      self._partition_type(spark, schema), True))
+        return StructType(fields)
 
     def _swap(self) -> None:
         if self.final.exists():
@@ -421,13 +466,15 @@ class _Job:
             spark.sql(f"ALTER TABLE `{name}` RECOVER PARTITIONS")
         spark.sql(f"REFRESH TABLE `{name}`")
 
-    def _record(self, staging_rows: int, final_rows: int, max_micros: int | None) -> None:
+    def _record(self, staging_rows: int, final_rows: int, max_micros: int | None,
+                files: list[str]) -> None:
         state = {
             "staging_table": self.item.table,
             "merged_at": dt.datetime.now(dt.UTC).isoformat(),
             "staging_rows": staging_rows,
             "final_rows": final_rows,
             "max_ingested_at": None if max_micros is None else _micros_to_iso(int(max_micros)),
+            "merged_files": files,
         }
         self.state.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state.with_suffix(".json.tmp")

@@ -120,19 +120,32 @@ async def test_replays_dropped_latest_version_kept_and_rerun_changes_nothing(
     state = json.loads((warehouse / "_merge_state" / "final_merge_main.json").read_text())
     assert state["staging_rows"] == 14 and state["final_rows"] == 7
     assert state["merged_at"] and state["max_ingested_at"]
+    files = sorted(x.relative_to(warehouse / table).as_posix()
+                   for x in (warehouse / table).rglob("*.parquet"))
+    assert state["merged_files"] == files and len(files) == 4  # one per append
 
-    # re-running changes nothing: same rows (_ingested_at included), same counts
+    # re-running changes nothing: same rows (_ingested_at included), nothing new
     [again] = await merge(cfg, actor=actor)
-    assert counts(again) == counts(first)
+    assert counts(again) == (14, 7, 0, 0)
     assert again.new_rows == 0
     assert await final_rows(actor, table) == rows
     state2 = json.loads((warehouse / "_merge_state" / "final_merge_main.json").read_text())
     assert state2["max_ingested_at"] == state["max_ingested_at"]
+    assert state2["merged_files"] == files
+
+    # a crash after the swap, before the state was written: the files are read again,
+    # their rows are exact replays of final rows, and the final table is unchanged
+    lost = {**state2, "merged_files": []}
+    (warehouse / "_merge_state" / "final_merge_main.json").write_text(json.dumps(lost))
+    [replayed] = await merge(cfg, actor=actor)
+    assert replayed.new_rows == 14
+    assert counts(replayed) == (14, 7, 13, 1)  # all but version 1 replay a final row
+    assert await final_rows(actor, table) == rows
 
     # new staging rows (another replay, a newer version, new keys) are folded in
     await stage(actor, table, version(101, 2), version(102, 3), events(1, 10, 2))
     [third] = await merge(cfg, actor=actor)
-    assert counts(third) == (18, 9, 7, 2)
+    assert counts(third) == (18, 9, 1, 1)  # the replay of 101; 101 superseded by 102
     assert third.new_rows == 4
     rows3 = await final_rows(actor, table)
     assert len(rows3) == 9
@@ -141,7 +154,7 @@ async def test_replays_dropped_latest_version_kept_and_rerun_changes_nothing(
     # only the superseded version left; every other row kept as it was (_ingested_at too)
     assert set(rows) - set(rows3) == {r for r in rows if r[NAMES.index("_offset")] == 101}
     [fourth] = await merge(cfg, actor=actor)
-    assert counts(fourth) == counts(third) and fourth.new_rows == 0
+    assert counts(fourth) == (18, 9, 0, 0) and fourth.new_rows == 0
     assert await final_rows(actor, table) == rows3
 
 
@@ -232,7 +245,7 @@ async def test_table_filter_skip_and_config_errors(actor: SparkActor, warehouse:
     assert counts(results[3]) == (0, 0, 0, 0) and not results[3].skipped
     assert await final_rows(actor, "stg_merge_empty") == []
     assert counts(results[0]) == (3, 3, 0, 0)
-    assert counts(results[1]) == counts(only_b)
+    assert counts(results[1]) == (4, 2, 0, 0)  # merged just before: nothing new
     skipped = results[2]
     assert skipped.skipped and skipped.final_table == "other_table_final"
     assert "no staging data" in skipped.summary()
