@@ -127,11 +127,18 @@ def _spark_sink(settings: SinkSettings) -> Sink:
     return SparkSink(SparkSinkSettings.model_validate(settings.model_dump()))
 
 
+def _jdbc_sink(settings: SinkSettings) -> Sink:
+    from actors.jdbc_sink import JdbcSink, JdbcSinkSettings  # noqa: PLC0415 - only if used
+
+    return JdbcSink(JdbcSinkSettings.model_validate(settings.model_dump()))
+
+
 SINK_TYPES: dict[str, Callable[[SinkSettings], Sink]] = {
     "null": lambda s: NullSink(),
     "jsonl": lambda s: JsonlSink(str(s.path), fsync=bool(getattr(s, "fsync", True))),
     "http": _http_sink,
     "spark": _spark_sink,
+    "jdbc": _jdbc_sink,
 }
 
 

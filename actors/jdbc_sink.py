@@ -1,0 +1,445 @@
+"""The JDBC sink: rows land in a PostgreSQL staging table through Spark's JDBC writer.
+
+Settings: a topic's ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://..., user,
+password}`` (:class:`JdbcSinkSettings`); Spark itself is the process-wide ``spark:``
+section, shared with the spark sinks (one SparkSession per process, see
+:mod:`actors.spark_sink`).
+
+How it works:
+
+* The sink gets the same rows a spark sink gets: the processor's typed ``columns``, then
+  ``_topic, _partition, _offset, _timestamp`` and ``_ingested_at`` (UTC, set at flush).
+  There are no ``ingest_date``/``writer_id`` partitions: the database takes concurrent
+  inserts from several processes itself.
+* Every JDBC call runs on the :class:`~actors.spark_sink.SparkActor`'s one thread. The
+  driver jar (``jar``, default Debian's ``/usr/share/java/postgresql.jar``) is added to
+  the running session with ``ADD JAR`` when the driver class is not on its classpath
+  already (``spark.conf: {spark.jars: ...}`` also works); ``ADD JAR`` also ships it to
+  the executors of a cluster.
+* A :class:`JdbcTableWriter` (a :class:`~actors.spark_sink.TableWriter`) batches the rows
+  of all the workers writing one table (``spark.flush_max_rows`` /
+  ``spark.flush_max_interval_s``) and appends each micro-batch as one Spark JDBC write of
+  one partition, i.e. one transaction: the rows of a flush land together or not at all.
+* The table is created if missing with explicit PostgreSQL DDL (TEXT, INTEGER, BIGINT,
+  DOUBLE PRECISION, BOOLEAN, BYTEA, TIMESTAMPTZ; NOT NULL where the column is not
+  nullable). An existing table must have every column with a compatible type and
+  nullability (FatalError naming the table and the columns otherwise).
+* Failures: a row that does not fit its column types goes to ``on_permanent_failure``
+  (the worker dead-letters it). A connection or SQL failure raises
+  :class:`~actors.errors.SinkError`: the worker backs off and retries the batch, and
+  commits nothing meanwhile. The table check at :meth:`JdbcSink.open` is retried at the
+  first write when the database cannot be reached at open.
+
+The password is never logged; URLs are shown without their query string.
+pyspark is imported only inside functions: importing this module does not load it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import re
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from actors.errors import FatalError, SinkError
+from actors.sinks import Sink
+from actors.spark_sink import _COORDINATES, SparkActor, TableWriter, _check, spark_actor
+from processors.base import Column, Row
+from settings.models import SparkSettings
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_JAR = "/usr/share/java/postgresql.jar"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PG_TYPES = {"string": "TEXT", "int": "INTEGER", "long": "BIGINT",
+             "double": "DOUBLE PRECISION", "boolean": "BOOLEAN", "binary": "BYTEA",
+             "timestamp": "TIMESTAMPTZ"}
+# format_type() names an existing column may have for each declared type.
+_COMPATIBLE = {"string": ("text", "character varying"), "int": ("integer", "bigint"),
+               "long": ("bigint",), "double": ("double precision",),
+               "boolean": ("boolean",), "binary": ("bytea",),
+               "timestamp": ("timestamp with time zone", "timestamp without time zone")}
+_INGESTED_AT = Column("_ingested_at", "timestamp", False)  # type: ignore[arg-type]
+_RESERVED = (*(c.name for c in _COORDINATES), "_ingested_at")
+# Connection properties kstage sets unless the sink's ``properties`` say otherwise: fail
+# fast when the server is away (the Spark thread is shared by every sink) and send the
+# batched INSERTs as multi-row statements.
+_DEFAULT_PROPERTIES = {"connectTimeout": "10", "socketTimeout": "120", "loginTimeout": "10",
+                       "reWriteBatchedInserts": "true"}
+
+
+class JdbcSinkSettings(BaseModel):
+    """Options of ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://...}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["jdbc"] = Field("jdbc", description="Sink type.")
+    table: str | None = Field(None, description="Staging table, `name` or `schema.name` "
+                              "(default: the processor's).")
+    url: str = Field(description="JDBC URL, e.g. jdbc:postgresql://host:5432/db.")
+    user: str | None = Field(None, description="Database user.")
+    password: SecretStr | None = Field(None, description="Database password (never logged).")
+    driver: str = Field("org.postgresql.Driver", description="JDBC driver class.")
+    jar: str = Field(DEFAULT_JAR, description="Driver jar, added to the Spark session "
+                     "when the driver class is not on its classpath.")
+    batch_size: int = Field(5000, ge=1, description="Rows per JDBC batch (Spark batchsize).")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra JDBC connection properties (override "
+        "kstage's connectTimeout=10, socketTimeout=120, loginTimeout=10, "
+        "reWriteBatchedInserts=true).")
+    # SinkSettings.model_dump() always has jsonl's ``path`` key: accepted only unset.
+    path: None = Field(None, description="Not used by jdbc sinks (jsonl's file).")
+
+    @field_validator("url")
+    @classmethod
+    def _jdbc_url(cls, value: str) -> str:
+        if not value.startswith("jdbc:"):
+            raise ValueError(f"jdbc sink url {safe_url(value)!r} must start with 'jdbc:'")
+        return value
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            _table_parts(value)
+        return value
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its query string and user info (they may hold a password)."""
+    url = url.split("?", 1)[0].split(";", 1)[0]
+    return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _table_parts(table: str) -> tuple[str, ...]:
+    parts = tuple(table.split("."))
+    if len(parts) > 2 or not all(_IDENTIFIER.match(p) for p in parts):
+        raise ValueError(f"jdbc sink table {table!r} is not `name` or `schema.name` made of "
+                         "plain identifiers")
+    return parts
+
+
+def _qualified(table: str) -> str:
+    return ".".join(f'"{p}"' for p in _table_parts(table))
+
+
+def create_table_sql(table: str, columns: Sequence[Column]) -> str:
+    """The ``CREATE TABLE IF NOT EXISTS`` of a staging table with the processor's
+    ``columns`` (the Kafka coordinates and ``_ingested_at`` follow them)."""
+    cols = ", ".join(f'"{c.name}" {_PG_TYPES[c.type]}' + ("" if c.nullable else " NOT NULL")
+                     for c in (*columns, *_COORDINATES, _INGESTED_AT))
+    return f"CREATE TABLE IF NOT EXISTS {_qualified(table)} ({cols})"
+
+
+def table_mismatches(table: str, existing: Sequence[tuple[str, str, bool, bool]],
+                     declared: Sequence[Column]) -> list[str]:
+    """What makes an existing table unfit for the ``declared`` columns (coordinates and
+    ``_ingested_at`` included). ``existing``: (name, format_type, NOT NULL, has default)."""
+    found = {name: (kind, notnull, default) for name, kind, notnull, default in existing}
+    errors = []
+    missing = [c.name for c in declared if c.name not in found]
+    if missing:
+        errors.append(f"table {table} has no column(s) {', '.join(missing)}")
+    for column in declared:
+        if column.name not in found:
+            continue
+        kind, notnull, _ = found[column.name]
+        if not kind.startswith(_COMPATIBLE[column.type]):
+            errors.append(f"table {table} column {column.name!r} is {kind}, the processor "
+                          f"declares {column.type} ({_PG_TYPES[column.type]})")
+        if notnull and column.nullable:
+            errors.append(f"table {table} column {column.name!r} is NOT NULL but the "
+                          "processor declares it nullable")
+    names = {c.name for c in declared}
+    extra = [name for name, (_, notnull, default) in found.items()
+             if name not in names and notnull and not default]
+    if extra:
+        errors.append(f"table {table} has NOT NULL column(s) without a default the sink "
+                      f"does not write: {', '.join(extra)}")
+    return errors
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of a (Java) error, without the Py4J call noise."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return f"{java.getClass().getName()}: {str(java.getMessage())[:300]}"
+        except Exception:  # noqa: BLE001, S110 - the JVM may be gone: fall back to the text
+            pass
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+class JdbcTableWriter(TableWriter):
+    """Micro-batches one table's rows (see :class:`TableWriter`) and appends each batch
+    with Spark's JDBC writer, in one transaction."""
+
+    def __init__(self, actor: SparkActor, settings: JdbcSinkSettings, table: str,
+                 columns: tuple[Column, ...]) -> None:
+        super().__init__(actor, table, columns)
+        self.settings = settings
+        self.url = settings.url
+        self.where = f"jdbc sink {table} at {safe_url(settings.url)}"
+        self._all_pg = (*self._all, _INGESTED_AT)
+        self._registered = False
+
+    def _properties(self) -> dict[str, str]:
+        props = dict(_DEFAULT_PROPERTIES) if self.url.startswith("jdbc:postgresql:") else {}
+        props.update(self.settings.properties)
+        if self.settings.user is not None:
+            props["user"] = self.settings.user
+        if self.settings.password is not None:
+            props["password"] = self.settings.password.get_secret_value()
+        return props
+
+    def convert(self, rows: Sequence[Row]) -> tuple[list[tuple[Any, ...]], list[tuple[Row, str]]]:
+        """The rows as tuples in table order, and the rows that do not fit, each with the
+        reason naming the table, the row's coordinates and the column."""
+        out, rejected = [], []
+        for row in rows:
+            values = []
+            for column in self._all:
+                try:
+                    value = _check(row.get(column.name), column)
+                    if isinstance(value, str) and "\x00" in value:
+                        raise ValueError("contains a NUL character (PostgreSQL text cannot "
+                                         "store it)")
+                    values.append(value)
+                except ValueError as exc:
+                    where = (f"topic {row.get('_topic')!r} partition {row.get('_partition')} "
+                             f"offset {row.get('_offset')}")
+                    rejected.append((row, f"jdbc sink {self.table}: row at {where}: column "
+                                          f"{column.name!r}: {exc}"))
+                    break
+            else:
+                out.append(tuple(values))
+        return out, rejected
+
+    # -- Spark thread -----------------------------------------------------------------
+
+    def _driver(self, spark: Any) -> Any:
+        """A driver instance, after adding the jar to the session if needed."""
+        jvm = spark._jvm
+        name = self.settings.driver
+
+        def load() -> Any:
+            loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+            return loader.loadClass(name)
+
+        try:
+            load()
+        except Exception:  # noqa: BLE001 - not on the classpath yet: add the jar
+            jar = Path(self.settings.jar)
+            if not jar.is_file():
+                raise FatalError(f"{self.where}: the JDBC driver {name} is not on Spark's "
+                                 f"classpath and the jar {jar} does not exist (install "
+                                 "Debian's libpostgresql-jdbc-java or set sink.jar)") from None
+            spark.sql(f"ADD JAR '{str(jar.resolve())}'")
+            try:
+                load()
+            except Exception as exc:  # noqa: BLE001
+                raise FatalError(f"{self.where}: the jar {jar} has no driver class {name} "
+                                 f"(sink.driver): {_short(exc)}") from None
+            logger.info("jdbc sink: added %s to the Spark session (driver %s)", jar, name)
+        driver = jvm
+        for part in name.split("."):
+            driver = getattr(driver, part)
+        return driver()
+
+    def _connect(self, spark: Any) -> Any:
+        driver = self._driver(spark)
+        props = spark._jvm.java.util.Properties()
+        for key, value in self._properties().items():
+            props.setProperty(key, value)
+        conn = driver.connect(self.url, props)
+        if conn is None:
+            raise FatalError(f"{self.where}: the driver {self.settings.driver} does not "
+                             "accept this URL (sink.url, sink.driver)")
+        return conn
+
+    def _ensure_table(self, spark: Any) -> bool:
+        """Create the table if missing, else check its columns; True if created."""
+        conn = self._connect(spark)
+        try:
+            query = conn.prepareStatement(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+                "a.atthasdef FROM pg_attribute a WHERE a.attrelid = to_regclass(?) "
+                "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum")
+            query.setString(1, _qualified(self.table))
+            result = query.executeQuery()
+            existing = []
+            while result.next():
+                existing.append((result.getString(1), result.getString(2),
+                                 result.getBoolean(3), result.getBoolean(4)))
+            query.close()
+            if not existing:
+                statement = conn.createStatement()
+                statement.execute(create_table_sql(self.table, self.columns))
+                statement.close()
+                return True
+        finally:
+            conn.close()
+        errors = table_mismatches(self.table, existing, self._all_pg)
+        if errors:
+            raise FatalError(f"{self.where}: the table does not fit the processor's columns: "
+                             + "; ".join(errors) + " (alter the table, or write to a new "
+                             "one with sink.table)")
+        return False
+
+    async def register(self) -> None:
+        """Create the table if missing, or check the existing one (FatalError if it does
+        not fit; SinkError if the database cannot be reached)."""
+        if self._registered:
+            return
+        try:
+            created = await self.actor.call(self._ensure_table)
+        except (SinkError, FatalError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - connection/SQL failures are retriable
+            raise SinkError(f"{self.where}: cannot create or check the table: "
+                            f"{_short(exc)}") from exc
+        self._registered = True
+        logger.info("jdbc sink: table %s %s at %s", self.table,
+                    "created" if created else "checked", safe_url(self.url))
+
+    async def _flush(self, batch: list[tuple[list[tuple[Any, ...]], asyncio.Future[None]]],
+                     ) -> None:
+        rows = [r for tuples, _ in batch for r in tuples]
+        try:
+            await self.register()
+            await self.actor.call(lambda spark: self._append(spark, rows))
+        except Exception as exc:  # noqa: BLE001 - any failure fails the writes of the batch
+            error: Exception = exc if isinstance(exc, FatalError | SinkError) else SinkError(
+                f"{self.where}: append of {len(rows)} row(s) failed: {_short(exc)}")
+            if error is not exc:
+                error.__cause__ = exc
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        self.flushes += 1
+        for _, future in batch:
+            if not future.done():
+                future.set_result(None)
+
+    def _append(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Spark thread: append ``rows`` in one JDBC write of one partition (one
+        transaction)."""
+        from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
+
+        from actors.spark_sink import struct_type  # noqa: PLC0415
+
+        self._driver(spark)  # the jar is on this session's classpath
+        now = dt.datetime.now(dt.UTC)
+        schema = t.StructType([f for f in struct_type(self.columns).fields
+                               if f.name not in ("ingest_date", "writer_id")])
+        frame = spark.createDataFrame([(*r, now) for r in rows], schema,
+                                      verifySchema=False).coalesce(1)
+        writer = (frame.write.format("jdbc").mode("append")
+                  .option("url", self.url).option("dbtable", _qualified(self.table))
+                  .option("driver", self.settings.driver)
+                  .option("batchsize", str(self.settings.batch_size)))
+        for key, value in self._properties().items():
+            writer = writer.option(key, value)
+        writer.save()
+        logger.debug("jdbc sink: %s: appended %d row(s)", self.table, len(rows))
+
+
+# One writer per (actor, url, user, table): the workers of a process share its batches.
+_WRITERS: weakref.WeakKeyDictionary[SparkActor, dict[tuple[str, str, str], JdbcTableWriter]] = (
+    weakref.WeakKeyDictionary())
+
+
+def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
+                 columns: Sequence[Column]) -> JdbcTableWriter:
+    """The shared writer of ``table`` at ``settings.url`` (created on first use)."""
+    writers = _WRITERS.setdefault(actor, {})
+    key = (settings.url, settings.user or "", table)
+    writer = writers.get(key)
+    if writer is None:
+        writer = writers[key] = JdbcTableWriter(actor, settings, table, tuple(columns))
+    elif writer.columns != tuple(columns):
+        raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
+                         "with two different column lists in this process")
+    return writer
+
+
+class JdbcSink(Sink):
+    """One worker's handle on a JDBC staging table (see the module docstring)."""
+
+    type = "jdbc"
+
+    def __init__(self, settings: JdbcSinkSettings, actor: SparkActor | None = None,
+                 columns: Sequence[Column] = (), table: str | None = None) -> None:
+        self.settings = settings
+        self._actor = actor
+        self._spark_settings: SparkSettings | None = None
+        self.columns: tuple[Column, ...] = tuple(columns)
+        self.table = settings.table or table or ""
+        self.processor = ""
+        self._writer: JdbcTableWriter | None = None
+        self.on_permanent_failure: Callable[[list[Row], int, str], Any] = self._no_handler
+        # The batch of a failed write and its checked rows: the worker's retry passes the
+        # same batch again, whose refused rows were dead-lettered once already.
+        self._retry: tuple[Sequence[Row], list[tuple[Any, ...]]] | None = None
+
+    @staticmethod
+    def _no_handler(rows: list[Row], status: int, reason: str) -> None:
+        raise SinkError(reason)
+
+    def bind(self, columns: Sequence[Column], table_default: str = "", *,
+             processor: str = "", spark: SparkSettings | None = None) -> None:
+        """Give the sink its processor's columns and table, and the ``spark:`` section
+        (used when no actor was passed). Call before :meth:`open`."""
+        self.columns = tuple(columns)
+        self.table = self.settings.table or table_default or self.table
+        self.processor = processor
+        self._spark_settings = spark
+
+    async def open(self) -> None:
+        what = f"processor {self.processor!r}" if self.processor else "the processor"
+        try:
+            _table_parts(self.table)
+        except ValueError:
+            raise FatalError(f"jdbc sink: table name {self.table!r} (of {what}) is not "
+                             "`name` or `schema.name` made of plain identifiers; set "
+                             "sink.table") from None
+        if not self.columns:
+            raise FatalError(f"jdbc sink: {what} declares no columns for table "
+                             f"{self.table!r}; a jdbc sink needs a typed schema")
+        bad = [c.name for c in self.columns
+               if not _IDENTIFIER.match(c.name) or c.name in _RESERVED]
+        if bad:
+            raise FatalError(f"jdbc sink {self.table}: bad or reserved column names {bad} "
+                             f"(of {what})")
+        if self._actor is None:
+            self._actor = spark_actor(self._spark_settings)
+        self._writer = table_writer(self._actor, self.settings, self.table, self.columns)
+        try:
+            await self._writer.register()
+        except SinkError as exc:  # the database may come back: check again at first write
+            logger.warning("%s; the table is created or checked at the first write", exc)
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        if self._writer is None:
+            raise SinkError("jdbc sink: write before open")
+        if self._retry is not None and self._retry[0] is rows:
+            good = self._retry[1]  # the worker retries the batch: refused rows are done
+        else:
+            good, rejected = self._writer.convert(rows)
+            for row, reason in rejected:
+                # A row that does not fit its declared types never will: dead-letter it
+                # (the worker's handler) instead of retrying the batch forever.
+                result = self.on_permanent_failure([row], 0, reason)
+                if result is not None:
+                    await result
+            self._retry = (rows, good)
+        await self._writer.write(good)
+        self._retry = None

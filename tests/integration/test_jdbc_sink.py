@@ -1,0 +1,293 @@
+"""The JDBC sink against a real PostgreSQL server (started by the module) through a real
+local SparkSession: columns and types, refused rows, outages, and `kstage run` end to end.
+
+One SparkActor (``local[1]``) is shared by the module and stopped at its teardown (one
+SparkContext per JVM); the end-to-end test runs kstage in a child process (its own JVM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from actors.errors import FatalError, SinkError
+from actors.jdbc_sink import JdbcSink, JdbcSinkSettings, create_table_sql, safe_url
+from actors.sinks import build_sink
+from actors.spark_sink import SparkActor
+from processors.base import Column, Message, Row
+from processors.gobblin import GobblinCompactionProcessor
+from settings import SparkSettings
+from settings.models import SinkSettings
+from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
+from tests.postgres import JAR, USER, Postgres, postgres_server
+
+pytestmark = pytest.mark.slow
+
+PROCESSOR = GobblinCompactionProcessor
+TOPIC = "GobblinTrackingEvent_compaction"
+CLUSTERS = [{"code": "ltx1-holdem", "short_name": "holdem"}]
+PASSWORD = "secret"  # noqa: S105 - the throwaway server trusts loopback anyway
+PG_TYPES = {"string": "text", "int": "integer", "long": "bigint", "double": "double precision",
+            "boolean": "boolean", "binary": "bytea"}
+COORDINATES = [("_topic", "text", "NO"), ("_partition", "integer", "NO"),
+               ("_offset", "bigint", "NO"), ("_timestamp", "bigint", "YES"),
+               ("_ingested_at", "timestamp with time zone", "NO")]
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Postgres]:
+    yield from postgres_server()
+
+
+@pytest.fixture
+def running(pg: Postgres) -> Iterator[Postgres]:
+    """The module's server, started again after a test that stopped it."""
+    if not pg.running:
+        pg.start()
+    yield pg
+    if not pg.running:
+        pg.start()
+
+
+@pytest.fixture(scope="module")
+def actor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkActor]:
+    spark = SparkActor(SparkSettings(master="local[1]",
+                                     warehouse=str(tmp_path_factory.mktemp("warehouse")),
+                                     flush_max_interval_s=0.2))
+    yield spark
+    spark.stop()
+
+
+def settings(pg: Postgres, table: str, **extra: Any) -> JdbcSinkSettings:
+    return JdbcSinkSettings(table=table, url=pg.url, user=USER,
+                            password=PASSWORD, **extra)  # type: ignore[arg-type]
+
+
+async def opened(actor: SparkActor, pg: Postgres, table: str, **extra: Any) -> JdbcSink:
+    sink = JdbcSink(settings(pg, table, **extra), actor)
+    sink.bind(PROCESSOR.columns, PROCESSOR.table, processor=PROCESSOR.name)
+    async with asyncio.timeout(90):
+        await sink.open()
+    return sink
+
+
+def event(offset: int) -> dict[str, Any]:
+    ts = 1468368000000 + offset * 1000
+    if offset % 2:
+        metadata = {"clusterIdentifier": "ltx1-holdem", "datasetUrn": "/data/tracking/PageView",
+                    "partition": "2016/07/13/00", "recordCount": str(1000 + offset),
+                    "dedupeStatus": "DEDUPED", "azkabanProjectName": "compaction",
+                    "azkabanFlowId": "hourly", "azkabanJobId": "compact_pv",
+                    "azkabanExecId": str(4242 + offset)}
+        name = "CompactionCompleted"
+    else:
+        metadata = {"clusterIdentifier": "ltx1-holdem",
+                    "DatasetOutputPath": "/data/tracking/AdClick/daily/2016/07/13",
+                    "RegularRecordCount": str(50 * offset), "LateRecordCount": "3"}
+        name = "CompactionRecordCounts"
+    return {"timestamp": ts, "namespace": "compaction.tracking.events", "name": name,
+            "metadata": metadata}
+
+
+def events(partition: int, start: int, count: int) -> list[Row]:
+    """Rows of real compaction events, through the processor's own transform."""
+    processor = PROCESSOR({"clusters": CLUSTERS})
+    rows: list[Row] = []
+    for offset in range(start, start + count):
+        value = event(offset)
+        message = Message(TOPIC, partition, offset, value["timestamp"] + 5, None, value, (),
+                          None)
+        rows.extend(processor.transform(message))
+    return rows
+
+
+def columns_of(pg: Postgres, table: str) -> list[tuple[str, str, str]]:
+    sql = ("SELECT column_name, data_type, is_nullable FROM information_schema.columns "  # noqa: S608
+           f"WHERE table_name = '{table}' ORDER BY ordinal_position")
+    return [(r[0], r[1], r[2]) for r in pg.psql(sql)]
+
+
+def offsets_in(pg: Postgres, table: str) -> list[tuple[int, int]]:
+    return [(int(p), int(o)) for p, o in pg.psql(
+        f'SELECT _partition, _offset FROM "{table}" ORDER BY 1, 2')]  # noqa: S608
+
+
+async def test_rows_land_with_the_right_columns_and_types(actor: SparkActor,
+                                                          running: Postgres) -> None:
+    pg = running
+    one, two = await opened(actor, pg, "stg_jdbc"), await opened(actor, pg, "stg_jdbc")
+    assert columns_of(pg, "stg_jdbc") == [  # created at open, from the processor's columns
+        (c.name, PG_TYPES[c.type], "YES" if c.nullable else "NO") for c in PROCESSOR.columns
+    ] + COORDINATES
+    a, b = events(0, 0, 40), events(1, 0, 25)
+    async with asyncio.timeout(90):
+        await asyncio.gather(one.write(a), two.write(b))
+    assert one._writer is two._writer and one._writer is not None
+    assert one._writer.flushes == 1  # one append held the rows of both workers
+    assert offsets_in(pg, "stg_jdbc") == sorted(
+        [(0, o) for o in range(40)] + [(1, o) for o in range(25)])
+    names = [c.name for c in PROCESSOR.columns] + ["_topic", "_partition", "_offset",
+                                                   "_timestamp"]
+    expected = {tuple("" if r[n] is None else str(r[n]) for n in names) for r in a + b}
+    got = pg.psql("SELECT " + ", ".join(f'"{n}"' for n in names) + ' FROM "stg_jdbc"')  # noqa: S608
+    assert {tuple(r) for r in got} == expected
+    ingested = pg.psql('SELECT count(*), min(_ingested_at) > now() - interval \'5 minutes\' '
+                       'FROM "stg_jdbc" WHERE _ingested_at IS NOT NULL')
+    assert ingested == [["65", "t"]]
+    # an existing table that fits is only checked
+    await opened(actor, pg, "stg_jdbc")
+    assert len(offsets_in(pg, "stg_jdbc")) == 65
+
+
+async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
+        actor: SparkActor, running: Postgres) -> None:
+    """The worker dead-letters them; the rest of the batch is written (no stall)."""
+    sink = await opened(actor, running, "stg_jdbc_refused")
+    refused: list[tuple[list[Row], int, str]] = []
+
+    async def handler(rows: list[Row], status: int, reason: str) -> None:
+        refused.append((rows, status, reason))
+
+    sink.on_permanent_failure = handler
+    rows = events(3, 0, 4)
+    rows[1]["record_count"] = "many"  # a string in a BIGINT column
+    rows[2]["cluster"] = "hol\x00dem"  # PostgreSQL text cannot hold NUL
+    async with asyncio.timeout(60):
+        await sink.write(rows)
+    assert [(r[0][0]["_offset"], r[1]) for r in refused] == [(1, 0), (2, 0)]
+    first, second = refused[0][2], refused[1][2]
+    assert first.startswith("jdbc sink stg_jdbc_refused: row at topic "
+                            f"'{TOPIC}' partition 3 offset 1: column 'record_count'")
+    assert "not a long" in first
+    assert "offset 2: column 'cluster'" in second and "NUL" in second
+    assert offsets_in(running, "stg_jdbc_refused") == [(3, 0), (3, 3)]
+
+
+async def test_a_table_that_does_not_fit_stops_the_sink_at_open(
+        actor: SparkActor, running: Postgres) -> None:
+    running.psql('CREATE TABLE "stg_jdbc_narrow" ("cluster" TEXT, "_topic" TEXT, '
+                 '"_partition" BIGINT, "record_count" TEXT, "extra" TEXT NOT NULL)')
+    with pytest.raises(FatalError) as caught:
+        await opened(actor, running, "stg_jdbc_narrow")
+    message = str(caught.value)
+    assert message.startswith(f"jdbc sink stg_jdbc_narrow at {running.url}: ")
+    assert ("table stg_jdbc_narrow has no column(s) dataset, partition_type, partition_name"
+            in message)
+    assert "log_event_time, _offset, _timestamp, _ingested_at;" in message
+    assert "column '_partition' is bigint, the processor declares int" not in message
+    assert "column 'record_count' is text, the processor declares long (BIGINT)" in message
+    assert "NOT NULL column(s) without a default the sink does not write: extra" in message
+    assert PASSWORD not in message
+
+
+async def test_bad_settings_are_named() -> None:
+    with pytest.raises(ValidationError, match="must start with 'jdbc:'"):
+        JdbcSinkSettings(url="postgresql://h/db")
+    with pytest.raises(ValidationError, match="'a.b.c' is not `name` or `schema.name`"):
+        JdbcSinkSettings(url="jdbc:postgresql://h/db", table="a.b.c")
+    with pytest.raises(ValidationError, match="extra"):
+        build_sink(SinkSettings.model_validate({"type": "jdbc", "url": "jdbc:x:y", "tabel": "t"}))
+    sink = build_sink(SinkSettings.model_validate(
+        {"type": "jdbc", "url": "jdbc:postgresql://h/db", "table": "s.t", "user": "u",
+         "password": "hunter2"}))
+    assert isinstance(sink, JdbcSink) and sink.table == "s.t"
+    assert "hunter2" not in repr(sink.settings) and "hunter2" not in str(sink.settings)
+    assert safe_url("jdbc:postgresql://u:pw@h:5432/db?password=pw") == "jdbc:postgresql://h:5432/db"
+    assert create_table_sql("s.t", PROCESSOR.columns[:1]).startswith(
+        'CREATE TABLE IF NOT EXISTS "s"."t" ("cluster" TEXT NOT NULL, "_topic" TEXT NOT NULL')
+    reserved = JdbcSink(JdbcSinkSettings(url="jdbc:postgresql://h/db"))
+    reserved.bind((*PROCESSOR.columns[:1], Column("_offset", "long")),
+                  "t", processor="p")
+    with pytest.raises(FatalError, match=r"jdbc sink t: bad or reserved column names"):
+        await reserved.open()
+
+
+async def test_a_missing_driver_jar_is_named(actor: SparkActor, pg: Postgres) -> None:
+    sink = JdbcSink(settings(pg, "stg_jdbc_nojar", driver="org.example.NoSuchDriver",
+                             jar="/nonexistent/driver.jar"), actor)
+    sink.bind(PROCESSOR.columns, processor=PROCESSOR.name)
+    with pytest.raises(FatalError, match="driver org.example.NoSuchDriver is not on Spark's "
+                                         "classpath and the jar /nonexistent/driver.jar"):
+        await sink.open()
+
+
+async def test_an_outage_raises_sink_error_and_the_retry_succeeds(
+        actor: SparkActor, running: Postgres) -> None:
+    pg = running
+    sink = await opened(actor, pg, "stg_jdbc_outage")
+    async with asyncio.timeout(60):
+        await sink.write(events(0, 0, 5))
+    refused: list[int] = []
+    sink.on_permanent_failure = lambda rows, status, reason: refused.append(rows[0]["_offset"])
+    batch = events(0, 5, 6)
+    batch[5]["record_count"] = "many"  # dead-lettered once, not at every retry
+    pg.stop()
+    for _ in range(2):
+        with pytest.raises(SinkError) as caught:
+            async with asyncio.timeout(60):
+                await sink.write(batch)
+    message = str(caught.value)
+    assert message.startswith(f"jdbc sink stg_jdbc_outage at {pg.url}: append of 5 row(s) "
+                              "failed: org.postgresql.util.PSQLException: Connection to "), message
+    assert PASSWORD not in message
+    # a sink opened while the database is away checks the table at its first write
+    late = JdbcSink(settings(pg, "stg_jdbc_late"), actor)
+    late.bind(PROCESSOR.columns, processor=PROCESSOR.name)
+    await late.open()
+    with pytest.raises(SinkError, match="jdbc sink stg_jdbc_late at .*cannot create or check"):
+        async with asyncio.timeout(60):
+            await late.write(events(0, 0, 2))
+    pg.start()
+    async with asyncio.timeout(60):
+        await sink.write(batch)  # the worker's retry of the same batch
+        await late.write(events(0, 0, 2))
+    assert refused == [10]
+    assert offsets_in(pg, "stg_jdbc_outage") == [(0, o) for o in range(10)]
+    assert offsets_in(pg, "stg_jdbc_late") == [(0, 0), (0, 1)]
+
+
+@pytest.mark.kafka
+async def test_kstage_run_backs_off_during_an_outage_and_lands_everything(
+        broker: str, running: Postgres, tmp_path: Path, kstage: Any) -> None:
+    """`kstage run --drain` with a jdbc sink while PostgreSQL is down: the worker retries,
+    commits nothing, dead-letters nothing; once the server is back every event lands in
+    the table and the offsets are committed."""
+    pg = running
+    count = 40
+    group, topic = unique("g-jdbc"), unique("jdbc-compaction")
+    await create_topic(broker, topic, partitions=2)
+    await produce(broker, topic, [event(i) for i in range(count)],
+                  partition_of=lambda i: i % 2)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic": topic, "processor": PROCESSOR.name, "format": "json",
+        "options": {"clusters": CLUSTERS},
+        "sink": {"type": "jdbc", "table": "stg_jdbc_run", "url": pg.url, "user": USER,
+                 "password": PASSWORD, "jar": JAR}}])
+    data = yaml.safe_load(cfg.read_text())
+    data["spark"] = {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
+                     "flush_max_interval_s": 0.3}
+    cfg.write_text(yaml.safe_dump(data))
+    pg.stop()
+    proc = kstage(cfg, "--drain")
+    await proc.wait_for_log("sink write failed", timeout=120, count=3)
+    assert sum((await committed(broker, group, topic, 2)).values()) == -2  # nothing
+    assert read_jsonl(tmp_path / "dead.jsonl") == []
+    assert proc.proc.poll() is None
+    pg.start()
+    assert await proc.wait(timeout=90) == 0, proc.output()
+    output = proc.output()
+    assert "cannot create or check the table" in output and PASSWORD not in output
+    assert await committed(broker, group, topic, 2) == {0: count // 2, 1: count // 2}
+    assert read_jsonl(tmp_path / "dead.jsonl") == []
+    rows = pg.psql('SELECT _topic, _partition, _offset, record_count FROM "stg_jdbc_run" '
+                   "ORDER BY _partition, _offset")
+    assert sorted((int(p), int(o)) for _, p, o, _ in rows) == sorted(
+        (i % 2, i // 2) for i in range(count))
+    assert {r[0] for r in rows} == {topic}
+    assert len({(p, o) for _, p, o, _ in rows}) == count  # each event once

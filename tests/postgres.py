@@ -1,0 +1,135 @@
+"""A throwaway PostgreSQL cluster for tests: ``initdb`` + ``pg_ctl`` in a temporary
+directory, listening on a free loopback port (Debian package ``postgresql``).
+
+Never skipped: missing binaries fail the test loudly. ``initdb`` refuses to run as root,
+so as uid 0 every server command runs as the ``postgres`` user (``runuser``) and the
+directory is handed to it. Trust authentication on loopback; the sink still sends a
+user and password, which the server ignores.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+JAR = "/usr/share/java/postgresql.jar"
+USER = "kstage"
+DATABASE = "kstage"
+
+
+def _bin_dir() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(initdb).resolve().parent
+    pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) are missing: install the Debian "
+                "package postgresql (bash .ci/system-deps does)", pytrace=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Postgres:
+    """One PostgreSQL server: :meth:`start`, :meth:`stop`, :meth:`psql`."""
+
+    def __init__(self, root: Path) -> None:
+        self.bin = _bin_dir()
+        self.root = root
+        self.data = root / "data"
+        self.log = root / "postgres.log"
+        self.port = _free_port()
+        self.url = f"jdbc:postgresql://127.0.0.1:{self.port}/{DATABASE}"
+        self._as_postgres = os.getuid() == 0
+        self.running = False
+
+    def _cmd(self, *args: str) -> list[str]:
+        if self._as_postgres:
+            return ["runuser", "-u", "postgres", "--", *args]
+        return list(args)
+
+    def _run(self, *args: str, timeout: float = 60) -> str:
+        done = subprocess.run(self._cmd(*args), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if done.returncode != 0:
+            log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            raise AssertionError(f"{' '.join(args)} failed ({done.returncode}): "
+                                 f"{done.stdout}{done.stderr}\n{log}")
+        return done.stdout
+
+    def init(self) -> Postgres:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self._as_postgres:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+            self.root.chmod(0o700)
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
+                  "-A", "trust", "-E", "UTF8", "--no-sync")
+        return self
+
+    def start(self) -> None:
+        opts = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories="
+                f"{self.root} -c fsync=off -c full_page_writes=off")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
+                  "-o", opts, "-w", "-t", "60", "start")
+        self.running = True
+
+    def stop(self, mode: str = "fast") -> None:
+        if self.running:
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+            self.running = False
+
+    def psql(self, sql: str, database: str = DATABASE) -> list[list[str]]:
+        """Run ``sql`` as the superuser; rows as lists of text (``|``-separated)."""
+        psql = self.bin / "psql"
+        out = self._run(str(psql) if psql.exists() else "psql", "-X", "-q", "-At", "-v",
+                        "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(self.port),
+                        "-U", "postgres", "-d", database, "-c", sql)
+        return [line.split("|") for line in out.splitlines() if line]
+
+    def create_database(self) -> None:
+        self.psql(f"CREATE ROLE {USER} LOGIN PASSWORD 'secret'", database="postgres")
+        self.psql(f"CREATE DATABASE {DATABASE} OWNER {USER}", database="postgres")
+
+    def wait_until_down(self, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"postgres on port {self.port} still accepts connections")
+
+
+def postgres_server() -> Iterator[Postgres]:
+    """A started server with database and role ``kstage``; stopped and removed at the end.
+
+    Its directory is a fresh one under the system temp dir, not pytest's ``tmp_path``:
+    pytest keeps its base temp dir private to the current user (0700), which the
+    ``postgres`` user could not enter."""
+    root = Path(tempfile.mkdtemp(prefix="kstage-pg-"))
+    try:
+        server = Postgres(root).init()
+        server.start()
+        try:
+            server.create_database()
+            yield server
+        finally:
+            server.stop("immediate")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
