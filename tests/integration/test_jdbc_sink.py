@@ -8,6 +8,7 @@ SparkContext per JVM); the end-to-end test runs kstage in a child process (its o
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -252,18 +253,26 @@ async def test_an_outage_raises_sink_error_and_the_retry_succeeds(
     assert offsets_in(pg, "stg_jdbc_late") == [(0, 0), (0, 1)]
 
 
+async def wait_committed(broker: str, group: str, topic: str, want: dict[int, int],
+                         proc: Any, timeout: float = 90) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (got := await committed(broker, group, topic, 2)) != want:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"committed {got}, want {want}:\n{proc.output()}")
+        assert proc.proc.poll() is None, proc.output()
+        await asyncio.sleep(0.3)
+
+
 @pytest.mark.kafka
-async def test_kstage_run_backs_off_during_an_outage_and_lands_everything(
+async def test_kstage_run_backs_off_during_outages_and_lands_everything(
         broker: str, running: Postgres, tmp_path: Path, kstage: Any) -> None:
-    """`kstage run --drain` with a jdbc sink while PostgreSQL is down: the worker retries,
-    commits nothing, dead-letters nothing; once the server is back every event lands in
-    the table and the offsets are committed."""
+    """`kstage run` with a jdbc sink while PostgreSQL is down at start, then again
+    mid-run: the worker retries, commits nothing it did not write, dead-letters nothing;
+    once the server is back every event lands in the table (once) and is committed."""
     pg = running
-    count = 40
     group, topic = unique("g-jdbc"), unique("jdbc-compaction")
     await create_topic(broker, topic, partitions=2)
-    await produce(broker, topic, [event(i) for i in range(count)],
-                  partition_of=lambda i: i % 2)
+    await produce(broker, topic, [event(i) for i in range(40)], partition_of=lambda i: i % 2)
     cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
         "topic": topic, "processor": PROCESSOR.name, "format": "json",
         "options": {"clusters": CLUSTERS},
@@ -273,21 +282,33 @@ async def test_kstage_run_backs_off_during_an_outage_and_lands_everything(
     data["spark"] = {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
                      "flush_max_interval_s": 0.3}
     cfg.write_text(yaml.safe_dump(data))
-    pg.stop()
-    proc = kstage(cfg, "--drain")
-    await proc.wait_for_log("sink write failed", timeout=120, count=3)
-    assert sum((await committed(broker, group, topic, 2)).values()) == -2  # nothing
+    failed = "sink write failed"
+
+    pg.stop()  # 1. down before the start
+    proc = kstage(cfg)
+    await proc.wait_for_log(failed, timeout=120, count=3)
+    assert await committed(broker, group, topic, 2) == {0: -1, 1: -1}  # nothing
     assert read_jsonl(tmp_path / "dead.jsonl") == []
-    assert proc.proc.poll() is None
     pg.start()
-    assert await proc.wait(timeout=90) == 0, proc.output()
+    await wait_committed(broker, group, topic, {0: 20, 1: 20}, proc)
+    assert len(offsets_in(pg, "stg_jdbc_run")) == 40
+
+    pg.stop()  # 2. down mid-run
+    before = proc.output().count(failed)
+    await produce(broker, topic, [event(i) for i in range(40, 60)],
+                  partition_of=lambda i: i % 2)
+    await proc.wait_for_log(failed, timeout=60, count=before + 2)
+    assert await committed(broker, group, topic, 2) == {0: 20, 1: 20}
+    pg.start()
+    await wait_committed(broker, group, topic, {0: 30, 1: 30}, proc)
+
+    proc.signal(signal.SIGTERM)
+    assert await proc.wait(timeout=60) == 0, proc.output()
     output = proc.output()
     assert "cannot create or check the table" in output and PASSWORD not in output
-    assert await committed(broker, group, topic, 2) == {0: count // 2, 1: count // 2}
+    assert "append of" in output  # the mid-run failures were appends
     assert read_jsonl(tmp_path / "dead.jsonl") == []
-    rows = pg.psql('SELECT _topic, _partition, _offset, record_count FROM "stg_jdbc_run" '
-                   "ORDER BY _partition, _offset")
-    assert sorted((int(p), int(o)) for _, p, o, _ in rows) == sorted(
-        (i % 2, i // 2) for i in range(count))
+    rows = pg.psql('SELECT _topic, _partition, _offset FROM "stg_jdbc_run"')
+    assert sorted((int(p), int(o)) for _, p, o in rows) == sorted(
+        (i % 2, i // 2) for i in range(60))  # each event once
     assert {r[0] for r in rows} == {topic}
-    assert len({(p, o) for _, p, o, _ in rows}) == count  # each event once
