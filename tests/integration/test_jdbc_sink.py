@@ -146,6 +146,30 @@ async def test_rows_land_with_the_right_columns_and_types(actor: SparkActor,
     assert len(offsets_in(pg, "stg_jdbc")) == 65
 
 
+async def test_every_column_type_round_trips(actor: SparkActor, running: Postgres) -> None:
+    columns = (Column("name", "string", False), Column("small", "int"), Column("big", "long"),
+               Column("ratio", "double"), Column("flag", "boolean"), Column("blob", "binary"))
+    sink = JdbcSink(settings(running, "stg_jdbc_types"), actor)
+    sink.bind(columns, processor="typed")
+    async with asyncio.timeout(60):
+        await sink.open()
+        await sink.write([
+            {"name": "a", "small": -(2**31), "big": 2**63 - 1, "ratio": 0.25, "flag": True,
+             "blob": b"\x00\xff", "_topic": "t", "_partition": 0, "_offset": 7,
+             "_timestamp": None},
+            {"name": "b", "small": None, "big": None, "ratio": 3, "flag": False,
+             "blob": None, "_topic": "t", "_partition": 0, "_offset": 8, "_timestamp": 1},
+        ])
+    assert columns_of(running, "stg_jdbc_types")[:6] == [
+        ("name", "text", "NO"), ("small", "integer", "YES"), ("big", "bigint", "YES"),
+        ("ratio", "double precision", "YES"), ("flag", "boolean", "YES"),
+        ("blob", "bytea", "YES")]
+    assert running.psql("SELECT name, small, big, ratio, flag, encode(blob, 'hex'), "
+                        '_timestamp FROM "stg_jdbc_types" ORDER BY _offset') == [
+        ["a", "-2147483648", "9223372036854775807", "0.25", "t", "00ff", ""],
+        ["b", "", "", "3", "f", "", "1"]]
+
+
 async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
         actor: SparkActor, running: Postgres) -> None:
     """The worker dead-letters them; the rest of the batch is written (no stall)."""
@@ -173,16 +197,18 @@ async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
 async def test_a_table_that_does_not_fit_stops_the_sink_at_open(
         actor: SparkActor, running: Postgres) -> None:
     running.psql('CREATE TABLE "stg_jdbc_narrow" ("cluster" TEXT, "_topic" TEXT, '
-                 '"_partition" BIGINT, "record_count" TEXT, "extra" TEXT NOT NULL)')
+                 '"_partition" BIGINT, "record_count" TEXT, "extra" TEXT NOT NULL, '
+                 '"partition_type" TEXT NOT NULL)')
     with pytest.raises(FatalError) as caught:
         await opened(actor, running, "stg_jdbc_narrow")
     message = str(caught.value)
     assert message.startswith(f"jdbc sink stg_jdbc_narrow at {running.url}: ")
-    assert ("table stg_jdbc_narrow has no column(s) dataset, partition_type, partition_name"
-            in message)
+    assert "table stg_jdbc_narrow has no column(s) dataset, partition_name, " in message
     assert "log_event_time, _offset, _timestamp, _ingested_at;" in message
     assert "column '_partition' is bigint, the processor declares int" not in message
     assert "column 'record_count' is text, the processor declares long (BIGINT)" in message
+    assert ("column 'partition_type' is NOT NULL but the processor declares it nullable"
+            in message)
     assert "NOT NULL column(s) without a default the sink does not write: extra" in message
     assert PASSWORD not in message
 
