@@ -442,6 +442,9 @@ class SparkSink(Sink):
         self.table = settings.table or table or ""
         self.processor = ""
         self._writer: TableWriter | None = None
+        # The batch whose append failed, and its rows that fit: a retry of the same batch
+        # does not dead-letter its refused rows again.
+        self._retry: tuple[Sequence[Row], list[tuple[Any, ...]]] | None = None
         self.on_permanent_failure: Callable[[list[Row], int, str], Any] = self._no_handler
 
     @staticmethod
@@ -478,11 +481,16 @@ class SparkSink(Sink):
     async def write(self, rows: Sequence[Row]) -> None:
         if self._writer is None:
             raise SinkError("spark sink: write before open")
-        good, rejected = self._writer.convert(rows)
-        for row, reason in rejected:
-            # A row that does not fit its declared types never will: dead-letter it (the
-            # worker's handler) instead of retrying the batch forever.
-            result = self.on_permanent_failure([row], 0, reason)
-            if result is not None:
-                await result
+        if self._retry is not None and self._retry[0] is rows:
+            good = self._retry[1]  # the worker retries the batch: refused rows are done
+        else:
+            good, rejected = self._writer.convert(rows)
+            for row, reason in rejected:
+                # A row that does not fit its declared types never will: dead-letter it
+                # (the worker's handler) instead of retrying the batch forever.
+                result = self.on_permanent_failure([row], 0, reason)
+                if result is not None:
+                    await result
+            self._retry = (rows, good)
         await self._writer.write(good)
+        self._retry = None

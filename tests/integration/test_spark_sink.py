@@ -178,6 +178,25 @@ async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
         lambda spark: sorted(r["_offset"] for r in spark.table("stg_refused").collect()))
     assert written == [0, 2]
 
+    # The append of a batch with a refused row fails; the worker's retry of the same
+    # batch does not dead-letter that row a second time.
+    batch = events(0, 3, 2)
+    batch[0]["record_count"] = "many"
+    writer = spark_actor.writer("stg_refused", PROCESSOR.columns)
+    good_path, writer.path = writer.path, writer.path.parent / "stg_refused_blocked"
+    writer.path.write_text("not a directory")
+    try:
+        with pytest.raises(SinkError):
+            await sink.write(batch)
+    finally:
+        writer.path.unlink()
+        writer.path = good_path
+    await sink.write(batch)
+    assert [r[0][0]["_offset"] for r in refused] == [1, 3]
+    written = await spark_actor.call(
+        lambda spark: sorted(r["_offset"] for r in spark.table("stg_refused").collect()))
+    assert written == [0, 2, 4]
+
 
 async def test_schema_change_adds_nullable_columns_and_refuses_the_rest(
         spark_actor: SparkActor) -> None:
