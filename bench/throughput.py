@@ -2,8 +2,9 @@
 
 Usage::
 
-    python bench/throughput.py [--format json|avro] [--messages N] [--size BYTES]
-                               [--rounds R] [--processor NAME]
+    python bench/throughput.py [--format json|avro|spark] [--messages N] [--size BYTES]
+                               [--rounds R] [--processor NAME] [--flush-rows N]
+                               [--flush-interval-s S] [--keep]
 
 ``--format avro`` runs the same comparison on DataHub MetadataChangeLog events (the real
 schema, Confluent wire format, writer schema served by a ``file://`` registry): the raw
@@ -13,6 +14,41 @@ ratio both sides do the same per-message work: kstage runs the pass-through
 ``json_rows`` processor (record -> row), so the ratio measures the pipeline, not a
 mapping. One extra kstage run with the real ``datahub_mcl`` processor is reported
 (not in the ratio) to show what the MCL mapping costs on top.
+
+``--format spark`` (issue 4) lands WhereHows Gobblin compaction events in a Parquet
+staging table. Data: N events (``--messages``, default 200k; ``--messages 1000000`` is
+the 1M-backlog memory check) of the real ``GobblinTrackingEvent`` schema made by
+:func:`service.samples.sample_records` (~406 B each on the wire), Confluent wire format,
+schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
+
+* raw (the baseline): the loop of (a) below, and per record the same work kstage does
+  before its sink: ``fastavro.schemaless_reader`` with the pre-parsed schema, then the
+  very ``gobblin_compaction`` processor's ``transform`` (mapping + Kafka coordinates);
+  one ``commit()`` per ``getmany`` batch of 500. It does **not** write Parquet or check
+  column types: that cost is what the 0.5 target allows kstage.
+* kstage: ``gobblin_compaction`` -> ``sink: {type: spark}`` (Spark ``local[2]``,
+  ``spark.driver.memory=512m``, a fresh warehouse per run), ``commit: {mode: batch,
+  max_messages: 1}``, i.e. a commit after each durable write: a row's offset is
+  committed only after the Parquet append holding it returned. ``flush_max_rows``
+  50 000 (``--flush-rows``), ``max_poll_records`` set to the same value,
+  ``max_in_flight`` twice it, ``flush_max_interval_s`` 0.05 (``--flush-interval-s``).
+  Why: the sink loop writes one poll batch at a time and waits until it is durable, so a
+  Parquet append never holds more than one ``getmany`` result (~13.8k of these events
+  on Tansu, whatever ``max_poll_records`` above that); a poll batch below
+  ``flush_max_rows`` waits ``flush_max_interval_s`` before its append. The sizes of
+  the appends are printed per round.
+* Spark session start-up (JVM launch, ``getOrCreate``, ``CREATE TABLE``; 6-17 s here,
+  from kstage's first log line) happens when the sink opens, before the group join: it is
+  **outside** the timed window (assignment -> last commit) and printed per round. The
+  first append (JVM warm-up, pyspark's Python workers forked) is inside the window. One
+  extra line reports kstage's rate with the start-up added to its window.
+* Checks: besides those below, after all rounds every run's staging table is read back
+  with PySpark (a subprocess): rows == distinct ``_offset`` == N, offsets 0..N-1, one
+  topic and partition, NOT NULL columns filled; and the committed offset is N.
+* Peak RSS: of the kstage Python process, and of the largest ``java`` descendant (Spark's
+  driver JVM), both ``VmHWM`` sampled while they live (descendants found by scanning
+  ``/proc`` every 0.5 s); pyspark's Python worker processes are listed apart. A
+  ``PASS``/``FAIL`` line compares Python's peak with 300 MB for the N-message backlog.
 
 One embedded broker (Tansu) is started for the run. N JSON objects of about BYTES bytes
 each (an increasing ``id`` field plus filler fields) are produced once to a new
@@ -71,6 +107,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
 import shutil
@@ -80,7 +117,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from io import BytesIO
 from pathlib import Path
@@ -102,6 +139,10 @@ _LOG_TIME = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
 _ASSIGNED = re.compile(_LOG_TIME + r".*: assigned partitions ", re.MULTILINE)
 _COMMITTED = re.compile(_LOG_TIME + r".*: committed \{", re.MULTILINE)
 _DRAINED = re.compile(_LOG_TIME + r".*: drained partitions ", re.MULTILINE)
+_REGISTERED = re.compile(_LOG_TIME + r".*spark sink: table \w+ registered at ", re.MULTILINE)
+_FIRST_LINE = re.compile(_LOG_TIME)  # kstage's first log line: its imports are done
+_APPENDED = re.compile(_LOG_TIME + r".*spark sink: \w+: appended (\d+) row\(s\)",
+                       re.MULTILINE)
 
 
 class BenchError(RuntimeError):
@@ -202,7 +243,9 @@ class _AssignedAt(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 async def run_raw(bootstrap: str, topic: str, n: int,
-                  decode: Callable[[bytes], Any] = json.loads) -> RawResult:
+                  decode: Callable[[bytes], Any] = json.loads,
+                  handle: Callable[[Any], Any] | None = None) -> RawResult:
+    """The raw loop; ``handle(record)``, when given, replaces ``decode(record.value)``."""
     group = unique("bench-raw")
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
@@ -229,8 +272,12 @@ async def run_raw(bootstrap: str, topic: str, n: int,
                 first = time.monotonic()
             next_offset = 0
             for records in data.values():
-                for rec in records:
-                    decode(rec.value)
+                if handle is not None:
+                    for rec in records:
+                        handle(rec)
+                else:
+                    for rec in records:
+                        decode(rec.value)
                 received += sum(1 for _ in records)
                 next_offset = records[-1].offset + 1
             await consumer.commit()
@@ -261,6 +308,12 @@ class KstageResult:
     wall_s: float  # process start -> exit
     commits: int
     peak_rss_kb: int  # VmHWM sampled every 50 ms while it ran
+    jvm_peak_rss_kb: int = 0  # the largest VmHWM of a java descendant (Spark's driver JVM)
+    workers: str = ""  # pyspark's Python worker processes seen, with their peak RSS
+    spark_start_s: float = 0.0  # sink open: Spark session start + table registration
+    flush_rows: tuple[int, ...] = ()  # rows per Parquet append, in order
+    first_append_s: float = 0.0  # assignment -> first append done (JVM warm-up inside)
+    warehouse: Path | None = None
 
 
 def _log_times(pattern: re.Pattern[str], text: str) -> list[datetime]:
@@ -277,6 +330,10 @@ class Workload:
     format: str = "json"
     processor: str = "json_rows"
     extra_config: dict[str, Any] | None = None
+    raw_handle: Callable[[Any], Any] | None = None  # raw loop: per record instead of decode
+    sink: dict[str, Any] = field(default_factory=lambda: {"type": "null"})
+    group_config: dict[str, Any] = field(default_factory=dict)  # overrides of the group's
+    spark: dict[str, Any] | None = None  # the ``spark:`` section (warehouse set per run)
 
 
 def json_workload(n: int, size: int) -> Workload:
@@ -311,9 +368,72 @@ def avro_workload(n: int, workdir: Path) -> Workload:
                     extra_config={"schema_registry": {"url": f"file://{registry}"}})
 
 
+SPARK_FLUSH_ROWS = 50_000
+SPARK_FLUSH_INTERVAL_S = 0.05
+SPARK_RSS_LIMIT_MB = 300
+_SAMPLE_CHUNK = 50_000  # records generated (and encoded) at a time: 1M dicts would be ~2 GB
+
+
+def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
+                   flush_interval_s: float = SPARK_FLUSH_INTERVAL_S) -> Workload:
+    """n WhereHows Gobblin compaction events (real schema, :func:`service.samples.
+    sample_records`) in the Confluent wire format, schema id 1, ``file://`` registry; kstage
+    maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink)."""
+    from fastavro import parse_schema, schemaless_reader
+
+    from processors.avro import encode
+    from processors.base import SCHEMA_DIR, Message
+    from processors.gobblin import GobblinCompactionProcessor
+    from service.samples import SAMPLE_TOPICS, sample_records
+
+    sample = next(t for t in SAMPLE_TOPICS if t.processor == "gobblin_compaction")
+    text = (SCHEMA_DIR / sample.schema_file).read_text()
+    registry = workdir / "registry"
+    registry.mkdir()
+    (registry / "GobblinTrackingEvent.avsc").write_text(text)
+    (registry / "index.json").write_text(json.dumps(
+        {"1": {"subject": f"{sample.topic}-value", "file": "GobblinTrackingEvent.avsc"}}))
+    parsed = parse_schema(json.loads(text))
+    values: list[bytes] = []
+    for chunk, start in enumerate(range(0, n, _SAMPLE_CHUNK)):
+        records = sample_records(sample, min(_SAMPLE_CHUNK, n - start), seed=chunk)
+        values += [encode(parsed, 1, r) for r in records]
+
+    def raw_decode(value: bytes) -> Any:
+        fo = BytesIO(value)
+        fo.seek(5)  # magic byte + 4-byte schema id: the raw loop knows its one schema
+        return schemaless_reader(fo, parsed, None)
+
+    mapping = GobblinCompactionProcessor({})
+
+    def raw_handle(rec: Any) -> Any:  # the same decode + mapping as kstage, no Parquet
+        fo = BytesIO(rec.value)
+        fo.seek(5)
+        return mapping.transform(Message(rec.topic, rec.partition, rec.offset,
+                                         rec.timestamp, rec.key,
+                                         schemaless_reader(fo, parsed, None),
+                                         rec.headers, rec.value))
+
+    return Workload(
+        "Avro Gobblin compaction", values, raw_decode, format="avro", raw_handle=raw_handle,
+        processor="gobblin_compaction", sink={"type": "spark"},
+        extra_config={"schema_registry": {"url": f"file://{registry}"}},
+        spark={"master": "local[2]", "flush_max_rows": flush_rows,
+               "flush_max_interval_s": flush_interval_s},
+        group_config={
+            "max_poll_records": flush_rows,
+            # Commit after every durable write: each ack (= the end of the Spark append
+            # holding the batch) makes a commit due; commits are single-flight, so acks
+            # arriving during one commit are committed by the next.
+            "commit": {"mode": "batch", "max_messages": 1, "max_interval_s": 10,
+                       "max_in_flight": 2 * flush_rows},
+        },
+    )
+
+
 def write_config(path: Path, bootstrap: str, group: str, topic: str,
                  work: Workload, processor: str) -> Path:
-    cfg = {
+    cfg: dict[str, Any] = {
         "name": group,
         "kafka": {"bootstrap": bootstrap},
         # DEBUG only adds the per-commit line that marks the end of the timed window.
@@ -325,10 +445,13 @@ def write_config(path: Path, bootstrap: str, group: str, topic: str,
             **FAST_GROUP,
             "commit": {"mode": "batch", "max_messages": 1000, "max_interval_s": 10},
             "topics": [{"topic": topic, "processor": processor, "format": work.format,
-                        "sink": {"type": "null"}}],
+                        "sink": work.sink}],
+            **work.group_config,
         }],
         **(work.extra_config or {}),
     }
+    if work.spark is not None:  # each run writes its own warehouse (read back afterwards)
+        cfg["spark"] = {**work.spark, "warehouse": str(path.parent / "warehouse")}
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -343,6 +466,70 @@ def _peak_rss_kb(pid: int) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _descendants(pid: int) -> dict[int, str]:
+    """Every live descendant of ``pid``: pid -> command name (from ``/proc/*/stat``)."""
+    parents: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        head, _, tail = stat.rpartition(")")
+        fields = tail.split()
+        if len(fields) > 1:
+            parents[int(entry.name)] = (int(fields[1]), head.partition("(")[2])
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for child, (ppid, comm) in parents.items():
+            if ppid == parent and child not in found:
+                found[child] = comm
+                todo.append(child)
+    return found
+
+
+class _RssSampler:
+    """Peak RSS of a process and of its descendants, sampled while they live.
+
+    ``VmHWM`` is the kernel's high-water mark of the process's resident set since its
+    ``exec``, so sampling it often enough to catch each process alive is exact; children
+    are looked up every ``scan_every`` samples (a full ``/proc`` scan)."""
+
+    def __init__(self, pid: int, scan_every: int = 10) -> None:
+        self.pid = pid
+        self.peak_kb = 0
+        self.children: dict[int, str] = {}
+        self.child_peak_kb: dict[int, int] = {}
+        self._scan_every = scan_every
+        self._samples = 0
+
+    def sample(self) -> None:
+        self.peak_kb = max(self.peak_kb, _peak_rss_kb(self.pid) or 0)
+        if self._samples % self._scan_every == 0:
+            self.children.update(_descendants(self.pid))
+        self._samples += 1
+        for child in self.children:
+            kb = _peak_rss_kb(child)
+            if kb is not None:
+                self.child_peak_kb[child] = max(self.child_peak_kb.get(child, 0), kb)
+
+    def peak_of(self, comm: str) -> int:
+        return max((kb for pid, kb in self.child_peak_kb.items()
+                    if self.children[pid] == comm), default=0)
+
+    def python_workers(self) -> str:
+        """pyspark's daemon and worker processes (forks of one Python). Other descendants
+        are left out: ``bash`` launchers, and the JVM's short-lived forks before ``exec``
+        of ``chmod`` (Hadoop's local file system), whose VmHWM counts the JVM's pages."""
+        kbs = [kb for pid, kb in self.child_peak_kb.items()
+               if self.children[pid].startswith("python")]
+        return f"{len(kbs)} of <= {max(kbs) / 1024:.0f} MB" if kbs else "none"
+
+
 async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Workload,
                      processor: str,
                      command: tuple[str, ...] = (sys.executable, "-m", "service")
@@ -352,7 +539,6 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
     run_dir.mkdir()
     cfg = write_config(run_dir / "kstage.yml", bootstrap, group, topic, work, processor)
     log_path = run_dir / "kstage.log"
-    peak_kb = 0
     started = time.monotonic()
     with open(log_path, "wb") as log:  # noqa: ASYNC230 - opened once, before the run
         proc = await asyncio.create_subprocess_exec(
@@ -360,6 +546,7 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
             cwd=run_dir, stdout=log, stderr=log,
         )
         waiter = asyncio.ensure_future(proc.wait())
+        rss = _RssSampler(proc.pid)
         try:
             while not waiter.done():
                 if time.monotonic() - started > KSTAGE_TIMEOUT_S:
@@ -367,7 +554,7 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
                                      f"log: {log_path}")
                 # Sample the peak RSS while it runs: the child's rusage after exit would
                 # also count this (large) process's pages it inherited before exec.
-                peak_kb = max(peak_kb, _peak_rss_kb(proc.pid) or 0)
+                rss.sample()
                 await asyncio.wait([waiter], timeout=0.05)
         finally:
             if not waiter.done():
@@ -388,13 +575,85 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
     got = await committed_offset(bootstrap, group, topic)
     if got != n:
         raise BenchError(f"kstage: committed offset {got}, expected {n}; log {log_path}")
-    return KstageResult(
+    result = KstageResult(
         seconds=(commits[-1] - assigned[0]).total_seconds(),
         drain_lag_s=(drained[0] - commits[-1]).total_seconds(),
         wall_s=wall,
         commits=len(commits),
-        peak_rss_kb=peak_kb,
+        peak_rss_kb=rss.peak_kb,
+        jvm_peak_rss_kb=rss.peak_of("java"),
+        workers=rss.python_workers(),
     )
+    if work.spark is not None:
+        first = _log_times(_FIRST_LINE, text)[:1]
+        registered = _log_times(_REGISTERED, text)
+        if len(registered) != 1 or not first:
+            raise BenchError(f"kstage log: {len(registered)} table registration line(s), "
+                             f"expected 1; log {log_path}")
+        result.spark_start_s = (registered[0] - first[0]).total_seconds()
+        appends = _APPENDED.findall(text)
+        result.flush_rows = tuple(int(rows) for _, rows in appends)
+        if appends:
+            first_append = datetime.strptime(appends[0][0], "%Y-%m-%d %H:%M:%S,%f")
+            result.first_append_s = (first_append - assigned[0]).total_seconds()
+        result.warehouse = run_dir / "warehouse"
+    return result
+
+
+# -- spark: read the staging tables back ------------------------------------------------
+
+_READ_BACK = """
+import json, os, sys
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[2]").appName("kstage-bench-verify")
+         .config("spark.ui.enabled", "false").config("spark.driver.memory", "1g")
+         .getOrCreate())
+out = []
+for path in sys.argv[1:]:
+    row = spark.read.parquet(path).agg(
+        F.count("*").alias("rows"), F.countDistinct("_offset").alias("offsets"),
+        F.min("_offset").alias("first"), F.max("_offset").alias("last"),
+        F.collect_set("_topic").alias("topics"), F.collect_set("_partition").alias("parts"),
+        F.count("cluster").alias("cluster"), F.count("dataset").alias("dataset")).first()
+    out.append(row.asDict())
+spark.stop()
+print("READ_BACK " + json.dumps(out))
+"""
+
+
+async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:
+    """Read every run's staging table with PySpark (one subprocess, after all rounds) and
+    check that it holds exactly one row per event: rows == distinct offsets == n,
+    offsets 0..n-1, one topic and partition, NOT NULL columns filled."""
+    paths = []
+    for ks in runs:
+        assert ks.warehouse is not None
+        tables = [p for p in ks.warehouse.iterdir() if p.is_dir()]
+        if len(tables) != 1:
+            raise BenchError(f"spark: expected one staging table in {ks.warehouse}, "
+                             f"found {[p.name for p in tables]}")
+        paths.append(str(tables[0]))
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _READ_BACK, *paths,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    lines = [ln for ln in out.decode().splitlines() if ln.startswith("READ_BACK ")]
+    if proc.returncode != 0 or len(lines) != 1:
+        raise BenchError(f"spark read-back exited {proc.returncode}:\n"
+                         f"{err.decode(errors='replace')[-3000:]}")
+    for path, got in zip(paths, json.loads(lines[0].removeprefix("READ_BACK ")),
+                         strict=True):
+        want = {"rows": n, "offsets": n, "first": 0, "last": n - 1, "topics": [topic],
+                "parts": [0], "cluster": n, "dataset": n}
+        wrong = {k: (got[k], v) for k, v in want.items() if got[k] != v}
+        if wrong:
+            raise BenchError(f"spark: staging table {path} does not hold one row per event "
+                             f"(got, expected): {wrong}")
+    print(f"staging tables read back with PySpark: {len(paths)} x {n} rows, offsets "
+          f"0..{n - 1} each exactly once, committed offset {n} "
+          f"({time.monotonic() - started:.1f} s)", flush=True)
 
 
 # -- main ------------------------------------------------------------------------------
@@ -414,28 +673,52 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
 
     raw_s: list[float] = []
     kstage_s: list[float] = []
-    peak_kb = 0
+    runs: list[KstageResult] = []
     for r in range(1, rounds + 1):
-        raw = await run_raw(bootstrap, topic, n, work.raw_decode)
+        raw = await run_raw(bootstrap, topic, n, work.raw_decode, work.raw_handle)
         raw_s.append(raw.seconds)
         print(f"round {r}: raw aiokafka    {raw.seconds:6.2f} s ({n / raw.seconds:6.0f}/s; "
               f"first message {raw.first_message_s * 1000:.0f} ms after assignment)",
               flush=True)
         ks = await run_kstage(bootstrap, topic, n, workdir, work, work.processor)
         kstage_s.append(ks.seconds)
-        peak_kb = max(peak_kb, ks.peak_rss_kb)
+        runs.append(ks)
         print(f"round {r}: kstage --drain  {ks.seconds:6.2f} s ({n / ks.seconds:6.0f}/s; "
               f"{ks.commits} commits, drain detected {ks.drain_lag_s * 1000:.0f} ms after "
               f"the last commit, process wall {ks.wall_s:.1f} s, exit 0, committed {n})",
               flush=True)
+        if work.spark is not None:
+            sizes = sorted(ks.flush_rows)
+            print(f"round {r}:   spark: start-up {ks.spark_start_s:.1f} s (before the "
+                  f"window); {len(sizes)} appends of {sizes[0] if sizes else 0}.."
+                  f"{sizes[-1] if sizes else 0} rows (median "
+                  f"{statistics.median(sizes) if sizes else 0:.0f}), the first done "
+                  f"{ks.first_append_s:.1f} s after assignment; peak RSS Python "
+                  f"{ks.peak_rss_kb / 1024:.0f} MB, JVM {ks.jvm_peak_rss_kb / 1024:.0f} MB, "
+                  f"pyspark Python workers: {ks.workers}; load average {os.getloadavg()[0]:.1f}"
+                  f" on {os.cpu_count()} cores", flush=True)
 
     raw_med = statistics.median(raw_s)
     ks_med = statistics.median(kstage_s)
     raw_rate, ks_rate = n / raw_med, n / ks_med
     label = "" if rounds == 1 else f", median of {rounds}"
+    peak_kb = max(ks.peak_rss_kb for ks in runs)
     print(f"raw aiokafka: {raw_rate:.0f} events/s ({raw_med:.2f} s{label})")
     print(f"kstage run --drain: {ks_rate:.0f} events/s ({ks_med:.2f} s{label})")
-    print(f"kstage peak RSS: {peak_kb / 1024:.0f} MB (VmHWM, max over the kstage runs)")
+    if work.spark is None:
+        print(f"kstage peak RSS: {peak_kb / 1024:.0f} MB (VmHWM, max over the kstage runs)")
+    else:
+        await verify_staging(runs, topic, n)
+        with_start = statistics.median(ks.seconds + ks.spark_start_s for ks in runs)
+        print(f"kstage incl. Spark start-up: {n / with_start:.0f} events/s "
+              f"({with_start:.2f} s{label}; ratio {raw_med / with_start:.2f}, not the "
+              f"ratio below, which excludes the start-up)")
+        jvm_kb = max(ks.jvm_peak_rss_kb for ks in runs)
+        print(f"kstage peak RSS: Python {peak_kb / 1024:.0f} MB, JVM {jvm_kb / 1024:.0f} MB "
+              f"(VmHWM of the kstage process and of its java child, max over the runs)")
+        verdict = "PASS" if peak_kb < SPARK_RSS_LIMIT_MB * 1024 else "FAIL"
+        print(f"Python peak RSS {peak_kb / 1024:.0f} MB vs {SPARK_RSS_LIMIT_MB} MB with a "
+              f"{n}-message backlog: {verdict}")
     if extra_processor:
         ks = await run_kstage(bootstrap, topic, n, workdir, work, extra_processor)
         print(f"kstage run --drain with {extra_processor} (not in the ratio): "
@@ -448,9 +731,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=1000, help="bytes per JSON message")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--format", choices=("json", "avro"), default="json")
+    parser.add_argument("--format", choices=("json", "avro", "spark"), default="json")
+    parser.add_argument("--flush-rows", type=int, default=SPARK_FLUSH_ROWS,
+                        help="spark: flush_max_rows of the staging table writer")
+    parser.add_argument("--flush-interval-s", type=float, default=SPARK_FLUSH_INTERVAL_S,
+                        help="spark: flush_max_interval_s of the staging table writer")
     parser.add_argument("--processor", default=None,
                         help="kstage processor for the ratio (default json_rows)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work directory (configs, logs, staging tables)")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.size < 1 or args.rounds < 1:
         parser.error("--messages, --size and --rounds must be positive")
@@ -461,6 +750,9 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
         if args.format == "avro":
             work, extra = avro_workload(args.messages, workdir), "datahub_mcl"
+        elif args.format == "spark":
+            work, extra = spark_workload(args.messages, workdir, args.flush_rows,
+                                         args.flush_interval_s), None
         else:
             work, extra = json_workload(args.messages, args.size), None
         work.processor = args.processor or work.processor
@@ -469,7 +761,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kstage configs and logs kept in {workdir}", file=sys.stderr)
         raise
     else:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep:
+            print(f"kstage configs, logs and tables kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     finally:
         broker.stop()
     print(f"ratio={ratio:.2f}")
