@@ -313,6 +313,7 @@ class KstageResult:
     spark_start_s: float = 0.0  # sink open: Spark session start + table registration
     flush_rows: tuple[int, ...] = ()  # rows per Parquet append, in order
     first_append_s: float = 0.0  # assignment -> first append done (JVM warm-up inside)
+    cpu_s: tuple[float, float] = (0.0, 0.0)  # CPU seconds of the process: Python, JVM
     warehouse: Path | None = None
 
 
@@ -466,6 +467,18 @@ def _peak_rss_kb(pid: int) -> int | None:
     return int(match.group(1)) if match else None
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system, all threads) the process used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14, 15
+
+
 def _descendants(pid: int) -> dict[int, str]:
     """Every live descendant of ``pid``: pid -> command name (from ``/proc/*/stat``)."""
     parents: dict[int, tuple[int, str]] = {}
@@ -504,11 +517,14 @@ class _RssSampler:
         self.peak_kb = 0
         self.children: dict[int, str] = {}
         self.child_peak_kb: dict[int, int] = {}
+        self.cpu_s = 0.0  # the last CPU time read (the process is gone after its exit)
+        self.child_cpu_s: dict[int, float] = {}
         self._scan_every = scan_every
         self._samples = 0
 
     def sample(self) -> None:
         self.peak_kb = max(self.peak_kb, _peak_rss_kb(self.pid) or 0)
+        self.cpu_s = _cpu_s(self.pid) or self.cpu_s
         if self._samples % self._scan_every == 0:
             self.children.update(_descendants(self.pid))
         self._samples += 1
@@ -516,6 +532,13 @@ class _RssSampler:
             kb = _peak_rss_kb(child)
             if kb is not None:
                 self.child_peak_kb[child] = max(self.child_peak_kb.get(child, 0), kb)
+            cpu = _cpu_s(child)
+            if cpu is not None:
+                self.child_cpu_s[child] = cpu
+
+    def cpu_of(self, comm: str) -> float:
+        return sum(cpu for pid, cpu in self.child_cpu_s.items()
+                   if self.children[pid] == comm)
 
     def peak_of(self, comm: str) -> int:
         return max((kb for pid, kb in self.child_peak_kb.items()
@@ -583,6 +606,7 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
         peak_rss_kb=rss.peak_kb,
         jvm_peak_rss_kb=rss.peak_of("java"),
         workers=rss.python_workers(),
+        cpu_s=(rss.cpu_s, rss.cpu_of("java")),
     )
     if work.spark is not None:
         first = _log_times(_FIRST_LINE, text)[:1]
@@ -695,8 +719,9 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
                   f"{statistics.median(sizes) if sizes else 0:.0f}), the first done "
                   f"{ks.first_append_s:.1f} s after assignment; peak RSS Python "
                   f"{ks.peak_rss_kb / 1024:.0f} MB, JVM {ks.jvm_peak_rss_kb / 1024:.0f} MB, "
-                  f"pyspark Python workers: {ks.workers}; load average {os.getloadavg()[0]:.1f}"
-                  f" on {os.cpu_count()} cores", flush=True)
+                  f"pyspark Python workers: {ks.workers}; CPU over the process wall: "
+                  f"Python {ks.cpu_s[0]:.0f} s, JVM {ks.cpu_s[1]:.0f} s; load average "
+                  f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
 
     raw_med = statistics.median(raw_s)
     ks_med = statistics.median(kstage_s)
