@@ -375,6 +375,7 @@ class JdbcSink(Sink):
     """One worker's handle on a JDBC staging table (see the module docstring)."""
 
     type = "jdbc"
+    pipelined = True  # writes join a shared micro-batch: the sink loop does not wait
 
     def __init__(self, settings: JdbcSinkSettings, actor: SparkActor | None = None,
                  columns: Sequence[Column] = (), table: str | None = None) -> None:
@@ -388,7 +389,7 @@ class JdbcSink(Sink):
         self.on_permanent_failure: Callable[[list[Row], int, str], Any] = self._no_handler
         # The batch of a failed write and its checked rows: the worker's retry passes the
         # same batch again, whose refused rows were dead-lettered once already.
-        self._retry: tuple[Sequence[Row], list[tuple[Any, ...]]] | None = None
+        self._failed: dict[int, tuple[Sequence[Row], list[tuple[Any, ...]]]] = {}
 
     @staticmethod
     def _no_handler(rows: list[Row], status: int, reason: str) -> None:
@@ -427,11 +428,17 @@ class JdbcSink(Sink):
         except SinkError as exc:  # the database may come back: check again at first write
             logger.warning("%s; the table is created or checked at the first write", exc)
 
+    def flush_soon(self) -> None:
+        """The worker cannot send more rows: flush the table's pending rows early."""
+        if self._writer is not None:
+            self._writer.flush_soon()
+
     async def write(self, rows: Sequence[Row]) -> None:
         if self._writer is None:
             raise SinkError("jdbc sink: write before open")
-        if self._retry is not None and self._retry[0] is rows:
-            good = self._retry[1]  # the worker retries the batch: refused rows are done
+        failed = self._failed.get(id(rows))
+        if failed is not None and failed[0] is rows:
+            good = failed[1]  # the worker retries the batch: refused rows are done
         else:
             good, rejected = self._writer.convert(rows)
             for row, reason in rejected:
@@ -440,6 +447,17 @@ class JdbcSink(Sink):
                 result = self.on_permanent_failure([row], 0, reason)
                 if result is not None:
                     await result
-            self._retry = (rows, good)
-        await self._writer.write(good)
-        self._retry = None
+            if isinstance(rows, list):
+                # The sink owns the batch's rows now (the worker never reads them back):
+                # drop the dicts while the tuples wait for their flush. A retry passes
+                # this same, emptied list and finds the tuples in _failed.
+                rows.clear()
+        try:
+            await self._writer.write(good)
+        except SinkError:
+            self._failed[id(rows)] = (rows, good)  # kept for the retry of this batch
+            raise
+        except BaseException:
+            self._failed.pop(id(rows), None)
+            raise
+        self._failed.pop(id(rows), None)

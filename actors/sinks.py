@@ -36,13 +36,20 @@ class SinkBatch:
 
 
 _LANE_BATCHES = 2
+_PIPELINE_WINDOW = 1024
 
 END: Any = object()
 """Mailbox sentinel: no more batches follow."""
 
 
 class Sink:
-    """Base class of sinks. ``write`` must only return once the rows are durable."""
+    """Base class of sinks. ``write`` must only return once the rows are durable.
+
+    The worker never reads a batch's rows after handing them to ``write``: a sink may
+    keep, transform or empty the list (the Spark and JDBC sinks empty it once the rows
+    are converted, to free memory while they wait for their flush). A failed write is
+    retried with the same list object.
+    """
 
     type: str = ""
 
@@ -142,6 +149,39 @@ SINK_TYPES: dict[str, Callable[[SinkSettings], Sink]] = {
 }
 
 
+async def _run_pipelined(
+    sink: Sink,
+    mailbox: asyncio.Queue[SinkBatch],
+    on_ack: Callable[[SinkBatch], None],
+    label: str,
+    retry_backoff_s: tuple[float, float],
+    on_write_seconds: Callable[[float], None] | None,
+) -> None:
+    """:func:`run_sink` for a pipelined sink: start each write at once (each retries on
+    its own, see :func:`_write`), ack in mailbox order as the writes return."""
+    window: asyncio.Queue[Any] = asyncio.Queue(_PIPELINE_WINDOW)
+
+    async def acker() -> None:
+        while True:
+            item = await window.get()
+            if item is END:
+                return
+            batch, task = item
+            await task
+            on_ack(batch)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(acker(), name=f"{label}:sink-acks")
+        while True:
+            batch = await mailbox.get()
+            if batch is END:
+                await window.put(END)  # the acker finishes the outstanding writes first
+                break
+            task = tg.create_task(_write(sink, batch, label, retry_backoff_s,
+                                         on_write_seconds), name=f"{label}:sink-write")
+            await window.put((batch, task))
+
+
 def build_sink(settings: SinkSettings) -> Sink:
     """Create the sink a topic's ``sink`` settings describe."""
     try:
@@ -182,11 +222,21 @@ async def run_sink(
 ) -> None:
     """The sink actor: write each batch, ack it once durable; return on :data:`END`.
 
+    A ``pipelined`` sink (Spark, JDBC: its writes join a shared micro-batch) gets every
+    batch handed over at once, without waiting for the previous write to return, so rows
+    of several batches gather in the next flush while the current one is written; acks
+    are still given in order, each once its write returned. At most
+    :data:`_PIPELINE_WINDOW` writes are outstanding; memory is bounded by the worker's
+    ``max_in_flight`` long before that.
+
     A sink with ``max_concurrency > 1`` (HTTP) gets one lane per partition: batches of one
     partition are written in order, batches of different partitions concurrently, at most
     ``max_concurrency`` at a time. Acks may then arrive out of order across partitions;
     the offset tracker only ever commits each partition's contiguous prefix.
     """
+    if getattr(sink, "pipelined", False):
+        await _run_pipelined(sink, mailbox, on_ack, label, retry_backoff_s, on_write_seconds)
+        return
     concurrency = int(getattr(sink, "max_concurrency", 1) or 1)
     if concurrency <= 1:
         while True:

@@ -151,6 +151,7 @@ class Worker:
         self.metrics = metrics
         self.restarts = incarnation
         self._sink_open = False
+        self._flush_soon: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -216,6 +217,8 @@ class Worker:
         self._async_transform = inspect.iscoroutinefunction(processor.transform)
         if hasattr(sink, "on_permanent_failure"):
             sink.on_permanent_failure = self._sink_dead_letter
+        # A micro-batching sink flushes early when this worker cannot send it more rows.
+        self._flush_soon = getattr(sink, "flush_soon", None)
         await processor.start()
         try:
             await sink.open()
@@ -305,6 +308,8 @@ class Worker:
                         pass
                 continue
             if backlog or self._in_flight >= max_in_flight:
+                if self._in_flight >= max_in_flight and self._flush_soon is not None:
+                    self._flush_soon()  # the rows in flight wait in the sink's next flush
                 now = time.monotonic()
                 full_since = full_since or now
                 if not paused and now - full_since >= pause_after:

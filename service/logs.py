@@ -46,6 +46,8 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
         },
         "root": {"level": level, "handlers": ["stderr"]},
         # httpx logs every request URL at INFO (query strings included): keep it quiet.
+        # py4j logs every Spark call at DEBUG and its connections at INFO.
         "loggers": {"aiokafka": {"level": "WARNING"}, "httpx": {"level": "WARNING"},
+                    "py4j": {"level": "WARNING"},
                     "httpcore": {"level": "WARNING"}},
     })

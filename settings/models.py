@@ -190,6 +190,14 @@ class SparkSettings(_Model):
         description="Extra Spark configuration (overrides kstage's defaults).",
     )
     flush_max_rows: int = Field(10000, ge=1, description="Flush a table at this many rows.")
+    flush_min_rows: int = Field(
+        1000, ge=1, description="Flush a table at this many rows when none of its appends "
+        "is running (a busy table keeps Spark writing; a quiet one waits for the interval).")
+    staging_write_options: dict[str, str] = Field(
+        default_factory=lambda: {"parquet.enable.dictionary": "false"},
+        description="Options of the staging tables' Parquet appends (the default turns "
+        "dictionary encoding off: a third less writer CPU; staging is transient, the "
+        "merge writes final tables with Spark's defaults).")
     flush_max_interval_s: float = Field(
         5, gt=0, description="Longest wait of a row before its table is flushed."
     )

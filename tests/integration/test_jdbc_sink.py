@@ -127,15 +127,16 @@ async def test_rows_land_with_the_right_columns_and_types(actor: SparkActor,
         (c.name, PG_TYPES[c.type], "YES" if c.nullable else "NO") for c in PROCESSOR.columns
     ] + COORDINATES
     a, b = events(0, 0, 40), events(1, 0, 25)
+    names = [c.name for c in PROCESSOR.columns] + ["_topic", "_partition", "_offset",
+                                                   "_timestamp"]
+    expected = {tuple("" if r[n] is None else str(r[n]) for n in names) for r in a + b}
     async with asyncio.timeout(90):
         await asyncio.gather(one.write(a), two.write(b))
     assert one._writer is two._writer and one._writer is not None
     assert one._writer.flushes == 1  # one append held the rows of both workers
+    assert a == [] and b == []  # the sink took the rows (dicts freed before the flush)
     assert offsets_in(pg, "stg_jdbc") == sorted(
         [(0, o) for o in range(40)] + [(1, o) for o in range(25)])
-    names = [c.name for c in PROCESSOR.columns] + ["_topic", "_partition", "_offset",
-                                                   "_timestamp"]
-    expected = {tuple("" if r[n] is None else str(r[n]) for n in names) for r in a + b}
     got = pg.psql("SELECT " + ", ".join(f'"{n}"' for n in names) + ' FROM "stg_jdbc"')  # noqa: S608
     assert {tuple(r) for r in got} == expected
     ingested = pg.psql('SELECT count(*), min(_ingested_at) > now() - interval \'5 minutes\' '

@@ -84,9 +84,11 @@ async def test_two_sinks_share_a_micro_batch_and_write_is_durable(
     one, two = await opened(spark_actor, table), await opened(spark_actor, table)
     writer = spark_actor.writer(table, PROCESSOR.columns)
     a, b = events(0, 0, 40), events(1, 0, 25)
+    expected = keys(a + b)
     async with asyncio.timeout(60):
         await asyncio.gather(one.write(a), two.write(b))
     assert writer.flushes == 1  # one append held the rows of both workers
+    assert a == [] and b == []  # the sink took the rows (dicts freed before the flush)
 
     def read(spark: Any) -> tuple[Any, list[Any], list[Any], Any, Any]:
         by_path = spark.read.parquet(str(writer.path))
@@ -95,7 +97,7 @@ async def test_two_sinks_share_a_micro_batch_and_write_is_durable(
                 by_table.select("writer_id").distinct().collect())
 
     schema, path_rows, table_rows, table_schema, writers = await spark_actor.call(read)
-    assert keys(path_rows) == keys(table_rows) == keys(a + b)
+    assert keys(path_rows) == keys(table_rows) == expected
     assert len(table_rows) == 65
     from pyspark.testing import assertSchemaEqual
 
@@ -133,6 +135,26 @@ async def test_flush_after_the_interval(spark_actor: SparkActor) -> None:
     assert time.monotonic() - started >= 0.5
     assert writer.flushes == 1
     assert await spark_actor.call(lambda spark: spark.table("stg_interval").count()) == 5
+
+
+async def test_flush_soon_flushes_now_or_right_after_the_running_flush(
+        spark_actor: SparkActor) -> None:
+    """A worker at its max_in_flight cannot add rows: its sink flushes without waiting
+    for flush_max_rows or the interval (here 1000 rows / 60 s)."""
+    sink = await opened(spark_actor, "stg_soon")
+    writer = spark_actor.writer("stg_soon", PROCESSOR.columns)
+    writer.max_rows, writer.max_interval_s = 1000, 60
+    async with asyncio.timeout(30):
+        first = asyncio.create_task(sink.write(events(0, 0, 3)))
+        await asyncio.sleep(0.05)
+        sink.flush_soon()  # nothing running: flushes now
+        await asyncio.sleep(0)
+        second = asyncio.create_task(sink.write(events(0, 3, 2)))
+        await asyncio.sleep(0.05)
+        sink.flush_soon()  # the first flush still runs: the second follows it
+        await asyncio.gather(first, second)
+    assert writer.flushes == 2
+    assert await spark_actor.call(lambda spark: spark.table("stg_soon").count()) == 5
 
 
 async def test_bad_rows_and_failed_appends_raise_sink_error(
