@@ -30,12 +30,12 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
   ``spark.driver.memory=512m``, a fresh warehouse per run), ``commit: {mode: batch,
   max_messages: 1}``, i.e. a commit after each durable write: a row's offset is
   committed only after the Parquet append holding it returned. ``flush_max_rows``
-  50 000 (``--flush-rows``), ``max_poll_records`` set to the same value,
-  ``max_in_flight`` twice it, ``flush_max_interval_s`` 0.05 (``--flush-interval-s``).
-  Why: the sink loop writes one poll batch at a time and waits until it is durable, so a
-  Parquet append never holds more than one ``getmany`` result (~13.8k of these events
-  on Tansu, whatever ``max_poll_records`` above that); a poll batch below
-  ``flush_max_rows`` waits ``flush_max_interval_s`` before its append. The sizes of
+  60 000 (``--flush-rows``), ``flush_max_interval_s`` 5 (``--flush-interval-s``),
+  ``max_poll_records`` 500, ``max_in_flight`` ``flush_max_rows`` + 10 000: the sink hands
+  poll batches to the table writer without waiting (pipelined), so an append gathers
+  many polls while the previous one is written; a worker at ``max_in_flight`` makes
+  its table flush at once (``flush_soon``) instead of waiting for the interval. The
+  sizes of
   the appends are printed per round.
 * Spark session start-up (JVM launch, ``getOrCreate``, ``CREATE TABLE``; 6-17 s here,
   from kstage's first log line) happens when the sink opens, before the group join: it is
@@ -369,8 +369,8 @@ def avro_workload(n: int, workdir: Path) -> Workload:
                     extra_config={"schema_registry": {"url": f"file://{registry}"}})
 
 
-SPARK_FLUSH_ROWS = 50_000
-SPARK_FLUSH_INTERVAL_S = 0.05
+SPARK_FLUSH_ROWS = 60_000
+SPARK_FLUSH_INTERVAL_S = 5.0
 SPARK_RSS_LIMIT_MB = 300
 _SAMPLE_CHUNK = 50_000  # records generated (and encoded) at a time: 1M dicts would be ~2 GB
 
@@ -422,12 +422,12 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
         spark={"master": "local[2]", "flush_max_rows": flush_rows,
                "flush_max_interval_s": flush_interval_s},
         group_config={
-            "max_poll_records": flush_rows,
+            "max_poll_records": MAX_RECORDS,
             # Commit after every durable write: each ack (= the end of the Spark append
             # holding the batch) makes a commit due; commits are single-flight, so acks
             # arriving during one commit are committed by the next.
             "commit": {"mode": "batch", "max_messages": 1, "max_interval_s": 10,
-                       "max_in_flight": 2 * flush_rows},
+                       "max_in_flight": flush_rows + 10_000},
         },
     )
 
