@@ -20,7 +20,7 @@ COPY service service
 COPY actors actors
 COPY processors processors
 COPY settings settings
-RUN pip install .
+RUN pip install '.[spark]'   # Spark and JDBC sinks need pyspark + pyarrow
 
 # Non-root; /data is the working directory, so relative sink and dead-letter paths
 # (out/..., failed_events.log) are writable, and a named volume mounted there is too.
