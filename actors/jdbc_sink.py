@@ -41,17 +41,22 @@ import datetime as dt
 import logging
 import re
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
-from actors.sinks import Sink
-from actors.spark_sink import _COORDINATES, SparkActor, TableWriter, _check, spark_actor
+from actors.spark_sink import (
+    _COORDINATES,
+    SparkActor,
+    TableSink,
+    TableWriter,
+    _check,
+    spark_actor,
+)
 from processors.base import Column, Row
-from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
 
@@ -371,38 +376,15 @@ def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
     return writer
 
 
-class JdbcSink(Sink):
+class JdbcSink(TableSink):
     """One worker's handle on a JDBC staging table (see the module docstring)."""
 
     type = "jdbc"
-    pipelined = True  # writes join a shared micro-batch: the sink loop does not wait
 
     def __init__(self, settings: JdbcSinkSettings, actor: SparkActor | None = None,
                  columns: Sequence[Column] = (), table: str | None = None) -> None:
+        super().__init__(settings.table, actor, columns, table)
         self.settings = settings
-        self._actor = actor
-        self._spark_settings: SparkSettings | None = None
-        self.columns: tuple[Column, ...] = tuple(columns)
-        self.table = settings.table or table or ""
-        self.processor = ""
-        self._writer: JdbcTableWriter | None = None
-        self.on_permanent_failure: Callable[[list[Row], int, str], Any] = self._no_handler
-        # The batch of a failed write and its checked rows: the worker's retry passes the
-        # same batch again, whose refused rows were dead-lettered once already.
-        self._failed: dict[int, tuple[Sequence[Row], list[tuple[Any, ...]]]] = {}
-
-    @staticmethod
-    def _no_handler(rows: list[Row], status: int, reason: str) -> None:
-        raise SinkError(reason)
-
-    def bind(self, columns: Sequence[Column], table_default: str = "", *,
-             processor: str = "", spark: SparkSettings | None = None) -> None:
-        """Give the sink its processor's columns and table, and the ``spark:`` section
-        (used when no actor was passed). Call before :meth:`open`."""
-        self.columns = tuple(columns)
-        self.table = self.settings.table or table_default or self.table
-        self.processor = processor
-        self._spark_settings = spark
 
     async def open(self) -> None:
         what = f"processor {self.processor!r}" if self.processor else "the processor"
@@ -427,37 +409,3 @@ class JdbcSink(Sink):
             await self._writer.register()
         except SinkError as exc:  # the database may come back: check again at first write
             logger.warning("%s; the table is created or checked at the first write", exc)
-
-    def flush_soon(self) -> None:
-        """The worker cannot send more rows: flush the table's pending rows early."""
-        if self._writer is not None:
-            self._writer.flush_soon()
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        if self._writer is None:
-            raise SinkError("jdbc sink: write before open")
-        failed = self._failed.get(id(rows))
-        if failed is not None and failed[0] is rows:
-            good = failed[1]  # the worker retries the batch: refused rows are done
-        else:
-            good, rejected = self._writer.convert(rows)
-            for row, reason in rejected:
-                # A row that does not fit its declared types never will: dead-letter it
-                # (the worker's handler) instead of retrying the batch forever.
-                result = self.on_permanent_failure([row], 0, reason)
-                if result is not None:
-                    await result
-            if isinstance(rows, list):
-                # The sink owns the batch's rows now (the worker never reads them back):
-                # drop the dicts while the tuples wait for their flush. A retry passes
-                # this same, emptied list and finds the tuples in _failed.
-                rows.clear()
-        try:
-            await self._writer.write(good)
-        except SinkError:
-            self._failed[id(rows)] = (rows, good)  # kept for the retry of this batch
-            raise
-        except BaseException:
-            self._failed.pop(id(rows), None)
-            raise
-        self._failed.pop(id(rows), None)

@@ -547,19 +547,20 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-class SparkSink(Sink):
-    """One worker's handle on a Spark staging table (see the module docstring)."""
+class TableSink(Sink):
+    """One worker's handle on a table written by a shared :class:`TableWriter` (the
+    Spark and the JDBC sinks): binding, pipelined writes, refused rows, retries.
+    Subclasses open their writer in :meth:`open`."""
 
-    type = "spark"
     pipelined = True  # writes join a shared micro-batch: the sink loop does not wait
 
-    def __init__(self, settings: SparkSinkSettings, actor: SparkActor | None = None,
+    def __init__(self, table_setting: str | None, actor: SparkActor | None = None,
                  columns: Sequence[Column] = (), table: str | None = None) -> None:
-        self.settings = settings
+        self._table_setting = table_setting
         self._actor = actor
         self._spark_settings: SparkSettings | None = None
         self.columns: tuple[Column, ...] = tuple(columns)
-        self.table = settings.table or table or ""
+        self.table = table_setting or table or ""
         self.processor = ""
         self._writer: TableWriter | None = None
         # Batches whose append failed, with their rows that fit: a retry of the same batch
@@ -576,27 +577,9 @@ class SparkSink(Sink):
         """Give the sink its processor's columns and table, and the ``spark:`` section
         (used when no actor was passed). Call before :meth:`open`."""
         self.columns = tuple(columns)
-        self.table = self.settings.table or table_default or self.table
+        self.table = self._table_setting or table_default or self.table
         self.processor = processor
         self._spark_settings = spark
-
-    async def open(self) -> None:
-        what = f"processor {self.processor!r}" if self.processor else "the processor"
-        if not self.table or not _IDENTIFIER.match(self.table):
-            raise FatalError(f"spark sink: table name {self.table!r} (of {what}) is not a "
-                             "plain identifier; set sink.table")
-        if not self.columns:
-            raise FatalError(f"spark sink: {what} declares no columns for table "
-                             f"{self.table!r}; a spark sink needs a typed schema")
-        bad = [c.name for c in self.columns if not _IDENTIFIER.match(c.name)
-               or c.name in (*(x.name for x in _COORDINATES), "_ingested_at",
-                             *PARTITION_COLUMNS)]
-        if bad:
-            raise FatalError(f"spark sink {self.table}: bad or reserved column names {bad}")
-        if self._actor is None:
-            self._actor = spark_actor(self._spark_settings)
-        self._writer = self._actor.writer(self.table, self.columns)
-        await self._writer.register()
 
     def flush_soon(self) -> None:
         """The worker cannot send more rows: flush the table's pending rows early."""
@@ -605,7 +588,7 @@ class SparkSink(Sink):
 
     async def write(self, rows: Sequence[Row]) -> None:
         if self._writer is None:
-            raise SinkError("spark sink: write before open")
+            raise SinkError(f"{self.type} sink: write before open")
         failed = self._failed.get(id(rows))
         if failed is not None and failed[0] is rows:
             good = failed[1]  # the worker retries the batch: refused rows are done
@@ -631,3 +614,32 @@ class SparkSink(Sink):
             self._failed.pop(id(rows), None)
             raise
         self._failed.pop(id(rows), None)
+
+
+class SparkSink(TableSink):
+    """One worker's handle on a Spark staging table (see the module docstring)."""
+
+    type = "spark"
+
+    def __init__(self, settings: SparkSinkSettings, actor: SparkActor | None = None,
+                 columns: Sequence[Column] = (), table: str | None = None) -> None:
+        super().__init__(settings.table, actor, columns, table)
+        self.settings = settings
+
+    async def open(self) -> None:
+        what = f"processor {self.processor!r}" if self.processor else "the processor"
+        if not self.table or not _IDENTIFIER.match(self.table):
+            raise FatalError(f"spark sink: table name {self.table!r} (of {what}) is not a "
+                             "plain identifier; set sink.table")
+        if not self.columns:
+            raise FatalError(f"spark sink: {what} declares no columns for table "
+                             f"{self.table!r}; a spark sink needs a typed schema")
+        bad = [c.name for c in self.columns if not _IDENTIFIER.match(c.name)
+               or c.name in (*(x.name for x in _COORDINATES), "_ingested_at",
+                             *PARTITION_COLUMNS)]
+        if bad:
+            raise FatalError(f"spark sink {self.table}: bad or reserved column names {bad}")
+        if self._actor is None:
+            self._actor = spark_actor(self._spark_settings)
+        self._writer = self._actor.writer(self.table, self.columns)
+        await self._writer.register()

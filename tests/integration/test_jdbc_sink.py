@@ -25,6 +25,7 @@ from processors.base import Column, Message, Row
 from processors.gobblin import GobblinCompactionProcessor
 from settings import SparkSettings
 from settings.models import SinkSettings
+from tests.integration.test_spark_sink import event
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
 from tests.postgres import JAR, USER, Postgres, postgres_server
 
@@ -76,24 +77,6 @@ async def opened(actor: SparkActor, pg: Postgres, table: str, **extra: Any) -> J
     async with asyncio.timeout(90):
         await sink.open()
     return sink
-
-
-def event(offset: int) -> dict[str, Any]:
-    ts = 1468368000000 + offset * 1000
-    if offset % 2:
-        metadata = {"clusterIdentifier": "ltx1-holdem", "datasetUrn": "/data/tracking/PageView",
-                    "partition": "2016/07/13/00", "recordCount": str(1000 + offset),
-                    "dedupeStatus": "DEDUPED", "azkabanProjectName": "compaction",
-                    "azkabanFlowId": "hourly", "azkabanJobId": "compact_pv",
-                    "azkabanExecId": str(4242 + offset)}
-        name = "CompactionCompleted"
-    else:
-        metadata = {"clusterIdentifier": "ltx1-holdem",
-                    "DatasetOutputPath": "/data/tracking/AdClick/daily/2016/07/13",
-                    "RegularRecordCount": str(50 * offset), "LateRecordCount": "3"}
-        name = "CompactionRecordCounts"
-    return {"timestamp": ts, "namespace": "compaction.tracking.events", "name": name,
-            "metadata": metadata}
 
 
 def events(partition: int, start: int, count: int) -> list[Row]:
