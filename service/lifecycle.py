@@ -107,11 +107,10 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         if merging is not None and master.drained:
             merging.cancel()
             await asyncio.gather(merging, return_exceptions=True)
-            tables = plan(settings)
-            merged = await merge_loop.merge_all(settings, metrics)
-            if len(merged) < len(tables):
+            _, failed = await merge_loop.merge_all(settings, metrics)
+            if failed:
                 logger.critical("stopping: the final merge after --drain failed for %d "
-                                "table(s)", len(tables) - len(merged))
+                                "table(s)", failed)
                 return EXIT_CRASH
     except asyncio.CancelledError:
         if state["aborted"]:

@@ -205,22 +205,23 @@ async def merge(settings: Settings, table: str | None = None,
     """Merge every spark staging table of ``settings`` (or only ``table``) into its final
     table; see the module docstring. Raises MergeConfigError (or the processor registry's
     error) for configuration problems, MergeError when a merge fails."""
-    plans = plan(settings, table)
     actor = actor or spark_actor(settings.spark)
-    results = []
-    for item in plans:
-        job = _Job(actor.warehouse, item)
-        try:
-            result = await actor.call(job.run)
-        except MergeError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any Spark/file failure fails the merge
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            raise MergeError(f"merge {item.table} -> {item.final_table} failed: "
-                             f"{type(exc).__name__}: {first}") from exc
-        logger.info("merge: %s", result.summary())
-        results.append(result)
-    return results
+    return [await merge_table(actor, item) for item in plan(settings, table)]
+
+
+async def merge_table(actor: SparkActor, item: TablePlan) -> MergeResult:
+    """Merge one planned table on ``actor``'s thread; MergeError when it fails."""
+    job = _Job(actor.warehouse, item)
+    try:
+        result = await actor.call(job.run)
+    except MergeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any Spark/file failure fails the merge
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise MergeError(f"merge {item.table} -> {item.final_table} failed: "
+                         f"{type(exc).__name__}: {first}") from exc
+    logger.info("merge: %s", result.summary())
+    return result
 
 
 def _micros_to_iso(micros: int) -> str:
@@ -483,4 +484,4 @@ class _Job:
 
 
 __all__ = ["MergeConfigError", "MergeError", "MergeResult", "TablePlan",
-           "final_name", "merge", "plan"]
+           "final_name", "merge", "merge_table", "plan"]

@@ -15,22 +15,26 @@ import logging
 import time
 
 from actors.metrics import Metrics
-from service.merge import MergeError, MergeResult, merge, plan
+from actors.spark_sink import spark_actor
+from service.merge import MergeError, MergeResult, merge_table, plan
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
 
 
-async def merge_all(settings: Settings, metrics: Metrics | None = None) -> list[MergeResult]:
-    """Merge every spark staging table once; a failing table is logged and the others
-    are still merged."""
-    results = []
+async def merge_all(settings: Settings, metrics: Metrics | None = None,
+                    ) -> tuple[list[MergeResult], int]:
+    """Merge every spark staging table once: the results, and how many tables failed
+    (each logged and counted; the other tables are still merged)."""
+    results, failed = [], 0
+    actor = spark_actor(settings.spark)
     for item in plan(settings):
         started = time.monotonic()
         try:
-            (result,) = await merge(settings, item.table)
+            result = await merge_table(actor, item)
         except MergeError as exc:
             logger.error("merge: %s", exc)
+            failed += 1
             if metrics is not None:
                 metrics.merge_failures.labels(item.table).inc()
             continue
@@ -39,7 +43,7 @@ async def merge_all(settings: Settings, metrics: Metrics | None = None) -> list[
             metrics.merge_seconds.labels(item.table).observe(time.monotonic() - started)
             metrics.merge_last_success.labels(item.table).set(time.time())
             metrics.merge_final_rows.labels(item.table).set(result.final_rows)
-    return results
+    return results, failed
 
 
 async def merge_periodically(settings: Settings, metrics: Metrics | None = None) -> None:
