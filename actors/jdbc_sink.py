@@ -54,7 +54,6 @@ from actors.spark_sink import (
     TableSink,
     TableWriter,
     _check,
-    spark_actor,
 )
 from processors.base import Column, Row
 
@@ -380,31 +379,20 @@ class JdbcSink(TableSink):
     """One worker's handle on a JDBC staging table (see the module docstring)."""
 
     type = "jdbc"
-
-    def __init__(self, settings: JdbcSinkSettings, actor: SparkActor | None = None,
-                 columns: Sequence[Column] = (), table: str | None = None) -> None:
-        super().__init__(settings.table, actor, columns, table)
-        self.settings = settings
+    settings: JdbcSinkSettings
 
     async def open(self) -> None:
-        what = f"processor {self.processor!r}" if self.processor else "the processor"
         try:
             _table_parts(self.table)
         except ValueError:
-            raise FatalError(f"jdbc sink: table name {self.table!r} (of {what}) is not "
-                             "`name` or `schema.name` made of plain identifiers; set "
+            raise FatalError(f"jdbc sink: table name {self.table!r} (of {self._what()}) is "
+                             "not `name` or `schema.name` made of plain identifiers; set "
                              "sink.table") from None
-        if not self.columns:
-            raise FatalError(f"jdbc sink: {what} declares no columns for table "
-                             f"{self.table!r}; a jdbc sink needs a typed schema")
-        bad = [c.name for c in self.columns
-               if not _IDENTIFIER.match(c.name) or c.name in _RESERVED]
+        bad = self._check_columns(_RESERVED)
         if bad:
             raise FatalError(f"jdbc sink {self.table}: bad or reserved column names {bad} "
-                             f"(of {what})")
-        if self._actor is None:
-            self._actor = spark_actor(self._spark_settings)
-        self._writer = table_writer(self._actor, self.settings, self.table, self.columns)
+                             f"(of {self._what()})")
+        self._writer = table_writer(self._spark(), self.settings, self.table, self.columns)
         try:
             await self._writer.register()
         except SinkError as exc:  # the database may come back: check again at first write

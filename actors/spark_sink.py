@@ -50,9 +50,9 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -547,6 +547,13 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
+class _TableSettings(Protocol):
+    """What :class:`TableSink` reads of a sink's settings."""
+
+    @property
+    def table(self) -> str | None: ...
+
+
 class TableSink(Sink):
     """One worker's handle on a table written by a shared :class:`TableWriter` (the
     Spark and the JDBC sinks): binding, pipelined writes, refused rows, retries.
@@ -554,13 +561,14 @@ class TableSink(Sink):
 
     pipelined = True  # writes join a shared micro-batch: the sink loop does not wait
 
-    def __init__(self, table_setting: str | None, actor: SparkActor | None = None,
+    def __init__(self, settings: _TableSettings, actor: SparkActor | None = None,
                  columns: Sequence[Column] = (), table: str | None = None) -> None:
-        self._table_setting = table_setting
+        self.settings = settings
+        self._table_setting = settings.table
         self._actor = actor
         self._spark_settings: SparkSettings | None = None
         self.columns: tuple[Column, ...] = tuple(columns)
-        self.table = table_setting or table or ""
+        self.table = settings.table or table or ""
         self.processor = ""
         self._writer: TableWriter | None = None
         # Batches whose append failed, with their rows that fit: a retry of the same batch
@@ -580,6 +588,24 @@ class TableSink(Sink):
         self.table = self._table_setting or table_default or self.table
         self.processor = processor
         self._spark_settings = spark
+
+    def _what(self) -> str:
+        return f"processor {self.processor!r}" if self.processor else "the processor"
+
+    def _check_columns(self, reserved: Collection[str]) -> list[str]:
+        """FatalError when the processor declares no columns; else the column names that
+        are not plain identifiers or are ``reserved``."""
+        if not self.columns:
+            raise FatalError(f"{self.type} sink: {self._what()} declares no columns for "
+                             f"table {self.table!r}; a {self.type} sink needs a typed schema")
+        return [c.name for c in self.columns
+                if not _IDENTIFIER.match(c.name) or c.name in reserved]
+
+    def _spark(self) -> SparkActor:
+        """The actor passed in, or the process's one for the ``spark:`` section."""
+        if self._actor is None:
+            self._actor = spark_actor(self._spark_settings)
+        return self._actor
 
     def flush_soon(self) -> None:
         """The worker cannot send more rows: flush the table's pending rows early."""
@@ -620,26 +646,15 @@ class SparkSink(TableSink):
     """One worker's handle on a Spark staging table (see the module docstring)."""
 
     type = "spark"
-
-    def __init__(self, settings: SparkSinkSettings, actor: SparkActor | None = None,
-                 columns: Sequence[Column] = (), table: str | None = None) -> None:
-        super().__init__(settings.table, actor, columns, table)
-        self.settings = settings
+    settings: SparkSinkSettings
 
     async def open(self) -> None:
-        what = f"processor {self.processor!r}" if self.processor else "the processor"
         if not self.table or not _IDENTIFIER.match(self.table):
-            raise FatalError(f"spark sink: table name {self.table!r} (of {what}) is not a "
-                             "plain identifier; set sink.table")
-        if not self.columns:
-            raise FatalError(f"spark sink: {what} declares no columns for table "
-                             f"{self.table!r}; a spark sink needs a typed schema")
-        bad = [c.name for c in self.columns if not _IDENTIFIER.match(c.name)
-               or c.name in (*(x.name for x in _COORDINATES), "_ingested_at",
-                             *PARTITION_COLUMNS)]
+            raise FatalError(f"spark sink: table name {self.table!r} (of {self._what()}) is "
+                             "not a plain identifier; set sink.table")
+        bad = self._check_columns((*(x.name for x in _COORDINATES), "_ingested_at",
+                                   *PARTITION_COLUMNS))
         if bad:
             raise FatalError(f"spark sink {self.table}: bad or reserved column names {bad}")
-        if self._actor is None:
-            self._actor = spark_actor(self._spark_settings)
-        self._writer = self._actor.writer(self.table, self.columns)
+        self._writer = self._spark().writer(self.table, self.columns)
         await self._writer.register()

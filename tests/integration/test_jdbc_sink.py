@@ -21,11 +21,11 @@ from actors.errors import FatalError, SinkError
 from actors.jdbc_sink import JdbcSink, JdbcSinkSettings, create_table_sql, safe_url
 from actors.sinks import build_sink
 from actors.spark_sink import SparkActor
-from processors.base import Column, Message, Row
+from processors.base import Column, Row
 from processors.gobblin import GobblinCompactionProcessor
 from settings import SparkSettings
 from settings.models import SinkSettings
-from tests.integration.test_spark_sink import event
+from tests.integration.test_spark_sink import event, events
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
 from tests.postgres import JAR, USER, Postgres, postgres_server
 
@@ -77,18 +77,6 @@ async def opened(actor: SparkActor, pg: Postgres, table: str, **extra: Any) -> J
     async with asyncio.timeout(90):
         await sink.open()
     return sink
-
-
-def events(partition: int, start: int, count: int) -> list[Row]:
-    """Rows of real compaction events, through the processor's own transform."""
-    processor = PROCESSOR({"clusters": CLUSTERS})
-    rows: list[Row] = []
-    for offset in range(start, start + count):
-        value = event(offset)
-        message = Message(TOPIC, partition, offset, value["timestamp"] + 5, None, value, (),
-                          None)
-        rows.extend(processor.transform(message))
-    return rows
 
 
 def columns_of(pg: Postgres, table: str) -> list[tuple[str, str, str]]:
