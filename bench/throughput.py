@@ -4,7 +4,7 @@ Usage::
 
     python bench/throughput.py [--format json|avro|spark] [--messages N] [--size BYTES]
                                [--rounds R] [--processor NAME] [--flush-rows N]
-                               [--flush-interval-s S] [--keep]
+                               [--flush-interval-s S] [--spark-conf KEY=VALUE ...] [--keep]
 
 ``--format avro`` runs the same comparison on DataHub MetadataChangeLog events (the real
 schema, Confluent wire format, writer schema served by a ``file://`` registry): the raw
@@ -49,6 +49,12 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
   driver JVM), both ``VmHWM`` sampled while they live (descendants found by scanning
   ``/proc`` every 0.5 s); pyspark's Python worker processes are listed apart. A
   ``PASS``/``FAIL`` line compares Python's peak with 300 MB for the N-message backlog.
+* ``--spark-conf KEY=VALUE`` (repeatable) adds Spark conf to kstage's session, for
+  experiments (e.g. JVM options); the default run uses none.
+
+Every format reports the CPU seconds used inside each timed window (``/proc`` times
+sampled every 50 ms): by the raw loop's process, by kstage's Python process and its JVM,
+and by the broker. On 2 shared cores they tell where the time of a slower side went.
 
 One embedded broker (Tansu) is started for the run. N JSON objects of about BYTES bytes
 each (an increasing ``id`` field plus filler fields) are produced once to a new
@@ -145,6 +151,9 @@ _APPENDED = re.compile(_LOG_TIME + r".*spark sink: \w+: appended (\d+) row\(s\)"
                        re.MULTILINE)
 
 
+BROKER_PID: int | None = None  # the embedded broker's pid: its CPU in each window
+
+
 class BenchError(RuntimeError):
     """A run did not do what it must: the numbers would be meaningless."""
 
@@ -226,11 +235,13 @@ async def committed_offset(bootstrap: str, group: str, topic: str) -> int:
 class RawResult:
     seconds: float  # assignment -> last commit returned
     first_message_s: float  # assignment -> first message received
+    cpu_s: tuple[float, float]  # CPU seconds in the window: this process, the broker
 
 
 class _AssignedAt(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self) -> None:
         self.at: float | None = None
+        self.cpu_at = (0.0, 0.0)  # process and broker CPU seconds at the assignment
         self.count = 0
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -240,6 +251,7 @@ class _AssignedAt(ConsumerRebalanceListener):  # type: ignore[misc]
         self.count += 1
         if self.at is None:
             self.at = time.monotonic()
+            self.cpu_at = (time.process_time(), _broker_cpu_s())
 
 
 async def run_raw(bootstrap: str, topic: str, n: int,
@@ -259,6 +271,7 @@ async def run_raw(bootstrap: str, topic: str, n: int,
         first: float | None = None
         done = 0.0
         hw: int | None = None
+        cpu_done = (0.0, 0.0)
         received = 0
         idle_since = time.monotonic()
         while True:
@@ -282,6 +295,7 @@ async def run_raw(bootstrap: str, topic: str, n: int,
                 next_offset = records[-1].offset + 1
             await consumer.commit()
             done = time.monotonic()
+            cpu_done = (time.process_time(), _broker_cpu_s())
             idle_since = done
             hw = consumer.highwater(tp)
             if hw is not None and next_offset >= hw:
@@ -296,7 +310,8 @@ async def run_raw(bootstrap: str, topic: str, n: int,
     if got != n:
         raise BenchError(f"raw: committed offset {got}, expected {n}")
     assert first is not None
-    return RawResult(done - listener.at, first - listener.at)
+    return RawResult(done - listener.at, first - listener.at,
+                     (cpu_done[0] - listener.cpu_at[0], cpu_done[1] - listener.cpu_at[1]))
 
 
 # -- (b) kstage run --drain ------------------------------------------------------------
@@ -314,6 +329,7 @@ class KstageResult:
     flush_rows: tuple[int, ...] = ()  # rows per Parquet append, in order
     first_append_s: float = 0.0  # assignment -> first append done (JVM warm-up inside)
     cpu_s: tuple[float, float] = (0.0, 0.0)  # CPU seconds of the process: Python, JVM
+    window_cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # in the window: + broker
     warehouse: Path | None = None
 
 
@@ -376,7 +392,8 @@ _SAMPLE_CHUNK = 50_000  # records generated (and encoded) at a time: 1M dicts wo
 
 
 def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
-                   flush_interval_s: float = SPARK_FLUSH_INTERVAL_S) -> Workload:
+                   flush_interval_s: float = SPARK_FLUSH_INTERVAL_S,
+                   conf: dict[str, str] | None = None) -> Workload:
     """n WhereHows Gobblin compaction events (real schema, :func:`service.samples.
     sample_records`) in the Confluent wire format, schema id 1, ``file://`` registry; kstage
     maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink)."""
@@ -420,7 +437,8 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
         processor="gobblin_compaction", sink={"type": "spark"},
         extra_config={"schema_registry": {"url": f"file://{registry}"}},
         spark={"master": "local[2]", "flush_max_rows": flush_rows,
-               "flush_max_interval_s": flush_interval_s},
+               "flush_max_interval_s": flush_interval_s,
+               "conf": {"spark.driver.memory": "512m", **(conf or {})}},
         group_config={
             "max_poll_records": MAX_RECORDS,
             # Commit after every durable write: each ack (= the end of the Spark append
@@ -479,6 +497,10 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14, 15
 
 
+def _broker_cpu_s() -> float:
+    return (_cpu_s(BROKER_PID) or 0.0) if BROKER_PID is not None else 0.0
+
+
 def _descendants(pid: int) -> dict[int, str]:
     """Every live descendant of ``pid``: pid -> command name (from ``/proc/*/stat``)."""
     parents: dict[int, tuple[int, str]] = {}
@@ -519,6 +541,9 @@ class _RssSampler:
         self.child_peak_kb: dict[int, int] = {}
         self.cpu_s = 0.0  # the last CPU time read (the process is gone after its exit)
         self.child_cpu_s: dict[int, float] = {}
+        # (wall clock, CPU s of the process, of its java children, of the broker) per
+        # sample: the CPU each used inside the timed window (log times are wall clock).
+        self.timeline: list[tuple[float, float, float, float]] = []
         self._scan_every = scan_every
         self._samples = 0
 
@@ -535,6 +560,17 @@ class _RssSampler:
             cpu = _cpu_s(child)
             if cpu is not None:
                 self.child_cpu_s[child] = cpu
+        self.timeline.append((time.time(), self.cpu_s, self.cpu_of("java"), _broker_cpu_s()))
+
+    def cpu_between(self, start: datetime, end: datetime) -> tuple[float, float, float]:
+        """CPU seconds of the process, its JVM and the broker from ``start`` to ``end``
+        (the samples nearest to each; they are 50 ms apart)."""
+        def at(when: datetime) -> tuple[float, float, float, float]:
+            stamp = when.timestamp()
+            return min(self.timeline, key=lambda sample: abs(sample[0] - stamp))
+
+        first, last = at(start), at(end)
+        return (last[1] - first[1], last[2] - first[2], last[3] - first[3])
 
     def cpu_of(self, comm: str) -> float:
         return sum(cpu for pid, cpu in self.child_cpu_s.items()
@@ -607,6 +643,7 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
         jvm_peak_rss_kb=rss.peak_of("java"),
         workers=rss.python_workers(),
         cpu_s=(rss.cpu_s, rss.cpu_of("java")),
+        window_cpu_s=rss.cpu_between(assigned[0], commits[-1]),
     )
     if work.spark is not None:
         first = _log_times(_FIRST_LINE, text)[:1]
@@ -702,15 +739,17 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
         raw = await run_raw(bootstrap, topic, n, work.raw_decode, work.raw_handle)
         raw_s.append(raw.seconds)
         print(f"round {r}: raw aiokafka    {raw.seconds:6.2f} s ({n / raw.seconds:6.0f}/s; "
-              f"first message {raw.first_message_s * 1000:.0f} ms after assignment)",
+              f"first message {raw.first_message_s * 1000:.0f} ms after assignment; CPU "
+              f"in the window: Python {raw.cpu_s[0]:.1f} s, broker {raw.cpu_s[1]:.1f} s)",
               flush=True)
         ks = await run_kstage(bootstrap, topic, n, workdir, work, work.processor)
         kstage_s.append(ks.seconds)
         runs.append(ks)
         print(f"round {r}: kstage --drain  {ks.seconds:6.2f} s ({n / ks.seconds:6.0f}/s; "
               f"{ks.commits} commits, drain detected {ks.drain_lag_s * 1000:.0f} ms after "
-              f"the last commit, process wall {ks.wall_s:.1f} s, exit 0, committed {n})",
-              flush=True)
+              f"the last commit, process wall {ks.wall_s:.1f} s, exit 0, committed {n}; CPU in "
+              f"the window: Python {ks.window_cpu_s[0]:.1f} s, JVM {ks.window_cpu_s[1]:.1f} s, "
+              f"broker {ks.window_cpu_s[2]:.1f} s)", flush=True)
         if work.spark is not None:
             sizes = sorted(ks.flush_rows)
             print(f"round {r}:   spark: start-up {ks.spark_start_s:.1f} s (before the "
@@ -761,6 +800,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="spark: flush_max_rows of the staging table writer")
     parser.add_argument("--flush-interval-s", type=float, default=SPARK_FLUSH_INTERVAL_S,
                         help="spark: flush_max_interval_s of the staging table writer")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="spark: extra Spark conf for kstage's session (repeatable)")
     parser.add_argument("--processor", default=None,
                         help="kstage processor for the ratio (default json_rows)")
     parser.add_argument("--keep", action="store_true",
@@ -771,13 +812,16 @@ def main(argv: list[str] | None = None) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="kstage-bench-"))
     broker = EmbeddedBroker()
+    global BROKER_PID
     try:
         broker.start()
+        BROKER_PID = broker.pid
         if args.format == "avro":
             work, extra = avro_workload(args.messages, workdir), "datahub_mcl"
         elif args.format == "spark":
             work, extra = spark_workload(args.messages, workdir, args.flush_rows,
-                                         args.flush_interval_s), None
+                                         args.flush_interval_s,
+                                         dict(kv.split("=", 1) for kv in args.spark_conf)), None
         else:
             work, extra = json_workload(args.messages, args.size), None
         work.processor = args.processor or work.processor

@@ -50,6 +50,11 @@ class EmbeddedBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's pid while it runs (benchmarks read its CPU time)."""
+        return self._proc.pid if self._proc is not None else None
+
     def start(self, timeout_s: float = 15.0) -> EmbeddedBroker:
         url = f"tcp://{self.bootstrap}"
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
