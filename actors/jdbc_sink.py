@@ -48,13 +48,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
-from actors.spark_sink import (
-    _COORDINATES,
-    SparkActor,
-    TableSink,
-    TableWriter,
-    _check,
-)
+from actors.spark_sink import SparkActor, TableSink, TableWriter
+from actors.table_rows import COORDINATES, check
 from processors.base import Column, Row
 
 logger = logging.getLogger(__name__)
@@ -70,7 +65,7 @@ _COMPATIBLE = {"string": ("text", "character varying"), "int": ("integer", "bigi
                "boolean": ("boolean",), "binary": ("bytea",),
                "timestamp": ("timestamp with time zone", "timestamp without time zone")}
 _INGESTED_AT = Column("_ingested_at", "timestamp", False)  # type: ignore[arg-type]
-_RESERVED = (*(c.name for c in _COORDINATES), "_ingested_at")
+_RESERVED = (*(c.name for c in COORDINATES), "_ingested_at")
 # Connection properties kstage sets unless the sink's ``properties`` say otherwise: fail
 # fast when the server is away (the Spark thread is shared by every sink) and send the
 # batched INSERTs as multi-row statements.
@@ -137,7 +132,7 @@ def create_table_sql(table: str, columns: Sequence[Column]) -> str:
     """The ``CREATE TABLE IF NOT EXISTS`` of a staging table with the processor's
     ``columns`` (the Kafka coordinates and ``_ingested_at`` follow them)."""
     cols = ", ".join(f'"{c.name}" {_PG_TYPES[c.type]}' + ("" if c.nullable else " NOT NULL")
-                     for c in (*columns, *_COORDINATES, _INGESTED_AT))
+                     for c in (*columns, *COORDINATES, _INGESTED_AT))
     return f"CREATE TABLE IF NOT EXISTS {_qualified(table)} ({cols})"
 
 
@@ -211,7 +206,7 @@ class JdbcTableWriter(TableWriter):
             values = []
             for column in self._all:
                 try:
-                    value = _check(row.get(column.name), column)
+                    value = check(row.get(column.name), column)
                     if isinstance(value, str) and "\x00" in value:
                         raise ValueError("contains a NUL character (PostgreSQL text cannot "
                                          "store it)")
@@ -313,8 +308,7 @@ class JdbcTableWriter(TableWriter):
         logger.info("jdbc sink: table %s %s at %s", self.table,
                     "created" if created else "checked", safe_url(self.url))
 
-    async def _flush(self, batch: list[tuple[list[tuple[Any, ...]], asyncio.Future[None]]],
-                     ) -> None:
+    async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
         rows = [r for tuples, _ in batch for r in tuples]
         try:
             await self.register()

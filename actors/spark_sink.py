@@ -12,10 +12,11 @@ How it works:
   (a registry keyed by the settings); :func:`stop_spark_actors` stops them at shutdown.
 * :class:`SparkSink` is one worker's handle. The worker calls :meth:`SparkSink.bind` with
   its processor's typed ``columns`` and default ``table`` before :meth:`~SparkSink.open`.
-  ``write(rows)`` checks and converts the rows on the event loop (a wrong type or a missing
-  NOT NULL value raises :class:`~actors.errors.SinkError` for that write only), hands them
-  to the table's shared :class:`TableWriter` and returns once the micro-batch holding them
-  was appended (durable): the worker then commits their offsets.
+  ``write(rows)`` checks the rows on the event loop and turns those that fit into one
+  Arrow record batch (:mod:`actors.table_rows`; a row with a wrong type or a missing NOT
+  NULL value is dead-lettered through the worker's permanent-failure hook), hands it to
+  the table's shared :class:`TableWriter` and returns once the micro-batch holding it was
+  appended (durable): the worker then commits their offsets.
 * A :class:`TableWriter` buffers the rows of all the workers writing one table and flushes
   them as one Parquet append when ``flush_max_rows`` rows are pending,
   ``flush_max_interval_s`` passed since the first pending row, ``flush_min_rows`` are
@@ -58,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.errors import FatalError, SinkError
 from actors.sinks import Sink
+from actors.table_rows import COORDINATES, arrow_table, record_batch
 from processors.base import Column, Row
 from settings.models import SparkSettings
 
@@ -69,17 +71,6 @@ PARTITION_COLUMNS = ("ingest_date", "writer_id")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SQL_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOUBLE",
               "boolean": "BOOLEAN", "binary": "BINARY", "timestamp": "TIMESTAMP"}
-# The Kafka coordinates every row carries, and the ingest time added at flush.
-_COORDINATES = (Column("_topic", "string", False), Column("_partition", "int", False),
-                Column("_offset", "long", False), Column("_timestamp", "long", True))
-_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
-# The Python types each column type accepts (bool is not an int here: type(True) is bool).
-_TYPES: dict[str, frozenset[type]] = {
-    "string": frozenset({str}), "int": frozenset({int}), "long": frozenset({int}),
-    "double": frozenset({float, int}), "boolean": frozenset({bool}),
-    "binary": frozenset({bytes, bytearray}), "timestamp": frozenset({dt.datetime}),
-}
-_NULLABLE_TYPES = {kind: types | {type(None)} for kind, types in _TYPES.items()}
 
 
 class _Model(BaseModel):
@@ -167,12 +158,13 @@ class SparkActor:
             return
         self._warm = True
         scratch = self.warehouse / f"_warmup-{self.writer_id}"
-        column = Column("warmup", "string", True)
+        columns = (Column("warmup", "string", True), *COORDINATES)
+        row = {"warmup": "x", "_topic": "t", "_partition": 0, "_offset": 0, "_timestamp": 0}
         started = time.monotonic()
         try:
-            spark.createDataFrame(arrow_table((column,), [("x", "t", 0, 0, 0)],
-                                              dt.datetime.now(dt.UTC))).write.mode(
-                "overwrite").parquet(str(scratch))
+            batch, _ = record_batch([row], columns, "spark warm-up")
+            spark.createDataFrame(arrow_table([batch], columns, dt.datetime.now(dt.UTC))
+                                  ).write.mode("overwrite").parquet(str(scratch))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         logger.debug("spark: Parquet writer warmed up in %.1fs", time.monotonic() - started)
@@ -246,7 +238,7 @@ def struct_type(columns: Sequence[Column]) -> Any:
         "double": t.DoubleType(), "boolean": t.BooleanType(), "binary": t.BinaryType(),
     }
     fields = [t.StructField(c.name, spark_types[c.type], c.nullable)
-              for c in (*columns, *_COORDINATES)]
+              for c in (*columns, *COORDINATES)]
     fields += [t.StructField("_ingested_at", t.TimestampType(), False),
                t.StructField("ingest_date", t.DateType(), False),
                t.StructField("writer_id", t.StringType(), False)]
@@ -278,34 +270,12 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
     return added, errors
 
 
-def _check(value: Any, column: Column) -> Any:
-    """``value`` converted for ``column``; ValueError when it does not fit."""
-    if value is None:
-        if column.nullable:
-            return None
-        raise ValueError("is null but the column is NOT NULL")
-    kind = column.type
-    ok = False
-    if kind == "string":
-        ok = isinstance(value, str)
-    elif kind in ("int", "long"):
-        lo, hi = _INT_RANGE[kind]
-        ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
-    elif kind == "double":
-        ok = isinstance(value, float | int) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif kind == "boolean":
-        ok = isinstance(value, bool)
-    elif kind == "binary":
-        ok = isinstance(value, bytes | bytearray)
-    if not ok:
-        shown = repr(value)[:80]
-        raise ValueError(f"value {shown} ({type(value).__name__}) is not a {kind}")
-    return value
-
-
 class TableWriter:
-    """Buffers the rows of one table from every sink of the process; flushes in batches."""
+    """Buffers the rows of one table from every sink of the process; flushes in batches.
+
+    A sink hands over what :meth:`convert` made of its rows (a *part*: here an Arrow
+    record batch, a list of tuples for the JDBC writer; anything with a ``len``); a flush
+    appends the pending parts together (:meth:`_append`, on the Spark thread)."""
 
     def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...]) -> None:
         self.actor = actor
@@ -316,62 +286,22 @@ class TableWriter:
         self.max_rows = actor.settings.flush_max_rows
         self.min_rows = min(actor.settings.flush_min_rows, self.max_rows)
         self.max_interval_s = actor.settings.flush_max_interval_s
-        self._all = (*columns, *_COORDINATES)
+        self._all = (*columns, *COORDINATES)
         self._names = tuple(c.name for c in self._all)
         self._running = 0  # flushes started and not finished
         self._soon = False  # flush what is pending as soon as the running flushes end
-        self._pending: list[tuple[list[tuple[Any, ...]], asyncio.Future[None]]] = []
+        self._pending: list[tuple[Any, asyncio.Future[None]]] = []
         self._pending_rows = 0
         self._timer: asyncio.TimerHandle | None = None
         self._registered = False
         self._dates: set[dt.date] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def convert(self, rows: Sequence[Row]) -> tuple[list[tuple[Any, ...]], list[tuple[Row, str]]]:
-        """The rows as tuples in schema order, and the rows that do not fit the declared
-        schema, each with the reason naming the row and column.
-
-        Fast path: the tuples are built at once and each column is checked as a whole
-        (the set of its value types, the range of its integers); only a batch with a
-        value that does not fit is checked row by row, to name the rows."""
-        tuples = [tuple(map(row.get, self._names)) for row in rows]
-        if not tuples:
-            return [], []
-        columns = list(zip(*tuples, strict=True))
-        floats = []
-        for index, (column, values) in enumerate(zip(self._all, columns, strict=True)):
-            kinds = set(map(type, values))
-            if not kinds <= (_NULLABLE_TYPES if column.nullable else _TYPES)[column.type]:
-                return self._convert_rows(rows)
-            if column.type in _INT_RANGE and int in kinds:
-                present = [v for v in values if v is not None] if type(None) in kinds else values
-                lo, hi = _INT_RANGE[column.type]
-                if min(present) < lo or max(present) > hi:
-                    return self._convert_rows(rows)
-            elif column.type == "double" and int in kinds:
-                floats.append(index)
-        if floats:  # ints in a double column: Spark needs floats
-            tuples = [tuple(float(v) if i in floats and v is not None else v
-                            for i, v in enumerate(t)) for t in tuples]
-        return tuples, []
-
-    def _convert_rows(self, rows: Sequence[Row],
-                      ) -> tuple[list[tuple[Any, ...]], list[tuple[Row, str]]]:
-        """:meth:`convert`, row by row."""
-        out, rejected = [], []
-        for row in rows:
-            values = []
-            for column in self._all:
-                try:
-                    values.append(_check(row.get(column.name), column))
-                except ValueError as exc:
-                    where = (row.get("_topic"), row.get("_partition"), row.get("_offset"))
-                    rejected.append((row, f"spark sink {self.table}: row {where}: column "
-                                          f"{column.name!r}: {exc}"))
-                    break
-            else:
-                out.append(tuple(values))
-        return out, rejected
+    def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
+        """The rows that fit the declared columns as one Arrow record batch, and the
+        rows that do not, each with the reason naming the row and column (see
+        :func:`actors.table_rows.record_batch`)."""
+        return record_batch(rows, self._all, f"spark sink {self.table}")
 
     async def register(self) -> None:
         """Create the table by location if needed, and find its existing partitions."""
@@ -426,14 +356,15 @@ class TableWriter:
                              "files away)")
         return added
 
-    async def write(self, tuples: list[tuple[Any, ...]]) -> None:
-        """Add rows to the next flush and wait until it was appended."""
-        if not tuples:
+    async def write(self, part: Any) -> None:
+        """Add a part (rows made by :meth:`convert`) to the next flush and wait until it
+        was appended."""
+        if not len(part):
             return
         loop = asyncio.get_running_loop()
-        item = (tuples, loop.create_future())
+        item = (part, loop.create_future())
         self._pending.append(item)
-        self._pending_rows += len(tuples)
+        self._pending_rows += len(part)
         if self._pending_rows >= self.max_rows or (
                 not self._running and self._pending_rows >= self.min_rows):
             self._flush_now()
@@ -444,7 +375,7 @@ class TableWriter:
         except asyncio.CancelledError:
             if item in self._pending:  # not taken by a flush yet: drop it
                 self._pending.remove(item)
-                self._pending_rows -= len(tuples)
+                self._pending_rows -= len(part)
             raise
 
     def _file_schema(self) -> Any:
@@ -485,13 +416,13 @@ class TableWriter:
             self._flush_now()  # keep the Spark thread busy while rows wait
         self._soon = False
 
-    async def _flush(self, batch: list[tuple[list[tuple[Any, ...]], asyncio.Future[None]]],
-                     ) -> None:
-        rows = [r for tuples, _ in batch for r in tuples]
+    async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
+        parts = [part for part, _ in batch]
         try:
-            await self.actor.call(lambda spark: self._append(spark, rows))
+            await self.actor.call(lambda spark: self._append(spark, parts))
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
-            error = SinkError(f"spark sink {self.table}: append of {len(rows)} row(s) "
+            rows = sum(map(len, parts))
+            error = SinkError(f"spark sink {self.table}: append of {rows} row(s) "
                               f"failed: {_short(exc)}")
             error.__cause__ = exc
             for _, future in batch:
@@ -503,9 +434,9 @@ class TableWriter:
             if not future.done():
                 future.set_result(None)
 
-    def _append(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
-        """Spark thread: append ``rows`` as one Parquet write into this process's own
-        partition directory, then refresh the table.
+    def _append(self, spark: Any, parts: list[Any]) -> None:
+        """Spark thread: append ``parts`` (record batches) as one Parquet write into this
+        process's own partition directory, then refresh the table.
 
         The write targets ``<table>/ingest_date=D/writer_id=W`` itself rather than the
         table with ``partitionBy``: Hadoop's output committer stages a job under
@@ -516,8 +447,8 @@ class TableWriter:
         now = dt.datetime.now(dt.UTC)
         date = now.date()
         target = self.path / f"ingest_date={date.isoformat()}" / f"writer_id={self.actor.writer_id}"
-        frame = spark.createDataFrame(arrow_table(self.columns, rows, now),
-                                      self._file_schema())
+        table = arrow_table(parts, self._all, now)
+        frame = spark.createDataFrame(table, self._file_schema())
         writer = frame.write.mode("append")
         for key, value in self.actor.settings.staging_write_options.items():
             writer = writer.option(key, value)
@@ -528,24 +459,7 @@ class TableWriter:
             self._dates.add(date)
         spark.sql(f"REFRESH TABLE `{self.table}`")
         logger.debug("spark sink: %s: appended %d row(s) in %.3fs (write %.3fs)", self.table,
-                     len(rows), time.monotonic() - started, written - started)
-
-
-def arrow_table(columns: Sequence[Column], rows: list[tuple[Any, ...]],
-                ingested_at: dt.datetime) -> Any:
-    """``rows`` (checked tuples of ``columns`` then the coordinates) and ``_ingested_at``
-    as one Arrow table: Spark takes it as columnar batches, without pickling the rows
-    or starting Python worker processes."""
-    import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
-
-    types = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(),
-             "double": pa.float64(), "boolean": pa.bool_(), "binary": pa.binary()}
-    all_columns = (*columns, *_COORDINATES)
-    values = list(zip(*rows, strict=True)) if rows else [() for _ in all_columns]
-    arrays = [pa.array(v, type=types[c.type]) for c, v in zip(all_columns, values, strict=True)]
-    stamp = pa.timestamp("us", tz="UTC")
-    arrays.append(pa.repeat(pa.scalar(ingested_at, type=stamp), len(rows)))
-    return pa.Table.from_arrays(arrays, names=[*(c.name for c in all_columns), "_ingested_at"])
+                     len(table), time.monotonic() - started, written - started)
 
 
 def _short(exc: BaseException) -> str:
@@ -579,7 +493,7 @@ class TableSink(Sink):
         self._writer: TableWriter | None = None
         # Batches whose append failed, with their rows that fit: a retry of the same batch
         # does not dead-letter its refused rows again.
-        self._failed: dict[int, tuple[Sequence[Row], list[tuple[Any, ...]]]] = {}
+        self._failed: dict[int, tuple[Sequence[Row], Any]] = {}
         self.on_permanent_failure: Callable[[list[Row], int, str], Any] = self._no_handler
 
     @staticmethod
@@ -634,8 +548,8 @@ class TableSink(Sink):
                     await result
             if isinstance(rows, list):
                 # The sink owns the batch's rows now (the worker never reads them back):
-                # drop the dicts while the tuples wait for their flush. A retry passes
-                # this same, emptied list and finds the tuples in _failed.
+                # drop the dicts while the converted rows wait for their flush. A retry
+                # passes this same, emptied list and finds the converted rows in _failed.
                 rows.clear()
         try:
             await self._writer.write(good)
@@ -658,7 +572,7 @@ class SparkSink(TableSink):
         if not self.table or not _IDENTIFIER.match(self.table):
             raise FatalError(f"spark sink: table name {self.table!r} (of {self._what()}) is "
                              "not a plain identifier; set sink.table")
-        bad = self._check_columns((*(x.name for x in _COORDINATES), "_ingested_at",
+        bad = self._check_columns((*(x.name for x in COORDINATES), "_ingested_at",
                                    *PARTITION_COLUMNS))
         if bad:
             raise FatalError(f"spark sink {self.table}: bad or reserved column names {bad}")

@@ -1,4 +1,5 @@
-"""TableWriter.convert: the column-wise fast path and the row-by-row path agree."""
+"""TableWriter.convert: rows become one Arrow record batch; the column-wise fast path and
+the row-by-row path agree."""
 
 from __future__ import annotations
 
@@ -24,23 +25,35 @@ def row(offset: int, **values: object) -> Row:
     return {**base, **values}
 
 
-def test_good_rows_become_tuples_in_schema_order_with_floats_for_doubles(
+def test_good_rows_become_a_typed_record_batch_in_schema_order_with_floats_for_doubles(
         tmp_path: Path) -> None:
     good, rejected = writer(tmp_path).convert([row(0), row(1, ratio=3, small=None)])
     assert rejected == []
-    assert good == [("n0", 1, 2**40, 0.5, True, b"\x00", "t", 0, 0, None),
-                    ("n1", None, 2**40, 3.0, True, b"\x00", "t", 0, 1, None)]
-    assert type(good[1][3]) is float
+    assert good.schema.names == [c.name for c in COLUMNS] + [
+        "_topic", "_partition", "_offset", "_timestamp"]
+    assert [str(t) for t in good.schema.types] == [
+        "string", "int32", "int64", "double", "bool", "binary", "string", "int32", "int64",
+        "int64"]
+    assert [tuple(r.values()) for r in good.to_pylist()] == [
+        ("n0", 1, 2**40, 0.5, True, b"\x00", "t", 0, 0, None),
+        ("n1", None, 2**40, 3.0, True, b"\x00", "t", 0, 1, None)]
+    assert type(good.column("ratio")[1].as_py()) is float
 
 
 def test_a_bad_value_sends_the_batch_row_by_row_and_names_the_row(tmp_path: Path) -> None:
     rows = [row(0), row(1, small=2**31), row(2, flag=1), row(3, small=True),
             row(4, name=None), row(5, big="7"), row(6)]
     good, rejected = writer(tmp_path).convert(rows)
-    assert [t[8] for t in good] == [0, 6]
+    assert good.column("_offset").to_pylist() == [0, 6]
     reasons = {r["_offset"]: reason for r, reason in rejected}
     assert sorted(reasons) == [1, 2, 3, 4, 5]
     assert "row ('t', 0, 1): column 'small'" in reasons[1] and "not a int" in reasons[1]
     assert "column 'flag'" in reasons[2] and "column 'small'" in reasons[3]
     assert "column 'name': is null but the column is NOT NULL" in reasons[4]
     assert "column 'big'" in reasons[5] and "not a long" in reasons[5]
+
+
+def test_a_batch_of_only_refused_rows_is_empty_but_typed(tmp_path: Path) -> None:
+    good, rejected = writer(tmp_path).convert([row(0, name=None)])
+    assert len(good) == 0 and len(rejected) == 1
+    assert str(good.schema.field("small").type) == "int32"
