@@ -695,6 +695,11 @@ class Worker:
         if self._drained_reported or consumer is None or not self._joined.is_set():
             return
         if self._in_flight or not self._inbox.empty():
+            if self._flush_soon is not None:
+                # A poll came back empty: the rows waiting in the sink's next flush are
+                # the last ones for now. --drain ends with them, so flush them now
+                # rather than after the sink's interval (flush_max_interval_s).
+                self._flush_soon()
             return
         for tp in self._assigned:
             hw = consumer.highwater(tp)

@@ -88,3 +88,33 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
     assert all(r["entity_urn"].startswith("urn:li:") and r["aspect_name"] for r in mcl)
     audit = tables["metastore_audit"][0]
     assert all(isinstance(r["log_event_time"], int) and r["db_name"] for r in audit)
+
+
+async def test_drain_flushes_the_last_rows_without_waiting_for_the_interval(
+        broker, tmp_path, kstage) -> None:
+    """--drain with rows pending below every flush threshold (flush_min_rows 10000,
+    flush_max_interval_s 600): once a poll comes back empty the worker flushes them, so
+    the run ends long before the interval, with every event written and committed."""
+    sample = next(t for t in SAMPLE_TOPICS if t.processor == "gobblin_compaction")
+    group, topic, count = unique("g-spark-tail"), unique("spark-tail"), 40
+    warehouse = tmp_path / "warehouse"
+    with FakeRegistry() as registry:
+        text = (SCHEMA_DIR / sample.schema_file).read_text()
+        sid = registry.register(f"{topic}-value", text)
+        await create_topic(broker, topic)
+        await produce(broker, topic, [encode(parse_schema(json.loads(text)), sid, r)
+                                      for r in sample_records(sample, count)])
+        cfg = write_config(tmp_path / "kstage.yml", broker, group,
+                           [{"topic": topic, "processor": "gobblin_compaction",
+                             "format": "avro", "sink": {"type": "spark"}}])
+        data = yaml.safe_load(cfg.read_text())
+        data["schema_registry"] = {"url": registry.url}
+        data["spark"] = {"master": "local[1]", "warehouse": str(warehouse),
+                         "flush_min_rows": 10000, "flush_max_rows": 10000,
+                         "flush_max_interval_s": 600}
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=150) == 0, proc.output()
+    assert (await committed(broker, group, topic, 1))[0] == count
+    files = list((warehouse / sample.table).rglob("*.parquet"))
+    assert files, "nothing was written"
