@@ -146,6 +146,7 @@ class SparkActor:
             for key, value in conf.items():
                 builder = builder.config(key, value)
             self._spark = builder.getOrCreate()
+            _quiet_task_size_warning(self._spark)
             logger.info("spark: session started (master %s, writer id %s)",
                         self.settings.master, self.writer_id)
         return self._spark
@@ -460,6 +461,34 @@ class TableWriter:
         spark.sql(f"REFRESH TABLE `{self.table}`")
         logger.debug("spark sink: %s: appended %d row(s) in %.3fs (write %.3fs)", self.table,
                      len(table), time.monotonic() - started, written - started)
+
+
+_TASK_SIZE_LOGGER = "org.apache.spark.scheduler.TaskSetManager"
+
+
+def _quiet_task_size_warning(spark: Any) -> None:
+    """Drop Spark's "contains a task of very large size" warning (once per flush: a
+    flush's Arrow data travels in its one task by design, see the session conf); the
+    logger's other warnings stay. Its level becomes at least WARN: a logger of its own
+    would otherwise pass pyspark's console threshold (WARN) with its INFO lines."""
+    try:
+        jvm = spark._jvm
+        log4j = jvm.org.apache.logging.log4j
+        result = jvm.java.lang.Class.forName("org.apache.logging.log4j.core.Filter$Result")
+        deny = jvm.java.lang.Enum.valueOf(result, "DENY")
+        neutral = jvm.java.lang.Enum.valueOf(result, "NEUTRAL")
+        regex = log4j.core.filter.RegexFilter.createFilter(
+            ".*contains a task of very large size.*", None, False, deny, neutral)
+        context = log4j.LogManager.getContext(False)
+        level = log4j.LogManager.getLogger(_TASK_SIZE_LOGGER).getLevel()
+        if level.isLessSpecificThan(log4j.Level.WARN):
+            level = log4j.Level.WARN
+        config = log4j.core.config.LoggerConfig(_TASK_SIZE_LOGGER, level, True)
+        config.addFilter(regex)
+        context.getConfiguration().addLogger(_TASK_SIZE_LOGGER, config)
+        context.updateLoggers()
+    except Exception as exc:  # noqa: BLE001 - a log filter is never worth a failed start
+        logger.debug("spark: could not filter the task size warning: %s", exc)
 
 
 def _short(exc: BaseException) -> str:
