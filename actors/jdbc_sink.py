@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
 from actors.spark_sink import SparkActor, TableSink, TableWriter
-from actors.table_rows import COORDINATES, check
+from actors.table_rows import COORDINATES, check, check_rows
 from processors.base import Column, Row
 
 logger = logging.getLogger(__name__)
@@ -164,6 +164,14 @@ def table_mismatches(table: str, existing: Sequence[tuple[str, str, bool, bool]]
     return errors
 
 
+def _pg_check(value: Any, column: Column) -> Any:
+    """:func:`~actors.table_rows.check`, and no NUL in text (PostgreSQL cannot store it)."""
+    value = check(value, column)
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("contains a NUL character (PostgreSQL text cannot store it)")
+    return value
+
+
 def _short(exc: BaseException) -> str:
     """The first line of a (Java) error, without the Py4J call noise."""
     java = getattr(exc, "java_exception", None)
@@ -201,25 +209,7 @@ class JdbcTableWriter(TableWriter):
     def convert(self, rows: Sequence[Row]) -> tuple[list[tuple[Any, ...]], list[tuple[Row, str]]]:
         """The rows as tuples in table order, and the rows that do not fit, each with the
         reason naming the table, the row's coordinates and the column."""
-        out, rejected = [], []
-        for row in rows:
-            values = []
-            for column in self._all:
-                try:
-                    value = check(row.get(column.name), column)
-                    if isinstance(value, str) and "\x00" in value:
-                        raise ValueError("contains a NUL character (PostgreSQL text cannot "
-                                         "store it)")
-                    values.append(value)
-                except ValueError as exc:
-                    where = (f"topic {row.get('_topic')!r} partition {row.get('_partition')} "
-                             f"offset {row.get('_offset')}")
-                    rejected.append((row, f"jdbc sink {self.table}: row at {where}: column "
-                                          f"{column.name!r}: {exc}"))
-                    break
-            else:
-                out.append(tuple(values))
-        return out, rejected
+        return check_rows(rows, self._all, f"jdbc sink {self.table}", _pg_check)
 
     # -- Spark thread -----------------------------------------------------------------
 

@@ -288,7 +288,6 @@ class TableWriter:
         self.min_rows = min(actor.settings.flush_min_rows, self.max_rows)
         self.max_interval_s = actor.settings.flush_max_interval_s
         self._all = (*columns, *COORDINATES)
-        self._names = tuple(c.name for c in self._all)
         self._running = 0  # flushes started and not finished
         self._soon = False  # flush what is pending as soon as the running flushes end
         self._pending: list[tuple[Any, asyncio.Future[None]]] = []

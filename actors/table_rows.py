@@ -17,7 +17,7 @@ pyarrow is imported only inside functions (it comes with the ``spark`` extra).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from processors.base import Column, Row
@@ -62,19 +62,22 @@ def check(value: Any, column: Column) -> Any:
 
 
 def check_rows(rows: Sequence[Row], columns: Sequence[Column], what: str,
+               checker: Callable[[Any, Column], Any] = check,
                ) -> tuple[list[tuple[Any, ...]], list[tuple[Row, str]]]:
-    """Every row checked value by value: the rows that fit as tuples in ``columns``
-    order, and the others, each with the reason (``what``, the row's coordinates, the
-    column)."""
+    """Every row checked value by value (``checker``: :func:`check` or a stricter one):
+    the rows that fit as tuples in ``columns`` order, and the others, each with the
+    reason (``what``, the row's Kafka coordinates, the column)."""
     out, rejected = [], []
     for row in rows:
         values = []
         for column in columns:
             try:
-                values.append(check(row.get(column.name), column))
+                values.append(checker(row.get(column.name), column))
             except ValueError as exc:
-                where = (row.get("_topic"), row.get("_partition"), row.get("_offset"))
-                rejected.append((row, f"{what}: row {where}: column {column.name!r}: {exc}"))
+                where = (f"topic {row.get('_topic')!r} partition {row.get('_partition')} "
+                         f"offset {row.get('_offset')}")
+                rejected.append((row, f"{what}: row at {where}: column {column.name!r}: "
+                                      f"{exc}"))
                 break
         else:
             out.append(tuple(values))

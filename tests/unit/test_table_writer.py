@@ -47,7 +47,8 @@ def test_a_bad_value_sends_the_batch_row_by_row_and_names_the_row(tmp_path: Path
     assert good.column("_offset").to_pylist() == [0, 6]
     reasons = {r["_offset"]: reason for r, reason in rejected}
     assert sorted(reasons) == [1, 2, 3, 4, 5]
-    assert "row ('t', 0, 1): column 'small'" in reasons[1] and "not a int" in reasons[1]
+    assert "spark sink stg_types: row at topic 't' partition 0 offset 1: column 'small'" \
+        in reasons[1] and "not a int" in reasons[1]
     assert "column 'flag'" in reasons[2] and "column 'small'" in reasons[3]
     assert "column 'name': is null but the column is NOT NULL" in reasons[4]
     assert "column 'big'" in reasons[5] and "not a long" in reasons[5]
