@@ -164,7 +164,7 @@ class SparkActor:
         started = time.monotonic()
         try:
             batch, _ = record_batch([row], columns, "spark warm-up")
-            spark.createDataFrame(arrow_table([batch], columns, dt.datetime.now(dt.UTC))
+            spark.createDataFrame(arrow_table([batch], dt.datetime.now(dt.UTC))
                                   ).write.mode("overwrite").parquet(str(scratch))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -447,7 +447,7 @@ class TableWriter:
         now = dt.datetime.now(dt.UTC)
         date = now.date()
         target = self.path / f"ingest_date={date.isoformat()}" / f"writer_id={self.actor.writer_id}"
-        table = arrow_table(parts, self._all, now)
+        table = arrow_table(parts, now)
         frame = spark.createDataFrame(table, self._file_schema())
         writer = frame.write.mode("append")
         for key, value in self.actor.settings.staging_write_options.items():

@@ -17,6 +17,7 @@ pyarrow is imported only inside functions (it comes with the ``spark`` extra).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,8 +97,10 @@ def _fits(values: list[Any], column: Column) -> bool:
     return True
 
 
+@functools.cache
 def arrow_type(kind: str) -> Any:
-    """The Arrow type of a column type (the Spark staging types' Arrow equivalents)."""
+    """The Arrow type of a column type (the Spark staging types' Arrow equivalents;
+    cached: every write asks once per column)."""
     import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
 
     return {"string": pa.string(), "int": pa.int32(), "long": pa.int64(),
@@ -125,16 +128,13 @@ def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
     return pa.RecordBatch.from_arrays(arrays, names=names), rejected
 
 
-def arrow_table(batches: Sequence[Any], columns: Sequence[Column],
-                ingested_at: dt.datetime) -> Any:
-    """The batches of :func:`record_batch` as one contiguous ``pyarrow.Table`` (one
-    chunk: Spark makes a task, and a file, of each), with ``_ingested_at`` added."""
+def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime) -> Any:
+    """The (one or more) batches of :func:`record_batch` as one contiguous
+    ``pyarrow.Table`` (one chunk: Spark makes a task, and a file, of each), with
+    ``_ingested_at`` added."""
     import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
 
-    if batches:
-        table = pa.Table.from_batches(batches).combine_chunks()
-    else:
-        table = pa.table({c.name: pa.array([], type=arrow_type(c.type)) for c in columns})
+    table = pa.Table.from_batches(batches).combine_chunks()
     stamp = pa.timestamp("us", tz="UTC")
     return table.append_column("_ingested_at", pa.repeat(pa.scalar(ingested_at, type=stamp),
                                                          len(table)))
