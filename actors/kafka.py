@@ -95,3 +95,13 @@ def build_consumer(
         fetch_max_wait_ms=group.fetch_max_wait_ms,
         **client_kwargs(settings.kafka.consumer_config),
     )
+
+
+def coordinator_known(consumer: AIOKafkaConsumer) -> bool:
+    """Whether the consumer knows its group coordinator: False from the moment a request
+    to the coordinator failed (broker down, unreachable, or moving the group) until a
+    new lookup succeeded. aiokafka has no public accessor for this; the attribute has
+    been stable across its 0.x releases and the version is pinned in pyproject.toml."""
+    coordinator = consumer._coordinator
+    return coordinator is None or coordinator.coordinator_id is not None
+

@@ -151,6 +151,9 @@ class Master:
                 reasons.append(f"{name}: has not joined its consumer group yet")
             elif not worker["sink_open"]:
                 reasons.append(f"{name}: sink is not open")
+            elif not worker["coordinator_known"]:
+                reasons.append(f"{name}: cannot reach the group coordinator "
+                               "(Kafka broker down or unreachable); retrying")
         return reasons
 
     @property

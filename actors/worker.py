@@ -50,7 +50,7 @@ from actors.errors import (
     PermanentSinkError,
 )
 from actors.failure import FailurePolicy, Outcome, Sleep
-from actors.kafka import build_consumer
+from actors.kafka import build_consumer, coordinator_known
 from actors.metrics import Metrics
 from actors.offsets import Entry, OffsetTracker
 from actors.sinks import END, SinkBatch, build_sink, run_sink
@@ -175,6 +175,7 @@ class Worker:
             "in_flight": self._in_flight, "partitions": partitions,
             "paused_partitions": len(consumer.paused()) if consumer is not None else 0,
             "joined": self._joined.is_set(), "sink_open": self._sink_open,
+            "coordinator_known": consumer is None or coordinator_known(consumer),
         }
 
     def status(self) -> dict[str, int]:

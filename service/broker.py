@@ -38,12 +38,25 @@ def broker_binary() -> str:
 class EmbeddedBroker:
     """A Tansu broker child process on ``127.0.0.1:port``.
 
-    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    Use as a context manager, or call :meth:`start` and :meth:`stop` (a stopped broker
+    can be started again on the same port: with persistent storage it finds its data).
+
+    Args:
+        port: the port to listen on (a free one by default).
+        log_path: where the broker's output goes (discarded by default).
+        storage_engine: Tansu's ``--storage-engine``: ``memory://tansu/`` (the default:
+            everything is lost with the process), ``s3://BUCKET/`` or ``postgres://...``
+            (persistent: topics, records and committed offsets survive a restart).
+        env: extra environment of the broker process (e.g. ``AWS_ENDPOINT`` for S3).
     """
 
-    def __init__(self, port: int | None = None, log_path: str | Path | None = None) -> None:
+    def __init__(self, port: int | None = None, log_path: str | Path | None = None, *,
+                 storage_engine: str = "memory://tansu/",
+                 env: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.log_path = Path(log_path) if log_path else None
+        self.storage_engine = storage_engine
+        self._env = env
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,8 +74,9 @@ class EmbeddedBroker:
         try:
             self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, no shell
                 [broker_binary(), "broker", "--listener-url", url,
-                 "--advertised-listener-url", url],
+                 "--advertised-listener-url", url, "--storage-engine", self.storage_engine],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **self._env} if self._env else None,
             )
         finally:
             if out is not subprocess.DEVNULL:

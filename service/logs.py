@@ -5,9 +5,51 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import re
 import time
+from collections.abc import Callable
 
 _CONTEXT = ("group", "topic", "partition", "offset")
+_NUMBERS = re.compile(r"\d+")
+
+
+class RepeatFilter(logging.Filter):
+    """Logs a repeated message once per window, then says how many were held back.
+
+    aiokafka logs an ERROR for every failed connect, fetch, heartbeat and metadata
+    request, about 60 lines a second while a broker is down: an outage of a minute would
+    bury everything else. Messages that differ only in their numbers (ports, node ids,
+    pids) count as the same. The first of them passes; repeats within ``window_s`` are
+    counted and dropped; the first one after the window passes with the count appended.
+
+    Args:
+        window_s: how long repeats of one message are held back.
+        clock: monotonic time source (a fake one in tests).
+    """
+
+    def __init__(self, window_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._clock = clock
+        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, _NUMBERS.sub("#", record.getMessage()))
+        now = self._clock()
+        first, held = self._seen.get(key, (None, 0))
+        if first is not None and now - first < self.window_s:
+            self._seen[key] = (first, held + 1)
+            return False
+        if len(self._seen) > 1000:  # bounded: forget windows that are over
+            self._seen = {k: v for k, v in self._seen.items()
+                          if now - v[0] < self.window_s}
+        self._seen[key] = (now, 0)
+        if held:
+            record.msg = f"{record.getMessage()} ({held} similar message(s) in the last " \
+                         f"{now - first:.0f}s not shown)"  # type: ignore[operator]
+            record.args = None
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,11 +85,17 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
         "handlers": {
             "stderr": {"class": "logging.StreamHandler", "formatter": "default",
                        "stream": "ext://sys.stderr"},
+            "stderr_repeats": {"class": "logging.StreamHandler", "formatter": "default",
+                               "stream": "ext://sys.stderr", "filters": ["repeats"]},
         },
+        "filters": {"repeats": {"()": RepeatFilter}},
         "root": {"level": level, "handlers": ["stderr"]},
         # httpx logs every request URL at INFO (query strings included): keep it quiet.
         # py4j logs every Spark call at DEBUG and its connections at INFO.
-        "loggers": {"aiokafka": {"level": "WARNING"}, "httpx": {"level": "WARNING"},
+        # aiokafka repeats its connection errors many times a second during an outage.
+        "loggers": {"aiokafka": {"level": "WARNING", "handlers": ["stderr_repeats"],
+                                 "propagate": False},
+                    "httpx": {"level": "WARNING"},
                     "py4j": {"level": "WARNING"},
                     "httpcore": {"level": "WARNING"}},
     })

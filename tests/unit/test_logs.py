@@ -47,3 +47,28 @@ def test_configure_logging_accepts_both_formats(fmt: str) -> None:
     finally:
         for handler in list(root.handlers):
             root.removeHandler(handler)
+
+
+def test_repeat_filter_holds_back_repeats_and_counts_them() -> None:
+    from service.logs import RepeatFilter
+
+    now = [100.0]
+    flt = RepeatFilter(window_s=30, clock=lambda: now[0])
+
+    def rec(msg: str, *args: object, name: str = "aiokafka") -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, None)
+
+    assert flt.filter(rec("Unable connect to node with id %s: port %d", "111", 5017))
+    for port in range(50):  # differs only in its numbers: the same message
+        now[0] += 0.05
+        assert not flt.filter(rec("Unable connect to node with id %s: port %d", "111", port))
+    assert flt.filter(rec("Marking the coordinator dead (node 111)"))  # another message
+    assert flt.filter(rec("Unable connect to node with id %s: port %d", "111", 1,
+                          name="aiokafka.consumer"))  # another logger
+    now[0] = 131.0
+    again = rec("Unable connect to node with id %s: port %d", "111", 7)
+    assert flt.filter(again)
+    assert again.getMessage() == ("Unable connect to node with id 111: port 7 "
+                                  "(50 similar message(s) in the last 31s not shown)")
+    now[0] += 1
+    assert not flt.filter(rec("Unable connect to node with id %s: port %d", "111", 8))

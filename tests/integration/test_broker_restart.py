@@ -1,0 +1,95 @@
+"""Fault: the broker dies and comes back (persistent storage) while kstage runs.
+
+The broker is Tansu on S3 storage (a real S3 API on loopback), so topics, records and
+committed offsets survive its restart, as a real Kafka cluster's would. kstage must ride
+through the outage by itself: nothing lost, nothing dead-lettered, no offset committed
+for work the sink did not accept, and after the broker is back it goes on consuming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+
+import httpx
+import pytest
+
+from service.broker import EmbeddedBroker, free_port
+from tests.kafkautil import (
+    committed,
+    create_topic,
+    produce,
+    read_jsonl,
+    unique,
+    wait_until,
+    write_config,
+)
+from tests.s3_server import S3Server
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+async def test_broker_restart_with_persistent_storage(tmp_path, kstage):
+    topic, group = unique("restart"), unique("g-restart")
+    with (S3Server(tmp_path / "s3.log") as s3,
+          EmbeddedBroker(log_path=tmp_path / "broker.log", storage_engine="s3://tansu/",
+                         env=s3.broker_env) as broker):
+        await create_topic(broker.bootstrap, topic, partitions=2)
+        port = free_port()
+        cfg = write_config(tmp_path / "kstage.yml", broker.bootstrap, group,
+                           [{"topic": topic, "processor": "json_rows",
+                             "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+                           service={"http_port": port, "http_host": "127.0.0.1"})
+        proc = kstage(cfg)
+        await proc.wait_for_log("assigned partitions", timeout=60)
+        readyz = f"http://127.0.0.1:{port}/readyz"
+
+        async def ready() -> httpx.Response:
+            async with httpx.AsyncClient(timeout=5) as client:
+                return await client.get(readyz)
+
+        assert (await ready()).status_code == 200
+        await produce(broker.bootstrap, topic, [{"i": i} for i in range(100)],
+                      partition_of=lambda i: i % 2)
+        out = tmp_path / "out.jsonl"
+        await wait_until(lambda: len(read_jsonl(out)) >= 100, 60, "the first 100 rows")
+
+        async def committed_is(expected: dict[int, int], timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            while (got := await committed(broker.bootstrap, group, topic, 2)) != expected:
+                assert time.monotonic() < deadline, f"committed {got}, not {expected}"
+                await asyncio.sleep(0.2)
+
+        await committed_is({0: 50, 1: 50}, 30)
+
+        broker.stop()  # SIGKILL: every connection of kstage breaks at once
+        lines_at_kill = len(proc.output().splitlines())
+        # kstage notices (readiness says why) and keeps running through the outage.
+        deadline = time.monotonic() + 30
+        while (answer := await ready()).status_code == 200:
+            assert time.monotonic() < deadline, "/readyz stayed 200 with the broker down"
+            await asyncio.sleep(0.1)
+        assert answer.status_code == 503
+        assert "cannot reach the group coordinator" in answer.json()["reasons"][0]
+        await asyncio.sleep(5)  # an outage of some seconds, as a broker restart takes
+        assert proc.proc.poll() is None, proc.output()
+        # aiokafka logs ~60 errors a second while the broker is down: repeats are held
+        # back (service.logs.RepeatFilter), so the log stays readable.
+        outage_lines = proc.output().splitlines()[lines_at_kill:]
+        assert len(outage_lines) < 40, "\n".join(outage_lines)
+
+        broker.start()
+        await produce(broker.bootstrap, topic, [{"i": i} for i in range(100, 200)],
+                      partition_of=lambda i: i % 2)
+        await wait_until(lambda: {r["i"] for r in read_jsonl(out)} >= set(range(200)), 90,
+                         "every row after the broker restart")
+        await committed_is({0: 100, 1: 100}, 60)
+        assert (await ready()).status_code == 200
+        rows = Counter(r["i"] for r in read_jsonl(out))
+        assert set(rows) == set(range(200))
+        assert not (tmp_path / "dead.jsonl").exists()
+        assert proc.proc.poll() is None, proc.output()
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait(60) == 0, proc.output()
