@@ -109,3 +109,32 @@ async def test_crash_loop_escalates(broker, tmp_path):
         await asyncio.wait_for(master.run(), 30)
     assert master.supervisor.restarts == 2
     assert worker_of(master).label.endswith("#2"), "each restart is a fresh incarnation"
+
+
+async def test_slow_sink_pauses_partitions_without_eviction(broker, tmp_path, caplog):
+    """Fault matrix: a slow sink (an HTTP API taking 0.8 s per request, 6.4 s in all)
+    under a max_poll_interval_ms of 1.5 s. The acks come late, the pipeline stays full,
+    partitions are paused and polling goes on: the member is never evicted, every event
+    arrives once and in order, and everything is committed."""
+    from tests.http_server import HttpTestServer
+
+    caplog.set_level("INFO", logger="actors.worker")
+    topic, group = unique("slow-sink"), unique("g-slow-sink")
+    await create_topic(broker, topic)
+    await produce(broker, topic, [{"i": i} for i in range(8)])
+    with HttpTestServer() as api:
+        api.hang(0.8, times=8)
+        path = write_config(
+            tmp_path / "kstage.yml", broker, group,
+            [{"topic": topic, "processor": "json_rows",
+              "sink": {"type": "http", "url": f"{api.url}/hook", "timeout_s": 10}}],
+            max_poll_interval_ms=1500, max_poll_records=1,
+            commit={"mode": "batch", "max_in_flight": 2, "max_messages": 1})
+        master = Master(load_settings(path), broker, drain=True)
+        await asyncio.wait_for(master.run(), 90)
+        assert [r.json["i"] for r in api.requests] == list(range(8))
+    assert worker_of(master).stats["paused"] >= 1, "the full pipeline paused fetching"
+    assert (await committed(broker, group, topic, 1))[0] == 8
+    revokes = [r for r in caplog.records if "revoked partitions" in r.getMessage()]
+    assignments = [r for r in caplog.records if "assigned partitions" in r.getMessage()]
+    assert len(assignments) == 1 and not revokes, "no rebalance: never evicted"
