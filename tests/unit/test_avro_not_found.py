@@ -243,6 +243,28 @@ async def test_worker_stops_waiting_when_the_window_ends(
         worker._decode(batch[1].value)
 
 
+async def test_many_unknown_ids_in_a_batch_wait_one_window_not_one_each(
+    tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
+) -> None:
+    clock = Clock()
+    worker, waits = make_worker(tmp_path, registry, client, clock)
+
+    async def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        clock.now += seconds
+        return True
+
+    worker._sleep = sleep  # type: ignore[method-assign]
+    batch = records([value(sid) for sid in (11, 12, 13, 14)])  # garbage ids, say
+    assert await worker._fetch_schemas(batch) is True
+    assert sum(waits) == WINDOW_S
+    for rec in batch:
+        with pytest.raises(PoisonMessage, match="unknown schema id"):
+            worker._decode(rec.value)
+    asked = [registry.count("GET", f"/schemas/ids/{sid}") for sid in (11, 12, 13, 14)]
+    assert asked == [len(waits) + 1] * 4
+
+
 async def test_a_stop_during_the_wait_abandons_the_batch(
     tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
 ) -> None:
