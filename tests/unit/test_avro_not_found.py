@@ -186,6 +186,15 @@ def make_worker(tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryCl
     return worker, waits
 
 
+def advancing_sleep(clock: Clock, waits: list[float]) -> Any:
+    """A worker ``_sleep`` that records the wait and advances the fake clock by it."""
+    async def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        clock.now += seconds
+        return True
+    return sleep
+
+
 def records(values: list[bytes], first_offset: int = 40) -> list[Any]:
     return [ConsumerRecord("events", 0, first_offset + i, 0, 0, None, v, None, 0, len(v), ())
             for i, v in enumerate(values)]
@@ -226,13 +235,7 @@ async def test_worker_stops_waiting_when_the_window_ends(
 ) -> None:
     clock = Clock()
     worker, waits = make_worker(tmp_path, registry, client, clock)
-
-    async def sleep(seconds: float) -> bool:
-        waits.append(seconds)
-        clock.now += seconds
-        return True
-
-    worker._sleep = sleep  # type: ignore[method-assign]
+    worker._sleep = advancing_sleep(clock, waits)  # type: ignore[method-assign]
     batch = records([value(1), value(4)])  # id 4 is unknown; id 1 gets known later
     register_until(registry, 1)
     assert await worker._fetch_schemas(batch) is True
@@ -248,13 +251,7 @@ async def test_many_unknown_ids_in_a_batch_wait_one_window_not_one_each(
 ) -> None:
     clock = Clock()
     worker, waits = make_worker(tmp_path, registry, client, clock)
-
-    async def sleep(seconds: float) -> bool:
-        waits.append(seconds)
-        clock.now += seconds
-        return True
-
-    worker._sleep = sleep  # type: ignore[method-assign]
+    worker._sleep = advancing_sleep(clock, waits)  # type: ignore[method-assign]
     batch = records([value(sid) for sid in (11, 12, 13, 14)])  # garbage ids, say
     assert await worker._fetch_schemas(batch) is True
     assert sum(waits) == WINDOW_S
