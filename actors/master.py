@@ -106,9 +106,13 @@ class Master:
             if self._registry is not None:
                 # Fresh decoders per incarnation: parsed-schema caches are per worker,
                 # schema texts are cached once in the shared registry client.
-                id_type = self.settings.schema_registry.id_type  # type: ignore[union-attr]
-                avro = AvroDecoder(self._registry, id_type, reader)
-                avro_keys = AvroDecoder(self._registry, id_type)
+                registry = self.settings.schema_registry
+                assert registry is not None  # noqa: S101 - self._registry is built from it
+                retry_s = registry.not_found_retry_s
+                avro = AvroDecoder(self._registry, registry.id_type, reader,
+                                   not_found_retry_s=retry_s)
+                avro_keys = AvroDecoder(self._registry, registry.id_type,
+                                        not_found_retry_s=retry_s)
             return Worker(
                 settings=self.settings, group=group, topic=topic,
                 processor_cls=self._classes[topic.processor], bootstrap=self.bootstrap,
@@ -154,6 +158,8 @@ class Master:
             elif not worker["coordinator_known"]:
                 reasons.append(f"{name}: cannot reach the group coordinator "
                                "(Kafka broker down or unreachable); retrying")
+            elif worker["waiting_for"]:
+                reasons.append(f"{name}: waiting for {worker['waiting_for']}")
         return reasons
 
     @property

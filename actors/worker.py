@@ -57,6 +57,7 @@ from actors.sinks import END, SinkBatch, build_sink, run_sink
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
 from processors.errors import ProcessorError
+from processors.schema_registry import SchemaNotFoundYet
 from settings.models import CommitMode, GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,9 @@ class Worker:
         self.restarts = incarnation
         self._sink_open = False
         self._flush_soon: Callable[[], None] | None = None
+        # Why processing waits instead of progressing (e.g. a registry 404 window), for
+        # /readyz; None while it progresses.
+        self.waiting_for: str | None = None
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -176,6 +180,7 @@ class Worker:
             "paused_partitions": len(consumer.paused()) if consumer is not None else 0,
             "joined": self._joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
+            "waiting_for": self.waiting_for,
         }
 
     def status(self) -> dict[str, int]:
@@ -411,28 +416,69 @@ class Worker:
 
     async def _fetch_schemas(self, records: list[Any]) -> bool:
         """Load the writer schemas a batch needs before decoding it (the only registry
-        I/O). An unreachable registry is not poison: back off and retry until it answers
-        or the worker stops (then False: the batch is abandoned, nothing committed)."""
-        for decoder, values in ((self._avro, [r.value for r in records]),
-                                (self._avro_keys, [r.key for r in records])):
-            if decoder is None:
-                continue
-            for id_bytes in decoder.missing(values):
+        I/O). An unreachable registry is not poison, nor is a 404 for an id inside its
+        ``not_found_retry_s`` window (issue 11): back off and retry until it answers, the
+        window ends or the worker stops (then False: the batch is abandoned, nothing
+        committed). Every missing id is asked in each round, so the ids' windows run
+        together: a batch of many unknown ids waits one window, not one per id. Meanwhile
+        the fetch loop pauses the partitions (no eviction) and :meth:`snapshot` shows why
+        in ``waiting_for``."""
+        try:
+            for decoder, values in ((self._avro, [r.value for r in records]),
+                                    (self._avro_keys, [r.key for r in records])):
+                if decoder is None:
+                    continue
+                pending = sorted(decoder.missing(values))
                 delay = 0.5
-                while True:
-                    try:
-                        await decoder.fetch(id_bytes)
+                while pending:
+                    waiting: list[tuple[bytes, ProcessorError]] = []
+                    untried: list[bytes] = []
+                    for n, id_bytes in enumerate(pending):
+                        try:
+                            await decoder.fetch(id_bytes)
+                        except ProcessorError as exc:
+                            if not exc.retriable:
+                                raise
+                            waiting.append((id_bytes, exc))
+                            if not isinstance(exc, SchemaNotFoundYet):
+                                # unreachable: asking for the other ids is no use now
+                                untried = pending[n + 1:]
+                                break
+                    if not waiting:
                         break
-                    except ProcessorError as exc:
-                        if not exc.retriable:
-                            raise
-                        logger.warning("%s: schema registry unavailable for id %s (%s); "
-                                       "retrying in %.1fs", self.label,
-                                       decoder.schema_id(id_bytes), exc, delay)
-                        if not await self._sleep(delay):
-                            return False
-                        delay = min(delay * 2, 30.0)
+                    wait = self._schema_wait(decoder, records, values, waiting, delay)
+                    if not await self._sleep(wait):
+                        return False
+                    pending = [id_bytes for id_bytes, _ in waiting] + untried
+                    delay = min(delay * 2, 30.0)
+        finally:
+            self.waiting_for = None
         return True
+
+    def _schema_wait(self, decoder: AvroDecoder, records: list[Any],
+                     values: list[bytes | None], waiting: list[tuple[bytes, ProcessorError]],
+                     delay: float) -> float:
+        """Log and show why the batch waits for schema ids; the seconds to wait."""
+        id_bytes, exc = next(((i, e) for i, e in waiting if not isinstance(e, SchemaNotFoundYet)),
+                             waiting[0])
+        sid = decoder.schema_id(id_bytes)
+        if not isinstance(exc, SchemaNotFoundYet):
+            self.waiting_for = f"schema registry unavailable for schema id {sid}"
+            logger.warning("%s: schema registry unavailable for id %s (%s); retrying in %.1fs",
+                           self.label, sid, exc, delay)
+            return delay
+        remaining = min(e.remaining_s for _, e in waiting if isinstance(e, SchemaNotFoundYet))
+        wait = min(delay, remaining)
+        rec = next(r for r, v in zip(records, values, strict=True)
+                   if decoder.header_id(v) == id_bytes)
+        where = f"{rec.topic}[{rec.partition}]@{rec.offset}"
+        more = f" and {len(waiting) - 1} more id(s)" if len(waiting) > 1 else ""
+        self.waiting_for = (f"schema registry: 404 for schema id {sid} ({where}){more} for "
+                            f"{exc.waited_s:.0f}s; unknown in {exc.remaining_s:.0f}s")
+        logger.warning("%s: schema registry answers 404 for schema id %s of %s%s (for %.1fs); "
+                       "retrying in %.1fs, for %.1fs more before it counts as unknown",
+                       self.label, sid, where, more, exc.waited_s, wait, exc.remaining_s)
+        return wait
 
     async def _transform(self, rec: Any) -> tuple[Sequence[Row], bool]:
         processor = self._processor

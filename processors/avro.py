@@ -8,7 +8,13 @@ Decoding is split so the per-message hot path never awaits:
 
 * :meth:`AvroDecoder.missing` finds the schema ids of a batch that are not cached yet;
 * :meth:`AvroDecoder.fetch` loads one id from the registry (the only I/O), parses and
-  caches it; an unknown id (404) is remembered as poison for that id;
+  caches it (ids are immutable: forever). A registry's 404 for an id is retriable
+  (:class:`~processors.schema_registry.SchemaNotFoundYet`) until ``not_found_retry_s``
+  have passed since the id's first 404: registries answer 404 for ids that exist while
+  they reload them (Karapace after a restart), and an id a producer used is almost never
+  truly unknown. Only then is the id unknown (poison), and that verdict is kept for the
+  one batch that asked, never longer: the next :meth:`AvroDecoder.missing` forgets it, so
+  a later message with the id asks the registry again (issue 11);
 * :meth:`AvroDecoder.decode` is synchronous: header check, cached-schema lookup by the
   raw id bytes (no int conversion), ``fastavro.schemaless_reader``.
 
@@ -22,7 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,18 +77,30 @@ class AvroDecoder:
         id_type: ``int`` (4 bytes), ``long`` (8) or ``uuid`` (16).
         reader_schema: parsed reader schema; writer data is resolved against it by the
             Avro resolution rules (schema evolution). None reads with the writer schema.
+        not_found_retry_s: how long a registry's 404 for an id is retriable, from the
+            id's first 404, before the id counts as unknown (0: at once).
+        clock: monotonic seconds (tests inject a fake clock).
     """
 
     def __init__(self, source: SchemaSource, id_type: str = "int",
-                 reader_schema: Any = None) -> None:
+                 reader_schema: Any = None, *, not_found_retry_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if id_type not in ID_SIZES:
             raise ValueError(f"id_type must be one of {sorted(ID_SIZES)}, not {id_type!r}")
         self._source = source
         self.id_type = id_type
         self._end = 1 + ID_SIZES[id_type]
         self._reader = reader_schema
-        # raw id bytes -> parsed writer schema, or the PoisonMessage for an unknown id
+        self.not_found_retry_s = not_found_retry_s
+        self._clock = clock
+        # raw id bytes -> parsed writer schema, or the exception that poisons its messages
+        # (a schema that does not parse: forever; an unknown id: see _unknown)
         self._schemas: dict[bytes, Any] = {}
+        # ids whose entry in _schemas is an unknown-id verdict: dropped by the next
+        # missing(), so no negative result outlives the batch that asked for it
+        self._unknown: set[bytes] = set()
+        # raw id bytes -> (first, last) clock time of the id's current run of 404s
+        self._not_found: dict[bytes, tuple[float, float]] = {}
 
     def schema_id(self, id_bytes: bytes) -> int | str:
         """The registry id for the raw id bytes of a header."""
@@ -89,8 +108,23 @@ class AvroDecoder:
             return id_bytes.hex()
         return int.from_bytes(id_bytes, "big", signed=self.id_type == "long")
 
+    def header_id(self, raw: bytes | None) -> bytes | None:
+        """The raw id bytes of a well-formed header, else None."""
+        end = self._end
+        if raw is None or len(raw) < end or raw[0] != MAGIC:
+            return None
+        return raw[1:end]
+
     def missing(self, values: Iterable[bytes | None]) -> set[bytes]:
-        """Raw ids of well-formed headers in ``values`` whose schema is not cached."""
+        """Raw ids of well-formed headers in ``values`` whose schema is not cached.
+
+        Unknown-id verdicts of the previous call are forgotten first: their ids are
+        missing again, so the registry is asked again (it may know them by now).
+        """
+        if self._unknown:
+            for id_bytes in self._unknown:
+                del self._schemas[id_bytes]
+            self._unknown.clear()
         end, schemas = self._end, self._schemas
         return {
             raw[1:end] for raw in values
@@ -99,21 +133,58 @@ class AvroDecoder:
         }
 
     async def fetch(self, id_bytes: bytes) -> None:
-        """Load, parse and cache one writer schema (registry errors propagate)."""
+        """Load, parse and cache one writer schema (registry errors propagate).
+
+        Raises:
+            SchemaNotFoundYet: the registry answered 404 for the id, and its first 404
+                was less than ``not_found_retry_s`` ago (retriable; nothing cached).
+        """
         from processors.schema_registry import SchemaNotFound  # noqa: PLC0415 - avoid cycle
 
         sid = self.schema_id(id_bytes)
         try:
             text = await self._source.get_schema(sid)
         except SchemaNotFound as exc:
-            self._schemas[id_bytes] = exc  # poison for every message with this id
+            self._not_found_answer(id_bytes, sid, exc)
+            # Unknown: poison for the messages of the batch that asked, no longer.
+            self._schemas[id_bytes] = exc
+            self._unknown.add(id_bytes)
             return
+        self._not_found.pop(id_bytes, None)
         try:
             self._schemas[id_bytes] = parse_schema(json.loads(text))
         except Exception as exc:  # noqa: BLE001 - a broken schema poisons its messages
             self._schemas[id_bytes] = PoisonMessage(
                 f"writer schema id {sid} from the registry does not parse: {exc}")
         logger.debug("cached writer schema id %s", sid)
+
+    def _not_found_answer(self, id_bytes: bytes, sid: int | str, exc: Exception) -> None:
+        """Record a 404 for an id; raise SchemaNotFoundYet while its window is open.
+
+        Only a registry's HTTP 404 is retried: an impossible id, or one missing from a
+        ``file://`` directory's index (read once at start), cannot appear later.
+        """
+        from processors.schema_registry import SchemaNotFoundYet  # noqa: PLC0415 - cycle
+
+        window = self.not_found_retry_s
+        if getattr(exc, "status_code", None) != 404 or window <= 0:
+            return
+        now = self._clock()
+        # A run of 404s that went quiet for a whole window is over: the id's next 404
+        # opens a new window (and ids seen once do not pile up here).
+        for key in [k for k, (_, last) in self._not_found.items() if now - last > window]:
+            del self._not_found[key]
+        first = self._not_found.get(id_bytes, (now, now))[0]
+        self._not_found[id_bytes] = (first, now)
+        waited = now - first
+        if waited < window:
+            raise SchemaNotFoundYet(
+                f"schema id {sid} not found (yet) for {waited:.1f}s: {exc}",
+                schema_id=sid, waited_s=waited, remaining_s=window - waited,
+                status_code=404, error_code=getattr(exc, "error_code", None)) from exc
+        logger.warning("schema id %s: the registry answered 404 for %.1fs "
+                       "(schema_registry.not_found_retry_s %s): unknown id", sid, waited,
+                       window)
 
     def decode(self, raw: bytes | None) -> Any:
         """Decode one value; raises PoisonMessage for every kind of bad input."""

@@ -27,7 +27,9 @@ Errors (added under :mod:`processors.errors`)::
     └── SchemaRegistryError         root of this module's errors (status_code, error_code)
         ├── RegistryUnavailable     transport errors, 429, 5xx after the retries: retriable
         ├── RegistryRequestError    any other 4xx (401, 403, 422, ...) or a malformed answer
-        └── SchemaNotFound          404 for an id/subject/version; also a PoisonMessage
+        ├── SchemaNotFound          404 for an id/subject/version; also a PoisonMessage
+        └── SchemaNotFoundYet       404 for an id still inside its retry window: retriable
+                                    (raised by :meth:`processors.avro.AvroDecoder.fetch`)
 """
 
 from __future__ import annotations
@@ -104,6 +106,25 @@ class SchemaNotFound(SchemaRegistryError, PoisonMessage):
         super().__init__(message, **codes)
         self.schema_id = schema_id
         self.details = {"schema_id": schema_id}  # for the dead-letter line
+
+
+class SchemaNotFoundYet(SchemaRegistryError):
+    """A 404 for a schema id inside its ``not_found_retry_s`` window: retry, not poison.
+
+    A registry answers 404 for ids that exist while it (re)loads them (Karapace for
+    ~5 s after a restart, a follower lagging its leader), and an id a producer used is
+    almost never truly unknown. ``schema_id`` is the id; ``waited_s`` the seconds since
+    its first 404; ``remaining_s`` the seconds left before it counts as poison.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, *, schema_id: SchemaId, waited_s: float,
+                 remaining_s: float, **codes: Any) -> None:
+        super().__init__(message, **codes)
+        self.schema_id = schema_id
+        self.waited_s = waited_s
+        self.remaining_s = remaining_s
 
 
 class SchemaVersion(NamedTuple):

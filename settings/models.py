@@ -325,6 +325,13 @@ class SchemaRegistrySettings(_Model):
     max_retries: int = Field(5, ge=0, description="Retry rounds after the first attempt.")
     min_backoff_s: float = Field(0.2, ge=0, description="First retry delay (full jitter).")
     max_backoff_s: float = Field(10, ge=0, description="Cap of the retry delay and Retry-After.")
+    not_found_retry_s: float = Field(
+        60, ge=0,
+        description="How long a 404 for a schema id is retried (capped backoff; the partition "
+        "waits, nothing is committed), from the id's first 404, before its messages count as "
+        "poison (failure mode). Registries answer 404 for existing ids while they reload "
+        "(Karapace ~5 s after a restart). 0: poison at once.",
+    )
 
     @field_validator("url")
     @classmethod

@@ -16,7 +16,9 @@ Like the real registry, the same schema (compared as parsed JSON) gets the same 
 every subject, ids count from 1, schemas are stored and served in compact JSON, and errors
 are ``{"error_code": ..., "message": ...}`` as ``application/vnd.schemaregistry.v1+json``.
 Auth (``basic_auth=(user, password)`` or ``bearer_token=``) answers 401 when missing or
-wrong. Scripted trouble: :meth:`FakeRegistry.fail_next` and :meth:`FakeRegistry.hang_next`.
+wrong. Scripted trouble: :meth:`FakeRegistry.fail_next`, :meth:`FakeRegistry.hang_next` and
+:meth:`FakeRegistry.start_reloading` (404 40403 for ids that exist, like Karapace while it
+re-reads its ``_schemas`` topic after a restart).
 Every request is logged (:attr:`FakeRegistry.requests`) before any scripted trouble.
 
 Usage::
@@ -35,6 +37,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -93,6 +96,7 @@ class FakeRegistry:
         self._log: list[RecordedRequest] = []
         self._failures: list[tuple[int, float | None]] = []  # (status, retry_after)
         self._hangs: list[float] = []
+        self._reloading_until: float | None = None  # time.monotonic() deadline
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -185,6 +189,18 @@ class FakeRegistry:
         with self._lock:
             self._hangs.extend([seconds] * n)
 
+    def start_reloading(self, seconds: float = float("inf")) -> None:
+        """Answer ``404 40403`` for every schema id, known or not, for ``seconds`` or until
+        :meth:`finish_reloading` (Karapace for ~5 s after a restart: its ``/_health``
+        already says 200 while it re-reads its ``_schemas`` topic)."""
+        with self._lock:
+            self._reloading_until = time.monotonic() + seconds
+
+    def finish_reloading(self) -> None:
+        """Serve the known ids again."""
+        with self._lock:
+            self._reloading_until = None
+
     @property
     def requests(self) -> list[RecordedRequest]:
         """A copy of the request log, oldest first."""
@@ -236,6 +252,10 @@ class FakeRegistry:
     def _route(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         parts = path.strip("/").split("/")
         with self._lock:
+            reloading = (self._reloading_until is not None
+                         and time.monotonic() < self._reloading_until)
+            if reloading and method == "GET" and parts[0] == "schemas":
+                return _error(404, 40403, "Schema not found")
             if method == "GET" and len(parts) == 3 and parts[:2] == ["schemas", "ids"]:
                 schema_id = int(parts[2]) if parts[2].isdigit() else -1
                 if schema_id not in self._schemas:

@@ -169,7 +169,8 @@ async def known_decoder(values: list[bytes]) -> tuple[AvroDecoder, OneSchemaSour
     decoder = AvroDecoder(source)
     for id_bytes in decoder.missing(values):
         await decoder.fetch(id_bytes)
-    assert not decoder.missing(values)
+    # Not asked again here: the next missing() forgets an unknown-id verdict (it lasts
+    # one batch, issue 11), and the poison tests decode this batch.
     return decoder, source
 
 
