@@ -7,11 +7,13 @@ from actors.errors import (
     MessageFailedError,
     NoCommittedOffsetError,
     PermanentSinkError,
+    SinkAuthError,
     SinkError,
 )
 from actors.failure import FailurePolicy, Outcome, retry_delays_s
 from actors.master import Master, resolve_processors
 from actors.offsets import OffsetTracker
+from actors.sink_health import SinkHealth
 from actors.sinks import JsonlSink, NullSink, Sink, SinkBatch, build_sink
 from actors.supervisor import OneForOneSupervisor, RestartPolicy
 from actors.worker import Worker
@@ -32,8 +34,10 @@ __all__ = [
     "Outcome",
     "RestartPolicy",
     "Sink",
+    "SinkAuthError",
     "SinkBatch",
     "SinkError",
+    "SinkHealth",
     "Worker",
     "build_sink",
     "resolve_processors",

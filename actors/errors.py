@@ -8,6 +8,7 @@ Tree::
     │   ├── NoCommittedOffsetError  ``auto_offset_reset: none`` and no committed offset
     │   └── EscalationError    a supervisor exceeded its restart intensity
     ├── SinkError              a sink could not accept rows (retriable: back off, retry)
+    │   └── SinkAuthError      ... because its credentials were refused (not ready at once)
     └── PermanentSinkError     a sink refused rows for good (HTTP 4xx): dead-lettered
 """
 
@@ -43,7 +44,20 @@ class EscalationError(FatalError):
 
 
 class SinkError(ActorError):
-    """A sink failed to accept a batch; the worker backs off and retries."""
+    """A sink failed to accept a batch; the worker backs off and retries.
+
+    ``auth`` is True when the failure is about the sink's credentials (HTTP 401, 403,
+    407): no wait will fix it without an operator, so ``/readyz`` says so at once.
+    """
+
+    auth = False
+
+
+class SinkAuthError(SinkError):
+    """A sink's credentials were refused (expired token, missing permission): retried,
+    never dead-lettered, and the worker is reported not ready at once."""
+
+    auth = True
 
 
 class PermanentSinkError(ActorError):

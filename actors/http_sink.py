@@ -20,12 +20,24 @@ offset order):
   them, the row's index within its message is appended (``{first}.{i}-{last}.{j}``).
   With ``batch``, keys repeat only if the replayed write is cut the same way: receivers
   that must dedupe per event should use ``_topic/_partition/_offset`` of the body;
-* transport errors (timeouts included), 429 and 5xx are retried with capped exponential
-  backoff and full jitter, honouring ``Retry-After`` (capped at ``max_backoff_s``); after
-  ``max_retries`` retries :class:`~actors.errors.SinkError` is raised (retriable: the
-  caller retries the whole write, nothing is acked);
-* any other answer (4xx, and 3xx: redirects are not followed) refuses the request for
-  good: its rows go to :attr:`HttpSink.on_permanent_failure` with the status and the
+* transport errors (timeouts included), 5xx and the statuses of ``retry_statuses`` are
+  retried with capped exponential backoff and full jitter, honouring ``Retry-After``
+  (capped at ``max_backoff_s``); after ``max_retries`` retries
+  :class:`~actors.errors.SinkError` is raised (retriable: the caller retries the whole
+  write, forever; nothing is acked, nothing dead-lettered). For 401, 403 and 407 it is
+  :class:`~actors.errors.SinkAuthError`: credentials are not a fact about the event, and
+  the worker is reported not ready at once. Every failed attempt is reported to
+  :attr:`Sink.health <actors.sinks.Sink.health>` as it happens;
+* ``retry_statuses`` defaults to :data:`RETRY_STATUSES`: answers about the request
+  rather than the event (credentials, 404 of the endpoint, timeouts, conflicts, too
+  large, too early, too many). 404 is retried because with a fixed URL it means the
+  endpoint is missing (a deploy window, a wrong route): dead-lettering would empty the
+  stream into the file. Where the URL names the event's own resource and 404 means "no
+  such entity", leave 404 out of ``retry_statuses`` to dead-letter those events;
+* a 413 for a request of several rows (``batch``) splits it in two halves, sent one
+  after the other (each may split again), before a single row's 413 counts as above;
+* any other answer (other 4xx, and 3xx: redirects are not followed) refuses the request
+  for good: its rows go to :attr:`HttpSink.on_permanent_failure` with the status and the
   first KB of the body, and the next request is sent. A row whose URL cannot be rendered
   (missing or null field) is refused the same way, with status 0 (never sent);
 * ``write`` returns once every request got a 2xx or was handed to the failure handler.
@@ -38,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import enum
 import json
 import logging
@@ -45,6 +58,7 @@ import random
 import re
 import ssl
 import string
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -53,7 +67,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from actors.errors import SinkError
+from actors.errors import SinkAuthError, SinkError
 from actors.sinks import Sink
 from processors.base import Row
 from processors.schema_registry import Sleep
@@ -65,6 +79,10 @@ PermanentFailureHandler = Callable[[Sequence[Row], int, str], Awaitable[None] | 
 """``(rows, status, body_head)``: rows an API refused for good (status 0: never sent)."""
 
 BODY_HEAD_BYTES = 1024
+RETRY_STATUSES = (401, 403, 404, 407, 408, 409, 413, 425, 429)
+"""Default ``retry_statuses``: 4xx answers that are not facts about the event."""
+AUTH_STATUSES = frozenset({401, 403, 407})
+"""Retried statuses that mean refused credentials: the worker is not ready at once."""
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _SECRET_HEADER = re.compile(r"(auth|key|token|secret|password|cookie|session)", re.IGNORECASE)
@@ -136,6 +154,9 @@ class HttpSinkSettings(_Model):
     idempotency_header: str | None = Field(
         "Idempotency-Key", description="Header carrying the idempotency key (None: not sent)."
     )
+    retry_statuses: list[int] = Field(
+        list(RETRY_STATUSES), description="3xx/4xx answers retried like a 5xx (5xx always "
+        "are); any other 3xx/4xx dead-letters the request's rows.")
     # SinkSettings.model_dump() always has jsonl's ``path`` key: accepted only unset.
     path: None = Field(None, description="Not used by http sinks (jsonl's file).")
 
@@ -162,6 +183,15 @@ class HttpSinkSettings(_Model):
                 raise ValueError(f"header name {name!r} is not a valid HTTP token")
             if "\r" in text or "\n" in text:
                 raise ValueError(f"header {name!r}: the value contains a line break")
+        return value
+
+    @field_validator("retry_statuses")
+    @classmethod
+    def _check_statuses(cls, value: list[int]) -> list[int]:
+        wrong = [s for s in value if not 300 <= s <= 499]
+        if wrong:
+            raise ValueError(f"retry_statuses: {wrong} not in 300..499 (5xx are always "
+                             "retried, 2xx succeed)")
         return value
 
     @model_validator(mode="after")
@@ -240,6 +270,16 @@ class _Request:
     url: str = ""
     key: str = ""
     refused: str | None = None
+    # per row: its index among its message's rows, and whether it is the message's last
+    marks: list[tuple[int, bool]] = dataclasses.field(default_factory=list)
+
+    def halves(self) -> tuple[_Request, _Request]:
+        """The request cut in two (a 413 for a batch), each with its own key."""
+        half = len(self.rows) // 2
+        parts = (slice(None, half), slice(half, None))
+        return tuple(  # type: ignore[return-value]
+            _Request(self.rows[p], self.url, _key(self.rows[p], self.marks[p]),
+                     marks=self.marks[p]) for p in parts)
 
 
 class _State(enum.Enum):
@@ -284,6 +324,7 @@ class HttpSink(Sink):
         self.max_interval_s = settings.batch.max_interval_s if settings.batch else None
         self.on_permanent_failure: PermanentFailureHandler = self._no_handler
         self.stats = {"requests": 0, "retries": 0, "refused_rows": 0}
+        self._retry_statuses = frozenset(settings.retry_statuses)
         self._url = _UrlTemplate(settings.url)
         self._transport = transport
         self._sleep = sleep
@@ -377,14 +418,9 @@ class HttpSink(Sink):
 
     def _request(self, rows: Sequence[Row], group: list[int], url: str,
                  index: list[int], last: list[bool]) -> _Request:
-        first, final = group[0], group[-1]
-        topic, partition = _partition_of(rows[first])
-        start, end = rows[first]["_offset"], rows[final]["_offset"]
-        if index[first] == 0 and last[final]:
-            key = f"{topic}-{partition}-{start}-{end}"
-        else:
-            key = f"{topic}-{partition}-{start}.{index[first]}-{end}.{index[final]}"
-        return _Request([rows[i] for i in group], url, key)
+        chosen = [rows[i] for i in group]
+        marks = [(index[i], last[i]) for i in group]
+        return _Request(chosen, url, _key(chosen, marks), marks=marks)
 
     async def _send(self, client: httpx.AsyncClient, request: _Request) -> None:
         s = self.settings
@@ -392,27 +428,44 @@ class HttpSink(Sink):
         body = json.dumps(payload, ensure_ascii=False, default=_json_default).encode("utf-8")
         headers = {s.idempotency_header: request.key} if s.idempotency_header else {}
         shown = _shown(request.url)
-        problem, cause = "", None
+        where = _partition_of(request.rows[0])
+        problem, cause, auth = "", None, False
         for attempt in range(s.max_retries + 1):
             wait: float | None = None
+            started = time.monotonic()
             try:
                 response, head = await self._exchange(client, request.url, body, headers)
             except httpx.TransportError as exc:
-                problem, cause = self._scrub(f"{type(exc).__name__}: {exc}"), exc
+                problem, cause, auth = self._scrub(f"{type(exc).__name__}: {exc}"), exc, False
             else:
                 status = response.status_code
                 if 200 <= status < 300:
                     self.stats["requests"] += 1
+                    self._healthy(where)
                     logger.debug("http sink: %s %s -> %d (key %s)", s.method, shown, status,
                                  request.key)
                     return
-                if status != 429 and status < 500:
+                if status == 413 and len(request.rows) > 1:
+                    self._healthy(where)
+                    logger.warning("http sink: %s %s -> 413 for %d rows (key %s): splitting "
+                                   "the request in two", s.method, shown, len(request.rows),
+                                   request.key)
+                    for part in request.halves():
+                        await self._send(client, part)
+                    return
+                if status < 500 and status not in self._retry_statuses:
+                    self._healthy(where)
                     logger.warning("http sink: %s %s -> %d: %d row(s) refused (key %s)",
                                    s.method, shown, status, len(request.rows), request.key)
                     await self._refuse(request.rows, status, head)
                     return
                 problem, cause = f"HTTP {status}: {head[:200]}", None
+                auth = status in AUTH_STATUSES
                 wait = retry_after_s(response)
+            if self.health is not None:
+                text = problem if cause is not None else f"answered {problem}"
+                self.health.failed(where, f"http sink: {s.method} {shown}: {text}",
+                                   since=started, auth=auth)
             if attempt == s.max_retries:
                 break
             delay = self._backoff(attempt, wait)
@@ -420,8 +473,14 @@ class HttpSink(Sink):
             logger.warning("http sink: %s %s: %s; retry %d/%d in %.2f s", s.method, shown,
                            problem, attempt + 1, s.max_retries, delay)
             await self._sleep(delay)
-        raise SinkError(f"http sink: {s.method} {shown} failed after {s.max_retries + 1} "
-                        f"attempt(s): {problem}") from cause
+        error = SinkAuthError if auth else SinkError
+        raise error(f"http sink: {s.method} {shown} failed after {s.max_retries + 1} "
+                    f"attempt(s): {problem}") from cause
+
+    def _healthy(self, where: tuple[Any, Any]) -> None:
+        """The API answered a request of ``where``'s rows (2xx, or a refusal)."""
+        if self.health is not None:
+            self.health.succeeded(where)
 
     async def _exchange(self, client: httpx.AsyncClient, url: str, body: bytes,
                         headers: dict[str, str]) -> tuple[httpx.Response, str]:
@@ -491,6 +550,16 @@ def _headers_and_secrets(s: HttpSinkSettings) -> tuple[dict[str, str], list[str]
 
 def _partition_of(row: Row) -> tuple[Any, Any]:
     return row.get("_topic"), row.get("_partition")
+
+
+def _key(rows: Sequence[Row], marks: Sequence[tuple[int, bool]]) -> str:
+    """The idempotency key of a request of ``rows`` (see the module docstring)."""
+    topic, partition = _partition_of(rows[0])
+    start, end = rows[0]["_offset"], rows[-1]["_offset"]
+    (first_index, _), (last_index, last) = marks[0], marks[-1]
+    if first_index == 0 and last:
+        return f"{topic}-{partition}-{start}-{end}"
+    return f"{topic}-{partition}-{start}.{first_index}-{end}.{last_index}"
 
 
 def _shown(url: str) -> str:

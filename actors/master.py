@@ -143,8 +143,8 @@ class Master:
         return [c.snapshot() for c in self.supervisor.children if isinstance(c, Worker)]
 
     def readiness(self) -> list[str]:
-        """Why the service is not ready (empty when every worker has joined its group and
-        opened its sink); call on the event loop."""
+        """Why the service is not ready (empty when every worker has joined its group,
+        opened its sink and its sink writes are not failing); call on the event loop."""
         running = {f"{w['group']}/{w['topic']}": w for w in self.snapshot()}
         reasons = []
         for name in sorted(self._expected):
@@ -160,6 +160,8 @@ class Master:
                                "(Kafka broker down or unreachable); retrying")
             elif worker["waiting_for"]:
                 reasons.append(f"{name}: waiting for {worker['waiting_for']}")
+            elif worker["sink_error"]:
+                reasons.append(f"{name}: {worker['sink_error']}")
         return reasons
 
     @property

@@ -21,6 +21,7 @@ from typing import Any
 
 from actors.errors import SinkError
 from actors.offsets import Entry
+from actors.sink_health import SinkHealth
 from processors.base import Row
 from settings.models import SinkSettings
 
@@ -49,9 +50,14 @@ class Sink:
     keep, transform or empty the list (the Spark and JDBC sinks empty it once the rows
     are converted, to free memory while they wait for their flush). A failed write is
     retried with the same list object.
+
+    ``health`` is set by the worker before :meth:`open`: a sink that retries inside its
+    own ``write`` reports each failed attempt there, keyed ``(topic, partition)``, so
+    ``/readyz`` tells about an outage before the write gives up.
     """
 
     type: str = ""
+    health: SinkHealth | None = None
 
     async def open(self) -> None:
         """Open files or clients."""
@@ -156,6 +162,7 @@ async def _run_pipelined(
     label: str,
     retry_backoff_s: tuple[float, float],
     on_write_seconds: Callable[[float], None] | None,
+    health: SinkHealth | None,
 ) -> None:
     """:func:`run_sink` for a pipelined sink: start each write at once (each retries on
     its own, see :func:`_write`), ack in mailbox order as the writes return."""
@@ -178,7 +185,7 @@ async def _run_pipelined(
                 await window.put(END)  # the acker finishes the outstanding writes first
                 break
             task = tg.create_task(_write(sink, batch, label, retry_backoff_s,
-                                         on_write_seconds), name=f"{label}:sink-write")
+                                         on_write_seconds, health), name=f"{label}:sink-write")
             await window.put((batch, task))
 
 
@@ -194,18 +201,26 @@ def build_sink(settings: SinkSettings) -> Sink:
 
 async def _write(sink: Sink, batch: SinkBatch, label: str,
                  backoff_s: tuple[float, float],
-                 on_write_seconds: Callable[[float], None] | None) -> None:
+                 on_write_seconds: Callable[[float], None] | None,
+                 health: SinkHealth | None = None) -> None:
     """Write one batch; retry failures (SinkError, OSError) with capped backoff, forever:
-    the batch is neither acked nor dropped, so its offsets stay uncommitted."""
+    the batch is neither acked nor dropped, so its offsets stay uncommitted. ``health``
+    learns of every failed attempt and of the success."""
     delay = backoff_s[0]
+    key = (batch.entry.tp.topic, batch.entry.tp.partition)
     while True:
         try:
             started = time.monotonic()
             await sink.write(batch.rows)
             if on_write_seconds is not None:
                 on_write_seconds(time.monotonic() - started)
+            if health is not None:
+                health.succeeded(key)
             return
         except (SinkError, OSError) as exc:
+            if health is not None:
+                error = str(exc) if isinstance(exc, SinkError) else f"{sink.type} sink: {exc!r}"
+                health.failed(key, error, since=started, auth=getattr(exc, "auth", False))
             logger.warning("%s: sink write failed (%s); retrying in %.1fs", label, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, backoff_s[1])
@@ -219,6 +234,7 @@ async def run_sink(
     label: str,
     retry_backoff_s: tuple[float, float] = (0.5, 30.0),
     on_write_seconds: Callable[[float], None] | None = None,
+    health: SinkHealth | None = None,
 ) -> None:
     """The sink actor: write each batch, ack it once durable; return on :data:`END`.
 
@@ -233,9 +249,13 @@ async def run_sink(
     partition are written in order, batches of different partitions concurrently, at most
     ``max_concurrency`` at a time. Acks may then arrive out of order across partitions;
     the offset tracker only ever commits each partition's contiguous prefix.
+
+    ``health`` (the worker's :class:`SinkHealth`) learns of every failed and successful
+    write, for ``/readyz``.
     """
     if getattr(sink, "pipelined", False):
-        await _run_pipelined(sink, mailbox, on_ack, label, retry_backoff_s, on_write_seconds)
+        await _run_pipelined(sink, mailbox, on_ack, label, retry_backoff_s, on_write_seconds,
+                             health)
         return
     concurrency = int(getattr(sink, "max_concurrency", 1) or 1)
     if concurrency <= 1:
@@ -243,7 +263,7 @@ async def run_sink(
             batch = await mailbox.get()
             if batch is END:
                 return
-            await _write(sink, batch, label, retry_backoff_s, on_write_seconds)
+            await _write(sink, batch, label, retry_backoff_s, on_write_seconds, health)
             on_ack(batch)
 
     slots = asyncio.Semaphore(concurrency)
@@ -254,7 +274,7 @@ async def run_sink(
             if batch is END:
                 return
             async with slots:
-                await _write(sink, batch, label, retry_backoff_s, on_write_seconds)
+                await _write(sink, batch, label, retry_backoff_s, on_write_seconds, health)
             on_ack(batch)
 
     lanes: dict[Any, asyncio.Queue[SinkBatch]] = {}

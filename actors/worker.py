@@ -53,6 +53,7 @@ from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.kafka import build_consumer, coordinator_known
 from actors.metrics import Metrics
 from actors.offsets import Entry, OffsetTracker
+from actors.sink_health import SinkHealth
 from actors.sinks import END, SinkBatch, build_sink, run_sink
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
@@ -152,6 +153,7 @@ class Worker:
         self.metrics = metrics
         self.restarts = incarnation
         self._sink_open = False
+        self._sink_health = SinkHealth(settings.supervisor.sink_unready_after_s)
         self._flush_soon: Callable[[], None] | None = None
         # Why processing waits instead of progressing (e.g. a registry 404 window), for
         # /readyz; None while it progresses.
@@ -181,6 +183,7 @@ class Worker:
             "joined": self._joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
             "waiting_for": self.waiting_for,
+            "sink_error": self._sink_health.reason(),
         }
 
     def status(self) -> dict[str, int]:
@@ -223,6 +226,7 @@ class Worker:
         self._async_transform = inspect.iscoroutinefunction(processor.transform)
         if hasattr(sink, "on_permanent_failure"):
             sink.on_permanent_failure = self._sink_dead_letter
+        sink.health = self._sink_health
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self._flush_soon = getattr(sink, "flush_soon", None)
         await processor.start()
@@ -636,7 +640,7 @@ class Worker:
                 observe = self.metrics.sink_write_seconds.labels(
                     self.group_id, self.topic.topic, self.topic.sink.type).observe
             await run_sink(sink, self._outbox, self._on_ack, label=self.label,
-                           on_write_seconds=observe)
+                           on_write_seconds=observe, health=self._sink_health)
         finally:
             self._sink_done.set()
             self._commit_due.set()

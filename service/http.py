@@ -4,8 +4,9 @@ It runs in its own thread, so it still answers when the event loop is stuck, and
 
 * ``/healthz``: 200 while the event loop is responsive (a loop task refreshes a heartbeat
   every 0.5 s); 503 with ``{"status": "unhealthy", "reason": ...}`` once it is 5 s stale.
-* ``/readyz``: 200 once every worker has joined its consumer group and opened its sink;
-  503 with the reasons per worker otherwise.
+* ``/readyz``: 200 once every worker has joined its consumer group and opened its sink,
+  and no sink's writes keep failing (``supervisor.sink_unready_after_s``; at once when
+  its credentials are refused); 503 with the reasons per worker otherwise.
 * ``/metrics``: Prometheus text format (prometheus-client); worker state is snapshotted
   on the event loop, never read concurrently from this thread.
 """

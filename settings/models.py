@@ -67,6 +67,9 @@ class SupervisorSettings(_Model):
     restart_window_s: float = Field(60, gt=0, description="Window of the restart intensity.")
     min_backoff_s: float = Field(0.5, ge=0, description="First restart delay (full jitter).")
     max_backoff_s: float = Field(30, ge=0, description="Cap of the restart delay.")
+    sink_unready_after_s: float = Field(
+        10, ge=0, description="/readyz turns 503 once a worker's sink writes have failed "
+        "for this long without a success (at once for refused credentials).")
 
 
 class CommitMode(StrEnum):

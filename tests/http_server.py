@@ -225,6 +225,11 @@ class HttpTestServer:
                                      f"{timeout} s")
             return list(self.requests)
 
+    def stop_script(self) -> None:
+        """Drop the rest of the script: from now on every request gets ``200``."""
+        with self._lock:
+            self._script.clear()
+
     def clear(self) -> None:
         """Forget the recorded requests and the remaining script."""
         with self._lock:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from actors.errors import SinkError
 from actors.http_sink import HttpSink, HttpSinkSettings
+from actors.sink_health import SinkHealth
 from processors.base import Row
 from settings.models import SinkSettings
 from tests.http_server import HttpTestServer
@@ -182,11 +183,11 @@ async def test_redirects_are_not_followed(server: HttpTestServer, make_sink: Any
 
 
 async def test_permanent_failure_without_a_handler_raises(server: HttpTestServer) -> None:
-    server.respond(404)
+    server.respond(400)
     sink = HttpSink(HttpSinkSettings(url=server.url))
     await sink.open()
     try:
-        with pytest.raises(SinkError, match="status 404"):
+        with pytest.raises(SinkError, match="status 400"):
             await sink.write([row(1)])
     finally:
         await sink.close()
@@ -246,18 +247,23 @@ async def test_secrets_never_reach_logs_reprs_or_errors(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     echo = f"you sent Authorization: Bearer {TOKEN} and X-Api-Key: k-{PASSWORD}"
+    server.respond(400, echo)
     server.respond(401, echo)
     server.respond(500, echo, times=3)
     sink = await make_sink(auth={"bearer": TOKEN}, headers={"X-Api-Key": f"k-{PASSWORD}"},
                            url=server.url + f"/hook?api_key={PASSWORD}", max_retries=2)
+    sink.health = health = SinkHealth(0)
     await sink.write([row(1)])
     with pytest.raises(SinkError) as info:
         await sink.write([row(2)])
+    reason = health.reason()
+    assert reason is not None and "answered HTTP 500" in reason and "***" in reason
     # httpx itself logs each request URL (query included) at INFO: the service's logging
     # config is where that is silenced; everything kstage logs must be clean
     logged = [r.getMessage() for r in caplog.records if r.name != "httpx"]
     assert any("retry 1/2" in m for m in logged)
-    texts = [*logged, str(info.value), repr(sink), repr(sink.settings), failures.calls[0][2]]
+    texts = [*logged, str(info.value), repr(sink), repr(sink.settings), failures.calls[0][2],
+             reason]
     assert "***" in failures.calls[0][2]
     for text in texts:
         assert TOKEN not in text and PASSWORD not in text
