@@ -154,6 +154,8 @@ class Master:
             elif not worker["coordinator_known"]:
                 reasons.append(f"{name}: cannot reach the group coordinator "
                                "(Kafka broker down or unreachable); retrying")
+            elif worker["dead_letter_error"]:
+                reasons.append(f"{name}: {worker['dead_letter_error']}; retrying")
         return reasons
 
     @property

@@ -84,6 +84,7 @@ async def test_a_full_disk_holds_the_message_until_its_line_lands(broker, tmp_pa
     try:
         reason = await wait_blocked(master, run)
         assert "No space left on device" in reason and str(dead) in reason
+        assert any(reason in why for why in master.readiness()), "shown in /readyz"
         assert dead.read_bytes() == b"", "no partial line stays behind"
         assert (await committed(broker, group, topic, 1))[0] <= 1, "poison not committed"
         filler.unlink()  # space again: the retried line lands, then the next one
