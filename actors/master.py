@@ -144,7 +144,8 @@ class Master:
 
     def readiness(self) -> list[str]:
         """Why the service is not ready (empty when every worker has joined its group,
-        opened its sink and its sink writes are not failing); call on the event loop."""
+        opened its sink, reaches its coordinator, and neither waits for the registry nor
+        fails to write its sink or its dead letters); call on the event loop."""
         running = {f"{w['group']}/{w['topic']}": w for w in self.snapshot()}
         reasons = []
         for name in sorted(self._expected):
@@ -158,10 +159,13 @@ class Master:
             elif not worker["coordinator_known"]:
                 reasons.append(f"{name}: cannot reach the group coordinator "
                                "(Kafka broker down or unreachable); retrying")
-            elif worker["waiting_for"]:
-                reasons.append(f"{name}: waiting for {worker['waiting_for']}")
-            elif worker["sink_error"]:
-                reasons.append(f"{name}: {worker['sink_error']}")
+            else:  # joined and open: whatever keeps it from progressing, every one
+                if worker["waiting_for"]:
+                    reasons.append(f"{name}: waiting for {worker['waiting_for']}")
+                if worker["dead_letter_error"]:
+                    reasons.append(f"{name}: {worker['dead_letter_error']}; retrying")
+                if worker["sink_error"]:
+                    reasons.append(f"{name}: {worker['sink_error']}")
         return reasons
 
     @property

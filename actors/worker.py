@@ -65,6 +65,17 @@ logger = logging.getLogger(__name__)
 
 _POLL_MS = 200  # getmany timeout: bounds how late a stop or a drain check is noticed
 _INBOX_BATCHES = 2
+_DEAD_LETTER_BACKOFF_S = (0.5, 30.0)  # retry waits of a failed dead-letter write
+
+
+class _DeadLetterAbandoned(Exception):
+    """The worker stopped while a dead-letter write was being retried."""
+
+
+async def _sleep_on(seconds: float) -> bool:
+    """A wait no stop interrupts (the sink drains until the stop's abort cancels it)."""
+    await asyncio.sleep(seconds)
+    return True
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -158,6 +169,7 @@ class Worker:
         # Why processing waits instead of progressing (e.g. a registry 404 window), for
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
+        self.dead_letter_error: str | None = None  # why the last dead-letter write failed
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -184,6 +196,7 @@ class Worker:
             "coordinator_known": consumer is None or coordinator_known(consumer),
             "waiting_for": self.waiting_for,
             "sink_error": self._sink_health.reason(),
+            "dead_letter_error": self.dead_letter_error,
         }
 
     def status(self) -> dict[str, int]:
@@ -593,13 +606,13 @@ class Worker:
         describe = f"{self.group_id}: {rec.topic}[{rec.partition}]@{rec.offset}"
 
         async def dead_letter(error: BaseException, attempts: int) -> None:
-            self.stats["dead_lettered"] += 1
-            await self._dead_letters.write(dead_letter_line(
+            if not await self._write_dead_letter(dead_letter_line(
                 group=self.group_id, topic=rec.topic, partition=rec.partition,
                 offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
                 headers=rec.headers, processor=self.topic.processor, exc=error,
                 attempts=attempts, extra=getattr(error, "details", None),
-            ))
+            ), self._sleep):
+                raise _DeadLetterAbandoned
 
         retries_before = self._failure.retries
         try:
@@ -607,6 +620,8 @@ class Worker:
                 exc, lambda: self._transform(rec), dead_letter, describe,
                 {"group": self.group_id, "topic": rec.topic, "partition": rec.partition,
                  "offset": rec.offset})
+        except _DeadLetterAbandoned:
+            return Outcome.ABANDONED, None  # stopped before the line was written
         finally:
             self.stats["retried"] += self._failure.retries - retries_before
 
@@ -618,8 +633,9 @@ class Worker:
         error = PermanentSinkError(f"{self.topic.sink.type} sink {what}: {body_head[:200]}")
         for row in rows:
             self.stats["failed"] += 1
-            self.stats["dead_lettered"] += 1
-            await self._dead_letters.write(dead_letter_line(
+            # The batch is not acked until every line is written: retried until then, or
+            # until the stop's abort cancels the sink (then nothing of it is committed).
+            await self._write_dead_letter(dead_letter_line(
                 group=self.group_id, topic=str(row.get("_topic", self.topic.topic)),
                 partition=int(row.get("_partition", -1)), offset=int(row.get("_offset", -1)),
                 timestamp=int(row.get("_timestamp", 0)), key=None,
@@ -627,9 +643,35 @@ class Worker:
                 processor=self.topic.processor, exc=error, attempts=1,
                 extra={"sink": self.topic.sink.type, "status": status,
                        "response_body": body_head},
-            ))
+            ), _sleep_on)
         logger.warning("%s: %d row(s) refused by the sink with status %d; dead-lettered to %s",
                        self.label, len(rows), status, self._failure.settings.dead_letter_path)
+
+    async def _write_dead_letter(self, line: str, sleep: Sleep) -> bool:
+        """Write one dead-letter line durably; False if ``sleep`` is interrupted first.
+
+        A failed write (a full disk: ENOSPC, EFBIG; EIO) is not a fact about the message:
+        it is retried with backoff, never skipped, and shown in :meth:`snapshot` as
+        ``dead_letter_error`` until a write succeeds. The message stays uncommitted.
+        """
+        delay = _DEAD_LETTER_BACKOFF_S[0]
+        while True:
+            try:
+                await self._dead_letters.write(line)
+            except OSError as exc:
+                self.dead_letter_error = (f"cannot write the dead-letter file "
+                                          f"{self._dead_letters.path}: {exc}")
+                logger.warning("%s: %s; retrying in %.1fs", self.label,
+                               self.dead_letter_error, delay)
+                if not await sleep(delay):
+                    return False
+                delay = min(delay * 2, _DEAD_LETTER_BACKOFF_S[1])
+                continue
+            if self.dead_letter_error is not None:
+                logger.info("%s: the dead-letter file is writable again", self.label)
+                self.dead_letter_error = None
+            self.stats["dead_lettered"] += 1
+            return True
 
     # -- sink and acks ---------------------------------------------------------------
 

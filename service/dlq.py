@@ -104,10 +104,23 @@ def _read_replayed(path: Path) -> set[tuple[Any, ...]]:
     return done
 
 
+def _being_written(fh: IO[bytes]) -> bool:
+    """True while a writer holds the file's lock (it is appending its last line)."""
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return False
+
+
 def load(settings: Settings, *, topic: str | None = None,
          since: str | None = None) -> tuple[list[DeadLetter], int]:
     """The dead-letter lines (filtered by topic and ``failed_at >= since``) and the count
-    of unreadable lines. A last line without its newline is still being written: skipped."""
+    of unreadable lines, each skipped with a warning naming its file and line: a line a
+    crash or a full disk tore (it stands alone: writers end a torn tail with a newline
+    before they append), or a torn last line no writer has ended yet. A last line without
+    its newline while a writer holds the file's lock is still being written: skipped."""
     since_dt = _parse_time(since, "--since") if since else None
     found: list[DeadLetter] = []
     bad = 0
@@ -118,7 +131,13 @@ def load(settings: Settings, *, topic: str | None = None,
         with path.open("rb") as fh:
             for number, raw in enumerate(fh, 1):
                 if not raw.endswith(b"\n"):
+                    if not _being_written(fh):
+                        bad += 1
+                        logger.warning("%s:%d: torn last line (a write was cut short); "
+                                       "ignored", path, number)
                     break
+                if not raw.strip():
+                    continue
                 try:
                     rec = json.loads(raw)
                     failed_at = _parse_time(str(rec["failed_at"]), "failed_at")

@@ -308,7 +308,12 @@ async def test_dlq_replay_decodes_avro_and_survives_torn_lines(tmp_path):
             await replay_async(settings)
     finally:
         os.close(side)
-    result = await replay_async(settings)
+    writing = os.open(dead, os.O_RDONLY)
+    try:  # a writer holds the file's lock while it appends its last line
+        fcntl.flock(writing, fcntl.LOCK_EX)
+        result = await replay_async(settings)
+    finally:
+        os.close(writing)
     assert [d.record["offset"] for d in result.replayed] == [1, 2]
     assert [(d.record["offset"], why.split(":")[0]) for d, why in result.failed] == [
         (3, "PoisonMessage")]
@@ -318,7 +323,9 @@ async def test_dlq_replay_decodes_avro_and_survives_torn_lines(tmp_path):
     marks = (tmp_path / "dead.jsonl.replayed").read_text().splitlines()
     assert [json.loads(m)["offset"] for m in marks[:1] + marks[2:]] == [0, 1, 2]
     again = await replay_async(settings)
-    assert (len(again.replayed), len(again.failed), again.already) == (0, 1, 3)
+    # no writer holds the lock now: the unterminated last line is torn, and reported
+    assert (len(again.replayed), len(again.failed), again.already, again.unreadable) == (
+        0, 1, 3, 2)
 
 
 def test_progress_bar_only_for_a_tty_or_long_replays():
