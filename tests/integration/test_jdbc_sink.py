@@ -443,3 +443,43 @@ async def test_postgresql_restarted_while_a_batch_is_split(
         await sink.write(batch)  # the retry after the restart
     assert [(p, o) for p, o, _ in refused] == [(0, 5), (0, 20)]
     assert offsets_in(pg, table) == [(0, o) for o in range(32) if o not in (5, 20)]
+
+
+@pytest.mark.kafka
+async def test_kstage_run_dead_letters_rows_postgresql_refuses_and_commits(
+        broker: str, running: Postgres, tmp_path: Path, kstage: Any) -> None:
+    """`kstage run` into a table that refuses two rows (a value too long for its
+    varchar(7), a duplicate key): both are dead-lettered once with their SQLSTATE, the
+    other rows land once and every offset is committed (no endless retry)."""
+    pg, table = running, "stg_jdbc_run_refused"
+    narrow_table(pg, table)
+    group, topic = unique("g-jdbc-refused"), unique("jdbc-refused")
+    await create_topic(broker, topic, partitions=2)
+    values = [event(i) for i in range(20)]
+    values[7]["metadata"]["dedupeStatus"] = "NOT_DEDUPED"  # partition 1 offset 3
+    pg.psql(f"INSERT INTO \"{table}\" (cluster, dataset, log_event_time, _topic, _partition, "  # noqa: S608
+            f"_offset, _ingested_at) VALUES ('c', 'd', 0, '{topic}', 0, 4, now())")
+    await produce(broker, topic, values, partition_of=lambda i: i % 2)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic": topic, "processor": PROCESSOR.name, "format": "json",
+        "options": {"clusters": CLUSTERS},
+        "sink": {"type": "jdbc", "table": table, "url": pg.url, "user": USER,
+                 "password": PASSWORD, "jar": JAR}}])
+    data = yaml.safe_load(cfg.read_text())
+    data["spark"] = {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
+                     "flush_max_interval_s": 0.3}
+    cfg.write_text(yaml.safe_dump(data))
+    proc = kstage(cfg)
+    await wait_committed(broker, group, topic, {0: 10, 1: 10}, proc, timeout=180)
+    proc.signal(signal.SIGTERM)
+    assert await proc.wait(timeout=60) == 0, proc.output()
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    assert sorted((d["partition"], d["offset"]) for d in dead) == [(0, 4), (1, 3)]
+    by_offset = {(d["partition"], d["offset"]): d for d in dead}
+    assert "SQLSTATE 22001 (string_data_right_truncation)" in by_offset[1, 3]["error"]
+    assert "SQLSTATE 23505 (unique_violation)" in by_offset[0, 4]["error"]
+    assert "already exists" in by_offset[0, 4]["response_body"]
+    assert {d["topic"] for d in dead} == {topic}
+    assert "sink write failed" not in proc.output()  # refused rows are not retried
+    assert offsets_in(pg, table) == sorted([(0, o) for o in range(10)] +
+                                           [(1, o) for o in range(10) if o != 3])
