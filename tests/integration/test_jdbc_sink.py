@@ -470,7 +470,7 @@ async def test_kstage_run_dead_letters_rows_postgresql_refuses_and_commits(
                      "flush_max_interval_s": 0.3}
     cfg.write_text(yaml.safe_dump(data))
     proc = kstage(cfg)
-    await wait_committed(broker, group, topic, {0: 10, 1: 10}, proc, timeout=180)
+    await wait_committed(broker, group, topic, {0: 10, 1: 10}, proc, timeout=120)
     proc.signal(signal.SIGTERM)
     assert await proc.wait(timeout=60) == 0, proc.output()
     dead = read_jsonl(tmp_path / "dead.jsonl")
