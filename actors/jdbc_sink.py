@@ -24,11 +24,22 @@ How it works:
   DOUBLE PRECISION, BOOLEAN, BYTEA, TIMESTAMPTZ; NOT NULL where the column is not
   nullable). An existing table must have every column with a compatible type and
   nullability (FatalError naming the table and the columns otherwise).
-* Failures: a row that does not fit its column types goes to ``on_permanent_failure``
-  (the worker dead-letters it). A connection or SQL failure raises
+* Failures are told apart by the PostgreSQL SQLSTATE of the JDBC exception
+  (:func:`sql_error`). A row that does not fit its column types (checked before the
+  write), or that PostgreSQL refuses with a data error (class ``22``: too long for its
+  ``varchar(n)``, out of range, invalid text...) or an integrity one (class ``23``: a
+  duplicate key, NOT NULL, a foreign key, a CHECK) goes to ``on_permanent_failure``: the
+  worker dead-letters it, with the SQLSTATE, the server's message and the row's
+  topic/partition/offset. A flush refused with such an error is split in halves, each
+  written on its own (one transaction each) and split again while it fails, until the
+  refused rows are alone: k bad rows in n cost O(k log n) writes, the other rows land.
+  Every other failure (class ``08`` connection, ``53`` resources, ``57P01`` shutdown,
+  ``40001``/``40P01`` serialization/deadlock, no SQLSTATE at all...) raises
   :class:`~actors.errors.SinkError`: the worker backs off and retries the batch, and
-  commits nothing meanwhile. The table check at :meth:`JdbcSink.open` is retried at the
-  first write when the database cannot be reached at open.
+  commits nothing meanwhile. A write that failed wrote nothing (one transaction); the rows
+  an interrupted split already wrote or refused are taken off the batch, so its retry
+  writes the others and nothing twice. The table check at :meth:`JdbcSink.open` is
+  retried at the first write when the database cannot be reached at open.
 
 The password is never logged; URLs are shown without their query string.
 pyspark is imported only inside functions: importing this module does not load it.
@@ -172,6 +183,105 @@ def _pg_check(value: Any, column: Column) -> Any:
     return value
 
 
+# SQLSTATE classes that are facts about the rows written: data exceptions and integrity
+# constraint violations. Any other SQLSTATE, or none, is retried.
+ROW_ERROR_CLASSES = ("22", "23")
+_STATE_NAMES = {
+    "22001": "string_data_right_truncation", "22003": "numeric_value_out_of_range",
+    "22007": "invalid_datetime_format", "22008": "datetime_field_overflow",
+    "22021": "character_not_in_repertoire", "22P02": "invalid_text_representation",
+    "22P05": "untranslatable_character", "23502": "not_null_violation",
+    "23503": "foreign_key_violation", "23505": "unique_violation",
+    "23514": "check_violation", "23P01": "exclusion_violation",
+}
+
+
+def is_row_error(state: str | None) -> bool:
+    """Whether a failure with this SQLSTATE is a fact about the rows written (dead-letter
+    them) rather than about the database or the connection (retry)."""
+    return state is not None and state[:2] in ROW_ERROR_CLASSES
+
+
+def _java_chain(java: Any) -> Any:
+    """``java`` and its causes, each followed by its SQL ``getNextException`` chain."""
+    for _ in range(20):
+        if java is None:
+            return
+        yield java
+        try:
+            following = java.getNextException()
+        except Exception:  # noqa: BLE001 - not an SQLException
+            following = None
+        for _ in range(20):
+            if following is None:
+                break
+            yield following
+            following = following.getNextException()
+        java = java.getCause()
+
+
+def sql_error(exc: BaseException) -> tuple[str | None, str]:
+    """Spark thread: the SQLSTATE and the message of the JDBC error inside ``exc`` (a Py4J
+    error; the SQLException may be the cause of Spark's "Job aborted" exception, a
+    ``BatchUpdateException`` holds the server's error as its next exception), or
+    ``(None, short text)`` when no SQLException carries a SQLSTATE."""
+    java = getattr(exc, "java_exception", None)
+    found: list[tuple[str, str, str]] = []
+    try:
+        for error in _java_chain(java):
+            try:
+                state = error.getSQLState()
+            except Exception:  # noqa: BLE001, S112 - not an SQLException
+                continue
+            if state:
+                found.append((str(state), error.getClass().getName(),
+                              " ".join(str(error.getMessage()).split())))
+    except Exception:  # noqa: BLE001 - the JVM may be gone: no SQLSTATE then
+        logger.debug("jdbc sink: cannot read the SQLSTATE of %s", type(exc).__name__)
+    # The server's own error rather than the BatchUpdateException that quotes the batch.
+    found.sort(key=lambda f: f[1].endswith("BatchUpdateException"))
+    if not found:
+        return None, _short(exc)
+    state, name, message = found[0]
+    return state, f"{name}: {message[:500]}"
+
+
+def state_text(state: str | None) -> str:
+    """``SQLSTATE 23505 (unique_violation)``."""
+    if state is None:
+        return "no SQLSTATE"
+    name = _STATE_NAMES.get(state)
+    return f"SQLSTATE {state}" + (f" ({name})" if name else "")
+
+
+class AppendError(Exception):
+    """An append of rows failed: its SQLSTATE (None if unknown) and message."""
+
+    def __init__(self, state: str | None, message: str) -> None:
+        super().__init__(f"{message} ({state_text(state)})")
+        self.state = state
+        self.message = message
+        self.rows = 0  # how many the failed append held
+
+    @property
+    def row_error(self) -> bool:
+        return is_row_error(self.state)
+
+
+class JdbcPart:
+    """One sink write's rows in a flush: those not written yet (a flush takes the rows
+    it wrote or refused off the list), and those PostgreSQL refused, not yet reported."""
+
+    __slots__ = ("refused", "rows")
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+        self.refused: list[tuple[Row, str]] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 def _short(exc: BaseException) -> str:
     """The first line of a (Java) error, without the Py4J call noise."""
     java = getattr(exc, "java_exception", None)
@@ -206,10 +316,14 @@ class JdbcTableWriter(TableWriter):
             props["password"] = self.settings.password.get_secret_value()
         return props
 
-    def convert(self, rows: Sequence[Row]) -> tuple[list[tuple[Any, ...]], list[tuple[Row, str]]]:
+    def convert(self, rows: Sequence[Row]) -> tuple[JdbcPart, list[tuple[Row, str]]]:
         """The rows as tuples in table order, and the rows that do not fit, each with the
         reason naming the table, the row's coordinates and the column."""
-        return check_rows(rows, self._all, f"jdbc sink {self.table}", _pg_check)
+        good, rejected = check_rows(rows, self._all, f"jdbc sink {self.table}", _pg_check)
+        return JdbcPart(good), rejected
+
+    def refused(self, part: JdbcPart) -> list[tuple[Row, str]]:
+        return part.refused
 
     # -- Spark thread -----------------------------------------------------------------
 
@@ -230,7 +344,8 @@ class JdbcTableWriter(TableWriter):
                 raise FatalError(f"{self.where}: the JDBC driver {name} is not on Spark's "
                                  f"classpath and the jar {jar} does not exist (install "
                                  "Debian's libpostgresql-jdbc-java or set sink.jar)") from None
-            spark.sql(f"ADD JAR '{str(jar.resolve())}'")
+            _driver_loader_add(spark, jar)  # first: every class of the jar loads there
+            spark.sql(f"ADD JAR '{str(jar.resolve())}'")  # ships it to the executors
             try:
                 load()
             except Exception as exc:  # noqa: BLE001
@@ -299,23 +414,91 @@ class JdbcTableWriter(TableWriter):
                     "created" if created else "checked", safe_url(self.url))
 
     async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
-        rows = [r for tuples, _ in batch for r in tuples]
+        parts: list[JdbcPart] = [part for part, _ in batch]
+        rows = [(part, row) for part in parts for row in part.rows]
+        done = [False] * len(rows)  # written or refused
+        error: Exception | None = None
         try:
             await self.register()
-            await self.actor.call(lambda spark: self._append(spark, rows))
-        except Exception as exc:  # noqa: BLE001 - any failure fails the writes of the batch
-            error: Exception = exc if isinstance(exc, FatalError | SinkError) else SinkError(
-                f"{self.where}: append of {len(rows)} row(s) failed: {_short(exc)}")
-            if error is not exc:
-                error.__cause__ = exc
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-            return
-        self.flushes += 1
-        for _, future in batch:
-            if not future.done():
+            failure = await self._try_append([row for _, row in rows])
+            if failure is None:
+                done = [True] * len(rows)
+            else:
+                logger.warning("%s: append of %d row(s) refused: %s; splitting the batch to "
+                               "find the rows", self.where, len(rows), failure)
+                await self._split(rows, 0, len(rows), done, failure)
+        except AppendError as exc:  # not a fact about rows: the batch is retried
+            error = SinkError(f"{self.where}: append of {exc.rows} row(s) failed: {exc}")
+            error.__cause__ = exc.__cause__
+        except (FatalError, SinkError) as exc:
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - any other failure is retried
+            error = SinkError(f"{self.where}: append of {len(rows)} row(s) failed: "
+                              f"{_short(exc)}")
+            error.__cause__ = exc
+        finally:
+            for part in parts:  # what a retry still has to write
+                part.rows.clear()
+            for (part, row), written in zip(rows, done, strict=True):
+                if not written:
+                    part.rows.append(row)
+        if error is None:
+            self.flushes += 1
+        for part, future in batch:
+            if future.done():
+                continue
+            if error is not None and part.rows:
+                future.set_exception(error)
+            else:
                 future.set_result(None)
+
+    async def _try_append(self, rows: list[tuple[Any, ...]]) -> AppendError | None:
+        """Append ``rows`` in one transaction: None if written, the error if PostgreSQL
+        refused them for a fact about rows; raises AppendError for any other failure."""
+        try:
+            await self.actor.call(lambda spark: self._append_or_classify(spark, rows))
+        except AppendError as exc:
+            if exc.row_error:
+                return exc
+            exc.rows = len(rows)
+            raise
+        return None
+
+    async def _split(self, rows: list[tuple[JdbcPart, tuple[Any, ...]]], start: int,
+                     end: int, done: list[bool], failure: AppendError) -> None:
+        """``rows[start:end]`` were refused with ``failure``, a fact about rows: a row
+        alone goes to its part's refused list; else each half is written on its own and
+        a refused half split again. Marks in ``done`` the rows written or refused."""
+        if end - start == 1:
+            part, row = rows[start]
+            part.refused.append(self._refusal(row, failure))
+            done[start] = True
+            return
+        middle = (start + end) // 2
+        for low, high in ((start, middle), (middle, end)):
+            refused = await self._try_append([row for _, row in rows[low:high]])
+            if refused is None:
+                done[low:high] = [True] * (high - low)
+            else:
+                await self._split(rows, low, high, done, refused)
+
+    def _refusal(self, row: tuple[Any, ...], failure: AppendError) -> tuple[Row, str]:
+        """The row as a dict (for the dead letter) and the reason it was refused."""
+        values = dict(zip((c.name for c in self._all), row, strict=False))
+        where = (f"topic {values.get('_topic')!r} partition {values.get('_partition')} "
+                 f"offset {values.get('_offset')}")
+        return values, (f"jdbc sink {self.table}: row at {where}: refused by PostgreSQL "
+                        f"with {state_text(failure.state)}: {failure.message}")
+
+    def _append_or_classify(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Spark thread: :meth:`_append`, its failure as an AppendError with the SQLSTATE."""
+        try:
+            self._append(spark, rows)
+        except (FatalError, SinkError):
+            raise
+        except Exception as exc:
+            state, message = sql_error(exc)
+            raise AppendError(state, message) from exc
 
     def _append(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
         """Spark thread: append ``rows`` in one JDBC write of one partition (one
@@ -338,6 +521,26 @@ class JdbcTableWriter(TableWriter):
             writer = writer.option(key, value)
         writer.save()
         logger.debug("jdbc sink: %s: appended %d row(s)", self.table, len(rows))
+
+
+def _driver_loader_add(spark: Any, jar: Path) -> None:
+    """Spark thread: put ``jar`` on the class loader the driver reads task failures with.
+
+    ``ADD JAR`` puts it on the session's loader (a child of that one) and ships it to the
+    executors, but Spark deserializes a failed task's exception on the driver with the
+    application loader: without the driver's classes there, a failed JDBC write arrives as
+    ``UnknownReason``, without the PostgreSQL error and its SQLSTATE (a duplicate key would
+    look like an outage and be retried forever). Added before ``ADD JAR``, so that the
+    session's loader finds every class of the jar in its parent (one loader for all)."""
+    loader = spark._jsparkSession.sharedState().jarClassLoader()
+    while loader is not None and loader.getClass().getName() != (
+            "org.apache.spark.util.MutableURLClassLoader"):
+        loader = loader.getParent()
+    if loader is None:
+        logger.warning("jdbc sink: no Spark application class loader found; a failed write "
+                       "may not show its SQLSTATE (put %s in spark.jars)", jar)
+        return
+    loader.addURL(spark._jvm.java.io.File(str(jar.resolve())).toURI().toURL())
 
 
 # One writer per (actor, url, user, table): the workers of a process share its batches.

@@ -303,6 +303,12 @@ class TableWriter:
         :func:`actors.table_rows.record_batch`)."""
         return record_batch(rows, self._all, f"spark sink {self.table}")
 
+    def refused(self, part: Any) -> list[tuple[Row, str]]:
+        """The rows of ``part`` the table refused while they were written (each with the
+        reason), not yet reported: the sink dead-letters them and takes them off this
+        list. None here: Parquet takes every row :meth:`convert` let through."""
+        return []
+
     async def register(self) -> None:
         """Create the table by location if needed, and find its existing partitions."""
         if self._registered:
@@ -583,11 +589,25 @@ class TableSink(Sink):
             await self._writer.write(good)
         except SinkError:
             self._failed[id(rows)] = (rows, good)  # kept for the retry of this batch
+            await self._report_refused(self._writer, good)
             raise
         except BaseException:
             self._failed.pop(id(rows), None)
             raise
+        self._failed[id(rows)] = (rows, good)  # a failed dead-letter write is retried
+        await self._report_refused(self._writer, good)
         self._failed.pop(id(rows), None)
+
+    async def _report_refused(self, writer: TableWriter, part: Any) -> None:
+        """Dead-letter the rows the table refused while ``part`` was written (e.g. a
+        PostgreSQL constraint), each once: a row leaves the list once reported."""
+        refused = writer.refused(part)
+        while refused:
+            row, reason = refused[0]
+            result = self.on_permanent_failure([row], 0, reason)
+            if result is not None:
+                await result
+            refused.pop(0)
 
 
 class SparkSink(TableSink):

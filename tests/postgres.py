@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +106,39 @@ class Postgres:
     def create_database(self) -> None:
         self.psql(f"CREATE ROLE {USER} LOGIN PASSWORD 'secret'", database="postgres")
         self.psql(f"CREATE DATABASE {DATABASE} OWNER {USER}", database="postgres")
+
+    def hold_lock(self, table: str, timeout: float = 30) -> subprocess.Popen[str]:
+        """A psql session holding an ACCESS EXCLUSIVE lock on ``table`` (every other
+        access to it waits) until the server stops; returns once the lock is held."""
+        psql = self.bin / "psql"
+        proc = subprocess.Popen(self._cmd(  # noqa: S603 - our own server, fixed arguments
+            str(psql) if psql.exists() else "psql", "-X", "-q", "-h", "127.0.0.1", "-p",
+            str(self.port), "-U", "postgres", "-d", DATABASE, "-c",
+            f'BEGIN; LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600);'),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        held = ("SELECT count(*) FROM pg_locks WHERE granted AND mode = "  # noqa: S608
+                f"'AccessExclusiveLock' AND relation = '\"{table}\"'::regclass")
+        self._await(held, timeout)
+        return proc
+
+    def stop_when_waiting_on_lock(self, timeout: float = 60) -> threading.Thread:
+        """In a thread: stop the server (fast: sessions are terminated) as soon as a
+        session waits on a lock."""
+        def run() -> None:
+            self._await("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                        "'Lock'", timeout)
+            self.stop()
+
+        thread = threading.Thread(target=run, name="pg-stop-on-lock")
+        thread.start()
+        return thread
+
+    def _await(self, count_sql: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.psql(count_sql) == [["0"]]:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still 0 after {timeout}s: {count_sql}")
+            time.sleep(0.05)
 
     def wait_until_down(self, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -310,3 +312,174 @@ async def test_kstage_run_backs_off_during_outages_and_lands_everything(
     assert sorted((int(p), int(o)) for _, p, o in rows) == sorted(
         (i % 2, i // 2) for i in range(60))  # each event once
     assert {r[0] for r in rows} == {topic}
+
+
+def narrow_table(pg: Postgres, table: str) -> None:
+    """``table`` made beforehand: ``dedupe_status`` is ``varchar(7)`` ('DEDUPED' fits) and
+    the Kafka coordinates are its primary key."""
+    pg.psql(create_table_sql(table, PROCESSOR.columns))
+    pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
+    pg.psql(f'ALTER TABLE "{table}" ALTER COLUMN dedupe_status TYPE varchar(7)')
+    pg.psql(f'ALTER TABLE "{table}" ADD PRIMARY KEY (_topic, _partition, _offset)')
+
+
+def counting_appends(sink: JdbcSink, monkeypatch: pytest.MonkeyPatch,
+                     before: Any = None) -> list[int]:
+    """The sizes of the JDBC appends the sink's writer makes; ``before(n)`` runs on the
+    Spark thread before the n-th one (1-based)."""
+    writer = sink._writer
+    assert writer is not None
+    sizes: list[int] = []
+    append = writer._append
+
+    def counted(spark: Any, rows: list[tuple[Any, ...]]) -> None:
+        sizes.append(len(rows))
+        if before is not None:
+            before(len(sizes))
+        append(spark, rows)
+
+    monkeypatch.setattr(writer, "_append", counted)
+    return sizes
+
+
+def refusals(sink: JdbcSink) -> list[tuple[int, int, str]]:
+    """Collect (partition, offset, reason) of the rows the sink dead-letters."""
+    got: list[tuple[int, int, str]] = []
+
+    def handler(rows: list[Row], status: int, reason: str) -> None:
+        assert status == 0 and len(rows) == 1
+        got.append((rows[0]["_partition"], rows[0]["_offset"], reason))
+
+    sink.on_permanent_failure = handler
+    return got
+
+
+async def test_rows_postgresql_refuses_are_dead_lettered_and_the_rest_written_once(
+        actor: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value too long for its varchar(n) and a duplicate key are facts about rows: the
+    flush is split until they are alone, they are dead-lettered with the SQLSTATE, the
+    server's message and their coordinates, every other row is written once, and the
+    writes return (the worker commits) instead of failing for ever."""
+    pg, table = running, "stg_jdbc_split"
+    narrow_table(pg, table)
+    one, two = await opened(actor, pg, table), await opened(actor, pg, table)
+    pg.psql(f"INSERT INTO \"{table}\" (cluster, dataset, log_event_time, _topic, _partition, "  # noqa: S608
+            f"_offset, _ingested_at) VALUES ('c', 'd', 0, '{TOPIC}', 5, 17, now())")
+    sizes = counting_appends(one, monkeypatch)
+    refused_one, refused_two = refusals(one), refusals(two)
+    a, b = events(5, 0, 32), events(6, 0, 32)
+    a[3]["dedupe_status"] = "NOT_DEDUPED"  # too long for varchar(7)
+    b[30]["dedupe_status"] = "UNKNOWN!"
+    async with asyncio.timeout(240):
+        await asyncio.gather(one.write(a), two.write(b))  # one flush of 64 rows
+    assert [(p, o) for p, o, _ in refused_one] == [(5, 3), (5, 17)]
+    assert [(p, o) for p, o, _ in refused_two] == [(6, 30)]
+    too_long, duplicate = refused_one[0][2], refused_one[1][2]
+    assert too_long == (
+        f"jdbc sink {table}: row at topic '{TOPIC}' partition 5 offset 3: refused by "
+        "PostgreSQL with SQLSTATE 22001 (string_data_right_truncation): "
+        "org.postgresql.util.PSQLException: ERROR: value too long for type character "
+        "varying(7)")
+    assert duplicate.startswith(
+        f"jdbc sink {table}: row at topic '{TOPIC}' partition 5 offset 17: refused by "
+        "PostgreSQL with SQLSTATE 23505 (unique_violation): org.postgresql.util."
+        f"PSQLException: ERROR: duplicate key value violates unique constraint "
+        f'"{table}_pkey" Detail: Key (_topic, _partition, _offset)=({TOPIC}, 5, 17) '
+        "already exists."), duplicate
+    assert "SQLSTATE 22001" in refused_two[0][2] and "offset 30" in refused_two[0][2]
+    assert offsets_in(pg, table) == sorted(  # each row once, the old (5, 17) kept
+        [(5, o) for o in range(32) if o != 3] + [(6, o) for o in range(32) if o != 30])
+    kept = f'SELECT cluster FROM "{table}" WHERE _offset = 17 AND _partition = 5'  # noqa: S608
+    assert pg.psql(kept) == [["c"]]
+    # one failed append, then halves: 3 bad rows in 64 cost O(k log n) appends, not 64
+    assert sizes[0] == 64 and len(sizes) <= 1 + 2 * 3 * 6, sizes
+    assert one._writer is not None and one._writer.flushes == 1
+
+
+async def test_postgresql_restarted_while_a_batch_is_split(
+        actor: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL is restarted in the middle of a split flush, with a write blocked in it
+    (a restart of the server, then an outage): the write fails with SinkError, nothing is
+    dead-lettered for it; the rows already written or refused are not written or
+    dead-lettered again by the retry, which writes the rest once the server is back."""
+    pg, table = running, "stg_jdbc_split_restart"
+    narrow_table(pg, table)
+    sink = await opened(actor, pg, table)
+    refused = refusals(sink)
+    locker: list[subprocess.Popen[str]] = []
+    stopper: list[threading.Thread] = []
+
+    def restart_during(n: int) -> None:
+        if n != 11:  # 1: all 32 rows; 2, 3, 5, 6, 8: refused halves; 4, 7, 9, 10: written
+            return
+        # The 11th append (rows 16..31) blocks on a lock until the server goes down.
+        locker.append(pg.hold_lock(table))
+        stopper.append(pg.stop_when_waiting_on_lock())
+
+    sizes = counting_appends(sink, monkeypatch, restart_during)
+    batch = events(0, 0, 32)
+    for bad in (5, 20):
+        batch[bad]["dedupe_status"] = "NOT_DEDUPED"
+    with pytest.raises(SinkError) as caught:
+        async with asyncio.timeout(240):
+            await sink.write(batch)
+    message = str(caught.value)
+    assert message.startswith(f"jdbc sink {table} at {pg.url}: append of 16 row(s) failed: "
+                              "org.postgresql.util.PSQLException: "), message
+    assert "(SQLSTATE 57P01)" in message or "(SQLSTATE 08" in message, message
+    assert [(p, o) for p, o, _ in refused] == [(0, 5)]  # found before the restart
+    assert sizes[:11] == [32, 16, 8, 4, 4, 2, 1, 1, 2, 8, 16]
+    for thread in stopper:
+        thread.join(timeout=60)
+    assert not pg.running
+    for proc in locker:
+        proc.wait(timeout=30)
+    with pytest.raises(SinkError, match=r"\(SQLSTATE 08001\)"):
+        async with asyncio.timeout(120):
+            await sink.write(batch)  # the worker's retry while the server is down
+    assert len(refused) == 1
+    pg.start()
+    async with asyncio.timeout(240):
+        await sink.write(batch)  # the retry after the restart
+    assert [(p, o) for p, o, _ in refused] == [(0, 5), (0, 20)]
+    assert offsets_in(pg, table) == [(0, o) for o in range(32) if o not in (5, 20)]
+
+
+@pytest.mark.kafka
+async def test_kstage_run_dead_letters_rows_postgresql_refuses_and_commits(
+        broker: str, running: Postgres, tmp_path: Path, kstage: Any) -> None:
+    """`kstage run` into a table that refuses two rows (a value too long for its
+    varchar(7), a duplicate key): both are dead-lettered once with their SQLSTATE, the
+    other rows land once and every offset is committed (no endless retry)."""
+    pg, table = running, "stg_jdbc_run_refused"
+    narrow_table(pg, table)
+    group, topic = unique("g-jdbc-refused"), unique("jdbc-refused")
+    await create_topic(broker, topic, partitions=2)
+    values = [event(i) for i in range(20)]
+    values[7]["metadata"]["dedupeStatus"] = "NOT_DEDUPED"  # partition 1 offset 3
+    pg.psql(f"INSERT INTO \"{table}\" (cluster, dataset, log_event_time, _topic, _partition, "  # noqa: S608
+            f"_offset, _ingested_at) VALUES ('c', 'd', 0, '{topic}', 0, 4, now())")
+    await produce(broker, topic, values, partition_of=lambda i: i % 2)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic": topic, "processor": PROCESSOR.name, "format": "json",
+        "options": {"clusters": CLUSTERS},
+        "sink": {"type": "jdbc", "table": table, "url": pg.url, "user": USER,
+                 "password": PASSWORD, "jar": JAR}}])
+    data = yaml.safe_load(cfg.read_text())
+    data["spark"] = {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
+                     "flush_max_interval_s": 0.3}
+    cfg.write_text(yaml.safe_dump(data))
+    proc = kstage(cfg)
+    await wait_committed(broker, group, topic, {0: 10, 1: 10}, proc, timeout=120)
+    proc.signal(signal.SIGTERM)
+    assert await proc.wait(timeout=60) == 0, proc.output()
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    assert sorted((d["partition"], d["offset"]) for d in dead) == [(0, 4), (1, 3)]
+    by_offset = {(d["partition"], d["offset"]): d for d in dead}
+    assert "SQLSTATE 22001 (string_data_right_truncation)" in by_offset[1, 3]["error"]
+    assert "SQLSTATE 23505 (unique_violation)" in by_offset[0, 4]["error"]
+    assert "already exists" in by_offset[0, 4]["response_body"]
+    assert {d["topic"] for d in dead} == {topic}
+    assert "sink write failed" not in proc.output()  # refused rows are not retried
+    assert offsets_in(pg, table) == sorted([(0, o) for o in range(10)] +
+                                           [(1, o) for o in range(10) if o != 3])
