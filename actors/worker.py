@@ -554,21 +554,30 @@ class Worker:
         self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
         savepoint: bool,
     ) -> SinkBatch:
-        if not self._live(tp, self._current_gen):
+        if self._live(tp, self._current_gen):
+            entry = self._tracker.add(tp, next_offset, count, savepoint=savepoint)
+        elif self._mode in (CommitMode.NONE, CommitMode.AUTO):
+            # Revoked meanwhile, offsets not kstage's (auto-commit may have committed
+            # them): the rows are still written, untracked.
+            entry = Entry(tp, next_offset, count, savepoint)
+        else:
             # Revoked while this batch was processed (e.g. during long retry waits): the
             # partition and its messages belong to its new owner now, which re-reads
             # them: never written here (a late write could overtake newer ones).
             self._in_flight -= count
             self._room.set()
             return SinkBatch(rows, Entry(tp, next_offset, count, savepoint, cancelled=True))
-        entry = self._tracker.add(tp, next_offset, count, savepoint=savepoint)
         batch = SinkBatch(rows, entry)
         await self._outbox.put(batch)
         return batch
 
     def _live(self, tp: TopicPartition, gen: int) -> bool:
-        """Work of ``tp`` fetched in generation ``gen`` is still this worker's."""
-        return tp in self._assigned and gen >= self._revoked_at.get(tp, 0)
+        """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes
+        none/auto, where kstage does not own the offsets, as long as ``tp`` is assigned)."""
+        if tp not in self._assigned:
+            return False
+        return (gen >= self._revoked_at.get(tp, 0)
+                or self._mode in (CommitMode.NONE, CommitMode.AUTO))
 
     async def _on_failure(self, rec: Any, exc: BaseException) -> tuple[Outcome, Any]:
         self.stats["failed"] += 1
@@ -735,12 +744,16 @@ class Worker:
             except TimeoutError:
                 logger.warning("%s: revoke: commit of %s did not finish within %.1fs",
                                self.label, parts, rebalance_s / 4)
-        cancelled = self._tracker.cancel(revoked)
-        self._in_flight -= cancelled
-        writes = await self._fence.revoke(revoked)
-        if cancelled or writes:
-            logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d write(s) "
-                        "stopped)", self.label, cancelled, parts, writes)
+            cancelled = self._tracker.cancel(revoked)
+            self._in_flight -= cancelled
+            writes = await self._fence.revoke(revoked)
+            if cancelled or writes:
+                logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
+                            "write(s) stopped)", self.label, cancelled, parts, writes)
+        else:
+            # none/auto: kstage does not own the offsets (auto-commit already committed
+            # the position): writes under way finish, or their messages would be lost.
+            self._tracker.forget(revoked)
         self._room.set()
         self._progress.set()
         logger.info("%s: revoked partitions %s", self.label, parts)
@@ -774,12 +787,13 @@ class Worker:
         gen = self._generation
         advanced = False
         for tp in list(self._assigned):
-            if self._tracker.pending_count(tp):
-                continue
+            if self._tracker.pending_count(tp) or self._tracker.committable(tp) is None:
+                continue  # work pending, or no offset known yet (advance needs one)
             try:
-                position = await consumer.position(tp)
-            except IllegalStateError:
-                continue
+                async with asyncio.timeout(1):  # a position being reset: try next time
+                    position = await consumer.position(tp)
+            except (IllegalStateError, KafkaError, TimeoutError):
+                continue  # errors of the partition surface from the next poll
             if self._in_flight or not self._live(tp, gen):
                 return  # something was fetched or revoked meanwhile
             advanced = self._tracker.advance(tp, position) or advanced
