@@ -76,7 +76,8 @@ class Fence:
     async def revoke(self, tps: set[Any]) -> int:
         """Cancel the running writes of ``tps`` (whose entries are cancelled), wait until
         they ended; returns how many were cancelled."""
-        tasks = [t for t, b in self._writing.items() if b.entry.tp in tps]
+        tasks = [t for t, b in self._writing.items()
+                 if b.entry.tp in tps and b.entry.cancelled]
         for task in tasks:
             task.cancel()
         if tasks:
