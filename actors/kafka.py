@@ -76,11 +76,21 @@ def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def rebalance_timeout_ms(settings: Settings, group: GroupSettings) -> int:
+    """The consumer's rebalance timeout: ``kafka.consumer_config``'s
+    ``rebalance.timeout.ms`` when set, else the group's ``rebalance_timeout_ms``."""
+    value = settings.kafka.consumer_config.get("rebalance.timeout.ms")
+    return group.rebalance_timeout_ms if value is None else int(_plain(value))
+
+
 def build_consumer(
     settings: Settings, group: GroupSettings, bootstrap: str, client_suffix: str
 ) -> AIOKafkaConsumer:
     """An unstarted consumer of ``group``; auto-commit only in commit mode ``auto``."""
     auto = group.commit.mode is CommitMode.AUTO
+    kwargs = client_kwargs(settings.kafka.consumer_config)
+    # Explicit: aiokafka's default is session_timeout_ms, shorter than a revoke's drain.
+    kwargs["rebalance_timeout_ms"] = rebalance_timeout_ms(settings, group)
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         client_id=f"{settings.kafka.client_id}-{client_suffix}",
@@ -93,7 +103,7 @@ def build_consumer(
         session_timeout_ms=group.session_timeout_ms,
         heartbeat_interval_ms=group.heartbeat_interval_ms,
         fetch_max_wait_ms=group.fetch_max_wait_ms,
-        **client_kwargs(settings.kafka.consumer_config),
+        **kwargs,
     )
 
 

@@ -81,7 +81,8 @@ class _SnapshotCollector(Collector):
                                       "Last committed offset (next to read).", labels=part)
         high_water = GaugeMetricFamily("kstage_high_water",
                                        "Fetch high-water mark of the partition.", labels=part)
-        lag = GaugeMetricFamily("kstage_lag", "High-water mark minus processed position.",
+        lag = GaugeMetricFamily("kstage_lag", "High-water mark minus the committable offset "
+                                "(else the committed one), as `kstage lag` computes it.",
                                 labels=part)
         paused = GaugeMetricFamily("kstage_paused_partitions",
                                    "Partitions currently paused.", labels=_LABELS)
@@ -100,6 +101,7 @@ class _SnapshotCollector(Collector):
                     committed.add_metric(plabels, p["committed"])
                 if p["high_water"] is not None:
                     high_water.add_metric(plabels, p["high_water"])
+                if p["lag"] is not None:  # unknown (no offset yet) is not shown as a backlog
                     lag.add_metric(plabels, p["lag"])
         yield from counters.values()
         yield from (restarts, committed, high_water, lag, paused, in_flight)

@@ -7,6 +7,12 @@ order (several requests in flight). The committable offset of a partition is the
 work is ever committed, always as next-offset (last processed + 1).
 
 In savepoint mode only entries flagged ``savepoint`` move the committable offset.
+When a partition has no pending work and the consumer position is past its last entry
+(a transaction's commit marker follows the last record), :meth:`OffsetTracker.advance`
+moves the committable offset to the position. It never moves backwards.
+
+On revoke, :meth:`OffsetTracker.cancel` cancels the partition's pending entries (the
+sink drops them, see :class:`actors.sinks.Fence`) and forgets the partition.
 The tracker is owned by one worker and touched only from its event loop.
 """
 
@@ -27,6 +33,7 @@ class Entry:
     count: int
     savepoint: bool = False
     done: bool = False
+    cancelled: bool = False  # its partition was revoked: never written, never acked
 
 
 @dataclass(slots=True)
@@ -34,6 +41,7 @@ class _PartitionState:
     pending: deque[Entry] = field(default_factory=deque)
     committable: int | None = None
     committed: int | None = None
+    acked: int | None = None  # next_offset of the last acked entry (savepoint or not)
 
 
 class OffsetTracker:
@@ -52,6 +60,8 @@ class OffsetTracker:
 
     def ack(self, entry: Entry) -> None:
         """Mark ``entry`` durable and advance the partition's committable offset."""
+        if entry.cancelled:  # its partition was revoked: its offsets are not ours
+            return
         entry.done = True
         state = self._parts.get(entry.tp)
         if state is None:  # partition was revoked meanwhile: nothing to advance
@@ -59,8 +69,33 @@ class OffsetTracker:
         pending = state.pending
         while pending and pending[0].done:
             head = pending.popleft()
+            state.acked = head.next_offset
             if head.savepoint or not self._savepoint_only:
-                state.committable = head.next_offset
+                state.committable = max(head.next_offset, state.committable or 0)
+
+    def seed(self, tp: TopicPartition, committed: int) -> None:
+        """The group's committed offset of a just assigned partition (known before any
+        work of it is done): the lag's base until the partition's own work moves it."""
+        state = self._parts.setdefault(tp, _PartitionState())
+        if state.committed is None:
+            state.committed = committed
+        if state.committable is None:
+            state.committable = committed
+
+    def advance(self, tp: TopicPartition, position: int) -> bool:
+        """Everything of ``tp`` before the consumer ``position`` is done: the position
+        becomes committable (past a transaction marker). Only when nothing is pending,
+        the partition has a known offset, and (savepoint mode) the last acked work was
+        a savepoint. True when the committable offset moved."""
+        state = self._parts.get(tp)
+        if state is None or state.pending or state.committable is None:
+            return False
+        if self._savepoint_only and state.acked is not None and state.acked != state.committable:
+            return False
+        if position <= state.committable:
+            return False
+        state.committable = position
+        return True
 
     def pending_count(self, tp: TopicPartition | None = None) -> int:
         """Unacknowledged entries of ``tp`` (or of every partition)."""
@@ -90,6 +125,20 @@ class OffsetTracker:
     def committable(self, tp: TopicPartition) -> int | None:
         state = self._parts.get(tp)
         return state.committable if state else None
+
+    def cancel(self, tps: set[TopicPartition]) -> int:
+        """Cancel the pending entries of revoked partitions and forget them; returns the
+        number of messages cancelled (they are neither written nor committed here)."""
+        count = 0
+        for tp in tps:
+            state = self._parts.pop(tp, None)
+            if state is None:
+                continue
+            for entry in state.pending:
+                if not entry.done:
+                    entry.cancelled = True
+                    count += entry.count
+        return count
 
     def forget(self, tps: set[TopicPartition] | frozenset[TopicPartition]) -> None:
         """Drop the state of revoked partitions; late acks for them are ignored."""

@@ -5,6 +5,11 @@ safe and their offsets may be committed. The worker hands :class:`SinkBatch` mes
 its sink through a bounded mailbox; :func:`run_sink` drains the mailbox in order and
 acknowledges each batch after the write returned. A full mailbox blocks the worker's
 processing, which in turn pauses fetching (backpressure without eviction).
+
+Every write runs in its own task, known to a :class:`Fence`: when the worker loses a
+partition (revoke), its batches are cancelled before their write (dropped when their
+turn comes) or during it (the write task, with its retries, is cancelled and awaited),
+so nothing of a revoked partition is written after the revoke finished.
 """
 
 from __future__ import annotations
@@ -34,6 +39,53 @@ class SinkBatch:
 
     rows: Sequence[Row]
     entry: Entry
+
+
+class Fence:
+    """The writes in progress, by batch; cancels those of revoked partitions.
+
+    A batch whose entry is ``cancelled`` is never written, never retried and never
+    acked: :meth:`write` returns False for it.
+    """
+
+    def __init__(self) -> None:
+        self._writing: dict[asyncio.Task[None], SinkBatch] = {}
+
+    async def write(self, sink: Sink, batch: SinkBatch, label: str,
+                    backoff_s: tuple[float, float],
+                    on_write_seconds: Callable[[float], None] | None,
+                    health: SinkHealth | None = None) -> bool:
+        """Write ``batch`` (retrying, see :func:`_write`); False when it was fenced."""
+        if batch.entry.cancelled:
+            return False
+        task = asyncio.create_task(_write(sink, batch, label, backoff_s, on_write_seconds,
+                                          health),
+                                   name=f"{label}:write[{batch.entry.tp.partition}]")
+        self._writing[task] = batch
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            del self._writing[task]
+        if task.cancelled():
+            if batch.entry.cancelled:
+                return False
+            raise asyncio.CancelledError
+        task.result()  # a write error that is not retried
+        return not batch.entry.cancelled
+
+    async def revoke(self, tps: set[Any]) -> int:
+        """Cancel the running writes of ``tps`` (whose entries are cancelled), wait until
+        they ended; returns how many were cancelled."""
+        tasks = [t for t, b in self._writing.items()
+                 if b.entry.tp in tps and b.entry.cancelled]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        return len(tasks)
 
 
 _LANE_BATCHES = 2
@@ -162,6 +214,7 @@ async def _run_pipelined(
     label: str,
     retry_backoff_s: tuple[float, float],
     on_write_seconds: Callable[[float], None] | None,
+    fence: Fence,
     health: SinkHealth | None,
 ) -> None:
     """:func:`run_sink` for a pipelined sink: start each write at once (each retries on
@@ -174,8 +227,8 @@ async def _run_pipelined(
             if item is END:
                 return
             batch, task = item
-            await task
-            on_ack(batch)
+            if await task:
+                on_ack(batch)
 
     async with asyncio.TaskGroup() as tg:
         tg.create_task(acker(), name=f"{label}:sink-acks")
@@ -184,8 +237,9 @@ async def _run_pipelined(
             if batch is END:
                 await window.put(END)  # the acker finishes the outstanding writes first
                 break
-            task = tg.create_task(_write(sink, batch, label, retry_backoff_s,
-                                         on_write_seconds, health), name=f"{label}:sink-write")
+            task = tg.create_task(fence.write(sink, batch, label, retry_backoff_s,
+                                              on_write_seconds, health),
+                                  name=f"{label}:sink-write")
             await window.put((batch, task))
 
 
@@ -208,7 +262,7 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
     learns of every failed attempt and of the success."""
     delay = backoff_s[0]
     key = (batch.entry.tp.topic, batch.entry.tp.partition)
-    while True:
+    while not batch.entry.cancelled:
         try:
             started = time.monotonic()
             await sink.write(batch.rows)
@@ -234,6 +288,7 @@ async def run_sink(
     label: str,
     retry_backoff_s: tuple[float, float] = (0.5, 30.0),
     on_write_seconds: Callable[[float], None] | None = None,
+    fence: Fence | None = None,
     health: SinkHealth | None = None,
 ) -> None:
     """The sink actor: write each batch, ack it once durable; return on :data:`END`.
@@ -250,12 +305,14 @@ async def run_sink(
     ``max_concurrency`` at a time. Acks may then arrive out of order across partitions;
     the offset tracker only ever commits each partition's contiguous prefix.
 
+    Batches that ``fence`` cancelled (revoked partitions) are dropped, not acked.
     ``health`` (the worker's :class:`SinkHealth`) learns of every failed and successful
     write, for ``/readyz``.
     """
+    fence = fence or Fence()
     if getattr(sink, "pipelined", False):
         await _run_pipelined(sink, mailbox, on_ack, label, retry_backoff_s, on_write_seconds,
-                             health)
+                             fence, health)
         return
     concurrency = int(getattr(sink, "max_concurrency", 1) or 1)
     if concurrency <= 1:
@@ -263,8 +320,9 @@ async def run_sink(
             batch = await mailbox.get()
             if batch is END:
                 return
-            await _write(sink, batch, label, retry_backoff_s, on_write_seconds, health)
-            on_ack(batch)
+            if await fence.write(sink, batch, label, retry_backoff_s, on_write_seconds,
+                                 health):
+                on_ack(batch)
 
     slots = asyncio.Semaphore(concurrency)
 
@@ -274,8 +332,10 @@ async def run_sink(
             if batch is END:
                 return
             async with slots:
-                await _write(sink, batch, label, retry_backoff_s, on_write_seconds, health)
-            on_ack(batch)
+                written = await fence.write(sink, batch, label, retry_backoff_s,
+                                            on_write_seconds, health)
+            if written:
+                on_ack(batch)
 
     lanes: dict[Any, asyncio.Queue[SinkBatch]] = {}
     async with asyncio.TaskGroup() as tg:

@@ -13,7 +13,13 @@ A worker runs four loops in one ``asyncio.TaskGroup``, talking through mailboxes
   policy, and hands each partition batch to the sink as a :class:`SinkBatch`.
 * **sink** (:func:`actors.sinks.run_sink`) writes batches in order and acks them.
 * **commit** commits, per commit mode, only offsets whose work the sink acked, only
-  contiguous ones, as next-offset; also on partition revoke, after draining.
+  contiguous ones, as next-offset (or the consumer position once everything before it
+  is done: past a transaction's commit marker); also on partition revoke, after draining.
+
+Revoke: the drain of a revoked partition's work is bounded by half the rebalance timeout,
+then what is left is fenced: its batches are cancelled before or during their write
+(:class:`actors.sinks.Fence`), batches fetched before the revoke are dropped, and nothing
+of the partition is written after the revoke returned.
 
 Stopping: :meth:`Worker.stop_intake` ends the fetch loop; the END sentinel then flows
 down the pipeline, every loop finishes its queue, and a final commit follows (phase 1).
@@ -50,11 +56,11 @@ from actors.errors import (
     PermanentSinkError,
 )
 from actors.failure import FailurePolicy, Outcome, Sleep
-from actors.kafka import build_consumer, coordinator_known
+from actors.kafka import build_consumer, coordinator_known, rebalance_timeout_ms
 from actors.metrics import Metrics
 from actors.offsets import Entry, OffsetTracker
 from actors.sink_health import SinkHealth
-from actors.sinks import END, SinkBatch, build_sink, run_sink
+from actors.sinks import END, Fence, SinkBatch, build_sink, run_sink
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
 from processors.errors import ProcessorError
@@ -170,6 +176,14 @@ class Worker:
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
         self.dead_letter_error: str | None = None  # why the last dead-letter write failed
+        self._fence = Fence()
+        # Fencing of revoked partitions: every revoke bumps the generation; work fetched
+        # in a generation before its partition's last revoke is stale and dropped.
+        self._generation = 0
+        self._revoked_at: dict[TopicPartition, int] = {}
+        self._current_gen = 0
+        self._unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
+        self._process_ended = False
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -180,13 +194,9 @@ class Worker:
         partitions = []
         for tp in sorted(self._assigned, key=lambda t: t.partition):
             hw = consumer.highwater(tp) if consumer is not None else None
-            committed = self._tracker.committed(tp)
-            position = self._tracker.committable(tp)
-            if position is None:
-                position = committed
-            lag = None if hw is None else max(hw - (position or 0), 0)
-            partitions.append({"partition": tp.partition, "committed": committed,
-                               "high_water": hw, "lag": lag})
+            partitions.append({"partition": tp.partition,
+                               "committed": self._tracker.committed(tp),
+                               "high_water": hw, "lag": self._lag(tp, hw)})
         return {
             "group": self.group_id, "topic": self.topic.topic, "label": self.label,
             "stats": dict(self.stats), "restarts": self.restarts,
@@ -205,11 +215,20 @@ class Worker:
         consumer = self._consumer
         if consumer is not None:
             for tp in self._assigned:
-                hw = consumer.highwater(tp)
-                done = self._tracker.committable(tp)
-                if hw is not None and done is not None:
-                    lag += max(hw - done, 0)
+                lag += self._lag(tp, consumer.highwater(tp)) or 0
         return {**self.stats, "in_flight": self._in_flight, "lag": lag}
+
+    def _lag(self, tp: TopicPartition, high_water: int | None) -> int | None:
+        """The one definition of lag (also ``kstage lag``'s): high-water minus the
+        committable offset (everything before it done: the consumer position once a
+        partition is drained), else the group's committed offset; None when neither is
+        known (never counted from 0)."""
+        done = self._tracker.committable(tp)
+        if done is None:
+            done = self._tracker.committed(tp)
+        if high_water is None or done is None:
+            return None
+        return max(high_water - done, 0)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -311,18 +330,21 @@ class Worker:
         max_in_flight = self.group.commit.max_in_flight
         max_records = self.group.max_poll_records
         pause_after = min(self.group.max_poll_interval_ms / 4000, 5.0)
-        backlog: deque[tuple[TopicPartition, list[Any]]] = deque()
+        backlog: deque[tuple[TopicPartition, list[Any], int]] = deque()
         inbox = self._inbox
         paused = False
         full_since: float | None = None
         while not self._stop_intake.is_set():
+            if self._unseeded:
+                await self._seed_committed(consumer)
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
             if backlog and self._in_flight < max_in_flight:
                 # Keep aiokafka's buffer drained so its next fetch request goes out early
                 # (prefetch up to max_in_flight), without blocking: the inbox may free up.
+                gen = self._generation
                 data = await self._poll(consumer, max_records, 0)
-                self._fetched(data, backlog)
+                self._fetched(data, backlog, gen)
                 if not data:
                     self._room.clear()
                     try:
@@ -342,7 +364,8 @@ class Worker:
                                 self.label, now - full_since)
                 if paused:
                     consumer.pause(*consumer.assignment())
-                    self._fetched(await self._poll(consumer, max_records, 0), backlog)
+                    gen = self._generation
+                    self._fetched(await self._poll(consumer, max_records, 0), backlog, gen)
                 self._room.clear()
                 try:
                     await asyncio.wait_for(self._room.wait(), min(pause_after, 1.0))
@@ -353,24 +376,27 @@ class Worker:
             if paused:
                 consumer.resume(*consumer.paused())
                 paused = False
+            gen = self._generation
             data = await self._poll(consumer, max_records, _POLL_MS)
             if not data:
+                await self._advance_to_positions(consumer)
                 if self._drain:
                     await self._check_drained()
                 continue
-            self._fetched(data, backlog)
+            self._fetched(data, backlog, gen)
         for item in backlog:  # fetched, never processed: not committed, re-read later
             self._in_flight -= len(item[1])
         await inbox.put(END)
 
     def _fetched(self, data: dict[TopicPartition, list[Any]],
-                 backlog: deque[tuple[TopicPartition, list[Any]]]) -> None:
+                 backlog: deque[tuple[TopicPartition, list[Any], int]], gen: int) -> None:
+        """Queue fetched batches, tagged with the generation their poll started in."""
         for tp, records in data.items():
             self._in_flight += len(records)
             self.stats["consumed"] += len(records)
             if self.metrics is not None:
                 self.metrics.batch_size.labels(self.group_id, tp.topic).observe(len(records))
-            backlog.append((tp, records))
+            backlog.append((tp, records, gen))
 
     async def _poll(self, consumer: AIOKafkaConsumer, max_records: int, timeout_ms: int
                     ) -> Any:
@@ -396,14 +422,15 @@ class Worker:
                 self._room.set()
                 if item is END:
                     break
-                tp, records = item
-                if tp not in self._assigned:  # revoked while queued: the new owner re-reads
+                tp, records, gen = item
+                if not self._live(tp, gen):  # revoked while queued: the new owner re-reads
                     self._in_flight -= len(records)
+                    self._room.set()
                     continue
                 if self._wait_for_ack and self._commit_lock.locked():
                     async with self._commit_lock:  # layline's wait_for_ack: no overlap
                         pass
-                self._current_tp = tp
+                self._current_tp, self._current_gen = tp, gen
                 try:
                     if self._mode is CommitMode.PER_MESSAGE:
                         finished = await self._process_each(tp, records)
@@ -416,6 +443,7 @@ class Worker:
                     break
         except MessageFailedError as exc:
             failure = exc
+        self._process_ended = True  # no position is committable from now on
         # Normal end, abandon or throw: the sink finishes what it was given first.
         await self._outbox.put(END)
         if failure is not None:
@@ -580,7 +608,7 @@ class Worker:
                 out = result[0] if outcome is Outcome.RECOVERED else ()
             self.stats["processed"] += 1
             batch = await self._ship(tp, list(out), rec.offset + 1, 1, savepoint=True)
-            while not batch.entry.done:
+            while not (batch.entry.done or batch.entry.cancelled):
                 self._progress.clear()
                 await self._progress.wait()
             await self._commit()
@@ -590,16 +618,30 @@ class Worker:
         self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
         savepoint: bool,
     ) -> SinkBatch:
-        if tp in self._assigned:
+        if self._live(tp, self._current_gen):
             entry = self._tracker.add(tp, next_offset, count, savepoint=savepoint)
+        elif self._mode in (CommitMode.NONE, CommitMode.AUTO):
+            # Revoked meanwhile, offsets not kstage's (auto-commit may have committed
+            # them): the rows are still written, untracked.
+            entry = Entry(tp, next_offset, count, savepoint)
         else:
             # Revoked while this batch was processed (e.g. during long retry waits): the
-            # rows are still written (at-least-once), but the partition's offsets belong to
-            # its new owner now: an untracked entry never resurrects its commit state.
-            entry = Entry(tp, next_offset, count, savepoint)
+            # partition and its messages belong to its new owner now, which re-reads
+            # them: never written here (a late write could overtake newer ones).
+            self._in_flight -= count
+            self._room.set()
+            return SinkBatch(rows, Entry(tp, next_offset, count, savepoint, cancelled=True))
         batch = SinkBatch(rows, entry)
         await self._outbox.put(batch)
         return batch
+
+    def _live(self, tp: TopicPartition, gen: int) -> bool:
+        """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes
+        none/auto, where kstage does not own the offsets, as long as ``tp`` is assigned)."""
+        if tp not in self._assigned:
+            return False
+        return (gen >= self._revoked_at.get(tp, 0)
+                or self._mode in (CommitMode.NONE, CommitMode.AUTO))
 
     async def _on_failure(self, rec: Any, exc: BaseException) -> tuple[Outcome, Any]:
         self.stats["failed"] += 1
@@ -682,13 +724,16 @@ class Worker:
                 observe = self.metrics.sink_write_seconds.labels(
                     self.group_id, self.topic.topic, self.topic.sink.type).observe
             await run_sink(sink, self._outbox, self._on_ack, label=self.label,
-                           on_write_seconds=observe, health=self._sink_health)
+                           on_write_seconds=observe, fence=self._fence,
+                           health=self._sink_health)
         finally:
             self._sink_done.set()
             self._commit_due.set()
 
     def _on_ack(self, batch: SinkBatch) -> None:
         entry = batch.entry
+        if entry.cancelled:  # fenced on revoke: counted out of flight there
+            return
         self._tracker.ack(entry)
         self._in_flight -= entry.count
         self._acked_since_commit += entry.count
@@ -748,37 +793,106 @@ class Worker:
 
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         self._assigned = assigned
+        self._unseeded = set(assigned)
         self._joined.set()
         parts = sorted(tp.partition for tp in assigned)
         logger.info("%s: assigned partitions %s of %s", self.label, parts, self.topic.topic)
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Drain in-flight work of revoked partitions, commit it, then forget them."""
+        """Drain in-flight work of revoked partitions (bounded), commit it, fence the rest.
+
+        The whole callback ends well within the rebalance timeout, so the member is not
+        dropped from the group: the drain waits at most half of it, the commit a quarter.
+        Work not drained by then is cancelled (never written later, never committed):
+        the partitions' new owner re-reads it from the committed offset.
+        """
         self._assigned -= revoked
         if not revoked:
             return
-        if self._mode in (CommitMode.NONE, CommitMode.AUTO):
+        self._generation += 1
+        for tp in revoked:
+            self._revoked_at[tp] = self._generation
+        self._unseeded -= revoked
+        parts = sorted(tp.partition for tp in revoked)
+        rebalance_s = rebalance_timeout_ms(self.settings, self.group) / 1000
+        if self._mode not in (CommitMode.NONE, CommitMode.AUTO):
+            timeout = min(self.settings.supervisor.shutdown_grace_s,
+                          self.group.max_poll_interval_ms / 2000, rebalance_s / 2)
+
+            def drained() -> bool:
+                return self._current_tp not in revoked and all(
+                    self._tracker.pending_count(tp) == 0 for tp in revoked)
+
+            try:
+                async with asyncio.timeout(timeout):
+                    while not drained():
+                        self._progress.clear()
+                        await self._progress.wait()
+            except TimeoutError:
+                logger.warning("%s: revoke: in-flight work of %s not drained within %.1fs; "
+                               "cancelling it: the new owner re-reads it", self.label, parts,
+                               timeout)
+            try:
+                async with asyncio.timeout(rebalance_s / 4):
+                    await self._commit()
+            except TimeoutError:
+                logger.warning("%s: revoke: commit of %s did not finish within %.1fs",
+                               self.label, parts, rebalance_s / 4)
+            cancelled = self._tracker.cancel(revoked)
+            self._in_flight -= cancelled
+            writes = await self._fence.revoke(revoked)
+            if cancelled or writes:
+                logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
+                            "write(s) stopped)", self.label, cancelled, parts, writes)
+        else:
+            # none/auto: kstage does not own the offsets (auto-commit already committed
+            # the position): writes under way finish, or their messages would be lost.
             self._tracker.forget(revoked)
+        self._room.set()
+        self._progress.set()
+        logger.info("%s: revoked partitions %s", self.label, parts)
+
+    async def _seed_committed(self, consumer: AIOKafkaConsumer) -> None:
+        """Read the group's committed offsets of newly assigned partitions: the base of
+        their lag until their own work moves it (a restart with nothing to read has lag
+        high-water minus committed, as ``kstage lag`` says, not high-water)."""
+        gen = self._generation
+        for tp in sorted(self._unseeded, key=lambda t: t.partition):
+            try:
+                offset = await consumer.committed(tp)
+            except KafkaError as exc:
+                logger.debug("%s: committed offset of %s not read yet: %s", self.label, tp,
+                             exc)
+                return
+            if not self._live(tp, gen) or tp not in self._unseeded:
+                continue  # revoked meanwhile
+            self._unseeded.discard(tp)
+            if offset is not None:
+                self._tracker.seed(tp, offset)
+
+    async def _advance_to_positions(self, consumer: AIOKafkaConsumer) -> None:
+        """A poll came back empty and nothing is in flight: everything before each
+        partition's consumer position is done, so the position is committable (it is past
+        a transaction's commit marker, one more than the last record + 1)."""
+        if (self._in_flight or self._process_ended or self._stop_intake.is_set()
+                or not self._inbox.empty()
+                or self._mode in (CommitMode.NONE, CommitMode.AUTO)):
             return
-        timeout = min(self.settings.supervisor.shutdown_grace_s,
-                      self.group.max_poll_interval_ms / 2000)
-
-        def drained() -> bool:
-            return self._current_tp not in revoked and all(
-                self._tracker.pending_count(tp) == 0 for tp in revoked)
-
-        try:
-            async with asyncio.timeout(timeout):
-                while not drained():
-                    self._progress.clear()
-                    await self._progress.wait()
-        except TimeoutError:
-            logger.warning("%s: revoke: in-flight work of %s not drained within %.0fs; "
-                           "it will be replayed by the new owner", self.label,
-                           sorted(tp.partition for tp in revoked), timeout)
-        await self._commit()
-        self._tracker.forget(revoked)
-        logger.info("%s: revoked partitions %s", self.label, sorted(tp.partition for tp in revoked))
+        gen = self._generation
+        advanced = False
+        for tp in list(self._assigned):
+            if self._tracker.pending_count(tp) or self._tracker.committable(tp) is None:
+                continue  # work pending, or no offset known yet (advance needs one)
+            try:
+                async with asyncio.timeout(1):  # a position being reset: try next time
+                    position = await consumer.position(tp)
+            except (IllegalStateError, KafkaError, TimeoutError):
+                continue  # errors of the partition surface from the next poll
+            if self._in_flight or not self._live(tp, gen):
+                return  # something was fetched or revoked meanwhile
+            advanced = self._tracker.advance(tp, position) or advanced
+        if advanced and self._mode is CommitMode.PER_MESSAGE:
+            await self._commit()  # no commit loop in this mode
 
     # -- drain -----------------------------------------------------------------------
 
@@ -804,6 +918,7 @@ class Worker:
                 return
             if position < hw or self._tracker.pending_count(tp):
                 return
+            self._tracker.advance(tp, position)  # past a transaction marker: commit it
         await self._commit()
         commits = self._mode not in (CommitMode.NONE, CommitMode.AUTO)
         if commits and self._tracker.to_commit():

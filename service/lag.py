@@ -9,9 +9,11 @@ carries the partition's high-water mark, also for an empty partition. ListOffset
 wrongly for batched produce (see ENVIRONMENT.md), while the fetch high-water mark is
 what consumers themselves see.
 
-Lag is ``high_water - committed``; without a committed offset it is
-``high_water - log_start`` (what the group reads when it starts from the earliest
-offset) and ``committed`` is ``None``.
+Lag is ``high_water - committed``, the definition ``/metrics`` and the status line
+share (a drained worker commits its consumer position, past a transaction's commit
+marker, so a drained partition has lag 0). Without a committed offset it is what the
+group reads when it starts: ``high_water - log_start`` (``auto_offset_reset`` earliest
+or none), 0 for ``latest``; ``committed`` is then ``None``.
 
 This module also holds the Kafka plumbing the other ops tools (:mod:`service.offsets`,
 :mod:`service.dlq`) share: connection arguments, topic partitions, committed offsets,
@@ -219,7 +221,12 @@ async def collect(settings: Settings) -> list[PartitionLag]:
             starts = await consumer.beginning_offsets(uncommitted) if uncommitted else {}
             for tp in tps:
                 done = committed[tp]
-                base = starts[tp] if done is None else done
+                if done is not None:
+                    base = done
+                elif group.auto_offset_reset == "latest":
+                    base = hws[tp]  # the group starts at the end: nothing to catch up
+                else:
+                    base = starts[tp]
                 rows.append(PartitionLag(gid, tp.topic, tp.partition, done, hws[tp],
                                          max(hws[tp] - base, 0)))
     return rows

@@ -163,6 +163,10 @@ class GroupSettings(_Model):
     session_timeout_ms: int = Field(10000, ge=1000, description="Kafka session.timeout.ms.")
     heartbeat_interval_ms: int = Field(3000, ge=100, description="Kafka heartbeat.interval.ms.")
     fetch_max_wait_ms: int = Field(500, ge=0, description="Kafka fetch.max.wait.ms.")
+    rebalance_timeout_ms: int = Field(
+        60000, ge=2000, description="Kafka rebalance.timeout.ms: how long the coordinator "
+        "waits for a member to rejoin during a rebalance. A revoke drains in-flight work "
+        "for at most half of it (and supervisor.shutdown_grace_s), then cancels the rest.")
     commit: CommitSettings = Field(default_factory=CommitSettings, description="Commit policy.")
     failure: FailureSettings = Field(
         default_factory=FailureSettings, description="Failure policy."

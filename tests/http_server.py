@@ -225,8 +225,9 @@ class HttpTestServer:
                                      f"{timeout} s")
             return list(self.requests)
 
-    def stop_script(self) -> None:
-        """Drop the rest of the script: from now on every request gets ``200``."""
+    def release(self) -> None:
+        """Forget the remaining script: from now on every request gets ``200`` at once
+        (answers already hanging keep hanging); the recorded requests stay."""
         with self._lock:
             self._script.clear()
 

@@ -35,7 +35,7 @@ from tests.kafkautil import (
 pytestmark = pytest.mark.kafka
 
 TOKEN = "expired-bearer-t0ken-value"  # noqa: S105 - a fake secret that must not show
-FOREVER = 100_000  # scripted answers: until stop_script()
+FOREVER = 100_000  # scripted answers: until release()
 
 
 async def readyz(base: str) -> tuple[int, dict[str, Any]]:
@@ -120,7 +120,7 @@ async def test_a_failing_api_is_not_ready_loses_nothing_and_recovers(
         assert {r.json["i"] for r in api.requests} == {0}, "the partition waits, in order"
 
         before = api.count()
-        api.stop_script()  # the API recovers
+        api.release()  # the API recovers
         assert await wait_readyz(base, proc, 200) == {"status": "ready"}
         await wait_until(lambda: {e["i"] for e in events(api.requests[before:])} == set(range(5)),
                          what="every event delivered after the recovery")

@@ -181,3 +181,60 @@ def test_ack_marks_the_entry_done_and_is_idempotent() -> None:
     assert entry.done
     assert tracker.committable(TP0) == 4
     assert tracker.pending_count(TP0) == 0
+
+
+def test_advance_to_the_position_past_a_transaction_marker() -> None:
+    tracker = OffsetTracker()
+    entry = tracker.add(TP0, next_offset=5, count=5)
+    assert not tracker.advance(TP0, 6), "pending work: the position is not done yet"
+    tracker.ack(entry)
+    assert tracker.advance(TP0, 6)  # records 0..4, commit marker at 5
+    assert tracker.to_commit() == {TP0: 6}
+    assert not tracker.advance(TP0, 5), "never backwards"
+    assert tracker.committable(TP0) == 6
+
+
+def test_advance_needs_a_known_offset() -> None:
+    tracker = OffsetTracker()
+    assert not tracker.advance(TP0, 3)  # never committed, never processed: left alone
+    tracker.seed(TP0, 3)
+    assert tracker.to_commit() == {}, "the group's own committed offset is not recommitted"
+    assert tracker.advance(TP0, 4)
+
+
+def test_savepoint_mode_advances_only_after_a_savepoint() -> None:
+    tracker = OffsetTracker(savepoint_only=True)
+    tracker.ack(tracker.add(TP0, next_offset=2, count=2, savepoint=True))
+    tracker.ack(tracker.add(TP0, next_offset=4, count=2))
+    assert not tracker.advance(TP0, 5), "messages after the savepoint are not committable"
+    assert tracker.committable(TP0) == 2
+
+
+def test_seed_gives_the_lag_base_and_never_overrides_work() -> None:
+    tracker = OffsetTracker()
+    tracker.ack(tracker.add(TP0, next_offset=8, count=8))
+    tracker.seed(TP0, 3)
+    assert (tracker.committed(TP0), tracker.committable(TP0)) == (3, 8)
+    tracker.seed(TP0, 1)
+    assert tracker.committed(TP0) == 3
+
+
+def test_cancel_marks_pending_entries_and_their_late_acks_are_ignored() -> None:
+    tracker = OffsetTracker()
+    done = tracker.add(TP0, next_offset=1, count=1)
+    tracker.add(TP0, next_offset=3, count=2)
+    late = tracker.add(TP0, next_offset=6, count=3)
+    tracker.ack(late)  # out of order: acked, but behind a gap
+    tracker.ack(done)
+    assert tracker.cancel({TP0}) == 2, "only the unacked entry is cancelled"
+    assert tracker.pending_count(TP0) == 0
+    new = tracker.add(TP0, next_offset=2, count=1)  # reassigned: replay from 1
+    tracker.ack(new)
+    assert tracker.committable(TP0) == 2
+
+
+def test_committable_never_moves_backwards() -> None:
+    tracker = OffsetTracker()
+    tracker.seed(TP0, 10)
+    tracker.ack(tracker.add(TP0, next_offset=7, count=1))
+    assert tracker.committable(TP0) == 10
