@@ -4,6 +4,10 @@
 ``sasl.mechanism``, ``ssl.ca.location`` ...) so configs port from other Kafka clients.
 They are translated to aiokafka's keyword arguments here; a key aiokafka cannot honour
 is an error at start, naming the key, instead of being silently ignored.
+
+``group.instance.id`` (static membership) names one member of a group, but every worker
+is a member of its group: the configured id is a prefix, each worker's consumer uses
+``<id>-<topic>``. Two workers of one group with the same id would fence each other.
 """
 
 from __future__ import annotations
@@ -79,8 +83,13 @@ def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
 def build_consumer(
     settings: Settings, group: GroupSettings, bootstrap: str, client_suffix: str
 ) -> AIOKafkaConsumer:
-    """An unstarted consumer of ``group``; auto-commit only in commit mode ``auto``."""
+    """An unstarted consumer of ``group``; auto-commit only in commit mode ``auto``.
+
+    ``client_suffix`` (the worker's topic) also suffixes ``group.instance.id``."""
     auto = group.commit.mode is CommitMode.AUTO
+    kwargs = client_kwargs(settings.kafka.consumer_config)
+    if kwargs.get("group_instance_id"):
+        kwargs["group_instance_id"] = f"{kwargs['group_instance_id']}-{client_suffix}"
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         client_id=f"{settings.kafka.client_id}-{client_suffix}",
@@ -93,5 +102,5 @@ def build_consumer(
         session_timeout_ms=group.session_timeout_ms,
         heartbeat_interval_ms=group.heartbeat_interval_ms,
         fetch_max_wait_ms=group.fetch_max_wait_ms,
-        **client_kwargs(settings.kafka.consumer_config),
+        **kwargs,
     )

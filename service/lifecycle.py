@@ -26,7 +26,7 @@ from actors.errors import FatalError
 from actors.master import Master
 from actors.metrics import Metrics
 from service.broker import EmbeddedBroker
-from service.http import StatusServer
+from service.http import StatusServer, bind_status_server
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
@@ -57,8 +57,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
     status: StatusServer | None = None
     if settings.service.http_port:
         try:
-            status = StatusServer(master, metrics, loop, settings.service.http_host,
-                                  settings.service.http_port)
+            status = bind_status_server(master, metrics, loop, settings.service)
         except OSError as exc:
             logger.critical("service.http_port: cannot serve on %s:%d: %s",
                             settings.service.http_host, settings.service.http_port, exc)

@@ -231,6 +231,11 @@ class ServiceSettings(_Model):
         9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0 disables)."
     )
     http_host: str = Field("0.0.0.0", description="Address the status server binds.")  # noqa: S104
+    http_port_tries: int = Field(
+        16, ge=1, le=1000,
+        description="Ports tried from http_port up when it is taken (processes sharing one "
+                    "config on one host get http_port, +1, +2 ...); then any free port.",
+    )
 
 
 class Settings(BaseSettings):
