@@ -152,6 +152,8 @@ class Worker:
         self.restarts = incarnation
         self._sink_open = False
         self._flush_soon: Callable[[], None] | None = None
+        self._stop_waiter: asyncio.Future[Any] | None = None
+        self._fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -188,6 +190,24 @@ class Worker:
                 if hw is not None and done is not None:
                     lag += max(hw - done, 0)
         return {**self.stats, "in_flight": self._in_flight, "lag": lag}
+
+    def abandoned(self) -> list[str]:
+        """The work fetched but not committed, per partition (empty: nothing), for a stop
+        that had to cancel this worker; its new owner or next start re-reads it."""
+        commits = self._mode not in (CommitMode.NONE, CommitMode.AUTO)
+        pending = self._in_flight > 0 or self._tracker.pending_count() > 0
+        if not pending and not (commits and self._tracker.to_commit()):
+            return []
+        parts = []
+        spans = sorted(self._fetched_span.items(), key=lambda item: item[0].partition)
+        for tp, (first, end) in (spans if commits else ()):
+            committed = self._tracker.committed(tp)
+            start = first if committed is None else max(committed, first)
+            if end > start:
+                parts.append(f"{tp.topic}[{tp.partition}] offsets {start}-{end - 1}")
+        if self._in_flight > 0:
+            parts.append(f"{self._in_flight} message(s) in flight")
+        return parts or ["acked work whose commit failed"]
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -292,6 +312,7 @@ class Worker:
         inbox = self._inbox
         paused = False
         full_since: float | None = None
+        self._stop_waiter = asyncio.ensure_future(self._stop_intake.wait())
         while not self._stop_intake.is_set():
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
@@ -336,6 +357,7 @@ class Worker:
                     await self._check_drained()
                 continue
             self._fetched(data, backlog)
+        self._stop_waiter.cancel()
         for item in backlog:  # fetched, never processed: not committed, re-read later
             self._in_flight -= len(item[1])
         await inbox.put(END)
@@ -343,6 +365,8 @@ class Worker:
     def _fetched(self, data: dict[TopicPartition, list[Any]],
                  backlog: deque[tuple[TopicPartition, list[Any]]]) -> None:
         for tp, records in data.items():
+            span = self._fetched_span.setdefault(tp, [records[0].offset, 0])
+            span[1] = records[-1].offset + 1
             self._in_flight += len(records)
             self.stats["consumed"] += len(records)
             if self.metrics is not None:
@@ -351,8 +375,23 @@ class Worker:
 
     async def _poll(self, consumer: AIOKafkaConsumer, max_records: int, timeout_ms: int
                     ) -> Any:
+        """getmany, given up (empty) on stop: while the group rebalances, aiokafka's
+        getmany waits for the new assignment whatever its timeout (up to the rebalance
+        timeout on Kafka), and a stop must not wait for a rejoin it does not need."""
+        getting = asyncio.ensure_future(
+            consumer.getmany(timeout_ms=timeout_ms, max_records=max_records))
+        assert self._stop_waiter is not None  # noqa: S101
         try:
-            return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            await asyncio.wait((getting, self._stop_waiter),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            given_up = not getting.done()
+            if given_up:  # stopping (or cancelled): getmany has drained nothing yet
+                getting.cancel()
+        if given_up:
+            return {}
+        try:
+            return getting.result()
         except NoOffsetForPartitionError as exc:
             parts = ", ".join(str(a) for a in exc.args) or "(unknown)"
             raise NoCommittedOffsetError(
@@ -666,6 +705,8 @@ class Worker:
             return
         if self._mode in (CommitMode.NONE, CommitMode.AUTO):
             self._tracker.forget(revoked)
+            for tp in revoked:
+                self._fetched_span.pop(tp, None)
             return
         timeout = min(self.settings.supervisor.shutdown_grace_s,
                       self.group.max_poll_interval_ms / 2000)
@@ -685,6 +726,8 @@ class Worker:
                            sorted(tp.partition for tp in revoked), timeout)
         await self._commit()
         self._tracker.forget(revoked)
+        for tp in revoked:
+            self._fetched_span.pop(tp, None)
         logger.info("%s: revoked partitions %s", self.label, sorted(tp.partition for tp in revoked))
 
     # -- drain -----------------------------------------------------------------------
