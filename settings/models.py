@@ -290,6 +290,19 @@ class Settings(BaseSettings):
     def group_id(self, group: GroupSettings) -> str:
         return group.group_id or self.name
 
+    def risks(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Valid settings that can lose data, as (path, why) pairs; the loader adds the
+        file and line, ``validate`` prints them and ``run`` logs them at start."""
+        found: list[tuple[tuple[str | int, ...], str]] = []
+        for gi, group in enumerate(self.groups):
+            if group.commit.mode is CommitMode.AUTO:
+                found.append((("groups", gi, "commit", "mode"),
+                              "'auto' can lose data: Kafka's auto-commit commits the offsets "
+                              "the consumer fetched every max_interval_s, whether or not the "
+                              "sink wrote them, so a crash or a failed write skips those "
+                              "messages; use 'batch' to commit only what the sink accepted"))
+        return found
+
 
 class SchemaRegistryBasicAuth(_Model):
     username: str = Field(description="Schema registry user.")
