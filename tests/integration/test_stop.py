@@ -3,12 +3,15 @@ work named (real processes, real broker)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from service.broker import free_port
 from tests.kafkautil import (
     committed,
     create_topic,
@@ -28,14 +31,28 @@ async def test_sigterm_stops_a_process_whose_processor_blocks_the_loop(broker, t
     await create_topic(broker, topic)
     await produce(broker, topic, [{"i": 0}, {"i": 1, "block": True}])
     marker = tmp_path / "blocking"
+    port = free_port()
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "test_block",
                          "options": {"marker": str(marker)},
                          "sink": {"type": "jsonl", "path": "out.jsonl"}}],
                        supervisor={"shutdown_grace_s": 1, "abort_grace_s": 1},
+                       service={"http_port": port, "http_host": "127.0.0.1"},
                        max_poll_records=1)
     proc = kstage(cfg)
     await wait_until(marker.exists, what="the processor to block the loop")
+    health: list[httpx.Response] = []
+
+    async def unhealthy() -> bool:
+        async with httpx.AsyncClient(timeout=5) as client:
+            health.append(await client.get(f"http://127.0.0.1:{port}/healthz"))
+        return health[-1].status_code == 503
+
+    deadline = time.monotonic() + 20
+    while not await unhealthy():  # the status thread still answers, and says why
+        assert time.monotonic() < deadline, health[-1].text
+        await asyncio.sleep(0.2)
+    assert "event loop unresponsive" in health[-1].json()["reason"]
     proc.signal(signal.SIGTERM)
     started = time.monotonic()
     code = await proc.wait(timeout=30)
