@@ -193,9 +193,14 @@ class Master:
                 f"stop had to cancel {', '.join(cancelled)} after the shutdown grace period "
                 f"of {grace:g}s; abandoned, not committed (re-read on the next start): "
                 f"{'; '.join(abandoned)}")
+        leaving = [c.label for c in self.supervisor.children
+                   if isinstance(c, Worker) and c.leaving_group
+                   and f"{c.group_id}/{c.topic.topic}" in cancelled]
         logger.warning("stop had to cancel %s after the shutdown grace period of %gs, with "
-                       "nothing in flight: nothing was left uncommitted", ", ".join(cancelled),
-                       grace)
+                       "nothing in flight: nothing was left uncommitted%s", ", ".join(cancelled),
+                       grace, f" ({', '.join(leaving)} was leaving its consumer group: a "
+                              "rebalance in progress holds the leave until it completes)"
+                       if leaving else "")
 
     async def _supervise(self) -> None:
         run = asyncio.create_task(self.supervisor.run(), name="supervisor")

@@ -154,6 +154,7 @@ class Worker:
         self._flush_soon: Callable[[], None] | None = None
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
+        self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -283,6 +284,7 @@ class Worker:
                 await self._commit()
         except (TimeoutError, KafkaError) as exc:
             logger.warning("%s: final commit failed: %s", self.label, exc)
+        self.leaving_group = True
         try:
             async with asyncio.timeout(10):
                 await consumer.stop()

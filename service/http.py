@@ -66,7 +66,8 @@ class StatusServer:
         logger.info("status server on port %d: /metrics /healthz /readyz", self.port)
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: never if unstarted
+            self._server.shutdown()
         self._server.server_close()
 
     async def beat(self) -> None:

@@ -85,6 +85,8 @@ async def test_sigterm_right_after_a_revoke_exits_0(broker, tmp_path: Path, ksta
     out = a.output()
     assert code == 0, out
     assert "unfinished work" not in out and "abandon" not in out, out
+    if "stop had to cancel" in out:  # the rejoin the broker holds outlasted the grace
+        assert "with nothing in flight: nothing was left uncommitted" in out, out
     await b.wait_for_log("assigned partitions [0, 1]", timeout=60)
     b.signal(signal.SIGTERM)
     assert await b.wait() == 0, b.output()
