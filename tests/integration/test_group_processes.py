@@ -19,6 +19,7 @@ from tests.kafkautil import (
     create_topic,
     produce,
     read_jsonl,
+    status_port,
     unique,
     wait_until,
     write_config,
@@ -149,21 +150,20 @@ async def test_two_processes_one_config_one_host_share_the_status_port(broker, t
                        service={"http_port": port, "http_host": "127.0.0.1"})
     out_a, out_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a = kstage(cfg, env={"OUT": str(out_a)})
-    await a.wait_for_log(f"status server on port {port}:")
+    port_a = await status_port(a)  # port, unless another process on this host took it
     b = kstage(cfg, env={"OUT": str(out_b)})
     await b.wait_for_log("assigned partitions [", timeout=60)
     took = re.search(rf"service.http_port {port} on 127.0.0.1 is in use \(another process "
                      r"sharing this config\?\): the status server of this process "
                      rf"\(pid {b.proc.pid}\) is on port (\d+) instead", b.output())
     assert took, b.output()
-    port_b = int(took.group(1))
-    assert port_b != port
-    await b.wait_for_log(f"status server on port {port_b}:")
+    port_b = await status_port(b)
+    assert int(took.group(1)) == port_b and port_b not in (port, port_a)
     await produce(broker, topic, ({"i": i} for i in range(100)), partition_of=lambda i: i % 2)
     await wait_until(lambda: len(read_jsonl(out_a)) + len(read_jsonl(out_b)) == 100,
                      what="100 rows")
     assert read_jsonl(out_a) and read_jsonl(out_b), "both processes consume in the group"
-    assert await readyz(port) == 200 and await readyz(port_b) == 200
+    assert await readyz(port_a) == 200 and await readyz(port_b) == 200
     for proc in (a, b):
         proc.signal(signal.SIGTERM)
     assert await a.wait() == 0, a.output()

@@ -17,6 +17,7 @@ from tests.kafkautil import (
     create_topic,
     produce,
     read_jsonl,
+    status_port,
     unique,
     wait_until,
     write_config,
@@ -41,6 +42,7 @@ async def test_sigterm_stops_a_process_whose_processor_blocks_the_loop(broker, t
                        max_poll_records=1)
     proc = kstage(cfg)
     await wait_until(marker.exists, what="the processor to block the loop")
+    port = await status_port(proc)
     health: list[httpx.Response] = []
 
     async def unhealthy() -> bool:
