@@ -4,6 +4,10 @@
 ``sasl.mechanism``, ``ssl.ca.location`` ...) so configs port from other Kafka clients.
 They are translated to aiokafka's keyword arguments here; a key aiokafka cannot honour
 is an error at start, naming the key, instead of being silently ignored.
+
+``group.instance.id`` (static membership) names one member of a group, but every worker
+is a member of its group: the configured id is a prefix, each worker's consumer uses
+``<id>-<topic>``. Two workers of one group with the same id would fence each other.
 """
 
 from __future__ import annotations
@@ -86,11 +90,15 @@ def rebalance_timeout_ms(settings: Settings, group: GroupSettings) -> int:
 def build_consumer(
     settings: Settings, group: GroupSettings, bootstrap: str, client_suffix: str
 ) -> AIOKafkaConsumer:
-    """An unstarted consumer of ``group``; auto-commit only in commit mode ``auto``."""
+    """An unstarted consumer of ``group``; auto-commit only in commit mode ``auto``.
+
+    ``client_suffix`` (the worker's topic) also suffixes ``group.instance.id``."""
     auto = group.commit.mode is CommitMode.AUTO
     kwargs = client_kwargs(settings.kafka.consumer_config)
     # Explicit: aiokafka's default is session_timeout_ms, shorter than a revoke's drain.
     kwargs["rebalance_timeout_ms"] = rebalance_timeout_ms(settings, group)
+    if kwargs.get("group_instance_id"):
+        kwargs["group_instance_id"] = f"{kwargs['group_instance_id']}-{client_suffix}"
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         client_id=f"{settings.kafka.client_id}-{client_suffix}",

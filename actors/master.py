@@ -191,6 +191,32 @@ class Master:
             finally:
                 self._registry = None
 
+    def _report_cancelled(self) -> None:
+        """After a stop that had to cancel workers: FatalError naming the work they
+        abandoned, or a warning when nothing was in flight (e.g. a worker waiting to
+        leave the group during a rebalance): that stop lost nothing, it exits 0."""
+        cancelled = self.supervisor.cancelled
+        abandoned = [
+            f"{child.label}: {', '.join(work)}"
+            for child in self.supervisor.children
+            if isinstance(child, Worker) and f"{child.group_id}/{child.topic.topic}" in cancelled
+            and (work := child.abandoned())
+        ]
+        grace = self.settings.supervisor.shutdown_grace_s
+        if abandoned:
+            raise FatalError(
+                f"stop had to cancel {', '.join(cancelled)} after the shutdown grace period "
+                f"of {grace:g}s; abandoned, not committed (re-read on the next start): "
+                f"{'; '.join(abandoned)}")
+        leaving = [c.label for c in self.supervisor.children
+                   if isinstance(c, Worker) and c.leaving_group
+                   and f"{c.group_id}/{c.topic.topic}" in cancelled]
+        logger.warning("stop had to cancel %s after the shutdown grace period of %gs, with "
+                       "nothing in flight: nothing was left uncommitted%s", ", ".join(cancelled),
+                       grace, f" ({', '.join(leaving)} was leaving its consumer group: a "
+                              "rebalance in progress holds the leave until it completes)"
+                       if leaving else "")
+
     async def _supervise(self) -> None:
         run = asyncio.create_task(self.supervisor.run(), name="supervisor")
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-request")
@@ -201,9 +227,7 @@ class Master:
                 await self.supervisor.shutdown()
             await run
             if self.supervisor.cancelled:
-                raise FatalError(
-                    f"stop had to cancel {', '.join(self.supervisor.cancelled)} after the "
-                    f"shutdown grace period; their unfinished work was not committed")
+                self._report_cancelled()
         finally:
             stop.cancel()
             status.cancel()

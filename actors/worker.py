@@ -184,6 +184,9 @@ class Worker:
         self._current_gen = 0
         self._unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
         self._process_ended = False
+        self._stop_waiter: asyncio.Future[Any] | None = None
+        self._fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
+        self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self._in_flight}>"
@@ -229,6 +232,24 @@ class Worker:
         if high_water is None or done is None:
             return None
         return max(high_water - done, 0)
+
+    def abandoned(self) -> list[str]:
+        """The work fetched but not committed, per partition (empty: nothing), for a stop
+        that had to cancel this worker; its new owner or next start re-reads it."""
+        commits = self._mode not in (CommitMode.NONE, CommitMode.AUTO)
+        pending = self._in_flight > 0 or self._tracker.pending_count() > 0
+        if not pending and not (commits and self._tracker.to_commit()):
+            return []
+        parts = []
+        spans = sorted(self._fetched_span.items(), key=lambda item: item[0].partition)
+        for tp, (first, end) in (spans if commits else ()):
+            committed = self._tracker.committed(tp)
+            start = first if committed is None else max(committed, first)
+            if end > start:
+                parts.append(f"{tp.topic}[{tp.partition}] offsets {start}-{end - 1}")
+        if self._in_flight > 0:
+            parts.append(f"{self._in_flight} message(s) in flight")
+        return parts or ["acked work whose commit failed"]
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -305,6 +326,7 @@ class Worker:
                 await self._commit()
         except (TimeoutError, KafkaError) as exc:
             logger.warning("%s: final commit failed: %s", self.label, exc)
+        self.leaving_group = True
         try:
             async with asyncio.timeout(10):
                 await consumer.stop()
@@ -334,6 +356,7 @@ class Worker:
         inbox = self._inbox
         paused = False
         full_since: float | None = None
+        self._stop_waiter = asyncio.ensure_future(self._stop_intake.wait())
         while not self._stop_intake.is_set():
             if self._unseeded:
                 await self._seed_committed(consumer)
@@ -384,6 +407,7 @@ class Worker:
                     await self._check_drained()
                 continue
             self._fetched(data, backlog, gen)
+        self._stop_waiter.cancel()
         for item in backlog:  # fetched, never processed: not committed, re-read later
             self._in_flight -= len(item[1])
         await inbox.put(END)
@@ -392,6 +416,8 @@ class Worker:
                  backlog: deque[tuple[TopicPartition, list[Any], int]], gen: int) -> None:
         """Queue fetched batches, tagged with the generation their poll started in."""
         for tp, records in data.items():
+            span = self._fetched_span.setdefault(tp, [records[0].offset, 0])
+            span[1] = records[-1].offset + 1
             self._in_flight += len(records)
             self.stats["consumed"] += len(records)
             if self.metrics is not None:
@@ -400,8 +426,23 @@ class Worker:
 
     async def _poll(self, consumer: AIOKafkaConsumer, max_records: int, timeout_ms: int
                     ) -> Any:
+        """getmany, given up (empty) on stop: while the group rebalances, aiokafka's
+        getmany waits for the new assignment whatever its timeout (up to the rebalance
+        timeout on Kafka), and a stop must not wait for a rejoin it does not need."""
+        getting = asyncio.ensure_future(
+            consumer.getmany(timeout_ms=timeout_ms, max_records=max_records))
+        assert self._stop_waiter is not None  # noqa: S101
         try:
-            return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            await asyncio.wait((getting, self._stop_waiter),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            given_up = not getting.done()
+            if given_up:  # stopping (or cancelled): getmany has drained nothing yet
+                getting.cancel()
+        if given_up:
+            return {}
+        try:
+            return getting.result()
         except NoOffsetForPartitionError as exc:
             parts = ", ".join(str(a) for a in exc.args) or "(unknown)"
             raise NoCommittedOffsetError(
@@ -848,6 +889,8 @@ class Worker:
             # none/auto: kstage does not own the offsets (auto-commit already committed
             # the position): writes under way finish, or their messages would be lost.
             self._tracker.forget(revoked)
+        for tp in revoked:
+            self._fetched_span.pop(tp, None)
         self._room.set()
         self._progress.set()
         logger.info("%s: revoked partitions %s", self.label, parts)

@@ -3,7 +3,8 @@
 Commands::
 
     kstage run -c FILE [--drain]     run the service (exit 0 clean, 1 crash, 2 bad config)
-    kstage validate -c FILE          check the configuration and processors (exit 0 or 2)
+    kstage validate -c FILE          check the configuration and processors (exit 0 or 2;
+                                     settings that can lose data are warned about)
     kstage processors [-c FILE]      list installed processors (and the topics using them)
     kstage processors new NAME [--dir DIR]   scaffold a processor plugin package in DIR/NAME
     kstage schemas check -c FILE     can every Avro topic's reader read its writer schema
@@ -88,8 +89,11 @@ def _load(path: str) -> Settings:
 def _validate(path: str) -> int:
     from actors.master import resolve_processors  # noqa: PLC0415 - keep `processors` light
 
-    settings = _load(path)
+    warnings: list[str] = []
+    settings = load_settings(path, warnings=warnings)
     resolve_processors(settings)
+    for warning in warnings:  # valid, so exit 0, but said before the OK line
+        print(f"kstage: warning: {warning}", file=sys.stderr)
     topics = sum(len(g.topics) for g in settings.groups)
     print(f"{path}: OK ({len(settings.groups)} group(s), {topics} topic(s))")
     return EXIT_OK
@@ -292,8 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "broker":
             configure_logging()
             return _broker(args.port)
-        settings = _load(args.config)
+        warnings: list[str] = []
+        settings = load_settings(args.config, warnings=warnings)
         configure_logging(settings.service.log_level, settings.service.log_format)
+        for warning in warnings:
+            logger.warning("%s", warning)
         from service.lifecycle import run  # noqa: PLC0415
 
         return run(settings, drain=args.drain)

@@ -9,14 +9,21 @@ It runs in its own thread, so it still answers when the event loop is stuck, and
   its credentials are refused); 503 with the reasons per worker otherwise.
 * ``/metrics``: Prometheus text format (prometheus-client); worker state is snapshotted
   on the event loop, never read concurrently from this thread.
+
+Several processes may share one config on one host (that is how a group scales out), so
+a taken ``http_port`` is not fatal: :func:`bind_status_server` takes the next free port of
+``http_port .. http_port + http_port_tries - 1`` (predictable ports for a static scrape
+config), then any free port, and logs a WARNING naming the port it took and why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from actors.master import Master
 from actors.metrics import Metrics
+from settings.models import ServiceSettings
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +67,8 @@ class StatusServer:
         logger.info("status server on port %d: /metrics /healthz /readyz", self.port)
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: never if unstarted
+            self._server.shutdown()
         self._server.server_close()
 
     async def beat(self) -> None:
@@ -101,6 +110,32 @@ class StatusServer:
         if reasons:
             return 503, {"status": "not ready", "reasons": reasons}
         return 200, {"status": "ready"}
+
+
+def bind_status_server(master: Master, metrics: Metrics, loop: asyncio.AbstractEventLoop,
+                       service: ServiceSettings) -> StatusServer:
+    """The status server on ``service.http_port``, or on the next free port if another
+    process (e.g. one sharing this config) holds it; OSError for any other bind failure."""
+    host, first = service.http_host, service.http_port
+    ports = [p for p in range(first, first + service.http_port_tries) if p <= 65535]
+    for port in ports:
+        try:
+            server = StatusServer(master, metrics, loop, host, port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            continue
+        if port != first:
+            logger.warning("service.http_port %d on %s is in use (another process sharing "
+                           "this config?): the status server of this process (pid %d) is on "
+                           "port %d instead", first, host, os.getpid(), port)
+        return server
+    server = StatusServer(master, metrics, loop, host, 0)
+    logger.warning("service.http_port %d on %s and the %d port(s) after it are in use: the "
+                   "status server of this process (pid %d) is on port %d instead (raise "
+                   "service.http_port_tries for predictable ports)", first, host,
+                   len(ports) - 1, os.getpid(), server.port)
+    return server
 
 
 def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:

@@ -5,20 +5,24 @@ error, hard termination); 2 bad configuration (see :mod:`service.cli`); 130 abor
 a second SIGINT.
 
 Signals: the first SIGTERM/SIGINT starts the graceful two-phase stop (repeats are
-ignored) and arms a watchdog thread that hard-terminates the process if the stop has
-not finished within ``shutdown_grace_s + abort_grace_s`` plus a margin, e.g. because a
-processor blocks the event loop. A second SIGINT aborts at once.
+ignored) and arms a watchdog that hard-terminates the process (exit 1) if the stop has
+not finished within ``shutdown_grace_s + abort_grace_s`` plus a margin. Signals are read
+by a thread (:class:`_SignalWatch`), not on the event loop, so the watchdog is armed
+even while a processor blocks the loop. A second SIGINT aborts at once (exit 130).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -26,25 +30,121 @@ from actors.errors import FatalError
 from actors.master import Master
 from actors.metrics import Metrics
 from service.broker import EmbeddedBroker
-from service.http import StatusServer
+from service.http import StatusServer, bind_status_server
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_CRASH, EXIT_CONFIG, EXIT_ABORT = 0, 1, 2, 130
 _HARD_STOP_MARGIN_S = 5.0
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _GC_GEN0_THRESHOLD = 50_000
 
 
-def _arm_watchdog(seconds: float) -> None:
-    def hard_stop() -> None:
-        logger.critical("stop did not finish within %.0fs: terminating hard", seconds)
-        logging.shutdown()
-        os._exit(EXIT_CRASH)
+def _noop_handler(signum: int, frame: Any) -> None:
+    """Python-level handler of SIGTERM/SIGINT: the C-level handler has already written the
+    signal number to the wakeup fd, which :class:`_SignalWatch` reads."""
 
-    timer = threading.Timer(seconds, hard_stop)
+
+class _SignalWatch:
+    """SIGTERM/SIGINT handled by a thread, so a blocked event loop cannot hide them.
+
+    ``signal.set_wakeup_fd`` makes CPython's C-level signal handler write the signal
+    number to a socket, whatever the main thread is doing; this thread reads it, arms the
+    watchdog at once, and only then asks the event loop to stop (which it does when it
+    next runs). asyncio's ``add_signal_handler`` would run everything on the loop: a
+    processor blocking the loop would make the stop, and the watchdog, wait forever.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, settings: Settings,
+                 request_stop: Callable[[], None], abort: Callable[[], None]) -> None:
+        self._loop = loop
+        self._settings = settings
+        self._request_stop = request_stop
+        self._abort = abort
+        self._received = 0
+        self.stop_seen = threading.Event()  # set by the loop once it handled the request
+        self._read, self._write = socket.socketpair()
+        self._write.setblocking(False)
+        self._thread = threading.Thread(target=self._watch, name="kstage-signals",
+                                        daemon=True)
+        self._old_fd = -1
+        self._old_handlers: dict[signal.Signals, Any] = {}
+
+    def install(self) -> None:
+        self._thread.start()
+        self._old_fd = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        for sig in _STOP_SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, _noop_handler)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(self._old_fd)
+        with contextlib.suppress(OSError):
+            self._write.send(b"\0")  # no signal has number 0: ends the thread
+        self._thread.join(1.0)
+        self._read.close()
+        self._write.close()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = self._read.recv(64)
+            except OSError:
+                return
+            for signum in data:
+                if signum == 0:
+                    return
+                if signum in _STOP_SIGNALS:
+                    self._on_signal(signal.Signals(signum))
+
+    def _call_on_loop(self, fn: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop already closed: nothing to stop
+            self._loop.call_soon_threadsafe(fn)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._received += 1
+        sup = self._settings.supervisor
+        deadline = sup.shutdown_grace_s + sup.abort_grace_s + _HARD_STOP_MARGIN_S
+        if self._received == 1:
+            logger.info("received %s: stopping (drain up to %gs, then abort up to %gs; "
+                        "terminating hard after %gs)", sig.name, sup.shutdown_grace_s,
+                        sup.abort_grace_s, deadline)
+            _start_timer(deadline, self._hard_stop, deadline)
+            self._call_on_loop(self._request_stop)
+        elif sig is signal.SIGINT:
+            logger.warning("second SIGINT: aborting now")
+            _start_timer(_HARD_STOP_MARGIN_S, _exit_now, EXIT_ABORT)
+            self._call_on_loop(self._abort)
+        else:
+            logger.info("received %s again: already stopping", sig.name)
+
+    def _hard_stop(self, deadline: float) -> None:
+        if self.stop_seen.is_set():
+            why = "the stop hangs"
+        else:
+            why = ("the event loop never ran the stop: something blocks it, e.g. a processor "
+                   "doing blocking work")
+        frame = sys._current_frames().get(threading.main_thread().ident or -1)
+        where = ""
+        if frame is not None:
+            last = traceback.extract_stack(frame)[-1]
+            where = f"; the main thread is at {last.filename}:{last.lineno} in {last.name}"
+        logger.critical("stop did not finish within %gs (%s%s): terminating hard",
+                        deadline, why, where)
+        _exit_now(EXIT_CRASH)
+
+
+def _start_timer(seconds: float, fn: Callable[..., None], *args: Any) -> None:
+    timer = threading.Timer(seconds, fn, args)
     timer.daemon = True
     timer.start()
+
+
+def _exit_now(code: int) -> None:
+    logging.shutdown()
+    os._exit(code)
 
 
 async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
@@ -57,8 +157,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
     status: StatusServer | None = None
     if settings.service.http_port:
         try:
-            status = StatusServer(master, metrics, loop, settings.service.http_host,
-                                  settings.service.http_port)
+            status = bind_status_server(master, metrics, loop, settings.service)
         except OSError as exc:
             logger.critical("service.http_port: cannot serve on %s:%d: %s",
                             settings.service.http_host, settings.service.http_port, exc)
@@ -67,21 +166,18 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         beat = asyncio.create_task(status.beat(), name="heartbeat")
     main = asyncio.current_task()
     assert main is not None  # noqa: S101
-    state = {"signals": 0, "aborted": False}
-    grace = settings.supervisor.shutdown_grace_s + settings.supervisor.abort_grace_s
+    aborted = False
 
-    def on_signal(sig: signal.Signals) -> None:
-        state["signals"] += 1
-        if state["signals"] == 1:
-            logger.info("received %s: stopping (drain up to %gs, then abort up to %gs)",
-                        sig.name, settings.supervisor.shutdown_grace_s,
-                        settings.supervisor.abort_grace_s)
-            master.request_stop()
-            _arm_watchdog(grace + _HARD_STOP_MARGIN_S)
-        elif sig is signal.SIGINT:
-            logger.warning("second SIGINT: aborting now")
-            state["aborted"] = True
-            main.cancel()
+    def abort() -> None:
+        nonlocal aborted
+        aborted = True
+        main.cancel()
+
+    def request_stop() -> None:
+        signals.stop_seen.set()
+        master.request_stop()
+
+    signals = _SignalWatch(loop, settings, request_stop, abort)
 
     merging: asyncio.Task[None] | None = None
     if settings.merge.interval_s is not None:
@@ -99,8 +195,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
             return EXIT_CONFIG
         merging = asyncio.create_task(merge_loop.merge_periodically(settings, metrics),
                                       name="merge")
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    signals.install()
     shown = asyncio.create_task(progress(master), name="progress") if progress else None
     try:
         await master.run()
@@ -113,15 +208,14 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
                                 "table(s)", failed)
                 return EXIT_CRASH
     except asyncio.CancelledError:
-        if state["aborted"]:
+        if aborted:
             return EXIT_ABORT
         raise
     except FatalError as exc:
         logger.critical("stopping: %s", exc)
         return EXIT_CRASH
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        signals.uninstall()
         if status is not None:
             beat.cancel()
             status.stop()

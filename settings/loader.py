@@ -89,12 +89,15 @@ _build: Callable[..., Settings] = Settings
 
 
 def load_settings(
-    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *,
+    warnings: list[str] | None = None,
 ) -> Settings:
     """Read, expand and validate the configuration file at ``path``.
 
     ``environ`` (default ``os.environ``) supplies both the ``${VAR}`` values and the
     ``KSTAGE_*`` overrides. Raises a :class:`~settings.errors.SettingsError` subclass.
+    ``warnings``, if given, receives one line per valid but risky setting
+    (:meth:`Settings.risks`), naming file, key and line like a problem.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     source = str(path)
@@ -118,6 +121,11 @@ def load_settings(
         merged = _deep_merge(file_data, env_data)
         problems = [_problem(err, merged, lines, env_data) for err in exc.errors()]
         raise ConfigValidationError(source, problems) from _without_inputs(exc)
+    if warnings is not None:
+        for key, why in settings.risks():
+            where = (" (from environment)" if _from_environment(key, env_data)
+                     else f" (line {lines[key]})" if key in lines else "")
+            warnings.append(f"{source}: {_dotted(key)}{where}: {why}")
     logger.debug(
         "loaded %s: %d group(s), %d top-level environment override(s)",
         source,

@@ -238,6 +238,11 @@ class ServiceSettings(_Model):
         9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0 disables)."
     )
     http_host: str = Field("0.0.0.0", description="Address the status server binds.")  # noqa: S104
+    http_port_tries: int = Field(
+        16, ge=1, le=1000,
+        description="Ports tried from http_port up when it is taken (processes sharing one "
+                    "config on one host get http_port, +1, +2 ...); then any free port.",
+    )
 
 
 class Settings(BaseSettings):
@@ -291,6 +296,19 @@ class Settings(BaseSettings):
 
     def group_id(self, group: GroupSettings) -> str:
         return group.group_id or self.name
+
+    def risks(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Valid settings that can lose data, as (path, why) pairs; the loader adds the
+        file and line, ``validate`` prints them and ``run`` logs them at start."""
+        found: list[tuple[tuple[str | int, ...], str]] = []
+        for gi, group in enumerate(self.groups):
+            if group.commit.mode is CommitMode.AUTO:
+                found.append((("groups", gi, "commit", "mode"),
+                              "'auto' can lose data: Kafka's auto-commit commits the offsets "
+                              "the consumer fetched every max_interval_s, whether or not the "
+                              "sink wrote them, so a crash or a failed write skips those "
+                              "messages; use 'batch' to commit only what the sink accepted"))
+        return found
 
 
 class SchemaRegistryBasicAuth(_Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,3 +158,12 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 30,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+async def status_port(proc: KstageProcess, timeout: float = 30) -> int:
+    """The port the status server of ``proc`` took (its log says; it may not be
+    ``service.http_port`` when another process on this host holds that)."""
+    await proc.wait_for_log("status server on port ", timeout=timeout)
+    found = re.search(r"status server on port (\d+):", proc.output())
+    assert found, proc.output()
+    return int(found.group(1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,21 @@ async def test_auto_commits_through_kafka_autocommit(broker, tmp_path):
                                         [{"i": i} for i in range(3)],
                                         commit={"mode": "auto", "max_interval_s": 0.2})
     assert (await committed(broker, group, topic, 1))[0] == 3
+
+
+async def test_run_warns_at_start_that_auto_can_lose_data(broker, tmp_path, kstage):
+    topic, group = unique("auto"), unique("g-auto")
+    await create_topic(broker, topic)
+    path = write_config(tmp_path / "kstage.yml", broker, group,
+                        [{"topic": topic, "processor": "json_rows"}], commit={"mode": "auto"})
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1)
+                if text.strip() == "mode: auto")
+    proc = kstage(path)
+    await proc.wait_for_log("assigned partitions [0]")  # a warning: it runs
+    assert (f"WARNING service.cli: {path}: groups[0].commit.mode (line {line}): 'auto' can "
+            "lose data") in proc.output()
+    proc.signal(signal.SIGTERM)
+    assert await proc.wait() == 0, proc.output()
 
 
 async def test_batch_wait_for_ack_commits_everything(broker, tmp_path):

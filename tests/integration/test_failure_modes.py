@@ -122,6 +122,9 @@ async def test_hanging_processor_is_cancelled_and_not_committed(broker, tmp_path
     code = await proc.wait(timeout=20)
     assert code == 1, proc.output()  # work was abandoned: not a clean stop
     assert "shutdown grace of 1s expired; cancelling" in proc.output()
+    # The abandoned work is named: worker, partition, offsets (from the committed one).
+    assert (f"abandoned, not committed (re-read on the next start): {group}/{topic}#0: "
+            f"{topic}[0] offsets 2-") in proc.output(), proc.output()
     assert (await committed(broker, group, topic, 1))[0] == 2
 
 

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 
+from service.broker import free_port
 from tests.kafkautil import (
     committed,
     create_topic,
     produce,
     read_jsonl,
+    status_port,
     unique,
     wait_until,
     write_config,
@@ -126,3 +131,66 @@ async def test_revoke_commits_drained_work_before_handing_over(broker, tmp_path,
     assert await a.wait() == 0 and await b.wait() == 0
     rows = read_jsonl(out_a) + read_jsonl(out_b)
     assert sorted(r["i"] for r in rows) == list(range(210)), "no replay after the handover"
+
+
+async def readyz(port: int) -> int:
+    async with httpx.AsyncClient(timeout=5) as client:
+        return (await client.get(f"http://127.0.0.1:{port}/readyz")).status_code
+
+
+async def test_two_processes_one_config_one_host_share_the_status_port(broker, tmp_path,
+                                                                        kstage):
+    """Scale out by starting the same config twice: the second takes the next port."""
+    topic, group = unique("port"), unique("g-port")
+    await create_topic(broker, topic, partitions=2)
+    port = free_port()
+    cfg = write_config(tmp_path / "kstage.yml", broker, group,
+                       [{"topic": topic, "processor": "json_rows",
+                         "sink": {"type": "jsonl", "path": "${OUT}"}}],
+                       service={"http_port": port, "http_host": "127.0.0.1"})
+    out_a, out_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a = kstage(cfg, env={"OUT": str(out_a)})
+    port_a = await status_port(a)  # port, unless another process on this host took it
+    b = kstage(cfg, env={"OUT": str(out_b)})
+    await b.wait_for_log("assigned partitions [", timeout=60)
+    took = re.search(rf"service.http_port {port} on 127.0.0.1 is in use \(another process "
+                     r"sharing this config\?\): the status server of this process "
+                     rf"\(pid {b.proc.pid}\) is on port (\d+) instead", b.output())
+    assert took, b.output()
+    port_b = await status_port(b)
+    assert int(took.group(1)) == port_b and port_b not in (port, port_a)
+    await produce(broker, topic, ({"i": i} for i in range(100)), partition_of=lambda i: i % 2)
+    await wait_until(lambda: len(read_jsonl(out_a)) + len(read_jsonl(out_b)) == 100,
+                     what="100 rows")
+    assert read_jsonl(out_a) and read_jsonl(out_b), "both processes consume in the group"
+    assert await readyz(port_a) == 200 and await readyz(port_b) == 200
+    for proc in (a, b):
+        proc.signal(signal.SIGTERM)
+    assert await a.wait() == 0, a.output()
+    assert await b.wait() == 0, b.output()
+
+
+async def test_group_instance_id_with_two_topics_does_not_fence_itself(broker, tmp_path,
+                                                                       kstage):
+    """Static membership: each worker (one per topic) is its own member of the group."""
+    t1, t2, group = unique("static1"), unique("static2"), unique("g-static")
+    for topic in (t1, t2):
+        await create_topic(broker, topic)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group,
+                       [{"topic": t, "processor": "json_rows",
+                         "sink": {"type": "jsonl", "path": f"{t}.jsonl"}} for t in (t1, t2)])
+    data = yaml.safe_load(cfg.read_text())
+    data["kafka"]["consumer_config"] = {"group.instance.id": "kstage-host-1"}
+    cfg.write_text(yaml.safe_dump(data))
+    proc = kstage(cfg)
+    await proc.wait_for_log("assigned partitions [0]", count=2, timeout=60)
+    for topic in (t1, t2):
+        await produce(broker, topic, ({"i": i} for i in range(20)))
+    await wait_until(lambda: all(len(read_jsonl(tmp_path / f"{t}.jsonl")) == 20
+                                 for t in (t1, t2)), what="20 rows of each topic")
+    await wait_committed(broker, group, t1, 1, 20)
+    await wait_committed(broker, group, t2, 1, 20)
+    proc.signal(signal.SIGTERM)
+    assert await proc.wait() == 0, proc.output()
+    out = proc.output()
+    assert "crashed" not in out and "restarting" not in out and "enced" not in out, out

@@ -11,7 +11,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.broker import free_port
-from tests.kafkautil import create_topic, produce, read_jsonl, unique, wait_until, write_config
+from tests.kafkautil import (
+    create_topic,
+    produce,
+    read_jsonl,
+    status_port,
+    unique,
+    wait_until,
+    write_config,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -38,7 +46,8 @@ async def test_metrics_health_and_readiness_of_a_running_service(broker, tmp_pat
                          "sink": {"type": "jsonl", "path": "out.jsonl"}}],
                        service={"http_port": port, "http_host": "127.0.0.1"})
     proc = kstage(cfg)
-    base = f"http://127.0.0.1:{port}"
+    # port, unless another process on this host took it first (then the next free one)
+    base = f"http://127.0.0.1:{await status_port(proc)}"
     deadline = time.monotonic() + 30
     first_ready: httpx.Response | None = None
     while first_ready is None:

@@ -103,6 +103,22 @@ def test_validate_format_the_processor_does_not_accept(
     assert "'json_rows' accepts ['json', 'avro'], not 'bytes'" in err
 
 
+def test_validate_warns_that_commit_mode_auto_can_lose_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, GOOD + "    commit:\n      mode: auto\n"
+                 "  - group_id: other\n    commit: {mode: batch}\n    topics:\n"
+                 "      - {topic: more, processor: json_rows}\n")
+    code, out, err = run_cli(capsys, "validate", "-c", str(path))
+    assert code == 0  # a warning, not an error
+    assert out.strip() == f"{path}: OK (2 group(s), 2 topic(s))"
+    lines = err.splitlines()
+    assert len(lines) == 1, err  # only the auto group
+    assert lines[0].startswith(f"kstage: warning: {path}: groups[0].commit.mode (line 6): "
+                               "'auto' can lose data:")
+    assert "whether or not the sink wrote them" in lines[0]
+
+
 def test_validate_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "absent.yml"
     code, out, err = run_cli(capsys, "validate", "-c", str(path))

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import time
 from typing import Any
 
 import httpx
+import pytest
 
 from actors.metrics import Metrics
-from service.http import StatusServer
+from service.http import StatusServer, bind_status_server
+from settings.models import ServiceSettings
 
 
 class _Master:
@@ -37,4 +41,37 @@ def test_stale_heartbeat_and_stopped_loop_make_health_and_readiness_fail() -> No
         assert httpx.get(f"{base}/nope").status_code == 404
     finally:
         server.stop()
+        loop.close()
+
+
+def test_taken_ports_move_the_server_on_and_say_so(caplog: pytest.LogCaptureFixture) -> None:
+    """http_port and the next http_port_tries - 1 ports held by other processes: the next
+    attempts go to any free port, never to an exit."""
+    loop = asyncio.new_event_loop()
+    first = _Master(), Metrics(), loop
+    held = [StatusServer(*first, "127.0.0.1", 0)]  # type: ignore[arg-type]
+    port = held[0].port
+    try:
+        try:
+            held.append(StatusServer(*first, "127.0.0.1", port + 1))  # type: ignore[arg-type]
+        except OSError:
+            pytest.skip(f"port {port + 1} is not free here")
+        two = ServiceSettings(http_port=port, http_host="127.0.0.1", http_port_tries=2)
+        with caplog.at_level(logging.WARNING, logger="service.http"):
+            server = bind_status_server(*first, two)  # type: ignore[arg-type]
+        held.append(server)
+        assert server.port not in (port, port + 1)
+        assert (f"service.http_port {port} on 127.0.0.1 and the 1 port(s) after it are in use: "
+                f"the status server of this process (pid {os.getpid()}) is on port "
+                f"{server.port} instead") in caplog.text
+        three = ServiceSettings(http_port=port, http_host="127.0.0.1", http_port_tries=3)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="service.http"):
+            nearby = bind_status_server(*first, three)  # type: ignore[arg-type]
+        held.append(nearby)
+        if nearby.port == port + 2:  # free unless another process took it meanwhile
+            assert f"is on port {port + 2} instead" in caplog.text
+    finally:
+        for server in held:
+            server.stop()
         loop.close()

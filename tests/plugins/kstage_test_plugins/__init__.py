@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Sequence
 
 from processors import Message, PoisonMessage, Processor, Row, with_coordinates
@@ -86,3 +87,21 @@ class CrashOnStartProcessor(Processor):
 
     def transform(self, message: Message) -> Sequence[Row]:
         return []
+
+
+class BlockProcessor(Processor):
+    """Blocks the event loop for good (``time.sleep`` in a loop) on values with
+    ``block: true``, after writing its pid to ``marker``: a processor doing blocking I/O."""
+
+    name = "test_block"
+    formats = ("json",)
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        if message.value.get("block"):
+            marker = self.options.get("marker")
+            if marker:
+                with open(str(marker), "w") as fh:
+                    fh.write(str(os.getpid()))
+            while True:
+                time.sleep(0.05)
+        return [with_coordinates(dict(message.value), message)]
