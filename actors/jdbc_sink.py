@@ -302,7 +302,8 @@ class JdbcTableWriter(TableWriter):
         rows = [r for tuples, _ in batch for r in tuples]
         try:
             await self.register()
-            await self.actor.call(lambda spark: self._append(spark, rows))
+            # One transaction: a JVM that died mid-append wrote nothing; run it again.
+            await self.actor.call(lambda spark: self._append(spark, rows), retry=True)
         except Exception as exc:  # noqa: BLE001 - any failure fails the writes of the batch
             error: Exception = exc if isinstance(exc, FatalError | SinkError) else SinkError(
                 f"{self.where}: append of {len(rows)} row(s) failed: {_short(exc)}")

@@ -109,12 +109,36 @@ class SparkActor:
         self.warehouse = Path(self.settings.warehouse).resolve()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
         self._spark: Any = None
+        self._proc: Any = None  # the session's JVM (a Popen), when pyspark launched it
         self._writers: dict[str, TableWriter] = {}
         self._stopped = False
         self._warm = False
+        self._lost_pid: int | None = None  # the JVM that died, until a new session runs
+        self._restarts: list[float] = []  # monotonic times of the new sessions started
+        self._reregister = False  # a new session replaced a dead one: register the tables
+        self._fatal: FatalError | None = None  # gave up on the session: every call fails
 
     def _session(self) -> Any:
-        """The SparkSession (created on first use; Spark thread only)."""
+        """The SparkSession (created on first use, and again after its JVM died, with
+        every registered table registered again; Spark thread only)."""
+        if self._fatal is not None:
+            raise self._fatal
+        if self._spark is None:
+            if self._lost_pid is not None:
+                self._count_restart(self._lost_pid)
+            self._start_session()
+        if self._reregister:
+            tables = [w for w in self._writers.values() if w._registered]
+            for writer in tables:
+                writer._create(self._spark)
+            self._reregister, self._lost_pid = False, None
+            logger.warning("spark: new session running; %d table(s) registered again%s",
+                           len(tables), f" ({', '.join(w.table for w in tables)})"
+                           if tables else "")
+        return self._spark
+
+    def _start_session(self) -> None:
+        """Spark thread: start the SparkSession (a new JVM when none runs)."""
         if self._spark is None:
             if self.settings.master.startswith("local"):
                 # One machine: loopback (the hostname may resolve elsewhere). On a cluster
@@ -146,10 +170,86 @@ class SparkActor:
             for key, value in conf.items():
                 builder = builder.config(key, value)
             self._spark = builder.getOrCreate()
+            self._proc = getattr(self._spark.sparkContext._gateway, "proc", None)
             _quiet_task_size_warning(self._spark)
-            logger.info("spark: session started (master %s, writer id %s)",
-                        self.settings.master, self.writer_id)
-        return self._spark
+            logger.info("spark: session started (master %s, writer id %s, JVM pid %s)",
+                        self.settings.master, self.writer_id,
+                        getattr(self._proc, "pid", "unknown"))
+
+    def _count_restart(self, pid: int) -> None:
+        """Spark thread: one more new session after a JVM death, or FatalError when
+        ``max_session_restarts`` were started within ``session_restart_window_s``."""
+        now = time.monotonic()
+        window = self.settings.session_restart_window_s
+        self._restarts = [t for t in self._restarts if now - t < window]
+        limit = self.settings.max_session_restarts
+        if len(self._restarts) >= limit:
+            self._fatal = FatalError(
+                f"spark: the Spark JVM (pid {pid}) died and {len(self._restarts)} new "
+                f"session(s) were already started within {window:g}s "
+                f"(spark.max_session_restarts: {limit}); giving up: the rows not yet "
+                "written stay uncommitted and are read again after the restart")
+            raise self._fatal
+        self._restarts.append(now)
+
+    def _dead_jvm(self, exc: BaseException | None) -> int | None:
+        """Spark thread: the pid of the session's JVM if it has exited, else None. After
+        a failed call that lost its connection (``exc``), wait briefly for the exit: the
+        socket closes a moment before the process can be reaped."""
+        proc = self._proc
+        if self._spark is None or proc is None:
+            return None
+        if exc is not None and proc.poll() is None and _connection_lost(exc):
+            deadline = time.monotonic() + _EXIT_WAIT_S
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return int(proc.pid) if proc.poll() is not None else None
+
+    def _lose(self, pid: int) -> None:
+        """Spark thread: the JVM ``pid`` died: drop the session without calling into it,
+        and remove what its unfinished appends staged in this process's directories
+        (nothing else writes there, and readers never saw it)."""
+        logger.warning("spark: Spark JVM (pid %d) died (exit code %s); starting a new "
+                       "session", pid, self._proc.returncode)
+        self._discard_session()
+        self._lost_pid = pid
+        self._warm = False
+        self._reregister = any(w._registered for w in self._writers.values())
+        for writer in self._writers.values():
+            for staged in writer.path.glob(f"ingest_date=*/writer_id={self.writer_id}/"
+                                           "_temporary"):
+                shutil.rmtree(staged, ignore_errors=True)
+                logger.info("spark: removed %s (an append the dead JVM did not finish)",
+                            staged)
+
+    def _discard_session(self) -> None:
+        """Spark thread: forget a session whose JVM is gone (no call into it: py4j would
+        log a traceback for every refused connection), so the next one starts a JVM."""
+        from pyspark import SparkContext  # noqa: PLC0415 - pyspark only if used
+        from pyspark.sql import SparkSession, SQLContext  # noqa: PLC0415
+
+        context = self._spark.sparkContext
+        gateway = SparkContext._gateway
+        with SparkContext._lock:
+            SparkContext._active_spark_context = None
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
+        SQLContext._instantiatedContext = None
+        context._jsc = None
+        try:
+            if getattr(context, "_accumulatorServer", None):
+                context._accumulatorServer.shutdown()
+                context._accumulatorServer = None
+            if gateway is not None:
+                gateway.close()
+            if self._proc is not None and self._proc.stdin is not None:
+                self._proc.stdin.close()
+        except Exception as exc:  # noqa: BLE001 - best effort: the JVM is gone anyway
+            logger.debug("spark: cleaning up after the dead JVM: %s", _short(exc))
+        self._spark = None
+        self._proc = None
 
     def warm_up(self, spark: Any) -> None:
         """Spark thread, once per session: append one row to a scratch table and delete
@@ -170,15 +270,39 @@ class SparkActor:
             shutil.rmtree(scratch, ignore_errors=True)
         logger.debug("spark: Parquet writer warmed up in %.1fs", time.monotonic() - started)
 
-    def _run(self, fn: Callable[[Any], T]) -> T:
-        return fn(self._session())
+    def _run(self, fn: Callable[[Any], T], retry: bool) -> T:
+        spark = self._session()
+        pid = self._dead_jvm(None)
+        if pid is not None:  # died since the last call
+            self._lose(pid)
+            spark = self._session()
+        try:
+            return fn(spark)
+        except Exception as exc:
+            pid = self._dead_jvm(exc)
+            if pid is None:
+                raise
+            self._lose(pid)
+            spark = self._session()
+            if not retry:
+                raise SinkError(f"spark: the Spark JVM (pid {pid}) died during this call; "
+                                "a new session was started") from exc
+        return fn(spark)
 
-    async def call(self, fn: Callable[[Any], T]) -> T:
-        """Run ``fn(spark)`` on the Spark thread and return its result."""
+    async def call(self, fn: Callable[[Any], T], *, retry: bool = False) -> T:
+        """Run ``fn(spark)`` on the Spark thread and return its result.
+
+        When the session's JVM died (before or during the call), a new session is
+        started with the tables registered again; then ``fn`` runs again if ``retry``
+        (it must be safe to repeat, like an append whose rows are not acked yet), else
+        the call fails with SinkError. FatalError once ``max_session_restarts`` new
+        sessions were started within ``session_restart_window_s``."""
+        if self._fatal is not None:
+            raise self._fatal
         if self._stopped:
             raise SinkError("spark actor is stopped")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run, fn)
+        return await loop.run_in_executor(self._executor, self._run, fn, retry)
 
     def writer(self, table: str, columns: Sequence[Column]) -> TableWriter:
         """The shared writer of ``table`` (created on first use)."""
@@ -191,10 +315,20 @@ class SparkActor:
         return writer
 
     def _stop_session(self) -> None:
-        if self._spark is not None:
+        if self._spark is None:
+            return
+        pid = self._dead_jvm(None)
+        if pid is not None:
+            self._discard_session()
+            logger.warning("spark: session dropped (its JVM, pid %d, had exited)", pid)
+            return
+        try:
             self._spark.stop()
-            self._spark = None
-            logger.info("spark: session stopped")
+        except Exception as exc:  # noqa: BLE001 - stopping must not fail the shutdown
+            logger.warning("spark: the session did not stop cleanly: %s", _short(exc))
+        self._spark = None
+        self._proc = None
+        logger.info("spark: session stopped")
 
     def stop(self) -> None:
         """Stop the session and the thread (blocking; idempotent)."""
@@ -207,6 +341,25 @@ class SparkActor:
     async def astop(self) -> None:
         """:meth:`stop` off the event loop."""
         await asyncio.to_thread(self.stop)
+
+
+_EXIT_WAIT_S = 2.0  # how long a lost connection waits for the JVM to be seen exited
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is a lost py4j/socket connection."""
+    from py4j.protocol import (  # type: ignore[import-untyped]  # noqa: PLC0415
+        Py4JNetworkError,  # pyspark only if used
+    )
+
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, Py4JNetworkError | ConnectionError | EOFError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 _ACTORS: dict[str, SparkActor] = {}
@@ -303,33 +456,33 @@ class TableWriter:
         :func:`actors.table_rows.record_batch`)."""
         return record_batch(rows, self._all, f"spark sink {self.table}")
 
-    async def register(self) -> None:
-        """Create the table by location if needed, and find its existing partitions."""
-        if self._registered:
-            return
+    def _create(self, spark: Any) -> None:
+        """Spark thread: create the table by location if needed (in this session's
+        catalog), and find its existing partitions."""
         cols = ", ".join(f"`{c.name}` {_SQL_TYPES[c.type]}" for c in self._all)
         ddl = (f"CREATE TABLE IF NOT EXISTS `{self.table}` ({cols}, `_ingested_at` TIMESTAMP, "
                "`ingest_date` DATE, `writer_id` STRING) USING parquet "
                f"PARTITIONED BY (ingest_date, writer_id) LOCATION {_quote(str(self.path))}")
+        self.actor.warm_up(spark)
+        self.path.mkdir(parents=True, exist_ok=True)  # RECOVER PARTITIONS lists it
+        added = self._check_files(spark)
+        spark.sql(ddl)
+        known = {f.name for f in spark.table(self.table).schema}
+        missing = [c for c in self._all if c.name not in known]
+        if missing:  # a persistent catalog holds the table with fewer columns
+            spark.sql(f"ALTER TABLE `{self.table}` ADD COLUMNS (" + ", ".join(
+                f"`{c.name}` {_SQL_TYPES[c.type]}" for c in missing) + ")")
+        spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
+        if added:
+            logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
+                           "written before read them as NULL)", self.table, ", ".join(added))
 
-        def create(spark: Any) -> None:
-            self.actor.warm_up(spark)
-            self.path.mkdir(parents=True, exist_ok=True)  # RECOVER PARTITIONS lists it
-            added = self._check_files(spark)
-            spark.sql(ddl)
-            known = {f.name for f in spark.table(self.table).schema}
-            missing = [c for c in self._all if c.name not in known]
-            if missing:  # a persistent catalog holds the table with fewer columns
-                spark.sql(f"ALTER TABLE `{self.table}` ADD COLUMNS (" + ", ".join(
-                    f"`{c.name}` {_SQL_TYPES[c.type]}" for c in missing) + ")")
-            spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
-            if added:
-                logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
-                               "written before read them as NULL)", self.table,
-                               ", ".join(added))
-
+    async def register(self) -> None:
+        """Create the table by location if needed, and find its existing partitions."""
+        if self._registered:
+            return
         try:
-            await self.actor.call(create)
+            await self.actor.call(self._create)
         except (SinkError, FatalError):
             raise
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
@@ -419,12 +572,15 @@ class TableWriter:
     async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
         parts = [part for part, _ in batch]
         try:
-            await self.actor.call(lambda spark: self._append(spark, parts))
+            # retry: after a JVM death the append runs again in the new session (its rows
+            # are not acked yet; what the dead JVM staged was removed).
+            await self.actor.call(lambda spark: self._append(spark, parts), retry=True)
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
             rows = sum(map(len, parts))
-            error = SinkError(f"spark sink {self.table}: append of {rows} row(s) "
-                              f"failed: {_short(exc)}")
-            error.__cause__ = exc
+            error: Exception = exc if isinstance(exc, FatalError) else SinkError(
+                f"spark sink {self.table}: append of {rows} row(s) failed: {_short(exc)}")
+            if error is not exc:
+                error.__cause__ = exc
             for _, future in batch:
                 if not future.done():
                     future.set_exception(error)
