@@ -179,18 +179,23 @@ class SparkActor:
     def _count_restart(self, pid: int) -> None:
         """Spark thread: one more new session after a JVM death, or FatalError when
         ``max_session_restarts`` were started within ``session_restart_window_s``."""
+        window = self.settings.session_restart_window_s
+        limit = self.settings.max_session_restarts
+        if not self._restarts_left():
+            self._fatal = FatalError(
+                f"spark: Spark JVM (pid {pid}) died; giving up: {len(self._restarts)} new "
+                f"session(s) were already started within {window:g}s "
+                f"(spark.max_session_restarts: {limit}). The rows not written yet stay "
+                "uncommitted: they are read again when the process is restarted")
+            raise self._fatal
+        self._restarts.append(time.monotonic())
+
+    def _restarts_left(self) -> int:
+        """How many new sessions may still start within the window."""
         now = time.monotonic()
         window = self.settings.session_restart_window_s
         self._restarts = [t for t in self._restarts if now - t < window]
-        limit = self.settings.max_session_restarts
-        if len(self._restarts) >= limit:
-            self._fatal = FatalError(
-                f"spark: the Spark JVM (pid {pid}) died and {len(self._restarts)} new "
-                f"session(s) were already started within {window:g}s "
-                f"(spark.max_session_restarts: {limit}); giving up: the rows not yet "
-                "written stay uncommitted and are read again after the restart")
-            raise self._fatal
-        self._restarts.append(now)
+        return max(self.settings.max_session_restarts - len(self._restarts), 0)
 
     def _dead_jvm(self, exc: BaseException | None) -> int | None:
         """Spark thread: the pid of the session's JVM if it has exited, else None. After
@@ -209,8 +214,9 @@ class SparkActor:
         """Spark thread: the JVM ``pid`` died: drop the session without calling into it,
         and remove what its unfinished appends staged in this process's directories
         (nothing else writes there, and readers never saw it)."""
-        logger.warning("spark: Spark JVM (pid %d) died (exit code %s); starting a new "
-                       "session", pid, self._proc.returncode)
+        logger.warning("spark: Spark JVM (pid %d) died (exit code %s)%s", pid,
+                       self._proc.returncode,
+                       "; starting a new session" if self._restarts_left() else "")
         self._discard_session()
         self._lost_pid = pid
         self._warm = False

@@ -199,6 +199,6 @@ async def test_jvm_death_beyond_max_session_restarts_exits_1(
     assert sum(done.values()) < feed.sent
     output = proc.output()
     critical = [line for line in output.splitlines() if "CRITICAL" in line]
-    assert any(f"Spark JVM (pid {jvm}) died" in line and "max_session_restarts" in line
+    assert any(f"Spark JVM (pid {jvm}) died; giving up" in line and "max_session_restarts" in line
                for line in critical), output
     assert "Traceback" not in output, output
