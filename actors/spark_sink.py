@@ -95,6 +95,10 @@ def _quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+class SparkJvmDiedError(SinkError):
+    """The session's JVM died during a Spark call (retriable: a new session starts)."""
+
+
 class SparkActor:
     """Owns one SparkSession; runs every Spark call on its single thread.
 
@@ -176,6 +180,12 @@ class SparkActor:
                         self.settings.master, self.writer_id,
                         getattr(self._proc, "pid", "unknown"))
 
+    @property
+    def jvm_pid(self) -> int | None:
+        """The pid of the running session's JVM (None before the session starts, or
+        when pyspark did not launch it)."""
+        return int(self._proc.pid) if self._spark is not None and self._proc else None
+
     def _count_restart(self, pid: int) -> None:
         """Spark thread: one more new session after a JVM death, or FatalError when
         ``max_session_restarts`` were started within ``session_restart_window_s``."""
@@ -220,7 +230,8 @@ class SparkActor:
         self._discard_session()
         self._lost_pid = pid
         self._warm = False
-        self._reregister = any(w._registered for w in self._writers.values())
+        self._reregister = self._reregister or any(
+            w._registered for w in self._writers.values())
         for writer in self._writers.values():
             for staged in writer.path.glob(f"ingest_date=*/writer_id={self.writer_id}/"
                                            "_temporary"):
@@ -244,16 +255,16 @@ class SparkActor:
         SparkSession._activeSession = None
         SQLContext._instantiatedContext = None
         context._jsc = None
-        try:
-            if getattr(context, "_accumulatorServer", None):
-                context._accumulatorServer.shutdown()
-                context._accumulatorServer = None
-            if gateway is not None:
-                gateway.close()
-            if self._proc is not None and self._proc.stdin is not None:
-                self._proc.stdin.close()
-        except Exception as exc:  # noqa: BLE001 - best effort: the JVM is gone anyway
-            logger.debug("spark: cleaning up after the dead JVM: %s", _short(exc))
+        server = getattr(context, "_accumulatorServer", None)
+        context._accumulatorServer = None
+        stdin = getattr(self._proc, "stdin", None)
+        for close in (getattr(server, "shutdown", None), getattr(gateway, "close", None),
+                      getattr(stdin, "close", None)):
+            try:
+                if close is not None:
+                    close()
+            except Exception as exc:  # noqa: BLE001 - best effort: the JVM is gone anyway
+                logger.debug("spark: cleaning up after the dead JVM: %s", _short(exc))
         self._spark = None
         self._proc = None
 
@@ -276,24 +287,31 @@ class SparkActor:
             shutil.rmtree(scratch, ignore_errors=True)
         logger.debug("spark: Parquet writer warmed up in %.1fs", time.monotonic() - started)
 
-    def _run(self, fn: Callable[[Any], T], retry: bool) -> T:
-        spark = self._session()
+    def _attempt(self, fn: Callable[[Any], T]) -> T:
+        """Spark thread: ``fn(spark)`` in a live session (a new one if the JVM died
+        since the last call); SparkJvmDiedError if the JVM dies meanwhile."""
         pid = self._dead_jvm(None)
-        if pid is not None:  # died since the last call
+        if pid is not None:  # died while idle
             self._lose(pid)
-            spark = self._session()
         try:
-            return fn(spark)
+            return fn(self._session())
+        except FatalError:
+            raise
         except Exception as exc:
             pid = self._dead_jvm(exc)
             if pid is None:
                 raise
             self._lose(pid)
-            spark = self._session()
+            raise SparkJvmDiedError(f"spark: Spark JVM (pid {pid}) died during the call; "
+                                    "the next call starts a new session") from exc
+
+    def _run(self, fn: Callable[[Any], T], retry: bool) -> T:
+        try:
+            return self._attempt(fn)
+        except SparkJvmDiedError:
             if not retry:
-                raise SinkError(f"spark: the Spark JVM (pid {pid}) died during this call; "
-                                "a new session was started") from exc
-        return fn(spark)
+                raise
+        return self._attempt(fn)  # in a new session
 
     async def call(self, fn: Callable[[Any], T], *, retry: bool = False) -> T:
         """Run ``fn(spark)`` on the Spark thread and return its result.

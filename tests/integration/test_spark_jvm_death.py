@@ -6,7 +6,10 @@ events keep arriving (real broker, real PySpark):
   flush twice, no offset is ever committed ahead of the rows on disk, and SIGTERM ends
   with exit 0 and no traceback;
 * with ``spark.max_session_restarts: 0`` the first death gives up: the process exits 1
-  with a CRITICAL line naming the dead JVM, and nothing unwritten is committed.
+  with a CRITICAL line naming the dead JVM, and nothing unwritten is committed;
+* in process: a killed JVM is replaced and the table is registered again in the new
+  session; when the replacement cannot start (JAVA_HOME points nowhere) the writes fail
+  retriably until ``max_session_restarts`` attempts are used, then with FatalError.
 
 Staging is read with pyarrow (hidden ``_temporary`` files are skipped, as Spark's
 readers skip them), so the tests start no Spark JVM of their own.
@@ -15,10 +18,13 @@ readers skip them), so the tests start no Spark JVM of their own.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
 import time
+import traceback
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -28,7 +34,10 @@ import yaml
 from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
+from actors.errors import FatalError, SinkError
+from actors.spark_sink import SparkActor
 from processors.avro import encode
+from settings import SparkSettings
 from tests.fake_registry import FakeRegistry
 from tests.integration.test_spark_exactly_once import (
     SCHEMA,
@@ -39,6 +48,7 @@ from tests.integration.test_spark_exactly_once import (
     config,
     expected,
 )
+from tests.integration.test_spark_sink import events, opened
 from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -202,3 +212,45 @@ async def test_jvm_death_beyond_max_session_restarts_exits_1(
     assert any(f"Spark JVM (pid {jvm}) died; giving up" in line and "max_session_restarts" in line
                for line in critical), output
     assert "Traceback" not in output, output
+
+
+async def test_replacement_session_and_giving_up_when_no_jvm_can_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
+                                     flush_max_interval_s=0.2, max_session_restarts=2))
+    table = "stg_jvm_gone"
+    try:
+        sink = await opened(actor, table)
+        await sink.write(events(0, 0, 4))
+        first = actor.jvm_pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        await wait_until(lambda: not alive(first), timeout=30, what="the JVM to exit")
+        await sink.write(events(0, 4, 4))  # restart 1 of 2: a new JVM, table registered
+        second = actor.jvm_pid
+        assert second not in (None, first)
+        assert await actor.call(lambda spark: spark.table(table).count()) == 8
+
+        assert second is not None
+        os.kill(second, signal.SIGKILL)
+        await wait_until(lambda: not alive(second), timeout=30, what="the JVM to exit")
+        monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
+        with pytest.raises(SinkError, match="JAVA_GATEWAY_EXITED") as failed:
+            await sink.write(events(0, 8, 2))  # restart 2 of 2: the JVM cannot start
+        # pyspark leaves the stdin pipe of a JVM that failed to start open in its launch
+        # frame: release it here rather than as an unraisable warning at session end.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            error: BaseException | None = failed.value
+            while error is not None:
+                traceback.clear_frames(error.__traceback__)
+                error = error.__cause__ or error.__context__
+            del failed, error
+            gc.collect()
+        with pytest.raises(FatalError, match=rf"Spark JVM \(pid {second}\) died; giving up"
+                           r": 2 new session\(s\) .*max_session_restarts: 2"):
+            await sink.write(events(0, 8, 2))
+        with pytest.raises(FatalError):  # every later call fails at once
+            await actor.call(lambda spark: None)
+    finally:
+        await actor.astop()
