@@ -26,6 +26,15 @@ How it works:
   ``max_in_flight``). Sinks are ``pipelined``: the worker's sink loop hands batches over
   without waiting, so rows of many polls gather while an append runs. A failed append fails every
   write in it with SinkError (retriable; nothing is committed).
+* A dead JVM (killed, out of memory) is seen by its process having exited, before a
+  call or when a call fails: the session is dropped without calling into it, what its
+  unfinished append staged in this process's own directories (``_temporary``) is
+  removed, a new session (new JVM) starts, every table registered so far is registered
+  again, and the append runs again (its rows were never acked, so nothing was
+  committed; an append whose commit the JVM had finished lands twice at most, which the
+  merge dedupes). More than ``spark.max_session_restarts`` new sessions within
+  ``spark.session_restart_window_s`` (a replacement that fails to start counts too):
+  FatalError, the process exits 1 for its orchestrator to restart it.
 * Staging table = Parquet at ``<warehouse>/<table>``, registered by location at open
   (``CREATE TABLE IF NOT EXISTS ... LOCATION``, then ``RECOVER PARTITIONS``), so it survives
   restarts and can be queried from any Spark. Columns: the processor's columns, then
@@ -233,6 +242,7 @@ class SparkActor:
         self._reregister = self._reregister or any(
             w._registered for w in self._writers.values())
         for writer in self._writers.values():
+            writer._dates.clear()  # the new session recovers the partitions again
             for staged in writer.path.glob(f"ingest_date=*/writer_id={self.writer_id}/"
                                            "_temporary"):
                 shutil.rmtree(staged, ignore_errors=True)
