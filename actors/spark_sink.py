@@ -68,6 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.errors import FatalError, SinkError
 from actors.sinks import Sink
+from actors.spark_session import EXIT_WAIT_S, connection_lost, discard_session, start_session
 from actors.table_rows import COORDINATES, arrow_table, record_batch
 from processors.base import Column, Row
 from settings.models import SparkSettings
@@ -152,42 +153,10 @@ class SparkActor:
 
     def _start_session(self) -> None:
         """Spark thread: start the SparkSession (a new JVM when none runs)."""
-        if self._spark is None:
-            if self.settings.master.startswith("local"):
-                # One machine: loopback (the hostname may resolve elsewhere). On a cluster
-                # the operator sets SPARK_LOCAL_IP or spark.driver.host to a reachable address.
-                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only if used
-
-            conf = {
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",  # no progress bars in logs
-                "spark.sql.shuffle.partitions": "2",
-                "spark.sql.sources.partitionOverwriteMode": "dynamic",
-                "spark.sql.session.timeZone": "UTC",
-                # One Arrow batch, so one task and one Parquet file, per flush: fewer
-                # files in staging, less per-task work on a CPU shared with the workers.
-                "spark.sql.execution.arrow.maxRecordsPerBatch": str(
-                    self.settings.flush_max_rows),
-                "spark.sql.warehouse.dir": str(self.warehouse),
-                # Arrow batches go to the JVM as an RDD and are read row by row straight
-                # into the Parquet writer. Below this threshold (48 MB by default) Spark
-                # would first copy every row on the driver into a LocalRelation and ship
-                # the copies in the task (measured: JVM peak RSS 850 -> 640 MB, two files
-                # per flush -> one).
-                "spark.sql.execution.arrow.localRelationThreshold": "0",
-                **self.settings.conf,
-            }
-            builder = SparkSession.builder.master(self.settings.master).appName(
-                f"kstage-{self.writer_id}")
-            for key, value in conf.items():
-                builder = builder.config(key, value)
-            self._spark = builder.getOrCreate()
-            self._proc = getattr(self._spark.sparkContext._gateway, "proc", None)
-            _quiet_task_size_warning(self._spark)
-            logger.info("spark: session started (master %s, writer id %s, JVM pid %s)",
-                        self.settings.master, self.writer_id,
-                        getattr(self._proc, "pid", "unknown"))
+        self._spark = start_session(self.settings, self.warehouse, self.writer_id)
+        self._proc = getattr(self._spark.sparkContext._gateway, "proc", None)
+        logger.info("spark: session started (master %s, writer id %s, JVM pid %s)",
+                    self.settings.master, self.writer_id, getattr(self._proc, "pid", "unknown"))
 
     @property
     def jvm_pid(self) -> int | None:
@@ -223,8 +192,8 @@ class SparkActor:
         proc = self._proc
         if self._spark is None or proc is None:
             return None
-        if exc is not None and proc.poll() is None and _connection_lost(exc):
-            deadline = time.monotonic() + _EXIT_WAIT_S
+        if exc is not None and proc.poll() is None and connection_lost(exc):
+            deadline = time.monotonic() + EXIT_WAIT_S
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
         return int(proc.pid) if proc.poll() is not None else None
@@ -250,31 +219,8 @@ class SparkActor:
                             staged)
 
     def _discard_session(self) -> None:
-        """Spark thread: forget a session whose JVM is gone (no call into it: py4j would
-        log a traceback for every refused connection), so the next one starts a JVM."""
-        from pyspark import SparkContext  # noqa: PLC0415 - pyspark only if used
-        from pyspark.sql import SparkSession, SQLContext  # noqa: PLC0415
-
-        context = self._spark.sparkContext
-        gateway = SparkContext._gateway
-        with SparkContext._lock:
-            SparkContext._active_spark_context = None
-            SparkContext._gateway = None
-            SparkContext._jvm = None
-        SparkSession._instantiatedSession = None
-        SparkSession._activeSession = None
-        SQLContext._instantiatedContext = None
-        context._jsc = None
-        server = getattr(context, "_accumulatorServer", None)
-        context._accumulatorServer = None
-        stdin = getattr(self._proc, "stdin", None)
-        for close in (getattr(server, "shutdown", None), getattr(gateway, "close", None),
-                      getattr(stdin, "close", None)):
-            try:
-                if close is not None:
-                    close()
-            except Exception as exc:  # noqa: BLE001 - best effort: the JVM is gone anyway
-                logger.debug("spark: cleaning up after the dead JVM: %s", _short(exc))
+        """Spark thread: forget the session of a dead JVM (see :func:`discard_session`)."""
+        discard_session(self._spark, self._proc)
         self._spark = None
         self._proc = None
 
@@ -375,25 +321,6 @@ class SparkActor:
     async def astop(self) -> None:
         """:meth:`stop` off the event loop."""
         await asyncio.to_thread(self.stop)
-
-
-_EXIT_WAIT_S = 2.0  # how long a lost connection waits for the JVM to be seen exited
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it was raised from) is a lost py4j/socket connection."""
-    from py4j.protocol import (  # type: ignore[import-untyped]  # noqa: PLC0415
-        Py4JNetworkError,  # pyspark only if used
-    )
-
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, Py4JNetworkError | ConnectionError | EOFError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 _ACTORS: dict[str, SparkActor] = {}
@@ -650,34 +577,6 @@ class TableWriter:
         spark.sql(f"REFRESH TABLE `{self.table}`")
         logger.debug("spark sink: %s: appended %d row(s) in %.3fs (write %.3fs)", self.table,
                      len(table), time.monotonic() - started, written - started)
-
-
-_TASK_SIZE_LOGGER = "org.apache.spark.scheduler.TaskSetManager"
-
-
-def _quiet_task_size_warning(spark: Any) -> None:
-    """Drop Spark's "contains a task of very large size" warning (once per flush: a
-    flush's Arrow data travels in its one task by design, see the session conf); the
-    logger's other warnings stay. Its level becomes at least WARN: a logger of its own
-    would otherwise pass pyspark's console threshold (WARN) with its INFO lines."""
-    try:
-        jvm = spark._jvm
-        log4j = jvm.org.apache.logging.log4j
-        result = jvm.java.lang.Class.forName("org.apache.logging.log4j.core.Filter$Result")
-        deny = jvm.java.lang.Enum.valueOf(result, "DENY")
-        neutral = jvm.java.lang.Enum.valueOf(result, "NEUTRAL")
-        regex = log4j.core.filter.RegexFilter.createFilter(
-            ".*contains a task of very large size.*", None, False, deny, neutral)
-        context = log4j.LogManager.getContext(False)
-        level = log4j.LogManager.getLogger(_TASK_SIZE_LOGGER).getLevel()
-        if level.isLessSpecificThan(log4j.Level.WARN):
-            level = log4j.Level.WARN
-        config = log4j.core.config.LoggerConfig(_TASK_SIZE_LOGGER, level, True)
-        config.addFilter(regex)
-        context.getConfiguration().addLogger(_TASK_SIZE_LOGGER, config)
-        context.updateLoggers()
-    except Exception as exc:  # noqa: BLE001 - a log filter is never worth a failed start
-        logger.debug("spark: could not filter the task size warning: %s", exc)
 
 
 def _short(exc: BaseException) -> str:
