@@ -456,7 +456,9 @@ class JdbcTableWriter(TableWriter):
         """Append ``rows`` in one transaction: None if written, the error if PostgreSQL
         refused them for a fact about rows; raises AppendError for any other failure."""
         try:
-            await self.actor.call(lambda spark: self._append_or_classify(spark, rows))
+            # One transaction: a JVM that died mid-append wrote nothing; run it again.
+            await self.actor.call(lambda spark: self._append_or_classify(spark, rows),
+                                  retry=True)
         except AppendError as exc:
             if exc.row_error:
                 return exc

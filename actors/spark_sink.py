@@ -26,6 +26,15 @@ How it works:
   ``max_in_flight``). Sinks are ``pipelined``: the worker's sink loop hands batches over
   without waiting, so rows of many polls gather while an append runs. A failed append fails every
   write in it with SinkError (retriable; nothing is committed).
+* A dead JVM (killed, out of memory) is seen by its process having exited, before a
+  call or when a call fails: the session is dropped without calling into it, what its
+  unfinished append staged in this process's own directories (``_temporary``) is
+  removed, a new session (new JVM) starts, every table registered so far is registered
+  again, and the append runs again (its rows were never acked, so nothing was
+  committed; an append whose commit the JVM had finished lands twice at most, which the
+  merge dedupes). More than ``spark.max_session_restarts`` new sessions within
+  ``spark.session_restart_window_s`` (a replacement that fails to start counts too):
+  FatalError, the process exits 1 for its orchestrator to restart it.
 * Staging table = Parquet at ``<warehouse>/<table>``, registered by location at open
   (``CREATE TABLE IF NOT EXISTS ... LOCATION``, then ``RECOVER PARTITIONS``), so it survives
   restarts and can be queried from any Spark. Columns: the processor's columns, then
@@ -59,6 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.errors import FatalError, SinkError
 from actors.sinks import Sink
+from actors.spark_session import EXIT_WAIT_S, connection_lost, discard_session, start_session
 from actors.table_rows import COORDINATES, arrow_table, record_batch
 from processors.base import Column, Row
 from settings.models import SparkSettings
@@ -95,6 +105,10 @@ def _quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+class SparkJvmDiedError(SinkError):
+    """The session's JVM died during a Spark call (retriable: a new session starts)."""
+
+
 class SparkActor:
     """Owns one SparkSession; runs every Spark call on its single thread.
 
@@ -109,47 +123,106 @@ class SparkActor:
         self.warehouse = Path(self.settings.warehouse).resolve()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
         self._spark: Any = None
+        self._proc: Any = None  # the session's JVM (a Popen), when pyspark launched it
         self._writers: dict[str, TableWriter] = {}
         self._stopped = False
         self._warm = False
+        self._lost_pid: int | None = None  # the JVM that died, until a new session runs
+        self._restarts: list[float] = []  # monotonic times of the new sessions started
+        self._reregister = False  # a new session replaced a dead one: register the tables
+        self._fatal: FatalError | None = None  # gave up on the session: every call fails
 
     def _session(self) -> Any:
-        """The SparkSession (created on first use; Spark thread only)."""
+        """The SparkSession (created on first use, and again after its JVM died, with
+        every registered table registered again; Spark thread only)."""
+        if self._fatal is not None:
+            raise self._fatal
         if self._spark is None:
-            if self.settings.master.startswith("local"):
-                # One machine: loopback (the hostname may resolve elsewhere). On a cluster
-                # the operator sets SPARK_LOCAL_IP or spark.driver.host to a reachable address.
-                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only if used
-
-            conf = {
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",  # no progress bars in logs
-                "spark.sql.shuffle.partitions": "2",
-                "spark.sql.sources.partitionOverwriteMode": "dynamic",
-                "spark.sql.session.timeZone": "UTC",
-                # One Arrow batch, so one task and one Parquet file, per flush: fewer
-                # files in staging, less per-task work on a CPU shared with the workers.
-                "spark.sql.execution.arrow.maxRecordsPerBatch": str(
-                    self.settings.flush_max_rows),
-                "spark.sql.warehouse.dir": str(self.warehouse),
-                # Arrow batches go to the JVM as an RDD and are read row by row straight
-                # into the Parquet writer. Below this threshold (48 MB by default) Spark
-                # would first copy every row on the driver into a LocalRelation and ship
-                # the copies in the task (measured: JVM peak RSS 850 -> 640 MB, two files
-                # per flush -> one).
-                "spark.sql.execution.arrow.localRelationThreshold": "0",
-                **self.settings.conf,
-            }
-            builder = SparkSession.builder.master(self.settings.master).appName(
-                f"kstage-{self.writer_id}")
-            for key, value in conf.items():
-                builder = builder.config(key, value)
-            self._spark = builder.getOrCreate()
-            _quiet_task_size_warning(self._spark)
-            logger.info("spark: session started (master %s, writer id %s)",
-                        self.settings.master, self.writer_id)
+            if self._lost_pid is not None:
+                self._count_restart(self._lost_pid)
+            self._start_session()
+        if self._reregister:
+            tables = [w for w in self._writers.values() if w._registered]
+            for writer in tables:
+                writer._create(self._spark)
+            self._reregister, self._lost_pid = False, None
+            logger.warning("spark: new session running; %d table(s) registered again%s",
+                           len(tables), f" ({', '.join(w.table for w in tables)})"
+                           if tables else "")
         return self._spark
+
+    def _start_session(self) -> None:
+        """Spark thread: start the SparkSession (a new JVM when none runs)."""
+        self._spark = start_session(self.settings, self.warehouse, self.writer_id)
+        self._proc = getattr(self._spark.sparkContext._gateway, "proc", None)
+        logger.info("spark: session started (master %s, writer id %s, JVM pid %s)",
+                    self.settings.master, self.writer_id, getattr(self._proc, "pid", "unknown"))
+
+    @property
+    def jvm_pid(self) -> int | None:
+        """The pid of the running session's JVM (None before the session starts, or
+        when pyspark did not launch it)."""
+        return int(self._proc.pid) if self._spark is not None and self._proc else None
+
+    def _count_restart(self, pid: int) -> None:
+        """Spark thread: one more new session after a JVM death, or FatalError when
+        ``max_session_restarts`` were started within ``session_restart_window_s``."""
+        window = self.settings.session_restart_window_s
+        limit = self.settings.max_session_restarts
+        if not self._restarts_left():
+            self._fatal = FatalError(
+                f"spark: Spark JVM (pid {pid}) died; giving up: {len(self._restarts)} new "
+                f"session(s) were already started within {window:g}s "
+                f"(spark.max_session_restarts: {limit}). The rows not written yet stay "
+                "uncommitted: they are read again when the process is restarted")
+            raise self._fatal
+        self._restarts.append(time.monotonic())
+
+    def _restarts_left(self) -> int:
+        """How many new sessions may still start within the window."""
+        now = time.monotonic()
+        window = self.settings.session_restart_window_s
+        self._restarts = [t for t in self._restarts if now - t < window]
+        return max(self.settings.max_session_restarts - len(self._restarts), 0)
+
+    def _dead_jvm(self, exc: BaseException | None) -> int | None:
+        """Spark thread: the pid of the session's JVM if it has exited, else None. After
+        a failed call that lost its connection (``exc``), wait briefly for the exit: the
+        socket closes a moment before the process can be reaped."""
+        proc = self._proc
+        if self._spark is None or proc is None:
+            return None
+        if exc is not None and proc.poll() is None and connection_lost(exc):
+            deadline = time.monotonic() + EXIT_WAIT_S
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return int(proc.pid) if proc.poll() is not None else None
+
+    def _lose(self, pid: int) -> None:
+        """Spark thread: the JVM ``pid`` died: drop the session without calling into it,
+        and remove what its unfinished appends staged in this process's directories
+        (nothing else writes there, and readers never saw it)."""
+        logger.warning("spark: Spark JVM (pid %d) died (exit code %s)%s", pid,
+                       self._proc.returncode,
+                       "; starting a new session" if self._restarts_left() else "")
+        self._discard_session()
+        self._lost_pid = pid
+        self._warm = False
+        self._reregister = self._reregister or any(
+            w._registered for w in self._writers.values())
+        for writer in self._writers.values():
+            writer._dates.clear()  # the new session recovers the partitions again
+            for staged in writer.path.glob(f"ingest_date=*/writer_id={self.writer_id}/"
+                                           "_temporary"):
+                shutil.rmtree(staged, ignore_errors=True)
+                logger.info("spark: removed %s (an append the dead JVM did not finish)",
+                            staged)
+
+    def _discard_session(self) -> None:
+        """Spark thread: forget the session of a dead JVM (see :func:`discard_session`)."""
+        discard_session(self._spark, self._proc)
+        self._spark = None
+        self._proc = None
 
     def warm_up(self, spark: Any) -> None:
         """Spark thread, once per session: append one row to a scratch table and delete
@@ -170,15 +243,46 @@ class SparkActor:
             shutil.rmtree(scratch, ignore_errors=True)
         logger.debug("spark: Parquet writer warmed up in %.1fs", time.monotonic() - started)
 
-    def _run(self, fn: Callable[[Any], T]) -> T:
-        return fn(self._session())
+    def _attempt(self, fn: Callable[[Any], T]) -> T:
+        """Spark thread: ``fn(spark)`` in a live session (a new one if the JVM died
+        since the last call); SparkJvmDiedError if the JVM dies meanwhile."""
+        pid = self._dead_jvm(None)
+        if pid is not None:  # died while idle
+            self._lose(pid)
+        try:
+            return fn(self._session())
+        except FatalError:
+            raise
+        except Exception as exc:
+            pid = self._dead_jvm(exc)
+            if pid is None:
+                raise
+            self._lose(pid)
+            raise SparkJvmDiedError(f"spark: Spark JVM (pid {pid}) died during the call; "
+                                    "the next call starts a new session") from exc
 
-    async def call(self, fn: Callable[[Any], T]) -> T:
-        """Run ``fn(spark)`` on the Spark thread and return its result."""
+    def _run(self, fn: Callable[[Any], T], retry: bool) -> T:
+        try:
+            return self._attempt(fn)
+        except SparkJvmDiedError:
+            if not retry:
+                raise
+        return self._attempt(fn)  # in a new session
+
+    async def call(self, fn: Callable[[Any], T], *, retry: bool = False) -> T:
+        """Run ``fn(spark)`` on the Spark thread and return its result.
+
+        When the session's JVM died (before or during the call), a new session is
+        started with the tables registered again; then ``fn`` runs again if ``retry``
+        (it must be safe to repeat, like an append whose rows are not acked yet), else
+        the call fails with SinkError. FatalError once ``max_session_restarts`` new
+        sessions were started within ``session_restart_window_s``."""
+        if self._fatal is not None:
+            raise self._fatal
         if self._stopped:
             raise SinkError("spark actor is stopped")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run, fn)
+        return await loop.run_in_executor(self._executor, self._run, fn, retry)
 
     def writer(self, table: str, columns: Sequence[Column]) -> TableWriter:
         """The shared writer of ``table`` (created on first use)."""
@@ -191,10 +295,20 @@ class SparkActor:
         return writer
 
     def _stop_session(self) -> None:
-        if self._spark is not None:
+        if self._spark is None:
+            return
+        pid = self._dead_jvm(None)
+        if pid is not None:
+            self._discard_session()
+            logger.warning("spark: session dropped (its JVM, pid %d, had exited)", pid)
+            return
+        try:
             self._spark.stop()
-            self._spark = None
-            logger.info("spark: session stopped")
+        except Exception as exc:  # noqa: BLE001 - stopping must not fail the shutdown
+            logger.warning("spark: the session did not stop cleanly: %s", _short(exc))
+        self._spark = None
+        self._proc = None
+        logger.info("spark: session stopped")
 
     def stop(self) -> None:
         """Stop the session and the thread (blocking; idempotent)."""
@@ -309,33 +423,33 @@ class TableWriter:
         list. None here: Parquet takes every row :meth:`convert` let through."""
         return []
 
-    async def register(self) -> None:
-        """Create the table by location if needed, and find its existing partitions."""
-        if self._registered:
-            return
+    def _create(self, spark: Any) -> None:
+        """Spark thread: create the table by location if needed (in this session's
+        catalog), and find its existing partitions."""
         cols = ", ".join(f"`{c.name}` {_SQL_TYPES[c.type]}" for c in self._all)
         ddl = (f"CREATE TABLE IF NOT EXISTS `{self.table}` ({cols}, `_ingested_at` TIMESTAMP, "
                "`ingest_date` DATE, `writer_id` STRING) USING parquet "
                f"PARTITIONED BY (ingest_date, writer_id) LOCATION {_quote(str(self.path))}")
+        self.actor.warm_up(spark)
+        self.path.mkdir(parents=True, exist_ok=True)  # RECOVER PARTITIONS lists it
+        added = self._check_files(spark)
+        spark.sql(ddl)
+        known = {f.name for f in spark.table(self.table).schema}
+        missing = [c for c in self._all if c.name not in known]
+        if missing:  # a persistent catalog holds the table with fewer columns
+            spark.sql(f"ALTER TABLE `{self.table}` ADD COLUMNS (" + ", ".join(
+                f"`{c.name}` {_SQL_TYPES[c.type]}" for c in missing) + ")")
+        spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
+        if added:
+            logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
+                           "written before read them as NULL)", self.table, ", ".join(added))
 
-        def create(spark: Any) -> None:
-            self.actor.warm_up(spark)
-            self.path.mkdir(parents=True, exist_ok=True)  # RECOVER PARTITIONS lists it
-            added = self._check_files(spark)
-            spark.sql(ddl)
-            known = {f.name for f in spark.table(self.table).schema}
-            missing = [c for c in self._all if c.name not in known]
-            if missing:  # a persistent catalog holds the table with fewer columns
-                spark.sql(f"ALTER TABLE `{self.table}` ADD COLUMNS (" + ", ".join(
-                    f"`{c.name}` {_SQL_TYPES[c.type]}" for c in missing) + ")")
-            spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
-            if added:
-                logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
-                               "written before read them as NULL)", self.table,
-                               ", ".join(added))
-
+    async def register(self) -> None:
+        """Create the table by location if needed, and find its existing partitions."""
+        if self._registered:
+            return
         try:
-            await self.actor.call(create)
+            await self.actor.call(self._create)
         except (SinkError, FatalError):
             raise
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
@@ -425,12 +539,15 @@ class TableWriter:
     async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
         parts = [part for part, _ in batch]
         try:
-            await self.actor.call(lambda spark: self._append(spark, parts))
+            # retry: after a JVM death the append runs again in the new session (its rows
+            # are not acked yet; what the dead JVM staged was removed).
+            await self.actor.call(lambda spark: self._append(spark, parts), retry=True)
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
             rows = sum(map(len, parts))
-            error = SinkError(f"spark sink {self.table}: append of {rows} row(s) "
-                              f"failed: {_short(exc)}")
-            error.__cause__ = exc
+            error: Exception = exc if isinstance(exc, FatalError) else SinkError(
+                f"spark sink {self.table}: append of {rows} row(s) failed: {_short(exc)}")
+            if error is not exc:
+                error.__cause__ = exc
             for _, future in batch:
                 if not future.done():
                     future.set_exception(error)
@@ -466,34 +583,6 @@ class TableWriter:
         spark.sql(f"REFRESH TABLE `{self.table}`")
         logger.debug("spark sink: %s: appended %d row(s) in %.3fs (write %.3fs)", self.table,
                      len(table), time.monotonic() - started, written - started)
-
-
-_TASK_SIZE_LOGGER = "org.apache.spark.scheduler.TaskSetManager"
-
-
-def _quiet_task_size_warning(spark: Any) -> None:
-    """Drop Spark's "contains a task of very large size" warning (once per flush: a
-    flush's Arrow data travels in its one task by design, see the session conf); the
-    logger's other warnings stay. Its level becomes at least WARN: a logger of its own
-    would otherwise pass pyspark's console threshold (WARN) with its INFO lines."""
-    try:
-        jvm = spark._jvm
-        log4j = jvm.org.apache.logging.log4j
-        result = jvm.java.lang.Class.forName("org.apache.logging.log4j.core.Filter$Result")
-        deny = jvm.java.lang.Enum.valueOf(result, "DENY")
-        neutral = jvm.java.lang.Enum.valueOf(result, "NEUTRAL")
-        regex = log4j.core.filter.RegexFilter.createFilter(
-            ".*contains a task of very large size.*", None, False, deny, neutral)
-        context = log4j.LogManager.getContext(False)
-        level = log4j.LogManager.getLogger(_TASK_SIZE_LOGGER).getLevel()
-        if level.isLessSpecificThan(log4j.Level.WARN):
-            level = log4j.Level.WARN
-        config = log4j.core.config.LoggerConfig(_TASK_SIZE_LOGGER, level, True)
-        config.addFilter(regex)
-        context.getConfiguration().addLogger(_TASK_SIZE_LOGGER, config)
-        context.updateLoggers()
-    except Exception as exc:  # noqa: BLE001 - a log filter is never worth a failed start
-        logger.debug("spark: could not filter the task size warning: %s", exc)
 
 
 def _short(exc: BaseException) -> str:

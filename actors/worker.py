@@ -95,6 +95,16 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._worker._on_assigned(set(assigned))
 
 
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first exception of ``group`` (nested groups searched) that is no
+    cancellation."""
+    for exc in group.exceptions:
+        found = _first_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if found is not None and not isinstance(found, asyncio.CancelledError):
+            return found
+    return None
+
+
 class Worker:
     """Consumes one topic in one group and lands its messages in one sink.
 
@@ -310,10 +320,11 @@ class Worker:
                 tg.create_task(self._sink_loop(sink), name=f"{self.label}:sink")
                 tg.create_task(self._commit_loop(), name=f"{self.label}:commit")
         except BaseExceptionGroup as group:
-            # Surface the first real error to the supervisor, not the group wrapper.
-            for exc in group.exceptions:
-                if not isinstance(exc, asyncio.CancelledError):
-                    raise exc from None
+            # Surface the first real error to the supervisor, not the group wrapper (nor
+            # the sink loop's own: a FatalError from a write must stay a FatalError).
+            exc = _first_error(group)
+            if exc is not None:
+                raise exc from None
             raise
 
     async def _close_consumer(self) -> None:

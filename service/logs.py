@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import os
 import re
 import time
 from collections.abc import Callable
@@ -72,6 +73,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, ensure_ascii=False)
 
 
+class Py4jRootFilter(logging.Filter):
+    """py4j logs some lines through the root logger (``logging.info`` with a traceback
+    each time a Spark JVM's connection is lost): hold them to the ``py4j`` logger's
+    level, like its other lines."""
+
+    _PATH = f"{os.sep}py4j{os.sep}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "root" and self._PATH in record.pathname:
+            return record.levelno >= logging.getLogger("py4j").getEffectiveLevel()
+        return True
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     formatter = (
         {"()": JsonFormatter}
@@ -82,13 +96,13 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
+        "filters": {"py4j_root": {"()": Py4jRootFilter}, "repeats": {"()": RepeatFilter}},
         "handlers": {
             "stderr": {"class": "logging.StreamHandler", "formatter": "default",
-                       "stream": "ext://sys.stderr"},
+                       "stream": "ext://sys.stderr", "filters": ["py4j_root"]},
             "stderr_repeats": {"class": "logging.StreamHandler", "formatter": "default",
                                "stream": "ext://sys.stderr", "filters": ["repeats"]},
         },
-        "filters": {"repeats": {"()": RepeatFilter}},
         "root": {"level": level, "handlers": ["stderr"]},
         # httpx logs every request URL at INFO (query strings included): keep it quiet.
         # py4j logs every Spark call at DEBUG and its connections at INFO.

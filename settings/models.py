@@ -208,6 +208,12 @@ class SparkSettings(_Model):
     flush_max_interval_s: float = Field(
         5, gt=0, description="Longest wait of a row before its table is flushed."
     )
+    max_session_restarts: int = Field(
+        3, ge=0, description="New SparkSessions started after the Spark JVM died (or while "
+        "its replacement fails to start) within session_restart_window_s; one more death "
+        "stops the process with exit code 1 (its orchestrator restarts it).")
+    session_restart_window_s: float = Field(
+        600, gt=0, description="Window of max_session_restarts, in seconds.")
 
     @field_validator("warehouse")
     @classmethod

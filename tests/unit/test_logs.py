@@ -72,3 +72,20 @@ def test_repeat_filter_holds_back_repeats_and_counts_them() -> None:
                                   "(50 similar message(s) in the last 31s not shown)")
     now[0] += 1
     assert not flt.filter(rec("Unable connect to node with id %s: port %d", "111", 8))
+
+
+def test_py4j_lines_on_the_root_logger_follow_the_py4j_level() -> None:
+    """py4j logs 'Exception while sending command.' with a traceback through the root
+    logger at INFO each time a Spark JVM's connection is lost: held to py4j's WARNING."""
+    from service.logs import Py4jRootFilter, configure_logging
+
+    configure_logging("INFO")
+    py4j_file = "/venv/site-packages/py4j/java_gateway.py"
+    lost = logging.LogRecord("root", logging.INFO, py4j_file, 1056,
+                             "Exception while sending command.", (), None)
+    failed = logging.LogRecord("root", logging.ERROR, py4j_file, 1059,
+                               "Exception while sending command.", (), None)
+    ours = logging.LogRecord("root", logging.INFO, __file__, 1, "kept", (), None)
+    kept = Py4jRootFilter()
+    assert not kept.filter(lost)
+    assert kept.filter(failed) and kept.filter(ours)

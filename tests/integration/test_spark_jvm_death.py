@@ -1,0 +1,256 @@
+"""The Spark JVM of a running ``kstage run`` is SIGKILLed while it appends a flush and
+events keep arriving (real broker, real PySpark):
+
+* the process sees the JVM die, starts a new session (new JVM), registers its table
+  again and writes the failed flush again: every event lands in staging, at most one
+  flush twice, no offset is ever committed ahead of the rows on disk, and SIGTERM ends
+  with exit 0 and no traceback;
+* with ``spark.max_session_restarts: 0`` the first death gives up: the process exits 1
+  with a CRITICAL line naming the dead JVM, and nothing unwritten is committed;
+* in process: a killed JVM is replaced and the table is registered again in the new
+  session; when the replacement cannot start (JAVA_HOME points nowhere) the writes fail
+  retriably until ``max_session_restarts`` attempts are used, then with FatalError.
+
+Staging is read with pyarrow (hidden ``_temporary`` files are skipped, as Spark's
+readers skip them), so the tests start no Spark JVM of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import signal
+import time
+import traceback
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+import yaml
+from aiokafka import AIOKafkaProducer
+from fastavro import parse_schema
+
+from actors.errors import FatalError, SinkError
+from actors.spark_sink import SparkActor
+from processors.avro import encode
+from settings import SparkSettings
+from tests.fake_registry import FakeRegistry
+from tests.integration.test_spark_exactly_once import (
+    SCHEMA,
+    TABLE,
+    alive,
+    children,
+    compaction,
+    config,
+    expected,
+)
+from tests.integration.test_spark_sink import events, opened
+from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+PARTITIONS = 2
+FLUSH_ROWS = 250
+
+
+class Feed:
+    """Produces Gobblin events ``i`` to partition ``i % PARTITIONS``, in order."""
+
+    def __init__(self, broker: str, registry: FakeRegistry, topic: str) -> None:
+        self.sid = registry.register(f"{topic}-value", SCHEMA)
+        self.parsed = parse_schema(json.loads(SCHEMA))
+        self.producer = AIOKafkaProducer(bootstrap_servers=broker)
+        self.topic = topic
+        self.sent = 0
+
+    async def send(self, count: int) -> None:
+        for i in range(self.sent, self.sent + count):
+            await self.producer.send(self.topic, encode(self.parsed, self.sid, compaction(i)),
+                                     partition=i % PARTITIONS)
+        await self.producer.flush()
+        self.sent += count
+
+    async def trickle(self, chunks: int, size: int, pause_s: float) -> None:
+        for _ in range(chunks):
+            await self.send(size)
+            await asyncio.sleep(pause_s)
+
+
+def staged(warehouse: Path) -> Counter[tuple[int, int]]:
+    """(partition, offset) of every row visible in the staging table's files."""
+    path = warehouse / TABLE
+    if not any(path.rglob("*.parquet")):
+        return Counter()
+    table = ds.dataset(str(path), format="parquet", partitioning="hive").to_table(
+        columns=["_partition", "_offset"])
+    return Counter(zip(table.column("_partition").to_pylist(),
+                       table.column("_offset").to_pylist(), strict=True))
+
+
+def jvm_of(proc: KstageProcess) -> int:
+    jvms = [pid for pid in children(proc.proc.pid)
+            if (Path("/proc") / str(pid) / "comm").read_text().strip() == "java"]
+    assert len(jvms) == 1, (jvms, proc.output())
+    return jvms[0]
+
+
+async def kill_jvm_mid_flush(proc: KstageProcess, warehouse: Path) -> int:
+    """SIGKILL the process's Spark JVM while it stages an append; its pid."""
+
+    def flushing() -> bool:
+        return any((warehouse / TABLE).glob("ingest_date=*/writer_id=*/_temporary"))
+
+    jvm = jvm_of(proc)
+    deadline = time.monotonic() + 60
+    while not flushing():
+        assert proc.proc.poll() is None, proc.output()
+        assert time.monotonic() < deadline, "no flush in progress within 60s"
+        time.sleep(0.002)  # noqa: ASYNC251 - a tight poll, nothing else to run
+    os.kill(jvm, signal.SIGKILL)
+    await wait_until(lambda: not alive(jvm), timeout=30, what="the Spark JVM to exit")
+    return jvm
+
+
+async def assert_commits_behind_staging(broker: str, group: str, topic: str,
+                                        warehouse: Path) -> dict[int, int]:
+    """Every committed offset's row (and all before it) is visible in staging."""
+    done = await committed(broker, group, topic, PARTITIONS)
+    rows = staged(warehouse)
+    for partition, next_offset in done.items():
+        missing = [o for o in range(max(next_offset, 0)) if (partition, o) not in rows]
+        assert not missing, (f"partition {partition}: committed up to {next_offset} but "
+                             f"{len(missing)} row(s) not in staging, first {missing[:5]}")
+    return done
+
+
+async def first_commit(proc: KstageProcess, broker: str, group: str, topic: str) -> None:
+    deadline = time.monotonic() + 120
+    while sum(max(v, 0) for v in (await committed(broker, group, topic, PARTITIONS)).values()) \
+            < FLUSH_ROWS:
+        assert proc.proc.poll() is None, proc.output()
+        assert time.monotonic() < deadline, "nothing committed within 120s:\n" + proc.output()
+        await asyncio.sleep(0.1)
+
+
+async def test_killed_spark_jvm_is_replaced_and_nothing_is_lost(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    topic, group = unique("jvm-kill"), unique("g-jvm-kill")
+    warehouse = tmp_path / "warehouse"
+    with FakeRegistry() as registry:
+        await create_topic(broker, topic, partitions=PARTITIONS)
+        cfg = config(tmp_path, broker, group, topic, registry, warehouse,
+                     flush_rows=FLUSH_ROWS, merge_s=None)
+        feed = Feed(broker, registry, topic)
+        await feed.producer.start()
+        try:
+            await feed.send(1000)
+            proc = kstage(cfg)
+            await first_commit(proc, broker, group, topic)
+            trickle = asyncio.create_task(feed.trickle(40, 50, 0.25))  # events keep coming
+            jvm = await kill_jvm_mid_flush(proc, warehouse)
+            # The JVM is dead: whatever is committed already is on disk.
+            await assert_commits_behind_staging(broker, group, topic, warehouse)
+            await proc.wait_for_log(f"Spark JVM (pid {jvm}) died", timeout=60)
+            await proc.wait_for_log("new session running", timeout=120)
+            await trickle
+        finally:
+            await feed.producer.stop()
+        events = feed.sent
+        deadline = time.monotonic() + 180
+        while sum((await committed(broker, group, topic, PARTITIONS)).values()) < events:
+            assert proc.proc.poll() is None, proc.output()
+            assert time.monotonic() < deadline, "not all committed:\n" + proc.output()
+            await asyncio.sleep(0.25)
+        await assert_commits_behind_staging(broker, group, topic, warehouse)
+        assert jvm_of(proc) != jvm  # a new JVM runs the new session
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait(timeout=90) == 0, proc.output()
+
+    output = proc.output()
+    assert "Traceback" not in output, output
+    assert "Connection refused" not in output, output
+    assert f"{TABLE}" in output.split("new session running", 1)[1].splitlines()[0]
+    rows = staged(warehouse)
+    assert sorted(rows) == expected(events, PARTITIONS)  # nothing lost
+    assert max(rows.values()) <= 2
+    replayed = sum(rows.values()) - events
+    assert replayed <= FLUSH_ROWS + 100, f"{replayed} rows twice: more than one flush"
+    assert not list((warehouse / TABLE).glob("ingest_date=*/writer_id=*/_temporary"))
+
+
+async def test_jvm_death_beyond_max_session_restarts_exits_1(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    topic, group = unique("jvm-give-up"), unique("g-jvm-give-up")
+    warehouse = tmp_path / "warehouse"
+    with FakeRegistry() as registry:
+        await create_topic(broker, topic, partitions=PARTITIONS)
+        cfg = config(tmp_path, broker, group, topic, registry, warehouse,
+                     flush_rows=FLUSH_ROWS, merge_s=None)
+        data = yaml.safe_load(cfg.read_text())
+        data["spark"]["max_session_restarts"] = 0
+        cfg.write_text(yaml.safe_dump(data))
+        feed = Feed(broker, registry, topic)
+        await feed.producer.start()
+        try:
+            await feed.send(1000)
+            proc = kstage(cfg)
+            await first_commit(proc, broker, group, topic)
+            trickle = asyncio.create_task(feed.trickle(8, 50, 0.25))
+            jvm = await kill_jvm_mid_flush(proc, warehouse)
+            assert await proc.wait(timeout=90) == 1, proc.output()
+            await trickle
+        finally:
+            await feed.producer.stop()
+        done = await assert_commits_behind_staging(broker, group, topic, warehouse)
+    assert sum(done.values()) < feed.sent
+    output = proc.output()
+    critical = [line for line in output.splitlines() if "CRITICAL" in line]
+    assert any(f"Spark JVM (pid {jvm}) died; giving up" in line and "max_session_restarts" in line
+               for line in critical), output
+    assert "Traceback" not in output, output
+
+
+async def test_replacement_session_and_giving_up_when_no_jvm_can_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
+                                     flush_max_interval_s=0.2, max_session_restarts=2))
+    table = "stg_jvm_gone"
+    try:
+        sink = await opened(actor, table)
+        await sink.write(events(0, 0, 4))
+        first = actor.jvm_pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        await wait_until(lambda: not alive(first), timeout=30, what="the JVM to exit")
+        await sink.write(events(0, 4, 4))  # restart 1 of 2: a new JVM, table registered
+        second = actor.jvm_pid
+        assert second not in (None, first)
+        assert await actor.call(lambda spark: spark.table(table).count()) == 8
+
+        assert second is not None
+        os.kill(second, signal.SIGKILL)
+        await wait_until(lambda: not alive(second), timeout=30, what="the JVM to exit")
+        monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
+        with pytest.raises(SinkError, match="JAVA_GATEWAY_EXITED") as failed:
+            await sink.write(events(0, 8, 2))  # restart 2 of 2: the JVM cannot start
+        # pyspark leaves the stdin pipe of a JVM that failed to start open in its launch
+        # frame: release it here rather than as an unraisable warning at session end.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            error: BaseException | None = failed.value
+            while error is not None:
+                traceback.clear_frames(error.__traceback__)
+                error = error.__cause__ or error.__context__
+            del failed, error
+            gc.collect()
+        with pytest.raises(FatalError, match=rf"Spark JVM \(pid {second}\) died; giving up"
+                           r": 2 new session\(s\) .*max_session_restarts: 2"):
+            await sink.write(events(0, 8, 2))
+        with pytest.raises(FatalError):  # every later call fails at once
+            await actor.call(lambda spark: None)
+    finally:
+        await actor.astop()
