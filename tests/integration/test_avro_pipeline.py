@@ -189,3 +189,29 @@ async def test_bad_input_is_dead_lettered_and_registry_outage_is_not(broker, tmp
                d["error_type"].endswith("SchemaNotFound") for d in dead)
     assert dead[0]["value_head_hex"] == values[1][:32].hex()
     assert (await committed(broker, group, topic, 1))[0] == 6
+
+
+async def test_slow_registry_is_waited_out_not_poison(broker, tmp_path):
+    """Fault matrix, registry slow: answers slower than ``timeout_s`` (six in a row, more
+    than the client's own retries) are an outage, not poison: the worker backs off, and
+    once the registry answers in time every message lands; nothing dead-lettered."""
+    proc = wh.GobblinCompactionProcessor
+    good = wh.gobblin(proc, "compaction.tracking.events", "CompactionCompleted",
+                      wh.COMPACTION_COMPLETED)
+    topic, group = unique("slow-registry"), unique("g-slow-registry")
+    with FakeRegistry() as registry:
+        sid = registry.register(f"{topic}-value",
+                                (SCHEMA_DIR / "wherehows/GobblinTrackingEvent.avsc").read_text())
+        await create_topic(broker, topic)
+        await produce(broker, topic, [wire(sid, good.raw or b"")] * 3)
+        registry.hang_next(6, seconds=1.0)
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [
+            {"topic": topic, "processor": proc.name, "format": "avro",
+             "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}])
+        await drain(broker, cfg, registry_yaml(registry.url, timeout_s=0.2, max_retries=1,
+                                               min_backoff_s=0.01, max_backoff_s=0.05))
+        lookups = registry.count("GET", f"/schemas/ids/{sid}")
+    assert lookups == 7, "six answers too slow, then one in time"
+    assert [r["_offset"] for r in read_jsonl(tmp_path / "out.jsonl")] == [0, 1, 2]
+    assert not (tmp_path / "dead.jsonl").exists()
+    assert (await committed(broker, group, topic, 1))[0] == 3
