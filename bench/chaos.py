@@ -483,7 +483,8 @@ async def chaos(opts: Options, work: Path) -> Result:
                 subprocess.run,
                 [sys.executable, "-m", "service", "merge", "-c", str(config)],
                 capture_output=True, text=True, cwd=work, timeout=600, check=False,
-                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+                     "DEAD": str(work / "dead" / "merge.jsonl")})
             print(f"kstage merge exited {merge.returncode}: {merge.stdout.strip()}", flush=True)
             if merge.returncode != 0:
                 result.notes.append(f"kstage merge failed:\n{merge.stderr[-3000:]}")
