@@ -517,7 +517,8 @@ def parse(argv: list[str] | None) -> Options:
                    help="kstage processes (default 3 for jsonl, 2 for spark)")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--interval-s", type=float, default=None,
-                   help="seconds between kills (default 4 for jsonl, 20 for spark)")
+                   help="seconds between kills (default 4 for jsonl, 30 for spark: a Spark "
+                   "member needs ~20 s to start its session and join)")
     p.add_argument("--rate", type=float, default=None,
                    help="events/s produced (default 200 for jsonl, 100 for spark)")
     p.add_argument("--drain-timeout-s", type=float, default=180.0)
@@ -529,7 +530,7 @@ def parse(argv: list[str] | None) -> Options:
     return Options(
         sink=a.sink, kills=a.kills if a.kills is not None else (10 if spark else 100),
         processes=a.processes or (2 if spark else 3), partitions=a.partitions,
-        interval_s=a.interval_s or (20.0 if spark else 4.0),
+        interval_s=a.interval_s or (30.0 if spark else 4.0),
         rate=a.rate or (100.0 if spark else 200.0), work_dir=a.work_dir, seed=a.seed,
         drain_timeout_s=a.drain_timeout_s)
 
