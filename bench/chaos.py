@@ -13,7 +13,9 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
 2. starts ``--processes`` ``kstage run`` processes (``python -m service run -c FILE``,
    each in its own process group) sharing one config: one consumer group, the status
    server off (``http_port: 0``). Every process *incarnation* writes its own output
-   (``${OUT}`` in the config): ``out/p<slot>-<n>.jsonl`` for the JSONL sink; the Spark
+   (``${OUT}`` in the config): ``out/p<slot>-<n>.jsonl`` for the JSONL sink, or with
+   ``--jsonl-per-slot`` one file per slot, ``out/p<slot>.jsonl``, that each restart
+   appends to (as a deployment with a fixed path does); the Spark
    sink writes one warehouse, each process its own ``writer_id`` partition.
 3. every ``--interval-s`` seconds SIGKILLs the process group of a random live process (the
    kstage process and, for Spark, its JVM), waits for it to die and starts it again, until
@@ -93,6 +95,7 @@ class Options:
     work_dir: Path | None = None
     seed: int = 1
     drain_timeout_s: float = 180.0
+    jsonl_per_slot: bool = False
 
 
 @dataclass
@@ -200,8 +203,9 @@ class Producer:
 class Member:
     """One slot of the group: a ``kstage run`` process, replaced after each kill."""
 
-    def __init__(self, slot: int, config: Path, work: Path) -> None:
+    def __init__(self, slot: int, config: Path, work: Path, per_slot: bool = False) -> None:
         self.slot = slot
+        self.per_slot = per_slot
         self.config = config
         self.work = work
         self.incarnation = 0
@@ -211,7 +215,8 @@ class Member:
     def start(self) -> None:
         self.incarnation += 1
         name = f"p{self.slot}-{self.incarnation}"
-        env = {**os.environ, "OUT": str(self.work / "out" / f"{name}.jsonl"),
+        out = f"p{self.slot}.jsonl" if self.per_slot else f"{name}.jsonl"
+        env = {**os.environ, "OUT": str(self.work / "out" / out),
                "DEAD": str(self.work / "dead" / f"{name}.jsonl"),
                "SPARK_LOCAL_IP": "127.0.0.1"}
         with open(self.work / "logs" / f"{name}.log", "wb") as log:
@@ -442,7 +447,8 @@ async def chaos(opts: Options, work: Path) -> Result:
         config = write_config(work / "kstage.yml", opts, broker.bootstrap)
         producer = Producer(broker.bootstrap, opts.partitions, opts.rate, spark)
         producing = asyncio.create_task(producer.run())
-        members = [Member(slot, config, work) for slot in range(opts.processes)]
+        members = [Member(slot, config, work, opts.jsonl_per_slot)
+                   for slot in range(opts.processes)]
         for m in members:
             m.start()
         print(f"chaos: {opts.processes} x kstage run ({opts.sink}), {opts.partitions} "
@@ -523,6 +529,8 @@ def parse(argv: list[str] | None) -> Options:
                    help="events/s produced (default 200 for jsonl, 100 for spark)")
     p.add_argument("--drain-timeout-s", type=float, default=180.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--jsonl-per-slot", action="store_true",
+                   help="one JSONL file per process slot, appended to by each restart")
     p.add_argument("--work-dir", type=Path, default=None,
                    help="kept after the run (default: a temporary directory, removed)")
     a = p.parse_args(argv)
@@ -532,7 +540,7 @@ def parse(argv: list[str] | None) -> Options:
         processes=a.processes or (2 if spark else 3), partitions=a.partitions,
         interval_s=a.interval_s or (30.0 if spark else 4.0),
         rate=a.rate or (100.0 if spark else 200.0), work_dir=a.work_dir, seed=a.seed,
-        drain_timeout_s=a.drain_timeout_s)
+        drain_timeout_s=a.drain_timeout_s, jsonl_per_slot=a.jsonl_per_slot)
 
 
 def run(opts: Options) -> Result:

@@ -1,5 +1,7 @@
 """The chaos run's CI variant: 10 SIGKILLs of three JSONL members, nothing lost.
 
+Each member slot keeps one output file across its restarts (a fixed sink path, as deployed).
+
 ``bench/chaos.py`` starts its own embedded broker (a SIGKILL storm must not disturb the
 session broker other tests share) and three real ``kstage run`` processes.
 """
@@ -31,7 +33,7 @@ def load_bench() -> ModuleType:
 async def test_ten_kills_of_jsonl_members_lose_nothing(tmp_path: Path) -> None:
     chaos = load_bench()
     opts = chaos.parse(["--sink", "jsonl", "--kills", "10", "--interval-s", "3",
-                        "--rate", "100", "--drain-timeout-s", "60",
+                        "--rate", "100", "--drain-timeout-s", "60", "--jsonl-per-slot",
                         "--work-dir", str(tmp_path / "chaos")])
     result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 150)
     chaos.report(result)
