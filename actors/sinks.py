@@ -141,6 +141,12 @@ class JsonlSink(Sink):
 
     One ``write(2)`` per batch keeps the lines of concurrent writers (several kstage
     processes with one config) from interleaving inside a line.
+
+    A write cut short (a full disk, a file size limit, a process killed inside the
+    ``write(2)``) leaves a partial last line whose rows were never acknowledged. Before
+    the first write after :meth:`open` and after a failed write, the sink looks at the
+    file's last byte and, if it is not a newline, starts its write with one: the fragment
+    stays an unreadable line of its own and the rows written again after it stay whole.
     """
 
     type = "jsonl"
@@ -149,24 +155,39 @@ class JsonlSink(Sink):
         self.path = Path(path)
         self._fsync = fsync
         self._fd: int | None = None
+        self._check_tail = True
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Read and write: the tail check reads the last byte (writes still only append).
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self._check_tail = True
 
     async def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
+    def _partial_tail(self) -> bool:
+        assert self._fd is not None, "sink not open"  # noqa: S101 - internal invariant
+        size = os.fstat(self._fd).st_size
+        return size > 0 and os.pread(self._fd, 1, size - 1) != b"\n"
+
     def _write(self, data: bytes) -> None:
         assert self._fd is not None, "sink not open"  # noqa: S101 - internal invariant
+        if self._check_tail and self._partial_tail():
+            logger.warning("jsonl sink %s: the file ends in a partial last line (a write cut "
+                           "short; its rows were not committed and are written again): "
+                           "ending it with a newline", self.path)
+            data = b"\n" + data
+        self._check_tail = True  # until this write and its fsync returned
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)
             view = view[n:]
         if self._fsync:
             os.fsync(self._fd)
+        self._check_tail = False
 
     async def write(self, rows: Sequence[Row]) -> None:
         if not rows:

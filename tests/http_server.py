@@ -54,6 +54,7 @@ class RecordedRequest:
     client_port: int
     answer: int = field(default=200)
     at: float = field(default_factory=time.monotonic)  # when it was received
+    answered_at: float | None = None  # when the answer started to go out (None: not yet)
 
     @cached_property
     def json(self) -> Any:
@@ -92,11 +93,13 @@ class _Handler(BaseHTTPRequestHandler):
             body = b""
         answer = owner._next_answer()
         headers = {k.lower(): v for k, v in self.headers.items()}
-        owner._record(RecordedRequest(self.command, self.path, headers, body,
-                                      self.client_address[1], answer.status))
+        request = RecordedRequest(self.command, self.path, headers, body,
+                                  self.client_address[1], answer.status)
+        owner._record(request)
         if answer.delay_s and owner._closing.wait(answer.delay_s):
             self.close_connection = True
             return  # the server is closing: give up the hanging answer
+        request.answered_at = time.monotonic()  # before the bytes: no client sees it earlier
         if answer.status == 200 and not answer.body and not answer.headers:
             self.wfile.write(_OK)
             return

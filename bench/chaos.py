@@ -1,0 +1,563 @@
+"""The chaos run: kstage processes of one group SIGKILLed and restarted while a producer writes.
+
+    python bench/chaos.py --sink jsonl --kills 100            # 3 processes, JSONL sink
+    python bench/chaos.py --sink spark --kills 10             # 2 processes, Spark + merge
+
+What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at the end):
+
+1. creates one topic (``--partitions``, default 6) and starts a producer (aiokafka, in
+   this process) writing numbered JSON events with unique ids at ``--rate`` events/s,
+   partition ``id % partitions``, for the whole run. An id counts as *produced* once the
+   broker acknowledged it (its offset is recorded); a send that failed is counted apart
+   (``send_failed``) and is not expected anywhere.
+2. starts ``--processes`` ``kstage run`` processes (``python -m service run -c FILE``,
+   each in its own process group) sharing one config: one consumer group, the status
+   server off (``http_port: 0``). Every process *incarnation* writes its own output
+   (``${OUT}`` in the config): ``out/p<slot>-<n>.jsonl`` for the JSONL sink, or with
+   ``--jsonl-per-slot`` one file per slot, ``out/p<slot>.jsonl``, that each restart
+   appends to (as a deployment with a fixed path does); the Spark
+   sink writes one warehouse, each process its own ``writer_id`` partition.
+3. every ``--interval-s`` seconds SIGKILLs the process group of a random live process (the
+   kstage process and, for Spark, its JVM), waits for it to die and starts it again, until
+   ``--kills`` kills were made. The first kill comes once every member was assigned
+   partitions (so kills hit members at work, not only members joining).
+4. stops producing, lets the members drain: waits (up to ``--drain-timeout-s``) until the
+   group's committed offset equals the high-water mark of every partition (the producer's
+   last acknowledged offset + 1: ``end_offsets`` is wrong on this broker), then SIGTERMs
+   them (exit 0 expected) and, for Spark, runs ``kstage merge`` once.
+5. reads every output and counts, against the produced ids:
+
+   * ``lost``: produced ids found in no output; ``dup``: occurrences beyond the first
+     (all rows of every JSONL file, or every row of the Spark staging table). The
+     duplicate ratio is ``dup / produced``: the at-least-once price of the kills.
+   * ``final_lost`` / ``final_dup``: the same, after the deduplication a downstream
+     consumer applies. Spark: the final table written by ``kstage merge``. JSONL: the
+     rows deduplicated by Kafka coordinates (``_topic, _partition, _offset``, what the
+     merge calls an exact replay), so ``final_dup`` counts ids stored at more than one
+     offset (a producer retry), which no consumer can remove.
+   * ``torn``: JSONL lines that do not parse (a SIGKILL in the middle of a sink's
+     ``write(2)``). Their events are not counted as delivered there: the offset of a row
+     is committed only after the whole write and its fsync returned, so a torn row must
+     be re-delivered and show up elsewhere (``lost`` stays 0).
+   * ``uncovered``: offsets below the high-water mark present in no output (should be
+     0: every record in the log, producer duplicates included, is landed).
+   * ``dead``: dead-lettered messages (none expected: every event is valid).
+
+Last lines: the duplicate ratio, then exactly
+``lost=<n> dup=<n> final_lost=<n> final_dup=<n> kills=<k>``. The exit code is 0 when
+lost, final_lost and final_dup are 0, every partition drained and every member stopped
+cleanly; 1 otherwise. ``tests/integration/test_chaos.py`` runs a 10-kill JSONL variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPIC = "chaos"
+GROUP = "chaos"
+SPARK_TABLE = "stg_kafka_gobblin_compaction"
+SPARK_FINAL = "final_kafka_gobblin_compaction"
+T0_MS = 1_717_000_000_000
+# Tansu holds a join for ~session_timeout/2 (ENVIRONMENT.md): a short session keeps
+# rebalances after a kill at a few seconds.
+_GROUP_TIMING = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+
+
+@dataclass
+class Options:
+    """The run's knobs (``main``'s command line)."""
+
+    sink: str = "jsonl"
+    kills: int = 100
+    processes: int = 3
+    partitions: int = 6
+    interval_s: float = 4.0
+    rate: float = 200.0
+    work_dir: Path | None = None
+    seed: int = 1
+    drain_timeout_s: float = 180.0
+    jsonl_per_slot: bool = False
+
+
+@dataclass
+class Result:
+    """What the run counted (see the module docstring)."""
+
+    produced: int = 0
+    send_failed: int = 0
+    lost: int = 0
+    dup: int = 0
+    final_lost: int = 0
+    final_dup: int = 0
+    kills: int = 0
+    torn: int = 0
+    uncovered: int = 0
+    dead: int = 0
+    drained: bool = False
+    clean_exits: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dup_ratio(self) -> float:
+        return self.dup / self.produced if self.produced else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (self.lost == 0 and self.final_lost == 0 and self.final_dup == 0
+                and self.uncovered == 0 and self.drained and self.clean_exits)
+
+    def last_line(self) -> str:
+        return (f"lost={self.lost} dup={self.dup} final_lost={self.final_lost} "
+                f"final_dup={self.final_dup} kills={self.kills}")
+
+
+# -- the producer -------------------------------------------------------------------------
+
+class Producer:
+    """Writes ``{"id": n, ...}`` events at a steady rate; remembers what the broker acked."""
+
+    def __init__(self, bootstrap: str, partitions: int, rate: float, spark: bool) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.rate = rate
+        self.spark = spark
+        self.acked: dict[int, tuple[int, int]] = {}  # id -> (partition, offset)
+        self.failed = 0
+        self._stop = asyncio.Event()
+
+    def value(self, i: int) -> dict[str, Any]:
+        if not self.spark:
+            return {"id": i, "payload": f"event-{i:08d}"}
+        # A WhereHows Gobblin compaction event (gobblin_compaction's JSON shape); its
+        # natural key (dataset, cluster, log_event_time) is unique per id.
+        return {"timestamp": T0_MS + i, "namespace": "compaction.tracking.events",
+                "name": "CompactionCompleted",
+                "metadata": {"clusterIdentifier": "chaos", "datasetUrn": f"/chaos/{i}",
+                             "recordCount": str(i), "partition": "2024/05/29"}}
+
+    def high_water(self) -> dict[int, int]:
+        marks = dict.fromkeys(range(self.partitions), 0)
+        for part, offset in self.acked.values():
+            marks[part] = max(marks[part], offset + 1)
+        return marks
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
+        await producer.start()
+        pending: set[asyncio.Future[Any]] = set()
+        try:
+            i, start = 0, time.monotonic()
+            while not self._stop.is_set():
+                due = int((time.monotonic() - start) * self.rate)
+                while i < due:
+                    fut = await producer.send(TOPIC, json.dumps(self.value(i)).encode(),
+                                              key=str(i).encode(),
+                                              partition=i % self.partitions)
+                    fut.add_done_callback(self._acked_callback(i))
+                    pending.add(fut)
+                    fut.add_done_callback(pending.discard)
+                    i += 1
+                await asyncio.sleep(0.02)
+            await producer.flush()
+            if pending:
+                await asyncio.wait(pending, timeout=30)
+        finally:
+            await producer.stop()
+
+    def _acked_callback(self, i: int) -> Any:
+        def done(fut: asyncio.Future[Any]) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                self.failed += 1
+                return
+            meta = fut.result()
+            self.acked[i] = (meta.partition, meta.offset)
+        return done
+
+
+# -- the kstage processes -----------------------------------------------------------------
+
+class Member:
+    """One slot of the group: a ``kstage run`` process, replaced after each kill."""
+
+    def __init__(self, slot: int, config: Path, work: Path, per_slot: bool = False) -> None:
+        self.slot = slot
+        self.per_slot = per_slot
+        self.config = config
+        self.work = work
+        self.incarnation = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit_codes: list[int] = []
+
+    def start(self) -> None:
+        self.incarnation += 1
+        name = f"p{self.slot}-{self.incarnation}"
+        out = f"p{self.slot}.jsonl" if self.per_slot else f"{name}.jsonl"
+        env = {**os.environ, "OUT": str(self.work / "out" / out),
+               "DEAD": str(self.work / "dead" / f"{name}.jsonl"),
+               "SPARK_LOCAL_IP": "127.0.0.1"}
+        with open(self.work / "logs" / f"{name}.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service", "run", "-c", str(self.config)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work,
+                start_new_session=True,  # its own process group: the JVM dies with it
+            )
+
+    def log(self) -> str:
+        path = self.work / "logs" / f"p{self.slot}-{self.incarnation}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group and reap the kstage process."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def terminate(self, timeout_s: float) -> int:
+        """SIGTERM, wait for a clean exit; SIGKILL after ``timeout_s``. The exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        with_group = self.proc.returncode
+        try:  # whatever the process left behind in its group (a JVM) goes too
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return with_group
+
+
+def write_config(path: Path, opts: Options, bootstrap: str) -> Path:
+    spark = opts.sink == "spark"
+    topic: dict[str, Any] = {"topic": TOPIC, "format": "json"}
+    if spark:
+        topic.update(processor="gobblin_compaction", sink={"type": "spark"})
+    else:
+        topic.update(processor="json_rows", sink={"type": "jsonl", "path": "${OUT}"})
+    cfg: dict[str, Any] = {
+        "name": GROUP,
+        "kafka": {"bootstrap": bootstrap},
+        "service": {"http_port": 0, "log_level": "INFO"},
+        "supervisor": {"shutdown_grace_s": 30, "abort_grace_s": 10},
+        "groups": [{
+            "group_id": GROUP,
+            "auto_offset_reset": "earliest",
+            "max_poll_records": 200,
+            **_GROUP_TIMING,
+            "commit": {"mode": "batch", "max_messages": 100, "max_interval_s": 0.5},
+            "failure": {"mode": "continue", "dead_letter_path": "${DEAD}"},
+            "topics": [topic],
+        }],
+    }
+    if spark:
+        cfg["spark"] = {"master": "local[1]", "warehouse": str(path.parent / "warehouse"),
+                        "flush_max_rows": 5000, "flush_max_interval_s": 1.0,
+                        "conf": {"spark.driver.memory": "512m", "spark.ui.enabled": "false"}}
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+async def wait_assigned(members: list[Member], timeout_s: float) -> None:
+    """Wait until every member was assigned partitions once (kills start after that)."""
+    deadline = time.monotonic() + timeout_s
+    while not all("assigned partitions [" in m.log() for m in members):
+        if time.monotonic() > deadline or not all(m.alive() for m in members):
+            raise RuntimeError("the members did not all join the group: see "
+                               f"{members[0].work / 'logs'}")
+        await asyncio.sleep(0.2)
+
+
+async def committed(admin: Any, partitions: int) -> dict[int, int]:
+    """The group's committed next-offset per partition (0 when none)."""
+    from aiokafka import TopicPartition  # noqa: PLC0415
+
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    offsets = await admin.list_consumer_group_offsets(GROUP, partitions=tps)
+    return {tp.partition: max(meta.offset, 0) if meta is not None else 0
+            for tp, meta in offsets.items()}
+
+
+async def wait_drained(bootstrap: str, marks: dict[int, int], timeout_s: float,
+                       members: list[Member]) -> bool:
+    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        last: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            for m in members:  # a member that crashed on its own is restarted, and said
+                if not m.alive():
+                    assert m.proc is not None
+                    print(f"member p{m.slot}-{m.incarnation} exited {m.proc.returncode} "
+                          "during the drain; restarted", flush=True)
+                    m.start()
+            try:
+                last = await committed(admin, len(marks))
+            except Exception as exc:  # noqa: BLE001 - the broker is busy: ask again
+                print(f"committed offsets: {exc!r}", flush=True)
+            if last == marks:
+                return True
+            await asyncio.sleep(0.5)
+        behind = {p: (last.get(p), hw) for p, hw in marks.items() if last.get(p) != hw}
+        print(f"not drained within {timeout_s:g} s: (committed, high-water) {behind}",
+              flush=True)
+        return False
+    finally:
+        await admin.close()
+
+
+# -- counting -----------------------------------------------------------------------------
+
+def count(ids: Counter[int], produced: set[int]) -> tuple[int, int]:
+    """(lost, dup) of the occurrences ``ids`` against the ``produced`` ids."""
+    lost = len(produced - ids.keys())
+    dup = sum(n - 1 for n in ids.values())
+    return lost, dup
+
+
+def read_jsonl_outputs(work: Path, result: Result) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for path in sorted((work / "out").glob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                result.torn += 1
+                result.notes.append(f"torn line in {path.name}: {line[:80]!r}")
+                continue
+            rows.append(row)
+    return rows
+
+
+_SPARK_READ = r"""
+import json, os, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").appName("kstage-chaos-verify")
+         .config("spark.ui.enabled", "false").config("spark.driver.memory", "512m")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+out = {}
+for name in sys.argv[1:]:
+    path = os.path.join(os.environ["WAREHOUSE"], name)
+    if not os.path.isdir(path):
+        out[name] = None
+        continue
+    rows = spark.read.parquet(path).select("dataset", "_partition", "_offset").collect()
+    out[name] = [[r["dataset"], r["_partition"], r["_offset"]] for r in rows]
+spark.stop()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def read_spark_tables(work: Path) -> dict[str, list[list[Any]] | None]:
+    env = {**os.environ, "WAREHOUSE": str(work / "warehouse"), "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, "-c", _SPARK_READ, SPARK_TABLE, SPARK_FINAL],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"reading the tables failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    tables: dict[str, list[list[Any]] | None] = json.loads(line[len("RESULT "):])
+    return tables
+
+
+def spark_id(dataset: str) -> int:
+    return int(dataset.rsplit("/", 1)[1])
+
+
+def tally(opts: Options, work: Path, producer: Producer, result: Result) -> None:
+    produced = set(producer.acked)
+    marks = producer.high_water()
+    result.dead = sum(len(p.read_bytes().splitlines()) for p in (work / "dead").glob("*"))
+    if opts.sink == "jsonl":
+        rows = read_jsonl_outputs(work, result)
+        result.lost, result.dup = count(Counter(int(r["id"]) for r in rows), produced)
+        by_coords = {(r["_topic"], r["_partition"], r["_offset"]): int(r["id"]) for r in rows}
+        result.final_lost, result.final_dup = count(Counter(by_coords.values()), produced)
+        seen = {(p, o) for _, p, o in by_coords}
+    else:
+        tables = read_spark_tables(work)
+        staging, final = tables[SPARK_TABLE] or [], tables[SPARK_FINAL]
+        result.lost, result.dup = count(Counter(spark_id(d) for d, _, _ in staging), produced)
+        if final is None:
+            result.notes.append("no final table: did kstage merge run?")
+            final = []
+        result.final_lost, result.final_dup = count(
+            Counter(spark_id(d) for d, _, _ in final), produced)
+        seen = {(p, o) for _, p, o in staging}
+    result.uncovered = sum(1 for p, hw in marks.items() for o in range(hw)
+                           if (p, o) not in seen)
+
+
+# -- the run ------------------------------------------------------------------------------
+
+async def chaos(opts: Options, work: Path) -> Result:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
+
+    from service.broker import EmbeddedBroker  # noqa: PLC0415
+
+    for sub in ("out", "dead", "logs"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    result = Result()
+    rng = random.Random(opts.seed)
+    spark = opts.sink == "spark"
+    broker = EmbeddedBroker(log_path=work / "logs" / "broker.log").start()
+    members: list[Member] = []
+    try:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(TOPIC, opts.partitions, 1)])
+        finally:
+            await admin.close()
+        config = write_config(work / "kstage.yml", opts, broker.bootstrap)
+        producer = Producer(broker.bootstrap, opts.partitions, opts.rate, spark)
+        producing = asyncio.create_task(producer.run())
+        members = [Member(slot, config, work, opts.jsonl_per_slot)
+                   for slot in range(opts.processes)]
+        for m in members:
+            m.start()
+        print(f"chaos: {opts.processes} x kstage run ({opts.sink}), {opts.partitions} "
+              f"partitions, {opts.rate:g} events/s, a kill every {opts.interval_s:g} s; "
+              f"work dir {work}", flush=True)
+        await wait_assigned(members, 90)
+        started = time.monotonic()
+        while result.kills < opts.kills:
+            await asyncio.sleep(opts.interval_s)
+            if producing.done():
+                raise RuntimeError(f"the producer stopped: {producing.exception()!r}")
+            victim = rng.choice(members)
+            was_alive = victim.alive()
+            victim.kill()
+            if not was_alive:
+                assert victim.proc is not None
+                result.notes.append(f"p{victim.slot}-{victim.incarnation} had exited "
+                                    f"{victim.proc.returncode} before its kill")
+            victim.start()
+            result.kills += 1
+            if result.kills % 10 == 0:
+                print(f"kills={result.kills} produced={len(producer.acked)} "
+                      f"after {time.monotonic() - started:.0f} s", flush=True)
+        producer.stop()
+        await producing
+        result.produced, result.send_failed = len(producer.acked), producer.failed
+        marks = producer.high_water()
+        print(f"produced={result.produced} send_failed={result.send_failed}; draining to "
+              f"high-water {sum(marks.values())}", flush=True)
+        result.drained = await wait_drained(broker.bootstrap, marks, opts.drain_timeout_s,
+                                            members)
+        codes = await asyncio.gather(*(asyncio.to_thread(m.terminate, 60) for m in members))
+        result.clean_exits = all(c == 0 for c in codes)
+        if not result.clean_exits:
+            result.notes.append(f"exit codes after SIGTERM: {codes}")
+        if spark:
+            merge = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "service", "merge", "-c", str(config)],
+                capture_output=True, text=True, cwd=work, timeout=600, check=False,
+                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+                     "DEAD": str(work / "dead" / "merge.jsonl")})
+            print(f"kstage merge exited {merge.returncode}: {merge.stdout.strip()}", flush=True)
+            if merge.returncode != 0:
+                result.notes.append(f"kstage merge failed:\n{merge.stderr[-3000:]}")
+        await asyncio.to_thread(tally, opts, work, producer, result)
+    finally:
+        for m in members:
+            if m.alive():
+                m.kill()
+        broker.stop()
+    return result
+
+
+def report(result: Result) -> None:
+    for note in result.notes[:20]:
+        print(f"note: {note}")
+    print(f"produced={result.produced} send_failed={result.send_failed} torn={result.torn} "
+          f"uncovered={result.uncovered} dead={result.dead} drained={result.drained} "
+          f"clean_exits={result.clean_exits}")
+    print(f"duplicate ratio: {result.dup_ratio:.4f} ({result.dup} duplicates / "
+          f"{result.produced} events)")
+    print(result.last_line(), flush=True)
+
+
+def parse(argv: list[str] | None) -> Options:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--sink", choices=("jsonl", "spark"), default="jsonl")
+    p.add_argument("--kills", type=int, default=None,
+                   help="SIGKILLs to make (default 100 for jsonl, 10 for spark)")
+    p.add_argument("--processes", type=int, default=None,
+                   help="kstage processes (default 3 for jsonl, 2 for spark)")
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--interval-s", type=float, default=None,
+                   help="seconds between kills (default 4 for jsonl, 30 for spark: a Spark "
+                   "member needs ~20 s to start its session and join)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="events/s produced (default 200 for jsonl, 100 for spark)")
+    p.add_argument("--drain-timeout-s", type=float, default=180.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--jsonl-per-slot", action="store_true",
+                   help="one JSONL file per process slot, appended to by each restart")
+    p.add_argument("--work-dir", type=Path, default=None,
+                   help="kept after the run (default: a temporary directory, removed)")
+    a = p.parse_args(argv)
+    spark = a.sink == "spark"
+    return Options(
+        sink=a.sink, kills=a.kills if a.kills is not None else (10 if spark else 100),
+        processes=a.processes or (2 if spark else 3), partitions=a.partitions,
+        interval_s=a.interval_s or (30.0 if spark else 4.0),
+        rate=a.rate or (100.0 if spark else 200.0), work_dir=a.work_dir, seed=a.seed,
+        drain_timeout_s=a.drain_timeout_s, jsonl_per_slot=a.jsonl_per_slot)
+
+
+def run(opts: Options) -> Result:
+    """One chaos run (what ``main`` and the CI test call)."""
+    if opts.work_dir is not None:
+        opts.work_dir.mkdir(parents=True, exist_ok=True)
+        return asyncio.run(chaos(opts, opts.work_dir.resolve()))
+    with tempfile.TemporaryDirectory(prefix="kstage-chaos-") as tmp:
+        return asyncio.run(chaos(opts, Path(tmp)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    result = run(parse(argv))
+    report(result)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
