@@ -295,7 +295,8 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
         except (SinkError, OSError) as exc:
             if health is not None:
                 error = str(exc) if isinstance(exc, SinkError) else f"{sink.type} sink: {exc!r}"
-                health.failed(key, error, since=started, auth=getattr(exc, "auth", False))
+                health.failed(key, error, since=started,
+                              auth=isinstance(exc, SinkError) and exc.auth)
             logger.warning("%s: sink write failed (%s); retrying in %.1fs", label, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, backoff_s[1])
