@@ -194,7 +194,10 @@ class Worker:
         self._current_gen = 0
         self._unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
         self._process_ended = False
-        self._stop_waiter: asyncio.Future[Any] | None = None
+        # The fetch task while it awaits getmany (see _poll), and whether stop_intake
+        # cancelled it there.
+        self._poll_task: asyncio.Task[Any] | None = None
+        self._poll_given_up = False
         self._fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
         self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
 
@@ -266,6 +269,9 @@ class Worker:
     def stop_intake(self) -> None:
         """Phase 1 of a stop: fetch no more; drain, commit and return from :meth:`run`."""
         self._stop_intake.set()
+        if self._poll_task is not None and not self._poll_given_up:
+            self._poll_given_up = True  # _poll takes this cancellation back
+            self._poll_task.cancel()
 
     @property
     def should_stop(self) -> bool:
@@ -367,7 +373,6 @@ class Worker:
         inbox = self._inbox
         paused = False
         full_since: float | None = None
-        self._stop_waiter = asyncio.ensure_future(self._stop_intake.wait())
         while not self._stop_intake.is_set():
             if self._unseeded:
                 await self._seed_committed(consumer)
@@ -418,7 +423,6 @@ class Worker:
                     await self._check_drained()
                 continue
             self._fetched(data, backlog, gen)
-        self._stop_waiter.cancel()
         for item in backlog:  # fetched, never processed: not committed, re-read later
             self._in_flight -= len(item[1])
         await inbox.put(END)
@@ -439,21 +443,23 @@ class Worker:
                     ) -> Any:
         """getmany, given up (empty) on stop: while the group rebalances, aiokafka's
         getmany waits for the new assignment whatever its timeout (up to the rebalance
-        timeout on Kafka), and a stop must not wait for a rejoin it does not need."""
-        getting = asyncio.ensure_future(
-            consumer.getmany(timeout_ms=timeout_ms, max_records=max_records))
-        assert self._stop_waiter is not None  # noqa: S101
-        try:
-            await asyncio.wait((getting, self._stop_waiter),
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            given_up = not getting.done()
-            if given_up:  # stopping (or cancelled): getmany has drained nothing yet
-                getting.cancel()
-        if given_up:
+        timeout of Kafka), and a stop must not wait for a rejoin it does not need.
+
+        :meth:`stop_intake` cancels the fetch task while it awaits here (and only here),
+        and the cancellation is taken back: no task or future per poll on the hot path
+        (the fetch loop polls with ``timeout_ms=0`` many times a second).
+        """
+        if self._stop_intake.is_set():
             return {}
+        task = asyncio.current_task()
+        self._poll_task = task
         try:
-            return getting.result()
+            return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except asyncio.CancelledError:
+            if not self._poll_given_up or task is None:
+                raise
+            task.uncancel()  # our own stop, not a cancellation from outside: no data
+            return {}
         except NoOffsetForPartitionError as exc:
             parts = ", ".join(str(a) for a in exc.args) or "(unknown)"
             raise NoCommittedOffsetError(
@@ -463,6 +469,9 @@ class Worker:
         except ConsumerStoppedError:
             self._stop_intake.set()
             return {}
+        finally:
+            self._poll_task = None
+            self._poll_given_up = False
 
     # -- process ---------------------------------------------------------------------
 

@@ -1,0 +1,59 @@
+"""A stop gives up a poll that waits for a rebalance; other cancellations go through.
+
+aiokafka's ``getmany`` waits for a new assignment while the group rebalances, whatever
+its timeout (up to the rebalance timeout on Kafka). ``Worker.stop_intake`` cancels the
+fetch task while it awaits there and ``_poll`` takes that cancellation back (no task or
+future per poll on the hot path)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.worker import Worker
+from processors.json_rows import JsonRowsProcessor
+from settings import load_settings
+from tests.kafkautil import write_config
+
+
+class RebalancingConsumer:
+    """getmany never returns: a rebalance that does not finish."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict[Any, Any]:
+        self.entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def worker(tmp_path: Path) -> Worker:
+    cfg = write_config(tmp_path / "kstage.yml", "127.0.0.1:9", "g-poll",
+                       [{"topic": "t", "processor": "json_rows"}])
+    settings = load_settings(cfg)
+    group = settings.groups[0]
+    return Worker(settings=settings, group=group, topic=group.topics[0],
+                  processor_cls=JsonRowsProcessor, bootstrap="127.0.0.1:9")
+
+
+async def test_stop_intake_gives_up_a_poll_held_by_a_rebalance(tmp_path: Path) -> None:
+    w, consumer = worker(tmp_path), RebalancingConsumer()
+    poll = asyncio.create_task(w._poll(consumer, 10, 0))  # type: ignore[arg-type]
+    await asyncio.wait_for(consumer.entered.wait(), 5)
+    w.stop_intake()
+    assert await asyncio.wait_for(poll, 5) == {}
+    assert not poll.cancelled() and poll.cancelling() == 0, "the cancellation was taken back"
+    assert await w._poll(consumer, 10, 0) == {}, "after a stop, no poll at all"  # type: ignore[arg-type]
+
+
+async def test_a_cancellation_from_outside_is_not_swallowed(tmp_path: Path) -> None:
+    w, consumer = worker(tmp_path), RebalancingConsumer()
+    poll = asyncio.create_task(w._poll(consumer, 10, 0))  # type: ignore[arg-type]
+    await asyncio.wait_for(consumer.entered.wait(), 5)
+    poll.cancel()  # e.g. phase 2 of a stop: the worker's task group is cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await poll
