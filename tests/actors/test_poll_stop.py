@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import ConsumerRecord, TopicPartition
 
 from actors.worker import Worker
 from processors.json_rows import JsonRowsProcessor
@@ -59,3 +60,58 @@ async def test_a_cancellation_from_outside_is_not_swallowed(tmp_path: Path) -> N
     poll.cancel()  # e.g. phase 2 of a stop: the worker's task group is cancelled
     with pytest.raises(asyncio.CancelledError):
         await poll
+
+
+TP = TopicPartition("t", 0)
+
+
+class ReassigningConsumer:
+    """The first getmany waits out a rebalance (as aiokafka's does) in which the worker's
+    partition is revoked and assigned to it again, then returns records of the new
+    assignment."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+        self.calls = 0
+        self.records = [ConsumerRecord("t", 0, o, 0, 0, None, b"{}", None, 0, 2, [])
+                        for o in range(3)]
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict[Any, Any]:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            await self.release.wait()
+            return {TP: self.records}
+        await asyncio.sleep(timeout_ms / 1000)
+        return {}
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TP}
+
+    def paused(self) -> set[TopicPartition]:
+        return set()
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        return None
+
+
+async def test_records_of_a_poll_that_waited_out_a_reassignment_are_live(
+        tmp_path: Path) -> None:
+    """Found by the chaos run: such records were tagged with the generation before the
+    revoke, dropped as stale while the consumer's position moved past them, and the
+    next commit skipped them (lost)."""
+    w, consumer = worker(tmp_path), ReassigningConsumer()
+    w._consumer = consumer  # type: ignore[assignment]
+    w._on_assigned({TP})
+    fetch = asyncio.create_task(w._fetch_loop())
+    try:
+        await asyncio.wait_for(consumer.entered.wait(), 5)
+        await w._on_revoked({TP})
+        w._on_assigned({TP})
+        consumer.release.set()
+        tp, records, gen = await asyncio.wait_for(w._inbox.get(), 5)
+        assert (tp, len(records)) == (TP, 3)
+        assert w._live(tp, gen), "live records of the new assignment taken for stale"
+    finally:
+        w.stop_intake()
+        await asyncio.wait_for(fetch, 5)
