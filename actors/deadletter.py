@@ -18,6 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from actors.appends import fsync_dir, torn_tail, write_all
+
 logger = logging.getLogger(__name__)
 
 
@@ -112,16 +114,14 @@ class DeadLetterFile:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
             size = os.fstat(fd).st_size
-            if size and _last_byte(fd, size) != b"\n":
+            if torn_tail(fd, size):
                 self.torn_tails += 1
                 logger.warning("%s: the last line (from byte %d) is torn, a write was cut "
                                "short; ending it with a newline (readers skip it)",
                                self.path, _line_start(fd, size))
                 data = b"\n" + data
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
                 os.fsync(fd)
             except OSError:
                 try:
@@ -138,19 +138,6 @@ class DeadLetterFile:
         """Append ``line`` and a newline durably; raises ``OSError`` when it could not."""
         async with self._lock:
             await asyncio.to_thread(self._append, (line + "\n").encode("utf-8"))
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a directory's entries (a created or renamed file) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _last_byte(fd: int, size: int) -> bytes:
-    return os.pread(fd, 1, size - 1)
 
 
 def _line_start(fd: int, size: int) -> int:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.appends import torn_tail, write_all
 from actors.errors import SinkError
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
@@ -168,23 +169,15 @@ class JsonlSink(Sink):
             os.close(self._fd)
             self._fd = None
 
-    def _partial_tail(self) -> bool:
-        assert self._fd is not None, "sink not open"  # noqa: S101 - internal invariant
-        size = os.fstat(self._fd).st_size
-        return size > 0 and os.pread(self._fd, 1, size - 1) != b"\n"
-
     def _write(self, data: bytes) -> None:
         assert self._fd is not None, "sink not open"  # noqa: S101 - internal invariant
-        if self._check_tail and self._partial_tail():
+        if self._check_tail and torn_tail(self._fd, os.fstat(self._fd).st_size):
             logger.warning("jsonl sink %s: the file ends in a partial last line (a write cut "
                            "short; its rows were not committed and are written again): "
                            "ending it with a newline", self.path)
             data = b"\n" + data
         self._check_tail = True  # until this write and its fsync returned
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        write_all(self._fd, data)
         if self._fsync:
             os.fsync(self._fd)
         self._check_tail = False

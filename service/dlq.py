@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from actors.appends import fsync_dir, torn_tail, write_all
 from actors.decoding import DECODERS, KEY_DECODERS
 from actors.sinks import Sink, build_sink
 from processors.avro import AvroDecoder, load_schema
@@ -235,15 +236,10 @@ class _Marker:
         except BlockingIOError:
             os.close(self._fd)
             raise OpsError(f"another replay of {path} is running (lock on {side})") from None
-        size = os.fstat(self._fd).st_size
-        if size and os.pread(self._fd, 1, size - 1) != b"\n":
-            os.write(self._fd, b"\n")  # end a line torn by a crash; it stays ignored
+        if torn_tail(self._fd, os.fstat(self._fd).st_size):
+            write_all(self._fd, b"\n")  # end a line torn by a crash; it stays ignored
         if created:
-            dir_fd = os.open(side.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_dir(side.parent)
 
     def mark(self, letter: DeadLetter, via: str) -> None:
         r = letter.record
@@ -252,7 +248,7 @@ class _Marker:
                  "failed_at": r.get("failed_at"), "line": letter.line, "via": via,
                  "replayed_at": datetime.now(UTC).isoformat(timespec="seconds")
                  .replace("+00:00", "Z")}
-        os.write(self._fd, (json.dumps(entry) + "\n").encode())
+        write_all(self._fd, (json.dumps(entry) + "\n").encode())
         os.fsync(self._fd)
         letter.replayed = True
 
