@@ -12,6 +12,7 @@ is a member of its group: the configured id is a prefix, each worker's consumer 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -57,6 +58,16 @@ def _plain(value: Any) -> Any:
     return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
+def supported_keys() -> list[str]:
+    """The ``kafka.consumer_config`` keys kstage translates to aiokafka, sorted."""
+    return sorted([*_KEYS, *_SSL_KEYS])
+
+
+def unsupported_keys(consumer_config: Mapping[str, Any]) -> list[str]:
+    """The keys of ``consumer_config`` that :func:`client_kwargs` refuses, in order."""
+    return [key for key in consumer_config if key not in _KEYS and key not in _SSL_KEYS]
+
+
 def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
     """Translate Kafka client keys to aiokafka keyword arguments.
 
@@ -73,7 +84,7 @@ def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
         else:
             raise FatalError(
                 f"kafka.consumer_config: key {key!r} is not supported "
-                f"(supported: {', '.join(sorted([*_KEYS, *_SSL_KEYS]))})"
+                f"(supported: {', '.join(supported_keys())})"
             )
     if ssl or str(kwargs.get("security_protocol", "")).upper() in ("SSL", "SASL_SSL"):
         kwargs["ssl_context"] = create_ssl_context(**ssl)

@@ -33,7 +33,7 @@ from service.broker import EmbeddedBroker
 from service.errors import BrokerError
 from service.lifecycle import EXIT_CONFIG, EXIT_CRASH, EXIT_OK
 from service.logs import configure_logging
-from settings.errors import SettingsError
+from settings.errors import ConfigValidationError, SettingsError
 from settings.loader import load_settings
 from settings.models import Settings
 
@@ -86,12 +86,17 @@ def _load(path: str) -> Settings:
     return load_settings(path)
 
 
-def _validate(path: str) -> int:
-    from actors.master import resolve_processors  # noqa: PLC0415 - keep `processors` light
+def _load_for_run(path: str, warnings: list[str]) -> Settings:
+    """Load ``path`` with every check ``run`` makes at start (processors built with their
+    options, Kafka client keys...): ``validate`` and ``run`` refuse the same files."""
+    from actors import preflight  # noqa: PLC0415 - keep `processors` light
 
+    return load_settings(path, warnings=warnings, checks=[preflight.check])
+
+
+def _validate(path: str) -> int:
     warnings: list[str] = []
-    settings = load_settings(path, warnings=warnings)
-    resolve_processors(settings)
+    settings = _load_for_run(path, warnings)
     for warning in warnings:  # valid, so exit 0, but said before the OK line
         print(f"kstage: warning: {warning}", file=sys.stderr)
     topics = sum(len(g.topics) for g in settings.groups)
@@ -297,13 +302,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging()
             return _broker(args.port)
         warnings: list[str] = []
-        settings = load_settings(args.config, warnings=warnings)
+        settings = _load_for_run(args.config, warnings)
         configure_logging(settings.service.log_level, settings.service.log_format)
         for warning in warnings:
             logger.warning("%s", warning)
         from service.lifecycle import run  # noqa: PLC0415
 
         return run(settings, drain=args.drain)
+    except ConfigValidationError as exc:  # one line per problem, each naming the file
+        print("\n".join(f"kstage: {exc.source}: {problem}" for problem in exc.problems),
+              file=sys.stderr)
+        return EXIT_CONFIG
     except SettingsError as exc:
         print(f"kstage: {exc}", file=sys.stderr)
         return EXIT_CONFIG

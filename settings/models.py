@@ -26,6 +26,23 @@ _NO_WHITESPACE = re.compile(r"^\S+$")
 _SECRET_KEY = re.compile(r"(password|secret|token|\.key$|jaas)", re.IGNORECASE)
 
 
+# One bootstrap address: host:port, the host a name or IPv4 address or a bracketed IPv6.
+_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)"
+                        r":(?P<port>[0-9]{1,5})$")
+
+
+def _bootstrap(value: str) -> str:
+    if value.strip().lower() == "embedded":
+        return value
+    addresses = [a.strip() for a in value.split(",")]
+    for address in addresses:
+        match = _HOST_PORT.match(address)
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise ValueError(f"{address!r} is not host:port (port 1-65535); write a "
+                             "comma-separated host:port list, or embedded")
+    return ",".join(addresses)
+
+
 def _name(value: str) -> str:
     if not _NO_WHITESPACE.match(value):
         raise ValueError(f"must be non-empty and contain no whitespace, got {value!r}")
@@ -46,6 +63,8 @@ class KafkaSettings(_Model):
         description="Free-form Kafka client keys (security.protocol, sasl.*, ssl.*, ...).",
     )
     client_id: str = Field("kstage", description="Kafka client.id prefix.")
+
+    _check_bootstrap = field_validator("bootstrap")(_bootstrap)
 
     @field_validator("consumer_config")
     @classmethod
@@ -70,6 +89,12 @@ class SupervisorSettings(_Model):
     sink_unready_after_s: float = Field(
         10, ge=0, description="/readyz turns 503 once a worker's sink writes have failed "
         "for this long without a success (at once for refused credentials).")
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> SupervisorSettings:
+        if self.max_backoff_s < self.min_backoff_s:
+            raise ValueError("max_backoff_s must be >= min_backoff_s")
+        return self
 
 
 class CommitMode(StrEnum):

@@ -126,3 +126,30 @@ class BlockProcessor(Processor):
             while True:
                 time.sleep(0.05)
         return [with_coordinates(dict(message.value), message)]
+
+
+class BadTableProcessor(Processor):
+    """Declares a staging table name that is not a SQL identifier."""
+
+    name = "test_bad_table"
+    formats = ("json",)
+    table = "stg-events v2"
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return [with_coordinates(dict(message.value), message)]
+
+
+class PickyProcessor(Processor):
+    """Checks its options in ``__init__`` without a model: a ValueError for odd ``n``."""
+
+    name = "test_picky"
+    formats = ("json",)
+
+    def __init__(self, options: dict[str, object] | None = None) -> None:
+        n = (options or {}).get("n", 0)
+        if not isinstance(n, int) or n % 2:
+            raise ValueError(f"n must be an even integer, got {n!r}")
+        super().__init__({})
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return []
