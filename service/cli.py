@@ -240,8 +240,8 @@ def _ops(args: argparse.Namespace) -> int:
 def _merge(path: str, table: str | None) -> int:
     import asyncio  # noqa: PLC0415
 
-    from actors.spark_sink import stop_spark_actors  # noqa: PLC0415
-    from service.merge import MergeError, merge  # noqa: PLC0415
+    from actors.sinks.spark.merge import MergeError, merge  # noqa: PLC0415
+    from actors.sinks.spark.sink import stop_spark_actors  # noqa: PLC0415
 
     settings = _load(path)
     configure_logging("WARNING", settings.service.log_format)

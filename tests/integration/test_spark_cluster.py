@@ -23,7 +23,7 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from actors.spark_sink import SparkActor
+from actors.sinks.spark.sink import SparkActor
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.samples import SAMPLE_TOPICS, sample_records

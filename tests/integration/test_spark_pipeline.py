@@ -11,7 +11,7 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from actors.spark_sink import spark_actor, stop_spark_actors
+from actors.sinks.spark.sink import spark_actor, stop_spark_actors
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.samples import SAMPLE_TOPICS, sample_records
