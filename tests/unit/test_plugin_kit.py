@@ -26,7 +26,7 @@ from processors.testing import (
     run_processor,
 )
 from service.cli import main
-from service.scaffold import PluginNames
+from service.dev.scaffold import PluginNames
 from tests.unit import test_processors_datahub as dh
 
 ROOT = Path(__file__).resolve().parents[2]
