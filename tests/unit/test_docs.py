@@ -27,7 +27,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -354,6 +354,30 @@ def test_command_lines_parse(block: Block) -> None:
 @pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_links_resolve(path: Path) -> None:
     assert check_links(path) == []
+
+
+def _setting_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every field of ``model``, nested models included, as dotted paths."""
+    def models(annotation: Any) -> Iterator[type[BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield annotation
+        else:
+            for arg in get_args(annotation):
+                yield from models(arg)
+
+    for name, field in model.model_fields.items():
+        yield prefix + name
+        for nested in models(field.annotation):
+            yield from _setting_paths(nested, f"{prefix}{name}.")
+
+
+def test_every_setting_is_documented() -> None:
+    spans = [span for path in DOCS
+             for span in re.findall(r"`([^`]+)`", path.read_text(encoding="utf-8"))]
+    missing = [path for path in _setting_paths(Settings)
+               if not any(re.search(rf"(?<!\w){path.rsplit('.', 1)[-1]}(?!\w)", span)
+                          for span in spans)]
+    assert not missing, f"settings no doc names (in `backticks`): {missing}"
 
 
 def test_readme_is_a_front_door() -> None:
