@@ -45,7 +45,7 @@ SETTINGS_ONLY = re.compile(r"#\s*docs-test:\s*settings-only\b\s*(?P<reason>.*)$"
 MAX_SKIPS = 3
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w+-]*)\s*$")
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<default>:-[^}]*)?\}")
-_COMMAND = re.compile(r"(^|[\s;&|(])(\S*/)?kstage\s|(^|\s)python3? -m service\s")
+_COMMAND = re.compile(r"(^|[\s;&|(])(\S*/)?(kstage|python3? -m service)\s")
 _LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 
 
@@ -272,7 +272,7 @@ def check_commands(block: Block) -> list[str]:
                 except SystemExit as exc:
                     if exc.code not in (0, None):
                         problems.append(f"{block}: kstage {shlex.join(argv)}: "
-                                        f"{err.getvalue().strip().splitlines()[-1]}")
+                                        f"{(err.getvalue().strip().splitlines() or ['?'])[-1]}")
     return problems
 
 
@@ -423,9 +423,10 @@ def test_a_broken_whole_config_fails(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_a_wrong_command_line_fails() -> None:
     block = _block("kstage lag -c kstage.yml [--json]\nkstage offsets reset --to earliest\n"
-                   "pip install x && kstage dlq shw\n", lang="bash")
+                   "pip install x && kstage dlq shw\n"
+                   "$ .venv/bin/python -m service merge --tabel x\n", lang="console")
     problems = check_commands(block)
-    assert len(problems) == 3, problems
+    assert len(problems) == 4, problems
 
 
 def test_a_dead_link_fails() -> None:
