@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parser() -> argparse.ArgumentParser:
+    """The ``kstage`` argument parser (tests check every command line the docs show)."""
+    return _parser()
+
+
 def _load(path: str) -> Settings:
     return load_settings(path)
 
