@@ -32,6 +32,7 @@ from typing import Any, get_args
 import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from actors.sinks import registry
 from service import cli
 from settings.errors import SettingsError
 from settings.loader import _read_yaml, load_settings
@@ -102,26 +103,6 @@ def _dummy_environment(text: str) -> dict[str, str]:
 # -------------------------------------------------------------------- the checks
 
 
-def _sink_model(kind: str) -> type[BaseModel] | None:
-    """The settings model of a sink type (``None``: the type has no model of its own)."""
-    if kind == "http":
-        from actors.http_sink import HttpSinkSettings  # noqa: PLC0415
-
-        return HttpSinkSettings
-    if kind == "spark":
-        from actors.spark_sink import SparkSinkSettings  # noqa: PLC0415
-
-        return SparkSinkSettings
-    if kind == "jdbc":
-        from actors.jdbc_sink import JdbcSinkSettings  # noqa: PLC0415
-
-        return JdbcSinkSettings
-    return None
-
-
-_SINK_KEYS = {"null": {"type"}, "jsonl": {"type", "path", "fsync"}}
-
-
 def _sink_is_a_free_bag() -> bool:
     """Whether a topic's ``sink`` still accepts any key (then the test checks its type)."""
     annotation = TopicSettings.model_fields["sink"].annotation
@@ -144,13 +125,10 @@ def check_sink(value: Any, where: str) -> list[str]:
     if not _sink_is_a_free_bag():
         return []
     kind = value.get("type", "null") if isinstance(value, dict) else "null"
-    model = _sink_model(kind)
-    if model is None:
-        if kind not in _SINK_KEYS:
-            return [f"{where}: sink: unknown type {kind!r}"]
-        unknown = set(value) - _SINK_KEYS[kind]
-        return [f"{where}: sink: unknown key(s) {sorted(unknown)} for type {kind}"] \
-            if unknown else []
+    try:
+        model = registry.load(str(kind)).settings_model
+    except registry.SinkTypeError as exc:
+        return [f"{where}: sink: {exc}"]
     try:
         model.model_validate(value)
     except ValidationError as exc:
