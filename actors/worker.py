@@ -60,7 +60,7 @@ from actors.kafka import build_consumer, coordinator_known, rebalance_timeout_ms
 from actors.metrics import Metrics
 from actors.offsets import Entry, OffsetTracker
 from actors.sink_health import SinkHealth
-from actors.sinks import END, Fence, SinkBatch, build_sink, run_sink
+from actors.sinks import END, Fence, SinkBatch, SinkContext, build_sink, run_sink
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
 from processors.errors import ProcessorError
@@ -289,15 +289,13 @@ class Worker:
         """Run until stopped (returns) or crashed (raises). Cancel to abort."""
         processor = self._processor = self._processor_cls(self.topic.options)
         sink = build_sink(self.topic.sink)
-        if hasattr(sink, "bind"):  # spark sink: the processor's typed schema and table
-            sink.bind(self._processor_cls.columns, self._processor_cls.table,
-                      processor=self.topic.processor, spark=self.settings.spark)
+        sink.bind(SinkContext(
+            label=self.label, topic=self.topic.topic, processor=self.topic.processor,
+            columns=tuple(self._processor_cls.columns), table=self._processor_cls.table,
+            settings=self.settings, health=self._sink_health, refuse=self._sink_dead_letter))
         self._async_transform = inspect.iscoroutinefunction(processor.transform)
-        if hasattr(sink, "on_permanent_failure"):
-            sink.on_permanent_failure = self._sink_dead_letter
-        sink.health = self._sink_health
         # A micro-batching sink flushes early when this worker cannot send it more rows.
-        self._flush_soon = getattr(sink, "flush_soon", None)
+        self._flush_soon = sink.flush_soon
         await processor.start()
         try:
             await sink.open()
@@ -732,7 +730,7 @@ class Worker:
         finally:
             self.stats["retried"] += self._failure.retries - retries_before
 
-    async def _sink_dead_letter(self, rows: Sequence[Row], status: int, body_head: str) -> None:
+    async def _sink_dead_letter(self, rows: list[Row], status: int, body_head: str) -> None:
         """A sink refused rows for good (e.g. HTTP 4xx): dead-letter each, durably, so the
         partition moves on and nothing is lost."""
         what = ("could not send the rows" if status == 0  # e.g. a URL template field missing

@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parser() -> argparse.ArgumentParser:
+    """The ``kstage`` argument parser (tests check every command line the docs show)."""
+    return _parser()
+
+
 def _load(path: str) -> Settings:
     return load_settings(path)
 
@@ -129,7 +134,7 @@ def _processors(path: str | None) -> int:
 
 
 def _new_plugin(name: str, directory: str) -> int:
-    from service.scaffold import ScaffoldError, scaffold  # noqa: PLC0415
+    from service.dev.scaffold import ScaffoldError, scaffold  # noqa: PLC0415
 
     try:
         files = scaffold(name, directory)
@@ -146,7 +151,7 @@ def _new_plugin(name: str, directory: str) -> int:
 def _schemas_check(path: str) -> int:
     import asyncio  # noqa: PLC0415
 
-    from service.schemas import check  # noqa: PLC0415
+    from service.ops.schemas import check  # noqa: PLC0415
 
     settings = _load(path)
     results = asyncio.run(check(settings))
@@ -159,7 +164,7 @@ def _schemas_check(path: str) -> int:
 
 
 def _config(kind: str, path: str, output: str | None) -> int:
-    from service.translate import TranslationError, translate_file  # noqa: PLC0415
+    from service.dev.translate import TranslationError, translate_file  # noqa: PLC0415
 
     try:
         text = translate_file(kind, path)
@@ -182,7 +187,7 @@ _OPS_COMMANDS = ("lag", "offsets", "dlq")
 
 
 def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Subcommands of the ops tools (service.lag, service.offsets, service.dlq)."""
+    """Subcommands of the ops tools (service.ops.lag, .offsets, .dlq)."""
     lag = sub.add_parser("lag", help="committed offset, high-water mark and lag per partition")
     lag.add_argument("-c", "--config", default="kstage.yml")
     lag.add_argument("--json", action="store_true", help="print a JSON list of partitions")
@@ -213,23 +218,23 @@ def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _ops(args: argparse.Namespace) -> int:
     from aiokafka.errors import KafkaError  # noqa: PLC0415 - keep other commands light
 
-    from service.lag import OpsError  # noqa: PLC0415
+    from service.ops.lag import OpsError  # noqa: PLC0415
 
     settings = _load(args.config)
     configure_logging("WARNING", settings.service.log_format)
     try:
         if args.command == "lag":
-            from service.lag import lag, render_json, render_table  # noqa: PLC0415
+            from service.ops.lag import lag, render_json, render_table  # noqa: PLC0415
 
             rows = lag(settings)
             print(render_json(rows) if args.json else render_table(rows))
             return EXIT_OK
         if args.command == "offsets":
-            from service.offsets import render, reset  # noqa: PLC0415
+            from service.ops.offsets import render, reset  # noqa: PLC0415
 
             print(render(reset(settings, args.group, args.to, args.dry_run)))
             return EXIT_OK
-        from service import dlq  # noqa: PLC0415
+        from service.ops import dlq  # noqa: PLC0415
 
         if args.dlq_command == "show":
             print(dlq.render(*dlq.show(settings, args.topic, args.since)))
@@ -245,8 +250,8 @@ def _ops(args: argparse.Namespace) -> int:
 def _merge(path: str, table: str | None) -> int:
     import asyncio  # noqa: PLC0415
 
-    from actors.spark_sink import stop_spark_actors  # noqa: PLC0415
-    from service.merge import MergeError, merge  # noqa: PLC0415
+    from actors.sinks.spark.merge import MergeError, merge  # noqa: PLC0415
+    from actors.sinks.spark.sink import stop_spark_actors  # noqa: PLC0415
 
     settings = _load(path)
     configure_logging("WARNING", settings.service.log_format)
@@ -294,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "merge":
             return _merge(args.config, args.table)
         if args.command == "demo":
-            from service.demo import run_demo  # noqa: PLC0415
+            from service.dev.demo import run_demo  # noqa: PLC0415
 
             configure_logging("ERROR")
             return run_demo(Path(args.dir), args.events)

@@ -181,8 +181,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
 
     merging: asyncio.Task[None] | None = None
     if settings.merge.interval_s is not None:
-        from service import merge_loop  # noqa: PLC0415 - loads the merge only if used
-        from service.merge import plan  # noqa: PLC0415
+        from actors.sinks.spark import merge_loop  # noqa: PLC0415 - loads the merge only if used
+        from actors.sinks.spark.merge import plan  # noqa: PLC0415
         from settings.errors import SettingsError  # noqa: PLC0415
 
         try:
@@ -224,8 +224,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         if merging is not None:
             merging.cancel()
             await asyncio.gather(merging, return_exceptions=True)
-        if "actors.spark_sink" in sys.modules:  # only if a spark sink was used
-            await sys.modules["actors.spark_sink"].stop_spark_actors()
+        if "actors.sinks.spark.sink" in sys.modules:  # only if a spark sink was used
+            await sys.modules["actors.sinks.spark.sink"].stop_spark_actors()
     return EXIT_OK
 
 

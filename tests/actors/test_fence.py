@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 
 from actors.errors import SinkError
 from actors.offsets import Entry
-from actors.sinks import END, Fence, Sink, SinkBatch, run_sink
+from actors.sinks import END, Fence, Sink, SinkBatch, SinkCapabilities, run_sink
 from processors.base import Row
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -20,8 +20,7 @@ class HangingSink(Sink):
     """Writes of partition 0 fail and are retried until released; partition 1 writes."""
 
     def __init__(self, concurrency: int = 1, pipelined: bool = False) -> None:
-        self.max_concurrency = concurrency
-        self.pipelined = pipelined
+        self.capabilities = SinkCapabilities(max_concurrency=concurrency, pipelined=pipelined)
         self.attempts: list[int] = []
         self.written: list[int] = []
         self.attempted = asyncio.Event()

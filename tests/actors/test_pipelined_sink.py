@@ -9,14 +9,14 @@ from aiokafka import TopicPartition
 
 from actors.errors import SinkError
 from actors.offsets import Entry
-from actors.sinks import END, Sink, SinkBatch, run_sink
+from actors.sinks import END, Sink, SinkBatch, SinkCapabilities, run_sink
 from processors.base import Row
 
 
 class GatedSink(Sink):
     """Each write waits for its gate; the first attempt of ``fail_once`` fails."""
 
-    pipelined = True
+    capabilities = SinkCapabilities(pipelined=True)
 
     def __init__(self, fail_once: int | None = None) -> None:
         self.gates: dict[int, asyncio.Event] = {}

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ import yaml
 from pydantic import ValidationError
 
 from actors.errors import FatalError, SinkError
-from actors.jdbc_sink import JdbcSink, JdbcSinkSettings, create_table_sql, safe_url
-from actors.sinks import build_sink
-from actors.spark_sink import SparkActor
+from actors.sinks import SinkContext, build_sink
+from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql, safe_url
+from actors.sinks.spark.sink import SparkActor
 from processors.base import Column, Row
 from processors.gobblin import GobblinCompactionProcessor
 from settings import SparkSettings
@@ -75,7 +76,8 @@ def settings(pg: Postgres, table: str, **extra: Any) -> JdbcSinkSettings:
 
 async def opened(actor: SparkActor, pg: Postgres, table: str, **extra: Any) -> JdbcSink:
     sink = JdbcSink(settings(pg, table, **extra), actor)
-    sink.bind(PROCESSOR.columns, PROCESSOR.table, processor=PROCESSOR.name)
+    sink.bind(SinkContext(columns=PROCESSOR.columns, table=PROCESSOR.table,
+                          processor=PROCESSOR.name))
     async with asyncio.timeout(90):
         await sink.open()
     return sink
@@ -124,7 +126,7 @@ async def test_every_column_type_round_trips(actor: SparkActor, running: Postgre
     columns = (Column("name", "string", False), Column("small", "int"), Column("big", "long"),
                Column("ratio", "double"), Column("flag", "boolean"), Column("blob", "binary"))
     sink = JdbcSink(settings(running, "stg_jdbc_types"), actor)
-    sink.bind(columns, processor="typed")
+    sink.bind(SinkContext(columns=columns, processor="typed"))
     async with asyncio.timeout(60):
         await sink.open()
         await sink.write([
@@ -153,7 +155,7 @@ async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
     async def handler(rows: list[Row], status: int, reason: str) -> None:
         refused.append((rows, status, reason))
 
-    sink.on_permanent_failure = handler
+    sink.bind(replace(sink.context, refuse=handler))
     rows = events(3, 0, 4)
     rows[1]["record_count"] = "many"  # a string in a BIGINT column
     rows[2]["cluster"] = "hol\x00dem"  # PostgreSQL text cannot hold NUL
@@ -203,8 +205,8 @@ async def test_bad_settings_are_named() -> None:
     assert create_table_sql("s.t", PROCESSOR.columns[:1]).startswith(
         'CREATE TABLE IF NOT EXISTS "s"."t" ("cluster" TEXT NOT NULL, "_topic" TEXT NOT NULL')
     reserved = JdbcSink(JdbcSinkSettings(url="jdbc:postgresql://h/db"))
-    reserved.bind((*PROCESSOR.columns[:1], Column("_offset", "long")),
-                  "t", processor="p")
+    reserved.bind(SinkContext(columns=(*PROCESSOR.columns[:1], Column("_offset", "long")),
+                              table="t", processor="p"))
     with pytest.raises(FatalError, match=r"jdbc sink t: bad or reserved column names"):
         await reserved.open()
 
@@ -212,7 +214,7 @@ async def test_bad_settings_are_named() -> None:
 async def test_a_missing_driver_jar_is_named(actor: SparkActor, pg: Postgres) -> None:
     sink = JdbcSink(settings(pg, "stg_jdbc_nojar", driver="org.example.NoSuchDriver",
                              jar="/nonexistent/driver.jar"), actor)
-    sink.bind(PROCESSOR.columns, processor=PROCESSOR.name)
+    sink.bind(SinkContext(columns=PROCESSOR.columns, processor=PROCESSOR.name))
     with pytest.raises(FatalError, match="driver org.example.NoSuchDriver is not on Spark's "
                                          "classpath and the jar /nonexistent/driver.jar"):
         await sink.open()
@@ -225,7 +227,8 @@ async def test_an_outage_raises_sink_error_and_the_retry_succeeds(
     async with asyncio.timeout(60):
         await sink.write(events(0, 0, 5))
     refused: list[int] = []
-    sink.on_permanent_failure = lambda rows, status, reason: refused.append(rows[0]["_offset"])
+    sink.bind(replace(sink.context,
+                      refuse=lambda rows, status, reason: refused.append(rows[0]["_offset"])))
     batch = events(0, 5, 6)
     batch[5]["record_count"] = "many"  # dead-lettered once, not at every retry
     pg.stop()
@@ -239,7 +242,7 @@ async def test_an_outage_raises_sink_error_and_the_retry_succeeds(
     assert PASSWORD not in message
     # a sink opened while the database is away checks the table at its first write
     late = JdbcSink(settings(pg, "stg_jdbc_late"), actor)
-    late.bind(PROCESSOR.columns, processor=PROCESSOR.name)
+    late.bind(SinkContext(columns=PROCESSOR.columns, processor=PROCESSOR.name))
     await late.open()
     with pytest.raises(SinkError, match="jdbc sink stg_jdbc_late at .*cannot create or check"):
         async with asyncio.timeout(60):
@@ -350,7 +353,7 @@ def refusals(sink: JdbcSink) -> list[tuple[int, int, str]]:
         assert status == 0 and len(rows) == 1
         got.append((rows[0]["_partition"], rows[0]["_offset"], reason))
 
-    sink.on_permanent_failure = handler
+    sink.bind(replace(sink.context, refuse=handler))
     return got
 
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from actors.spark_sink import SparkActor
+from actors.sinks.spark.merge import MergeConfigError, MergeError, MergeResult, final_name, merge
+from actors.sinks.spark.sink import SparkActor
 from processors.base import Message, Row
 from service.cli import main
-from service.merge import MergeConfigError, MergeError, MergeResult, final_name, merge
 from settings.models import Settings, SparkSettings
 from tests.integration.test_spark_sink import PROCESSOR, TOPIC, events, opened
 

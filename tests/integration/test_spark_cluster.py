@@ -23,10 +23,10 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from actors.spark_sink import SparkActor
+from actors.sinks.spark.sink import SparkActor
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
-from service.samples import SAMPLE_TOPICS, sample_records
+from service.dev.samples import SAMPLE_TOPICS, sample_records
 from settings import SparkSettings
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import PLUGINS, committed, create_topic, produce, unique, write_config

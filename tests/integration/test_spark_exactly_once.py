@@ -29,10 +29,10 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from actors.spark_sink import SparkActor
+from actors.sinks.spark.merge import final_name
+from actors.sinks.spark.sink import SparkActor
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
-from service.merge import final_name
 from settings import SparkSettings
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import (

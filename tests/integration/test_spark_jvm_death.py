@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
 from actors.errors import FatalError, SinkError
-from actors.spark_sink import SparkActor
+from actors.sinks.spark.sink import SparkActor
 from processors.avro import encode
 from settings import SparkSettings
 from tests.fake_registry import FakeRegistry

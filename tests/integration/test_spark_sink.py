@@ -9,14 +9,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.errors import FatalError, SinkError
-from actors.sinks import build_sink
-from actors.spark_sink import SparkActor, SparkSink, SparkSinkSettings, TableWriter, struct_type
+from actors.sinks import SinkContext, build_sink
+from actors.sinks.spark.sink import (
+    SparkActor,
+    SparkSink,
+    SparkSinkSettings,
+    TableWriter,
+    struct_type,
+)
 from processors.base import Column, Message, Row
 from processors.gobblin import GobblinCompactionProcessor
 from settings import SparkSettings
@@ -75,7 +82,8 @@ def events(partition: int, start: int, count: int) -> list[Row]:
 
 async def opened(actor: SparkActor, table: str) -> SparkSink:
     sink = SparkSink(SparkSinkSettings(table=table), actor)
-    sink.bind(PROCESSOR.columns, PROCESSOR.table, processor=PROCESSOR.name)
+    sink.bind(SinkContext(columns=PROCESSOR.columns, table=PROCESSOR.table,
+                          processor=PROCESSOR.name))
     await sink.open()
     return sink
 
@@ -197,7 +205,7 @@ async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
     async def handler(rows: list[Row], status: int, reason: str) -> None:
         refused.append((rows, status, reason))
 
-    sink.on_permanent_failure = handler
+    sink.bind(replace(sink.context, refuse=handler))
     rows = events(0, 0, 3)
     rows[1]["record_count"] = "many"
     await sink.write(rows)

@@ -7,14 +7,16 @@ import base64
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from actors.errors import SinkError
-from actors.http_sink import HttpSink, HttpSinkSettings
 from actors.sink_health import SinkHealth
+from actors.sinks import SinkContext
+from actors.sinks.http import HttpSink, HttpSinkSettings
 from processors.base import Row
 from settings.models import SinkSettings
 from tests.http_server import HttpTestServer
@@ -33,7 +35,7 @@ def row(offset: int, partition: int = 0, **fields: Any) -> Row:
 
 
 class Failures:
-    """Records on_permanent_failure calls (async, as the worker's handler is)."""
+    """Records refused-row calls (async, as the worker's handler is)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[Row], int, str]] = []
@@ -71,7 +73,7 @@ async def make_sink(server: HttpTestServer, sleeps: list[float], failures: Failu
         options.setdefault("url", server.url + "/hook")
         sink = HttpSink(HttpSinkSettings.model_validate(options), sleep=fake_sleep,
                         jitter=lambda: 1.0)
-        sink.on_permanent_failure = failures
+        sink.bind(SinkContext(refuse=failures))
         await sink.open()
         opened.append(sink)
         return sink
@@ -116,7 +118,7 @@ async def test_batches_of_max_events_as_json_arrays(server: HttpTestServer,
     assert keys(server) == ["PlatformEvent_v1-0-10-11", "PlatformEvent_v1-0-12-13",
                             "PlatformEvent_v1-0-14-14"]
     assert {r.method for r in server.requests} == {"PUT"}
-    assert (sink.max_interval_s, sink.max_concurrency) == (0.5, 8)
+    assert (sink.max_interval_s, sink.capabilities.max_concurrency) == (0.5, 8)
 
 
 async def test_rows_of_one_message_split_over_requests_get_distinct_keys(
@@ -252,7 +254,8 @@ async def test_secrets_never_reach_logs_reprs_or_errors(
     server.respond(500, echo, times=3)
     sink = await make_sink(auth={"bearer": TOKEN}, headers={"X-Api-Key": f"k-{PASSWORD}"},
                            url=server.url + f"/hook?api_key={PASSWORD}", max_retries=2)
-    sink.health = health = SinkHealth(0)
+    health = SinkHealth(0)
+    sink.bind(replace(sink.context, health=health))
     await sink.write([row(1)])
     with pytest.raises(SinkError) as info:
         await sink.write([row(2)])
@@ -308,7 +311,7 @@ def test_settings_from_sink_settings() -> None:
             settings.max_concurrency, settings.tls.verify) == ("PATCH", 50, 4, False)
     assert settings.auth is not None and settings.auth.bearer is not None
     assert settings.auth.bearer.get_secret_value() == TOKEN
-    assert HttpSink(settings).max_concurrency == 4
+    assert HttpSink(settings).capabilities.max_concurrency == 4
 
 
 @pytest.mark.parametrize(("options", "needle"), [

@@ -11,8 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from actors.errors import SinkAuthError, SinkError
-from actors.http_sink import HttpSink, HttpSinkSettings
 from actors.sink_health import SinkHealth
+from actors.sinks import SinkContext
+from actors.sinks.http import HttpSink, HttpSinkSettings
 from tests.http_server import HttpTestServer
 from tests.unit.test_http_sink import Failures, row
 
@@ -41,8 +42,7 @@ async def make_sink(server: HttpTestServer, failures: Failures) -> AsyncIterator
     async def make(**options: Any) -> HttpSink:
         options.setdefault("url", server.url + "/hook")
         sink = HttpSink(HttpSinkSettings.model_validate(options), sleep=no_sleep)
-        sink.on_permanent_failure = failures
-        sink.health = SinkHealth(60)
+        sink.bind(SinkContext(health=SinkHealth(60), refuse=failures))
         await sink.open()
         opened.append(sink)
         return sink

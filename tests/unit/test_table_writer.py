@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.spark_sink import SparkActor, TableWriter
+from actors.sinks.spark.sink import SparkActor, TableWriter
 from processors.base import Column, Row
 from settings import SparkSettings
 

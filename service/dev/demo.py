@@ -28,13 +28,13 @@ from actors.master import Master
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker
-from service.lifecycle import serve
-from service.samples import (
+from service.dev.samples import (
     POISON_SCHEMA_ID,
     SAMPLE_TOPICS,
     poison_values,
     sample_records,
 )
+from service.lifecycle import serve
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The Spark sink: rows land in Parquet staging tables, written in micro-batches.
 
 Settings: a topic's ``sink: {type: spark, table: NAME}`` (:class:`SparkSinkSettings`, parsed
-as ``SparkSinkSettings.model_validate(s.model_dump())``) and the process-wide ``spark:``
+by the sink registry) and the process-wide ``spark:``
 section (:class:`SparkSettings`).
 
 How it works:
@@ -13,7 +13,7 @@ How it works:
 * :class:`SparkSink` is one worker's handle. The worker calls :meth:`SparkSink.bind` with
   its processor's typed ``columns`` and default ``table`` before :meth:`~SparkSink.open`.
   ``write(rows)`` checks the rows on the event loop and turns those that fit into one
-  Arrow record batch (:mod:`actors.table_rows`; a row with a wrong type or a missing NOT
+  Arrow record batch (:mod:`actors.sinks.table.rows`; a row with a wrong type or a missing NOT
   NULL value is dead-lettered through the worker's permanent-failure hook), hands it to
   the table's shared :class:`TableWriter` and returns once the micro-batch holding it was
   appended (durable): the worker then commits their offsets.
@@ -64,12 +64,12 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from actors.errors import FatalError, SinkError
-from actors.sinks import Sink
-from actors.spark_session import EXIT_WAIT_S, connection_lost, discard_session, start_session
-from actors.table_rows import COORDINATES, arrow_table, record_batch
+from actors.sinks.base import Sink, SinkCapabilities, SinkContext, SinkSettingsBase
+from actors.sinks.spark.session import EXIT_WAIT_S, connection_lost, discard_session, start_session
+from actors.sinks.table.rows import COORDINATES, arrow_table, record_batch
 from processors.base import Column, Row
 from settings.models import SparkSettings
 
@@ -83,17 +83,11 @@ _SQL_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOU
               "boolean": "BOOLEAN", "binary": "BINARY", "timestamp": "TIMESTAMP"}
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SparkSinkSettings(_Model):
+class SparkSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: spark, table: NAME}``."""
 
     type: Literal["spark"] = Field("spark", description="Sink type.")
     table: str | None = Field(None, description="Staging table (default: the processor's).")
-    # SinkSettings.model_dump() always has jsonl's ``path`` key: accepted only unset.
-    path: None = Field(None, description="Not used by spark sinks (jsonl's file).")
 
 
 def _writer_id() -> str:
@@ -414,7 +408,7 @@ class TableWriter:
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
         """The rows that fit the declared columns as one Arrow record batch, and the
         rows that do not, each with the reason naming the row and column (see
-        :func:`actors.table_rows.record_batch`)."""
+        :func:`actors.sinks.table.rows.record_batch`)."""
         return record_batch(rows, self._all, f"spark sink {self.table}")
 
     def refused(self, part: Any) -> list[tuple[Row, str]]:
@@ -602,7 +596,8 @@ class TableSink(Sink):
     Spark and the JDBC sinks): binding, pipelined writes, refused rows, retries.
     Subclasses open their writer in :meth:`open`."""
 
-    pipelined = True  # writes join a shared micro-batch: the sink loop does not wait
+    # Writes join a shared micro-batch: the sink loop does not wait for one to return.
+    capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True)
 
     def __init__(self, settings: _TableSettings, actor: SparkActor | None = None,
                  columns: Sequence[Column] = (), table: str | None = None) -> None:
@@ -617,20 +612,15 @@ class TableSink(Sink):
         # Batches whose append failed, with their rows that fit: a retry of the same batch
         # does not dead-letter its refused rows again.
         self._failed: dict[int, tuple[Sequence[Row], Any]] = {}
-        self.on_permanent_failure: Callable[[list[Row], int, str], Any] = self._no_handler
 
-    @staticmethod
-    def _no_handler(rows: list[Row], status: int, reason: str) -> None:
-        raise SinkError(reason)
-
-    def bind(self, columns: Sequence[Column], table_default: str = "", *,
-             processor: str = "", spark: SparkSettings | None = None) -> None:
-        """Give the sink its processor's columns and table, and the ``spark:`` section
-        (used when no actor was passed). Call before :meth:`open`."""
-        self.columns = tuple(columns)
-        self.table = self._table_setting or table_default or self.table
-        self.processor = processor
-        self._spark_settings = spark
+    def bind(self, context: SinkContext) -> None:
+        """Take the processor's columns and table, and the ``spark:`` section (used when
+        no actor was passed). Called before :meth:`open`."""
+        super().bind(context)
+        self.columns = tuple(context.columns)
+        self.table = self._table_setting or context.table or self.table
+        self.processor = context.processor
+        self._spark_settings = context.settings.spark if context.settings else None
 
     def _what(self) -> str:
         return f"processor {self.processor!r}" if self.processor else "the processor"
@@ -666,9 +656,7 @@ class TableSink(Sink):
             for row, reason in rejected:
                 # A row that does not fit its declared types never will: dead-letter it
                 # (the worker's handler) instead of retrying the batch forever.
-                result = self.on_permanent_failure([row], 0, reason)
-                if result is not None:
-                    await result
+                await self.refuse([row], 0, reason)
             if isinstance(rows, list):
                 # The sink owns the batch's rows now (the worker never reads them back):
                 # drop the dicts while the converted rows wait for their flush. A retry
@@ -693,9 +681,7 @@ class TableSink(Sink):
         refused = writer.refused(part)
         while refused:
             row, reason = refused[0]
-            result = self.on_permanent_failure([row], 0, reason)
-            if result is not None:
-                await result
+            await self.refuse([row], 0, reason)
             refused.pop(0)
 
 
@@ -703,6 +689,7 @@ class SparkSink(TableSink):
     """One worker's handle on a Spark staging table (see the module docstring)."""
 
     type = "spark"
+    settings_model = SparkSinkSettings
     settings: SparkSinkSettings
 
     async def open(self) -> None:

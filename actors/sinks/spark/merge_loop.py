@@ -5,7 +5,7 @@ appends of this process wait while a table is merged: the sinks' writes take lon
 workers' pipelines fill up and fetching pauses (backpressure; nothing is dropped). A
 failed merge is logged with the table and counted (``kstage_merge_failures``); the next
 interval tries again. Tables are merged one at a time; a table another process is merging
-is skipped (see :mod:`service.merge`).
+is skipped (see :mod:`actors.sinks.spark.merge`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import logging
 import time
 
 from actors.metrics import Metrics
-from actors.spark_sink import spark_actor
-from service.merge import MergeError, MergeResult, merge_table, plan
+from actors.sinks.spark.merge import MergeError, MergeResult, merge_table, plan
+from actors.sinks.spark.sink import spark_actor
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.spark_sink import SparkActor, SparkSinkSettings, spark_actor, struct_type
+from actors.sinks.spark.sink import SparkActor, SparkSinkSettings, spark_actor, struct_type
 from processors.base import COORDINATE_COLUMNS, Column
 from settings.errors import SettingsError
 from settings.models import Settings

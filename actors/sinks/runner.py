@@ -1,7 +1,7 @@
-"""Sinks and the sink actor loop.
+"""The sink actor loop: runs one worker's sink as its :class:`~actors.sinks.base.Sink`
+declares (see :mod:`actors.sinks.base` for the contract).
 
-A :class:`Sink` durably accepts batches of rows: when ``write`` returns, the rows are
-safe and their offsets may be committed. The worker hands :class:`SinkBatch` messages to
+The worker hands :class:`SinkBatch` messages to
 its sink through a bounded mailbox; :func:`run_sink` drains the mailbox in order and
 acknowledges each batch after the write returned. A full mailbox blocks the worker's
 processing, which in turn pauses fetching (backpressure without eviction).
@@ -15,21 +15,18 @@ so nothing of a revoked partition is written after the revoke finished.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from actors.appends import torn_tail, write_all
 from actors.errors import SinkError
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
+from actors.sinks.base import Sink
+from processors import backoff
 from processors.base import Row
-from settings.models import SinkSettings
 
 logger = logging.getLogger(__name__)
 
@@ -96,131 +93,6 @@ END: Any = object()
 """Mailbox sentinel: no more batches follow."""
 
 
-class Sink:
-    """Base class of sinks. ``write`` must only return once the rows are durable.
-
-    The worker never reads a batch's rows after handing them to ``write``: a sink may
-    keep, transform or empty the list (the Spark and JDBC sinks empty it once the rows
-    are converted, to free memory while they wait for their flush). A failed write is
-    retried with the same list object.
-
-    ``health`` is set by the worker before :meth:`open`: a sink that retries inside its
-    own ``write`` reports each failed attempt there, keyed ``(topic, partition)``, so
-    ``/readyz`` tells about an outage before the write gives up.
-    """
-
-    type: str = ""
-    health: SinkHealth | None = None
-
-    async def open(self) -> None:
-        """Open files or clients."""
-
-    async def close(self) -> None:
-        """Release what :meth:`open` acquired."""
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        raise NotImplementedError
-
-
-class NullSink(Sink):
-    """Discards rows (benchmarks, dry runs)."""
-
-    type = "null"
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        return None
-
-
-def _default(value: object) -> object:
-    if isinstance(value, bytes | bytearray):
-        return value.decode("utf-8", "backslashreplace")
-    return str(value)
-
-
-class JsonlSink(Sink):
-    """Appends rows as JSON lines to a file; each write is one ``O_APPEND`` write + fsync.
-
-    One ``write(2)`` per batch keeps the lines of concurrent writers (several kstage
-    processes with one config) from interleaving inside a line.
-
-    A write cut short (a full disk, a file size limit, a process killed inside the
-    ``write(2)``) leaves a partial last line whose rows were never acknowledged. Before
-    the first write after :meth:`open` and after a failed write, the sink looks at the
-    file's last byte and, if it is not a newline, starts its write with one: the fragment
-    stays an unreadable line of its own and the rows written again after it stay whole.
-    """
-
-    type = "jsonl"
-
-    def __init__(self, path: str | Path, fsync: bool = True) -> None:
-        self.path = Path(path)
-        self._fsync = fsync
-        self._fd: int | None = None
-        self._check_tail = True
-
-    async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Read and write: the tail check reads the last byte (writes still only append).
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        self._check_tail = True
-
-    async def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def _write(self, data: bytes) -> None:
-        assert self._fd is not None, "sink not open"  # noqa: S101 - internal invariant
-        if self._check_tail and torn_tail(self._fd, os.fstat(self._fd).st_size):
-            logger.warning("jsonl sink %s: the file ends in a partial last line (a write cut "
-                           "short; its rows were not committed and are written again): "
-                           "ending it with a newline", self.path)
-            data = b"\n" + data
-        self._check_tail = True  # until this write and its fsync returned
-        write_all(self._fd, data)
-        if self._fsync:
-            os.fsync(self._fd)
-        self._check_tail = False
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        if not rows:
-            return
-        data = "".join(
-            json.dumps(r, ensure_ascii=False, default=_default) + "\n" for r in rows
-        ).encode("utf-8")
-        try:
-            await asyncio.to_thread(self._write, data)
-        except OSError as exc:
-            raise SinkError(f"jsonl sink {self.path}: {exc}") from exc
-
-
-def _http_sink(settings: SinkSettings) -> Sink:
-    from actors.http_sink import HttpSink, HttpSinkSettings  # noqa: PLC0415 - only if used
-
-    return HttpSink(HttpSinkSettings.model_validate(settings.model_dump()))
-
-
-def _spark_sink(settings: SinkSettings) -> Sink:
-    from actors.spark_sink import SparkSink, SparkSinkSettings  # noqa: PLC0415 - only if used
-
-    return SparkSink(SparkSinkSettings.model_validate(settings.model_dump()))
-
-
-def _jdbc_sink(settings: SinkSettings) -> Sink:
-    from actors.jdbc_sink import JdbcSink, JdbcSinkSettings  # noqa: PLC0415 - only if used
-
-    return JdbcSink(JdbcSinkSettings.model_validate(settings.model_dump()))
-
-
-SINK_TYPES: dict[str, Callable[[SinkSettings], Sink]] = {
-    "null": lambda s: NullSink(),
-    "jsonl": lambda s: JsonlSink(str(s.path), fsync=bool(getattr(s, "fsync", True))),
-    "http": _http_sink,
-    "spark": _spark_sink,
-    "jdbc": _jdbc_sink,
-}
-
-
 async def _run_pipelined(
     sink: Sink,
     mailbox: asyncio.Queue[SinkBatch],
@@ -257,16 +129,6 @@ async def _run_pipelined(
             await window.put((batch, task))
 
 
-def build_sink(settings: SinkSettings) -> Sink:
-    """Create the sink a topic's ``sink`` settings describe."""
-    try:
-        factory = SINK_TYPES[settings.type]
-    except KeyError:
-        known = ", ".join(sorted(SINK_TYPES))
-        raise SinkError(f"unknown sink type {settings.type!r} (known: {known})") from None
-    return factory(settings)
-
-
 async def _write(sink: Sink, batch: SinkBatch, label: str,
                  backoff_s: tuple[float, float],
                  on_write_seconds: Callable[[float], None] | None,
@@ -274,7 +136,7 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
     """Write one batch; retry failures (SinkError, OSError) with capped backoff, forever:
     the batch is neither acked nor dropped, so its offsets stay uncommitted. ``health``
     learns of every failed attempt and of the success."""
-    delay = backoff_s[0]
+    attempt = 0
     key = (batch.entry.tp.topic, batch.entry.tp.partition)
     while not batch.entry.cancelled:
         try:
@@ -290,9 +152,10 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
                 error = str(exc) if isinstance(exc, SinkError) else f"{sink.type} sink: {exc!r}"
                 health.failed(key, error, since=started,
                               auth=isinstance(exc, SinkError) and exc.auth)
+            delay = backoff.backoff_s(attempt, *backoff_s)
             logger.warning("%s: sink write failed (%s); retrying in %.1fs", label, exc, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, backoff_s[1])
+            attempt += 1
 
 
 async def run_sink(
@@ -325,11 +188,11 @@ async def run_sink(
     write, for ``/readyz``.
     """
     fence = fence or Fence()
-    if getattr(sink, "pipelined", False):
+    if sink.capabilities.pipelined:
         await _run_pipelined(sink, mailbox, on_ack, label, retry_backoff_s, on_write_seconds,
                              fence, health)
         return
-    concurrency = int(getattr(sink, "max_concurrency", 1) or 1)
+    concurrency = sink.capabilities.max_concurrency
     if concurrency <= 1:
         while True:
             batch = await mailbox.get()

@@ -1,4 +1,4 @@
-"""The SparkSession's lifecycle for :class:`~actors.spark_sink.SparkActor`: start one
+"""The SparkSession's lifecycle for :class:`~actors.sinks.spark.sink.SparkActor`: start one
 with kstage's configuration, tell a lost connection to its JVM, and forget a session
 whose JVM died without calling into it (so the next session starts a new JVM).
 

@@ -8,7 +8,7 @@ offset order):
 
 * requests are sent one after the other, in row order, so a receiver sees the events of
   one partition in order. Concurrency across partitions is the caller's job:
-  :attr:`HttpSink.max_concurrency` tells it how many writes may run at once (the
+  :attr:`HttpSink.capabilities` tell it how many writes may run at once (the
   connection pool is sized to match; extra writes wait for a connection);
 * without ``batch`` each row is one request whose body is the row as a JSON object; with
   ``batch``, consecutive rows with the same rendered URL go as one JSON array of at most
@@ -37,9 +37,10 @@ offset order):
 * a 413 for a request of several rows (``batch``) splits it in two halves, sent one
   after the other (each may split again), before a single row's 413 counts as above;
 * any other answer (other 4xx, and 3xx: redirects are not followed) refuses the request
-  for good: its rows go to :attr:`HttpSink.on_permanent_failure` with the status and the
-  first KB of the body, and the next request is sent. A row whose URL cannot be rendered
-  (missing or null field) is refused the same way, with status 0 (never sent);
+  for good: its rows go to :meth:`Sink.refuse <actors.sinks.base.Sink.refuse>` with the
+  status and the first KB of the body, and the next request is sent. A row whose URL
+  cannot be rendered (missing or null field) is refused the same way, with status 0
+  (never sent);
 * ``write`` returns once every request got a 2xx or was handed to the failure handler.
 
 Secrets (auth, secret-looking headers) are only read to build the client; they never
@@ -59,7 +60,7 @@ import re
 import ssl
 import string
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
@@ -68,14 +69,14 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from actors.errors import SinkAuthError, SinkError
-from actors.sinks import Sink
+from actors.sinks.base import Sink, SinkCapabilities, SinkSettingsBase
+from processors.backoff import Jitter, backoff_s
 from processors.base import Row
 from processors.schema_registry import Sleep
 from processors.schema_registry import _retry_after as retry_after_s
 
 logger = logging.getLogger(__name__)
 
-PermanentFailureHandler = Callable[[Sequence[Row], int, str], Awaitable[None] | None]
 """``(rows, status, body_head)``: rows an API refused for good (status 0: never sent)."""
 
 BODY_HEAD_BYTES = 1024
@@ -93,6 +94,10 @@ _URL_SAFE = ":@(),;!*'"
 
 class _Model(BaseModel):
     # hide_input_in_errors: a mistyped key next to a token must not echo the token.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+class _SinkModel(SinkSettingsBase):
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
@@ -134,7 +139,7 @@ class HttpTls(_Model):
         return self
 
 
-class HttpSinkSettings(_Model):
+class HttpSinkSettings(_SinkModel):
     """Options of ``sink: {type: http, ...}`` (see the module docstring for semantics)."""
 
     type: Literal["http"] = Field("http", description="Sink type.")
@@ -298,11 +303,10 @@ class HttpSink(Sink):
         jitter: a float in [0, 1) scaling each backoff (full jitter).
 
     Attributes:
-        max_concurrency: how many ``write`` calls the caller may run at once (one per
-            partition); the sink does not enforce it beyond sizing its connection pool.
+        capabilities: ``max_concurrency`` is how many ``write`` calls the caller may run
+            at once (one per partition); the sink does not enforce it beyond sizing its
+            connection pool. Refused rows go to :meth:`refuse` (``refuses_rows``).
         max_interval_s: ``batch.max_interval_s`` for the caller, None without batch.
-        on_permanent_failure: ``(rows, status, body_head)``, sync or async, called for
-            refused rows; set it before :meth:`open`. The default raises SinkError.
         stats: counters ``requests`` (2xx answers), ``retries``, ``refused_rows``.
 
     Lifecycle: :meth:`open` creates the one ``httpx.AsyncClient``, :meth:`close` closes it
@@ -310,6 +314,7 @@ class HttpSink(Sink):
     """
 
     type = "http"
+    settings_model = HttpSinkSettings
 
     def __init__(
         self,
@@ -320,9 +325,9 @@ class HttpSink(Sink):
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.settings = settings
-        self.max_concurrency = settings.max_concurrency
+        self.capabilities = SinkCapabilities(max_concurrency=settings.max_concurrency,
+                                             refuses_rows=True)
         self.max_interval_s = settings.batch.max_interval_s if settings.batch else None
-        self.on_permanent_failure: PermanentFailureHandler = self._no_handler
         self.stats = {"requests": 0, "retries": 0, "refused_rows": 0}
         self._retry_statuses = frozenset(settings.retry_statuses)
         self._url = _UrlTemplate(settings.url)
@@ -508,17 +513,11 @@ class HttpSink(Sink):
         cap = self.settings.max_backoff_s
         if retry_after is not None:
             return min(retry_after, cap)
-        return self._jitter() * min(cap, self.settings.min_backoff_s * 2.0 ** min(attempt, 60))
+        return backoff_s(attempt, self.settings.min_backoff_s, cap, Jitter.FULL, self._jitter)
 
     async def _refuse(self, rows: list[Row], status: int, body_head: str) -> None:
         self.stats["refused_rows"] += len(rows)
-        result = self.on_permanent_failure(rows, status, body_head)
-        if result is not None:
-            await result
-
-    def _no_handler(self, rows: Sequence[Row], status: int, body_head: str) -> None:
-        raise SinkError(f"http sink: {len(rows)} row(s) refused with status {status} and no "
-                        f"on_permanent_failure handler: {body_head[:200]}")
+        await self.refuse(rows, status, body_head)
 
     def _scrub(self, text: str) -> str:
         """``text`` with every secret value masked (servers may echo our headers)."""

@@ -1,6 +1,6 @@
 """Rows checked against a table's declared columns, and turned into Arrow record batches.
 
-The staging sinks (:mod:`actors.spark_sink`, :mod:`actors.jdbc_sink`) accept a processor's
+The staging sinks (:mod:`actors.sinks.spark.sink`, :mod:`actors.sinks.jdbc`) accept a processor's
 rows only when every value fits its :class:`~processors.base.Column`: the Python types a
 column type accepts are in :data:`TYPES` (``bool`` is not an ``int`` here), ints must fit
 ``int``/``long``, a NOT NULL column must have a value. A row that does not fit is refused

@@ -3,7 +3,7 @@
 Settings: a topic's ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://..., user,
 password}`` (:class:`JdbcSinkSettings`); Spark itself is the process-wide ``spark:``
 section, shared with the spark sinks (one SparkSession per process, see
-:mod:`actors.spark_sink`).
+:mod:`actors.sinks.spark.sink`).
 
 How it works:
 
@@ -11,12 +11,12 @@ How it works:
   ``_topic, _partition, _offset, _timestamp`` and ``_ingested_at`` (UTC, set at flush).
   There are no ``ingest_date``/``writer_id`` partitions: the database takes concurrent
   inserts from several processes itself.
-* Every JDBC call runs on the :class:`~actors.spark_sink.SparkActor`'s one thread. The
+* Every JDBC call runs on the :class:`~actors.sinks.spark.sink.SparkActor`'s one thread. The
   driver jar (``jar``, default Debian's ``/usr/share/java/postgresql.jar``) is added to
   the running session with ``ADD JAR`` when the driver class is not on its classpath
   already (``spark.conf: {spark.jars: ...}`` also works); ``ADD JAR`` also ships it to
   the executors of a cluster.
-* A :class:`JdbcTableWriter` (a :class:`~actors.spark_sink.TableWriter`) batches the rows
+* A :class:`JdbcTableWriter` (a :class:`~actors.sinks.spark.sink.TableWriter`) batches the rows
   of all the workers writing one table (``spark.flush_max_rows`` /
   ``spark.flush_max_interval_s``) and appends each micro-batch as one Spark JDBC write of
   one partition, i.e. one transaction: the rows of a flush land together or not at all.
@@ -56,11 +56,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
-from actors.spark_sink import SparkActor, TableSink, TableWriter
-from actors.table_rows import COORDINATES, check, check_rows
+from actors.sinks.base import SinkSettingsBase
+from actors.sinks.spark.sink import SparkActor, TableSink, TableWriter
+from actors.sinks.table.rows import COORDINATES, check, check_rows
 from processors.base import Column, Row
 
 logger = logging.getLogger(__name__)
@@ -84,10 +85,8 @@ _DEFAULT_PROPERTIES = {"connectTimeout": "10", "socketTimeout": "120", "loginTim
                        "reWriteBatchedInserts": "true"}
 
 
-class JdbcSinkSettings(BaseModel):
+class JdbcSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://...}``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["jdbc"] = Field("jdbc", description="Sink type.")
     table: str | None = Field(None, description="Staging table, `name` or `schema.name` "
@@ -103,8 +102,6 @@ class JdbcSinkSettings(BaseModel):
         default_factory=dict, description="Extra JDBC connection properties (override "
         "kstage's connectTimeout=10, socketTimeout=120, loginTimeout=10, "
         "reWriteBatchedInserts=true).")
-    # SinkSettings.model_dump() always has jsonl's ``path`` key: accepted only unset.
-    path: None = Field(None, description="Not used by jdbc sinks (jsonl's file).")
 
     @field_validator("url")
     @classmethod
@@ -176,7 +173,7 @@ def table_mismatches(table: str, existing: Sequence[tuple[str, str, bool, bool]]
 
 
 def _pg_check(value: Any, column: Column) -> Any:
-    """:func:`~actors.table_rows.check`, and no NUL in text (PostgreSQL cannot store it)."""
+    """:func:`~actors.sinks.table.rows.check`, and no NUL in text (PostgreSQL cannot store it)."""
     value = check(value, column)
     if isinstance(value, str) and "\x00" in value:
         raise ValueError("contains a NUL character (PostgreSQL text cannot store it)")
@@ -507,7 +504,7 @@ class JdbcTableWriter(TableWriter):
         transaction)."""
         from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
 
-        from actors.spark_sink import struct_type  # noqa: PLC0415
+        from actors.sinks.spark.sink import struct_type  # noqa: PLC0415
 
         self._driver(spark)  # the jar is on this session's classpath
         now = dt.datetime.now(dt.UTC)
@@ -568,6 +565,7 @@ class JdbcSink(TableSink):
     """One worker's handle on a JDBC staging table (see the module docstring)."""
 
     type = "jdbc"
+    settings_model = JdbcSinkSettings
     settings: JdbcSinkSettings
 
     async def open(self) -> None:

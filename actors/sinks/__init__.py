@@ -1,0 +1,28 @@
+"""Sinks: the contract (:mod:`.base`), the registry of sink types (:mod:`.registry`),
+the sink loop (:mod:`.runner`) and the built-in sinks: files (:mod:`.files`), HTTP
+(:mod:`.http`), the table sinks' shared machinery (:mod:`.table`), Spark staging tables
+and their merge (:mod:`.spark`) and JDBC (:mod:`.jdbc`)."""
+
+from actors.sinks.base import RefuseRows, Sink, SinkCapabilities, SinkContext, SinkSettingsBase
+from actors.sinks.files import JsonlSink, NullSink
+from actors.sinks.registry import ENTRY_POINT_GROUP, SinkTypeError, available, build_sink, load
+from actors.sinks.runner import END, Fence, SinkBatch, run_sink
+
+__all__ = [
+    "END",
+    "ENTRY_POINT_GROUP",
+    "Fence",
+    "JsonlSink",
+    "NullSink",
+    "RefuseRows",
+    "Sink",
+    "SinkBatch",
+    "SinkCapabilities",
+    "SinkContext",
+    "SinkSettingsBase",
+    "SinkTypeError",
+    "available",
+    "build_sink",
+    "load",
+    "run_sink",
+]

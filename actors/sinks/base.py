@@ -1,0 +1,160 @@
+"""The sink contract: what a sink is, what it declares, what it is given.
+
+A sink durably accepts batches of rows: when :meth:`Sink.write` returns, the rows are
+safe and their offsets may be committed. Everything else the worker and the sink loop
+(:func:`actors.sinks.runner.run_sink`) need to know about a sink is *declared*, never
+discovered:
+
+- :attr:`Sink.settings_model`: the pydantic model of the topic's ``sink:`` mapping
+  (``type`` plus the sink's own keys; unknown keys are refused);
+- :attr:`Sink.capabilities` (:class:`SinkCapabilities`): whether writes may overlap
+  (``pipelined``), how many may run at once (``max_concurrency``), whether the sink needs
+  the processor's typed columns (``needs_columns``) and whether it reports rows it
+  refuses for good (``refuses_rows``);
+- :meth:`Sink.bind` hands the sink a :class:`SinkContext` before :meth:`Sink.open`: the
+  processor's columns and table, the process settings, the worker's
+  :class:`~actors.sink_health.SinkHealth` and the dead-letter handler for refused rows.
+
+Sinks are found by name in the entry-point group ``kstage.sinks``
+(:mod:`actors.sinks.registry`); the built-in ones are registered there too.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from actors.errors import SinkError
+from processors.base import Column, Row
+
+if TYPE_CHECKING:
+    from actors.sink_health import SinkHealth
+    from settings.models import Settings
+
+RefuseRows = Callable[[list[Row], int, str], Awaitable[None] | None]
+"""``(rows, status, reason)``: dead-letter rows a sink refuses for good; ``status`` is the
+sink's own code (an HTTP status) or 0. Sync or async."""
+
+
+class SinkSettingsBase(BaseModel):
+    """Base of every sink's settings model: ``type`` names the sink, unknown keys are
+    refused, values are frozen. A plugin's model subclasses it and narrows ``type`` to a
+    ``Literal`` of its entry-point name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    type: str = Field(description="Sink type: a name in the entry-point group kstage.sinks.")
+
+
+@dataclass(frozen=True, slots=True)
+class SinkCapabilities:
+    """What a sink declares about how it may be driven.
+
+    Attributes:
+        pipelined: writes join a shared micro-batch; the sink loop hands every batch over
+            without waiting for the previous write to return (acks stay in order).
+        max_concurrency: how many writes may run at once, one lane per partition (> 1
+            only for sinks whose writes are independent, like HTTP requests).
+        needs_columns: the sink writes the processor's typed columns (a table); a
+            processor that declares none cannot feed it.
+        refuses_rows: the sink may refuse single rows for good (a 4xx answer, a
+            constraint) and reports them through :attr:`SinkContext.refuse`.
+    """
+
+    pipelined: bool = False
+    max_concurrency: int = 1
+    needs_columns: bool = False
+    refuses_rows: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SinkContext:
+    """What the worker gives its sink before :meth:`Sink.open`.
+
+    Attributes:
+        label: the worker's label for log lines (``group/topic``).
+        topic: the topic the rows come from.
+        processor: the processor's name.
+        columns: the processor's declared columns (empty when it declares none).
+        table: the processor's default table name ("" when it has none).
+        settings: the process settings (a sink reads its process-wide section, e.g.
+            ``spark:``); None in tests that build a sink alone.
+        health: the worker's sink health; a sink that retries inside ``write`` reports
+            each failed attempt there, keyed ``(topic, partition)``.
+        refuse: dead-letters rows the sink refuses for good; None: a refusal raises
+            :class:`~actors.errors.SinkError` (the batch is retried, nothing is lost).
+    """
+
+    label: str = ""
+    topic: str = ""
+    processor: str = ""
+    columns: tuple[Column, ...] = ()
+    table: str = ""
+    settings: Settings | None = None
+    health: SinkHealth | None = None
+    refuse: RefuseRows | None = None
+
+
+class Sink(abc.ABC):
+    """Base class of sinks. ``write`` must only return once the rows are durable.
+
+    Lifecycle: ``from_settings`` (or the constructor), :meth:`bind` once, :meth:`open`,
+    any number of :meth:`write` calls (concurrently only as :attr:`capabilities` allow),
+    :meth:`close`.
+
+    The worker never reads a batch's rows after handing them to ``write``: a sink may
+    keep, transform or empty the list (the Spark and JDBC sinks empty it once the rows
+    are converted, to free memory while they wait for their flush). A failed write
+    (:class:`~actors.errors.SinkError` or ``OSError``) is retried with the same list
+    object, forever, until it succeeds or the partition is revoked.
+    """
+
+    type: ClassVar[str] = ""
+    settings_model: ClassVar[builtins.type[SinkSettingsBase]] = SinkSettingsBase
+    capabilities: SinkCapabilities = SinkCapabilities()
+    context: SinkContext = SinkContext()
+
+    @classmethod
+    def from_settings(cls, settings: SinkSettingsBase) -> Self:
+        """Build the sink from its validated settings (an instance of
+        :attr:`settings_model`). The default calls ``cls(settings)``."""
+        return cls(settings)  # type: ignore[call-arg]
+
+    def bind(self, context: SinkContext) -> None:
+        """Receive the worker's context; called once, before :meth:`open`."""
+        self.context = context
+
+    @property
+    def health(self) -> SinkHealth | None:
+        """The worker's sink health (None before :meth:`bind`)."""
+        return self.context.health
+
+    async def refuse(self, rows: list[Row], status: int, reason: str) -> None:
+        """Hand rows refused for good to the worker, which dead-letters them; without a
+        handler the refusal is a :class:`SinkError` (the batch is retried)."""
+        handler = self.context.refuse
+        if handler is None:
+            raise SinkError(f"{self.type} sink: {len(rows)} row(s) refused (status {status}) "
+                            f"and no dead-letter handler: {reason[:200]}")
+        result = handler(rows, status, reason)
+        if result is not None:
+            await result
+
+    def flush_soon(self) -> None:  # noqa: B027 - optional hook
+        """The worker cannot send more rows until some are acknowledged: a sink that
+        gathers rows for a later flush should flush now. Default: nothing to do."""
+
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Open files or clients."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what :meth:`open` acquired."""
+
+    @abc.abstractmethod
+    async def write(self, rows: Sequence[Row]) -> None:
+        """Durably accept ``rows``; raise SinkError (retried) when that failed."""

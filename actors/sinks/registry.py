@@ -1,0 +1,68 @@
+"""Sink types by name: the entry-point group ``kstage.sinks``.
+
+A sink package registers its :class:`~actors.sinks.base.Sink` subclass under the name
+used as ``sink: {type: NAME}``::
+
+    [project.entry-points."kstage.sinks"]
+    csv = "kstage_example_sink:CsvSink"
+
+The built-in sinks (``null``, ``jsonl``, ``http``, ``spark``, ``jdbc``) are registered the
+same way in kstage's own ``pyproject.toml``. Loading a sink type imports only its module,
+so a process without PySpark can use every sink but ``spark`` and ``jdbc``.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib.metadata import EntryPoint, entry_points
+
+from pydantic import BaseModel
+
+from actors.sinks.base import Sink, SinkSettingsBase
+
+ENTRY_POINT_GROUP = "kstage.sinks"
+
+
+class SinkTypeError(LookupError):
+    """A sink type that is not installed, or whose package cannot be imported."""
+
+
+@functools.cache
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available() -> list[str]:
+    """The installed sink type names, sorted."""
+    return sorted(_entry_points())
+
+
+def load(name: str) -> type[Sink]:
+    """The sink class registered as ``name``.
+
+    Raises:
+        SinkTypeError: not installed (the message lists the known types), its module
+            fails to import (e.g. a missing optional library), or it is not a Sink.
+    """
+    ep = _entry_points().get(name)
+    if ep is None:
+        raise SinkTypeError(f"unknown sink type {name!r} (installed: {', '.join(available())})")
+    try:
+        cls = ep.load()
+    except ImportError as exc:
+        raise SinkTypeError(f"sink type {name!r} ({ep.value}) cannot be imported: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Sink)):
+        raise SinkTypeError(f"sink type {name!r} ({ep.value}) is not a kstage Sink subclass")
+    return cls
+
+
+def settings_for(raw: BaseModel | dict[str, object]) -> SinkSettingsBase:
+    """Validate a topic's ``sink:`` mapping against its type's settings model."""
+    data = raw.model_dump(exclude_unset=True) if isinstance(raw, BaseModel) else raw
+    return load(str(data.get("type", "null"))).settings_model.model_validate(data)
+
+
+def build_sink(raw: BaseModel | dict[str, object]) -> Sink:
+    """Create the sink a topic's ``sink`` settings describe."""
+    settings = settings_for(raw)
+    return load(settings.type).from_settings(settings)

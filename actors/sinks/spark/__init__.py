@@ -1,0 +1,1 @@
+"""Spark staging tables: the session actor, the writer and sink, and the merge into final tables."""

@@ -1,0 +1,2 @@
+"""What the table sinks (Spark, JDBC) share: row checks against declared column
+types and Arrow conversion."""
