@@ -7,6 +7,7 @@ the dotted key and its line, with exit code 2. No broker: the checks never conne
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -16,7 +17,9 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from service.cli import main
+from service.lifecycle import serve
 from settings.identifiers import QualifiedSqlIdentifier, SqlIdentifier, sql_identifier
+from settings.models import Settings
 from tests.kafkautil import PLUGINS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -273,3 +276,18 @@ groups:
         f"kstage: {path}: groups[0].topics[0].options.clusters[0] (line 11): Input should be "
         "a valid dictionary or instance of Cluster"]
     assert time.monotonic() - started < 60  # no restart, no broker, no backoff
+
+
+def test_serve_returns_2_when_a_processor_refuses_its_options(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """Settings built in code (the demo, embedders) skip the CLI's checks: ``serve``
+    builds the processors before any worker and maps a refusal to exit code 2."""
+    settings = Settings.model_validate({
+        "name": "serve-bad-options", "service": {"http_port": 0},
+        "groups": [{"topics": [{"topic": "t", "processor": "json_rows",
+                                "options": {"colour": "red"}}]}]})
+    assert asyncio.run(serve(settings, "127.0.0.1:9")) == 2
+    assert [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"] == [
+        "configuration: groups[0].topics[0].options.colour: unknown option of processor "
+        "'json_rows' (options: fields)"]
