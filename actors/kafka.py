@@ -38,13 +38,14 @@ from actors.errors import FatalError
 from settings.models import CommitMode, GroupSettings, Settings
 
 logger = logging.getLogger(__name__)
-_PROBE_TIMEOUT_S = 15.0
+_PROBE_TIMEOUT_S = 10.0
 _CONFIG = "kafka.consumer_config"
 
 
 class KafkaSecurityError(FatalError):
     """The broker refused this client's login or certificate, or its own certificate
     failed verification: a configuration error (exit 2), never retried."""
+
 
 # Kafka client key -> aiokafka keyword. Keys not listed are rejected at start.
 _KEYS: dict[str, str] = {
@@ -151,7 +152,6 @@ def coordinator_known(consumer: AIOKafkaConsumer) -> bool:
     been stable across its 0.x releases and the version is pinned in pyproject.toml."""
     coordinator = consumer._coordinator
     return coordinator is None or coordinator.coordinator_id is not None
-
 
 
 class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
