@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aiokafka.errors import KafkaConnectionError
 
 from actors.kafka import build_consumer
+from service.broker import free_port
 from service.cli import main
 from settings import load_settings
 from settings.errors import ConfigValidationError
@@ -81,3 +83,14 @@ def test_a_refused_password_is_never_printed(tmp_path, capsys) -> None:
     assert main(["validate", "-c", str(path)]) == 2
     err = capsys.readouterr().err
     assert "kafka.consumer_config['sasl.password']" in err and "987654321" not in err
+
+
+async def test_an_unreachable_broker_is_not_a_security_error(tmp_path) -> None:
+    """Nothing listens: aiokafka's own (retriable) error, not KafkaSecurityError."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    path = config(tmp_path, {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                             "sasl.username": "u", "sasl.password": "p"})
+    settings = load_settings(path, {})
+    consumer = build_consumer(settings, settings.groups[0], bootstrap, "t")
+    with pytest.raises(KafkaConnectionError):  # KafkaSecurityError is no KafkaError
+        await consumer.start()
