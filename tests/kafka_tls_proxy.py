@@ -8,9 +8,11 @@ in front of it, with the broker advertising the proxy's address:
 - TLS: Python's ``ssl`` server side on memory BIOs (real TLS 1.2/1.3, real certificate
   checks and alerts, optional client certificates), then bytes pass through unchanged.
 - SASL: a small, faithful server side of Kafka's SASL exchange (KIP-43/KIP-152):
-  ``ApiVersions`` goes to the broker, ``SaslHandshake`` v0-v1 and ``SaslAuthenticate``
-  v0-v1 are answered here, with PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802,
-  RFC 7677, Kafka's 4096 iterations) checked against ``users``; a failed login gets
+  ``ApiVersions`` goes to the broker, ``SaslHandshake`` and ``SaslAuthenticate`` v0-v1
+  are answered here (not the pre-KIP-152 raw-token exchange after a v0 handshake:
+  aiokafka uses SaslAuthenticate whenever the broker lists it, as this one does), with
+  PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677, Kafka's 4096 iterations)
+  checked against ``users``; a failed login gets
   error 58 (SASL_AUTHENTICATION_FAILED) with Kafka's message, then the connection is
   closed, as Kafka does. Any other request before a successful login closes the
   connection (Kafka's "illegal SASL state"). After the login bytes pass through.
