@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from actors.errors import FatalError
+from actors.kafka import KafkaSecurityError
 from actors.master import Master
 from actors.metrics import Metrics
 from processors.errors import RegistryError
@@ -220,7 +221,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         raise
     except FatalError as exc:
         logger.critical("stopping: %s", exc)
-        return EXIT_CRASH
+        # A refused login or certificate is the configuration's fault: exit 2, like validate.
+        return EXIT_CONFIG if isinstance(exc, KafkaSecurityError) else EXIT_CRASH
     finally:
         signals.uninstall()
         if status is not None:

@@ -21,6 +21,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from settings.kafka_security import check_security
+
 _NO_WHITESPACE = re.compile(r"^\S+$")
 # consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
 _SECRET_KEY = re.compile(r"(password|secret|token|\.key$|jaas)", re.IGNORECASE)
@@ -65,6 +67,11 @@ class KafkaSettings(_Model):
     client_id: str = Field("kstage", description="Kafka client.id prefix.")
 
     _check_bootstrap = field_validator("bootstrap")(_bootstrap)
+
+    @field_validator("consumer_config")
+    @classmethod
+    def _check_security(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_security(value)  # case normalised; a key that cannot work is refused
 
     @field_validator("consumer_config")
     @classmethod

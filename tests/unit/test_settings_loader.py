@@ -361,6 +361,7 @@ name: svc
 kafka:
   consumer_config:
     security.protocol: SASL_SSL
+    sasl.username: svc
     sasl.password: ${SR_PASSWORD}
 """
     s = load_settings(write(tmp_path, config), {"SR_PASSWORD": hidden})
@@ -375,14 +376,15 @@ kafka:
     broken = """\
 name: svc
 kafka:
-  consumer_config: {sasl.password: "${SR_PASSWORD}"}
+  consumer_config: {security.protocol: SASL_SSL, sasl.username: svc,
+                    sasl.password: "${SR_PASSWORD}"}
   consumer_confg: {sasl.password: "${SR_PASSWORD}"}
 supervisor: {max_restarts: -1}
 """
     err = validation_error(write(tmp_path, broken), {"SR_PASSWORD": hidden})
     assert err.problems == [
-        "kafka.consumer_confg (line 4): Extra inputs are not permitted",
-        "supervisor.max_restarts (line 5): Input should be greater than or equal to 0",
+        "kafka.consumer_confg (line 5): Extra inputs are not permitted",
+        "supervisor.max_restarts (line 6): Input should be greater than or equal to 0",
     ]
     assert hidden not in str(err)
     assert hidden not in "".join(traceback.format_exception(err))

@@ -162,7 +162,7 @@ def test_unsupported_consumer_config_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = HEAD.replace("  bootstrap: 127.0.0.1:9092\n", "  bootstrap: 127.0.0.1:9092\n"
-                        "  consumer_config:\n    security.protocol: SASL_SSL\n"
+                        "  consumer_config:\n    security.protocol: SSL\n"
                         "    enable.auto.commit: true\n")
     path, lines = validate(tmp_path, capsys, text + "        processor: json_rows\n")
     why = only(lines, path, "kafka.consumer_config['enable.auto.commit']", 6)
