@@ -28,7 +28,6 @@ from aiokafka.structs import TopicPartition
 from processors.base import Column
 from pydantic import ValidationError
 
-import kstage_example_sink.sink as csv_sink_module
 from kstage_example_sink import CsvSink, CsvSinkSettings
 
 
@@ -102,7 +101,7 @@ async def test_the_header_is_the_declared_columns_in_order_then_the_other_keys(
 
 @pytest.mark.parametrize("delimiter", [",", ";", "\t", "|"])
 async def test_values_are_escaped_and_read_back(tmp_path: Path, delimiter: str) -> None:
-    tricky = {
+    tricky: dict[str, Any] = {
         "text": f'a{delimiter}b "quoted"\nsecond line\r\nthird',
         "unicode": "Zürich ✓",
         "empty": "",
@@ -186,7 +185,7 @@ class _FailingFsync:
 
 async def test_a_write_cut_short_leaves_no_file_and_the_retry_succeeds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(csv_sink_module.os, "fsync", _FailingFsync(times=1))
+    monkeypatch.setattr(os, "fsync", _FailingFsync(times=1))
     sink = make_sink(tmp_path)
     rows = [row(i) for i in range(3)]
     with pytest.raises(SinkError, match="Input/output error"):
@@ -200,7 +199,7 @@ async def test_a_write_cut_short_leaves_no_file_and_the_retry_succeeds(
 async def test_kstages_sink_loop_retries_the_failed_write_until_it_lands(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     failing = _FailingFsync(times=2)
-    monkeypatch.setattr(csv_sink_module.os, "fsync", failing)
+    monkeypatch.setattr(os, "fsync", failing)
     sink = make_sink(tmp_path)
     batch = SinkBatch([row(i, partition=3) for i in range(4)],
                       Entry(TopicPartition("orders", 3), next_offset=4, count=4))
