@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SecretStr,
@@ -22,6 +21,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.kafka_security import check_security
+from settings.secrets import MaskedRepr
 
 _NO_WHITESPACE = re.compile(r"^\S+$")
 # consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
@@ -51,8 +51,12 @@ def _name(value: str) -> str:
     return value
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Model(MaskedRepr):
+    # hide_input_in_errors: a ValidationError (raised here or by a sink's own model at
+    # run time, logged with its traceback) must not echo a password next to a typo.
+    # MaskedRepr: free-form mappings (consumer_config, spark.conf, a sink's options) may
+    # hold secrets by name; a repr shows them masked.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class KafkaSettings(_Model):
@@ -154,7 +158,7 @@ class FailureSettings(_Model):
 class SinkSettings(_Model):
     """Where a topic's rows go. ``type`` picks the sink; other keys are the sink's options."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, hide_input_in_errors=True)
     type: str = Field("null", description="jsonl | null (more sink types come with plugins).")
     path: str | None = Field(None, description="jsonl: output file (appended).")
 
@@ -287,7 +291,8 @@ class Settings(BaseSettings):
     """Root of the configuration: the YAML file, overridden by ``KSTAGE_*`` variables."""
 
     model_config = SettingsConfigDict(
-        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True,
+        hide_input_in_errors=True,
     )
 
     name: Annotated[str, Field(description="Service name; default group id.")] = "kstage"
