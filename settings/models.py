@@ -279,7 +279,10 @@ class ServiceSettings(_Model):
     http_port: int = Field(
         9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0 disables)."
     )
-    http_host: str = Field("0.0.0.0", description="Address the status server binds.")  # noqa: S104
+    http_host: str = Field(
+        "127.0.0.1", description="Address the status server binds. Loopback by default: "
+        "/metrics and /readyz are unauthenticated and name topics, groups and sink errors; "
+        "0.0.0.0 (all interfaces) only where the network is private, e.g. a container.")
     http_port_tries: int = Field(
         16, ge=1, le=1000,
         description="Ports tried from http_port up when it is taken (processes sharing one "
