@@ -2,7 +2,8 @@
 
 A line is flushed and fsynced before the message counts as finished, so a failed
 message is never lost: it is either in this file or replayed from Kafka. Lines carry
-everything needed to inspect or replay the message (key and value as base64).
+everything needed to inspect or replay the message (key and value as base64), so the
+file is created readable by its owner only (``0600``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from typing import Any
 from actors.appends import fsync_dir, torn_tail, write_all
 
 logger = logging.getLogger(__name__)
+
+FILE_MODE = 0o600
+"""Mode of a created dead-letter file: its lines hold whole messages (values, headers
+such as an ``Authorization``), so only the service's user may read them. An existing
+file keeps the mode it has."""
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -98,7 +104,8 @@ class DeadLetterFile:
         missing = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL,
+                         FILE_MODE)
         except FileExistsError:  # another writer created it first: it synced the entry
             return os.open(self.path, os.O_RDWR | os.O_APPEND)
         try:
