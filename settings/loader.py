@@ -98,6 +98,10 @@ _NULL_TAG = "tag:yaml.org,2002:null"
 _INTERNAL_LOC = re.compile(r"[\[\]()<>,]|^(function|lax-or-strict|json-or-python)")
 _PLAIN_KEY = re.compile(r"^[^\s.\[\]'\"]+$")  # printed as .key, others as ['key']
 _MISSING = object()
+MAX_VALUES = 100_000
+"""Keys and items a file may expand to (aliases repeat their anchor's content): a
+configuration is far smaller; ten nested aliases of ten items would be 10^10 (a "billion
+laughs" file would hang the loader and every walk of the data after it)."""
 # ``_build_sources`` (pre-built sources) is an option of BaseSettings' own constructor that
 # pydantic's dataclass_transform signature hides from type checkers; call through this.
 _build: Callable[..., Settings] = Settings
@@ -125,6 +129,9 @@ def load_settings(
     except PydanticSettingsError as exc:
         reason = str(exc).split(" from source ")[0]  # drop our source class's name
         raise ConfigValidationError(source, [f"{reason} (from environment)"]) from None
+    except RecursionError:  # a KSTAGE_* variable of JSON nested beyond the decoder's limit
+        raise ConfigValidationError(source, [
+            "a KSTAGE_* variable holds JSON nested too deeply (from environment)"]) from None
 
     try:
         settings = _build(
@@ -183,7 +190,10 @@ def _read_yaml(
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigFileError(f"{source}: cannot read configuration file: {reason}") from exc
 
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # reads the text: a control character is a ReaderError
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{source}: invalid YAML: {exc}") from None
     found = _Substituted()
     try:
         root = loader.get_single_node()
@@ -201,6 +211,11 @@ def _read_yaml(
         lines: dict[ConfigPath, int] = {(): root.start_mark.line + 1}
         _record_lines(root, (), lines, source, set())
         data: dict[str, Any] = loader.construct_document(root)  # a MappingNode gives a dict
+        if not all(isinstance(key, str) for key in data):  # e.g. `1: x`, or a lone `?`
+            key_node = next((k for k, _ in root.value if k.tag not in (_STR_TAG, _MERGE_TAG)),
+                            root)
+            raise ConfigFileError(f"{source}:{key_node.start_mark.line + 1}: a top-level "
+                                  "key is not a setting name (not a string)")
     except yaml.MarkedYAMLError as exc:
         # a substituted value may be quoted (``!!int ${X}``): never echo one
         raise ConfigFileError(redact(_yaml_problem(source, exc), found.values)) from None
@@ -321,6 +336,10 @@ def _record_lines(
     """Record the 1-based line of every key and item below ``node`` under its path."""
     if id(node) in active:  # recursive alias
         return
+    if len(lines) > MAX_VALUES:
+        raise ConfigFileError(
+            f"{source}:{node.start_mark.line + 1}: the file expands to more than "
+            f"{MAX_VALUES} keys and items through its aliases (*name); write them out")
     active.add(id(node))
     if isinstance(node, MappingNode):
         merges: list[Node] = []

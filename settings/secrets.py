@@ -59,33 +59,46 @@ def secret_header(name: object) -> bool:
 
 
 def secret_values(data: Any, path: tuple[object, ...] = ()) -> set[str]:
-    """Every scalar value at a secret path of ``data`` (dicts, lists, models), as text."""
-    return set(_values(data, secret_path(path)))
+    """Every scalar value at a secret path of ``data`` (dicts, lists, models), as text.
+    YAML aliases can make ``data`` cyclic (``a: &a [*a]``): each container is walked
+    once per branch."""
+    return set(_values(data, secret_path(path), set()))
 
 
-def _values(data: Any, inside: bool) -> Iterator[str]:
+def _values(data: Any, inside: bool, active: set[int]) -> Iterator[str]:
     if isinstance(data, SecretStr):
         yield data.get_secret_value()
-    elif isinstance(data, dict):
+        return
+    if not isinstance(data, dict | list | tuple) and not hasattr(data, "__pydantic_fields__"):
+        if inside and data is not None:
+            yield str(data)
+        return
+    if id(data) in active:
+        return
+    active.add(id(data))
+    if isinstance(data, dict):
         for key, value in data.items():
-            yield from _values(value, inside or secret_name(key))
+            yield from _values(value, inside or secret_name(key), active)
     elif isinstance(data, list | tuple):
         for item in data:
-            yield from _values(item, inside)
-    elif hasattr(data, "__pydantic_fields__"):  # a model: its fields and extras
-        fields = dict(data)
-        yield from _values(fields, inside)
-    elif inside and data is not None:
-        yield str(data)
+            yield from _values(item, inside, active)
+    else:  # a model: its fields and extras
+        yield from _values(dict(data), inside, active)
+    active.discard(id(data))
 
 
-def masked(value: Any, path: tuple[object, ...] = ()) -> Any:
+def masked(value: Any, path: tuple[object, ...] = (), active: frozenset[int] = frozenset()
+           ) -> Any:
     """``value`` (a setting at ``path``) for a repr: its secret scalars read :data:`MASK`.
-    Models are left alone (their own repr masks)."""
-    if isinstance(value, dict):
-        return {k: masked(v, (*path, k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(item, path) for item in value]
+    Models are left alone (their own repr masks); a cycle (YAML aliases in a free-form
+    mapping) reads ``...``."""
+    if isinstance(value, dict | list):
+        if id(value) in active:
+            return ...
+        inner = active | {id(value)}
+        if isinstance(value, dict):
+            return {k: masked(v, (*path, k), inner) for k, v in value.items()}
+        return [masked(item, path, inner) for item in value]
     if secret_path(path) and value is not None and not isinstance(value, SecretStr):
         return MASK if not hasattr(value, "__pydantic_fields__") else value
     return value

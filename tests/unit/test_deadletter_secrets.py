@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from actors.deadletter import DeadLetterFile, dead_letter_line
-from service.ops import dlq
 from service.cli import main
+from service.ops import dlq
 from settings import load_settings
 
 HEADERS = [
