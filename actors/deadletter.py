@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
+from settings.secrets import redact_known
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,9 @@ def dead_letter_line(
         "headers": [[k, _b64(v)] for k, v in (headers or ())],
         "processor": processor,
         "error_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "error": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        # a driver's message may quote its connection string: the settings' secrets go
+        "error": redact_known(str(exc)),
+        "traceback": redact_known("".join(traceback.format_exception(exc))),
         "attempts": attempts,
         "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
     }

@@ -36,6 +36,7 @@ from service.logs import configure_logging
 from settings.errors import ConfigValidationError, SettingsError
 from settings.loader import load_settings
 from settings.models import Settings
+from settings.secrets import remember, secret_values
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +88,15 @@ def parser() -> argparse.ArgumentParser:
     return _parser()
 
 
+def _remembered(settings: Settings) -> Settings:
+    """``settings``, whose secret values are masked from every log and dead-letter line of
+    this process from now on (a command that runs against them loads them here)."""
+    remember(secret_values(settings))
+    return settings
+
+
 def _load(path: str) -> Settings:
-    return load_settings(path)
+    return _remembered(load_settings(path))
 
 
 def _load_for_run(path: str, warnings: list[str]) -> Settings:
@@ -96,7 +104,7 @@ def _load_for_run(path: str, warnings: list[str]) -> Settings:
     options, Kafka client keys...): ``validate`` and ``run`` refuse the same files."""
     from actors import preflight  # noqa: PLC0415 - keep `processors` light
 
-    return load_settings(path, warnings=warnings, checks=[preflight.check])
+    return _remembered(load_settings(path, warnings=warnings, checks=[preflight.check]))
 
 
 def _validate(path: str) -> int:

@@ -12,6 +12,8 @@ and models added later.
 * Settings models show :func:`masked` values in their repr.
 * :func:`secret_values` collects the values at secret paths of loaded data;
   :func:`redact` masks them in a text (problem lines of ``validate``, log lines).
+* :func:`remember` / :func:`redact_known`: the process's secrets, masked from every log
+  line (``service.logs``) and dead-letter line (``actors.deadletter``) as a last guard.
 * :func:`secret_header` tells which message header values ``kstage dlq show`` masks.
 """
 
@@ -108,6 +110,27 @@ def redact(text: str, values: Iterable[str]) -> str:
     """``text`` with every secret value of ``values`` replaced by :data:`MASK`."""
     for value in sorted({v for v in values if len(v) >= _MIN_REDACTED}, key=len, reverse=True):
         text = text.replace(value, MASK)
+    return text
+
+
+# The secret values of the running process's settings, for the last guards: the log
+# formatter and the dead-letter line redact them from whatever an exception says (a
+# driver's error that quotes its connection string, a traceback's locals...).
+_known: list[str] = []
+
+
+def remember(values: Iterable[str]) -> None:
+    """Add secret values that :func:`redact_known` masks from now on (``service`` calls
+    it with :func:`secret_values` of the loaded settings, before logging starts)."""
+    _known[:] = sorted({*_known, *(v for v in values if len(v) >= _MIN_REDACTED)},
+                       key=len, reverse=True)
+
+
+def redact_known(text: str) -> str:
+    """``text`` without any value given to :func:`remember`."""
+    for value in _known:
+        if value in text:
+            text = text.replace(value, MASK)
     return text
 
 

@@ -10,6 +10,7 @@ and once more wrongly typed next to a typo, so that validation fails around it.
 from __future__ import annotations
 
 import json
+import logging
 import traceback
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,16 @@ import pytest
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from actors.deadletter import dead_letter_line
 from actors.sinks.registry import settings_for
+from service import cli
 from service.cli import main
-from settings import SettingsError, load_settings
+from service.logs import configure_logging
+from settings import SettingsError, load_settings, secrets
 from settings.models import Settings
 
 SECRET = "98765432123"  # noqa: S105 - a test value, printed nowhere
+TOKEN = "tok-" + "5b1e7c9d2a"  # noqa: S105 - a test value, split like NOT_AN_INT
 NOT_AN_INT = "five" + "-hundred-thousand"  # split: a traceback shows this line's source
 MARK = "__SECRET__"
 JDBC = {"type": "jdbc", "url": "jdbc:postgresql://db:5432/staging", "user": "kstage"}
@@ -195,3 +200,56 @@ def test_a_number_setting_from_a_variable_is_still_a_number(tmp_path: Path) -> N
     path = tmp_path / "kstage.yml"
     path.write_text("service:\n  http_port: ${PORT}\n")
     assert load_settings(path, {"PORT": "9200"}).service.http_port == 9200
+
+
+@pytest.fixture
+def known_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process-wide secret registry, emptied for this test only."""
+    monkeypatch.setattr(secrets, "_known", [])
+
+
+def _jdbc_and_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "kstage.yml"
+    path.write_text(yaml.safe_dump(_config("sink", {**JDBC, "password": MARK}))
+                    .replace(MARK, "${PG_PASSWORD}"))
+    monkeypatch.setenv("PG_PASSWORD", SECRET)
+    monkeypatch.setenv("KSTAGE_SCHEMA_REGISTRY__BEARER_TOKEN", TOKEN)
+    return path
+
+
+def test_a_log_line_never_shows_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str],
+                                         known_secrets: None) -> None:
+    """Whatever a library's exception quotes (here a driver quoting its connection
+    string), the log line of a process that loaded the settings masks their secrets."""
+    settings = cli._load(str(_jdbc_and_registry(tmp_path, monkeypatch)))  # as `run` loads
+    assert settings.schema_registry is not None
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        for fmt in ("text", "json"):
+            configure_logging("INFO", fmt)
+            try:
+                raise RuntimeError(f"connect to jdbc:postgresql://db/x?password={SECRET} "
+                                   f"with Bearer {TOKEN}")
+            except RuntimeError:
+                logging.getLogger("actors.sinks.jdbc").exception(
+                    "write failed (password %s)", SECRET)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    err = capsys.readouterr().err
+    assert err.count("write failed (password **********)") == 2
+    assert SECRET not in err and TOKEN not in err
+
+
+def test_a_dead_letter_line_never_shows_a_secret(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 known_secrets: None) -> None:
+    cli._load(str(_jdbc_and_registry(tmp_path, monkeypatch)))
+    error = RuntimeError(f"jdbc:postgresql://db/x?password={SECRET}, Bearer {TOKEN}")
+    line = dead_letter_line(group="g", topic="t", partition=0, offset=1, timestamp=0,
+                            key=None, value=b"{}", headers=(), processor="json_rows",
+                            exc=error, attempts=1)
+    assert "password=**********" in json.loads(line)["error"]
+    assert SECRET not in line and TOKEN not in line
