@@ -158,9 +158,7 @@ def test_a_wrongly_typed_secret_next_to_a_typo_is_never_shown(
     assert SECRET not in printed
 
 
-@pytest.mark.parametrize(("case", "top", "section"),
-                         [c for c in CASES if c[1] != "sink"], ids=[c[0] for c in CASES
-                                                                   if c[1] != "sink"])
+@pytest.mark.parametrize(("case", "top", "section"), CASES, ids=[c[0] for c in CASES])
 def test_validate_prints_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str], case: str, top: str,
                                    section: Any) -> None:
@@ -170,10 +168,11 @@ def test_validate_prints_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     wrong = _config(top, {**_replace(section, [int(SECRET)]), "bogus_key": 1})
     wrong_path = tmp_path / "wrong.yml"
     wrong_path.write_text(yaml.safe_dump(wrong))
-    assert main(["validate", "-c", str(wrong_path)]) == 2
+    code = main(["validate", "-c", str(wrong_path)])
     out, err = capsys.readouterr()
-    assert "bogus_key" in err
     assert SECRET not in out + err
+    if top != "sink":  # sink options: checked by validate once it validates sink models
+        assert code == 2 and "bogus_key" in err
 
 
 def test_a_secret_named_variable_is_masked_in_a_problem_line(tmp_path: Path) -> None:
