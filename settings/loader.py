@@ -121,7 +121,8 @@ def load_settings(
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     source = str(path)
-    file_data, lines, substituted = _read_yaml(path, source, env)
+    substituted = _Substituted()
+    file_data, lines = _read_yaml(path, source, env, substituted)
 
     env_source = _MappingEnvSource(Settings, env)
     try:
@@ -149,8 +150,10 @@ def load_settings(
     found = [(tuple(path), why) for check in checks for path, why in check(settings)]
     if found:
         merged = _deep_merge(file_data, env_data)
+        hidden = secret_values(merged) | substituted.secrets
         raise ConfigValidationError(source, [
-            _located(_clean_loc(path, merged), why, lines, env_data) for path, why in found])
+            redact(_located(_clean_loc(path, merged), why, lines, env_data), hidden)
+            for path, why in found])
     if warnings is not None:
         hidden = secret_values(settings) | substituted.secrets
         for key, why in settings.risks():
@@ -182,8 +185,12 @@ class _Loader(yaml.SafeLoader):
 
 
 def _read_yaml(
-    path: str | os.PathLike[str], source: str, environ: Mapping[str, str]
-) -> tuple[dict[str, Any], dict[ConfigPath, int], _Substituted]:
+    path: str | os.PathLike[str], source: str, environ: Mapping[str, str],
+    found: _Substituted | None = None,
+) -> tuple[dict[str, Any], dict[ConfigPath, int]]:
+    """The file's data and the line of every key and item; ``found`` (if given) learns
+    the values ``${...}`` references put in."""
+    found = _Substituted() if found is None else found
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -194,20 +201,19 @@ def _read_yaml(
         loader = _Loader(text)  # reads the text: a control character is a ReaderError
     except yaml.YAMLError as exc:
         raise ConfigFileError(f"{source}: invalid YAML: {exc}") from None
-    found = _Substituted()
     try:
         root = loader.get_single_node()
         if root is None or (
             isinstance(root, ScalarNode) and root.tag == _NULL_TAG and not root.value
         ):
-            return {}, {}, found
+            return {}, {}
         if not isinstance(root, MappingNode):
             kind = "list" if isinstance(root, SequenceNode) else "scalar"
             raise ConfigFileError(
                 f"{source}:{root.start_mark.line + 1}: the top level must be a mapping "
                 f"of settings, not a {kind}"
             )
-        found = _expand_tree(root, loader, source, environ)
+        _expand_tree(root, loader, source, environ, found)
         lines: dict[ConfigPath, int] = {(): root.start_mark.line + 1}
         _record_lines(root, (), lines, source, set())
         data: dict[str, Any] = loader.construct_document(root)  # a MappingNode gives a dict
@@ -223,7 +229,7 @@ def _read_yaml(
         raise ConfigFileError(redact(f"{source}: invalid YAML: {exc}", found.values)) from None
     finally:
         loader.dispose()
-    return data, lines, found
+    return data, lines
 
 
 def _yaml_problem(source: str, exc: yaml.MarkedYAMLError) -> str:
@@ -236,11 +242,11 @@ def _yaml_problem(source: str, exc: yaml.MarkedYAMLError) -> str:
 
 
 def _expand_tree(
-    root: Node, loader: _Loader, source: str, environ: Mapping[str, str]
-) -> _Substituted:
+    root: Node, loader: _Loader, source: str, environ: Mapping[str, str], found: _Substituted
+) -> None:
     """Expand ``${...}`` in every scalar of the tree, once per node (aliases share nodes),
-    and keep every scalar under a secret name a string (:mod:`settings.secrets`)."""
-    found = _Substituted()
+    and keep every scalar under a secret name a string (:mod:`settings.secrets`); the
+    substituted values go to ``found``."""
     seen: set[int] = set()
     stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
@@ -263,7 +269,6 @@ def _expand_tree(
                 # a password of digits is text, not an int: whatever its YAML type, a
                 # secret stays the text written (only a literal empty or ~ means unset)
                 node.tag = _STR_TAG
-    return found
 
 
 class _Substituted:

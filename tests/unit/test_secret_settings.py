@@ -36,10 +36,14 @@ HTTP = {"type": "http", "url": "https://api.example.com/events"}
 
 # (case id, top-level section, that section with MARK where the secret goes)
 CASES: list[tuple[str, str, Any]] = [
-    ("kafka.sasl.plain.password", "kafka",
-     {"consumer_config": {"security.protocol": "SASL_SSL", "sasl.plain.password": MARK}}),
-    ("kafka.sasl.jaas.config", "kafka", {"consumer_config": {"sasl.jaas.config": MARK}}),
-    ("kafka.ssl.key.password", "kafka", {"consumer_config": {"ssl.key.password": MARK}}),
+    ("kafka.sasl.password", "kafka", {"consumer_config": {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "u", "sasl.password": MARK}}),
+    ("kafka.sasl.plain.password", "kafka", {"consumer_config": {
+        "security.protocol": "SASL_SSL", "sasl.plain.username": "u",
+        "sasl.plain.password": MARK}}),
+    ("kafka.ssl.key.password", "kafka", {"consumer_config": {
+        "security.protocol": "SSL", "ssl.key.password": MARK}}),
     ("registry.basic_auth.password", "schema_registry",
      {"url": "https://registry:8081", "basic_auth": {"username": "u", "password": MARK}}),
     ("registry.bearer_token", "schema_registry",
