@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SecretStr,
@@ -22,6 +21,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.kafka_security import check_security
+from settings.secrets import MaskedRepr
 
 _NO_WHITESPACE = re.compile(r"^\S+$")
 # consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
@@ -51,8 +51,12 @@ def _name(value: str) -> str:
     return value
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Model(MaskedRepr):
+    # hide_input_in_errors: a ValidationError (raised here or by a sink's own model at
+    # run time, logged with its traceback) must not echo a password next to a typo.
+    # MaskedRepr: free-form mappings (consumer_config, spark.conf, a sink's options) may
+    # hold secrets by name; a repr shows them masked.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class KafkaSettings(_Model):
@@ -154,7 +158,7 @@ class FailureSettings(_Model):
 class SinkSettings(_Model):
     """Where a topic's rows go. ``type`` picks the sink; other keys are the sink's options."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, hide_input_in_errors=True)
     type: str = Field("null", description="jsonl | null (more sink types come with plugins).")
     path: str | None = Field(None, description="jsonl: output file (appended).")
 
@@ -275,7 +279,10 @@ class ServiceSettings(_Model):
     http_port: int = Field(
         9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0 disables)."
     )
-    http_host: str = Field("0.0.0.0", description="Address the status server binds.")  # noqa: S104
+    http_host: str = Field(
+        "127.0.0.1", description="Address the status server binds. Loopback by default: "
+        "/metrics and /readyz are unauthenticated and name topics, groups and sink errors; "
+        "0.0.0.0 (all interfaces) only where the network is private, e.g. a container.")
     http_port_tries: int = Field(
         16, ge=1, le=1000,
         description="Ports tried from http_port up when it is taken (processes sharing one "
@@ -287,7 +294,8 @@ class Settings(BaseSettings):
     """Root of the configuration: the YAML file, overridden by ``KSTAGE_*`` variables."""
 
     model_config = SettingsConfigDict(
-        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True,
+        hide_input_in_errors=True,
     )
 
     name: Annotated[str, Field(description="Service name; default group id.")] = "kstage"

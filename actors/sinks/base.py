@@ -27,10 +27,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from actors.errors import SinkError
 from processors.base import Column, Row
+from settings.secrets import MaskedRepr
 
 if TYPE_CHECKING:
     from actors.sink_health import SinkHealth
@@ -41,10 +42,12 @@ RefuseRows = Callable[[list[Row], int, str], Awaitable[None] | None]
 sink's own code (an HTTP status) or 0. Sync or async."""
 
 
-class SinkSettingsBase(BaseModel):
+class SinkSettingsBase(MaskedRepr):
     """Base of every sink's settings model: ``type`` names the sink, unknown keys are
-    refused, values are frozen. A plugin's model subclasses it and narrows ``type`` to a
-    ``Literal`` of its entry-point name."""
+    refused, values are frozen, inputs stay out of validation errors and the repr masks
+    values named like secrets (a password in JDBC ``properties``, an ``X-Api-Key``
+    header). A plugin's model subclasses it and narrows ``type`` to a ``Literal`` of its
+    entry-point name."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
