@@ -63,7 +63,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -87,9 +87,11 @@ AUTH_STATUSES = frozenset({401, 403, 407})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _SECRET_HEADER = re.compile(r"(auth|key|token|secret|password|cookie|session)", re.IGNORECASE)
-# Characters left as they are when a row value is put into the URL; everything else
-# (``/ ? # & =`` and spaces included) is percent-encoded, so a value stays one segment.
-_URL_SAFE = ":@(),;!*'"
+# Characters left as they are when a row value is put into the URL besides the unreserved
+# ``A-Z a-z 0-9 - . _ ~``; everything else (``/ ? # & = ; + %`` and spaces included) is
+# percent-encoded, so a value stays one path segment or one query value. These
+# sub-delimiters structure neither a path nor a query (DataHub URNs stay readable).
+_URL_SAFE = ":@(),!*'"
 
 
 class _Model(BaseModel):
@@ -221,38 +223,83 @@ class _RowError(Exception):
 class _UrlTemplate:
     """A ``str.format_map`` URL template of plain row fields (``{name}``, ``{name:spec}``).
 
-    Values are formatted as ``format_map`` does, then percent-encoded (see ``_URL_SAFE``).
-    A missing or null field is a :class:`_RowError`.
+    The scheme, host and port are literal: row fields may only follow the first ``/``
+    (or ``?``) after the host, in path segments and in the query, never in the fragment.
+    Values are formatted as ``format_map`` does, then percent-encoded whole (only
+    unreserved characters and ``_URL_SAFE`` stay), so a value is one path segment or one
+    query value: it cannot add a segment, a parameter or a fragment. A path segment
+    holding a row value must not render empty, ``.`` or ``..`` (it would name another
+    resource or navigate; ``%2E%2E`` is not used instead, since servers and proxies
+    decode it and resolve it). A rendered URL must still have the template's origin
+    (scheme, host, port; checked as httpx parses it, before anything is sent). A missing
+    or null field, or a value breaking these rules, is a :class:`_RowError`.
     """
 
     def __init__(self, template: str) -> None:
         try:
-            parts = list(string.Formatter().parse(template))
+            parsed = list(string.Formatter().parse(template))
         except ValueError as exc:
             raise ValueError(f"url: not a valid template ({exc})") from None
-        for _, field, spec, conversion in parts:
+        for _, field, spec, conversion in parsed:
             if field is None:
                 continue
             if not _IDENTIFIER.match(field):
                 raise ValueError(f"url: template field {field!r} must be a plain row field name")
             if conversion or "{" in (spec or ""):
                 raise ValueError(f"url: template field {field!r}: use {{name}} or {{name:spec}}")
-        scheme, sep, rest = template.partition("://")
-        authority = rest.split("/", 1)[0]
-        if not sep or scheme.lower() not in ("http", "https") or not authority:
+        has_fields = any(f is not None for _, f, _, _ in parsed)
+        prefix = ""  # the literal text before the first field
+        for literal, field, _, _ in parsed:
+            prefix += literal
+            if field is not None:
+                break
+        scheme, sep, rest = prefix.partition("://")
+        end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=-1)
+        authority = rest if end < 0 else rest[:end]
+        if not sep or scheme.lower() not in ("http", "https"):
             raise ValueError("url must be http(s)://host[:port]/path")  # value not echoed
+        if has_fields and (end < 0 or not authority):
+            raise ValueError("url: row fields are allowed only in the path and the query; the "
+                             "scheme, host and port must be literal and end with '/' before "
+                             "the first {field}")
         if "@" in authority:
             raise ValueError("credentials in the url are not allowed; use auth")
-        self.parts = parts
-        self.static = None if any(f is not None for _, f, _, _ in parts) else "".join(
-            literal for literal, _, _, _ in parts)
+        if not authority:
+            raise ValueError("url must be http(s)://host[:port]/path")
+        try:
+            port = urlsplit(f"{scheme}://{authority}/").port
+            origin = _origin(httpx.URL(f"{scheme}://{authority}/"))
+        except (ValueError, httpx.InvalidURL):
+            raise ValueError("url: the host or port is not valid") from None
+        if not origin[1] or (port is not None and not 0 < port < 65536):
+            raise ValueError("url: the host or port is not valid")
+        self.origin = origin
+        # (literal, field, spec, in_query); a field in the fragment is refused
+        self.parts: list[tuple[str, str | None, str, bool]] = []
+        where = "authority"
+        for literal, field, spec, _ in parsed:
+            for char in literal:
+                if char == "#":
+                    where = "fragment"
+                elif char == "?" and where != "fragment":
+                    where = "query"
+                elif char == "/" and where == "authority":
+                    where = "path"
+            if field is not None and where == "fragment":
+                raise ValueError(f"url: template field {field!r} is in the fragment (#...); "
+                                 "row fields are allowed only in the path and the query")
+            self.parts.append((literal, field, spec or "", where == "query"))
+        self.static = None if has_fields else "".join(p[0] for p in parsed)
 
     def render(self, row: Row) -> str:
         if self.static is not None:
             return self.static
         out: list[str] = []
-        for literal, field, spec, _ in self.parts:
+        spans: list[tuple[int, int, str]] = []  # where path values went, and their field
+        size = 0
+        for literal, field, spec, in_query in self.parts:
             out.append(literal)
+            size += len(literal)
             if field is None:
                 continue
             value = row.get(field)
@@ -260,11 +307,35 @@ class _UrlTemplate:
                 what = "null" if field in row else "missing"
                 raise _RowError(f"url template: field {field!r} is {what} in the row")
             try:
-                text = format(value, spec or "")
+                text = quote(format(value, spec), safe=_URL_SAFE)
             except (TypeError, ValueError) as exc:
                 raise _RowError(f"url template: field {field!r}: {exc}") from None
-            out.append(quote(text, safe=_URL_SAFE))
-        return "".join(out)
+            if not in_query:
+                spans.append((size, size + len(text), field))
+            out.append(text)
+            size += len(text)
+        url = "".join(out)
+        for start, stop, field in spans:
+            first = url.rfind("/", 0, start) + 1
+            last = min((i for i in (url.find(c, stop) for c in "/?#") if i >= 0),
+                       default=len(url))
+            if url[first:last] in ("", ".", ".."):
+                raise _RowError(f"url template: field {field!r} makes the path segment "
+                                f"{url[first:last]!r} (empty or a dot segment)")
+        try:
+            origin = _origin(httpx.URL(url))
+        except httpx.InvalidURL as exc:
+            raise _RowError(f"url template: the rendered url is not valid ({exc})") from None
+        if origin != self.origin:  # not possible with the rules above: defence in depth
+            raise _RowError("url template: the rendered url leaves the url's origin "
+                            f"{self.origin[0]}://{self.origin[1]}:{self.origin[2]}")
+        return url
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """``(scheme, host, port)`` of ``url`` as httpx connects to it (default port filled)."""
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, url.port or default
 
 
 @dataclass(slots=True)
