@@ -391,11 +391,17 @@ class SchemaRegistryClient:
                 url = self._urls[index] + path
                 try:
                     response = await client.request(method, url, content=content, headers=headers)
-                except httpx.TransportError as exc:
-                    problem, status, cause = f"{type(exc).__name__}: {exc}", None, exc
+                except (httpx.TransportError, ssl.SSLError) as exc:  # httpx lets some through
+                    problem, _ = describe_transport_error(
+                        exc, https=url.startswith("https:"), settings="schema_registry.tls")
+                    status, cause = None, exc
                     logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
                     continue  # fail over to the next URL
                 code = response.status_code
+                if response.is_redirect:  # never followed: a moved registry is an outage
+                    problem, status, cause = _redirect(response), code, None
+                    logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
+                    continue  # fail over to the next URL
                 if code < 500 and code != 429:
                     if index != self._preferred:
                         logger.warning("schema registry: now using %s", self._urls[index])
@@ -470,6 +476,40 @@ def _tls_verify(tls: SchemaRegistryTls) -> ssl.SSLContext | bool:
     except (OSError, ssl.SSLError) as exc:
         raise RegistryRequestError(f"schema_registry.tls: cannot load the files: {exc}") from exc
     return context
+
+
+def describe_transport_error(exc: BaseException, *, https: bool, settings: str
+                             ) -> tuple[str, bool]:
+    """``(text, tls)``: an httpx transport error (or an ``ssl.SSLError`` httpx let
+    through) for an error message, and whether it is a TLS failure; a TLS failure names
+    the ``settings`` to check (e.g. ``sink.tls``)."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen and not isinstance(cause, ssl.SSLError):
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return (f"{text} (TLS: the server's certificate is not trusted: check {settings}"
+                ".ca_file, the CA that signed it)"), True
+    if isinstance(cause, ssl.SSLError):
+        if "CERTIFICATE" in str(cause).upper() or "HANDSHAKE" in str(cause).upper():
+            return (f"{text} (TLS: the server refused the handshake or our certificate: "
+                    f"check {settings}.client_cert and {settings}.client_key)"), True
+        return f"{text} (TLS: check {settings})", True
+    if https and not str(exc) and isinstance(exc, httpx.ReadError | httpx.RemoteProtocolError):
+        # a server refusing our client certificate (TLS 1.3) often shows only as this
+        return (f"{text} (the server closed the connection without an answer; a server "
+                f"requiring a client certificate does that when it refuses ours: check "
+                f"{settings}.client_cert and {settings}.client_key)"), False
+    return text, False
+
+
+def _redirect(response: httpx.Response) -> str:
+    """The problem a redirect answer is (its Location shown without the query)."""
+    base, sep, _ = response.headers.get("Location", "").partition("?")
+    return (f"HTTP {response.status_code} redirect to {base}{'?...' if sep else ''} not "
+            "followed (redirects never are: set schema_registry.url to the registry itself)")
 
 
 def _error_of(response: httpx.Response) -> tuple[int | None, str]:

@@ -15,6 +15,8 @@ answering. Answers come from a script queue; once it is empty every request gets
         assert server.requests[0].json == {...}
 
 Closing the server releases hanging answers and drops open keep-alive connections.
+``HttpTestServer(ssl_context=...)`` serves HTTPS (the handshake runs in the connection's
+thread; a failed one is recorded in :attr:`HttpTestServer.tls_failures`, no request).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import contextlib
 import http
 import json
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -136,6 +139,22 @@ class _Server(ThreadingHTTPServer):
         self._lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
 
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        context = self.owner.ssl_context
+        if context is None:
+            super().finish_request(request, client_address)
+            return
+        try:  # in the connection's thread: a slow handshake does not block accept()
+            connection = context.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            with self._lock:
+                self.owner.tls_failures.append(f"{type(exc).__name__}: {exc}")
+            return
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            connection.close()
+
     def track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
             if add:
@@ -157,7 +176,9 @@ class _Server(ThreadingHTTPServer):
 class HttpTestServer:
     """A threaded local HTTP server that records requests and plays scripted answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
+        self.tls_failures: list[str] = []  # failed TLS handshakes, oldest first
         self._script: deque[list[Any]] = deque()  # [answer, times left]
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
@@ -175,8 +196,9 @@ class HttpTestServer:
 
     @property
     def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:PORT`` (no trailing slash)."""
-        return f"http://127.0.0.1:{self.port}"
+        """Base URL, e.g. ``http://127.0.0.1:PORT`` (no trailing slash; https with TLS)."""
+        scheme = "http" if self.ssl_context is None else "https"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     # ------------------------------------------------------------------ script
 

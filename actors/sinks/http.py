@@ -36,9 +36,16 @@ offset order):
   such entity", leave 404 out of ``retry_statuses`` to dead-letter those events;
 * a 413 for a request of several rows (``batch``) splits it in two halves, sent one
   after the other (each may split again), before a single row's 413 counts as above;
-* any other answer (other 4xx, and 3xx: redirects are not followed) refuses the request
-  for good: its rows go to :meth:`Sink.refuse <actors.sinks.base.Sink.refuse>` with the
-  status and the first KB of the body, and the next request is sent. A row whose URL
+* redirects are never followed (no request, no credentials go to the ``Location``): a
+  301, 302, 303, 307 or 308 is retried by default like a 404 (with a fixed URL it means
+  the endpoint moved: a configuration problem, shown in ``/readyz`` with the ``Location``
+  without its query); left out of ``retry_statuses``, it dead-letters like below;
+* a TLS failure (the server's certificate not trusted, our client certificate missing
+  or refused) is retried like an outage, never dead-lettered, and reported as
+  :class:`~actors.errors.SinkAuthError` (not ready at once), naming the ``tls`` settings;
+* any other answer (other 3xx and 4xx) refuses the request for good: its rows go to
+  :meth:`Sink.refuse <actors.sinks.base.Sink.refuse>` with the status and the first KB
+  of the body (for a redirect, where it pointed), and the next request is sent. A row whose URL
   cannot be rendered (missing or null field) is refused the same way, with status 0
   (never sent);
 * ``write`` returns once every request got a 2xx or was handed to the failure handler.
@@ -72,7 +79,7 @@ from actors.errors import SinkAuthError, SinkError
 from actors.sinks.base import Sink, SinkCapabilities, SinkSettingsBase
 from processors.backoff import Jitter, backoff_s
 from processors.base import Row
-from processors.schema_registry import Sleep
+from processors.schema_registry import Sleep, describe_transport_error
 from processors.schema_registry import _retry_after as retry_after_s
 
 logger = logging.getLogger(__name__)
@@ -80,8 +87,8 @@ logger = logging.getLogger(__name__)
 """``(rows, status, body_head)``: rows an API refused for good (status 0: never sent)."""
 
 BODY_HEAD_BYTES = 1024
-RETRY_STATUSES = (401, 403, 404, 407, 408, 409, 413, 425, 429)
-"""Default ``retry_statuses``: 4xx answers that are not facts about the event."""
+RETRY_STATUSES = (301, 302, 303, 307, 308, 401, 403, 404, 407, 408, 409, 413, 425, 429)
+"""Default ``retry_statuses``: 3xx/4xx answers that are not facts about the event."""
 AUTH_STATUSES = frozenset({401, 403, 407})
 """Retried statuses that mean refused credentials: the worker is not ready at once."""
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -511,8 +518,10 @@ class HttpSink(Sink):
             started = time.monotonic()
             try:
                 response, head = await self._exchange(client, request.url, body, headers)
-            except httpx.TransportError as exc:
-                problem, cause, auth = self._scrub(f"{type(exc).__name__}: {exc}"), exc, False
+            except (httpx.TransportError, ssl.SSLError) as exc:  # httpx lets some through
+                text, auth = describe_transport_error(
+                    exc, https=request.url.startswith("https:"), settings="sink.tls")
+                problem, cause = self._scrub(text), exc
             else:
                 status = response.status_code
                 if 200 <= status < 300:
@@ -568,6 +577,10 @@ class HttpSink(Sink):
                 async for _ in response.aiter_raw():
                     pass  # drained (not decoded: it is not used), the connection is reused
                 return response, ""
+            if response.is_redirect:
+                where = _shown(response.headers.get("Location", ""))
+                return response, self._scrub(f"redirect to {where} not followed (redirects "
+                                             "never are): set url to the final address")
             data = b""
             try:
                 async for chunk in response.aiter_bytes():
