@@ -147,8 +147,7 @@ class _Server(ThreadingHTTPServer):
         try:  # in the connection's thread: a slow handshake does not block accept()
             connection = context.wrap_socket(request, server_side=True)
         except (OSError, ssl.SSLError) as exc:
-            with self._lock:
-                self.owner.tls_failures.append(f"{type(exc).__name__}: {exc}")
+            self.owner._tls_failed(f"{type(exc).__name__}: {exc}")
             return
         try:
             super().finish_request(connection, client_address)
@@ -230,6 +229,19 @@ class HttpTestServer:
                 self._script.popleft()
             answer: _Answer = step[0]
             return answer
+
+    def _tls_failed(self, reason: str) -> None:
+        with self._arrived:
+            self.tls_failures.append(reason)
+            self._arrived.notify_all()
+
+    def wait_for_tls_failures(self, count: int, timeout: float = 10.0) -> list[str]:
+        """Block until ``count`` TLS handshakes failed; AssertionError after ``timeout``."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self.tls_failures) >= count, timeout):
+                raise AssertionError(f"{len(self.tls_failures)} of {count} failed TLS "
+                                     f"handshakes within {timeout} s: {self.tls_failures}")
+            return list(self.tls_failures)
 
     def _record(self, request: RecordedRequest) -> None:
         with self._arrived:

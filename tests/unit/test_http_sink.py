@@ -179,9 +179,9 @@ async def test_4xx_is_permanent_with_the_first_kb_of_the_body(
 async def test_redirects_are_not_followed(server: HttpTestServer, make_sink: Any,
                                           failures: Failures) -> None:
     server.respond(308, headers={"Location": server.url + "/elsewhere"})
-    sink = await make_sink()
+    sink = await make_sink()  # a redirect is retried by default (see test_http_sink_security)
     await sink.write([row(1)])
-    assert server.count() == 1 and [c[1] for c in failures.calls] == [308]
+    assert [r.path for r in server.requests] == ["/hook", "/hook"] and not failures.calls
 
 
 async def test_permanent_failure_without_a_handler_raises(server: HttpTestServer) -> None:
