@@ -8,7 +8,8 @@ and never a hang.
   and random ``KSTAGE_*`` variables: a :class:`Settings` or a :class:`SettingsError`;
 * the HTTP sink's URL template: a template is accepted or refused with ``ValueError``
   (what ``validate`` reports), and an accepted one renders any row to a string or
-  refuses the row with its row error.
+  refuses the row with its row error; no row value changes the rendered URL's origin
+  (scheme, host, port) or escapes the literal path before the first field.
 
 Each test runs ~200 examples under a per-example deadline (a slow example fails), so
 they stay in ``make test``; pytest's global timeout catches a real hang.
@@ -23,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
@@ -261,6 +263,41 @@ def test_the_url_template_classifies_every_template_and_row(template: str,
     except _RowError:
         pass
 
+
+
+origins = st.sampled_from(["https://api.example.com", "http://127.0.0.1:8080",
+                           "https://api.example.com:8443", "http://h"])
+# the literal path before the first field; empty: the field touches the host (refused)
+heads = st.from_regex(r"(/[a-z0-9/-]{0,8})?", fullmatch=True)
+# literal text after a field: any characters a template may hold, '/' '?' '.' included
+literals = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="{}#"),
+                   max_size=6)
+hostile_values = (row_values | st.sampled_from(["..", ".", "", "/", "//evil.com", "@evil.com",
+                                                "evil.com:1", ".evil.com", "%2e%2e", "?a#c"])
+                  | st.text(st.sampled_from("./?#@:%\\ab"), max_size=8))
+
+
+@FUZZ
+@given(origins, heads, st.lists(st.tuples(st.sampled_from(["a", "b"]), literals), min_size=1,
+                                max_size=4),
+       st.dictionaries(st.sampled_from(["a", "b"]), hostile_values, max_size=2))
+def test_no_row_value_changes_the_origin_or_leaves_the_path(
+        origin: str, head: str, fields: list[tuple[str, str]], row: dict[str, Any]) -> None:
+    """The template's scheme, host and port are its own: whatever the row holds, the
+    rendered URL (as httpx will send it) has that origin and keeps the literal path that
+    precedes the first field; or the template, or the row, is refused."""
+    template = origin + head + "".join(f"{{{name}}}{text}" for name, text in fields)
+    try:
+        compiled = _UrlTemplate(template)
+    except ValueError:
+        return
+    try:
+        url = httpx.URL(compiled.render(row))
+    except _RowError:
+        return
+    expected = httpx.URL(origin + head)
+    assert (url.scheme, url.host, url.port) == (expected.scheme, expected.host, expected.port)
+    assert url.raw_path.startswith(expected.raw_path.split(b"?")[0])
 
 
 # --- what the fuzzing found, as plain regression tests --------------------------------
