@@ -45,9 +45,10 @@ offset order):
   :class:`~actors.errors.SinkAuthError` (not ready at once), naming the ``tls`` settings;
 * any other answer (other 3xx and 4xx) refuses the request for good: its rows go to
   :meth:`Sink.refuse <actors.sinks.base.Sink.refuse>` with the status and the first KB
-  of the body (for a redirect, where it pointed), and the next request is sent. A row whose URL
-  cannot be rendered (missing or null field) is refused the same way, with status 0
-  (never sent);
+  of the body (for a redirect, where it pointed), and the next request is sent. A row
+  whose URL cannot be rendered (missing or null field, a value making an empty or dot path
+  segment: see :class:`_UrlTemplate`) is refused the same way, with status 0 (never
+  sent);
 * ``write`` returns once every request got a 2xx or was handed to the failure handler.
 
 Secrets (auth, secret-looking headers) are only read to build the client; they never
@@ -152,7 +153,8 @@ class HttpSinkSettings(_SinkModel):
     """Options of ``sink: {type: http, ...}`` (see the module docstring for semantics)."""
 
     type: Literal["http"] = Field("http", description="Sink type.")
-    url: str = Field(description="http(s) URL; may use row fields: https://x/{entity_type}.")
+    url: str = Field(description="http(s) URL; row fields only in the path and query: "
+                     "https://x/{entity_type}?urn={urn} (scheme, host and port literal).")
     method: Literal["POST", "PUT", "PATCH"] = Field("POST", description="HTTP method.")
     batch: HttpBatch | None = Field(None, description="None: one request per row.")
     headers: dict[str, str] = Field(default_factory=dict, description="Extra request headers.")

@@ -157,7 +157,8 @@ async def test_no_row_sends_a_request_or_the_token_to_another_origin(
     stay below its path: the other origin never sees a request, nor the token."""
     steer = ["http://127.0.0.1:{port}/hook", "http://127.0.0.1{path}/hook",
              "http://{host}/hook"]
-    hostile: dict[str, Any] = {"port": evil.port, "path": f":{evil.port}", "host": f"127.0.0.1:{evil.port}"}
+    hostile: dict[str, Any] = {"port": evil.port, "path": f":{evil.port}",
+                               "host": f"127.0.0.1:{evil.port}"}
     for template in steer:
         try:
             sink = await make_sink(url=template, auth=AUTH)
