@@ -17,6 +17,7 @@ from fastavro.schema import SchemaParseException
 from actors.errors import FatalError
 from actors.failure import Sleep
 from actors.metrics import Metrics
+from actors.sinks.checks import check_sinks
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
 from processors import registry
@@ -88,6 +89,7 @@ class Master:
         self.drain = drain
         self._retry_sleep = retry_sleep
         self._classes = resolve_processors(settings)
+        check_sinks(settings, self._classes)  # what the sinks would refuse at open
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()

@@ -88,10 +88,11 @@ def _load(path: str) -> Settings:
 
 def _validate(path: str) -> int:
     from actors.master import resolve_processors  # noqa: PLC0415 - keep `processors` light
+    from actors.sinks.checks import check_sinks  # noqa: PLC0415
 
     warnings: list[str] = []
     settings = load_settings(path, warnings=warnings)
-    resolve_processors(settings)
+    check_sinks(settings, resolve_processors(settings))
     for warning in warnings:  # valid, so exit 0, but said before the OK line
         print(f"kstage: warning: {warning}", file=sys.stderr)
     topics = sum(len(g.topics) for g in settings.groups)

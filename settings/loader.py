@@ -51,7 +51,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,7 @@ def load_settings(
         merged = _deep_merge(file_data, env_data)
         problems = [_problem(err, merged, lines, env_data) for err in exc.errors()]
         raise ConfigValidationError(source, problems) from _without_inputs(exc)
+    settings._origin = _Origin(source, lines, env_data)
     if warnings is not None:
         for key, why in settings.risks():
             where = (" (from environment)" if _from_environment(key, env_data)
@@ -133,6 +135,35 @@ def load_settings(
         len(env_data),
     )
     return settings
+
+
+def config_error(settings: Settings, problems: Sequence[tuple[ConfigPath, str]],
+                 ) -> ConfigValidationError:
+    """Problems found in valid settings by checks that need more than the model (the
+    processors, the sinks), as one error naming the file and, per problem, the dotted key
+    and its line, like a validation error of :func:`load_settings`. Settings not loaded
+    from a file are named ``<settings>``, without lines."""
+    origin = settings._origin
+    if not isinstance(origin, _Origin):
+        origin = _Origin("<settings>", {}, {})
+    lines = []
+    for path, why in problems:
+        if _from_environment(path, origin.env_data):
+            where = " (from environment)"
+        else:
+            line = _line_of(path, origin.lines)
+            where = f" (line {line})" if line is not None else ""
+        lines.append(f"{_dotted(path)}{where}: {why}")
+    return ConfigValidationError(origin.source, lines)
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where loaded settings came from: the file, the line of each key, the overrides."""
+
+    source: str
+    lines: dict[ConfigPath, int]
+    env_data: dict[str, Any]
 
 
 class _Loader(yaml.SafeLoader):

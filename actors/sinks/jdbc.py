@@ -59,7 +59,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.base import SinkSettingsBase
+from actors.sinks.base import Problem, SinkSettingsBase
 from actors.sinks.spark.sink import SparkActor, TableSink, TableWriter
 from actors.sinks.table.rows import COORDINATES, check, check_rows
 from processors.base import Column, Row
@@ -566,19 +566,23 @@ class JdbcSink(TableSink):
 
     type = "jdbc"
     settings_model = JdbcSinkSettings
+    requires = {"pyspark": "kstage[spark]"}
     settings: JdbcSinkSettings
 
-    async def open(self) -> None:
+    def check(self) -> list[Problem]:
+        """The table name must be ``name`` or ``schema.name`` of plain identifiers; the
+        processor must declare columns, none named like the sink's own."""
+        problems: list[Problem] = []
         try:
             _table_parts(self.table)
         except ValueError:
-            raise FatalError(f"jdbc sink: table name {self.table!r} (of {self._what()}) is "
-                             "not `name` or `schema.name` made of plain identifiers; set "
-                             "sink.table") from None
-        bad = self._check_columns(_RESERVED)
-        if bad:
-            raise FatalError(f"jdbc sink {self.table}: bad or reserved column names {bad} "
-                             f"(of {self._what()})")
+            problems.append((("sink", "table"), f"jdbc sink: table name {self.table!r} (of "
+                             f"{self._what()}) is not `name` or `schema.name` made of plain "
+                             "identifiers; set sink.table"))
+        return problems + self._column_problems(_RESERVED)
+
+    async def open(self) -> None:
+        self._refuse_problems()
         self._writer = table_writer(self._spark(), self.settings, self.table, self.columns)
         try:
             await self._writer.register()

@@ -64,10 +64,10 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.base import Sink, SinkCapabilities, SinkContext, SinkSettingsBase
+from actors.sinks.base import Problem, Sink, SinkCapabilities, SinkContext, SinkSettingsBase
 from actors.sinks.spark.session import EXIT_WAIT_S, connection_lost, discard_session, start_session
 from actors.sinks.table.rows import COORDINATES, arrow_table, record_batch
 from processors.base import Column, Row
@@ -87,7 +87,16 @@ class SparkSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: spark, table: NAME}``."""
 
     type: Literal["spark"] = Field("spark", description="Sink type.")
-    table: str | None = Field(None, description="Staging table (default: the processor's).")
+    table: str | None = Field(None, description="Staging table, a plain identifier "
+                              "(default: the processor's).")
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str | None) -> str | None:
+        if value is not None and not _IDENTIFIER.match(value):
+            raise ValueError(f"spark sink table {value!r} is not a plain identifier "
+                             "(letters, digits, underscores)")
+        return value
 
 
 def _writer_id() -> str:
@@ -625,14 +634,25 @@ class TableSink(Sink):
     def _what(self) -> str:
         return f"processor {self.processor!r}" if self.processor else "the processor"
 
-    def _check_columns(self, reserved: Collection[str]) -> list[str]:
-        """FatalError when the processor declares no columns; else the column names that
-        are not plain identifiers or are ``reserved``."""
+    def _column_problems(self, reserved: Collection[str]) -> list[Problem]:
+        """The processor's columns: none declared, or names that are not plain
+        identifiers or are ``reserved`` (the sink's own columns)."""
         if not self.columns:
-            raise FatalError(f"{self.type} sink: {self._what()} declares no columns for "
-                             f"table {self.table!r}; a {self.type} sink needs a typed schema")
-        return [c.name for c in self.columns
-                if not _IDENTIFIER.match(c.name) or c.name in reserved]
+            return [(("processor",), f"{self.type} sink: {self._what()} declares no columns "
+                     f"for table {self.table!r}; a {self.type} sink needs a typed schema")]
+        bad = [c.name for c in self.columns
+               if not _IDENTIFIER.match(c.name) or c.name in reserved]
+        if bad:
+            return [(("processor",), f"{self.type} sink {self.table}: bad or reserved column "
+                     f"names {bad} (of {self._what()})")]
+        return []
+
+    def _refuse_problems(self) -> None:
+        """FatalError naming the first problem :meth:`check` finds (``open`` of a sink
+        that ``kstage validate`` or the start of ``run`` did not check)."""
+        problems = self.check()
+        if problems:
+            raise FatalError(problems[0][1])
 
     def _spark(self) -> SparkActor:
         """The actor passed in, or the process's one for the ``spark:`` section."""
@@ -690,15 +710,20 @@ class SparkSink(TableSink):
 
     type = "spark"
     settings_model = SparkSinkSettings
+    requires = {"pyspark": "kstage[spark]", "pyarrow": "kstage[spark]"}
     settings: SparkSinkSettings
 
-    async def open(self) -> None:
+    def check(self) -> list[Problem]:
+        """The table name must be a plain identifier; the processor must declare
+        columns, none named like the sink's own (coordinates, partitions)."""
+        problems: list[Problem] = []
         if not self.table or not _IDENTIFIER.match(self.table):
-            raise FatalError(f"spark sink: table name {self.table!r} (of {self._what()}) is "
-                             "not a plain identifier; set sink.table")
-        bad = self._check_columns((*(x.name for x in COORDINATES), "_ingested_at",
-                                   *PARTITION_COLUMNS))
-        if bad:
-            raise FatalError(f"spark sink {self.table}: bad or reserved column names {bad}")
+            problems.append((("sink", "table"), f"spark sink: table name {self.table!r} (of "
+                             f"{self._what()}) is not a plain identifier; set sink.table"))
+        return problems + self._column_problems(
+            (*(x.name for x in COORDINATES), "_ingested_at", *PARTITION_COLUMNS))
+
+    async def open(self) -> None:
+        self._refuse_problems()
         self._writer = self._spark().writer(self.table, self.columns)
         await self._writer.register()
