@@ -25,3 +25,5 @@ test: lint
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests
+	$(VENV)/bin/pip install -q -e examples/kstage-example-sink
+	$(VENV)/bin/pytest examples/kstage-example-sink/tests

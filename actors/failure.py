@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from actors.errors import MessageFailedError
+from processors.backoff import linear_delays_s
 from processors.errors import PoisonMessage
 from settings.models import FailureMode, FailureSettings
 
@@ -34,12 +35,8 @@ class Outcome(Enum):
 
 def retry_delays_s(settings: FailureSettings) -> list[float]:
     """The waits before each retry, in seconds."""
-    n = settings.max_retries
-    lo, hi = settings.min_backoff_ms / 1000, settings.max_backoff_ms / 1000
-    if n == 1:
-        return [lo]
-    step = (hi - lo) / (n - 1)
-    return [lo + i * step for i in range(n)]
+    return linear_delays_s(settings.max_retries, settings.min_backoff_ms / 1000,
+                           settings.max_backoff_ms / 1000)
 
 
 class FailurePolicy:

@@ -8,18 +8,45 @@ is an error at start, naming the key, instead of being silently ignored.
 ``group.instance.id`` (static membership) names one member of a group, but every worker
 is a member of its group: the configured id is a prefix, each worker's consumer uses
 ``<id>-<topic>``. Two workers of one group with the same id would fence each other.
+
+Security failures at start are configuration errors, not outages: when the consumer
+cannot bootstrap, one probe connection to the first bootstrap server tells a refused
+login or a failed certificate check (:class:`KafkaSecurityError`, naming the setting to
+fix; the process exits 2 without restarting the worker, because the same credentials
+and certificates would fail the same way on every restart) from an unreachable broker
+(aiokafka's own error, retried by the supervisor as before).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import ssl
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    KafkaConnectionError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr
 
 from actors.errors import FatalError
 from settings.models import CommitMode, GroupSettings, Settings
+
+logger = logging.getLogger(__name__)
+_PROBE_TIMEOUT_S = 10.0
+_CONFIG = "kafka.consumer_config"
+
+
+class KafkaSecurityError(FatalError):
+    """The broker refused this client's login or certificate, or its own certificate
+    failed verification: a configuration error (exit 2), never retried."""
+
 
 # Kafka client key -> aiokafka keyword. Keys not listed are rejected at start.
 _KEYS: dict[str, str] = {
@@ -57,6 +84,16 @@ def _plain(value: Any) -> Any:
     return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
+def supported_keys() -> list[str]:
+    """The ``kafka.consumer_config`` keys kstage translates to aiokafka, sorted."""
+    return sorted([*_KEYS, *_SSL_KEYS])
+
+
+def unsupported_keys(consumer_config: Mapping[str, Any]) -> list[str]:
+    """The keys of ``consumer_config`` that :func:`client_kwargs` refuses, in order."""
+    return [key for key in consumer_config if key not in _KEYS and key not in _SSL_KEYS]
+
+
 def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
     """Translate Kafka client keys to aiokafka keyword arguments.
 
@@ -64,19 +101,22 @@ def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
         FatalError: a key is unknown or not supported by aiokafka.
     """
     kwargs: dict[str, Any] = {}
-    ssl: dict[str, Any] = {}
+    ssl_files: dict[str, Any] = {}
     for key, value in consumer_config.items():
         if key in _KEYS:
             kwargs[_KEYS[key]] = _plain(value)
         elif key in _SSL_KEYS:
-            ssl[_SSL_KEYS[key]] = _plain(value)
+            ssl_files[_SSL_KEYS[key]] = _plain(value)
         else:
             raise FatalError(
                 f"kafka.consumer_config: key {key!r} is not supported "
-                f"(supported: {', '.join(sorted([*_KEYS, *_SSL_KEYS]))})"
+                f"(supported: {', '.join(supported_keys())})"
             )
-    if ssl or str(kwargs.get("security_protocol", "")).upper() in ("SSL", "SASL_SSL"):
-        kwargs["ssl_context"] = create_ssl_context(**ssl)
+    if ssl_files or str(kwargs.get("security_protocol", "")).upper() in ("SSL", "SASL_SSL"):
+        try:
+            kwargs["ssl_context"] = create_ssl_context(**ssl_files)
+        except (OSError, ValueError) as exc:  # validate loads them too: changed since?
+            raise KafkaSecurityError(f"{_CONFIG}: cannot load the ssl.* files: {exc}") from exc
     return kwargs
 
 
@@ -99,7 +139,8 @@ def build_consumer(
     kwargs["rebalance_timeout_ms"] = rebalance_timeout_ms(settings, group)
     if kwargs.get("group_instance_id"):
         kwargs["group_instance_id"] = f"{kwargs['group_instance_id']}-{client_suffix}"
-    return AIOKafkaConsumer(
+    return _Consumer(
+        settings.kafka.consumer_config,
         bootstrap_servers=bootstrap,
         client_id=f"{settings.kafka.client_id}-{client_suffix}",
         group_id=settings.group_id(group),
@@ -123,3 +164,88 @@ def coordinator_known(consumer: AIOKafkaConsumer) -> bool:
     coordinator = consumer._coordinator
     return coordinator is None or coordinator.coordinator_id is not None
 
+
+class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
+    """A consumer whose failed start says why when the reason is a security setting."""
+
+    def __init__(self, consumer_config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._probe_kwargs = {k: v for k, v in kwargs.items() if k in (
+            "security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
+            "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name")}
+        self._consumer_config = consumer_config
+        self._bootstrap = str(kwargs["bootstrap_servers"])
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except KafkaConnectionError as exc:
+            reason = await diagnose(self._bootstrap, self._consumer_config,
+                                    self._probe_kwargs)
+            await self.stop()  # never started: close its client (no "Unclosed" at exit)
+            if reason is None:
+                raise
+            raise KafkaSecurityError(reason) from exc
+
+
+async def _tls_probe(host: str, port: int, context: ssl.SSLContext) -> None:
+    """A TLS connection and one ApiVersions round trip: the server's verdict on our
+    client certificate arrives after the handshake in TLS 1.3, with the first read."""
+    reader, writer = await asyncio.open_connection(host, port, ssl=context)
+    try:
+        # ApiVersions v0: api_key 18, version 0, correlation id 1, client id "kstage".
+        request = b"\x00\x12\x00\x00\x00\x00\x00\x01\x00\x06kstage"
+        writer.write(len(request).to_bytes(4, "big") + request)
+        await writer.drain()
+        await reader.readexactly(4)
+    finally:
+        writer.close()
+
+
+def _setting(config: dict[str, Any], *keys: str) -> str:
+    """``kafka.consumer_config['KEY'] (VALUE)`` of the first key set, for messages."""
+    for key in keys:
+        if config.get(key) is not None:
+            value = config[key]
+            shown = "" if isinstance(value, SecretStr) else f" ({value})"
+            return f"{_CONFIG}['{key}']{shown}"
+    return f"{_CONFIG}['{keys[0]}'] (not set)"
+
+
+async def diagnose(bootstrap: str, config: dict[str, Any], kwargs: dict[str, Any]
+                   ) -> str | None:
+    """Why the first bootstrap server refuses us, when the reason is a security setting;
+    None when it is something else (unreachable, timeout): that stays retriable."""
+    host, _, port_text = bootstrap.split(",")[0].strip().rpartition(":")
+    port = int(port_text)
+    where = f"the broker at {host}:{port}"
+    protocol = kwargs.get("security_protocol", "PLAINTEXT")
+    context = kwargs.get("ssl_context")
+    try:
+        async with asyncio.timeout(_PROBE_TIMEOUT_S):
+            if context is not None and protocol in ("SSL", "SASL_SSL"):
+                await _tls_probe(host, port, context)
+            if protocol.startswith("SASL_"):
+                conn = await create_conn(host, port, client_id="kstage-probe", **kwargs)
+                conn.close()
+    except ssl.SSLCertVerificationError as exc:
+        return (f"{where}: its TLS certificate failed verification ({exc.verify_message}); "
+                f"check {_setting(config, 'ssl.ca.location')} (the CA that signed the "
+                "broker's certificate) and the broker's certificate itself")
+    except ssl.SSLError as exc:
+        return (f"{where} refused the TLS connection ({exc.reason or exc}): check the "
+                f"client certificate {_setting(config, 'ssl.certificate.location')} and "
+                f"key {_setting(config, 'ssl.key.location')} (missing, expired, or not "
+                "signed by a CA the broker trusts)")
+    except SaslAuthenticationFailed as exc:
+        user = config.get("sasl.username", config.get("sasl.plain.username"))
+        return (f"{where} refused the SASL login of user {user!r} with mechanism "
+                f"{kwargs.get('sasl_mechanism')} ({exc}); check "
+                f"{_CONFIG}['sasl.username'] and {_CONFIG}['sasl.password']")
+    except UnsupportedSaslMechanismError as exc:
+        return (f"{where} does not enable SASL mechanism {kwargs.get('sasl_mechanism')} "
+                f"({exc}); check {_setting(config, 'sasl.mechanism', 'sasl.mechanisms')}")
+    except Exception as exc:  # noqa: BLE001 - unreachable, timeout...: not ours to classify
+        logger.debug("security probe of %s found nothing to blame: %r", where, exc)
+        return None
+    return None

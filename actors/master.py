@@ -1,7 +1,8 @@
 """The master: reads the consumer-group definitions and runs one worker per topic.
 
 It resolves every processor before anything starts (an unknown name, a duplicate
-registration or a topic claimed twice fails fast), builds one worker factory per
+registration, a topic claimed twice or options the processor refuses fail fast, see
+:mod:`actors.preflight`), builds one worker factory per
 (group, topic), and runs them under a :class:`OneForOneSupervisor`. With ``drain`` it
 stops the service once every worker reported its partitions drained.
 """
@@ -12,62 +13,18 @@ import asyncio
 import logging
 from typing import Any
 
-from fastavro.schema import SchemaParseException
-
 from actors.errors import FatalError
 from actors.failure import Sleep
 from actors.metrics import Metrics
-from actors.sinks.checks import check_sinks
+from actors.preflight import resolve_processors as resolve_processors  # re-exported
+from actors.preflight import resolve_sinks
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
-from processors import registry
 from processors.avro import AvroDecoder, load_schema
-from processors.base import Processor
-from processors.errors import RegistryError
 from processors.schema_registry import SchemaRegistry, registry_from_settings
 from settings.models import GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
-
-
-def resolve_processors(settings: Settings) -> dict[str, type[Processor]]:
-    """Load every processor the configuration names; raise RegistryError listing all bad ones."""
-    claims = []
-    problems: list[str] = []
-    classes: dict[str, type[Processor]] = {}
-    for gi, group in enumerate(settings.groups):
-        for ti, topic in enumerate(group.topics):
-            where = f"groups[{gi}].topics[{ti}].processor"
-            claims.append((settings.group_id(group), topic.topic, topic.processor))
-            if topic.processor in classes:
-                cls = classes[topic.processor]
-            else:
-                try:
-                    cls = classes[topic.processor] = registry.load(topic.processor)
-                except RegistryError as exc:
-                    problems.append(f"{where}: {exc}")
-                    continue
-            if topic.format not in cls.formats:
-                problems.append(f"groups[{gi}].topics[{ti}].format: processor "
-                                f"{topic.processor!r} accepts {list(cls.formats)}, "
-                                f"not {topic.format!r}")
-            uses_avro = "avro" in (topic.format, topic.key_format)
-            if uses_avro and settings.schema_registry is None:
-                problems.append(f"groups[{gi}].topics[{ti}]: topic {topic.topic!r} reads Avro "
-                                "but no schema_registry is configured")
-            if topic.reader_schema is not None:
-                try:
-                    load_schema(topic.reader_schema)
-                except (OSError, ValueError, SchemaParseException) as exc:
-                    problems.append(f"groups[{gi}].topics[{ti}].reader_schema: "
-                                    f"{topic.reader_schema}: {exc}")
-    try:
-        registry.check_topics(claims)
-    except RegistryError as exc:
-        problems.append(str(exc))
-    if problems:
-        raise RegistryError("\n".join(problems))
-    return classes
 
 
 class Master:
@@ -89,7 +46,7 @@ class Master:
         self.drain = drain
         self._retry_sleep = retry_sleep
         self._classes = resolve_processors(settings)
-        check_sinks(settings, self._classes)  # what the sinks would refuse at open
+        resolve_sinks(settings, self._classes)  # what the sinks would refuse at open
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from actors.errors import EscalationError, FatalError
+from processors.backoff import Jitter, backoff_s
 from settings.models import SupervisorSettings
 
 logger = logging.getLogger(__name__)
@@ -71,8 +72,8 @@ class RestartPolicy:
     def delay_s(self) -> float:
         """The wait before the next restart: half fixed, half random, capped."""
         n = max(len(self._crashes) - 1, 0)
-        cap = min(self.settings.max_backoff_s, self.settings.min_backoff_s * 2**n)
-        return float(cap / 2 + self.rng.uniform(0, cap / 2))
+        return backoff_s(n, self.settings.min_backoff_s, self.settings.max_backoff_s,
+                         Jitter.EQUAL, self.rng.random)
 
 
 class OneForOneSupervisor:

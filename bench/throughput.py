@@ -18,7 +18,7 @@ mapping. One extra kstage run with the real ``datahub_mcl`` processor is reporte
 ``--format spark`` (issue 4) lands WhereHows Gobblin compaction events in a Parquet
 staging table. Data: N events (``--messages``, default 200k; ``--messages 1000000`` is
 the 1M-backlog memory check) of the real ``GobblinTrackingEvent`` schema made by
-:func:`service.samples.sample_records` (~406 B each on the wire), Confluent wire format,
+:func:`service.dev.samples.sample_records` (~406 B each on the wire), Confluent wire format,
 schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
 
 * raw (the baseline): the loop of (a) below, and per record the same work kstage does
@@ -394,7 +394,7 @@ _SAMPLE_CHUNK = 50_000  # records generated (and encoded) at a time: 1M dicts wo
 def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
                    flush_interval_s: float = SPARK_FLUSH_INTERVAL_S,
                    conf: dict[str, str] | None = None) -> Workload:
-    """n WhereHows Gobblin compaction events (real schema, :func:`service.samples.
+    """n WhereHows Gobblin compaction events (real schema, :func:`service.dev.samples.
     sample_records`) in the Confluent wire format, schema id 1, ``file://`` registry; kstage
     maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink)."""
     from fastavro import parse_schema, schemaless_reader
@@ -402,7 +402,7 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
     from processors.avro import encode
     from processors.base import SCHEMA_DIR, Message
     from processors.gobblin import GobblinCompactionProcessor
-    from service.samples import SAMPLE_TOPICS, sample_records
+    from service.dev.samples import SAMPLE_TOPICS, sample_records
 
     sample = next(t for t in SAMPLE_TOPICS if t.processor == "gobblin_compaction")
     text = (SCHEMA_DIR / sample.schema_file).read_text()

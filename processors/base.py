@@ -3,7 +3,8 @@
 A processor turns one decoded Kafka message into rows (for a staging table) or
 requests (for an HTTP API). Lifecycle, as the worker drives it::
 
-    cls(options)          once per worker, with the topic's ``options`` mapping
+    cls(options)          once per worker, with the topic's ``options`` mapping,
+                          validated into ``options_model`` (``self.options``)
     await start()         before the first message (open clients here)
     transform(message)    per message, in offset order per partition; pure
     await stop()          after the last message, also after a crash
@@ -15,6 +16,13 @@ Guarantees kstage gives a processor:
   the sink, so a crash replays it (at-least-once): ``transform`` must be deterministic;
 * every row automatically carries the Kafka coordinates ``_topic, _partition,
   _offset, _timestamp`` (see :func:`with_coordinates`), which makes rows idempotent.
+
+Options: a processor declares its topic options as a pydantic model, the class
+attribute ``options_model`` (default :class:`NoOptions`: any key is refused), and reads
+the validated instance as ``self.options``. ``kstage validate`` and ``kstage run`` build
+every processor with its topic's options before anything starts, so an unknown key or a
+wrong type is a configuration error naming the file, the line and the key, never a
+crash at run time. Give the model ``extra="forbid"`` so typos are refused.
 
 Failures: raise :class:`~processors.errors.PoisonMessage` for a message that can never
 be processed (dead-lettered or thrown per policy), :class:`~processors.errors.Retry` or
@@ -33,6 +41,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +108,15 @@ class Message(NamedTuple):
         }
 
 
+class NoOptions(BaseModel):
+    """The options of a processor that takes none: any key is refused.
+
+    Subclass it (or any pydantic model with ``extra="forbid"``) to declare options.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
 class Processor:
     """Base class of processors. Subclass it and override :meth:`transform`.
 
@@ -108,6 +127,10 @@ class Processor:
         table, columns, key: the rows' staging table, typed columns and natural key.
         final_partition: how the merge partitions the final table (optional).
         reader_schema: the Avro schema the processor expects, if it reads Avro.
+        options_model: the pydantic model of the topic's ``options``.
+
+    Attributes:
+        options: the validated ``options_model`` instance.
     """
 
     name: ClassVar[str] = ""
@@ -132,8 +155,26 @@ class Processor:
     data to a reader schema only when the topic names one (``reader_schema`` in the
     topic's settings); otherwise values are read as written."""
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options: Mapping[str, Any] = dict(options or {})
+    options_model: ClassVar[type[BaseModel]] = NoOptions
+    """The pydantic model of the topic's ``options`` (see the module docstring)."""
+
+    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
+        """Validate ``options`` into :attr:`options_model`.
+
+        Raises:
+            pydantic.ValidationError: an unknown key or a bad value (its error locations
+                are the option keys, which ``validate`` maps to the file's lines).
+        """
+        self.options: BaseModel = self.parse_options(options)
+
+    @classmethod
+    def parse_options(cls, options: Mapping[str, Any] | BaseModel | None) -> BaseModel:
+        """The topic's ``options`` as a validated :attr:`options_model` instance."""
+        if isinstance(options, cls.options_model):
+            return options
+        if isinstance(options, BaseModel):
+            options = options.model_dump()
+        return cls.options_model.model_validate(dict(options or {}))
 
     async def start(self) -> None:
         """Open clients or load resources. Called once before the first message."""

@@ -15,7 +15,9 @@ include list means "all")::
     exclude_categories:    [...]
     exclude_operations:    [...]
 
-Any other option key is a ValueError at construction, naming the key.
+Any other option key, or a value that is not a string or a list of strings, is refused
+at construction (a pydantic ``ValidationError`` naming the key; ``kstage validate``
+reports it with the file and line).
 
 Payload rows: ``entity_urn, entity_type, category, operation, modifier, parameters,
 audit_time, audit_actor, version, event_time`` plus the Kafka coordinates ``_topic,
@@ -30,23 +32,50 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from processors.base import Message, Processor, Row
+from pydantic import BaseModel, BeforeValidator, Field
+
+from processors.base import Message, NoOptions, Processor, Row
 from processors.datahub_platform_event import DatahubEntityChangeProcessor
 
 logger = logging.getLogger(__name__)
 
-# option -> (row field, include?)
-_FILTERS: dict[str, tuple[str, bool]] = {
-    "entity_types": ("entity_type", True),
-    "categories": ("category", True),
-    "operations": ("operation", True),
-    "exclude_entity_types": ("entity_type", False),
-    "exclude_categories": ("category", False),
-    "exclude_operations": ("operation", False),
-}
 _CASE_INSENSITIVE = frozenset({"category", "operation"})
+
+
+def _one_or_many(value: Any) -> Any:
+    """A single string counts as a one-item list; null as an empty one."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else value
+
+
+_Strings = Annotated[list[str], BeforeValidator(_one_or_many)]
+
+
+class WebhookOptions(NoOptions):
+    """The event filters of ``datahub_entity_change_webhook`` (module docstring)."""
+
+    entity_types: _Strings = Field(default_factory=list, description="Entity types to keep.")
+    categories: _Strings = Field(default_factory=list, description="Categories to keep.")
+    operations: _Strings = Field(default_factory=list, description="Operations to keep.")
+    exclude_entity_types: _Strings = Field(
+        default_factory=list, description="Entity types to drop.")
+    exclude_categories: _Strings = Field(default_factory=list, description="Categories to drop.")
+    exclude_operations: _Strings = Field(default_factory=list, description="Operations to drop.")
+
+    def filters(self, include: bool) -> dict[str, frozenset[str]]:
+        """Row field -> values of the non-empty include (or exclude) lists."""
+        prefix = "" if include else "exclude_"
+        found: dict[str, frozenset[str]] = {}
+        for field, option in (("entity_type", "entity_types"), ("category", "categories"),
+                              ("operation", "operations")):
+            values: list[str] = getattr(self, prefix + option)
+            if values:  # an empty include list means everything
+                found[field] = frozenset(
+                    v.casefold() if field in _CASE_INSENSITIVE else v for v in values)
+        return found
 
 
 class DatahubEntityChangeWebhookProcessor(Processor):
@@ -56,8 +85,8 @@ class DatahubEntityChangeWebhookProcessor(Processor):
         options: the filters of the module docstring.
 
     Raises:
-        ValueError: an unknown option key, or a filter that is not a string or a list of
-            strings (the message names the key).
+        pydantic.ValidationError: an unknown option key, or a filter that is not a string
+            or a list of strings (the error names the key).
     """
 
     name = "datahub_entity_change_webhook"
@@ -66,26 +95,14 @@ class DatahubEntityChangeWebhookProcessor(Processor):
     reader_schema = DatahubEntityChangeProcessor.reader_schema
     # no table, key or columns: the rows are request bodies for an HTTP sink
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    options_model = WebhookOptions
+    options: WebhookOptions
+
+    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
         super().__init__(options)
         self._parser = DatahubEntityChangeProcessor()
-        include: dict[str, frozenset[str]] = {}
-        exclude: dict[str, frozenset[str]] = {}
-        for key, value in self.options.items():
-            if key not in _FILTERS:
-                known = ", ".join(_FILTERS)
-                raise ValueError(f"{self.name}: unknown option {key!r} (known: {known})")
-            field, is_include = _FILTERS[key]
-            values = _strings(key, value)
-            if field in _CASE_INSENSITIVE:
-                values = frozenset(v.casefold() for v in values)
-            if is_include:
-                if values:  # empty include list: everything
-                    include[field] = values
-            elif values:
-                exclude[field] = values
-        self._include = include
-        self._exclude = exclude
+        self._include = self.options.filters(include=True)
+        self._exclude = self.options.filters(include=False)
 
     def wanted(self, row: Row) -> bool:
         """Whether a parsed event passes the include and exclude filters."""
@@ -108,18 +125,6 @@ class DatahubEntityChangeWebhookProcessor(Processor):
             row["parameters"] = None if params is None else json.loads(params)
             out.append(row)
         return out
-
-
-def _strings(key: str, value: Any) -> frozenset[str]:
-    if value is None:
-        return frozenset()
-    if isinstance(value, str):
-        return frozenset({value})
-    if isinstance(value, list | tuple | set | frozenset) and all(
-        isinstance(v, str) for v in value
-    ):
-        return frozenset(value)
-    raise ValueError(f"option {key!r} must be a string or a list of strings")
 
 
 def _value(row: Row, field: str) -> str:

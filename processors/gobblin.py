@@ -38,7 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from processors.base import Column, Message, Processor, Row, with_coordinates
+from pydantic import BaseModel, ConfigDict, Field
+
+from processors.base import Column, Message, NoOptions, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
 
 _LONG = re.compile(r"[+-]?[0-9]+")
@@ -85,21 +87,24 @@ def match_cluster_code(identifier: str, clusters: Sequence[tuple[str, str]]) -> 
     return identifier
 
 
-def cluster_option(options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """Read the ``clusters`` option: a list of ``{code: ..., short_name: ...}`` mappings."""
-    raw = options.get("clusters") or ()
-    pairs: list[tuple[str, str]] = []
-    for item in raw:
-        if not (
-            isinstance(item, Mapping)
-            and isinstance(item.get("code"), str)
-            and isinstance(item.get("short_name"), str)
-        ):
-            raise ValueError(
-                f"option clusters: expected {{code, short_name}} strings, got {item!r}"
-            )
-        pairs.append((item["code"], item["short_name"]))
-    return tuple(pairs)
+class Cluster(BaseModel):
+    """One entry of the ``clusters`` option (WhereHows' cluster table row)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    code: str = Field(description="Cluster code written to the row, e.g. ltx1-holdem.")
+    short_name: str = Field(description="Short name also matched, e.g. holdem.")
+
+
+class ClusterOptions(NoOptions):
+    """Options of the Gobblin and Metastore processors."""
+
+    clusters: list[Cluster] = Field(
+        default_factory=list, description="Cluster codes matched against the identifier, in "
+        "priority order (see match_cluster_code); empty: keep the identifier as is.")
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """The clusters as (code, short name) pairs."""
+        return tuple((c.code, c.short_name) for c in self.clusters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +181,12 @@ class GobblinProcessor(Processor):
     formats = ("avro", "json")
     job_prefix = ""
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    options_model = ClusterOptions
+    options: ClusterOptions
+
+    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
         super().__init__(options)
-        self._clusters = cluster_option(self.options)
+        self._clusters = self.options.pairs()
 
     def transform(self, message: Message) -> Sequence[Row]:
         row = self.row(GobblinEvent.of(message.value))

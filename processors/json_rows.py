@@ -3,10 +3,20 @@ Kafka coordinates: the schemaless pass-through processor."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from processors.base import Message, Processor, Row, with_coordinates
+from pydantic import BaseModel, Field
+
+from processors.base import Message, NoOptions, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
+
+
+class JsonRowsOptions(NoOptions):
+    """Options of ``json_rows``."""
+
+    fields: list[str] | None = Field(
+        None, description="Keys to keep (others are dropped); none or empty: keep all.")
 
 
 class JsonRowsProcessor(Processor):
@@ -20,9 +30,12 @@ class JsonRowsProcessor(Processor):
     formats = ("json", "avro")
     description = "JSON object or Avro record -> one row with its fields and Kafka coordinates"
 
-    def __init__(self, options: dict[str, object] | None = None) -> None:
+    options_model = JsonRowsOptions
+    options: JsonRowsOptions
+
+    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
         super().__init__(options)
-        fields = self.options.get("fields")
+        fields = self.options.fields
         self._fields: tuple[str, ...] | None = tuple(fields) if fields else None
 
     def transform(self, message: Message) -> Sequence[Row]:

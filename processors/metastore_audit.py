@@ -19,9 +19,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
-from processors.gobblin import cluster_option, match_cluster_code, shown
+from processors.gobblin import ClusterOptions, match_cluster_code, shown
 
 NO_PARTITION = "?"
 """time_partition (and instance) placeholder: both are NOT NULL and in the key."""
@@ -162,9 +164,12 @@ class MetastoreAuditProcessor(Processor):
         Column("new_info", doc="JSON text of the new table/partition"),
     )
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    options_model = ClusterOptions
+    options: ClusterOptions
+
+    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
         super().__init__(options)
-        self._clusters = cluster_option(self.options)
+        self._clusters = self.options.pairs()
 
     def transform(self, message: Message) -> Sequence[Row]:
         value = message.value

@@ -51,6 +51,7 @@ from urllib.parse import quote
 
 import httpx
 
+from processors.backoff import Jitter, backoff_s
 from processors.errors import PoisonMessage, ProcessorError
 
 if TYPE_CHECKING:
@@ -425,7 +426,7 @@ class SchemaRegistryClient:
         cap = self._settings.max_backoff_s
         if retry_after is not None:
             return min(retry_after, cap)
-        return self._jitter() * min(cap, self._settings.min_backoff_s * 2.0 ** min(attempt, 60))
+        return backoff_s(attempt, self._settings.min_backoff_s, cap, Jitter.FULL, self._jitter)
 
 
 def registry_from_settings(

@@ -252,7 +252,7 @@ class PipelineResult:
             partition), as read back from JSON: values that JSON cannot hold were
             written the way the sink writes them (bytes as UTF-8 text, others ``str``).
         dead_letters: the dead-letter lines of messages that failed (poison, or an
-            exception under ``failure.mode: continue``); see README "Dead-letter lines".
+            exception under ``failure.mode: continue``); see docs/operations.md "Dead-letter lines".
         topic, group: the topic and consumer group the run created.
     """
 

@@ -33,7 +33,7 @@ from service.broker import EmbeddedBroker
 from service.errors import BrokerError
 from service.lifecycle import EXIT_CONFIG, EXIT_CRASH, EXIT_OK
 from service.logs import configure_logging
-from settings.errors import SettingsError
+from settings.errors import ConfigValidationError, SettingsError
 from settings.loader import load_settings
 from settings.models import Settings
 
@@ -82,17 +82,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parser() -> argparse.ArgumentParser:
+    """The ``kstage`` argument parser (tests check every command line the docs show)."""
+    return _parser()
+
+
 def _load(path: str) -> Settings:
     return load_settings(path)
 
 
-def _validate(path: str) -> int:
-    from actors.master import resolve_processors  # noqa: PLC0415 - keep `processors` light
-    from actors.sinks.checks import check_sinks  # noqa: PLC0415
+def _load_for_run(path: str, warnings: list[str]) -> Settings:
+    """Load ``path`` with every check ``run`` makes at start (processors built with their
+    options, Kafka client keys...): ``validate`` and ``run`` refuse the same files."""
+    from actors import preflight  # noqa: PLC0415 - keep `processors` light
 
+    return load_settings(path, warnings=warnings, checks=[preflight.check])
+
+
+def _validate(path: str) -> int:
     warnings: list[str] = []
-    settings = load_settings(path, warnings=warnings)
-    check_sinks(settings, resolve_processors(settings))
+    settings = _load_for_run(path, warnings)
     for warning in warnings:  # valid, so exit 0, but said before the OK line
         print(f"kstage: warning: {warning}", file=sys.stderr)
     topics = sum(len(g.topics) for g in settings.groups)
@@ -125,7 +134,7 @@ def _processors(path: str | None) -> int:
 
 
 def _new_plugin(name: str, directory: str) -> int:
-    from service.scaffold import ScaffoldError, scaffold  # noqa: PLC0415
+    from service.dev.scaffold import ScaffoldError, scaffold  # noqa: PLC0415
 
     try:
         files = scaffold(name, directory)
@@ -142,7 +151,7 @@ def _new_plugin(name: str, directory: str) -> int:
 def _schemas_check(path: str) -> int:
     import asyncio  # noqa: PLC0415
 
-    from service.schemas import check  # noqa: PLC0415
+    from service.ops.schemas import check  # noqa: PLC0415
 
     settings = _load(path)
     results = asyncio.run(check(settings))
@@ -155,7 +164,7 @@ def _schemas_check(path: str) -> int:
 
 
 def _config(kind: str, path: str, output: str | None) -> int:
-    from service.translate import TranslationError, translate_file  # noqa: PLC0415
+    from service.dev.translate import TranslationError, translate_file  # noqa: PLC0415
 
     try:
         text = translate_file(kind, path)
@@ -178,7 +187,7 @@ _OPS_COMMANDS = ("lag", "offsets", "dlq")
 
 
 def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Subcommands of the ops tools (service.lag, service.offsets, service.dlq)."""
+    """Subcommands of the ops tools (service.ops.lag, .offsets, .dlq)."""
     lag = sub.add_parser("lag", help="committed offset, high-water mark and lag per partition")
     lag.add_argument("-c", "--config", default="kstage.yml")
     lag.add_argument("--json", action="store_true", help="print a JSON list of partitions")
@@ -209,23 +218,23 @@ def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _ops(args: argparse.Namespace) -> int:
     from aiokafka.errors import KafkaError  # noqa: PLC0415 - keep other commands light
 
-    from service.lag import OpsError  # noqa: PLC0415
+    from service.ops.lag import OpsError  # noqa: PLC0415
 
     settings = _load(args.config)
     configure_logging("WARNING", settings.service.log_format)
     try:
         if args.command == "lag":
-            from service.lag import lag, render_json, render_table  # noqa: PLC0415
+            from service.ops.lag import lag, render_json, render_table  # noqa: PLC0415
 
             rows = lag(settings)
             print(render_json(rows) if args.json else render_table(rows))
             return EXIT_OK
         if args.command == "offsets":
-            from service.offsets import render, reset  # noqa: PLC0415
+            from service.ops.offsets import render, reset  # noqa: PLC0415
 
             print(render(reset(settings, args.group, args.to, args.dry_run)))
             return EXIT_OK
-        from service import dlq  # noqa: PLC0415
+        from service.ops import dlq  # noqa: PLC0415
 
         if args.dlq_command == "show":
             print(dlq.render(*dlq.show(settings, args.topic, args.since)))
@@ -290,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "merge":
             return _merge(args.config, args.table)
         if args.command == "demo":
-            from service.demo import run_demo  # noqa: PLC0415
+            from service.dev.demo import run_demo  # noqa: PLC0415
 
             configure_logging("ERROR")
             return run_demo(Path(args.dir), args.events)
@@ -298,13 +307,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging()
             return _broker(args.port)
         warnings: list[str] = []
-        settings = load_settings(args.config, warnings=warnings)
+        settings = _load_for_run(args.config, warnings)
         configure_logging(settings.service.log_level, settings.service.log_format)
         for warning in warnings:
             logger.warning("%s", warning)
         from service.lifecycle import run  # noqa: PLC0415
 
         return run(settings, drain=args.drain)
+    except ConfigValidationError as exc:  # one line per problem, each naming the file
+        print("\n".join(f"kstage: {exc.source}: {problem}" for problem in exc.problems),
+              file=sys.stderr)
+        return EXIT_CONFIG
     except SettingsError as exc:
         print(f"kstage: {exc}", file=sys.stderr)
         return EXIT_CONFIG

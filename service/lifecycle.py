@@ -1,8 +1,9 @@
 """Process lifecycle: embedded broker, signals, the master, and the exit code.
 
 Exit codes: 0 clean stop; 1 crashed (failure mode throw, escalation, fatal start
-error, hard termination); 2 bad configuration (see :mod:`service.cli`); 130 aborted by
-a second SIGINT.
+error, hard termination); 2 bad configuration (see :mod:`service.cli`; :func:`serve`
+also returns it when a processor refuses its topic's options, before any worker
+starts); 130 aborted by a second SIGINT.
 
 Signals: the first SIGTERM/SIGINT starts the graceful two-phase stop (repeats are
 ignored) and arms a watchdog that hard-terminates the process (exit 1) if the stop has
@@ -27,8 +28,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from actors.errors import FatalError
+from actors.kafka import KafkaSecurityError
 from actors.master import Master
 from actors.metrics import Metrics
+from processors.errors import RegistryError
 from service.broker import EmbeddedBroker
 from service.http import StatusServer, bind_status_server
 from settings.models import Settings
@@ -152,7 +155,12 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
     """Run the master (and the status server) until it stops; map the outcome to an exit
     code. ``progress(master)`` runs beside it (the demo's progress display)."""
     metrics = Metrics()
-    master = Master(settings, bootstrap, drain=drain, metrics=metrics)
+    try:  # builds every processor with its options: what it refuses is configuration
+        master = Master(settings, bootstrap, drain=drain, metrics=metrics)
+    except RegistryError as exc:
+        for problem in str(exc).splitlines():
+            logger.critical("configuration: %s", problem)
+        return EXIT_CONFIG
     loop = asyncio.get_running_loop()
     status: StatusServer | None = None
     if settings.service.http_port:
@@ -213,7 +221,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         raise
     except FatalError as exc:
         logger.critical("stopping: %s", exc)
-        return EXIT_CRASH
+        # A refused login or certificate is the configuration's fault: exit 2, like validate.
+        return EXIT_CONFIG if isinstance(exc, KafkaSecurityError) else EXIT_CRASH
     finally:
         signals.uninstall()
         if status is not None:

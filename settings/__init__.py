@@ -13,6 +13,7 @@ from settings.errors import (
     SettingsError,
     UndefinedVariableError,
 )
+from settings.identifiers import QualifiedSqlIdentifier, SqlIdentifier, sql_identifier
 from settings.loader import load_settings
 from settings.models import (
     CommitMode,
@@ -43,6 +44,7 @@ __all__ = [
     "GroupSettings",
     "KafkaSettings",
     "MergeSettings",
+    "QualifiedSqlIdentifier",
     "SchemaRegistryBasicAuth",
     "SchemaRegistrySettings",
     "SchemaRegistryTls",
@@ -51,8 +53,10 @@ __all__ = [
     "SettingsError",
     "SinkSettings",
     "SparkSettings",
+    "SqlIdentifier",
     "SupervisorSettings",
     "TopicSettings",
     "UndefinedVariableError",
     "load_settings",
+    "sql_identifier",
 ]

@@ -35,7 +35,11 @@ Steps of :func:`load_settings`:
    ``KSTAGE_KAFKA__BOOTSTRAP``, ``KSTAGE_SUPERVISOR__SHUTDOWN_GRACE_S`` ...) are read with
    pydantic-settings' own :class:`~pydantic_settings.EnvSettingsSource` and win over the
    file; ``os.environ`` is never modified and, when a mapping is given, never read.
-5. Validation reports every problem at once in a
+5. Checks the caller passes (``checks``: what ``run`` refuses at start beyond the model,
+   e.g. processor options, which need the processor registry this package does not
+   import) run on the validated settings and give (path, message) pairs, located the
+   same way.
+6. Validation reports every problem at once in a
    :class:`~settings.errors.ConfigValidationError`, one line per problem such as
    ``groups[0].topics[1].processor (line 17): Field required``, or ``(from environment)``
    when the value came from a ``KSTAGE_*`` variable.
@@ -51,8 +55,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,8 @@ logger = logging.getLogger(__name__)
 
 PathKey = str | int
 ConfigPath = tuple[PathKey, ...]
+Check = Callable[[Settings], Iterable[tuple[ConfigPath, str]]]
+"""A check of valid settings: yields (path of the offending key, why) per problem."""
 
 _REF = re.compile(
     r"\$(?:(?P<escape>\$)"
@@ -91,14 +96,15 @@ _build: Callable[..., Settings] = Settings
 
 def load_settings(
     path: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *,
-    warnings: list[str] | None = None,
+    warnings: list[str] | None = None, checks: Iterable[Check] = (),
 ) -> Settings:
     """Read, expand and validate the configuration file at ``path``.
 
     ``environ`` (default ``os.environ``) supplies both the ``${VAR}`` values and the
     ``KSTAGE_*`` overrides. Raises a :class:`~settings.errors.SettingsError` subclass.
     ``warnings``, if given, receives one line per valid but risky setting
-    (:meth:`Settings.risks`), naming file, key and line like a problem.
+    (:meth:`Settings.risks`), naming file, key and line like a problem. ``checks`` run
+    on the validated settings; their problems are raised like validation problems.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     source = str(path)
@@ -122,7 +128,11 @@ def load_settings(
         merged = _deep_merge(file_data, env_data)
         problems = [_problem(err, merged, lines, env_data) for err in exc.errors()]
         raise ConfigValidationError(source, problems) from _without_inputs(exc)
-    settings._origin = _Origin(source, lines, env_data)
+    found = [(tuple(path), why) for check in checks for path, why in check(settings)]
+    if found:
+        merged = _deep_merge(file_data, env_data)
+        raise ConfigValidationError(source, [
+            _located(_clean_loc(path, merged), why, lines, env_data) for path, why in found])
     if warnings is not None:
         for key, why in settings.risks():
             where = (" (from environment)" if _from_environment(key, env_data)
@@ -135,35 +145,6 @@ def load_settings(
         len(env_data),
     )
     return settings
-
-
-def config_error(settings: Settings, problems: Sequence[tuple[ConfigPath, str]],
-                 ) -> ConfigValidationError:
-    """Problems found in valid settings by checks that need more than the model (the
-    processors, the sinks), as one error naming the file and, per problem, the dotted key
-    and its line, like a validation error of :func:`load_settings`. Settings not loaded
-    from a file are named ``<settings>``, without lines."""
-    origin = settings._origin
-    if not isinstance(origin, _Origin):
-        origin = _Origin("<settings>", {}, {})
-    lines = []
-    for path, why in problems:
-        if _from_environment(path, origin.env_data):
-            where = " (from environment)"
-        else:
-            line = _line_of(path, origin.lines)
-            where = f" (line {line})" if line is not None else ""
-        lines.append(f"{_dotted(path)}{where}: {why}")
-    return ConfigValidationError(origin.source, lines)
-
-
-@dataclass(frozen=True)
-class _Origin:
-    """Where loaded settings came from: the file, the line of each key, the overrides."""
-
-    source: str
-    lines: dict[ConfigPath, int]
-    env_data: dict[str, Any]
 
 
 class _Loader(yaml.SafeLoader):
@@ -370,6 +351,13 @@ def _problem(
     message: str = err["msg"]
     if err["type"] == "value_error":
         message = message.removeprefix("Value error, ")
+    return _located(path, message, lines, env_data)
+
+
+def _located(
+    path: ConfigPath, message: str, lines: dict[ConfigPath, int], env_data: dict[str, Any]
+) -> str:
+    """``key (line N): message``, or ``key (from environment): message``."""
     if _from_environment(path, env_data):
         return f"{_dotted(path)} (from environment): {message}"
     line = _line_of(path, lines)
@@ -419,6 +407,11 @@ def _from_environment(path: ConfigPath, env_data: Any) -> bool:
         if not isinstance(current, dict):
             return True
     return False
+
+
+def dotted_key(path: ConfigPath) -> str:
+    """How problems name a setting: ``groups[0].topics[1].options.fields``."""
+    return _dotted(path)
 
 
 def _dotted(path: ConfigPath) -> str:

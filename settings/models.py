@@ -18,7 +18,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
-    PrivateAttr,
     SecretStr,
     SerializeAsAny,
     ValidationError,
@@ -28,9 +27,28 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from settings.kafka_security import check_security
+
 _NO_WHITESPACE = re.compile(r"^\S+$")
 # consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
 _SECRET_KEY = re.compile(r"(password|secret|token|\.key$|jaas)", re.IGNORECASE)
+
+
+# One bootstrap address: host:port, the host a name or IPv4 address or a bracketed IPv6.
+_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)"
+                        r":(?P<port>[0-9]{1,5})$")
+
+
+def _bootstrap(value: str) -> str:
+    if value.strip().lower() == "embedded":
+        return value
+    addresses = [a.strip() for a in value.split(",")]
+    for address in addresses:
+        match = _HOST_PORT.match(address)
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise ValueError(f"{address!r} is not host:port (port 1-65535); write a "
+                             "comma-separated host:port list, or embedded")
+    return ",".join(addresses)
 
 
 def _name(value: str) -> str:
@@ -53,6 +71,13 @@ class KafkaSettings(_Model):
         description="Free-form Kafka client keys (security.protocol, sasl.*, ssl.*, ...).",
     )
     client_id: str = Field("kstage", description="Kafka client.id prefix.")
+
+    _check_bootstrap = field_validator("bootstrap")(_bootstrap)
+
+    @field_validator("consumer_config")
+    @classmethod
+    def _check_security(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_security(value)  # case normalised; a key that cannot work is refused
 
     @field_validator("consumer_config")
     @classmethod
@@ -77,6 +102,12 @@ class SupervisorSettings(_Model):
     sink_unready_after_s: float = Field(
         10, ge=0, description="/readyz turns 503 once a worker's sink writes have failed "
         "for this long without a success (at once for refused credentials).")
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> SupervisorSettings:
+        if self.max_backoff_s < self.min_backoff_s:
+            raise ValueError("max_backoff_s must be >= min_backoff_s")
+        return self
 
 
 class CommitMode(StrEnum):
@@ -339,9 +370,6 @@ class Settings(BaseSettings):
     )
 
     _service_name = field_validator("name")(_name)
-    # Where the values came from (file, lines, environment), set by the loader: problems
-    # found after loading (processors, sinks) are reported with file and line too.
-    _origin: Any = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _unique_topics(self) -> Settings:

@@ -10,9 +10,9 @@ when the file is loaded. What it cannot see needs the sink classes and the proce
   (never opened), refuses (:meth:`Sink.check <actors.sinks.base.Sink.check>`): a table
   sink fed by a processor without columns, a table name that is not an identifier.
 
-``kstage validate`` and the start of ``run`` (:class:`~actors.master.Master`) call
-:func:`check_sinks`: a :class:`~settings.errors.ConfigValidationError` naming file, line
-and key of each problem (exit code 2), instead of workers that crash at open and restart.
+:mod:`actors.preflight` adds these problems to what ``kstage validate`` and ``run``
+refuse at start (file, line and key of each, exit code 2), instead of workers that crash
+at open and restart.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from actors.sinks.base import SinkContext
 from actors.sinks.registry import SinkTypeError, build_sink, load
 from processors.base import Processor
-from settings.loader import ConfigPath, config_error
+from settings.loader import ConfigPath
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
@@ -82,11 +82,3 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                 settings=settings))
             problems += [((*here, *key), why) for key, why in sink.check()]
     return problems
-
-
-def check_sinks(settings: Settings, processors: Mapping[str, type[Processor]]) -> None:
-    """Raise :class:`~settings.errors.ConfigValidationError` listing every problem of
-    :func:`sink_problems`, each with file, line and key."""
-    problems = sink_problems(settings, processors)
-    if problems:
-        raise config_error(settings, problems)

@@ -70,6 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from actors.errors import SinkAuthError, SinkError
 from actors.sinks.base import Sink, SinkCapabilities, SinkSettingsBase
+from processors.backoff import Jitter, backoff_s
 from processors.base import Row
 from processors.schema_registry import Sleep
 from processors.schema_registry import _retry_after as retry_after_s
@@ -510,7 +511,7 @@ class HttpSink(Sink):
         cap = self.settings.max_backoff_s
         if retry_after is not None:
             return min(retry_after, cap)
-        return self._jitter() * min(cap, self.settings.min_backoff_s * 2.0 ** min(attempt, 60))
+        return backoff_s(attempt, self.settings.min_backoff_s, cap, Jitter.FULL, self._jitter)
 
     async def _refuse(self, rows: list[Row], status: int, body_head: str) -> None:
         self.stats["refused_rows"] += len(rows)

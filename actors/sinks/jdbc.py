@@ -63,6 +63,7 @@ from actors.sinks.base import Problem, SinkSettingsBase
 from actors.sinks.spark.sink import SparkActor, TableSink, TableWriter
 from actors.sinks.table.rows import COORDINATES, check, check_rows
 from processors.base import Column, Row
+from settings.identifiers import QualifiedSqlIdentifier, sql_identifier
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ class JdbcSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://...}``."""
 
     type: Literal["jdbc"] = Field("jdbc", description="Sink type.")
-    table: str | None = Field(None, description="Staging table, `name` or `schema.name` "
-                              "(default: the processor's).")
+    table: QualifiedSqlIdentifier | None = Field(
+        None, description="Staging table, `name` or `schema.name` (default: the processor's).")
     url: str = Field(description="JDBC URL, e.g. jdbc:postgresql://host:5432/db.")
     user: str | None = Field(None, description="Database user.")
     password: SecretStr | None = Field(None, description="Database password (never logged).")
@@ -108,13 +109,6 @@ class JdbcSinkSettings(SinkSettingsBase):
     def _jdbc_url(cls, value: str) -> str:
         if not value.startswith("jdbc:"):
             raise ValueError(f"jdbc sink url {safe_url(value)!r} must start with 'jdbc:'")
-        return value
-
-    @field_validator("table")
-    @classmethod
-    def _table_name(cls, value: str | None) -> str | None:
-        if value is not None:
-            _table_parts(value)
         return value
 
 
@@ -574,11 +568,10 @@ class JdbcSink(TableSink):
         processor must declare columns, none named like the sink's own."""
         problems: list[Problem] = []
         try:
-            _table_parts(self.table)
-        except ValueError:
-            problems.append((("sink", "table"), f"jdbc sink: table name {self.table!r} (of "
-                             f"{self._what()}) is not `name` or `schema.name` made of plain "
-                             "identifiers; set sink.table"))
+            sql_identifier(self.table, qualified=True)
+        except ValueError as exc:
+            problems.append((("sink", "table"), f"jdbc sink: table name of {self._what()}: "
+                             f"{exc}; set sink.table"))
         return problems + self._column_problems(_RESERVED)
 
     async def open(self) -> None:

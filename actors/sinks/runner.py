@@ -25,6 +25,7 @@ from actors.errors import SinkError
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
 from actors.sinks.base import Sink
+from processors import backoff
 from processors.base import Row
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
     """Write one batch; retry failures (SinkError, OSError) with capped backoff, forever:
     the batch is neither acked nor dropped, so its offsets stay uncommitted. ``health``
     learns of every failed attempt and of the success."""
-    delay = backoff_s[0]
+    attempt = 0
     key = (batch.entry.tp.topic, batch.entry.tp.partition)
     while not batch.entry.cancelled:
         try:
@@ -151,9 +152,10 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
                 error = str(exc) if isinstance(exc, SinkError) else f"{sink.type} sink: {exc!r}"
                 health.failed(key, error, since=started,
                               auth=isinstance(exc, SinkError) and exc.auth)
+            delay = backoff.backoff_s(attempt, *backoff_s)
             logger.warning("%s: sink write failed (%s); retrying in %.1fs", label, exc, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, backoff_s[1])
+            attempt += 1
 
 
 async def run_sink(

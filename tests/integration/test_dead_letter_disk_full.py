@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from actors.master import Master
-from service import dlq
+from service.ops import dlq
 from settings import load_settings
 from tests.http_server import HttpTestServer
 from tests.kafkautil import (

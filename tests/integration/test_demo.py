@@ -8,7 +8,7 @@ import json
 import pytest
 
 from service.cli import main
-from service.samples import SAMPLE_TOPICS
+from service.dev.samples import SAMPLE_TOPICS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

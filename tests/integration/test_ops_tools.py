@@ -19,8 +19,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from actors.deadletter import dead_letter_line
 from actors.master import Master
 from processors.avro import encode
-from service.dlq import Progress, replay_async
-from service.lag import OpsError
+from service.ops.dlq import Progress, replay_async
+from service.ops.lag import OpsError
 from settings import load_settings
 from tests.kafkautil import (
     PLUGINS,

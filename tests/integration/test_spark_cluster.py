@@ -26,7 +26,7 @@ from fastavro import parse_schema
 from actors.sinks.spark.sink import SparkActor
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
-from service.samples import SAMPLE_TOPICS, sample_records
+from service.dev.samples import SAMPLE_TOPICS, sample_records
 from settings import SparkSettings
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import PLUGINS, committed, create_topic, produce, unique, write_config

@@ -14,7 +14,7 @@ from fastavro import parse_schema
 from actors.sinks.spark.sink import spark_actor, stop_spark_actors
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
-from service.samples import SAMPLE_TOPICS, sample_records
+from service.dev.samples import SAMPLE_TOPICS, sample_records
 from settings import SparkSettings
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import committed, create_topic, produce, unique, write_config

@@ -12,7 +12,7 @@ from fastavro import parse_schema
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.cli import main
-from service.samples import SAMPLE_TOPICS, sample_records
+from service.dev.samples import SAMPLE_TOPICS, sample_records
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import ROOT, create_topic, produce, read_jsonl
 

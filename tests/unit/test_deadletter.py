@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from actors.deadletter import DeadLetterFile, dead_letter_line
-from service import dlq
+from service.ops import dlq
 from settings import load_settings
 from tests.kafkautil import ROOT
 

@@ -26,7 +26,7 @@ from processors.testing import (
     run_processor,
 )
 from service.cli import main
-from service.scaffold import PluginNames
+from service.dev.scaffold import PluginNames
 from tests.unit import test_processors_datahub as dh
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,9 +238,8 @@ def test_processors_without_subcommand_still_lists(capsys: pytest.CaptureFixture
     assert "json_rows" in capsys.readouterr().out
 
 
-def test_readme_guide_shows_the_example_processor_verbatim() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    guide = readme[readme.index("## Processor plugins: the author's guide"):]
+def test_plugin_guide_shows_the_example_processor_verbatim() -> None:
+    guide = (ROOT / "docs/plugins.md").read_text(encoding="utf-8")
     code = (ROOT / "examples/kstage-example-plugin/kstage_clicks/processor.py").read_text(
         encoding="utf-8")
-    assert f"```python\n{code}```" in guide, "README's copy of the example processor is stale"
+    assert f"```python\n{code}```" in guide, "docs/plugins.md's copy of the processor is stale"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from processors.base import SCHEMA_DIR, Message, Processor
 from processors.errors import PoisonMessage
@@ -238,8 +239,13 @@ def test_cluster_code_matches_short_name_then_keeps_identifier() -> None:
 
 
 def test_bad_clusters_option_is_refused() -> None:
-    with pytest.raises(ValueError, match="clusters"):
+    with pytest.raises(ValidationError) as info:
         GobblinCompactionProcessor({"clusters": ["ltx1"]})
+    assert [e["loc"] for e in info.value.errors()] == [("clusters", 0)]
+    with pytest.raises(ValidationError) as info:
+        MetastoreAuditProcessor({"clusters": [{"code": "x"}], "cluster": []})
+    assert sorted(e["loc"] for e in info.value.errors()) == [
+        ("cluster",), ("clusters", 0, "short_name")]
 
 
 @pytest.mark.parametrize(("namespace", "name"), [

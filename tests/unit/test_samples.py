@@ -1,4 +1,4 @@
-"""service.samples: demo events of the real schemas that the built-in processors land,
+"""service.dev.samples: demo events of the real schemas that the built-in processors land,
 and poison wire values that the Avro decoder dead-letters."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from processors.base import SCHEMA_DIR, Message, Row
 from processors.errors import PoisonMessage
 from processors.registry import load
 from processors.schema_registry import SchemaNotFound
-from service.samples import (
+from service.dev.samples import (
     POISON_SCHEMA_ID,
     SAMPLE_TOPICS,
     UNKNOWN_SCHEMA_ID,

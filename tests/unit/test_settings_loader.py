@@ -175,23 +175,24 @@ groups:
 
 
 def test_expanded_values_are_not_reparsed_as_yaml(tmp_path: Path) -> None:
-    path = write(tmp_path, "kafka:\n  bootstrap: ${HOSTS}\n  client_id: '${CID}'\n")
+    # (free-form string settings: kafka.bootstrap must be a host:port list)
+    path = write(tmp_path, "service:\n  http_host: ${HOSTS}\nkafka:\n  client_id: '${CID}'\n")
     s = load_settings(path, {"HOSTS": "[a, b]", "CID": "x\nkafka: {bootstrap: evil}"})
 
-    assert s.kafka.bootstrap == "[a, b]"
+    assert s.service.http_host == "[a, b]"
     assert s.kafka.client_id == "x\nkafka: {bootstrap: evil}"
 
 
 def test_double_dollar_is_a_literal_dollar(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        "name: cost$$5\nkafka: {client_id: '$${NOT_A_VAR}', bootstrap: a$b}\n",
+        "name: cost$$5\nkafka: {client_id: '$${NOT_A_VAR}'}\nservice: {http_host: a$b}\n",
     )
     s = load_settings(path, {})
 
     assert s.name == "cost$5"
     assert s.kafka.client_id == "${NOT_A_VAR}"
-    assert s.kafka.bootstrap == "a$b"
+    assert s.service.http_host == "a$b"
 
 
 def test_unset_variable_names_variable_file_and_line(tmp_path: Path) -> None:
@@ -360,6 +361,7 @@ name: svc
 kafka:
   consumer_config:
     security.protocol: SASL_SSL
+    sasl.username: svc
     sasl.password: ${SR_PASSWORD}
 """
     s = load_settings(write(tmp_path, config), {"SR_PASSWORD": hidden})
@@ -374,14 +376,15 @@ kafka:
     broken = """\
 name: svc
 kafka:
-  consumer_config: {sasl.password: "${SR_PASSWORD}"}
+  consumer_config: {security.protocol: SASL_SSL, sasl.username: svc,
+                    sasl.password: "${SR_PASSWORD}"}
   consumer_confg: {sasl.password: "${SR_PASSWORD}"}
 supervisor: {max_restarts: -1}
 """
     err = validation_error(write(tmp_path, broken), {"SR_PASSWORD": hidden})
     assert err.problems == [
-        "kafka.consumer_confg (line 4): Extra inputs are not permitted",
-        "supervisor.max_restarts (line 5): Input should be greater than or equal to 0",
+        "kafka.consumer_confg (line 5): Extra inputs are not permitted",
+        "supervisor.max_restarts (line 6): Input should be greater than or equal to 0",
     ]
     assert hidden not in str(err)
     assert hidden not in "".join(traceback.format_exception(err))

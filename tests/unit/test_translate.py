@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from service.cli import main
-from service.translate import (
+from service.dev.translate import (
     WHEREHOWS_PROCESSORS,
     TranslationError,
     from_datahub,

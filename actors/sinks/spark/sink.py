@@ -64,13 +64,14 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from actors.errors import FatalError, SinkError
 from actors.sinks.base import Problem, Sink, SinkCapabilities, SinkContext, SinkSettingsBase
 from actors.sinks.spark.session import EXIT_WAIT_S, connection_lost, discard_session, start_session
 from actors.sinks.table.rows import COORDINATES, arrow_table, record_batch
 from processors.base import Column, Row
+from settings.identifiers import SqlIdentifier, sql_identifier
 from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -87,16 +88,8 @@ class SparkSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: spark, table: NAME}``."""
 
     type: Literal["spark"] = Field("spark", description="Sink type.")
-    table: str | None = Field(None, description="Staging table, a plain identifier "
-                              "(default: the processor's).")
-
-    @field_validator("table")
-    @classmethod
-    def _table_name(cls, value: str | None) -> str | None:
-        if value is not None and not _IDENTIFIER.match(value):
-            raise ValueError(f"spark sink table {value!r} is not a plain identifier "
-                             "(letters, digits, underscores)")
-        return value
+    table: SqlIdentifier | None = Field(
+        None, description="Staging table, a SQL identifier (default: the processor's).")
 
 
 def _writer_id() -> str:
@@ -717,9 +710,11 @@ class SparkSink(TableSink):
         """The table name must be a plain identifier; the processor must declare
         columns, none named like the sink's own (coordinates, partitions)."""
         problems: list[Problem] = []
-        if not self.table or not _IDENTIFIER.match(self.table):
-            problems.append((("sink", "table"), f"spark sink: table name {self.table!r} (of "
-                             f"{self._what()}) is not a plain identifier; set sink.table"))
+        try:
+            sql_identifier(self.table)
+        except ValueError as exc:
+            problems.append((("sink", "table"), f"spark sink: table name of {self._what()}: "
+                             f"{exc}; set sink.table"))
         return problems + self._column_problems(
             (*(x.name for x in COORDINATES), "_ingested_at", *PARTITION_COLUMNS))
 

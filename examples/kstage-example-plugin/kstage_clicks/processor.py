@@ -2,42 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Annotated
 from urllib.parse import urlsplit
 
-from processors import Column, Message, PoisonMessage, Processor, Row, with_coordinates
+from processors import Column, Message, NoOptions, PoisonMessage, Processor, Row, with_coordinates
+from pydantic import AfterValidator, Field, StrictBool
 
 
-def _strings(options: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    value = options.get(key, default)
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"option {key} must be a list of strings, not {value!r}")
-    return tuple(v.lower() for v in value)
+def _lowered(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v.lower() for v in values)
 
 
-@dataclass(frozen=True)
-class ClicksOptions:
-    """The topic's ``options``, checked once when the worker builds the processor."""
+class ClicksOptions(NoOptions):
+    """The topic's ``options``: ``kstage validate`` and ``run`` check them before start
+    (unknown keys and wrong types are refused, naming the key and its line)."""
 
-    site: str = "default"
-    types: tuple[str, ...] = ("page_view",)
-    drop_bots: bool = True
-    bot_markers: tuple[str, ...] = ("bot", "crawler", "spider")
-
-    @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> ClicksOptions:
-        unknown = set(options) - {"site", "types", "drop_bots", "bot_markers"}
-        if unknown:
-            raise ValueError(f"unknown option(s): {', '.join(sorted(unknown))}")
-        site, drop_bots = options.get("site", cls.site), options.get("drop_bots", True)
-        if not isinstance(site, str) or not site:
-            raise ValueError("option site must be a non-empty string")
-        if not isinstance(drop_bots, bool):
-            raise ValueError("option drop_bots must be true or false")
-        return cls(site, _strings(options, "types", cls.types), drop_bots,
-                   _strings(options, "bot_markers", cls.bot_markers))
+    site: str = Field("default", min_length=1, description="The site column's value.")
+    types: Annotated[tuple[str, ...], AfterValidator(_lowered)] = Field(
+        ("page_view",), description="Event types to keep (case-insensitive).")
+    drop_bots: StrictBool = Field(True, description="Drop crawler traffic.")
+    bot_markers: Annotated[tuple[str, ...], AfterValidator(_lowered)] = Field(
+        ("bot", "crawler", "spider"),
+        description="Case-insensitive user-agent substrings of crawlers.")
 
 
 class ClicksProcessor(Processor):
@@ -77,21 +64,20 @@ class ClicksProcessor(Processor):
         Column("event_time", "long", nullable=False, doc="ts (epoch ms)"),
     )
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(options)
-        self.config = ClicksOptions.parse(self.options)  # bad options fail at startup
+    options_model = ClicksOptions
+    options: ClicksOptions
 
     def is_bot(self, user_agent: object) -> bool:
         agent = user_agent.lower() if isinstance(user_agent, str) else ""
-        return any(marker in agent for marker in self.config.bot_markers)
+        return any(marker in agent for marker in self.options.bot_markers)
 
     def transform(self, message: Message) -> Sequence[Row]:
         event = message.value
         if not isinstance(event, dict):
             raise PoisonMessage(f"expected a JSON object, got {type(event).__name__}")
-        if str(event.get("type", "")).lower() not in self.config.types:
+        if str(event.get("type", "")).lower() not in self.options.types:
             return []
-        if self.config.drop_bots and self.is_bot(event.get("user_agent")):
+        if self.options.drop_bots and self.is_bot(event.get("user_agent")):
             return []
         event_id, url, ts = event.get("event_id"), event.get("url"), event.get("ts")
         if not isinstance(event_id, str) or not event_id:
@@ -105,7 +91,7 @@ class ClicksProcessor(Processor):
         user_id = event.get("user_id")
         row: Row = {
             "event_id": event_id,
-            "site": self.config.site,
+            "site": self.options.site,
             "user_id": user_id if isinstance(user_id, str) else None,
             "page_host": page.hostname,  # urlsplit lowercases the host
             "page_path": page.path or "/",

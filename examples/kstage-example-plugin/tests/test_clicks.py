@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from processors import COORDINATE_COLUMNS, PoisonMessage, registry
 from processors.testing import DEFAULT_TIMESTAMP, message, messages, run_processor
+from pydantic import ValidationError
 
 from kstage_clicks import ClicksProcessor
 
@@ -72,8 +73,9 @@ def test_bad_events_are_poison(value: Any, needle: str) -> None:
     {"site": ""}, {"types": "page_view"}, {"drop_bots": "yes"}, {"colour": "red"},
 ])
 def test_bad_options_fail_at_construction(options: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="option"):
+    with pytest.raises(ValidationError) as info:
         ClicksProcessor(options)
+    assert [e["loc"] for e in info.value.errors()] == [(next(iter(options)),)]
 
 
 def test_is_registered_as_clicks() -> None:

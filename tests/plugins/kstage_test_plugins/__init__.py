@@ -11,7 +11,19 @@ from typing import Literal
 from pydantic import Field
 
 from actors.sinks import Sink, SinkCapabilities, SinkSettingsBase
-from processors import Message, PoisonMessage, Processor, Row, with_coordinates
+from processors import Message, NoOptions, PoisonMessage, Processor, Row, with_coordinates
+
+
+class SlowOptions(NoOptions):
+    delay_s: float = Field(0.001, ge=0, description="Sleep per message.")
+
+
+class FlakyOptions(NoOptions):
+    fail_times: int = Field(1_000_000, ge=0, description="Failures per offset.")
+
+
+class MarkerOptions(NoOptions):
+    marker: str | None = Field(None, description="File that gets the pid when it blocks.")
 
 
 class SlowProcessor(Processor):
@@ -19,9 +31,11 @@ class SlowProcessor(Processor):
 
     name = "test_slow"
     formats = ("json",)
+    options_model = SlowOptions
+    options: SlowOptions
 
     async def transform(self, message: Message) -> Sequence[Row]:
-        await asyncio.sleep(float(self.options.get("delay_s", 0.001)))
+        await asyncio.sleep(self.options.delay_s)
         return [with_coordinates(dict(message.value), message)]
 
 
@@ -34,6 +48,8 @@ class FlakyProcessor(Processor):
 
     name = "test_flaky"
     formats = ("json",)
+    options_model = FlakyOptions
+    options: FlakyOptions
 
     def __init__(self, options: dict[str, object] | None = None) -> None:
         super().__init__(options)
@@ -45,8 +61,7 @@ class FlakyProcessor(Processor):
             raise PoisonMessage("not an object")
         if value.get("fail"):
             n = self.attempts[message.offset] = self.attempts.get(message.offset, 0) + 1
-            limit = int(self.options.get("fail_times", 1_000_000))  # type: ignore[arg-type]
-            if n <= limit:
+            if n <= self.options.fail_times:
                 raise RuntimeError(f"flaky failure {n} at offset {message.offset}")
         return [with_coordinates(dict(value), message)]
 
@@ -56,12 +71,14 @@ class HangProcessor(Processor):
 
     name = "test_hang"
     formats = ("json",)
+    options_model = MarkerOptions
+    options: MarkerOptions
 
     async def transform(self, message: Message) -> Sequence[Row]:
         if message.value.get("hang"):
-            marker = self.options.get("marker")
+            marker = self.options.marker
             if marker:
-                with open(str(marker), "w") as fh:
+                with open(marker, "w") as fh:
                     fh.write(str(os.getpid()))
             await asyncio.sleep(3600)
         return [with_coordinates(dict(message.value), message)]
@@ -99,12 +116,14 @@ class BlockProcessor(Processor):
 
     name = "test_block"
     formats = ("json",)
+    options_model = MarkerOptions
+    options: MarkerOptions
 
     def transform(self, message: Message) -> Sequence[Row]:
         if message.value.get("block"):
-            marker = self.options.get("marker")
+            marker = self.options.marker
             if marker:
-                with open(str(marker), "w") as fh:
+                with open(marker, "w") as fh:
                     fh.write(str(os.getpid()))
             while True:
                 time.sleep(0.05)
@@ -130,3 +149,30 @@ class TypedSink(Sink):
 
     async def write(self, rows: Sequence[Row]) -> None:
         return None
+
+
+class BadTableProcessor(Processor):
+    """Declares a staging table name that is not a SQL identifier."""
+
+    name = "test_bad_table"
+    formats = ("json",)
+    table = "stg-events v2"
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return [with_coordinates(dict(message.value), message)]
+
+
+class PickyProcessor(Processor):
+    """Checks its options in ``__init__`` without a model: a ValueError for odd ``n``."""
+
+    name = "test_picky"
+    formats = ("json",)
+
+    def __init__(self, options: dict[str, object] | None = None) -> None:
+        n = (options or {}).get("n", 0)
+        if not isinstance(n, int) or n % 2:
+            raise ValueError(f"n must be an even integer, got {n!r}")
+        super().__init__({})
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return []

@@ -29,13 +29,13 @@ from actors.sinks.checks import missing_packages
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker
-from service.lifecycle import EXIT_CONFIG, serve
-from service.samples import (
+from service.dev.samples import (
     POISON_SCHEMA_ID,
     SAMPLE_TOPICS,
     poison_values,
     sample_records,
 )
+from service.lifecycle import EXIT_CONFIG, serve
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)

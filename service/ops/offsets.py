@@ -4,7 +4,7 @@ Targets (``--to``), applied to every partition of every topic the configuration 
 the group:
 
 * ``earliest``: the log start offset (ListOffsets earliest);
-* ``latest``: the **fetch** high-water mark (see :mod:`service.lag`), not ListOffsets
+* ``latest``: the **fetch** high-water mark (see :mod:`service.ops.lag`), not ListOffsets
   latest, which some brokers answer wrongly for batched produce;
 * an ISO-8601 time (``2026-11-22T06:00:00Z``; without a zone it is UTC): the first
   offset whose record timestamp is at or after that time, or the high-water mark when
@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from service.lag import (
+from service.ops.lag import (
     OpsError,
     admin_client,
     committed_offsets,

@@ -15,8 +15,8 @@ marker, so a drained partition has lag 0). Without a committed offset it is what
 group reads when it starts: ``high_water - log_start`` (``auto_offset_reset`` earliest
 or none), 0 for ``latest``; ``committed`` is then ``None``.
 
-This module also holds the Kafka plumbing the other ops tools (:mod:`service.offsets`,
-:mod:`service.dlq`) share: connection arguments, topic partitions, committed offsets,
+This module also holds the Kafka plumbing the other ops tools (:mod:`service.ops.offsets`,
+:mod:`service.ops.dlq`) share: connection arguments, topic partitions, committed offsets,
 high-water marks and the group-membership check.
 """
 

@@ -10,7 +10,7 @@ own tests once installed::
                             declared table/columns/key, PoisonMessage on bad input
     tests/test_processor.py tests with processors.testing (no broker)
 
-The templates are the ``*.tmpl`` files under ``service/templates/plugin/`` (package data),
+The templates are the ``*.tmpl`` files under ``service/dev/templates/plugin/`` (package data),
 filled in with :class:`string.Template` (``${name}``, ``${cls}``, ``${dist}``,
 ``${table}``); the ``package/`` directory becomes ``NAME/``.
 """
@@ -86,7 +86,7 @@ def check_name(name: str) -> PluginNames:
 
 
 def _templates() -> Traversable:
-    return resources.files("service") / "templates" / "plugin"
+    return resources.files("service.dev") / "templates" / "plugin"
 
 
 def _walk(node: Traversable, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...],

@@ -43,7 +43,7 @@ from actors.decoding import DECODERS, KEY_DECODERS
 from actors.sinks import Sink, build_sink
 from processors.avro import AvroDecoder, load_schema
 from processors.base import Message, Processor
-from service.lag import OpsError, bootstrap_of, connection_kwargs
+from service.ops.lag import OpsError, bootstrap_of, connection_kwargs
 from settings.models import Settings, TopicSettings
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,135 @@
+"""What ``kstage run`` refuses at start, found before anything starts.
+
+Pydantic validates each setting on its own (settings/models.py); these checks need more
+than the settings model: the processor registry (every processor is built with its
+topic's ``options``, so an unknown option or a wrong type is found here, not by a worker
+that would crash and be restarted), the sinks (each built with its settings and bound to
+its processor, never opened: see :mod:`actors.sinks.checks`), the Kafka client's key
+table, the Avro reader schemas. Each problem is a (path, why) pair:
+:func:`settings.loader.load_settings` runs :func:`check` as one of its ``checks`` and
+names the file, the line and the key of each; :func:`resolve_processors` and
+:func:`resolve_sinks` raise the same problems without lines, for callers that build
+settings in code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+
+from fastavro.schema import SchemaParseException
+from pydantic import ValidationError
+
+from actors import kafka
+from actors.sinks.checks import sink_problems
+from processors import registry
+from processors.avro import load_schema
+from processors.base import Processor
+from processors.errors import RegistryError
+from settings.identifiers import sql_identifier
+from settings.loader import ConfigPath, dotted_key
+from settings.models import Settings
+
+logger = logging.getLogger(__name__)
+
+Problem = tuple[ConfigPath, str]
+
+
+def check(settings: Settings) -> list[Problem]:
+    """Every problem ``run`` would refuse at start, as (path, why) pairs."""
+    problems: list[Problem] = []
+    if not settings.groups:
+        problems.append((("groups",), "no consumer groups: add at least one group with its "
+                                      "topics (there is nothing to run)"))
+    for key in kafka.unsupported_keys(settings.kafka.consumer_config):
+        problems.append((("kafka", "consumer_config", key),
+                         f"key {key!r} is not supported by kstage's Kafka client "
+                         f"(supported: {', '.join(kafka.supported_keys())})"))
+    classes: dict[str, type[Processor]] = {}
+    problems.extend(_processor_problems(settings, classes))
+    problems.extend(sink_problems(settings, classes))
+    return problems
+
+
+def resolve_processors(settings: Settings) -> dict[str, type[Processor]]:
+    """Load every processor the configuration names and build each with its topic's
+    options; raise RegistryError listing every problem (one ``key: why`` line each)."""
+    classes: dict[str, type[Processor]] = {}
+    problems = list(_processor_problems(settings, classes))
+    if problems:
+        raise RegistryError("\n".join(f"{dotted_key(path)}: {why}" for path, why in problems))
+    return classes
+
+
+def resolve_sinks(settings: Settings, classes: Mapping[str, type[Processor]]) -> None:
+    """Build every topic's sink with its settings and its processor (``classes``, from
+    :func:`resolve_processors`), never opening it; raise RegistryError listing what they
+    would refuse at open and the Python packages they lack (one ``key: why`` line each),
+    for callers that build settings in code (the master, the demo)."""
+    problems = sink_problems(settings, classes)
+    if problems:
+        raise RegistryError("\n".join(f"{dotted_key(path)}: {why}" for path, why in problems))
+
+
+def _processor_problems(settings: Settings,
+                        classes: dict[str, type[Processor]]) -> Iterator[Problem]:
+    """Problems of the topics' processors; fills ``classes`` (name -> class)."""
+    claims = []
+    broken: set[str] = set()
+    for gi, group in enumerate(settings.groups):
+        for ti, topic in enumerate(group.topics):
+            where: ConfigPath = ("groups", gi, "topics", ti)
+            claims.append((settings.group_id(group), topic.topic, topic.processor))
+            cls = classes.get(topic.processor)
+            if cls is None:
+                if topic.processor in broken:
+                    continue
+                try:
+                    cls = classes[topic.processor] = registry.load(topic.processor)
+                except RegistryError as exc:
+                    broken.add(topic.processor)
+                    yield (*where, "processor"), str(exc)
+                    continue
+                if cls.table:
+                    try:
+                        sql_identifier(cls.table)
+                    except ValueError as exc:
+                        yield (*where, "processor"), (f"processor {topic.processor!r} declares "
+                                                      f"the staging table {exc}")
+            if topic.format not in cls.formats:
+                yield (*where, "format"), (f"processor {topic.processor!r} accepts "
+                                           f"{list(cls.formats)}, not {topic.format!r}")
+            uses_avro = "avro" in (topic.format, topic.key_format)
+            if uses_avro and settings.schema_registry is None:
+                yield where, (f"topic {topic.topic!r} reads Avro but no schema_registry is "
+                              "configured")
+            if topic.reader_schema is not None:
+                try:
+                    load_schema(topic.reader_schema)
+                except (OSError, ValueError, SchemaParseException) as exc:
+                    yield (*where, "reader_schema"), f"{topic.reader_schema}: {exc}"
+            yield from _option_problems(topic.processor, cls, topic.options,
+                                        (*where, "options"))
+    try:
+        registry.check_topics(claims)
+    except RegistryError as exc:
+        yield ("groups",), str(exc)
+
+
+def _option_problems(name: str, cls: type[Processor], options: dict[str, object],
+                     where: ConfigPath) -> Iterator[Problem]:
+    """Build the processor with ``options`` as a worker would; its refusals, located."""
+    try:
+        cls(options)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            message = err["msg"]
+            if err["type"] == "value_error":
+                message = message.removeprefix("Value error, ")
+            elif err["type"] == "extra_forbidden":
+                known = ", ".join(cls.options_model.model_fields) or "none"
+                message = f"unknown option of processor {name!r} (options: {known})"
+            yield (*where, *err["loc"]), message
+    except Exception as exc:  # noqa: BLE001 - any refusal of its options is a config error
+        yield where, (f"processor {name!r} refused its options: "
+                      f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,45 @@
+"""SQL identifiers: the one check of the table names a configuration or a processor gives.
+
+A staging table name is spliced into Spark SQL and JDBC DDL (quoted, but a quote, a dot or
+a blank inside it would still change its meaning or fail at the first write), so it must
+be a plain identifier: a letter or ``_``, then letters, digits or ``_``.
+``schema.name`` is allowed only where a sink supports schemas (JDBC).
+
+Use :data:`SqlIdentifier` / :data:`QualifiedSqlIdentifier` as pydantic field types (a bad
+name is then a validation error naming the key and its line), or :func:`sql_identifier`
+directly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def sql_identifier(value: str, *, qualified: bool = False) -> str:
+    """Return ``value`` if it is a SQL identifier (``schema.name`` too when ``qualified``).
+
+    Raises:
+        ValueError: naming the value and what is allowed.
+    """
+    parts = value.split(".") if qualified else [value]
+    if len(parts) > 2 or not all(IDENTIFIER.match(part) for part in parts):
+        allowed = "`name` or `schema.name`" if qualified else "a name"
+        raise ValueError(f"{value!r} is not a SQL identifier: write {allowed} made of letters, "
+                         "digits and _ (not starting with a digit)")
+    return value
+
+
+def _qualified(value: str) -> str:
+    return sql_identifier(value, qualified=True)
+
+
+SqlIdentifier = Annotated[str, AfterValidator(sql_identifier)]
+"""A table name: letters, digits and ``_``, not starting with a digit."""
+
+QualifiedSqlIdentifier = Annotated[str, AfterValidator(_qualified)]
+"""A table name, or ``schema.name``."""

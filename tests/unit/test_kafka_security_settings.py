@@ -1,0 +1,96 @@
+"""Kafka security settings that cannot work are refused by ``kstage validate`` and at
+``kstage run`` start (exit 2, key and line); the protocol's and mechanism's case is
+normalised (issue 12, defect 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from aiokafka.errors import KafkaConnectionError
+
+from actors.kafka import build_consumer
+from service.broker import free_port
+from service.cli import main
+from settings import load_settings
+from settings.errors import ConfigValidationError
+
+
+def config(tmp_path: Path, consumer_config: dict[str, object]) -> Path:
+    path = tmp_path / "kstage.yml"
+    path.write_text(yaml.safe_dump({
+        "name": "g", "kafka": {"bootstrap": "127.0.0.1:9", "consumer_config": consumer_config},
+        "groups": [{"topics": [{"topic": "t", "processor": "log"}]}]}, sort_keys=False))
+    return path
+
+
+def line_of(path: Path, key: str) -> int:
+    return next(i for i, text in enumerate(path.read_text().splitlines(), 1)
+                if text.strip().startswith(f"{key}:"))
+
+
+async def test_lowercase_protocol_and_mechanism_are_normalised(tmp_path) -> None:
+    path = config(tmp_path, {"security.protocol": "sasl_ssl", "sasl.mechanism": "scram-sha-512",
+                             "sasl.username": "u", "sasl.password": "p"})
+    settings = load_settings(path, {})
+    assert settings.kafka.consumer_config["security.protocol"] == "SASL_SSL"
+    assert settings.kafka.consumer_config["sasl.mechanism"] == "SCRAM-SHA-512"
+    (group,) = settings.groups
+    consumer = build_consumer(settings, group, "127.0.0.1:9", "t")  # aiokafka accepts it
+    try:
+        assert consumer._client._security_protocol == "SASL_SSL"
+    finally:
+        await consumer.stop()
+    assert main(["validate", "-c", str(path)]) == 0
+
+
+@pytest.mark.parametrize(("consumer_config", "key", "text"), [
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+      "sasl.username": "u", "sasl.password": "p"}, "sasl.mechanism",
+     "SASL mechanism 'OAUTHBEARER' is not supported: aiokafka needs a token provider object "
+     "for it, which a configuration file cannot give (supported: PLAIN, SCRAM-SHA-256, "
+     "SCRAM-SHA-512"),
+    ({"security.protocol": "TLS"}, "security.protocol",
+     "'TLS' is not a security protocol (one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({"sasl.mechanism": "PLAIN", "sasl.username": "u"}, "sasl.username",
+     "is set but security.protocol is PLAINTEXT (the default): no SASL login"),
+    ({"security.protocol": "PLAINTEXT", "ssl.ca.location": "/etc/ca.pem"}, "ssl.ca.location",
+     "is set but security.protocol is PLAINTEXT: the connection would not use TLS"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+      "sasl.username": "u"}, "security.protocol",
+     "SASL_SSL with SASL mechanism SCRAM-SHA-256 needs sasl.password"),
+    ({"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"},
+     "ssl.ca.location", "cannot load the CA bundle /nonexistent/ca.pem"),
+])
+def test_settings_that_cannot_work_are_refused_with_key_and_line(
+        tmp_path, capsys, consumer_config, key, text) -> None:
+    path = config(tmp_path, consumer_config)
+    expected = f"kafka.consumer_config['{key}'] (line {line_of(path, key)}): {text}"
+    with pytest.raises(ConfigValidationError) as info:
+        load_settings(path, {})
+    assert expected in str(info.value)
+    assert main(["validate", "-c", str(path)]) == 2
+    assert expected in capsys.readouterr().err
+    # and at run start: refused before anything starts, not a crash loop at run time
+    assert main(["run", "-c", str(path)]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_a_refused_password_is_never_printed(tmp_path, capsys) -> None:
+    path = config(tmp_path, {"security.protocol": "SSL", "sasl.mechanism": "PLAIN",
+                             "sasl.username": "u", "sasl.password": 987654321})
+    assert main(["validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "kafka.consumer_config['sasl.password']" in err and "987654321" not in err
+
+
+async def test_an_unreachable_broker_is_not_a_security_error(tmp_path) -> None:
+    """Nothing listens: aiokafka's own (retriable) error, not KafkaSecurityError."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    path = config(tmp_path, {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                             "sasl.username": "u", "sasl.password": "p"})
+    settings = load_settings(path, {})
+    consumer = build_consumer(settings, settings.groups[0], bootstrap, "t")
+    with pytest.raises(KafkaConnectionError):  # KafkaSecurityError is no KafkaError
+        await consumer.start()
