@@ -1,8 +1,10 @@
 """The Spark sink: rows land in Parquet staging tables, written in micro-batches.
 
-Settings: a topic's ``sink: {type: spark, table: NAME}`` (:class:`SparkSinkSettings`, parsed
-by the sink registry) and the process-wide ``spark:``
-section (:class:`SparkSettings`).
+Settings: a topic's ``sink: {type: spark, table: NAME}`` (:class:`SparkSinkSettings`,
+validated when the configuration is loaded) and the process-wide ``spark:`` section
+(:class:`SparkSettings`). What the Spark and JDBC sinks share without Spark (column types,
+row checks, Arrow conversion, micro-batching, the worker's handle) is in
+:mod:`actors.sinks.table`.
 
 How it works:
 
@@ -15,10 +17,11 @@ How it works:
   ``write(rows)`` checks the rows on the event loop and turns those that fit into one
   Arrow record batch (:mod:`actors.sinks.table.rows`; a row with a wrong type or a missing NOT
   NULL value is dead-lettered through the worker's permanent-failure hook), hands it to
-  the table's shared :class:`TableWriter` and returns once the micro-batch holding it was
+  the table's shared :class:`SparkTableWriter` and returns once the micro-batch holding it was
   appended (durable): the worker then commits their offsets.
-* A :class:`TableWriter` buffers the rows of all the workers writing one table and flushes
-  them as one Parquet append when ``flush_max_rows`` rows are pending,
+* A :class:`SparkTableWriter` (a :class:`~actors.sinks.table.batching.TableWriter`)
+  buffers the rows of all the workers writing one table and flushes them as one Parquet
+  append when ``flush_max_rows`` rows are pending,
   ``flush_max_interval_s`` passed since the first pending row, ``flush_min_rows`` are
   pending while no append of the table runs (so a busy table keeps Spark writing and
   appends grow with the load, while a quiet one still waits for the interval), or a
@@ -42,8 +45,9 @@ How it works:
   ``ingest_date`` (UTC DATE; a string would be read back as a date by path readers'
   partition inference) and ``writer_id`` (``host-pid-uuid8``, unique per process) so
   several kstage processes never write the same directory (each appends into its
-  own ``ingest_date=D/writer_id=W`` directory, see :meth:`TableWriter._append`). Parquet files keep
-  no NOT NULL: read back, every column is nullable (the sink enforces ``nullable``).
+  own ``ingest_date=D/writer_id=W`` directory, see :meth:`SparkTableWriter._append`).
+  Parquet files keep no NOT NULL: read back, every column is nullable (the sink enforces
+  ``nullable``).
 
 pyspark is imported only inside functions: importing this module does not load it.
 """
