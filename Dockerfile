@@ -33,6 +33,10 @@ USER kstage
 WORKDIR /data
 
 # service.http_port: /healthz (event loop responsive), /readyz, /metrics.
+# The status server binds loopback by default (it has no authentication); in a container
+# loopback is unreachable from outside, so the image binds every interface of the
+# container's own network namespace: publish 9108 only to networks you trust.
+ENV KSTAGE_SERVICE__HTTP_HOST=0.0.0.0
 EXPOSE 9108
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9108/healthz', timeout=4)"]

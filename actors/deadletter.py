@@ -2,7 +2,8 @@
 
 A line is flushed and fsynced before the message counts as finished, so a failed
 message is never lost: it is either in this file or replayed from Kafka. Lines carry
-everything needed to inspect or replay the message (key and value as base64).
+everything needed to inspect or replay the message (key and value as base64), so the
+file is created readable by its owner only (``0600``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
+from settings.secrets import redact_known
 
 logger = logging.getLogger(__name__)
+
+FILE_MODE = 0o600
+"""Mode of a created dead-letter file: its lines hold whole messages (values, headers
+such as an ``Authorization``), so only the service's user may read them. An existing
+file keeps the mode it has."""
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -54,8 +61,9 @@ def dead_letter_line(
         "headers": [[k, _b64(v)] for k, v in (headers or ())],
         "processor": processor,
         "error_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "error": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        # a driver's message may quote its connection string: the settings' secrets go
+        "error": redact_known(str(exc)),
+        "traceback": redact_known("".join(traceback.format_exception(exc))),
         "attempts": attempts,
         "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
     }
@@ -98,7 +106,8 @@ class DeadLetterFile:
         missing = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL,
+                         FILE_MODE)
         except FileExistsError:  # another writer created it first: it synced the entry
             return os.open(self.path, os.O_RDWR | os.O_APPEND)
         try:

@@ -14,6 +14,8 @@ from typing import Any
 
 from processors.errors import PoisonMessage
 
+_TOO_DEEP = ("value is not decodable JSON: arrays and objects nested deeper than the "
+             "decoder's recursion limit")
 _scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # C scanner
 
 
@@ -29,11 +31,13 @@ def _decode_json(raw: bytes | None) -> Any:
         value, end = _scan_json(text, 0)
         if end != len(text):
             raise ValueError("trailing data")
-    except (UnicodeDecodeError, StopIteration, ValueError):
+    except (UnicodeDecodeError, StopIteration, ValueError, RecursionError):
         try:
             value = json.loads(raw)
         except ValueError as exc:
             raise PoisonMessage(f"value is not valid JSON: {exc}") from exc
+        except RecursionError:  # nesting deeper than the interpreter's recursion limit
+            raise PoisonMessage(_TOO_DEEP) from None
     if not isinstance(value, dict):
         raise PoisonMessage(f"JSON value is {type(value).__name__}, not an object")
     return value
@@ -63,6 +67,8 @@ def _decode_json_key(raw: bytes | None) -> Any:
         return None if raw is None else json.loads(raw)
     except ValueError as exc:
         raise PoisonMessage(f"key is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise PoisonMessage(_TOO_DEEP.replace("value", "key", 1)) from None
 
 
 KEY_DECODERS: dict[str, Callable[[bytes | None], Any]] = {

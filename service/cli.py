@@ -13,7 +13,7 @@ Commands::
     kstage broker [--port N]         run the embedded Kafka-compatible broker in the foreground
     kstage lag -c FILE [--json]      committed offset, high-water mark and lag per partition
     kstage offsets reset -c FILE --group G --to earliest|latest|TIME|OFFSET [--dry-run]
-    kstage dlq show|replay -c FILE [--topic T] [--since TIME] [--to-kafka]
+    kstage dlq show|replay -c FILE [--topic T] [--since TIME] [--json] [--to-kafka]
     kstage merge -c FILE [--table NAME]   fold the Spark staging tables into final tables
 """
 
@@ -36,6 +36,7 @@ from service.logs import configure_logging
 from settings.errors import ConfigValidationError, SettingsError
 from settings.loader import load_settings
 from settings.models import Settings
+from settings.secrets import remember, secret_values
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +88,15 @@ def parser() -> argparse.ArgumentParser:
     return _parser()
 
 
+def _remembered(settings: Settings) -> Settings:
+    """``settings``, whose secret values are masked from every log and dead-letter line of
+    this process from now on (a command that runs against them loads them here)."""
+    remember(secret_values(settings))
+    return settings
+
+
 def _load(path: str) -> Settings:
-    return load_settings(path)
+    return _remembered(load_settings(path))
 
 
 def _load_for_run(path: str, warnings: list[str]) -> Settings:
@@ -96,7 +104,7 @@ def _load_for_run(path: str, warnings: list[str]) -> Settings:
     options, Kafka client keys...): ``validate`` and ``run`` refuse the same files."""
     from actors import preflight  # noqa: PLC0415 - keep `processors` light
 
-    return load_settings(path, warnings=warnings, checks=[preflight.check])
+    return _remembered(load_settings(path, warnings=warnings, checks=[preflight.check]))
 
 
 def _validate(path: str) -> int:
@@ -210,6 +218,10 @@ def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         cmd.add_argument("--topic", default=None, help="only this topic")
         cmd.add_argument("--since", default=None,
                          help="only messages that failed at or after this ISO-8601 time")
+        if name == "show":
+            cmd.add_argument("--json", action="store_true",
+                             help="print each line's record as JSON (headers named like "
+                                  "credentials masked)")
         if name == "replay":
             cmd.add_argument("--to-kafka", action="store_true",
                              help="re-produce to the original topic instead of processing")
@@ -237,7 +249,8 @@ def _ops(args: argparse.Namespace) -> int:
         from service.ops import dlq  # noqa: PLC0415
 
         if args.dlq_command == "show":
-            print(dlq.render(*dlq.show(settings, args.topic, args.since)))
+            letters, unreadable = dlq.show(settings, args.topic, args.since)
+            print(dlq.render_json(letters) if args.json else dlq.render(letters, unreadable))
             return EXIT_OK
         result = dlq.replay(settings, args.topic, args.since, args.to_kafka)
         print(dlq.render_replay(result, args.to_kafka))

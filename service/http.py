@@ -47,7 +47,7 @@ class StatusServer:
     """Serves the three endpoints for one master on ``host:port`` (port 0: any free port)."""
 
     def __init__(self, master: Master, metrics: Metrics, loop: asyncio.AbstractEventLoop,
-                 host: str = "0.0.0.0", port: int = 9108) -> None:  # noqa: S104 - a service port
+                 host: str = "127.0.0.1", port: int = 9108) -> None:
         self.master = master
         self.metrics = metrics
         self.loop = loop

@@ -10,6 +10,8 @@ import re
 import time
 from collections.abc import Callable
 
+from settings.secrets import redact_known
+
 _CONTEXT = ("group", "topic", "partition", "offset")
 _NUMBERS = re.compile(r"\d+")
 
@@ -63,13 +65,13 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact_known(record.getMessage()),  # the process's secrets masked
         }
         for key in _CONTEXT:  # message-level lines: Kafka coordinates as fields
             if key in record.__dict__:
                 data[key] = record.__dict__[key]
         if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
+            data["exc"] = redact_known(self.formatException(record.exc_info))
         return json.dumps(data, ensure_ascii=False)
 
 
@@ -86,12 +88,19 @@ class Py4jRootFilter(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """``time level logger: message`` (+ traceback), the process's secret values masked
+    (:func:`settings.secrets.redact_known`), like :class:`JsonFormatter`'s lines."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_known(super().format(record))
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
-    formatter = (
-        {"()": JsonFormatter}
-        if fmt == "json"
-        else {"format": "%(asctime)s %(levelname)-7s %(name)s: %(message)s"}
-    )
+    formatter = {"()": JsonFormatter if fmt == "json" else TextFormatter}
     logging.config.dictConfig({
         "version": 1,
         "disable_existing_loggers": False,

@@ -28,7 +28,12 @@ Steps of :func:`load_settings`:
    ``!!str ${N}`` to keep a string.  Inside a flow collection (``{...}``, ``[...]``) YAML
    does not allow ``{`` in a plain scalar, so quote the reference there:
    ``supervisor: {shutdown_grace_s: "${GRACE:-30}"}`` (pydantic still reads ``"30"`` as
-   a number for numeric settings).
+   a number for numeric settings). **Secrets are text**: every scalar under a setting
+   named like a secret (``password``, ``bearer_token``, ``sasl.jaas.config``, an
+   ``X-Api-Key`` header ..., see :mod:`settings.secrets`) is a string whatever its YAML
+   type, written literally or substituted (``password: ${PG_PASSWORD}`` of digits is
+   those digits as text, never an int); only a literal empty value or ``~`` means unset.
+   Numbers in a ``KSTAGE_*`` variable's JSON under such a name become their text too.
 3. The line of every mapping key and sequence item is recorded under its path, e.g.
    ``("groups", 0, "topics", 1, "processor")``, so validation errors can cite lines.
 4. ``KSTAGE_*`` variables of the same mapping (``KSTAGE_NAME``,
@@ -47,7 +52,10 @@ Steps of :func:`load_settings`:
 Secrets: problem lines never contain input values (pydantic's messages for the built-in
 checks do not echo the input; only the name checks of ``models.py`` quote their
 non-secret value), and the chained pydantic error is rebuilt with its inputs hidden, so a
-password taken from ``${SR_PASSWORD}`` cannot leak through an error or a traceback.
+password taken from ``${SR_PASSWORD}`` cannot leak through an error or a traceback. As a
+second guard, problem and warning lines are redacted of every secret value (values under
+secret names, and substitutions of variables named like secrets, such as ``DB_PASSWORD``);
+a YAML error after substitution is redacted of every substituted value.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from settings.errors import ConfigFileError, ConfigValidationError, UndefinedVariableError
 from settings.models import Settings
+from settings.secrets import redact, secret_name, secret_values
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +98,10 @@ _NULL_TAG = "tag:yaml.org,2002:null"
 _INTERNAL_LOC = re.compile(r"[\[\]()<>,]|^(function|lax-or-strict|json-or-python)")
 _PLAIN_KEY = re.compile(r"^[^\s.\[\]'\"]+$")  # printed as .key, others as ['key']
 _MISSING = object()
+MAX_VALUES = 100_000
+"""Keys and items a file may expand to (aliases repeat their anchor's content): a
+configuration is far smaller; ten nested aliases of ten items would be 10^10 (a "billion
+laughs" file would hang the loader and every walk of the data after it)."""
 # ``_build_sources`` (pre-built sources) is an option of BaseSettings' own constructor that
 # pydantic's dataclass_transform signature hides from type checkers; call through this.
 _build: Callable[..., Settings] = Settings
@@ -108,14 +121,18 @@ def load_settings(
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     source = str(path)
-    file_data, lines = _read_yaml(path, source, env)
+    substituted = _Substituted()
+    file_data, lines = _read_yaml(path, source, env, substituted)
 
     env_source = _MappingEnvSource(Settings, env)
     try:
-        env_data = env_source()
+        env_data = _secrets_as_text(env_source(), False)
     except PydanticSettingsError as exc:
         reason = str(exc).split(" from source ")[0]  # drop our source class's name
-        raise ConfigValidationError(source, [f"{reason} (from environment)"]) from exc
+        raise ConfigValidationError(source, [f"{reason} (from environment)"]) from None
+    except RecursionError:  # a KSTAGE_* variable of JSON nested beyond the decoder's limit
+        raise ConfigValidationError(source, [
+            "a KSTAGE_* variable holds JSON nested too deeply (from environment)"]) from None
 
     try:
         settings = _build(
@@ -126,18 +143,23 @@ def load_settings(
         )
     except ValidationError as exc:
         merged = _deep_merge(file_data, env_data)
-        problems = [_problem(err, merged, lines, env_data) for err in exc.errors()]
+        hidden = secret_values(merged) | substituted.secrets
+        problems = [redact(_problem(err, merged, lines, env_data), hidden)
+                    for err in exc.errors()]
         raise ConfigValidationError(source, problems) from _without_inputs(exc)
     found = [(tuple(path), why) for check in checks for path, why in check(settings)]
     if found:
         merged = _deep_merge(file_data, env_data)
+        hidden = secret_values(merged) | substituted.secrets
         raise ConfigValidationError(source, [
-            _located(_clean_loc(path, merged), why, lines, env_data) for path, why in found])
+            redact(_located(_clean_loc(path, merged), why, lines, env_data), hidden)
+            for path, why in found])
     if warnings is not None:
+        hidden = secret_values(settings) | substituted.secrets
         for key, why in settings.risks():
             where = (" (from environment)" if _from_environment(key, env_data)
                      else f" (line {lines[key]})" if key in lines else "")
-            warnings.append(f"{source}: {_dotted(key)}{where}: {why}")
+            warnings.append(redact(f"{source}: {_dotted(key)}{where}: {why}", hidden))
     logger.debug(
         "loaded %s: %d group(s), %d top-level environment override(s)",
         source,
@@ -163,15 +185,22 @@ class _Loader(yaml.SafeLoader):
 
 
 def _read_yaml(
-    path: str | os.PathLike[str], source: str, environ: Mapping[str, str]
+    path: str | os.PathLike[str], source: str, environ: Mapping[str, str],
+    found: _Substituted | None = None,
 ) -> tuple[dict[str, Any], dict[ConfigPath, int]]:
+    """The file's data and the line of every key and item; ``found`` (if given) learns
+    the values ``${...}`` references put in."""
+    found = _Substituted() if found is None else found
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigFileError(f"{source}: cannot read configuration file: {reason}") from exc
 
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # reads the text: a control character is a ReaderError
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{source}: invalid YAML: {exc}") from None
     try:
         root = loader.get_single_node()
         if root is None or (
@@ -184,14 +213,20 @@ def _read_yaml(
                 f"{source}:{root.start_mark.line + 1}: the top level must be a mapping "
                 f"of settings, not a {kind}"
             )
-        _expand_tree(root, loader, source, environ)
+        _expand_tree(root, loader, source, environ, found)
         lines: dict[ConfigPath, int] = {(): root.start_mark.line + 1}
         _record_lines(root, (), lines, source, set())
         data: dict[str, Any] = loader.construct_document(root)  # a MappingNode gives a dict
+        if not all(isinstance(key, str) for key in data):  # e.g. `1: x`, or a lone `?`
+            key_node = next((k for k, _ in root.value if k.tag not in (_STR_TAG, _MERGE_TAG)),
+                            root)
+            raise ConfigFileError(f"{source}:{key_node.start_mark.line + 1}: a top-level "
+                                  "key is not a setting name (not a string)")
     except yaml.MarkedYAMLError as exc:
-        raise ConfigFileError(_yaml_problem(source, exc)) from exc
-    except (yaml.YAMLError, ValueError, TypeError) as exc:
-        raise ConfigFileError(f"{source}: invalid YAML: {exc}") from exc
+        # a substituted value may be quoted (``!!int ${X}``): never echo one
+        raise ConfigFileError(redact(_yaml_problem(source, exc), found.values)) from None
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise ConfigFileError(redact(f"{source}: invalid YAML: {exc}", found.values)) from None
     finally:
         loader.dispose()
     return data, lines
@@ -206,30 +241,52 @@ def _yaml_problem(source: str, exc: yaml.MarkedYAMLError) -> str:
     return f"{where}: {problem}"
 
 
-def _expand_tree(root: Node, loader: _Loader, source: str, environ: Mapping[str, str]) -> None:
-    """Expand ``${...}`` in every scalar of the tree, once per node (aliases share nodes)."""
+def _expand_tree(
+    root: Node, loader: _Loader, source: str, environ: Mapping[str, str], found: _Substituted
+) -> None:
+    """Expand ``${...}`` in every scalar of the tree, once per node (aliases share nodes),
+    and keep every scalar under a secret name a string (:mod:`settings.secrets`); the
+    substituted values go to ``found``."""
     seen: set[int] = set()
-    stack: list[Node] = [root]
+    stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
-        node = stack.pop()
+        node, secret = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         if isinstance(node, MappingNode):
             for key_node, value_node in node.value:
-                stack.extend((key_node, value_node))
+                stack.append((key_node, secret))
+                stack.append((value_node, secret or (
+                    isinstance(key_node, ScalarNode) and secret_name(key_node.value))))
         elif isinstance(node, SequenceNode):
-            stack.extend(node.value)
-        elif isinstance(node, ScalarNode) and "$" in node.value:
-            _expand_scalar(node, loader, source, environ)
+            stack.extend((item, secret) for item in node.value)
+        elif isinstance(node, ScalarNode):
+            expanded = "$" in node.value
+            if expanded:
+                _expand_scalar(node, loader, source, environ, found, secret)
+            if secret and (expanded or node.tag != _NULL_TAG):
+                # a password of digits is text, not an int: whatever its YAML type, a
+                # secret stays the text written (only a literal empty or ~ means unset)
+                node.tag = _STR_TAG
+
+
+class _Substituted:
+    """The values ``${...}`` references put into the file: all of them, and the secret
+    ones (of a variable named like a secret, or put under a secret setting)."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+        self.secrets: set[str] = set()
 
 
 def _expand_scalar(
-    node: ScalarNode, loader: _Loader, source: str, environ: Mapping[str, str]
+    node: ScalarNode, loader: _Loader, source: str, environ: Mapping[str, str],
+    found: _Substituted, secret: bool,
 ) -> None:
     raw: str = node.value
     where = f"{source}:{node.start_mark.line + 1}"
-    node.value = _expand(raw, environ, where)
+    node.value = _expand(raw, environ, where, found, secret)
     if id(node) not in loader.implicit_plain:
         return  # quoted or explicitly tagged: the tag stays as written
     whole = _REF.fullmatch(raw)
@@ -241,8 +298,17 @@ def _expand_scalar(
         node.tag = _STR_TAG
 
 
-def _expand(text: str, environ: Mapping[str, str], where: str) -> str:
+def _expand(text: str, environ: Mapping[str, str], where: str,
+            found: _Substituted | None = None, secret: bool = False) -> str:
     def substitute(match: re.Match[str]) -> str:
+        value = lookup(match)
+        if found is not None and match["name"] is not None:
+            found.values.add(value)
+            if secret or secret_name(match["name"]):
+                found.secrets.add(value)
+        return value
+
+    def lookup(match: re.Match[str]) -> str:
         if match["escape"] is not None:
             return "$"
         if match["bad"] is not None:
@@ -275,6 +341,10 @@ def _record_lines(
     """Record the 1-based line of every key and item below ``node`` under its path."""
     if id(node) in active:  # recursive alias
         return
+    if len(lines) > MAX_VALUES:
+        raise ConfigFileError(
+            f"{source}:{node.start_mark.line + 1}: the file expands to more than "
+            f"{MAX_VALUES} keys and items through its aliases (*name); write them out")
     active.add(id(node))
     if isinstance(node, MappingNode):
         merges: list[Node] = []
@@ -330,6 +400,20 @@ class _DataSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return self._data
+
+
+def _secrets_as_text(data: Any, secret: bool) -> Any:
+    """``data`` with every number or bool under a secret name turned into its text (a
+    ``KSTAGE_*`` variable holding JSON may type a password of digits as a number)."""
+    if isinstance(data, dict):
+        return {k: _secrets_as_text(v, secret or secret_name(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_secrets_as_text(item, secret) for item in data]
+    if secret and isinstance(data, bool):
+        return "true" if data else "false"
+    if secret and isinstance(data, int | float):
+        return str(data)
+    return data
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

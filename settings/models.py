@@ -14,7 +14,6 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -28,6 +27,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.kafka_security import check_security
+from settings.secrets import MaskedRepr
 
 _NO_WHITESPACE = re.compile(r"^\S+$")
 # consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
@@ -57,8 +57,12 @@ def _name(value: str) -> str:
     return value
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Model(MaskedRepr):
+    # hide_input_in_errors: a ValidationError (raised here or by a sink's own model at
+    # run time, logged with its traceback) must not echo a password next to a typo.
+    # MaskedRepr: free-form mappings (consumer_config, spark.conf, a sink's options) may
+    # hold secrets by name; a repr shows them masked.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class KafkaSettings(_Model):
@@ -162,19 +166,18 @@ SINK_TYPES = "kstage.sinks"
 ``settings_model`` validates ``sink:`` mappings of that ``type``."""
 
 
-class SinkSettings(BaseModel):
+class SinkSettings(_Model):
     """A topic's ``sink:`` mapping, and the base of every sink type's settings model.
 
     ``SinkSettings.model_validate(mapping)`` is a union discriminated on ``type`` (default
     ``null``): it looks the type up in the entry-point group ``kstage.sinks`` (built-in and
     plugin sinks alike) and returns an instance of that sink's own ``settings_model``, a
     subclass of this one that narrows ``type`` to a ``Literal`` and declares the sink's
-    keys (unknown keys are refused, values are frozen). An unknown type, a sink whose
+    keys (unknown keys are refused, values are frozen, inputs stay out of validation
+    errors and the repr masks values named like secrets). An unknown type, a sink whose
     module cannot be imported, a typo'd key, a wrong value or a missing key are errors at
     ``sink.<key>``, with the file and line when the settings come from a file.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     type: str = Field("null", description="Sink type: a name in the entry-point group "
                       "kstage.sinks (built-in: null, jsonl, http, spark, jdbc).")
@@ -337,7 +340,10 @@ class ServiceSettings(_Model):
     http_port: int = Field(
         9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0 disables)."
     )
-    http_host: str = Field("0.0.0.0", description="Address the status server binds.")  # noqa: S104
+    http_host: str = Field(
+        "127.0.0.1", description="Address the status server binds. Loopback by default: "
+        "/metrics and /readyz are unauthenticated and name topics, groups and sink errors; "
+        "0.0.0.0 (all interfaces) only where the network is private, e.g. a container.")
     http_port_tries: int = Field(
         16, ge=1, le=1000,
         description="Ports tried from http_port up when it is taken (processes sharing one "
@@ -349,7 +355,8 @@ class Settings(BaseSettings):
     """Root of the configuration: the YAML file, overridden by ``KSTAGE_*`` variables."""
 
     model_config = SettingsConfigDict(
-        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True,
+        hide_input_in_errors=True,
     )
 
     name: Annotated[str, Field(description="Service name; default group id.")] = "kstage"

@@ -3,13 +3,19 @@ the sink loop (:mod:`.runner`) and the built-in sinks: files (:mod:`.files`), HT
 (:mod:`.http`), the table sinks' shared machinery (:mod:`.table`), Spark staging tables
 and their merge (:mod:`.spark`) and JDBC (:mod:`.jdbc`)."""
 
+from actors.errors import PermanentSinkError, SinkError
 from actors.sinks.base import RefuseRows, Sink, SinkCapabilities, SinkContext, SinkSettingsBase
 from actors.sinks.files import JsonlSink, NullSink
 from actors.sinks.registry import ENTRY_POINT_GROUP, SinkTypeError, available, build_sink, load
 from actors.sinks.runner import END, Fence, SinkBatch, run_sink
+from processors.base import Column, Row
 
 __all__ = [
     "END",
+    "Column",
+    "PermanentSinkError",
+    "Row",
+    "SinkError",
     "ENTRY_POINT_GROUP",
     "Fence",
     "JsonlSink",

@@ -46,8 +46,10 @@ sink's own code (an HTTP status) or 0. Sync or async."""
 SinkSettingsBase = SinkSettings
 """Base of every sink's settings model (the same class as :class:`settings.SinkSettings`,
 which validates a topic's ``sink:`` against its type's model): ``type`` names the sink,
-unknown keys are refused, values are frozen. A plugin's model subclasses it and narrows
-``type`` to a ``Literal`` of its entry-point name."""
+unknown keys are refused, values are frozen, inputs stay out of validation errors and the
+repr masks values named like secrets (a password in JDBC ``properties``, an
+``X-Api-Key`` header). A plugin's model subclasses it and narrows ``type`` to a
+``Literal`` of its entry-point name."""
 
 
 @dataclass(frozen=True, slots=True)

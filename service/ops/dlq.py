@@ -17,6 +17,9 @@ topic's sink, then marks the line. Lines of a sink's permanent refusal (they car
 ``sink``; their value is the refused row) are written to the sink again as they are.
 ``to_kafka`` instead re-produces the original key, value and headers to the original
 topic and partition (``send_and_wait`` each), for the running service to consume.
+``show`` prints a table, or with ``--json`` every line's record (the values of headers
+named like credentials masked, see :func:`shown_record`). The sidecar is created
+``0600``, like the dead-letter file.
 One replay per file at a time (an exclusive lock on the sidecar).
 """
 
@@ -39,12 +42,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
+from actors.deadletter import FILE_MODE
 from actors.decoding import DECODERS, KEY_DECODERS
 from actors.sinks import Sink, build_sink
 from processors.avro import AvroDecoder, load_schema
 from processors.base import Message, Processor
 from service.ops.lag import OpsError, bootstrap_of, connection_kwargs
 from settings.models import Settings, TopicSettings
+from settings.secrets import MASK, secret_header
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +161,26 @@ def load(settings: Settings, *, topic: str | None = None,
     return found, bad
 
 
+def shown_record(letter: DeadLetter) -> dict[str, Any]:
+    """A dead-letter line as ``show --json`` prints it: the line's record, where it is and
+    whether it was replayed; the values of headers named like credentials (authorization,
+    cookie, token, password, secret, api-key ...) read ``**********``."""
+    record = dict(letter.record)
+    headers = record.get("headers")
+    if isinstance(headers, list):
+        record["headers"] = [
+            [h[0], MASK if h[1] is not None else None]
+            if isinstance(h, list | tuple) and len(h) == 2 and secret_header(h[0]) else h
+            for h in headers]
+    return {**record, "file": str(letter.path), "line": letter.line,
+            "replayed": letter.replayed}
+
+
+def render_json(lines: list[DeadLetter]) -> str:
+    """The ``show --json`` output: one JSON object per dead-letter line."""
+    return "\n".join(json.dumps(shown_record(d), ensure_ascii=False) for d in lines)
+
+
 def render(lines: list[DeadLetter], unreadable: int = 0) -> str:
     """The ``show`` table."""
     head = ("TOPIC", "PARTITION", "OFFSET", "ERROR_TYPE", "ERROR", "FAILED_AT", "REPLAYED")
@@ -230,7 +255,7 @@ class _Marker:
         side = sidecar_of(path)
         side.parent.mkdir(parents=True, exist_ok=True)
         created = not side.exists()
-        self._fd = os.open(side, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(side, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from actors.metrics import Metrics
 from service.http import StatusServer, bind_status_server
+from settings import load_settings
 from settings.models import ServiceSettings
 
 
@@ -75,3 +79,41 @@ def test_taken_ports_move_the_server_on_and_say_so(caplog: pytest.LogCaptureFixt
         for server in held:
             server.stop()
         loop.close()
+
+
+def test_the_status_server_listens_on_loopback_only_by_default() -> None:
+    """It has no authentication: by default no other interface reaches it. 127.0.0.2 is
+    another address of the host (the whole 127/8 is local): a server on every interface
+    answers there, one bound to 127.0.0.1 refuses."""
+    loop = asyncio.new_event_loop()
+    # port 0 would disable the server: take a free port, let the server retry past it
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = bind_status_server(_Master(), Metrics(), loop,  # type: ignore[arg-type]
+                                ServiceSettings(http_port=port))
+    server.start()
+    try:
+        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz").status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.2:{server.port}/healthz", timeout=5)
+    finally:
+        server.stop()
+        loop.close()
+
+
+def test_the_container_images_bind_every_interface_explicitly() -> None:
+    """Loopback inside a container is unreachable from outside it: the Dockerfile and the
+    compose file set http_host to every interface themselves, and say why."""
+    root = Path(__file__).resolve().parents[2]
+    dockerfile = (root / "Dockerfile").read_text().splitlines()
+    env = [i for i, line in enumerate(dockerfile)
+           if line.strip() == "ENV KSTAGE_SERVICE__HTTP_HOST=0.0.0.0"]
+    assert env and "no authentication" in " ".join(dockerfile[env[0] - 4:env[0]])
+    compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+    environment = compose["services"]["kstage"]["environment"]
+    assert environment["KSTAGE_SERVICE__HTTP_HOST"] == "0.0.0.0"  # noqa: S104
+    assert "no authentication" in (root / "docker-compose.yml").read_text()
+    settings = load_settings(root / "examples" / "configs" / "compose.yml",
+                             environment)
+    assert settings.service.http_host == "0.0.0.0"  # noqa: S104 - what the test checks

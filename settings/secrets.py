@@ -1,0 +1,143 @@
+"""Which settings and headers hold secrets, and how their values are kept out of output.
+
+A setting is a secret by its **name** (the last part of its path, or any part above it):
+``password``, ``bearer_token``, ``auth.bearer``, a ``consumer_config`` key such as
+``sasl.jaas.config``, a Spark conf key such as ``fs.s3a.secret.key`` ... Names decide, not
+types, so a rule holds for every settings model, including the free-form mappings
+(``consumer_config``, sink options, ``spark.conf``, JDBC ``properties``, HTTP ``headers``)
+and models added later.
+
+* The loader keeps every scalar under a secret name a string, whatever its YAML type
+  (``password: ${PG_PASSWORD}`` of digits is the text of the digits, not an int).
+* Settings models show :func:`masked` values in their repr.
+* :func:`secret_values` collects the values at secret paths of loaded data;
+  :func:`redact` masks them in a text (problem lines of ``validate``, log lines).
+* :func:`remember` / :func:`redact_known`: the process's secrets, masked from every log
+  line (``service.logs``) and dead-letter line (``actors.deadletter``) as a last guard.
+* :func:`secret_header` tells which message header values ``kstage dlq show`` masks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pydantic import BaseModel, SecretStr
+
+MASK = "**********"
+"""What a masked value reads as (pydantic's ``SecretStr`` shows the same)."""
+
+_SECRET_NAME = re.compile(
+    r"passw|passphrase|secret|token|bearer|credential|jaas|api[-_.]?key|private[-_.]?key"
+    r"|(^|[-_.])key$|authorization|cookie",
+    re.IGNORECASE,
+)
+# Header names are looser than setting names: masking a harmless header in ``dlq show``
+# costs nothing, printing a session cookie does.
+_SECRET_HEADER = re.compile(
+    r"auth|passw|secret|token|bearer|credential|api[-_.]?key|(^|[-_.])key$|cookie|session"
+    r"|signature",
+    re.IGNORECASE,
+)
+# Shorter values are not masked inside texts: masking every "1" would garble the text
+# more than it hides (nothing prints these values on purpose; this is a second guard).
+_MIN_REDACTED = 4
+
+
+def secret_name(name: object) -> bool:
+    """Whether a setting (or mapping key) of this name holds a secret."""
+    return isinstance(name, str) and _SECRET_NAME.search(name) is not None
+
+
+def secret_path(path: Iterable[object]) -> bool:
+    """Whether a value at this settings path is (part of) a secret."""
+    return any(secret_name(part) for part in path)
+
+
+def secret_header(name: object) -> bool:
+    """Whether a message header of this name may carry a credential."""
+    return isinstance(name, str) and _SECRET_HEADER.search(name) is not None
+
+
+def secret_values(data: Any, path: tuple[object, ...] = ()) -> set[str]:
+    """Every scalar value at a secret path of ``data`` (dicts, lists, models), as text.
+    YAML aliases can make ``data`` cyclic (``a: &a [*a]``): each container is walked
+    once per branch."""
+    return set(_values(data, secret_path(path), set()))
+
+
+def _values(data: Any, inside: bool, active: set[int]) -> Iterator[str]:
+    if isinstance(data, SecretStr):
+        yield data.get_secret_value()
+        return
+    if not isinstance(data, dict | list | tuple) and not hasattr(data, "__pydantic_fields__"):
+        if inside and data is not None:
+            yield str(data)
+        return
+    if id(data) in active:
+        return
+    active.add(id(data))
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _values(value, inside or secret_name(key), active)
+    elif isinstance(data, list | tuple):
+        for item in data:
+            yield from _values(item, inside, active)
+    else:  # a model: its fields and extras
+        yield from _values(dict(data), inside, active)
+    active.discard(id(data))
+
+
+def masked(value: Any, path: tuple[object, ...] = (), active: frozenset[int] = frozenset()
+           ) -> Any:
+    """``value`` (a setting at ``path``) for a repr: its secret scalars read :data:`MASK`.
+    Models are left alone (their own repr masks); a cycle (YAML aliases in a free-form
+    mapping) reads ``...``."""
+    if isinstance(value, dict | list):
+        if id(value) in active:
+            return ...
+        inner = active | {id(value)}
+        if isinstance(value, dict):
+            return {k: masked(v, (*path, k), inner) for k, v in value.items()}
+        return [masked(item, path, inner) for item in value]
+    if secret_path(path) and value is not None and not isinstance(value, SecretStr):
+        return MASK if not hasattr(value, "__pydantic_fields__") else value
+    return value
+
+
+def redact(text: str, values: Iterable[str]) -> str:
+    """``text`` with every secret value of ``values`` replaced by :data:`MASK`."""
+    for value in sorted({v for v in values if len(v) >= _MIN_REDACTED}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+# The secret values of the running process's settings, for the last guards: the log
+# formatter and the dead-letter line redact them from whatever an exception says (a
+# driver's error that quotes its connection string, a traceback's locals...).
+_known: list[str] = []
+
+
+def remember(values: Iterable[str]) -> None:
+    """Add secret values that :func:`redact_known` masks from now on (``service`` calls
+    it with :func:`secret_values` of the loaded settings, before logging starts)."""
+    _known[:] = sorted({*_known, *(v for v in values if len(v) >= _MIN_REDACTED)},
+                       key=len, reverse=True)
+
+
+def redact_known(text: str) -> str:
+    """``text`` without any value given to :func:`remember`."""
+    for value in _known:
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
+class MaskedRepr(BaseModel):
+    """Base of settings models: their repr (in a log line, a traceback) shows the values
+    of secret-named fields and mapping keys as :data:`MASK`."""
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, masked(value, (name,))
