@@ -17,6 +17,7 @@ from actors.errors import FatalError
 from actors.failure import Sleep
 from actors.metrics import Metrics
 from actors.preflight import resolve_processors as resolve_processors  # re-exported
+from actors.preflight import resolve_sinks
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
 from processors.avro import AvroDecoder, load_schema
@@ -45,6 +46,7 @@ class Master:
         self.drain = drain
         self._retry_sleep = retry_sleep
         self._classes = resolve_processors(settings)
+        resolve_sinks(settings, self._classes)  # what the sinks would refuse at open
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()

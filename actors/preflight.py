@@ -3,22 +3,25 @@
 Pydantic validates each setting on its own (settings/models.py); these checks need more
 than the settings model: the processor registry (every processor is built with its
 topic's ``options``, so an unknown option or a wrong type is found here, not by a worker
-that would crash and be restarted), the Kafka client's key table, the Avro reader
-schemas. Each problem is a (path, why) pair: :func:`settings.loader.load_settings` runs
-:func:`check` as one of its ``checks`` and names the file, the line and the key of each;
-:func:`resolve_processors` raises the same problems without lines, for callers that
-build settings in code.
+that would crash and be restarted), the sinks (each built with its settings and bound to
+its processor, never opened: see :mod:`actors.sinks.checks`), the Kafka client's key
+table, the Avro reader schemas. Each problem is a (path, why) pair:
+:func:`settings.loader.load_settings` runs :func:`check` as one of its ``checks`` and
+names the file, the line and the key of each; :func:`resolve_processors` and
+:func:`resolve_sinks` raise the same problems without lines, for callers that build
+settings in code.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from fastavro.schema import SchemaParseException
 from pydantic import ValidationError
 
 from actors import kafka
+from actors.sinks.checks import sink_problems
 from processors import registry
 from processors.avro import load_schema
 from processors.base import Processor
@@ -42,7 +45,9 @@ def check(settings: Settings) -> list[Problem]:
         problems.append((("kafka", "consumer_config", key),
                          f"key {key!r} is not supported by kstage's Kafka client "
                          f"(supported: {', '.join(kafka.supported_keys())})"))
-    problems.extend(_processor_problems(settings, {}))
+    classes: dict[str, type[Processor]] = {}
+    problems.extend(_processor_problems(settings, classes))
+    problems.extend(sink_problems(settings, classes))
     return problems
 
 
@@ -54,6 +59,16 @@ def resolve_processors(settings: Settings) -> dict[str, type[Processor]]:
     if problems:
         raise RegistryError("\n".join(f"{dotted_key(path)}: {why}" for path, why in problems))
     return classes
+
+
+def resolve_sinks(settings: Settings, classes: Mapping[str, type[Processor]]) -> None:
+    """Build every topic's sink with its settings and its processor (``classes``, from
+    :func:`resolve_processors`), never opening it; raise RegistryError listing what they
+    would refuse at open and the Python packages they lack (one ``key: why`` line each),
+    for callers that build settings in code (the master, the demo)."""
+    problems = sink_problems(settings, classes)
+    if problems:
+        raise RegistryError("\n".join(f"{dotted_key(path)}: {why}" for path, why in problems))
 
 
 def _processor_problems(settings: Settings,

@@ -7,17 +7,23 @@ where the value goes to aiokafka unchanged). Unknown keys are errors, so typos s
 
 from __future__ import annotations
 
+import functools
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from importlib.metadata import EntryPoint, entry_points
+from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     SecretStr,
+    SerializeAsAny,
+    ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.kafka_security import check_security
@@ -155,18 +161,70 @@ class FailureSettings(_Model):
         return self
 
 
+SINK_TYPES = "kstage.sinks"
+"""Entry-point group of the sink types: name -> ``module:Sink`` class, whose
+``settings_model`` validates ``sink:`` mappings of that ``type``."""
+
+
 class SinkSettings(_Model):
-    """Where a topic's rows go. ``type`` picks the sink; other keys are the sink's options."""
+    """A topic's ``sink:`` mapping, and the base of every sink type's settings model.
 
-    model_config = ConfigDict(extra="allow", frozen=True, hide_input_in_errors=True)
-    type: str = Field("null", description="jsonl | null (more sink types come with plugins).")
-    path: str | None = Field(None, description="jsonl: output file (appended).")
+    ``SinkSettings.model_validate(mapping)`` is a union discriminated on ``type`` (default
+    ``null``): it looks the type up in the entry-point group ``kstage.sinks`` (built-in and
+    plugin sinks alike) and returns an instance of that sink's own ``settings_model``, a
+    subclass of this one that narrows ``type`` to a ``Literal`` and declares the sink's
+    keys (unknown keys are refused, values are frozen, inputs stay out of validation
+    errors and the repr masks values named like secrets). An unknown type, a sink whose
+    module cannot be imported, a typo'd key, a wrong value or a missing key are errors at
+    ``sink.<key>``, with the file and line when the settings come from a file.
+    """
 
-    @model_validator(mode="after")
-    def _check(self) -> SinkSettings:
-        if self.type == "jsonl" and not self.path:
-            raise ValueError("sink type jsonl needs a path")
-        return self
+    type: str = Field("null", description="Sink type: a name in the entry-point group "
+                      "kstage.sinks (built-in: null, jsonl, http, spark, jdbc).")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _by_type(cls, data: Any, handler: ModelWrapValidatorHandler[SinkSettings],
+                 ) -> SinkSettings:
+        # Only the base class dispatches; a sink's own model validates as any model.
+        if cls is not SinkSettings or not isinstance(data, dict):
+            return handler(data)
+        name = data.get("type", "null")
+        model = sink_settings_model(name) if isinstance(name, str) else None
+        if model is None:
+            installed = ", ".join(sorted(_sink_entry_points()))
+            _sink_type_error(name, f"unknown sink type {name!r} (installed: {installed})")
+        return model.model_validate(data)
+
+
+@functools.cache
+def _sink_entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=SINK_TYPES)}
+
+
+def sink_settings_model(name: str) -> type[SinkSettings] | None:
+    """The settings model of sink type ``name`` (None if no sink of that name is
+    installed). Imports the sink's module, at validation time only: importing
+    ``settings`` imports no sink. Raises a ValidationError at ``type`` when the module
+    cannot be imported or its class declares no settings model."""
+    ep = _sink_entry_points().get(name)
+    if ep is None:
+        return None
+    try:
+        cls = ep.load()
+    except ImportError as exc:
+        _sink_type_error(name, f"sink type {name!r} ({ep.value}) cannot be imported: {exc}")
+    model = getattr(cls, "settings_model", None)
+    if not (isinstance(model, type) and issubclass(model, SinkSettings)):
+        _sink_type_error(name, f"sink type {name!r} ({ep.value}) declares no settings_model "
+                         "(a subclass of SinkSettings)")
+    return model
+
+
+def _sink_type_error(name: object, message: str) -> NoReturn:
+    raise ValidationError.from_exception_data("SinkSettings", [InitErrorDetails(
+        type=PydanticCustomError("sink_type", message), loc=("type",), input=name)],
+        hide_input=True)
 
 
 class TopicSettings(_Model):
@@ -182,7 +240,10 @@ class TopicSettings(_Model):
     subject: str | None = Field(
         None, description="avro: registry subject of the value schema (default TOPIC-value)."
     )
-    sink: SinkSettings = Field(default_factory=SinkSettings, description="Destination.")
+    # SerializeAsAny: a dump holds the sink type's own keys, not only ``type``.
+    sink: SerializeAsAny[SinkSettings] = Field(
+        default_factory=lambda: SinkSettings.model_validate({"type": "null"}),
+        description="Destination: ``type`` and that sink type's own keys.")
     failure: FailureSettings | None = Field(None, description="Overrides the group's failure.")
     options: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
 

@@ -23,35 +23,33 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Self
 
-from pydantic import ConfigDict, Field
-
 from actors.errors import SinkError
 from processors.base import Column, Row
-from settings.secrets import MaskedRepr
+from settings.models import SinkSettings
 
 if TYPE_CHECKING:
     from actors.sink_health import SinkHealth
     from settings.models import Settings
+
+Problem = tuple[tuple[str, ...], str]
+"""``(key, why)``: a setting a sink refuses (see :meth:`Sink.check`)."""
 
 RefuseRows = Callable[[list[Row], int, str], Awaitable[None] | None]
 """``(rows, status, reason)``: dead-letter rows a sink refuses for good; ``status`` is the
 sink's own code (an HTTP status) or 0. Sync or async."""
 
 
-class SinkSettingsBase(MaskedRepr):
-    """Base of every sink's settings model: ``type`` names the sink, unknown keys are
-    refused, values are frozen, inputs stay out of validation errors and the repr masks
-    values named like secrets (a password in JDBC ``properties``, an ``X-Api-Key``
-    header). A plugin's model subclasses it and narrows ``type`` to a ``Literal`` of its
-    entry-point name."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
-
-    type: str = Field(description="Sink type: a name in the entry-point group kstage.sinks.")
+SinkSettingsBase = SinkSettings
+"""Base of every sink's settings model (the same class as :class:`settings.SinkSettings`,
+which validates a topic's ``sink:`` against its type's model): ``type`` names the sink,
+unknown keys are refused, values are frozen, inputs stay out of validation errors and the
+repr masks values named like secrets (a password in JDBC ``properties``, an
+``X-Api-Key`` header). A plugin's model subclasses it and narrows ``type`` to a
+``Literal`` of its entry-point name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +117,10 @@ class Sink(abc.ABC):
 
     type: ClassVar[str] = ""
     settings_model: ClassVar[builtins.type[SinkSettingsBase]] = SinkSettingsBase
+    requires: ClassVar[Mapping[str, str]] = {}
+    """Python packages the sink needs that kstage does not install by default: import
+    name -> what to ``pip install`` (``{"pyspark": "kstage[spark]"}``). A missing one is a
+    configuration error: ``kstage validate`` and ``run`` name what to install."""
     capabilities: SinkCapabilities = SinkCapabilities()
     context: SinkContext = SinkContext()
 
@@ -131,6 +133,21 @@ class Sink(abc.ABC):
     def bind(self, context: SinkContext) -> None:
         """Receive the worker's context; called once, before :meth:`open`."""
         self.context = context
+
+    def check(self) -> list[Problem]:
+        """What :meth:`open` would refuse in the bound context, found without opening
+        anything: ``(key, why)`` pairs, ``key`` relative to the topic's settings
+        (``("sink", "table")``, ``("processor",)``). ``kstage validate`` and ``run`` report
+        them with file and line before anything starts. The default finds a sink that
+        needs typed columns (:attr:`SinkCapabilities.needs_columns`) fed by a processor
+        that declares none; a sink that overrides it adds its own checks to these."""
+        if self.capabilities.needs_columns and not self.context.columns:
+            processor = (f"processor {self.context.processor!r}" if self.context.processor
+                         else "the processor")
+            return [(("processor",), f"{processor} declares no columns; a {self.type} sink "
+                     "writes a typed table and needs them (use a processor with columns, "
+                     "or another sink type)")]
+        return []
 
     @property
     def health(self) -> SinkHealth | None:

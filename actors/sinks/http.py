@@ -1,7 +1,7 @@
 """The HTTP sink: rows become JSON requests to an HTTP API, acknowledged only on a 2xx.
 
 Settings come from a topic's ``sink`` mapping (``type: http`` plus the keys of
-:class:`HttpSinkSettings`), parsed as ``HttpSinkSettings.model_validate(s.model_dump())``.
+:class:`HttpSinkSettings`), validated when the configuration is loaded.
 
 Guarantees and rules, per :meth:`HttpSink.write` call (the rows of ONE partition, in
 offset order):
@@ -173,8 +173,6 @@ class HttpSinkSettings(_SinkModel):
     retry_statuses: list[int] = Field(
         list(RETRY_STATUSES), description="3xx/4xx answers retried like a 5xx (5xx always "
         "are); any other 3xx/4xx dead-letters the request's rows.")
-    # SinkSettings.model_dump() always has jsonl's ``path`` key: accepted only unset.
-    path: None = Field(None, description="Not used by http sinks (jsonl's file).")
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # header values may be API keys, the url's query too

@@ -16,7 +16,7 @@ How it works:
   the running session with ``ADD JAR`` when the driver class is not on its classpath
   already (``spark.conf: {spark.jars: ...}`` also works); ``ADD JAR`` also ships it to
   the executors of a cluster.
-* A :class:`JdbcTableWriter` (a :class:`~actors.sinks.spark.sink.TableWriter`) batches the rows
+* A :class:`JdbcTableWriter` (a :class:`~actors.sinks.table.batching.TableWriter`) batches the rows
   of all the workers writing one table (``spark.flush_max_rows`` /
   ``spark.flush_max_interval_s``) and appends each micro-batch as one Spark JDBC write of
   one partition, i.e. one transaction: the rows of a flush land together or not at all.
@@ -59,24 +59,17 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.base import SinkSettingsBase
-from actors.sinks.spark.sink import SparkActor, TableSink, TableWriter
-from actors.sinks.table.rows import COORDINATES, check, check_rows
+from actors.sinks.base import Problem, SinkSettingsBase
+from actors.sinks.spark.sink import SparkActor, SparkTableSink, flush_limits
+from actors.sinks.table.batching import TableWriter
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT
+from actors.sinks.table.rows import check, check_rows
 from processors.base import Column, Row
+from settings.identifiers import IDENTIFIER, QualifiedSqlIdentifier, sql_identifier
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_JAR = "/usr/share/java/postgresql.jar"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PG_TYPES = {"string": "TEXT", "int": "INTEGER", "long": "BIGINT",
-             "double": "DOUBLE PRECISION", "boolean": "BOOLEAN", "binary": "BYTEA",
-             "timestamp": "TIMESTAMPTZ"}
-# format_type() names an existing column may have for each declared type.
-_COMPATIBLE = {"string": ("text", "character varying"), "int": ("integer", "bigint"),
-               "long": ("bigint",), "double": ("double precision",),
-               "boolean": ("boolean",), "binary": ("bytea",),
-               "timestamp": ("timestamp with time zone", "timestamp without time zone")}
-_INGESTED_AT = Column("_ingested_at", "timestamp", False)  # type: ignore[arg-type]
 _RESERVED = (*(c.name for c in COORDINATES), "_ingested_at")
 # Connection properties kstage sets unless the sink's ``properties`` say otherwise: fail
 # fast when the server is away (the Spark thread is shared by every sink) and send the
@@ -89,8 +82,8 @@ class JdbcSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://...}``."""
 
     type: Literal["jdbc"] = Field("jdbc", description="Sink type.")
-    table: str | None = Field(None, description="Staging table, `name` or `schema.name` "
-                              "(default: the processor's).")
+    table: QualifiedSqlIdentifier | None = Field(
+        None, description="Staging table, `name` or `schema.name` (default: the processor's).")
     url: str = Field(description="JDBC URL, e.g. jdbc:postgresql://host:5432/db.")
     user: str | None = Field(None, description="Database user.")
     password: SecretStr | None = Field(None, description="Database password (never logged).")
@@ -110,13 +103,6 @@ class JdbcSinkSettings(SinkSettingsBase):
             raise ValueError(f"jdbc sink url {safe_url(value)!r} must start with 'jdbc:'")
         return value
 
-    @field_validator("table")
-    @classmethod
-    def _table_name(cls, value: str | None) -> str | None:
-        if value is not None:
-            _table_parts(value)
-        return value
-
 
 def safe_url(url: str) -> str:
     """``url`` without its query string and user info (they may hold a password)."""
@@ -126,7 +112,7 @@ def safe_url(url: str) -> str:
 
 def _table_parts(table: str) -> tuple[str, ...]:
     parts = tuple(table.split("."))
-    if len(parts) > 2 or not all(_IDENTIFIER.match(p) for p in parts):
+    if len(parts) > 2 or not all(IDENTIFIER.match(p) for p in parts):
         raise ValueError(f"jdbc sink table {table!r} is not `name` or `schema.name` made of "
                          "plain identifiers")
     return parts
@@ -139,8 +125,9 @@ def _qualified(table: str) -> str:
 def create_table_sql(table: str, columns: Sequence[Column]) -> str:
     """The ``CREATE TABLE IF NOT EXISTS`` of a staging table with the processor's
     ``columns`` (the Kafka coordinates and ``_ingested_at`` follow them)."""
-    cols = ", ".join(f'"{c.name}" {_PG_TYPES[c.type]}' + ("" if c.nullable else " NOT NULL")
-                     for c in (*columns, *COORDINATES, _INGESTED_AT))
+    cols = ", ".join(f'"{c.name}" {COLUMN_TYPES[c.type].postgres}'
+                     + ("" if c.nullable else " NOT NULL")
+                     for c in (*columns, *COORDINATES, INGESTED_AT))
     return f"CREATE TABLE IF NOT EXISTS {_qualified(table)} ({cols})"
 
 
@@ -157,9 +144,9 @@ def table_mismatches(table: str, existing: Sequence[tuple[str, str, bool, bool]]
         if column.name not in found:
             continue
         kind, notnull, _ = found[column.name]
-        if not kind.startswith(_COMPATIBLE[column.type]):
+        if not kind.startswith(COLUMN_TYPES[column.type].postgres_found):
             errors.append(f"table {table} column {column.name!r} is {kind}, the processor "
-                          f"declares {column.type} ({_PG_TYPES[column.type]})")
+                          f"declares {column.type} ({COLUMN_TYPES[column.type].postgres})")
         if notnull and column.nullable:
             errors.append(f"table {table} column {column.name!r} is NOT NULL but the "
                           "processor declares it nullable")
@@ -297,11 +284,12 @@ class JdbcTableWriter(TableWriter):
 
     def __init__(self, actor: SparkActor, settings: JdbcSinkSettings, table: str,
                  columns: tuple[Column, ...]) -> None:
-        super().__init__(actor, table, columns)
+        super().__init__(table, columns, **flush_limits(actor.settings))
+        self.actor = actor
         self.settings = settings
         self.url = settings.url
         self.where = f"jdbc sink {table} at {safe_url(settings.url)}"
-        self._all_pg = (*self._all, _INGESTED_AT)
+        self._all_pg = (*self._all, INGESTED_AT)
         self._registered = False
 
     def _properties(self) -> dict[str, str]:
@@ -561,24 +549,27 @@ def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
     return writer
 
 
-class JdbcSink(TableSink):
+class JdbcSink(SparkTableSink):
     """One worker's handle on a JDBC staging table (see the module docstring)."""
 
     type = "jdbc"
     settings_model = JdbcSinkSettings
+    requires = {"pyspark": "kstage[spark]"}
     settings: JdbcSinkSettings
 
-    async def open(self) -> None:
+    def check(self) -> list[Problem]:
+        """The table name must be ``name`` or ``schema.name`` of plain identifiers; the
+        processor must declare columns, none named like the sink's own."""
+        problems: list[Problem] = []
         try:
-            _table_parts(self.table)
-        except ValueError:
-            raise FatalError(f"jdbc sink: table name {self.table!r} (of {self._what()}) is "
-                             "not `name` or `schema.name` made of plain identifiers; set "
-                             "sink.table") from None
-        bad = self._check_columns(_RESERVED)
-        if bad:
-            raise FatalError(f"jdbc sink {self.table}: bad or reserved column names {bad} "
-                             f"(of {self._what()})")
+            sql_identifier(self.table, qualified=True)
+        except ValueError as exc:
+            problems.append((("sink", "table"), f"jdbc sink: table name of {self._what()}: "
+                             f"{exc}; set sink.table"))
+        return problems + self._column_problems(_RESERVED)
+
+    async def open(self) -> None:
+        self._refuse_problems()
         self._writer = table_writer(self._spark(), self.settings, self.table, self.columns)
         try:
             await self._writer.register()

@@ -57,12 +57,16 @@ def load(name: str) -> type[Sink]:
 
 
 def settings_for(raw: BaseModel | dict[str, object]) -> SinkSettingsBase:
-    """Validate a topic's ``sink:`` mapping against its type's settings model."""
-    data = raw.model_dump(exclude_unset=True) if isinstance(raw, BaseModel) else raw
-    return load(str(data.get("type", "null"))).settings_model.model_validate(data)
+    """A topic's ``sink`` as its type's settings model: a model already validated (as
+    ``TopicSettings.sink`` is) is returned as it is, a mapping is validated (see
+    :class:`settings.SinkSettings`)."""
+    if isinstance(raw, SinkSettingsBase) and type(raw) is load(raw.type).settings_model:
+        return raw
+    data = raw.model_dump() if isinstance(raw, BaseModel) else raw
+    return SinkSettingsBase.model_validate(data)
 
 
 def build_sink(raw: BaseModel | dict[str, object]) -> Sink:
-    """Create the sink a topic's ``sink`` settings describe."""
+    """Create (not open) the sink a topic's ``sink`` settings describe."""
     settings = settings_for(raw)
     return load(settings.type).from_settings(settings)

@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
 from actors.master import Master
+from actors.sinks.checks import missing_packages
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker
@@ -34,7 +35,7 @@ from service.dev.samples import (
     poison_values,
     sample_records,
 )
-from service.lifecycle import serve
+from service.lifecycle import EXIT_CONFIG, serve
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,11 @@ def merge_records(warehouse: Path) -> dict[str, dict[str, Any]]:
 
 
 def run_demo(out: Path, events: int = 500) -> int:
+    # The demo writes Spark tables: say what to install before starting anything.
+    missing = missing_packages(["spark"])
+    if missing:
+        print(f"kstage demo: {'; '.join(missing)}", file=sys.stderr)
+        return EXIT_CONFIG
     out.mkdir(parents=True, exist_ok=True)
     (out / "failed_events.log").unlink(missing_ok=True)
     shutil.rmtree(out / "warehouse", ignore_errors=True)

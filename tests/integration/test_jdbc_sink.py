@@ -192,7 +192,8 @@ async def test_a_table_that_does_not_fit_stops_the_sink_at_open(
 async def test_bad_settings_are_named() -> None:
     with pytest.raises(ValidationError, match="must start with 'jdbc:'"):
         JdbcSinkSettings(url="postgresql://h/db")
-    with pytest.raises(ValidationError, match="'a.b.c' is not `name` or `schema.name`"):
+    with pytest.raises(ValidationError,
+                       match="'a.b.c' is not a SQL identifier: write `name` or `schema.name`"):
         JdbcSinkSettings(url="jdbc:postgresql://h/db", table="a.b.c")
     with pytest.raises(ValidationError, match="extra"):
         build_sink(SinkSettings.model_validate({"type": "jdbc", "url": "jdbc:x:y", "tabel": "t"}))

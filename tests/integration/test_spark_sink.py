@@ -21,7 +21,7 @@ from actors.sinks.spark.sink import (
     SparkActor,
     SparkSink,
     SparkSinkSettings,
-    TableWriter,
+    SparkTableWriter,
     struct_type,
 )
 from processors.base import Column, Message, Row
@@ -242,7 +242,7 @@ async def test_schema_change_adds_nullable_columns_and_refuses_the_rest(
     sink = await opened(spark_actor, "stg_evolving")
     await sink.write(events(0, 0, 4))
     wider = (*PROCESSOR.columns, Column("comment", "string", True))
-    writer = TableWriter(spark_actor, "stg_evolving", wider)
+    writer = SparkTableWriter(spark_actor, "stg_evolving", wider)
     await writer.register()
     rows, _ = writer.convert([{**r, "comment": "new"} for r in events(0, 4, 2)])
     await writer.write(rows)
@@ -261,7 +261,7 @@ async def test_schema_change_adds_nullable_columns_and_refuses_the_rest(
     }
     for columns, message in cases.values():
         with pytest.raises(FatalError, match="stg_evolving") as caught:
-            await TableWriter(spark_actor, "stg_evolving", tuple(columns)).register()
+            await SparkTableWriter(spark_actor, "stg_evolving", tuple(columns)).register()
         assert message in str(caught.value)
 
 

@@ -1,11 +1,11 @@
-"""TableWriter.convert: rows become one Arrow record batch; the column-wise fast path and
+"""SparkTableWriter.convert: rows become one Arrow record batch; the column-wise fast path and
 the row-by-row path agree."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from actors.sinks.spark.sink import SparkActor, TableWriter
+from actors.sinks.spark.sink import SparkActor, SparkTableWriter
 from processors.base import Column, Row
 from settings import SparkSettings
 
@@ -13,9 +13,9 @@ COLUMNS = (Column("name", "string", False), Column("small", "int"), Column("big"
            Column("ratio", "double"), Column("flag", "boolean"), Column("blob", "binary"))
 
 
-def writer(tmp_path: Path) -> TableWriter:
+def writer(tmp_path: Path) -> SparkTableWriter:
     actor = SparkActor(SparkSettings(warehouse=str(tmp_path)))  # no session is started
-    return TableWriter(actor, "stg_types", COLUMNS)
+    return SparkTableWriter(actor, "stg_types", COLUMNS)
 
 
 def row(offset: int, **values: object) -> Row:

@@ -155,10 +155,10 @@ def plan(settings: Settings, table: str | None = None) -> list[TablePlan]:
     found: dict[str, TablePlan] = {}
     for group in settings.groups:
         for topic in group.topics:
-            if topic.sink.type != "spark":
+            if not isinstance(topic.sink, SparkSinkSettings):
                 continue
             cls = classes[topic.processor]
-            name = SparkSinkSettings.model_validate(topic.sink.model_dump()).table or cls.table
+            name = topic.sink.table or cls.table
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
                                        "table; set sink.table")

@@ -1,8 +1,10 @@
 """The Spark sink: rows land in Parquet staging tables, written in micro-batches.
 
-Settings: a topic's ``sink: {type: spark, table: NAME}`` (:class:`SparkSinkSettings`, parsed
-by the sink registry) and the process-wide ``spark:``
-section (:class:`SparkSettings`).
+Settings: a topic's ``sink: {type: spark, table: NAME}`` (:class:`SparkSinkSettings`,
+validated when the configuration is loaded) and the process-wide ``spark:`` section
+(:class:`SparkSettings`). What the Spark and JDBC sinks share without Spark (column types,
+row checks, Arrow conversion, micro-batching, the worker's handle) is in
+:mod:`actors.sinks.table`.
 
 How it works:
 
@@ -15,10 +17,11 @@ How it works:
   ``write(rows)`` checks the rows on the event loop and turns those that fit into one
   Arrow record batch (:mod:`actors.sinks.table.rows`; a row with a wrong type or a missing NOT
   NULL value is dead-lettered through the worker's permanent-failure hook), hands it to
-  the table's shared :class:`TableWriter` and returns once the micro-batch holding it was
+  the table's shared :class:`SparkTableWriter` and returns once the micro-batch holding it was
   appended (durable): the worker then commits their offsets.
-* A :class:`TableWriter` buffers the rows of all the workers writing one table and flushes
-  them as one Parquet append when ``flush_max_rows`` rows are pending,
+* A :class:`SparkTableWriter` (a :class:`~actors.sinks.table.batching.TableWriter`)
+  buffers the rows of all the workers writing one table and flushes them as one Parquet
+  append when ``flush_max_rows`` rows are pending,
   ``flush_max_interval_s`` passed since the first pending row, ``flush_min_rows`` are
   pending while no append of the table runs (so a busy table keeps Spark writing and
   appends grow with the load, while a quiet one still waits for the interval), or a
@@ -42,8 +45,9 @@ How it works:
   ``ingest_date`` (UTC DATE; a string would be read back as a date by path readers'
   partition inference) and ``writer_id`` (``host-pid-uuid8``, unique per process) so
   several kstage processes never write the same directory (each appends into its
-  own ``ingest_date=D/writer_id=W`` directory, see :meth:`TableWriter._append`). Parquet files keep
-  no NOT NULL: read back, every column is nullable (the sink enforces ``nullable``).
+  own ``ingest_date=D/writer_id=W`` directory, see :meth:`SparkTableWriter._append`).
+  Parquet files keep no NOT NULL: read back, every column is nullable (the sink enforces
+  ``nullable``).
 
 pyspark is imported only inside functions: importing this module does not load it.
 """
@@ -60,17 +64,21 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.base import Sink, SinkCapabilities, SinkContext, SinkSettingsBase
+from actors.sinks.base import Problem, SinkContext, SinkSettingsBase
 from actors.sinks.spark.session import EXIT_WAIT_S, connection_lost, discard_session, start_session
-from actors.sinks.table.rows import COORDINATES, arrow_table, record_batch
+from actors.sinks.table.batching import TableWriter
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_type
+from actors.sinks.table.rows import arrow_table, record_batch
+from actors.sinks.table.sink import TableSink
 from processors.base import Column, Row
+from settings.identifiers import SqlIdentifier, sql_identifier
 from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -78,16 +86,14 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 PARTITION_COLUMNS = ("ingest_date", "writer_id")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SQL_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOUBLE",
-              "boolean": "BOOLEAN", "binary": "BINARY", "timestamp": "TIMESTAMP"}
 
 
 class SparkSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: spark, table: NAME}``."""
 
     type: Literal["spark"] = Field("spark", description="Sink type.")
-    table: str | None = Field(None, description="Staging table (default: the processor's).")
+    table: SqlIdentifier | None = Field(
+        None, description="Staging table, a SQL identifier (default: the processor's).")
 
 
 def _writer_id() -> str:
@@ -118,7 +124,7 @@ class SparkActor:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
         self._spark: Any = None
         self._proc: Any = None  # the session's JVM (a Popen), when pyspark launched it
-        self._writers: dict[str, TableWriter] = {}
+        self._writers: dict[str, SparkTableWriter] = {}
         self._stopped = False
         self._warm = False
         self._lost_pid: int | None = None  # the JVM that died, until a new session runs
@@ -278,11 +284,11 @@ class SparkActor:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._run, fn, retry)
 
-    def writer(self, table: str, columns: Sequence[Column]) -> TableWriter:
+    def writer(self, table: str, columns: Sequence[Column]) -> SparkTableWriter:
         """The shared writer of ``table`` (created on first use)."""
         writer = self._writers.get(table)
         if writer is None:
-            writer = self._writers[table] = TableWriter(self, table, tuple(columns))
+            writer = self._writers[table] = SparkTableWriter(self, table, tuple(columns))
         elif writer.columns != tuple(columns):
             raise FatalError(f"spark sink: table {table!r} is written with two different "
                              "column lists in this process")
@@ -342,14 +348,9 @@ def struct_type(columns: Sequence[Column]) -> Any:
     """The Spark schema of a staging table with the processor's ``columns``."""
     from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
 
-    spark_types: dict[str, Any] = {
-        "string": t.StringType(), "int": t.IntegerType(), "long": t.LongType(),
-        "double": t.DoubleType(), "boolean": t.BooleanType(), "binary": t.BinaryType(),
-    }
-    fields = [t.StructField(c.name, spark_types[c.type], c.nullable)
-              for c in (*columns, *COORDINATES)]
-    fields += [t.StructField("_ingested_at", t.TimestampType(), False),
-               t.StructField("ingest_date", t.DateType(), False),
+    fields = [t.StructField(c.name, spark_type(c.type), c.nullable)
+              for c in (*columns, *COORDINATES, INGESTED_AT)]
+    fields += [t.StructField("ingest_date", t.DateType(), False),
                t.StructField("writer_id", t.StringType(), False)]
     return t.StructType(fields)
 
@@ -360,8 +361,8 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
     the partition columns) with the ``declared`` ones (coordinates
     included): the names of new nullable columns, and one message per change that is not
     allowed (a column removed, a type changed, a new NOT NULL column)."""
-    declared_types = {c.name: _SQL_TYPES[c.type].lower() for c in declared}
-    declared_types["_ingested_at"] = "timestamp"
+    declared_types = {c.name: COLUMN_TYPES[c.type].spark_sql.lower()
+                      for c in (*declared, INGESTED_AT)}
     errors = [f"column {name!r} ({kind}) is no longer declared" for name, kind in
               existing.items() if name not in declared_types]
     errors += [f"column {name!r} was {existing[name]}, is now declared {kind}"
@@ -379,31 +380,17 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
     return added, errors
 
 
-class TableWriter:
-    """Buffers the rows of one table from every sink of the process; flushes in batches.
-
-    A sink hands over what :meth:`convert` made of its rows (a *part*: here an Arrow
-    record batch, a list of tuples for the JDBC writer; anything with a ``len``); a flush
-    appends the pending parts together (:meth:`_append`, on the Spark thread)."""
+class SparkTableWriter(TableWriter):
+    """Micro-batches one staging table's rows (see :class:`TableWriter`); a flush appends
+    the pending parts (Arrow record batches) together as one Parquet write
+    (:meth:`_append`, on the Spark thread)."""
 
     def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...]) -> None:
+        super().__init__(table, columns, **flush_limits(actor.settings))
         self.actor = actor
-        self.table = table
-        self.columns = columns
         self.path = actor.warehouse / table
-        self.flushes = 0
-        self.max_rows = actor.settings.flush_max_rows
-        self.min_rows = min(actor.settings.flush_min_rows, self.max_rows)
-        self.max_interval_s = actor.settings.flush_max_interval_s
-        self._all = (*columns, *COORDINATES)
-        self._running = 0  # flushes started and not finished
-        self._soon = False  # flush what is pending as soon as the running flushes end
-        self._pending: list[tuple[Any, asyncio.Future[None]]] = []
-        self._pending_rows = 0
-        self._timer: asyncio.TimerHandle | None = None
         self._registered = False
         self._dates: set[dt.date] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
         """The rows that fit the declared columns as one Arrow record batch, and the
@@ -411,16 +398,10 @@ class TableWriter:
         :func:`actors.sinks.table.rows.record_batch`)."""
         return record_batch(rows, self._all, f"spark sink {self.table}")
 
-    def refused(self, part: Any) -> list[tuple[Row, str]]:
-        """The rows of ``part`` the table refused while they were written (each with the
-        reason), not yet reported: the sink dead-letters them and takes them off this
-        list. None here: Parquet takes every row :meth:`convert` let through."""
-        return []
-
     def _create(self, spark: Any) -> None:
         """Spark thread: create the table by location if needed (in this session's
         catalog), and find its existing partitions."""
-        cols = ", ".join(f"`{c.name}` {_SQL_TYPES[c.type]}" for c in self._all)
+        cols = ", ".join(f"`{c.name}` {COLUMN_TYPES[c.type].spark_sql}" for c in self._all)
         ddl = (f"CREATE TABLE IF NOT EXISTS `{self.table}` ({cols}, `_ingested_at` TIMESTAMP, "
                "`ingest_date` DATE, `writer_id` STRING) USING parquet "
                f"PARTITIONED BY (ingest_date, writer_id) LOCATION {_quote(str(self.path))}")
@@ -432,7 +413,7 @@ class TableWriter:
         missing = [c for c in self._all if c.name not in known]
         if missing:  # a persistent catalog holds the table with fewer columns
             spark.sql(f"ALTER TABLE `{self.table}` ADD COLUMNS (" + ", ".join(
-                f"`{c.name}` {_SQL_TYPES[c.type]}" for c in missing) + ")")
+                f"`{c.name}` {COLUMN_TYPES[c.type].spark_sql}" for c in missing) + ")")
         spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
         if added:
             logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
@@ -470,65 +451,12 @@ class TableWriter:
                              "files away)")
         return added
 
-    async def write(self, part: Any) -> None:
-        """Add a part (rows made by :meth:`convert`) to the next flush and wait until it
-        was appended."""
-        if not len(part):
-            return
-        loop = asyncio.get_running_loop()
-        item = (part, loop.create_future())
-        self._pending.append(item)
-        self._pending_rows += len(part)
-        if self._pending_rows >= self.max_rows or (
-                not self._running and self._pending_rows >= self.min_rows):
-            self._flush_now()
-        elif self._timer is None:
-            self._timer = loop.call_later(self.max_interval_s, self._flush_now)
-        try:
-            await item[1]
-        except asyncio.CancelledError:
-            if item in self._pending:  # not taken by a flush yet: drop it
-                self._pending.remove(item)
-                self._pending_rows -= len(part)
-            raise
-
     def _file_schema(self) -> Any:
         """The Spark schema of the files (the table's without its partition columns)."""
         from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
 
         return t.StructType([f for f in struct_type(self.columns).fields
                              if f.name not in PARTITION_COLUMNS])
-
-    def flush_soon(self) -> None:
-        """A writer cannot send more rows until its pending ones are written (its
-        ``max_in_flight`` is reached): flush now, or right after the running flush,
-        instead of waiting for ``flush_max_rows`` or ``flush_max_interval_s``."""
-        if not self._pending:
-            return
-        if self._running:
-            self._soon = True
-        else:
-            self._flush_now()
-
-    def _flush_now(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self._pending, self._pending_rows = self._pending, [], 0
-        if batch:
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
-            self._tasks.add(task)  # a reference until done
-            self._running += 1
-            task.add_done_callback(self._flushed)
-
-    def _flushed(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._running -= 1
-        if self._running:
-            return
-        if self._pending_rows >= self.min_rows or (self._soon and self._pending):
-            self._flush_now()  # keep the Spark thread busy while rows wait
-        self._soon = False
 
     async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
         parts = [part for part, _ in batch]
@@ -584,55 +512,27 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-class _TableSettings(Protocol):
-    """What :class:`TableSink` reads of a sink's settings."""
+def flush_limits(settings: SparkSettings) -> dict[str, Any]:
+    """A :class:`TableWriter`'s flush limits from the ``spark:`` section."""
+    return {"max_rows": settings.flush_max_rows, "min_rows": settings.flush_min_rows,
+            "max_interval_s": settings.flush_max_interval_s}
 
-    @property
-    def table(self) -> str | None: ...
 
+class SparkTableSink(TableSink):
+    """A table sink whose writes run on the process's :class:`SparkActor` (the Spark and
+    the JDBC sinks): the actor passed in, or the one of the ``spark:`` section given at
+    :meth:`bind`."""
 
-class TableSink(Sink):
-    """One worker's handle on a table written by a shared :class:`TableWriter` (the
-    Spark and the JDBC sinks): binding, pipelined writes, refused rows, retries.
-    Subclasses open their writer in :meth:`open`."""
-
-    # Writes join a shared micro-batch: the sink loop does not wait for one to return.
-    capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True)
-
-    def __init__(self, settings: _TableSettings, actor: SparkActor | None = None,
+    def __init__(self, settings: Any, actor: SparkActor | None = None,
                  columns: Sequence[Column] = (), table: str | None = None) -> None:
-        self.settings = settings
-        self._table_setting = settings.table
+        super().__init__(settings, columns, table)
         self._actor = actor
         self._spark_settings: SparkSettings | None = None
-        self.columns: tuple[Column, ...] = tuple(columns)
-        self.table = settings.table or table or ""
-        self.processor = ""
-        self._writer: TableWriter | None = None
-        # Batches whose append failed, with their rows that fit: a retry of the same batch
-        # does not dead-letter its refused rows again.
-        self._failed: dict[int, tuple[Sequence[Row], Any]] = {}
 
     def bind(self, context: SinkContext) -> None:
-        """Take the processor's columns and table, and the ``spark:`` section (used when
-        no actor was passed). Called before :meth:`open`."""
+        """Also take the ``spark:`` section (used when no actor was passed)."""
         super().bind(context)
-        self.columns = tuple(context.columns)
-        self.table = self._table_setting or context.table or self.table
-        self.processor = context.processor
         self._spark_settings = context.settings.spark if context.settings else None
-
-    def _what(self) -> str:
-        return f"processor {self.processor!r}" if self.processor else "the processor"
-
-    def _check_columns(self, reserved: Collection[str]) -> list[str]:
-        """FatalError when the processor declares no columns; else the column names that
-        are not plain identifiers or are ``reserved``."""
-        if not self.columns:
-            raise FatalError(f"{self.type} sink: {self._what()} declares no columns for "
-                             f"table {self.table!r}; a {self.type} sink needs a typed schema")
-        return [c.name for c in self.columns
-                if not _IDENTIFIER.match(c.name) or c.name in reserved]
 
     def _spark(self) -> SparkActor:
         """The actor passed in, or the process's one for the ``spark:`` section."""
@@ -640,65 +540,27 @@ class TableSink(Sink):
             self._actor = spark_actor(self._spark_settings)
         return self._actor
 
-    def flush_soon(self) -> None:
-        """The worker cannot send more rows: flush the table's pending rows early."""
-        if self._writer is not None:
-            self._writer.flush_soon()
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        if self._writer is None:
-            raise SinkError(f"{self.type} sink: write before open")
-        failed = self._failed.get(id(rows))
-        if failed is not None and failed[0] is rows:
-            good = failed[1]  # the worker retries the batch: refused rows are done
-        else:
-            good, rejected = self._writer.convert(rows)
-            for row, reason in rejected:
-                # A row that does not fit its declared types never will: dead-letter it
-                # (the worker's handler) instead of retrying the batch forever.
-                await self.refuse([row], 0, reason)
-            if isinstance(rows, list):
-                # The sink owns the batch's rows now (the worker never reads them back):
-                # drop the dicts while the converted rows wait for their flush. A retry
-                # passes this same, emptied list and finds the converted rows in _failed.
-                rows.clear()
-        try:
-            await self._writer.write(good)
-        except SinkError:
-            self._failed[id(rows)] = (rows, good)  # kept for the retry of this batch
-            await self._report_refused(self._writer, good)
-            raise
-        except BaseException:
-            self._failed.pop(id(rows), None)
-            raise
-        self._failed[id(rows)] = (rows, good)  # a failed dead-letter write is retried
-        await self._report_refused(self._writer, good)
-        self._failed.pop(id(rows), None)
-
-    async def _report_refused(self, writer: TableWriter, part: Any) -> None:
-        """Dead-letter the rows the table refused while ``part`` was written (e.g. a
-        PostgreSQL constraint), each once: a row leaves the list once reported."""
-        refused = writer.refused(part)
-        while refused:
-            row, reason = refused[0]
-            await self.refuse([row], 0, reason)
-            refused.pop(0)
-
-
-class SparkSink(TableSink):
+class SparkSink(SparkTableSink):
     """One worker's handle on a Spark staging table (see the module docstring)."""
 
     type = "spark"
     settings_model = SparkSinkSettings
+    requires = {"pyspark": "kstage[spark]", "pyarrow": "kstage[spark]"}
     settings: SparkSinkSettings
 
+    def check(self) -> list[Problem]:
+        """The table name must be a plain identifier; the processor must declare
+        columns, none named like the sink's own (coordinates, partitions)."""
+        problems: list[Problem] = []
+        try:
+            sql_identifier(self.table)
+        except ValueError as exc:
+            problems.append((("sink", "table"), f"spark sink: table name of {self._what()}: "
+                             f"{exc}; set sink.table"))
+        return problems + self._column_problems(
+            (*(x.name for x in COORDINATES), "_ingested_at", *PARTITION_COLUMNS))
+
     async def open(self) -> None:
-        if not self.table or not _IDENTIFIER.match(self.table):
-            raise FatalError(f"spark sink: table name {self.table!r} (of {self._what()}) is "
-                             "not a plain identifier; set sink.table")
-        bad = self._check_columns((*(x.name for x in COORDINATES), "_ingested_at",
-                                   *PARTITION_COLUMNS))
-        if bad:
-            raise FatalError(f"spark sink {self.table}: bad or reserved column names {bad}")
+        self._refuse_problems()
         self._writer = self._spark().writer(self.table, self.columns)
         await self._writer.register()

@@ -2,7 +2,8 @@
 
 The staging sinks (:mod:`actors.sinks.spark.sink`, :mod:`actors.sinks.jdbc`) accept a processor's
 rows only when every value fits its :class:`~processors.base.Column`: the Python types a
-column type accepts are in :data:`TYPES` (``bool`` is not an ``int`` here), ints must fit
+column type accepts are in :data:`TYPES`, from the one map of column types
+(:mod:`actors.sinks.table.columns`; ``bool`` is not an ``int`` here), ints must fit
 ``int``/``long``, a NOT NULL column must have a value. A row that does not fit is refused
 with a reason that names the table, the row's Kafka coordinates and the column.
 
@@ -17,22 +18,14 @@ pyarrow is imported only inside functions (it comes with the ``spark`` extra).
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INT_RANGE, arrow_type
 from processors.base import Column, Row
 
-# The Kafka coordinates every staging row carries (the ingest time is added at flush).
-COORDINATES = (Column("_topic", "string", False), Column("_partition", "int", False),
-               Column("_offset", "long", False), Column("_timestamp", "long", True))
-INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 # The Python types each column type accepts (bool is not an int here: type(True) is bool).
-TYPES: dict[str, frozenset[type]] = {
-    "string": frozenset({str}), "int": frozenset({int}), "long": frozenset({int}),
-    "double": frozenset({float, int}), "boolean": frozenset({bool}),
-    "binary": frozenset({bytes, bytearray}), "timestamp": frozenset({dt.datetime}),
-}
+TYPES: dict[str, frozenset[type]] = {kind: k.python for kind, k in COLUMN_TYPES.items()}
 _NULLABLE_TYPES = {kind: types | {type(None)} for kind, types in TYPES.items()}
 
 
@@ -97,16 +90,6 @@ def _fits(values: list[Any], column: Column) -> bool:
     return True
 
 
-@functools.cache
-def arrow_type(kind: str) -> Any:
-    """The Arrow type of a column type (the Spark staging types' Arrow equivalents;
-    cached: every write asks once per column)."""
-    import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
-
-    return {"string": pa.string(), "int": pa.int32(), "long": pa.int64(),
-            "double": pa.float64(), "boolean": pa.bool_(), "binary": pa.binary()}[kind]
-
-
 def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
                  ) -> tuple[Any, list[tuple[Row, str]]]:
     """The rows that fit ``columns`` as one ``pyarrow.RecordBatch`` (columns in order),
@@ -135,7 +118,7 @@ def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime) -> Any:
     import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
 
     table = pa.Table.from_batches(batches).combine_chunks()
-    stamp = pa.timestamp("us", tz="UTC")
+    stamp = arrow_type("timestamp")
     return table.append_column("_ingested_at", pa.repeat(pa.scalar(ingested_at, type=stamp),
                                                          len(table)))
 

@@ -6,9 +6,11 @@ import asyncio
 import os
 import time
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field
 
+from actors.sinks import Sink, SinkCapabilities, SinkSettingsBase
 from processors import Message, NoOptions, PoisonMessage, Processor, Row, with_coordinates
 
 
@@ -126,6 +128,27 @@ class BlockProcessor(Processor):
             while True:
                 time.sleep(0.05)
         return [with_coordinates(dict(message.value), message)]
+
+
+class TypedSinkSettings(SinkSettingsBase):
+    """``sink: {type: test_typed, dir: DIR}``: a plugin sink's own settings model."""
+
+    type: Literal["test_typed"] = Field("test_typed", description="Sink type.")
+    dir: str = Field(min_length=1, description="Output directory.")
+
+
+class TypedSink(Sink):
+    """A plugin sink that writes typed tables (needs the processor's columns)."""
+
+    type = "test_typed"
+    settings_model = TypedSinkSettings
+    capabilities = SinkCapabilities(needs_columns=True)
+
+    def __init__(self, settings: TypedSinkSettings) -> None:
+        self.settings = settings
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        return None
 
 
 class BadTableProcessor(Processor):

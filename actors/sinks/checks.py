@@ -1,0 +1,84 @@
+"""What ``run`` would refuse about a configuration's sinks, found before anything starts.
+
+The settings model validates every topic's ``sink:`` against its type's settings model
+when the file is loaded. What it cannot see needs the sink classes and the processors:
+
+- a sink type whose Python packages are missing (:attr:`Sink.requires
+  <actors.sinks.base.Sink.requires>`): one line per package to install, e.g. ``sink type
+  'spark' needs pyspark, pyarrow (not installed): pip install 'kstage[spark]'``;
+- what each sink, built with its settings and bound to its processor's columns and table
+  (never opened), refuses (:meth:`Sink.check <actors.sinks.base.Sink.check>`): a table
+  sink fed by a processor without columns, a table name that is not an identifier.
+
+:mod:`actors.preflight` adds these problems to what ``kstage validate`` and ``run``
+refuse at start (file, line and key of each, exit code 2), instead of workers that crash
+at open and restart.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Iterable, Mapping
+
+from actors.sinks.base import SinkContext
+from actors.sinks.registry import SinkTypeError, build_sink, load
+from processors.base import Processor
+from settings.loader import ConfigPath
+from settings.models import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a broken spec
+        return False
+
+
+def missing_packages(sink_types: Iterable[str]) -> list[str]:
+    """One line per ``pip install`` the given sink types need and lack, naming the sink
+    type, the missing packages and what to install (empty when nothing is missing)."""
+    lines: list[str] = []
+    for name in dict.fromkeys(sink_types):
+        try:
+            cls = load(name)
+        except SinkTypeError:
+            continue  # not installed at all: the settings model reports it at sink.type
+        wanted: dict[str, list[str]] = {}
+        for module, install in cls.requires.items():
+            if not _installed(module):
+                wanted.setdefault(install, []).append(module)
+        lines += [f"sink type {name!r} needs {', '.join(modules)} (not installed): "
+                  f"pip install '{install}'" for install, modules in wanted.items()]
+    return lines
+
+
+def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
+                  ) -> list[tuple[ConfigPath, str]]:
+    """Every problem of the configuration's sinks, as (settings path, why) pairs.
+
+    ``processors``: the processor class of each name the topics use (see
+    :func:`~actors.master.resolve_processors`); a topic whose processor is missing from
+    it is skipped (its processor is the problem)."""
+    problems: list[tuple[ConfigPath, str]] = []
+    reported: set[str] = set()
+    for gi, group in enumerate(settings.groups):
+        for ti, topic in enumerate(group.topics):
+            here: ConfigPath = ("groups", gi, "topics", ti)
+            kind = topic.sink.type
+            if kind not in reported:  # once per sink type, at its first topic
+                reported.add(kind)
+                problems += [((*here, "sink", "type"), line)
+                             for line in missing_packages([kind])]
+            cls = processors.get(topic.processor)
+            if cls is None:
+                continue
+            sink = build_sink(topic.sink)  # built, never opened
+            sink.bind(SinkContext(
+                label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
+                processor=topic.processor, columns=tuple(cls.columns), table=cls.table,
+                settings=settings))
+            problems += [((*here, *key), why) for key, why in sink.check()]
+    return problems

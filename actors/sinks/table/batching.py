@@ -1,0 +1,127 @@
+"""Micro-batching of one table's rows: :class:`TableWriter` gathers what every sink of the
+process writes to the table and flushes it in batches.
+
+A sink hands over a *part* (what :meth:`TableWriter.convert` made of its rows: an Arrow
+record batch for Spark, a list of tuples for JDBC; anything with a ``len``) and waits on
+:meth:`TableWriter.write` until the flush holding it is durable. A flush starts when
+``max_rows`` rows are pending, ``max_interval_s`` passed since the first pending row,
+``min_rows`` are pending while no flush of the table runs (a busy table keeps its writer
+busy and flushes grow with the load, a quiet one waits for the interval), or a worker
+cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
+
+How a flush writes is the subclass's: :meth:`TableWriter._flush` resolves the future of
+every part it was given (a result once the part is durable, the error otherwise). The
+Spark writer is :class:`actors.sinks.spark.sink.SparkTableWriter`, the JDBC one
+:class:`actors.sinks.jdbc.JdbcTableWriter`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from actors.sinks.table.columns import COORDINATES
+from processors.base import Column, Row
+
+
+class TableWriter(abc.ABC):
+    """Buffers the rows of one table from every sink of the process; flushes in batches.
+
+    Args:
+        table: the table's name.
+        columns: the processor's declared columns (the Kafka coordinates follow them).
+        max_rows: flush at this many pending rows.
+        min_rows: flush at this many pending rows when no flush of the table runs
+            (capped at ``max_rows``).
+        max_interval_s: longest wait of a pending row.
+    """
+
+    def __init__(self, table: str, columns: tuple[Column, ...], *, max_rows: int,
+                 min_rows: int, max_interval_s: float) -> None:
+        self.table = table
+        self.columns = columns
+        self.flushes = 0
+        self.max_rows = max_rows
+        self.min_rows = min(min_rows, max_rows)
+        self.max_interval_s = max_interval_s
+        self._all = (*columns, *COORDINATES)
+        self._running = 0  # flushes started and not finished
+        self._soon = False  # flush what is pending as soon as the running flushes end
+        self._pending: list[tuple[Any, asyncio.Future[None]]] = []
+        self._pending_rows = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @abc.abstractmethod
+    def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
+        """The rows that fit the declared columns as one part, and the rows that do not,
+        each with the reason naming the row and the column."""
+
+    def refused(self, part: Any) -> list[tuple[Row, str]]:
+        """The rows of ``part`` the table refused while they were written (each with the
+        reason), not yet reported: the sink dead-letters them and takes them off this
+        list. Default: none (the table takes every row :meth:`convert` let through)."""
+        return []
+
+    @abc.abstractmethod
+    async def register(self) -> None:
+        """Create or check the table (before the first write)."""
+
+    @abc.abstractmethod
+    async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
+        """Write the parts of ``batch`` and resolve each part's future."""
+
+    async def write(self, part: Any) -> None:
+        """Add a part (rows made by :meth:`convert`) to the next flush and wait until it
+        was written."""
+        if not len(part):
+            return
+        loop = asyncio.get_running_loop()
+        item = (part, loop.create_future())
+        self._pending.append(item)
+        self._pending_rows += len(part)
+        if self._pending_rows >= self.max_rows or (
+                not self._running and self._pending_rows >= self.min_rows):
+            self._flush_now()
+        elif self._timer is None:
+            self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+        try:
+            await item[1]
+        except asyncio.CancelledError:
+            if item in self._pending:  # not taken by a flush yet: drop it
+                self._pending.remove(item)
+                self._pending_rows -= len(part)
+            raise
+
+    def flush_soon(self) -> None:
+        """A writer cannot send more rows until its pending ones are written (its
+        ``max_in_flight`` is reached): flush now, or right after the running flush,
+        instead of waiting for ``max_rows`` or ``max_interval_s``."""
+        if not self._pending:
+            return
+        if self._running:
+            self._soon = True
+        else:
+            self._flush_now()
+
+    def _flush_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending, self._pending_rows = self._pending, [], 0
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._tasks.add(task)  # a reference until done
+            self._running += 1
+            task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._running -= 1
+        if self._running:
+            return
+        if self._pending_rows >= self.min_rows or (self._soon and self._pending):
+            self._flush_now()  # keep the writer busy while rows wait
+        self._soon = False

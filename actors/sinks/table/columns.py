@@ -1,0 +1,88 @@
+"""The column types of the table sinks, in one map: what each declared type accepts in a
+row and what it is in Arrow, Spark and PostgreSQL.
+
+A processor declares its columns with the logical types of
+:data:`processors.base.ColumnType`; the sinks add the Kafka coordinates
+(:data:`COORDINATES`) and ``_ingested_at`` (type ``timestamp``, set at flush). Every
+sink-specific name of a type comes from :data:`COLUMN_TYPES`, so a new type is one entry
+here. pyarrow and pyspark are never imported by this module: their types are built by
+functions given the module (:func:`arrow_type`, :func:`spark_type`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from processors.base import Column
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnKind:
+    """One column type as each part of a table sink sees it.
+
+    Attributes:
+        python: the Python types a row value may have (``bool`` is not an ``int`` here).
+        spark_sql: the Spark SQL type (DDL of the staging tables, schema comparison).
+        postgres: the PostgreSQL type of a created table.
+        postgres_found: the ``format_type()`` names an existing PostgreSQL column may have.
+        arrow: builds the Arrow type, given the ``pyarrow`` module.
+        spark: builds the Spark type, given the ``pyspark.sql.types`` module.
+    """
+
+    python: frozenset[type]
+    spark_sql: str
+    postgres: str
+    postgres_found: tuple[str, ...]
+    arrow: Callable[[Any], Any]
+    spark: Callable[[Any], Any]
+
+
+COLUMN_TYPES: dict[str, ColumnKind] = {
+    "string": ColumnKind(frozenset({str}), "STRING", "TEXT", ("text", "character varying"),
+                         lambda pa: pa.string(), lambda t: t.StringType()),
+    "int": ColumnKind(frozenset({int}), "INT", "INTEGER", ("integer", "bigint"),
+                      lambda pa: pa.int32(), lambda t: t.IntegerType()),
+    "long": ColumnKind(frozenset({int}), "BIGINT", "BIGINT", ("bigint",),
+                       lambda pa: pa.int64(), lambda t: t.LongType()),
+    "double": ColumnKind(frozenset({float, int}), "DOUBLE", "DOUBLE PRECISION",
+                         ("double precision",), lambda pa: pa.float64(),
+                         lambda t: t.DoubleType()),
+    "boolean": ColumnKind(frozenset({bool}), "BOOLEAN", "BOOLEAN", ("boolean",),
+                          lambda pa: pa.bool_(), lambda t: t.BooleanType()),
+    "binary": ColumnKind(frozenset({bytes, bytearray}), "BINARY", "BYTEA", ("bytea",),
+                         lambda pa: pa.binary(), lambda t: t.BinaryType()),
+    # Only the sinks' own ``_ingested_at`` (UTC), never a processor's column.
+    "timestamp": ColumnKind(frozenset({dt.datetime}), "TIMESTAMP", "TIMESTAMPTZ",
+                            ("timestamp with time zone", "timestamp without time zone"),
+                            lambda pa: pa.timestamp("us", tz="UTC"),
+                            lambda t: t.TimestampType()),
+}
+
+# The Kafka coordinates every staging row carries (the ingest time is added at flush).
+COORDINATES = (Column("_topic", "string", False), Column("_partition", "int", False),
+               Column("_offset", "long", False), Column("_timestamp", "long", True))
+INGESTED_AT = Column("_ingested_at", "timestamp", False)  # type: ignore[arg-type]
+INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+
+
+@functools.cache
+def arrow_type(kind: str) -> Any:
+    """The Arrow type of a column type (cached: every write asks once per column)."""
+    import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
+
+    return COLUMN_TYPES[kind].arrow(pa)
+
+
+def spark_type(kind: str) -> Any:
+    """The Spark type of a column type."""
+    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
+
+    return COLUMN_TYPES[kind].spark(t)
+
+
+__all__ = ["COLUMN_TYPES", "COORDINATES", "INGESTED_AT", "INT_RANGE", "ColumnKind",
+           "arrow_type", "spark_type"]
