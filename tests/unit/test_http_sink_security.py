@@ -132,8 +132,6 @@ def test_a_rendered_url_with_another_origin_is_refused() -> None:
         template.render({"v": "x"})
 
 
-@pytest.mark.xfail(strict=True, reason="validate checks a topic's sink against its type's "
-                   "model only with the sink-settings branch: drop this mark once merged")
 def test_validate_names_the_key_and_line_of_a_steerable_url(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "kstage.yml"
