@@ -4,8 +4,9 @@
 two). :func:`sample_records`: dicts valid for a topic's writer schema (under
 :data:`processors.base.SCHEMA_DIR`, ready for :func:`processors.avro.encode`) that its
 processor turns into rows, imitating WhereHows' Gobblin/Hive Metastore producers,
-DataHub and DataHub's SDK emitter (proposals). :func:`poison_values`: wire values the decoder must dead-letter. Deterministic
-for a seed (``random.Random``; no clock, no I/O); 10-30 ms per thousand records.
+DataHub and DataHub's SDK emitter (proposals). :func:`poison_values`: wire values the
+decoder must dead-letter. Deterministic for a seed (``random.Random``; no clock, no
+I/O); 10-30 ms per thousand records.
 """
 
 from __future__ import annotations
