@@ -6,20 +6,23 @@ aspects on ``MetadataChangeLog_Timeseries_v1``, both with the schema
 ``schemas/datahub/MetadataChangeLog.avsc`` (acryl-datahub 1.7.0.17). DataHub publishes no
 staging DDL; the table layout is kstage's, one column per top-level MCL field, with
 aspects and system metadata kept as JSON text. Helpers here are shared with
-:mod:`processors.datahub_platform_event`.
+:mod:`processors.datahub_platform_event` and :mod:`processors.datahub_mcp` (a
+MetadataChangeProposal has the fields an MCL shares with it: :func:`change_row`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
 
 JSON_CONTENT_TYPE = "application/json"
+JSON_PATCH_CONTENT_TYPE = "application/json-patch+json"
+"""The content type of a PATCH proposal's aspect (DataHub's ``MetadataPatchProposal``)."""
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -43,9 +46,14 @@ def json_text(value: object) -> str | None:
     )
 
 
+def media_type(content_type: str) -> str:
+    """``content_type`` without parameters such as charset, lower case."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 def is_json(content_type: str) -> bool:
     """True for ``application/json``, ignoring case and parameters such as charset."""
-    return content_type.split(";", 1)[0].strip().lower() == JSON_CONTENT_TYPE
+    return media_type(content_type) == JSON_CONTENT_TYPE
 
 
 def record(parent: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any] | None:
@@ -80,12 +88,16 @@ def req_int(rec: Mapping[str, Any], key: str, where: str = "", *, bits: int = 64
     return value
 
 
-def generic_aspect_text(aspect: Mapping[str, Any] | None, where: str) -> str | None:
+def generic_aspect_text(
+    aspect: Mapping[str, Any] | None, where: str, *, json_types: Sequence[str] = ()
+) -> str | None:
     """A ``GenericAspect`` (value bytes + contentType) as text.
 
-    ``application/json``: the value decoded as UTF-8, checked to be JSON, kept verbatim.
-    Any other content type: standard base64 of the bytes (DataHub itself only writes
-    JSON aspects). Undecodable UTF-8 or invalid JSON raise PoisonMessage naming ``where``.
+    ``application/json`` (and the media types in ``json_types``): the value decoded as
+    UTF-8, checked to be JSON, kept verbatim. Any other content type: standard base64 of
+    the bytes when ``json_types`` is empty (DataHub itself only writes JSON aspects), else
+    PoisonMessage naming the content type. Undecodable UTF-8 or invalid JSON raise
+    PoisonMessage naming ``where``.
     """
     if aspect is None:
         return None
@@ -96,8 +108,14 @@ def generic_aspect_text(aspect: Mapping[str, Any] | None, where: str) -> str | N
         raise PoisonMessage(
             f"field {where}.contentType={shown(content_type)} is missing or not a string"
         )
-    if not is_json(content_type):
-        return base64.b64encode(value).decode("ascii")
+    if not is_json(content_type) and media_type(content_type) not in json_types:
+        if not json_types:
+            return base64.b64encode(value).decode("ascii")
+        accepted = ", ".join((JSON_CONTENT_TYPE, *json_types))
+        raise PoisonMessage(
+            f"field {where}.contentType={shown(content_type)} cannot be decoded: "
+            f"kstage reads only {accepted} here ({len(value)} bytes of value)"
+        )
     try:
         text = value.decode("utf-8")
         json.loads(text)
@@ -106,6 +124,41 @@ def generic_aspect_text(aspect: Mapping[str, Any] | None, where: str) -> str | N
             f"field {where}.value={shown(value)} is not UTF-8 JSON ({type(exc).__name__}: {exc})"
         ) from exc
     return text
+
+
+AspectText = Callable[[Mapping[str, Any] | None, str], str | None]
+"""Turns a GenericAspect (or None) into column text; the second argument names the field."""
+
+
+def change_row(event: object, kind: str, aspect_text: AspectText) -> Row:
+    """The columns an MCL and an MCP share, from the decoded ``event`` (a ``kind`` record).
+
+    entity_urn, entity_type, aspect_name, change_type, aspect, system_metadata,
+    entity_key_aspect, run_id (see :class:`DatahubMclProcessor`); ``aspect_text``
+    decodes ``aspect`` and ``entityKeyAspect``. PoisonMessage when ``event`` is not a
+    record, names its entity by neither entityUrn nor entityKeyAspect, or has a bad field.
+    """
+    if not isinstance(event, Mapping):
+        raise PoisonMessage(f"expected a {kind} record, got {type(event).__name__}")
+    urn = opt_str(event, "entityUrn")
+    key_aspect = aspect_text(record(event, "entityKeyAspect"), "entityKeyAspect")
+    if urn is None and key_aspect is None:
+        raise PoisonMessage(
+            f"{kind} has neither entityUrn nor entityKeyAspect "
+            f"(entityType={shown(event.get('entityType'))}, "
+            f"aspectName={shown(event.get('aspectName'))})"
+        )
+    system = record(event, "systemMetadata")
+    return {
+        "entity_urn": urn,
+        "entity_type": req_str(event, "entityType"),
+        "aspect_name": req_str(event, "aspectName"),
+        "change_type": req_str(event, "changeType"),
+        "aspect": aspect_text(record(event, "aspect"), "aspect"),
+        "system_metadata": json_text(system),
+        "entity_key_aspect": key_aspect,
+        "run_id": None if system is None else opt_str(system, "runId", "systemMetadata."),
+    }
 
 
 class DatahubMclProcessor(Processor):
@@ -158,32 +211,12 @@ class DatahubMclProcessor(Processor):
 
     def transform(self, message: Message) -> Sequence[Row]:
         mcl = message.value
-        if not isinstance(mcl, Mapping):
-            raise PoisonMessage(f"expected a MetadataChangeLog record, got {type(mcl).__name__}")
-        urn = opt_str(mcl, "entityUrn")
-        key_aspect = generic_aspect_text(record(mcl, "entityKeyAspect"), "entityKeyAspect")
-        if urn is None and key_aspect is None:
-            raise PoisonMessage(
-                "MetadataChangeLog has neither entityUrn nor entityKeyAspect "
-                f"(entityType={shown(mcl.get('entityType'))}, "
-                f"aspectName={shown(mcl.get('aspectName'))})"
-            )
-        system = record(mcl, "systemMetadata")
+        row = change_row(mcl, "MetadataChangeLog", generic_aspect_text)
         created = record(mcl, "created")
-        row: Row = {
-            "entity_urn": urn,
-            "entity_type": req_str(mcl, "entityType"),
-            "aspect_name": req_str(mcl, "aspectName"),
-            "change_type": req_str(mcl, "changeType"),
-            "aspect": generic_aspect_text(record(mcl, "aspect"), "aspect"),
-            "previous_aspect": generic_aspect_text(
-                record(mcl, "previousAspectValue"), "previousAspectValue"
-            ),
-            "system_metadata": json_text(system),
-            "previous_system_metadata": json_text(record(mcl, "previousSystemMetadata")),
-            "created_time": None if created is None else req_int(created, "time", "created."),
-            "created_actor": None if created is None else req_str(created, "actor", "created."),
-            "entity_key_aspect": key_aspect,
-            "run_id": None if system is None else opt_str(system, "runId", "systemMetadata."),
-        }
+        row["previous_aspect"] = generic_aspect_text(
+            record(mcl, "previousAspectValue"), "previousAspectValue"
+        )
+        row["previous_system_metadata"] = json_text(record(mcl, "previousSystemMetadata"))
+        row["created_time"] = None if created is None else req_int(created, "time", "created.")
+        row["created_actor"] = None if created is None else req_str(created, "actor", "created.")
         return [with_coordinates(row, message)]

@@ -3,9 +3,10 @@
 :data:`SAMPLE_TOPICS`: one topic per event type a built-in processor reads (Metastore has
 two). :func:`sample_records`: dicts valid for a topic's writer schema (under
 :data:`processors.base.SCHEMA_DIR`, ready for :func:`processors.avro.encode`) that its
-processor turns into rows, imitating WhereHows' Gobblin/Hive Metastore producers and
-DataHub. :func:`poison_values`: wire values the decoder must dead-letter. Deterministic
-for a seed (``random.Random``; no clock, no I/O); 10-30 ms per thousand records.
+processor turns into rows, imitating WhereHows' Gobblin/Hive Metastore producers,
+DataHub and DataHub's SDK emitter (proposals). :func:`poison_values`: wire values the
+decoder must dead-letter. Deterministic for a seed (``random.Random``; no clock, no
+I/O); 10-30 ms per thousand records.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ SAMPLE_TOPICS: tuple[SampleTopic, ...] = (
                 "datahub/MetadataChangeLog.avsc", "stg_datahub_mcl"),
     SampleTopic("PlatformEvent_v1", "datahub_entity_change",
                 "datahub/PlatformEvent.avsc", "stg_datahub_entity_change_event"),
+    SampleTopic("MetadataChangeProposal_v1", "datahub_mcp",
+                "datahub/MetadataChangeProposal.avsc", "stg_datahub_mcp"),
 )
 
 T0 = 1_717_000_000_000
@@ -271,7 +274,7 @@ _ASPECTS = (*_VERSIONED, *_VERSIONED, "datasetProfile", "operation")  # + timese
 
 
 def _system(rng: random.Random, platform: str, ts: int, version: int | None,
-            created: Record) -> Record:
+            created: Record | None) -> Record:
     return {"lastObserved": ts, "lastRunId": "no-run-id-provided",
             "runId": f"{platform}-{_utc(ts, '%Y_%m_%d-%H_%M_%S')}-{rng.randrange(16**6):06x}",
             "pipelineName": f"urn:li:dataHubIngestionSource:{platform}-prod",
@@ -323,9 +326,50 @@ def _platform_event(rng: random.Random, ts: int) -> Record:
             "name": "entityChangeEvent", "payload": _generic(change)}
 
 
+def _sdk_generic(value: object, content_type: str) -> Record:
+    """A GenericAspect as DataHub's Python SDK writes it (``json.dumps`` defaults)."""
+    return {"value": json.dumps(value).encode("utf-8"), "contentType": content_type}
+
+
+def _patch_ops(rng: random.Random, aspect: str) -> list[Record]:
+    """JSON Patch operations as the SDK's ``DatasetPatchBuilder`` writes them."""
+    if aspect == "globalTags":
+        tag = rng.choice(_TAGS)
+        return [{"op": rng.choice(("add", "add", "remove")), "path": f"/tags/{tag}",
+                 "value": {"tag": tag}}]
+    if aspect == "ownership":
+        owner, kind = rng.choice(_ACTORS[1:]), rng.choice(_OWNER_TYPES)
+        return [{"op": "add", "path": f"/owners/{owner}/{kind}",
+                 "value": {"owner": owner, "type": kind}}]
+    return [{"op": "add", "path": "/description", "value": rng.choice(_DESCRIPTIONS[:-1])},
+            {"op": "add", "path": "/customProperties/retention_days",
+             "value": str(rng.choice((30, 90, 365)))}]
+
+
+_PATCHED = ("globalTags", "ownership", "editableDatasetProperties")
+
+
+def _mcp(rng: random.Random, ts: int) -> Record:
+    """A proposal from ``DatahubKafkaEmitter``: mostly UPSERTs of whole aspects, some
+    PATCHes (JSON Patch operations), rarely a conditional write (``headers``)."""
+    (platform, urn), actor = _urn(rng), rng.choice(_ACTORS)
+    if rng.random() < 0.3:
+        aspect, change = rng.choice(_PATCHED), "PATCH"
+        value = _sdk_generic(_patch_ops(rng, aspect), "application/json-patch+json")
+    else:
+        aspect, change = rng.choice(_ASPECTS), "UPSERT"
+        value = _sdk_generic(_aspect_value(rng, aspect, ts, actor), "application/json")
+    system = _system(rng, platform, ts, None, None) | {"properties": None}
+    headers = {"If-Version-Match": str(rng.randrange(1, 40))} if rng.random() < 0.05 else None
+    return {"auditHeader": None, "entityType": "dataset", "entityUrn": urn,
+            "entityKeyAspect": None, "changeType": change, "aspectName": aspect,
+            "aspect": value, "systemMetadata": system, "headers": headers}
+
+
 _MAKERS: dict[tuple[str, str], Callable[[random.Random, int], Record]] = dict(zip(
     ((t.processor, t.schema_file) for t in SAMPLE_TOPICS),
-    (_compaction, _distcp, _lumos, _table_audit, _partition_audit, _mcl, _platform_event),
+    (_compaction, _distcp, _lumos, _table_audit, _partition_audit, _mcl, _platform_event,
+     _mcp),
     strict=True))
 """Record makers by (processor, schema_file), in the order of SAMPLE_TOPICS."""
 

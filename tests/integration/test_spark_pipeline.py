@@ -29,6 +29,8 @@ CASES: dict[str, tuple[int, dict[str, str]]] = {
                              "db_name": "string", "new_info": "string"}),
     "datahub_mcl": (25, {"entity_urn": "string", "aspect": "string",
                          "created_time": "bigint"}),
+    "datahub_mcp": (15, {"entity_urn": "string", "change_type": "string",
+                         "last_observed": "bigint"}),
 }
 COORDINATES = {"_topic": "string", "_partition": "int", "_offset": "bigint",
                "_timestamp": "bigint", "_ingested_at": "timestamp", "ingest_date": "date",
@@ -86,6 +88,9 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
         assert {k: dtypes[k] for k in (*types, *COORDINATES)} == {**types, **COORDINATES}
     mcl = tables["datahub_mcl"][0]
     assert all(r["entity_urn"].startswith("urn:li:") and r["aspect_name"] for r in mcl)
+    mcp = tables["datahub_mcp"][0]
+    assert {r["change_type"] for r in mcp} == {"UPSERT", "PATCH"}
+    assert all(json.loads(r["aspect"]) and r["last_observed"] > 0 for r in mcp)
     audit = tables["metastore_audit"][0]
     assert all(isinstance(r["log_event_time"], int) and r["db_name"] for r in audit)
 

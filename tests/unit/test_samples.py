@@ -60,7 +60,8 @@ def test_records_are_valid_and_every_one_lands(topic: SampleTopic) -> None:
     assert all(row["_offset"] == offset for offset, batch in enumerate(rows) for row in batch)
 
 
-TIME_COLUMN = {"datahub_mcl": "created_time", "datahub_entity_change": "audit_time"}
+TIME_COLUMN = {"datahub_mcl": "created_time", "datahub_entity_change": "audit_time",
+               "datahub_mcp": "last_observed"}
 
 
 @pytest.mark.parametrize("topic", SAMPLE_TOPICS, ids=TOPIC_IDS)
@@ -71,10 +72,10 @@ def test_event_times_increase_through_a_batch(topic: SampleTopic) -> None:
 
 
 def test_topics_match_the_built_in_processors() -> None:
-    assert len({t.topic for t in SAMPLE_TOPICS}) == len(SAMPLE_TOPICS) == 7
+    assert len({t.topic for t in SAMPLE_TOPICS}) == len(SAMPLE_TOPICS) == 8
     assert {t.processor for t in SAMPLE_TOPICS} == {
         "gobblin_compaction", "gobblin_distcp", "gobblin_lumos", "metastore_audit",
-        "datahub_mcl", "datahub_entity_change"}
+        "datahub_mcl", "datahub_entity_change", "datahub_mcp"}
     assert [t.topic for t in SAMPLE_TOPICS if t.processor == "metastore_audit"] == [
         "MetastoreTableAudit", "MetastorePartitionAudit"]
     for topic in SAMPLE_TOPICS:
@@ -120,6 +121,11 @@ def test_records_vary() -> None:
         json.loads(r["payload"]["value"])[k] for k in ("category", "operation")))
     assert {c for c, _ in changes} == {"TAG", "OWNER", "DOCUMENTATION"}
     assert {o for _, o in changes} == {"ADD", "REMOVE", "MODIFY"}
+    mcp = "MetadataChangeProposal_v1"
+    assert distinct(mcp, lambda r: (r["changeType"], r["aspect"]["contentType"])) == {
+        ("UPSERT", "application/json"), ("PATCH", "application/json-patch+json")}
+    assert distinct(mcp, lambda r: r["headers"] is None) == {True, False}
+    assert distinct(mcp, lambda r: r["aspectName"]) >= {"ownership", "globalTags", "status"}
 
 
 def test_entity_change_payloads_follow_their_schema() -> None:
