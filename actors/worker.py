@@ -292,7 +292,8 @@ class Worker:
         sink.bind(SinkContext(
             label=self.label, topic=self.topic.topic, processor=self.topic.processor,
             columns=tuple(self._processor_cls.columns), table=self._processor_cls.table,
-            settings=self.settings, health=self._sink_health, refuse=self._sink_dead_letter))
+            key=tuple(self._processor_cls.key), settings=self.settings,
+            health=self._sink_health, refuse=self._sink_dead_letter))
         self._async_transform = inspect.iscoroutinefunction(processor.transform)
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self._flush_soon = sink.flush_soon

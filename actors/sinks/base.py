@@ -83,6 +83,8 @@ class SinkContext:
         processor: the processor's name.
         columns: the processor's declared columns (empty when it declares none).
         table: the processor's default table name ("" when it has none).
+        key: the processor's natural key (:attr:`Processor.key
+            <processors.base.Processor.key>`; empty when it declares none).
         settings: the process settings (a sink reads its process-wide section, e.g.
             ``spark:``); None in tests that build a sink alone.
         health: the worker's sink health; a sink that retries inside ``write`` reports
@@ -96,6 +98,7 @@ class SinkContext:
     processor: str = ""
     columns: tuple[Column, ...] = ()
     table: str = ""
+    key: tuple[str, ...] = ()
     settings: Settings | None = None
     health: SinkHealth | None = None
     refuse: RefuseRows | None = None

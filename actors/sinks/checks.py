@@ -79,6 +79,6 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
             sink.bind(SinkContext(
                 label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
                 processor=topic.processor, columns=tuple(cls.columns), table=cls.table,
-                settings=settings))
+                key=tuple(cls.key), settings=settings))
             problems += [((*here, *key), why) for key, why in sink.check()]
     return problems

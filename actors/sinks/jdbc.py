@@ -60,6 +60,14 @@ from pydantic import Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
 from actors.sinks.base import Problem, SinkSettingsBase
+from actors.sinks.jdbc_upsert import (
+    UNIQUE_INDEXES_SQL,
+    key_constraint,
+    missing_key_index,
+    newest_per_key,
+    rows_json,
+    upsert_sql,
+)
 from actors.sinks.spark.sink import SparkActor, SparkTableSink, flush_limits
 from actors.sinks.table.batching import TableWriter
 from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT
@@ -91,6 +99,11 @@ class JdbcSinkSettings(SinkSettingsBase):
     jar: str = Field(DEFAULT_JAR, description="Driver jar, added to the Spark session "
                      "when the driver class is not on its classpath.")
     batch_size: int = Field(5000, ge=1, description="Rows per JDBC batch (Spark batchsize).")
+    mode: Literal["append", "upsert"] = Field(
+        "append", description="append: every row is inserted (a staging table). upsert: "
+        "one row per natural key of the processor, INSERT ... ON CONFLICT DO UPDATE when "
+        "the incoming record is newer (same partition: higher offset), so a replay never "
+        "rolls a row back.")
     properties: dict[str, str] = Field(
         default_factory=dict, description="Extra JDBC connection properties (override "
         "kstage's connectTimeout=10, socketTimeout=120, loginTimeout=10, "
@@ -122,12 +135,15 @@ def _qualified(table: str) -> str:
     return ".".join(f'"{p}"' for p in _table_parts(table))
 
 
-def create_table_sql(table: str, columns: Sequence[Column]) -> str:
+def create_table_sql(table: str, columns: Sequence[Column], key: Sequence[str] = ()) -> str:
     """The ``CREATE TABLE IF NOT EXISTS`` of a staging table with the processor's
-    ``columns`` (the Kafka coordinates and ``_ingested_at`` follow them)."""
+    ``columns`` (the Kafka coordinates and ``_ingested_at`` follow them); with a ``key``
+    (``mode: upsert``), its constraint (:func:`~actors.sinks.jdbc_upsert.key_constraint`)."""
     cols = ", ".join(f'"{c.name}" {COLUMN_TYPES[c.type].postgres}'
                      + ("" if c.nullable else " NOT NULL")
                      for c in (*columns, *COORDINATES, INGESTED_AT))
+    if key:
+        cols += ", " + key_constraint(key, columns)
     return f"CREATE TABLE IF NOT EXISTS {_qualified(table)} ({cols})"
 
 
@@ -280,13 +296,15 @@ def _short(exc: BaseException) -> str:
 
 class JdbcTableWriter(TableWriter):
     """Micro-batches one table's rows (see :class:`TableWriter`) and appends each batch
-    with Spark's JDBC writer, in one transaction."""
+    with Spark's JDBC writer, in one transaction; with ``mode: upsert``, upserts it by
+    ``key`` in one statement (:mod:`actors.sinks.jdbc_upsert`)."""
 
     def __init__(self, actor: SparkActor, settings: JdbcSinkSettings, table: str,
-                 columns: tuple[Column, ...]) -> None:
+                 columns: tuple[Column, ...], key: tuple[str, ...] = ()) -> None:
         super().__init__(table, columns, **flush_limits(actor.settings))
         self.actor = actor
         self.settings = settings
+        self.key = key if settings.mode == "upsert" else ()
         self.url = settings.url
         self.where = f"jdbc sink {table} at {safe_url(settings.url)}"
         self._all_pg = (*self._all, INGESTED_AT)
@@ -370,12 +388,23 @@ class JdbcTableWriter(TableWriter):
             query.close()
             if not existing:
                 statement = conn.createStatement()
-                statement.execute(create_table_sql(self.table, self.columns))
+                statement.execute(create_table_sql(self.table, self.columns, self.key))
                 statement.close()
                 return True
+            indexes = []
+            if self.key:
+                query = conn.prepareStatement(UNIQUE_INDEXES_SQL)
+                query.setString(1, _qualified(self.table))
+                result = query.executeQuery()
+                while result.next():
+                    indexes.append(str(result.getString(1)))
+                query.close()
         finally:
             conn.close()
         errors = table_mismatches(self.table, existing, self._all_pg)
+        missing = missing_key_index(self.table, self.key, indexes) if self.key else None
+        if missing and not errors:
+            raise FatalError(f"{self.where}: {missing}")
         if errors:
             raise FatalError(f"{self.where}: the table does not fit the processor's columns: "
                              + "; ".join(errors) + " (alter the table, or write to a new "
@@ -405,13 +434,10 @@ class JdbcTableWriter(TableWriter):
         error: Exception | None = None
         try:
             await self.register()
-            failure = await self._try_append([row for _, row in rows])
-            if failure is None:
-                done = [True] * len(rows)
+            if self.key:
+                await self._upsert_newest(rows, done)
             else:
-                logger.warning("%s: append of %d row(s) refused: %s; splitting the batch to "
-                               "find the rows", self.where, len(rows), failure)
-                await self._split(rows, 0, len(rows), done, failure)
+                await self._write_all(rows, done, set())
         except AppendError as exc:  # not a fact about rows: the batch is retried
             error = SinkError(f"{self.where}: append of {exc.rows} row(s) failed: {exc}")
             error.__cause__ = exc.__cause__
@@ -437,6 +463,49 @@ class JdbcTableWriter(TableWriter):
             else:
                 future.set_result(None)
 
+    async def _write_all(self, rows: list[tuple[JdbcPart, tuple[Any, ...]]], done: list[bool],
+                         refused: set[int]) -> None:
+        """Write ``rows`` in one transaction or, when PostgreSQL refuses them for a fact
+        about rows, split them until the refused ones are alone (their positions go to
+        ``refused``). Marks in ``done`` the rows written or refused."""
+        failure = await self._try_append([row for _, row in rows])
+        if failure is None:
+            done[:] = [True] * len(rows)
+            return
+        logger.warning("%s: %s of %d row(s) refused: %s; splitting the batch to find the "
+                       "rows", self.where, self.settings.mode, len(rows), failure)
+        await self._split(rows, 0, len(rows), done, failure, refused)
+
+    async def _upsert_newest(self, rows: list[tuple[JdbcPart, tuple[Any, ...]]],
+                             done: list[bool]) -> None:
+        """Upsert the newest row of each key (PostgreSQL cannot update a row twice in one
+        statement); a row superseded in the batch is done once the row that superseded it
+        is written, and written in its place if PostgreSQL refuses that one."""
+        names = [c.name for c in self._all]
+        key = [names.index(k) for k in self.key]
+        coordinates = [names.index(c) for c in ("_topic", "_partition", "_offset",
+                                                "_timestamp")]
+        pending = list(range(len(rows)))
+        while pending:
+            groups = newest_per_key([rows[i][1] for i in pending], key, coordinates)
+            items = [rows[pending[best]] for best, _ in groups]
+            written = [False] * len(items)
+            refused: set[int] = set()
+            later: list[int] = []
+            try:
+                await self._write_all(items, written, refused)
+            finally:  # also when the write failed: what is done stays done
+                for j, (best, superseded) in enumerate(groups):
+                    if not written[j]:
+                        continue
+                    done[pending[best]] = True
+                    if j in refused:
+                        later += (pending[i] for i in superseded)
+                    else:
+                        for i in superseded:
+                            done[pending[i]] = True
+            pending = sorted(later)
+
     async def _try_append(self, rows: list[tuple[Any, ...]]) -> AppendError | None:
         """Append ``rows`` in one transaction: None if written, the error if PostgreSQL
         refused them for a fact about rows; raises AppendError for any other failure."""
@@ -452,14 +521,17 @@ class JdbcTableWriter(TableWriter):
         return None
 
     async def _split(self, rows: list[tuple[JdbcPart, tuple[Any, ...]]], start: int,
-                     end: int, done: list[bool], failure: AppendError) -> None:
+                     end: int, done: list[bool], failure: AppendError,
+                     refused_at: set[int]) -> None:
         """``rows[start:end]`` were refused with ``failure``, a fact about rows: a row
-        alone goes to its part's refused list; else each half is written on its own and
-        a refused half split again. Marks in ``done`` the rows written or refused."""
+        alone goes to its part's refused list (its position to ``refused_at``); else each
+        half is written on its own and a refused half split again. Marks in ``done`` the
+        rows written or refused."""
         if end - start == 1:
             part, row = rows[start]
             part.refused.append(self._refusal(row, failure))
             done[start] = True
+            refused_at.add(start)
             return
         middle = (start + end) // 2
         for low, high in ((start, middle), (middle, end)):
@@ -467,7 +539,7 @@ class JdbcTableWriter(TableWriter):
             if refused is None:
                 done[low:high] = [True] * (high - low)
             else:
-                await self._split(rows, low, high, done, refused)
+                await self._split(rows, low, high, done, refused, refused_at)
 
     def _refusal(self, row: tuple[Any, ...], failure: AppendError) -> tuple[Row, str]:
         """The row as a dict (for the dead letter) and the reason it was refused."""
@@ -480,7 +552,10 @@ class JdbcTableWriter(TableWriter):
     def _append_or_classify(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
         """Spark thread: :meth:`_append`, its failure as an AppendError with the SQLSTATE."""
         try:
-            self._append(spark, rows)
+            if self.key:
+                self._upsert(spark, rows)
+            else:
+                self._append(spark, rows)
         except (FatalError, SinkError):
             raise
         except Exception as exc:
@@ -510,6 +585,21 @@ class JdbcTableWriter(TableWriter):
         logger.debug("jdbc sink: %s: appended %d row(s)", self.table, len(rows))
 
 
+    def _upsert(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Spark thread: upsert ``rows`` (one row per key) in one statement and one
+        transaction (see :mod:`actors.sinks.jdbc_upsert`)."""
+        conn = self._connect(spark)
+        try:
+            statement = conn.prepareStatement(
+                upsert_sql(_qualified(self.table), self._all, self.key))
+            statement.setString(1, rows_json(rows, [c.name for c in self._all]))
+            statement.executeUpdate()  # autocommit: the statement is its transaction
+            statement.close()
+        finally:
+            conn.close()
+        logger.debug("jdbc sink: %s: upserted %d row(s)", self.table, len(rows))
+
+
 def _driver_loader_add(spark: Any, jar: Path) -> None:
     """Spark thread: put ``jar`` on the class loader the driver reads task failures with.
 
@@ -536,16 +626,21 @@ _WRITERS: weakref.WeakKeyDictionary[SparkActor, dict[tuple[str, str, str], JdbcT
 
 
 def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
-                 columns: Sequence[Column]) -> JdbcTableWriter:
+                 columns: Sequence[Column], key: Sequence[str] = ()) -> JdbcTableWriter:
     """The shared writer of ``table`` at ``settings.url`` (created on first use)."""
     writers = _WRITERS.setdefault(actor, {})
-    key = (settings.url, settings.user or "", table)
-    writer = writers.get(key)
+    name = (settings.url, settings.user or "", table)
+    writer = writers.get(name)
     if writer is None:
-        writer = writers[key] = JdbcTableWriter(actor, settings, table, tuple(columns))
+        writer = writers[name] = JdbcTableWriter(actor, settings, table, tuple(columns),
+                                                 tuple(key))
     elif writer.columns != tuple(columns):
         raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
                          "with two different column lists in this process")
+    elif (writer.settings.mode, writer.key) != (
+            settings.mode, tuple(key) if settings.mode == "upsert" else ()):
+        raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
+                         "with two different modes or natural keys in this process")
     return writer
 
 
@@ -566,11 +661,30 @@ class JdbcSink(SparkTableSink):
         except ValueError as exc:
             problems.append((("sink", "table"), f"jdbc sink: table name of {self._what()}: "
                              f"{exc}; set sink.table"))
-        return problems + self._column_problems(_RESERVED)
+        problems += self._column_problems(_RESERVED)
+        if self.settings.mode == "upsert" and self.columns:
+            problems += self._key_problems()
+        return problems
+
+    def _key_problems(self) -> list[Problem]:
+        """``mode: upsert`` needs the processor's natural key, made of its columns."""
+        key = self.context.key
+        if not key:
+            return [(("sink", "mode"), f"jdbc sink {self.table}: mode upsert needs a natural "
+                     f"key, and {self._what()} declares none (Processor.key); use mode: "
+                     "append, or a processor with a key")]
+        names = {c.name for c in self.columns}
+        missing = [k for k in key if k not in names]
+        if missing:
+            return [(("sink", "mode"), f"jdbc sink {self.table}: mode upsert: the natural "
+                     f"key column(s) {', '.join(missing)} of {self._what()} are not among "
+                     "its columns")]
+        return []
 
     async def open(self) -> None:
         self._refuse_problems()
-        self._writer = table_writer(self._spark(), self.settings, self.table, self.columns)
+        self._writer = table_writer(self._spark(), self.settings, self.table, self.columns,
+                                    self.context.key)
         try:
             await self._writer.register()
         except SinkError as exc:  # the database may come back: check again at first write
