@@ -97,7 +97,11 @@ def test_an_unknown_sink_type_lists_the_installed_ones(
      "made of letters, digits and _ (not starting with a digit); set sink.table"),
     ("processor: log\nsink:\n  type: jdbc\n  url: jdbc:postgresql://h/db\n", "sink.table", 6,
      "jdbc sink: table name of processor 'log': '' is not a SQL identifier: write `name` "
-     "or `schema.name`"),
+     "or `schema.name`"),    # mode: upsert needs the processor's natural key
+    ("processor: test_unkeyed\nsink:\n  type: jdbc\n  url: jdbc:postgresql://h/db\n"
+     "  mode: upsert\n", "sink.mode", 9,
+     "jdbc sink stg_unkeyed: mode upsert needs a natural key, and processor 'test_unkeyed' "
+     "declares none (Processor.key); use mode: append, or a processor with a key"),
 ])
 def test_what_a_sink_would_refuse_at_open_is_found_by_validate(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], topic: str, key: str, line: int,
@@ -210,3 +214,23 @@ def test_settings_built_in_code_are_checked_by_the_master() -> None:
     assert str(caught.value) == (
         "groups[0].topics[0].processor: spark sink: processor 'json_rows' declares no "
         "columns for table 't'; a spark sink needs a typed schema")
+
+
+def test_an_upsert_key_must_be_among_the_processor_columns() -> None:
+    """A key naming a column the processor does not declare is refused by ``check``; a
+    key made of its columns, and append without a key, are fine."""
+    from actors.sinks import SinkContext, build_sink  # noqa: PLC0415
+    from actors.sinks.jdbc import JdbcSinkSettings  # noqa: PLC0415
+    from processors.base import Column  # noqa: PLC0415
+
+    def problems(mode: str, key: tuple[str, ...]) -> list[tuple[tuple[str, ...], str]]:
+        sink = build_sink(JdbcSinkSettings.model_validate(
+            {"url": "jdbc:postgresql://h/db", "table": "t", "mode": mode}))
+        sink.bind(SinkContext(processor="p", columns=(Column("id"), Column("v")), key=key))
+        return sink.check()
+
+    assert problems("upsert", ("id", "version")) == [(("sink", "mode"), (
+        "jdbc sink t: mode upsert: the natural key column(s) version of processor 'p' are "
+        "not among its columns"))]
+    assert problems("upsert", ("id",)) == []
+    assert problems("append", ()) == []

@@ -11,7 +11,15 @@ from typing import Literal
 from pydantic import Field
 
 from actors.sinks import Sink, SinkCapabilities, SinkSettingsBase
-from processors import Message, NoOptions, PoisonMessage, Processor, Row, with_coordinates
+from processors import (
+    Column,
+    Message,
+    NoOptions,
+    PoisonMessage,
+    Processor,
+    Row,
+    with_coordinates,
+)
 
 
 class SlowOptions(NoOptions):
@@ -176,3 +184,15 @@ class PickyProcessor(Processor):
 
     def transform(self, message: Message) -> Sequence[Row]:
         return []
+
+
+class UnkeyedProcessor(Processor):
+    """Typed columns and a table, but no natural key (a JDBC upsert cannot use it)."""
+
+    name = "test_unkeyed"
+    formats = ("json",)
+    table = "stg_unkeyed"
+    columns = (Column("id"),)
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return [with_coordinates({"id": str(message.value)}, message)]
