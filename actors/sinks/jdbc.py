@@ -439,13 +439,14 @@ class JdbcTableWriter(TableWriter):
             else:
                 await self._write_all(rows, done, set())
         except AppendError as exc:  # not a fact about rows: the batch is retried
-            error = SinkError(f"{self.where}: append of {exc.rows} row(s) failed: {exc}")
+            error = SinkError(f"{self.where}: {self.settings.mode} of {exc.rows} row(s) "
+                              f"failed: {exc}")
             error.__cause__ = exc.__cause__
         except (FatalError, SinkError) as exc:
             error = exc
         except Exception as exc:  # noqa: BLE001 - any other failure is retried
-            error = SinkError(f"{self.where}: append of {len(rows)} row(s) failed: "
-                              f"{_short(exc)}")
+            error = SinkError(f"{self.where}: {self.settings.mode} of {len(rows)} row(s) "
+                              f"failed: {_short(exc)}")
             error.__cause__ = exc
         finally:
             for part in parts:  # what a retry still has to write

@@ -1,0 +1,227 @@
+"""``mode: upsert`` of the JDBC sink against a real PostgreSQL server through a real local
+SparkSession: one row per natural key, the newest Kafka record wins, replays never roll a
+row back, refused rows are dead-lettered once, outages are retried, and ``kstage run
+--drain`` end to end on the real broker.
+
+The rows are the Gobblin compaction processor's (natural key: dataset, cluster,
+log_event_time), made by hand so that several records share a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from actors.errors import FatalError, SinkError
+from actors.sinks import SinkContext
+from actors.sinks.jdbc import JdbcSink, create_table_sql
+from actors.sinks.spark.sink import SparkActor
+from processors.base import Row
+from settings import SparkSettings
+from tests.integration.test_jdbc_sink import (
+    CLUSTERS,
+    PASSWORD,
+    PROCESSOR,
+    TOPIC,
+    refusals,
+    settings,
+)
+from tests.integration.test_spark_sink import event
+from tests.kafkautil import committed, create_topic, produce, unique, write_config
+from tests.postgres import JAR, USER, Postgres, postgres_server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Postgres]:
+    yield from postgres_server()
+
+
+@pytest.fixture
+def running(pg: Postgres) -> Iterator[Postgres]:
+    """The module's server, started again after a test that stopped it."""
+    if not pg.running:
+        pg.start()
+    yield pg
+    if not pg.running:
+        pg.start()
+
+
+@pytest.fixture(scope="module")
+def actor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkActor]:
+    spark = SparkActor(SparkSettings(master="local[1]",
+                                     warehouse=str(tmp_path_factory.mktemp("warehouse")),
+                                     flush_max_interval_s=0.2))
+    yield spark
+    spark.stop()
+
+
+async def upserting(actor: SparkActor, pg: Postgres, table: str) -> JdbcSink:
+    sink = JdbcSink(settings(pg, table, mode="upsert"), actor)
+    sink.bind(SinkContext(columns=PROCESSOR.columns, table=PROCESSOR.table,
+                          processor=PROCESSOR.name, key=PROCESSOR.key))
+    async with asyncio.timeout(90):
+        await sink.open()
+    return sink
+
+
+def row(dataset: str, partition: int, offset: int, timestamp: int | None = 0,
+        **values: Any) -> Row:
+    """A compaction row of key (dataset, 'holdem', 1) at the given coordinates; its
+    record_count is its offset, to see which record a table row came from."""
+    out: Row = {c.name: None for c in PROCESSOR.columns}
+    out.update(cluster="holdem", dataset=dataset, log_event_time=1, record_count=offset,
+               _topic=TOPIC, _partition=partition, _offset=offset, _timestamp=timestamp)
+    out.update(values)
+    return out
+
+
+def table_rows(pg: Postgres, table: str) -> list[tuple[str, int, int, int]]:
+    """(dataset, _partition, _offset, record_count) of every row, by dataset."""
+    return [(d, int(p), int(o), int(n)) for d, p, o, n in pg.psql(
+        f'SELECT dataset, _partition, _offset, record_count FROM "{table}" '  # noqa: S608
+        "ORDER BY dataset")]
+
+
+async def write(sink: JdbcSink, rows: list[Row]) -> None:
+    async with asyncio.timeout(90):
+        await sink.write(rows)
+
+
+async def test_the_newest_record_per_key_lands_and_a_replay_never_rolls_it_back(
+        actor: SparkActor, running: Postgres) -> None:
+    pg, table = running, "stg_upsert_latest"
+    sink = await upserting(actor, pg, table)
+    constraint = pg.psql("SELECT pg_get_constraintdef(oid) FROM pg_constraint "  # noqa: S608
+                         f"WHERE conrelid = '\"{table}\"'::regclass AND contype = 'p'")
+    assert constraint == [["PRIMARY KEY (dataset, cluster, log_event_time)"]]
+    await write(sink, [row("a", 0, 10, 100), row("b", 0, 11, 100), row("c", 1, 3, 100)])
+    assert table_rows(pg, table) == [("a", 0, 10, 10), ("b", 0, 11, 11), ("c", 1, 3, 3)]
+    # a replay of older offsets of the same partition: nothing rolls back, even with a
+    # later record timestamp (offsets order a partition; clocks may disagree)
+    await write(sink, [row("a", 0, 5, 500), row("b", 0, 11, 100, dedupe_status="again")])
+    assert table_rows(pg, table) == [("a", 0, 10, 10), ("b", 0, 11, 11), ("c", 1, 3, 3)]
+    assert pg.psql(f'SELECT count(*) FROM "{table}" WHERE dedupe_status IS NULL') == [["3"]]  # noqa: S608
+    # newer offsets update the row, every column (key kept)
+    await write(sink, [row("a", 0, 12, 50, dedupe_status="DEDUPED")])
+    assert table_rows(pg, table)[0] == ("a", 0, 12, 12)
+    assert pg.psql(f"SELECT dedupe_status FROM \"{table}\" WHERE dataset = 'a'") == [  # noqa: S608
+        ["DEDUPED"]]
+    # another partition: offsets are not comparable, the later timestamp wins
+    await write(sink, [row("c", 0, 1, 99), row("b", 1, 1, 101)])
+    assert table_rows(pg, table) == [("a", 0, 12, 12), ("b", 1, 1, 1), ("c", 1, 3, 3)]
+    # the table holds one row per key
+    assert pg.psql(f'SELECT count(*) FROM "{table}"') == [["3"]]  # noqa: S608
+
+
+async def test_duplicate_keys_in_one_batch_keep_the_newest(actor: SparkActor,
+                                                           running: Postgres) -> None:
+    """PostgreSQL refuses to update a row twice in one statement (SQLSTATE 21000): the
+    batch is deduped first, keeping the newest row of each key, in one flush."""
+    pg, table = running, "stg_upsert_dups"
+    sink = await upserting(actor, pg, table)
+    await write(sink, [row("a", 0, 1), row("b", 0, 2), row("a", 0, 3), row("a", 0, 2),
+                       row("b", 1, 9, -5), row("c", 0, 4)])
+    assert table_rows(pg, table) == [("a", 0, 3, 3), ("b", 0, 2, 2), ("c", 0, 4, 4)]
+    assert sink._writer is not None and sink._writer.flushes == 1
+
+
+async def test_refused_rows_are_dead_lettered_once_and_a_superseded_row_lands_instead(
+        actor: SparkActor, running: Postgres) -> None:
+    """A row PostgreSQL refuses (a CHECK constraint, SQLSTATE 23514) is dead-lettered
+    once with its coordinates; the other rows land; the older row of its key in the
+    same batch lands in its place (as row-by-row writes would have left it)."""
+    pg, table = running, "stg_upsert_refused"
+    pg.psql(create_table_sql(table, PROCESSOR.columns, PROCESSOR.key))
+    pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
+    pg.psql(f"ALTER TABLE \"{table}\" ADD CHECK (dedupe_status IS DISTINCT FROM 'bad')")
+    sink = await upserting(actor, pg, table)
+    refused = refusals(sink)
+    await write(sink, [row("a", 0, 1), row("b", 0, 2), row("a", 0, 3, dedupe_status="bad"),
+                       row("c", 0, 4, dedupe_status="bad"), row("d", 0, 5)])
+    assert [(p, o) for p, o, _ in refused] == [(0, 3), (0, 4)]
+    assert "SQLSTATE 23514 (check_violation)" in refused[0][2]
+    assert refused[0][2].startswith(f"jdbc sink {table}: row at topic '{TOPIC}' partition 0 "
+                                    "offset 3: refused by PostgreSQL"), refused[0][2]
+    assert table_rows(pg, table) == [("a", 0, 1, 1), ("b", 0, 2, 2), ("d", 0, 5, 5)]
+
+
+async def test_an_existing_table_without_the_key_constraint_is_named(
+        actor: SparkActor, running: Postgres) -> None:
+    pg, table = running, "stg_upsert_nokey"
+    pg.psql(create_table_sql(table, PROCESSOR.columns))  # as mode: append created it
+    pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
+    with pytest.raises(FatalError) as caught:
+        await upserting(actor, pg, table)
+    assert (f"jdbc sink {table} at {pg.url}: mode: upsert needs a unique index on exactly "
+            "the natural key (dataset, cluster, log_event_time) for ON CONFLICT, and table "
+            f"{table} has none; add one (ALTER TABLE {table} ADD PRIMARY KEY (dataset, "
+            "cluster, log_event_time)") in str(caught.value)
+    pg.psql(f'CREATE UNIQUE INDEX ON "{table}" (log_event_time, cluster, dataset)')
+    sink = await upserting(actor, pg, table)  # any order of the key's columns
+    await write(sink, [row("a", 0, 1), row("a", 0, 2)])
+    assert table_rows(pg, table) == [("a", 0, 2, 2)]
+
+
+async def test_an_outage_mid_upsert_is_retried_and_nothing_is_lost(
+        actor: SparkActor, running: Postgres) -> None:
+    pg, table = running, "stg_upsert_outage"
+    sink = await upserting(actor, pg, table)
+    await write(sink, [row("a", 0, 1), row("b", 0, 2)])
+    refused: list[int] = []
+    sink.bind(replace(sink.context,
+                      refuse=lambda rows, status, reason: refused.append(rows[0]["_offset"])))
+    batch = [row("a", 0, 3), row("c", 0, 4), row("d", 0, 5, record_count="many")]
+    pg.stop()
+    for _ in range(2):
+        with pytest.raises(SinkError) as caught:
+            await write(sink, batch)
+    message = str(caught.value)
+    assert message.startswith(f"jdbc sink {table} at {pg.url}: upsert of 2 row(s) failed: "
+                              "org.postgresql.util.PSQLException: Connection to "), message
+    assert PASSWORD not in message
+    pg.start()
+    await write(sink, batch)  # the worker's retry of the same batch
+    assert refused == [5]  # the row that does not fit: dead-lettered once, not per retry
+    assert table_rows(pg, table) == [("a", 0, 3, 3), ("b", 0, 2, 2), ("c", 0, 4, 4)]
+
+
+@pytest.mark.kafka
+async def test_kstage_run_drain_upserts_the_newest_record_per_key(
+        broker: str, running: Postgres, tmp_path: Path, kstage: Any) -> None:
+    """`kstage run --drain` with mode upsert: events of two partitions, several per key,
+    one table row per key, each from the key's newest record; every offset committed."""
+    pg, table = running, "stg_upsert_run"
+    group, topic = unique("g-jdbc-upsert"), unique("jdbc-upsert")
+    await create_topic(broker, topic, partitions=2)
+    values = []
+    for i in range(24):  # 4 keys (timestamps), each written 6 times, in both partitions
+        value = event(1)  # CompactionCompleted: dataset /data/tracking/PageView
+        value["timestamp"] = 1468368000000 + (i % 4) * 1000
+        value["metadata"]["recordCount"] = str(i)
+        values.append(value)
+    await produce(broker, topic, values, partition_of=lambda i: (i % 4) % 2)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic": topic, "processor": PROCESSOR.name, "format": "json",
+        "options": {"clusters": CLUSTERS},
+        "sink": {"type": "jdbc", "table": table, "url": pg.url, "user": USER,
+                 "password": PASSWORD, "jar": JAR, "mode": "upsert"}}])
+    data = yaml.safe_load(cfg.read_text())
+    data["spark"] = {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
+                     "flush_max_interval_s": 0.3}
+    cfg.write_text(yaml.safe_dump(data))
+    proc = kstage(cfg, "--drain")
+    assert await proc.wait(timeout=180) == 0, proc.output()
+    got = pg.psql(f'SELECT log_event_time, record_count, _partition FROM "{table}" '  # noqa: S608
+                  "ORDER BY 1")
+    assert [(int(t), int(n), int(p)) for t, n, p in got] == [
+        (1468368000000 + k * 1000, 20 + k, k % 2) for k in range(4)]
+    assert await committed(broker, group, topic, 2) == {0: 12, 1: 12}
+    assert not (tmp_path / "dead.jsonl").exists()
