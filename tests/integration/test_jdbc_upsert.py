@@ -21,6 +21,7 @@ import yaml
 from actors.errors import FatalError, SinkError
 from actors.sinks import SinkContext
 from actors.sinks.jdbc import JdbcSink, create_table_sql
+from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key
 from actors.sinks.spark.sink import SparkActor
 from processors.base import Row
 from settings import SparkSettings
@@ -119,6 +120,44 @@ async def test_the_newest_record_per_key_lands_and_a_replay_never_rolls_it_back(
     assert table_rows(pg, table) == [("a", 0, 12, 12), ("b", 1, 1, 1), ("c", 1, 3, 3)]
     # the table holds one row per key
     assert pg.psql(f'SELECT count(*) FROM "{table}"') == [["3"]]  # noqa: S608
+
+
+# Coordinates (topic, partition, offset, timestamp) that exercise every branch of "newer":
+# same partition (offsets), other partitions and topics (timestamps, NULLs, equal
+# timestamps broken by topic in byte order, then partition: 2 < 10).
+COORDINATES = [("a", 0, 5, 100), ("a", 0, 10, 50), ("a", 0, 10, None), ("a", 1, 2, 100),
+               ("a", 1, 3, None), ("a-b", 0, 1, 100), ("a.b", 0, 1, 100), ("B", 0, 9, 100),
+               ("a_b", 0, 1, 100), ("a", 10, 0, 100), ("a", 2, 0, 100)]
+
+
+def test_the_sql_rule_of_newer_is_the_python_one(running: Postgres) -> None:
+    """:data:`NEWER_SQL` (in the statement) and :func:`newer` (the dedupe of a batch)
+    agree on every pair (topics compare in byte order, COLLATE "C")."""
+    def literal(c: tuple[str, int, int, int | None]) -> str:
+        # the topic in a collation that is not byte order, as a server's default may be
+        timestamp = "NULL::bigint" if c[3] is None else c[3]
+        return f"('{c[0]}' COLLATE \"und-x-icu\", {c[1]}, {c[2]}, {timestamp})"
+
+    names = '("_topic", "_partition", "_offset", "_timestamp")'
+    values = ", ".join(literal(c) for c in COORDINATES)
+    query = ("SELECT cur._topic, cur._partition, cur._offset, excluded._topic, "  # noqa: S608
+             f"excluded._partition, excluded._offset, coalesce({NEWER_SQL}, false) "
+             f"FROM (VALUES {values}) AS cur {names} CROSS JOIN (VALUES {values}) "
+             f"AS excluded {names}")
+    got = running.psql(query)
+    assert len(got) == len(COORDINATES) ** 2
+    by_id = {c[:3]: c for c in COORDINATES}
+    for t1, p1, o1, t2, p2, o2, answer in got:
+        existing, incoming = by_id[t1, int(p1), int(o1)], by_id[t2, int(p2), int(o2)]
+        assert (answer == "t") == newer(incoming, existing), (incoming, existing)
+    # never both ways (no flip-flop between two rows on replays)
+    assert not any(newer(a, b) and newer(b, a) for a in COORDINATES for b in COORDINATES)
+
+
+def test_newest_per_key_folds_a_batch_in_order() -> None:
+    rows = [("k1", "a", 0, 1, 0), ("k2", "a", 0, 2, 0), ("k1", "a", 0, 3, 0),
+            ("k1", "a", 0, 2, 0), ("k1", "a", 1, 9, None), ("k3", "a", 0, 4, 0)]
+    assert newest_per_key(rows, [0], [1, 2, 3, 4]) == [(1, []), (2, [0, 3, 4]), (5, [])]
 
 
 async def test_duplicate_keys_in_one_batch_keep_the_newest(actor: SparkActor,
