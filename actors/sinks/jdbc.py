@@ -40,6 +40,14 @@ How it works:
   an interrupted split already wrote or refused are taken off the batch, so its retry
   writes the others and nothing twice. The table check at :meth:`JdbcSink.open` is
   retried at the first write when the database cannot be reached at open.
+* ``mode: upsert`` (default ``append``): one row per natural key of the processor
+  (``Processor.key``; ``kstage validate`` refuses a processor without one), created with a
+  PRIMARY KEY on it (an existing table needs a unique index on exactly the key). Each
+  flush keeps the newest row of each key and writes them in one ``INSERT ... ON CONFLICT
+  DO UPDATE ... WHERE`` *the incoming record is newer* statement, through the driver on
+  the JVM (Spark's writer cannot upsert), in one transaction: one statement per
+  ``batch_size`` rows, the rows as one JSON parameter. What "newer" means, and why, is
+  in :mod:`actors.sinks.jdbc_upsert`. Failures are classified and split exactly as appends are.
 
 The password is never logged; URLs are shown without their query string.
 pyspark is imported only inside functions: importing this module does not load it.
@@ -98,7 +106,8 @@ class JdbcSinkSettings(SinkSettingsBase):
     driver: str = Field("org.postgresql.Driver", description="JDBC driver class.")
     jar: str = Field(DEFAULT_JAR, description="Driver jar, added to the Spark session "
                      "when the driver class is not on its classpath.")
-    batch_size: int = Field(5000, ge=1, description="Rows per JDBC batch (Spark batchsize).")
+    batch_size: int = Field(5000, ge=1, description="Rows per JDBC batch (Spark batchsize; "
+                            "with mode: upsert, rows per statement).")
     mode: Literal["append", "upsert"] = Field(
         "append", description="append: every row is inserted (a staging table). upsert: "
         "one row per natural key of the processor, INSERT ... ON CONFLICT DO UPDATE when "
@@ -587,17 +596,22 @@ class JdbcTableWriter(TableWriter):
 
 
     def _upsert(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
-        """Spark thread: upsert ``rows`` (one row per key) in one statement and one
-        transaction (see :mod:`actors.sinks.jdbc_upsert`)."""
+        """Spark thread: upsert ``rows`` (one row per key) in one transaction, one
+        statement per ``batch_size`` rows (see :mod:`actors.sinks.jdbc_upsert`)."""
+        names = [c.name for c in self._all]
+        size = self.settings.batch_size
         conn = self._connect(spark)
         try:
+            conn.setAutoCommit(False)
             statement = conn.prepareStatement(
                 upsert_sql(_qualified(self.table), self._all, self.key))
-            statement.setString(1, rows_json(rows, [c.name for c in self._all]))
-            statement.executeUpdate()  # autocommit: the statement is its transaction
+            for start in range(0, len(rows), size):  # the keys are distinct: no overlap
+                statement.setString(1, rows_json(rows[start:start + size], names))
+                statement.executeUpdate()
             statement.close()
+            conn.commit()
         finally:
-            conn.close()
+            conn.close()  # not committed: rolled back
         logger.debug("jdbc sink: %s: upserted %d row(s)", self.table, len(rows))
 
 

@@ -6,13 +6,13 @@ kstage creates with the table (``PRIMARY KEY`` when every key column is NOT NULL
 ``UNIQUE NULLS NOT DISTINCT``, PostgreSQL 15+, so that NULL keys are one key as in the
 Spark merge). An existing table must have a unique index on exactly the key columns.
 
-A flush is one statement in one transaction::
+A flush is one transaction, one statement per ``batch_size`` rows::
 
     INSERT INTO t AS cur (...) SELECT ... FROM json_populate_recordset(NULL::t, ?)
     ON CONFLICT (key...) DO UPDATE SET col = EXCLUDED.col, ... WHERE <incoming is newer>
 
-The rows travel as one JSON array (one parameter, one round trip to the JVM, whatever the
-batch size); PostgreSQL converts each value with its column's input function, so a value
+The rows of a statement travel as one JSON array (one parameter, one round trip to the
+JVM); PostgreSQL converts each value with its column's input function, so a value
 it refuses fails the statement with a class ``22`` SQLSTATE like an append does.
 
 "Newer" (:func:`newer`, and :data:`NEWER_SQL`, the same rule in SQL): offsets order the

@@ -64,8 +64,8 @@ def actor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkActor]:
     spark.stop()
 
 
-async def upserting(actor: SparkActor, pg: Postgres, table: str) -> JdbcSink:
-    sink = JdbcSink(settings(pg, table, mode="upsert"), actor)
+async def upserting(actor: SparkActor, pg: Postgres, table: str, **extra: Any) -> JdbcSink:
+    sink = JdbcSink(settings(pg, table, mode="upsert", **extra), actor)
     sink.bind(SinkContext(columns=PROCESSOR.columns, table=PROCESSOR.table,
                           processor=PROCESSOR.name, key=PROCESSOR.key))
     async with asyncio.timeout(90):
@@ -163,9 +163,10 @@ def test_newest_per_key_folds_a_batch_in_order() -> None:
 async def test_duplicate_keys_in_one_batch_keep_the_newest(actor: SparkActor,
                                                            running: Postgres) -> None:
     """PostgreSQL refuses to update a row twice in one statement (SQLSTATE 21000): the
-    batch is deduped first, keeping the newest row of each key, in one flush."""
+    batch is deduped first, keeping the newest row of each key, in one flush (of two
+    statements of batch_size rows, in one transaction)."""
     pg, table = running, "stg_upsert_dups"
-    sink = await upserting(actor, pg, table)
+    sink = await upserting(actor, pg, table, batch_size=2)
     await write(sink, [row("a", 0, 1), row("b", 0, 2), row("a", 0, 3), row("a", 0, 2),
                        row("b", 1, 9, -5), row("c", 0, 4)])
     assert table_rows(pg, table) == [("a", 0, 3, 3), ("b", 0, 2, 2), ("c", 0, 4, 4)]
@@ -181,7 +182,7 @@ async def test_refused_rows_are_dead_lettered_once_and_a_superseded_row_lands_in
     pg.psql(create_table_sql(table, PROCESSOR.columns, PROCESSOR.key))
     pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
     pg.psql(f"ALTER TABLE \"{table}\" ADD CHECK (dedupe_status IS DISTINCT FROM 'bad')")
-    sink = await upserting(actor, pg, table)
+    sink = await upserting(actor, pg, table, batch_size=3)
     refused = refusals(sink)
     await write(sink, [row("a", 0, 1), row("b", 0, 2), row("a", 0, 3, dedupe_status="bad"),
                        row("c", 0, 4, dedupe_status="bad"), row("d", 0, 5)])
