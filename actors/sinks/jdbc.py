@@ -400,18 +400,19 @@ class JdbcTableWriter(TableWriter):
                 statement.execute(create_table_sql(self.table, self.columns, self.key))
                 statement.close()
                 return True
-            indexes = []
+            indexes: list[tuple[str, bool]] = []
             if self.key:
                 query = conn.prepareStatement(UNIQUE_INDEXES_SQL)
                 query.setString(1, _qualified(self.table))
                 result = query.executeQuery()
                 while result.next():
-                    indexes.append(str(result.getString(1)))
+                    indexes.append((str(result.getString(1)), bool(result.getBoolean(2))))
                 query.close()
         finally:
             conn.close()
         errors = table_mismatches(self.table, existing, self._all_pg)
-        missing = missing_key_index(self.table, self.key, indexes) if self.key else None
+        missing = (missing_key_index(self.table, self.key, self.columns, indexes)
+                   if self.key else None)
         if missing and not errors:
             raise FatalError(f"{self.where}: {missing}")
         if errors:

@@ -143,25 +143,36 @@ def rows_json(rows: Sequence[tuple[Any, ...]], names: Sequence[str]) -> str:
 
 
 # The unique indexes of a table usable by ON CONFLICT (valid, neither partial nor on
-# expressions): their columns, comma-separated.
+# expressions): their columns, comma-separated, and whether NULLs are not distinct
+# (read through to_jsonb: the column exists from PostgreSQL 15 on).
 UNIQUE_INDEXES_SQL = (
-    "SELECT string_agg(a.attname::text, ',' ORDER BY a.attname) FROM pg_index i "
+    "SELECT string_agg(a.attname::text, ',' ORDER BY a.attname), "
+    "bool_or(coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false)) "
+    "FROM pg_index i "
     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
     "WHERE i.indrelid = to_regclass(?) AND i.indisunique AND i.indisvalid "
     "AND i.indpred IS NULL AND i.indexprs IS NULL GROUP BY i.indexrelid")
 
 
-def missing_key_index(table: str, key: Sequence[str], indexes: Sequence[str]) -> str | None:
-    """Why ``table`` cannot take the upsert (no unique index on exactly ``key`` among
-    ``indexes``, each its comma-separated columns), or None."""
-    if any(set(found.split(",")) == set(key) for found in indexes):
-        return None
+def missing_key_index(table: str, key: Sequence[str], columns: Sequence[Column],
+                      indexes: Sequence[tuple[str, bool]]) -> str | None:
+    """Why ``table`` cannot take the upsert, or None: it needs a unique index on exactly
+    ``key`` among ``indexes`` (each: its comma-separated columns, whether NULLs are not
+    distinct), one that treats NULLs as equal when a key column is nullable."""
     names = ", ".join(key)
+    found = [equal for cols, equal in indexes if set(cols.split(",")) == set(key)]
+    nullable = [c.name for c in columns if c.nullable and c.name in key]
+    if found and (any(found) or not nullable):
+        return None
+    if found:
+        return (f"mode: upsert: table {table} has a unique index on the natural key "
+                f"({names}) that treats NULLs as distinct, and {', '.join(nullable)} may be "
+                "NULL: rows with a NULL there would never be updated; recreate it with "
+                f"UNIQUE NULLS NOT DISTINCT ({names}) (PostgreSQL 15+)")
     return (f"mode: upsert needs a unique index on exactly the natural key ({names}) for "
             f"ON CONFLICT, and table {table} has none; add one (ALTER TABLE {table} ADD "
-            f"PRIMARY KEY ({names}), or UNIQUE NULLS NOT DISTINCT ({names}) when a key column "
-            "is nullable), or write to a new table with sink.table (kstage creates it with "
-            "the constraint)")
+            f"{key_constraint(key, columns)}), or write to a new table with sink.table "
+            "(kstage creates it with the constraint)")
 
 
 __all__ = ["NEWER_SQL", "UNIQUE_INDEXES_SQL", "key_constraint", "missing_key_index",

@@ -23,7 +23,7 @@ from actors.sinks import SinkContext
 from actors.sinks.jdbc import JdbcSink, create_table_sql
 from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key
 from actors.sinks.spark.sink import SparkActor
-from processors.base import Row
+from processors.base import Column, Row
 from settings import SparkSettings
 from tests.integration.test_jdbc_sink import (
     CLUSTERS,
@@ -202,8 +202,8 @@ async def test_an_existing_table_without_the_key_constraint_is_named(
         await upserting(actor, pg, table)
     assert (f"jdbc sink {table} at {pg.url}: mode: upsert needs a unique index on exactly "
             "the natural key (dataset, cluster, log_event_time) for ON CONFLICT, and table "
-            f"{table} has none; add one (ALTER TABLE {table} ADD PRIMARY KEY (dataset, "
-            "cluster, log_event_time)") in str(caught.value)
+            f'{table} has none; add one (ALTER TABLE {table} ADD PRIMARY KEY ("dataset", '
+            '"cluster", "log_event_time"))') in str(caught.value)
     pg.psql(f'CREATE UNIQUE INDEX ON "{table}" (log_event_time, cluster, dataset)')
     sink = await upserting(actor, pg, table)  # any order of the key's columns
     await write(sink, [row("a", 0, 1), row("a", 0, 2)])
@@ -265,3 +265,40 @@ async def test_kstage_run_drain_upserts_the_newest_record_per_key(
         (1468368000000 + k * 1000, 20 + k, k % 2) for k in range(4)]
     assert await committed(broker, group, topic, 2) == {0: 12, 1: 12}
     assert not (tmp_path / "dead.jsonl").exists()
+
+
+async def test_a_nullable_key_column_gets_unique_nulls_not_distinct(
+        actor: SparkActor, running: Postgres) -> None:
+    """DataHub change logs may have no entity urn (nullable key column): NULL is one key,
+    as in the Spark merge, through UNIQUE NULLS NOT DISTINCT (a PRIMARY KEY cannot hold a
+    NULL); an existing index that treats NULLs as distinct is refused, naming it."""
+    pg, table = running, "stg_upsert_nullable"
+    columns = (Column("urn"), Column("aspect", nullable=False), Column("v", "long"))
+
+    async def opened() -> JdbcSink:
+        sink = JdbcSink(settings(pg, table, mode="upsert"), actor)
+        sink.bind(SinkContext(columns=columns, processor="p", key=("urn", "aspect")))
+        async with asyncio.timeout(90):
+            await sink.open()
+        return sink
+
+    # an existing table whose unique index treats NULLs as distinct is named
+    pg.psql(create_table_sql(table, columns)[:-1] + ', UNIQUE ("urn", "aspect"))')
+    with pytest.raises(FatalError, match=(
+            f"mode: upsert: table {table} has a unique index on the natural key \\(urn, "
+            "aspect\\) that treats NULLs as distinct, and urn may be NULL: ")):
+        await opened()
+    pg.psql(f'DROP TABLE "{table}"')
+    sink = await opened()  # created with the right constraint
+
+    def at(urn: str | None, offset: int) -> Row:
+        return {"urn": urn, "aspect": "status", "v": offset, "_topic": TOPIC,
+                "_partition": 0, "_offset": offset, "_timestamp": 0}
+
+    await write(sink, [at(None, 1), at("u", 2), at(None, 3)])
+    await write(sink, [at(None, 4), at(None, 0)])
+    got = pg.psql(f'SELECT urn, v FROM "{table}" ORDER BY urn NULLS FIRST')  # noqa: S608
+    assert got == [["", "4"], ["u", "2"]]
+    constraint = pg.psql("SELECT pg_get_constraintdef(oid) FROM pg_constraint "  # noqa: S608
+                         f"WHERE conrelid = '\"{table}\"'::regclass AND contype = 'u'")
+    assert constraint == [["UNIQUE NULLS NOT DISTINCT (urn, aspect)"]]
