@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from actors.errors import FatalError, SinkError
-from actors.sinks import SinkContext, jdbc
+from actors.sinks import SinkContext
 from actors.sinks.jdbc import JdbcSink, create_table_sql
-from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key
+from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key, rows_json
 from actors.sinks.spark.sink import SparkActor
 from processors.base import Column, Row
 from settings import SparkSettings
@@ -242,22 +242,21 @@ async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_
     sink = await upserting(actor, pg, table, batch_size=1)
     await write(sink, [row("a", 0, 1)])
     statements: list[int] = []
-    encode = jdbc.rows_json
 
     def stop_at_the_second(rows: Any, names: Any) -> str:
         statements.append(len(rows))
         if len(statements) == 2:
             pg.stop()
-        return encode(rows, names)
+        return rows_json(rows, names)
 
-    monkeypatch.setattr(jdbc, "rows_json", stop_at_the_second)
+    monkeypatch.setattr("actors.sinks.jdbc.rows_json", stop_at_the_second)
     batch = [row("a", 0, 6), row("e", 0, 7), row("f", 0, 8)]
     with pytest.raises(SinkError, match=f"jdbc sink {table} at .*: upsert of 3 row"):
         await write(sink, batch)
     assert statements == [1, 1]
     pg.start()
     assert table_rows(pg, table) == [("a", 0, 1, 1)]  # the first statement rolled back
-    monkeypatch.setattr(jdbc, "rows_json", encode)
+    monkeypatch.setattr("actors.sinks.jdbc.rows_json", rows_json)
     await write(sink, batch)  # the worker's retry of the same batch
     assert table_rows(pg, table) == [("a", 0, 6, 6), ("e", 0, 7, 7), ("f", 0, 8, 8)]
 
