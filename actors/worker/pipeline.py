@@ -34,11 +34,13 @@ from actors.deadletter import DeadLetterFile, dead_letter_line
 from actors.decoding import DECODERS, KEY_DECODERS
 from actors.errors import PermanentSinkError
 from actors.failure import FailurePolicy, Outcome, Sleep
+from actors.sink_health import SinkHealth
+from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
 from processors.errors import ProcessorError
 from processors.schema_registry import SchemaNotFoundYet
-from settings.models import TopicSettings
+from settings.models import FailureMode, FailureSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +101,22 @@ async def _sleep_on(seconds: float) -> bool:
     return True
 
 
-async def _no_wait(seconds: float) -> bool:
+async def no_wait(seconds: float) -> bool:
     """For tools: a wait that gives up at once (the caller reports the failure)."""
     return False
+
+
+def bound_sink(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
+               label: str, refuse: RefuseRows, health: SinkHealth | None = None) -> Sink:
+    """The topic's sink, bound as every run of a pipeline binds it (the worker, ``dlq
+    replay``): the processor's columns and table, the whole settings (e.g. the
+    ``spark:`` section), its health, and where refused rows go."""
+    sink = build_sink(topic.sink)
+    sink.bind(SinkContext(
+        label=label, topic=topic.topic, processor=topic.processor,
+        columns=tuple(processor_cls.columns), table=processor_cls.table,
+        settings=settings, health=health, refuse=refuse))
+    return sink
 
 
 def value_decoder(topic: TopicSettings, avro: AvroDecoder | None
@@ -145,7 +160,7 @@ class RecordPipeline:
         self.failure = failure
         self.group_id = group_id
         self.label = label or group_id
-        self.sleep: Sleep = sleep or _no_wait
+        self.sleep: Sleep = sleep or no_wait
         self.avro = avro if topic.format == "avro" else None
         self.avro_keys = avro_keys if topic.key_format == "avro" else None
         self.decode = value_decoder(topic, self.avro)
@@ -163,6 +178,19 @@ class RecordPipeline:
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
         self.dead_letter_error: str | None = None  # why the last dead-letter write failed
+
+    @classmethod
+    def for_processor(cls, processor: Processor, *, topic: str = "topic",
+                      decode: Callable[[bytes | None], Any] | None = None) -> RecordPipeline:
+        """A pipeline for ``processor`` alone, outside any configuration (the plugin test
+        kit, benchmarks): ``format: json`` values unless ``decode`` is given, keys as
+        bytes, failures thrown (:meth:`handle` raises ``MessageFailedError``)."""
+        settings = TopicSettings.model_construct(topic=topic, processor=processor.name)
+        failure = FailurePolicy(FailureSettings(mode=FailureMode.THROW), no_wait)
+        pipeline = cls(topic=settings, processor=processor, failure=failure, group_id="")
+        if decode is not None:
+            pipeline.decode = decode
+        return pipeline
 
     def use(self, processor: Processor) -> None:
         """Transform with ``processor`` (the worker builds it when it runs)."""
@@ -263,6 +291,11 @@ class RecordPipeline:
         return wait
 
     # -- transform -------------------------------------------------------------------
+
+    def rows_of(self, rec: RecordLike) -> Sequence[Row]:
+        """Decode and transform ``rec`` synchronously: the hot path, only for a pipeline
+        that is :attr:`sync` (the worker inlines the same two calls per record)."""
+        return self.processor.transform(self.message(rec))  # type: ignore[return-value]
 
     async def transform_message(self, msg: Message) -> tuple[Sequence[Row], bool]:
         """The processor's rows for ``msg`` (awaited when async), and whether ``msg`` is a
@@ -386,5 +419,5 @@ class RecordPipeline:
             return True
 
 
-__all__ = ["Processed", "Record", "RecordLike", "RecordPipeline", "key_decoder",
-           "value_decoder"]
+__all__ = ["Processed", "Record", "RecordLike", "RecordPipeline", "bound_sink", "key_decoder",
+           "no_wait", "value_decoder"]

@@ -44,10 +44,10 @@ from actors.kafka import build_consumer, coordinator_known
 from actors.metrics import Metrics
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
-from actors.sinks import END, Fence, Sink, SinkBatch, SinkContext, build_sink, run_sink
+from actors.sinks import END, Fence, Sink, SinkBatch, run_sink
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
-from actors.worker.pipeline import RecordPipeline
+from actors.worker.pipeline import RecordPipeline, bound_sink
 from actors.worker.rebalance import Rebalance
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
@@ -241,11 +241,8 @@ class Worker:
         """Run until stopped (returns) or crashed (raises). Cancel to abort."""
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
-        sink = build_sink(self.topic.sink)
-        sink.bind(SinkContext(
-            label=self.label, topic=self.topic.topic, processor=self.topic.processor,
-            columns=tuple(self._processor_cls.columns), table=self._processor_cls.table,
-            settings=self.settings, health=self._sink_health, refuse=self.pipeline.refuse))
+        sink = bound_sink(self.settings, self.topic, self._processor_cls, label=self.label,
+                          refuse=self.pipeline.refuse, health=self._sink_health)
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self.flush_soon = sink.flush_soon
         await processor.start()
