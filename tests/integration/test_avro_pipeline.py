@@ -18,7 +18,7 @@ from fastavro import parse_schema
 from fastavro import schemaless_writer as write
 
 from actors.master import Master
-from actors.sinks import _default
+from actors.sinks.files import _default
 from processors import COORDINATE_COLUMNS, SCHEMA_DIR, Message, Processor
 from processors.avro import MAGIC
 from settings import load_settings
