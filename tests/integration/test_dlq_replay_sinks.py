@@ -75,7 +75,7 @@ async def test_replay_into_a_spark_sink(tmp_path: Path, spark_stopped: Any) -> N
     table = pq.read_table(tmp_path / "warehouse" / PROCESSOR.table).to_pylist()
     assert sorted((r["_topic"], r["_partition"], r["_offset"]) for r in table) == [
         (TOPIC, 3, 1), (TOPIC, 3, 2), (TOPIC, 3, 4)]
-    assert {r["cluster"] for r in table} == {"holdem"}
+    assert {r["cluster"] for r in table} == {"ltx1-holdem"}
     marks = (tmp_path / "dead.jsonl.replayed").read_text().splitlines()
     assert [json.loads(m)["offset"] for m in marks] == [1, 2, 4]
 
@@ -88,4 +88,4 @@ async def test_replay_into_a_jdbc_sink(tmp_path: Path, pg: Postgres,
     result = await replay_async(settings)
     assert (len(result.replayed), result.failed) == (3, [])
     assert pg.psql('SELECT _topic, _partition, _offset, "cluster" FROM "stg_dlq_replay" '
-                   "ORDER BY _offset") == [[TOPIC, "3", str(o), "holdem"] for o in (5, 6, 7)]
+                   "ORDER BY _offset") == [[TOPIC, "3", str(o), "ltx1-holdem"] for o in (5, 6, 7)]
