@@ -298,14 +298,24 @@ class _Target:
         """Decode, transform and write one dead-lettered message (raises on failure)."""
         key, value = _b64(rec.get("key")), _b64(rec.get("value"))
         if "sink" in rec:  # the sink refused this row for good: offer it again as it is
-            await self.sink.write([json.loads(value or b"null")])
+            await self._write([json.loads(value or b"null")])
             return
         record = Record(str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
                         int(rec.get("timestamp") or 0), key, value,
                         tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()))
         await self.pipeline.load_schemas([record])
         rows, _ = await self.pipeline.transform(record)
-        await self.sink.write(list(rows))
+        await self._write(list(rows))
+
+    async def _write(self, rows: list[Any]) -> None:
+        """Write and wait until durable. The replay sends nothing more until then, so a
+        micro-batching sink (spark, jdbc) is told to flush now, as the worker does when
+        its pipeline is full, instead of after its ``flush_max_interval_s`` per line."""
+        write = asyncio.ensure_future(self.sink.write(rows))
+        while not write.done():
+            self.sink.flush_soon()
+            await asyncio.wait([write], timeout=0.05)
+        await write
 
 
 Handler = Callable[[dict[str, Any]], Awaitable[str | None]]

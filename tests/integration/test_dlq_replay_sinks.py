@@ -3,11 +3,13 @@ staging table) and a real PostgreSQL server (jdbc sink through Spark JDBC).
 
 Both sinks need what the worker binds them with (the processor's columns and table, the
 ``spark:`` section, where refused rows go); a replay that only built the sink failed
-every line ("declares no columns").
+every line ("declares no columns"). A replay writes one line at a time and waits for it:
+it asks the micro-batching sinks to flush at once (the interval here is 300 s).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,8 +59,9 @@ def dead_letters(path: Path, offsets: list[int], bad: int | None = None) -> None
 def config(tmp_path: Path, sink: dict[str, Any]) -> Settings:
     return Settings.model_validate({
         "kafka": {"bootstrap": "embedded"},
+        # A replay waits for each line's write: it must not wait out the interval.
         "spark": {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
-                  "flush_max_interval_s": 0.2},
+                  "flush_max_interval_s": 300},
         "groups": [{"group_id": "g", "failure": {
             "dead_letter_path": str(tmp_path / "dead.jsonl")}, "topics": [
             {"topic": TOPIC, "processor": PROCESSOR.name, "format": "json",
@@ -69,7 +72,8 @@ def config(tmp_path: Path, sink: dict[str, Any]) -> Settings:
 async def test_replay_into_a_spark_sink(tmp_path: Path, spark_stopped: Any) -> None:
     dead_letters(tmp_path / "dead.jsonl", [1, 2, 3, 4], bad=3)
     settings = config(tmp_path, {"type": "spark"})
-    result = await replay_async(settings)
+    async with asyncio.timeout(120):
+        result = await replay_async(settings)
     assert [why.split(":")[0] for _, why in result.failed] == ["PoisonMessage"]
     assert [d.record["offset"] for d in result.replayed] == [1, 2, 4]
     table = pq.read_table(tmp_path / "warehouse" / PROCESSOR.table).to_pylist()
@@ -85,7 +89,8 @@ async def test_replay_into_a_jdbc_sink(tmp_path: Path, pg: Postgres,
     dead_letters(tmp_path / "dead.jsonl", [5, 6, 7])
     settings = config(tmp_path, {"type": "jdbc", "table": "stg_dlq_replay", "url": pg.url,
                                  "user": USER, "password": "secret", "jar": JAR})
-    result = await replay_async(settings)
+    async with asyncio.timeout(120):
+        result = await replay_async(settings)
     assert (len(result.replayed), result.failed) == (3, [])
     assert pg.psql('SELECT _topic, _partition, _offset, "cluster" FROM "stg_dlq_replay" '
                    "ORDER BY _offset") == [[TOPIC, "3", str(o), "ltx1-holdem"] for o in (5, 6, 7)]
