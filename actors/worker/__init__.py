@@ -13,6 +13,8 @@ Its parts, each owning one job (and one task where it has a loop):
   tasks, drain detection, status and readiness).
 """
 
+from __future__ import annotations
+
 from actors.worker.worker import Worker
 
 __all__ = ["Worker"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["actors", "processors", "settings", "service"]
+PACKAGES = ["actors", "actors.worker", "processors", "settings", "service"]
 
 
 def public_names(package: types.ModuleType) -> set[str]:
