@@ -37,6 +37,7 @@ from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.sink_health import SinkHealth
 from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
 from processors.avro import AvroDecoder
+from processors.backoff import backoff_s
 from processors.base import Message, Processor, Row
 from processors.errors import ProcessorError
 from processors.schema_registry import SchemaNotFoundYet
@@ -45,6 +46,7 @@ from settings.models import FailureMode, FailureSettings, Settings, TopicSetting
 logger = logging.getLogger(__name__)
 
 _DEAD_LETTER_BACKOFF_S = (0.5, 30.0)  # retry waits of a failed dead-letter write
+_SCHEMA_BACKOFF_S = (0.5, 30.0)  # retry waits of schemas the registry cannot give yet
 
 
 class RecordLike(Protocol):
@@ -239,7 +241,7 @@ class RecordPipeline:
                 if decoder is None:
                     continue
                 pending = sorted(decoder.missing(values))
-                delay = 0.5
+                attempt = 0
                 while pending:
                     waiting: list[tuple[bytes, ProcessorError]] = []
                     untried: list[bytes] = []
@@ -256,11 +258,12 @@ class RecordPipeline:
                                 break
                     if not waiting:
                         break
-                    wait = self._schema_wait(decoder, records, values, waiting, delay)
+                    wait = self._schema_wait(decoder, records, values, waiting,
+                                             backoff_s(attempt, *_SCHEMA_BACKOFF_S))
                     if not await self.sleep(wait):
                         return False
                     pending = [id_bytes for id_bytes, _ in waiting] + untried
-                    delay = min(delay * 2, 30.0)
+                    attempt += 1
         finally:
             self.waiting_for = None
         return True
@@ -399,18 +402,19 @@ class RecordPipeline:
         it is retried with backoff, never skipped, and shown as :attr:`dead_letter_error`
         until a write succeeds. The message stays uncommitted.
         """
-        delay = _DEAD_LETTER_BACKOFF_S[0]
+        attempt = 0
         while True:
             try:
                 await self.dead_letters.write(line)
             except OSError as exc:
+                delay = backoff_s(attempt, *_DEAD_LETTER_BACKOFF_S)
                 self.dead_letter_error = (f"cannot write the dead-letter file "
                                           f"{self.dead_letters.path}: {exc}")
                 logger.warning("%s: %s; retrying in %.1fs", self.label,
                                self.dead_letter_error, delay)
                 if not await sleep(delay):
                     return False
-                delay = min(delay * 2, _DEAD_LETTER_BACKOFF_S[1])
+                attempt += 1
                 continue
             if self.dead_letter_error is not None:
                 logger.info("%s: the dead-letter file is writable again", self.label)
