@@ -391,6 +391,20 @@ SPARK_RSS_LIMIT_MB = 300
 _SAMPLE_CHUNK = 50_000  # records generated (and encoded) at a time: 1M dicts would be ~2 GB
 
 
+def _import_stdlib_http() -> None:
+    """Import the standard library's ``http`` package before kstage's actors (their
+    metrics import prometheus_client, which imports ``http.server``): run as a script,
+    this directory comes first on sys.path and its http.py (the HTTP benchmark) would
+    shadow it."""
+    here = Path(__file__).parent.resolve()
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    try:
+        import http.server  # noqa: F401, PLC0415
+    finally:
+        sys.path[:] = saved
+
+
 def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
                    flush_interval_s: float = SPARK_FLUSH_INTERVAL_S,
                    conf: dict[str, str] | None = None) -> Workload:
@@ -399,8 +413,10 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
     maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink)."""
     from fastavro import parse_schema, schemaless_reader
 
+    _import_stdlib_http()
+    from actors.worker.pipeline import RecordPipeline
     from processors.avro import encode
-    from processors.base import SCHEMA_DIR, Message
+    from processors.base import SCHEMA_DIR
     from processors.gobblin import GobblinCompactionProcessor
     from service.dev.samples import SAMPLE_TOPICS, sample_records
 
@@ -422,15 +438,9 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
         fo.seek(5)  # magic byte + 4-byte schema id: the raw loop knows its one schema
         return schemaless_reader(fo, parsed, None)
 
-    mapping = GobblinCompactionProcessor({})
-
-    def raw_handle(rec: Any) -> Any:  # the same decode + mapping as kstage, no Parquet
-        fo = BytesIO(rec.value)
-        fo.seek(5)
-        return mapping.transform(Message(rec.topic, rec.partition, rec.offset,
-                                         rec.timestamp, rec.key,
-                                         schemaless_reader(fo, parsed, None),
-                                         rec.headers, rec.value))
+    # The same decode + mapping as kstage (its record pipeline's hot path), no Parquet.
+    raw_handle = RecordPipeline.for_processor(GobblinCompactionProcessor({}),
+                                              decode=raw_decode).rows_of
 
     return Workload(
         "Avro Gobblin compaction", values, raw_decode, format="avro", raw_handle=raw_handle,

@@ -29,7 +29,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import tempfile
 import uuid
@@ -210,15 +209,18 @@ async def arun_processor(processor: Processor | type[Processor],
         instance = processor
     else:
         instance = processor(options)
+    # The worker's own transform step (awaited when async); imported here: the pure
+    # helpers of this module must not pull in aiokafka or the actors.
+    from actors.worker.pipeline import RecordPipeline  # noqa: PLC0415
+
+    pipeline = RecordPipeline.for_processor(instance)
     batch = [messages] if isinstance(messages, Message) else list(messages)
     rows: list[Row] = []
     await instance.start()
     try:
         for msg in batch:
             try:
-                out = instance.transform(msg)
-                if inspect.isawaitable(out):
-                    out = await out
+                out, _ = await pipeline.transform_message(msg)
             except Exception as exc:
                 exc.add_note(_where(instance, msg))
                 raise

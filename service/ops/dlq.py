@@ -9,12 +9,15 @@ line's work became durable. A crash mid-replay therefore re-replays at most the 
 in progress (its rows carry their Kafka coordinates, so that duplicate is idempotent
 downstream), and a line that fails again simply stays unreplayed.
 
-``replay`` rebuilds each message (key, value and headers from base64), decodes it the
-way the worker does (the topic's ``format``/``key_format``, Avro through the configured
-schema registry), runs the processor the **given** configuration names for the topic
-(so a fixed processor or a fixed config replays the failures), writes the rows to the
-topic's sink, then marks the line. Lines of a sink's permanent refusal (they carry
-``sink``; their value is the refused row) are written to the sink again as they are.
+``replay`` rebuilds each message (key, value and headers from base64), decodes it
+through the worker's own record pipeline (:mod:`actors.worker.pipeline`: the topic's
+``format``/``key_format``, Avro through the configured schema registry), runs the
+processor the **given** configuration names for the topic (so a fixed processor or a
+fixed config replays the failures), writes the rows to the topic's sink, bound as the
+worker binds it (the processor's columns and table for the spark and jdbc sinks; rows
+the sink refuses are dead-lettered again), then marks the line. Lines of a sink's
+permanent refusal (they carry ``sink``; their value is the refused row) are written to
+the sink again as they are.
 ``to_kafka`` instead re-produces the original key, value and headers to the original
 topic and partition (``send_and_wait`` each), for the running service to consume.
 ``show`` prints a table, or with ``--json`` every line's record (the values of headers
@@ -28,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import fcntl
-import inspect
 import json
 import logging
 import os
@@ -43,12 +45,13 @@ from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
 from actors.deadletter import FILE_MODE
-from actors.decoding import DECODERS, KEY_DECODERS
-from actors.sinks import Sink, build_sink
+from actors.failure import FailurePolicy
+from actors.sinks import Sink
+from actors.worker.pipeline import Record, RecordPipeline, bound_sink, no_wait
 from processors.avro import AvroDecoder, load_schema
-from processors.base import Message, Processor
+from processors.base import Processor
 from service.ops.lag import OpsError, bootstrap_of, connection_kwargs
-from settings.models import Settings, TopicSettings
+from settings.models import GroupSettings, Settings, TopicSettings
 from settings.secrets import MASK, secret_header
 
 logger = logging.getLogger(__name__)
@@ -286,23 +289,24 @@ def _b64(text: str | None) -> bytes | None:
 
 
 class _Target:
-    """A configured topic's processor, decoders and sink, started on first use."""
+    """A configured topic's record pipeline and sink (bound as the worker binds it: the
+    processor's columns and table, the settings, refused rows dead-lettered), started on
+    first use."""
 
-    def __init__(self, topic: TopicSettings, cls: type[Processor], registry: Any,
-                 id_type: str) -> None:
+    def __init__(self, settings: Settings, group: GroupSettings, topic: TopicSettings,
+                 cls: type[Processor], registry: Any, id_type: str) -> None:
         self._started = self._open = False
-        self.processor = cls(topic.options)
-        self.sink: Sink = build_sink(topic.sink)
         reader = load_schema(topic.reader_schema) if topic.reader_schema else None
-        self.avro = (AvroDecoder(registry, id_type, reader)
-                     if topic.format == "avro" and registry is not None else None)
-        self.avro_keys = (AvroDecoder(registry, id_type)
-                          if topic.key_format == "avro" and registry is not None else None)
-        self.decode: Callable[[bytes | None], Any] = (
-            self.avro.decode if self.avro else DECODERS[topic.format])
-        self.decode_key: Callable[[bytes | None], Any] | None = (
-            self.avro_keys.decode if self.avro_keys
-            else None if topic.key_format == "bytes" else KEY_DECODERS[topic.key_format])
+        label = f"dlq replay {settings.group_id(group)}/{topic.topic}"
+        # Failures are not retried here: a line that fails again stays unreplayed.
+        self.pipeline = RecordPipeline(
+            topic=topic, processor=cls(topic.options), group_id=settings.group_id(group),
+            label=label, failure=FailurePolicy(topic.failure or group.failure, no_wait),
+            avro=AvroDecoder(registry, id_type, reader) if registry is not None else None,
+            avro_keys=AvroDecoder(registry, id_type) if registry is not None else None)
+        self.processor = self.pipeline.processor
+        self.sink: Sink = bound_sink(settings, topic, cls, label=label,
+                                     refuse=self.pipeline.refuse)
 
     async def start(self, stack: AsyncExitStack) -> None:
         """Start the processor and open the sink (each once; stopped/closed by ``stack``)."""
@@ -319,22 +323,24 @@ class _Target:
         """Decode, transform and write one dead-lettered message (raises on failure)."""
         key, value = _b64(rec.get("key")), _b64(rec.get("value"))
         if "sink" in rec:  # the sink refused this row for good: offer it again as it is
-            await self.sink.write([json.loads(value or b"null")])
+            await self._write([json.loads(value or b"null")])
             return
-        for decoder, raw in ((self.avro, value), (self.avro_keys, key)):
-            if decoder is not None:
-                for id_bytes in decoder.missing([raw]):
-                    await decoder.fetch(id_bytes)
-        headers = tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ())
-        message = Message(
-            str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
-            int(rec.get("timestamp") or 0),
-            key if self.decode_key is None else self.decode_key(key),
-            self.decode(value), headers, value)  # type: ignore[arg-type]
-        out = self.processor.transform(message)
-        if inspect.isawaitable(out):
-            out = await out
-        await self.sink.write(list(out))
+        record = Record(str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
+                        int(rec.get("timestamp") or 0), key, value,
+                        tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()))
+        await self.pipeline.load_schemas([record])
+        rows, _ = await self.pipeline.transform(record)
+        await self._write(list(rows))
+
+    async def _write(self, rows: list[Any]) -> None:
+        """Write and wait until durable. The replay sends nothing more until then, so a
+        micro-batching sink (spark, jdbc) is told to flush now, as the worker does when
+        its pipeline is full, instead of after its ``flush_max_interval_s`` per line."""
+        write = asyncio.ensure_future(self.sink.write(rows))
+        while not write.done():
+            self.sink.flush_soon()
+            await asyncio.wait([write], timeout=0.05)
+        await write
 
 
 Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
@@ -352,21 +358,23 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack) -> Handl
         registry = await stack.enter_async_context(
             registry_from_settings(settings.schema_registry))
     id_type = settings.schema_registry.id_type if settings.schema_registry else "int"
-    exact = {(settings.group_id(g), t.topic): t for g in settings.groups for t in g.topics}
-    by_topic: dict[str, list[TopicSettings]] = {}
-    for t in exact.values():
-        by_topic.setdefault(t.topic, []).append(t)
+    exact = {(settings.group_id(g), t.topic): (g, t) for g in settings.groups for t in g.topics}
+    by_topic: dict[str, list[tuple[GroupSettings, TopicSettings]]] = {}
+    for g, t in exact.values():
+        by_topic.setdefault(t.topic, []).append((g, t))
     targets: dict[int, _Target] = {}
 
     async def handle(rec: dict[str, Any]) -> str | None:
         # the line's (group, topic); else its topic, when one configured group reads it
-        topic = exact.get((str(rec.get("group")), str(rec.get("topic"))))
+        found = exact.get((str(rec.get("group")), str(rec.get("topic"))))
         candidates = by_topic.get(str(rec.get("topic")), [])
-        topic = topic or (candidates[0] if len(candidates) == 1 else None)
-        if topic is None:
+        found = found or (candidates[0] if len(candidates) == 1 else None)
+        if found is None:
             return "topic not in the configuration"
+        group, topic = found
         if id(topic) not in targets:
-            targets[id(topic)] = _Target(topic, classes[topic.processor], registry, id_type)
+            targets[id(topic)] = _Target(settings, group, topic, classes[topic.processor],
+                                         registry, id_type)
         await targets[id(topic)].start(stack)
         await targets[id(topic)].replay(rec)
         return None

@@ -217,15 +217,15 @@ async def test_worker_waits_out_a_404_window_with_capped_backoff_and_shows_why(
             registry.finish_reloading()
         return True
 
-    worker._sleep = sleep  # type: ignore[method-assign]
+    worker.pipeline.sleep = sleep
     registry.start_reloading()
     batch = records([value(known, n) for n in range(3)])
-    assert await worker._fetch_schemas(batch) is True
+    assert await worker.pipeline.fetch_schemas(batch) is True
     assert waits == [0.5, 1.0, 2.0, 4.0]
     assert worker.snapshot()["waiting_for"] is None
     assert all(s is not None and f"404 for schema id {known} (events[0]@40)" in s
                for s in shown), shown
-    assert [worker._decode(r.value) for r in batch] == [{"id": n} for n in range(3)]
+    assert [worker.pipeline.decode(r.value) for r in batch] == [{"id": n} for n in range(3)]
     warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(f"404 for schema id {known} of events[0]@40" in m for m in warning), warning
 
@@ -235,15 +235,15 @@ async def test_worker_stops_waiting_when_the_window_ends(
 ) -> None:
     clock = Clock()
     worker, waits = make_worker(tmp_path, registry, client, clock)
-    worker._sleep = advancing_sleep(clock, waits)  # type: ignore[method-assign]
+    worker.pipeline.sleep = advancing_sleep(clock, waits)
     batch = records([value(1), value(4)])  # id 4 is unknown; id 1 gets known later
     register_until(registry, 1)
-    assert await worker._fetch_schemas(batch) is True
+    assert await worker.pipeline.fetch_schemas(batch) is True
     assert sum(waits) == WINDOW_S and max(waits) <= 30
     assert waits == [0.5, 1.0, 2.0, 4.0, 2.5], "the last wait ends with the window"
-    assert worker._decode(batch[0].value) == {"id": 7}
+    assert worker.pipeline.decode(batch[0].value) == {"id": 7}
     with pytest.raises(PoisonMessage, match="unknown schema id 4"):
-        worker._decode(batch[1].value)
+        worker.pipeline.decode(batch[1].value)
 
 
 async def test_many_unknown_ids_in_a_batch_wait_one_window_not_one_each(
@@ -251,13 +251,13 @@ async def test_many_unknown_ids_in_a_batch_wait_one_window_not_one_each(
 ) -> None:
     clock = Clock()
     worker, waits = make_worker(tmp_path, registry, client, clock)
-    worker._sleep = advancing_sleep(clock, waits)  # type: ignore[method-assign]
+    worker.pipeline.sleep = advancing_sleep(clock, waits)
     batch = records([value(sid) for sid in (11, 12, 13, 14)])  # garbage ids, say
-    assert await worker._fetch_schemas(batch) is True
+    assert await worker.pipeline.fetch_schemas(batch) is True
     assert sum(waits) == WINDOW_S
     for rec in batch:
         with pytest.raises(PoisonMessage, match="unknown schema id"):
-            worker._decode(rec.value)
+            worker.pipeline.decode(rec.value)
     asked = [registry.count("GET", f"/schemas/ids/{sid}") for sid in (11, 12, 13, 14)]
     assert asked == [len(waits) + 1] * 4
 
@@ -268,7 +268,7 @@ async def test_a_stop_during_the_wait_abandons_the_batch(
     known = registry.register("e-value", json.dumps(EVENT))
     registry.start_reloading()
     worker, _ = make_worker(tmp_path, registry, client, Clock())
-    task = asyncio.create_task(worker._fetch_schemas(records([value(known)])))
+    task = asyncio.create_task(worker.pipeline.fetch_schemas(records([value(known)])))
     async with asyncio.timeout(10):
         while worker.snapshot()["waiting_for"] is None:
             await asyncio.sleep(0.01)

@@ -411,3 +411,34 @@ def test_a_dead_link_fails() -> None:
     page = ROOT / "docs" / "broken.md"
     assert check_links(page, "[ok](operations.md#readyz) [ok](../kstage.yml)\n") == []
     assert len(check_links(page, "[a](nowhere.md) [b](operations.md#nowhere)\n")) == 2
+
+
+_REPO_PATH = re.compile(
+    r"`((?:actors|processors|service|settings|tests|bench|examples|docs)/[\w./-]*)`")
+_LAYOUT_NAME = re.compile(r"`(\w+\.py|\w+/)`")
+
+
+def check_layout_paths(text: str) -> list[str]:
+    """Paths the architecture page names that do not exist: every repository path in
+    backquotes, and every ``name.py`` or ``dir/`` of the layout table, relative to its
+    row's package (or a top-level directory)."""
+    missing = [p for p in _REPO_PATH.findall(text) if not (ROOT / p.split()[0]).exists()]
+    layout = text.split("## The layout", 1)[-1].split("\n## ", 1)[0]
+    for row in layout.splitlines():
+        cells = row.split("|")
+        if len(cells) < 4 or not cells[1].strip().startswith("`"):
+            continue
+        package = cells[1].strip().strip("`")
+        missing += [f"{package}{name}" for name in _LAYOUT_NAME.findall(cells[2])
+                    if not (ROOT / package / name).exists() and not (ROOT / name).exists()]
+    return missing
+
+
+def test_the_architecture_names_only_paths_that_exist() -> None:
+    assert check_layout_paths((ROOT / "docs" / "architecture.md").read_text()) == []
+
+
+def test_a_moved_module_fails_the_architecture_check() -> None:
+    text = ("`actors/worker.py` holds it\n## The layout\n\n| package | holds | must not |\n"
+            "|---|---|---|\n| `actors/sinks/` | `base.py`, `sinks.py` | |\n")
+    assert check_layout_paths(text) == ["actors/worker.py", "actors/sinks/sinks.py"]

@@ -1,0 +1,179 @@
+"""The fetch task: the consumer's reads, the in-flight window and pausing.
+
+It owns ``getmany``: batches go into the worker's inbox, each tagged with the rebalance
+generation current when its poll *returned*. When the pipeline is full (``max_in_flight``
+messages not yet acked, or the inbox full) it holds what it fetched, pauses every
+assigned partition once the pipeline stays full, and keeps polling, so the member keeps
+heartbeating and never hits ``max_poll_interval_ms``. A stop gives up a poll held by a
+rebalance (:meth:`Fetcher.give_up`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import ConsumerStoppedError, NoOffsetForPartitionError
+
+from actors.errors import NoCommittedOffsetError
+from actors.sinks import END
+
+if TYPE_CHECKING:
+    from actors.worker.worker import Worker
+
+logger = logging.getLogger(__name__)
+
+_POLL_MS = 200  # getmany timeout: bounds how late a stop or a drain check is noticed
+
+Batch = tuple[TopicPartition, list[Any], int]
+"""A partition's fetched records and the generation they were fetched in."""
+
+
+class Fetcher:
+    """The fetch loop of one worker (see the module doc)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._w = worker
+        # The fetch task while it awaits getmany (see poll), and whether give_up
+        # cancelled it there.
+        self._poll_task: asyncio.Task[Any] | None = None
+        self._poll_given_up = False
+        self.fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
+
+    def give_up(self) -> None:
+        """A stop: give up the poll under way (if any); see :meth:`poll`."""
+        if self._poll_task is not None and not self._poll_given_up:
+            self._poll_given_up = True  # poll takes this cancellation back
+            self._poll_task.cancel()
+
+    async def run(self, consumer: AIOKafkaConsumer) -> None:
+        """Fetch batches into the inbox; apply backpressure without risking eviction.
+
+        When the pipeline is full (inbox full or ``max_in_flight`` reached) the loop waits
+        for room on an event, holding what it fetched. Short stalls are normal (fetching
+        is faster than processing) and cost nothing. Only when the pipeline stays full for
+        a good part of ``max_poll_interval_ms`` are the partitions paused; from then on the
+        loop calls ``getmany(timeout_ms=0)`` at least every second, which resets the
+        consumer's poll timer, so a slow sink never gets the member evicted. (Pausing at
+        once would be costly: aiokafka drops a paused partition's prefetched records.)
+        """
+        w = self._w
+        rebalance = w.rebalance
+        max_in_flight = w.group.commit.max_in_flight
+        max_records = w.group.max_poll_records
+        pause_after = min(w.group.max_poll_interval_ms / 4000, 5.0)
+        backlog: deque[Batch] = deque()
+        inbox = w.inbox
+        paused = False
+        full_since: float | None = None
+        while not w.should_stop:
+            if rebalance.unseeded:
+                await rebalance.seed_committed(consumer)
+            while backlog and not inbox.full():
+                inbox.put_nowait(backlog.popleft())
+            if backlog and w.in_flight < max_in_flight:
+                # Keep aiokafka's buffer drained so its next fetch request goes out early
+                # (prefetch up to max_in_flight), without blocking: the inbox may free up.
+                data = await self.poll(consumer, max_records, 0)
+                self._fetched(data, backlog)
+                if not data:
+                    w.room.clear()
+                    try:
+                        await asyncio.wait_for(w.room.wait(), 0.005)
+                    except TimeoutError:
+                        pass
+                continue
+            if backlog or w.in_flight >= max_in_flight:
+                if w.in_flight >= max_in_flight and w.flush_soon is not None:
+                    w.flush_soon()  # the rows in flight wait in the sink's next flush
+                now = time.monotonic()
+                full_since = full_since or now
+                if not paused and now - full_since >= pause_after:
+                    w.stats["paused"] += 1
+                    paused = True
+                    logger.info("%s: pipeline full for %.1fs: pausing partitions",
+                                w.label, now - full_since)
+                if paused:
+                    consumer.pause(*consumer.assignment())
+                    self._fetched(await self.poll(consumer, max_records, 0), backlog)
+                w.room.clear()
+                try:
+                    await asyncio.wait_for(w.room.wait(), min(pause_after, 1.0))
+                except TimeoutError:
+                    pass
+                continue
+            full_since = None
+            if paused:
+                consumer.resume(*consumer.paused())
+                paused = False
+            data = await self.poll(consumer, max_records, _POLL_MS)
+            if not data:
+                await rebalance.advance_to_positions(consumer)
+                if w.drain:
+                    await w.check_drained()
+                continue
+            self._fetched(data, backlog)
+        for item in backlog:  # fetched, never processed: not committed, re-read later
+            w.in_flight -= len(item[1])
+        await inbox.put(END)
+
+    def _fetched(self, data: dict[TopicPartition, list[Any]], backlog: deque[Batch]) -> None:
+        """Queue fetched batches, tagged with the generation current when their poll
+        *returned*: aiokafka's getmany waits out a rebalance and then returns records of
+        the new assignment only (records of the old one are discarded), so a poll that
+        started before a revoke and returns after the partition came back holds live
+        records. Tagged with the generation it started in, they were dropped as stale
+        while the position moved past them, and the next commit skipped them: lost
+        (seen in the chaos run: ~100-record gaps after a revoke and reassignment)."""
+        w = self._w
+        gen = w.rebalance.generation
+        for tp, records in data.items():
+            span = self.fetched_span.setdefault(tp, [records[0].offset, 0])
+            span[1] = records[-1].offset + 1
+            w.in_flight += len(records)
+            w.stats["consumed"] += len(records)
+            if w.metrics is not None:
+                w.metrics.batch_size.labels(w.group_id, tp.topic).observe(len(records))
+            backlog.append((tp, records, gen))
+
+    async def poll(self, consumer: AIOKafkaConsumer, max_records: int, timeout_ms: int
+                   ) -> Any:
+        """getmany, given up (empty) on stop: while the group rebalances, aiokafka's
+        getmany waits for the new assignment whatever its timeout (up to the rebalance
+        timeout of Kafka), and a stop must not wait for a rejoin it does not need.
+
+        :meth:`give_up` cancels the fetch task while it awaits here (and only here),
+        and the cancellation is taken back: no task or future per poll on the hot path
+        (the fetch loop polls with ``timeout_ms=0`` many times a second).
+        """
+        w = self._w
+        if w.should_stop:
+            return {}
+        task = asyncio.current_task()
+        self._poll_task = task
+        try:
+            return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except asyncio.CancelledError:
+            if not self._poll_given_up or task is None:
+                raise
+            task.uncancel()  # our own stop, not a cancellation from outside: no data
+            return {}
+        except NoOffsetForPartitionError as exc:
+            parts = ", ".join(str(a) for a in exc.args) or "(unknown)"
+            raise NoCommittedOffsetError(
+                f"group {w.group_id!r} has no committed offset for {parts} of topic "
+                f"{w.topic.topic!r} and auto_offset_reset is 'none': refusing to start"
+            ) from exc
+        except ConsumerStoppedError:
+            w.intake_stopped.set()
+            return {}
+        finally:
+            self._poll_task = None
+            self._poll_given_up = False
+
+
+__all__ = ["Batch", "Fetcher"]

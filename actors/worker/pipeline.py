@@ -1,0 +1,427 @@
+"""The record pipeline: decode → transform → failure policy → rows or a dead-letter line.
+
+One walk, used by the worker, by ``kstage dlq replay``, by the plugin test kit
+(:mod:`processors.testing`) and by the benchmarks, so they cannot drift apart:
+
+* :meth:`RecordPipeline.fetch_schemas` loads the Avro writer schemas a batch needs (the
+  only registry I/O), waiting out an unreachable registry or a 404 window (worker);
+  :meth:`RecordPipeline.load_schemas` asks once and raises (replay, tools).
+* :meth:`RecordPipeline.message` decodes a record (key and value, per the topic's
+  ``format``/``key_format``) into the :class:`~processors.base.Message` a processor sees.
+* :meth:`RecordPipeline.transform` runs the processor on it (awaited when async) and
+  says whether the message is a savepoint.
+* :meth:`RecordPipeline.on_failure` applies the topic's failure policy to a record whose
+  processing raised: retried, dead-lettered (durably, retried on a full disk), thrown, or
+  abandoned on stop. :meth:`RecordPipeline.refuse` dead-letters rows a sink refused.
+* :meth:`RecordPipeline.process` walks a batch and returns what became of each record:
+  pure enough to test without Kafka (records in, rows and outcomes out).
+
+Records are anything with the attributes of aiokafka's ``ConsumerRecord`` (``topic,
+partition, offset, timestamp, key, value, headers``); :class:`Record` is a plain one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from actors.deadletter import DeadLetterFile, dead_letter_line
+from actors.decoding import DECODERS, KEY_DECODERS
+from actors.errors import PermanentSinkError
+from actors.failure import FailurePolicy, Outcome, Sleep
+from actors.sink_health import SinkHealth
+from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
+from processors.avro import AvroDecoder
+from processors.backoff import backoff_s
+from processors.base import Message, Processor, Row
+from processors.errors import ProcessorError
+from processors.schema_registry import SchemaNotFoundYet
+from settings.models import FailureMode, FailureSettings, Settings, TopicSettings
+
+logger = logging.getLogger(__name__)
+
+_DEAD_LETTER_BACKOFF_S = (0.5, 30.0)  # retry waits of a failed dead-letter write
+_SCHEMA_BACKOFF_S = (0.5, 30.0)  # retry waits of schemas the registry cannot give yet
+
+
+class RecordLike(Protocol):
+    """What the pipeline reads of a record (aiokafka's ``ConsumerRecord`` has it)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record not read from Kafka (a dead-letter line, a test, a benchmark)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+
+
+@dataclass(slots=True)
+class Processed:
+    """What became of one record: its rows (none when dead-lettered), the failure
+    policy's outcome (None: transformed at the first attempt), whether it is a
+    savepoint."""
+
+    offset: int
+    rows: Sequence[Row] = ()
+    outcome: Outcome | None = None
+    savepoint: bool = False
+
+
+class _DeadLetterAbandoned(Exception):
+    """The worker stopped while a dead-letter write was being retried."""
+
+
+async def _sleep_on(seconds: float) -> bool:
+    """A wait no stop interrupts (the sink drains until the stop's abort cancels it)."""
+    await asyncio.sleep(seconds)
+    return True
+
+
+async def no_wait(seconds: float) -> bool:
+    """For tools: a wait that gives up at once (the caller reports the failure)."""
+    return False
+
+
+def bound_sink(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
+               label: str, refuse: RefuseRows, health: SinkHealth | None = None) -> Sink:
+    """The topic's sink, bound as every run of a pipeline binds it (the worker, ``dlq
+    replay``): the processor's columns and table, the whole settings (e.g. the
+    ``spark:`` section), its health, and where refused rows go."""
+    sink = build_sink(topic.sink)
+    sink.bind(SinkContext(
+        label=label, topic=topic.topic, processor=topic.processor,
+        columns=tuple(processor_cls.columns), table=processor_cls.table,
+        key=tuple(processor_cls.key), settings=settings, health=health, refuse=refuse))
+    return sink
+
+
+def value_decoder(topic: TopicSettings, avro: AvroDecoder | None
+                  ) -> Callable[[bytes | None], Any]:
+    """The decoder of the topic's ``format`` (Avro: ``avro``, which needs a registry)."""
+    return avro.decode if avro is not None else DECODERS[topic.format]
+
+
+def key_decoder(topic: TopicSettings, avro_keys: AvroDecoder | None
+                ) -> Callable[[bytes | None], Any] | None:
+    """The decoder of the topic's ``key_format``; None: keys stay bytes."""
+    if avro_keys is not None:
+        return avro_keys.decode
+    return None if topic.key_format == "bytes" else KEY_DECODERS[topic.key_format]
+
+
+class RecordPipeline:
+    """Decode, transform and apply the failure policy for one topic's records.
+
+    Args:
+        topic: the topic's settings (formats, processor name, sink type).
+        processor: the started processor instance.
+        failure: the topic's failure policy (its sleep is the retry wait).
+        group_id: for dead-letter lines and log context.
+        label: the owner's name in log lines.
+        sleep: a wait that ends early on stop (returns False), for registry waits and
+            retries of a failed dead-letter write; default: give up at once.
+        avro, avro_keys: decoders of ``format: avro`` values and ``key_format: avro`` keys
+            (ignored unless the topic's format says avro).
+        savepoints: the commit mode asks processors for savepoints.
+        stats: counters to update (``processed`` is the caller's; ``failed``,
+            ``retried``, ``dead_lettered`` are counted here).
+    """
+
+    def __init__(self, *, topic: TopicSettings, processor: Processor | None,
+                 failure: FailurePolicy,
+                 group_id: str, label: str = "", sleep: Sleep | None = None,
+                 avro: AvroDecoder | None = None, avro_keys: AvroDecoder | None = None,
+                 savepoints: bool = False, stats: dict[str, int] | None = None) -> None:
+        self.topic = topic
+        self.failure = failure
+        self.group_id = group_id
+        self.label = label or group_id
+        self.sleep: Sleep = sleep or no_wait
+        self.avro = avro if topic.format == "avro" else None
+        self.avro_keys = avro_keys if topic.key_format == "avro" else None
+        self.decode = value_decoder(topic, self.avro)
+        self.decode_key = key_decoder(topic, self.avro_keys)
+        self.savepoints = savepoints
+        self.processor: Processor = None  # type: ignore[assignment]  # set by use()
+        self.async_transform = False
+        if processor is not None:
+            self.use(processor)
+        self.dead_letters = DeadLetterFile(failure.settings.dead_letter_path)
+        self.stats = stats if stats is not None else {}
+        for name in ("failed", "retried", "dead_lettered"):
+            self.stats.setdefault(name, 0)
+        # Why processing waits instead of progressing (e.g. a registry 404 window), for
+        # /readyz; None while it progresses.
+        self.waiting_for: str | None = None
+        self.dead_letter_error: str | None = None  # why the last dead-letter write failed
+
+    @classmethod
+    def for_processor(cls, processor: Processor, *, topic: str = "topic",
+                      decode: Callable[[bytes | None], Any] | None = None) -> RecordPipeline:
+        """A pipeline for ``processor`` alone, outside any configuration (the plugin test
+        kit, benchmarks): ``format: json`` values unless ``decode`` is given, keys as
+        bytes, failures thrown (:meth:`handle` raises ``MessageFailedError``)."""
+        settings = TopicSettings.model_construct(topic=topic, processor=processor.name)
+        failure = FailurePolicy(FailureSettings(mode=FailureMode.THROW), no_wait)
+        pipeline = cls(topic=settings, processor=processor, failure=failure, group_id="")
+        if decode is not None:
+            pipeline.decode = decode
+        return pipeline
+
+    def use(self, processor: Processor) -> None:
+        """Transform with ``processor`` (the worker builds it when it runs)."""
+        self.processor = processor
+        self.async_transform = inspect.iscoroutinefunction(processor.transform)
+
+    @property
+    def sync(self) -> bool:
+        """The hot path applies: no coroutine per message (sync transform, no savepoints,
+        keys not decoded)."""
+        return not self.async_transform and not self.savepoints and self.decode_key is None
+
+    # -- decode ----------------------------------------------------------------------
+
+    def message(self, rec: RecordLike) -> Message:
+        key = rec.key if self.decode_key is None else self.decode_key(rec.key)
+        return Message(
+            rec.topic, rec.partition, rec.offset, rec.timestamp, key,
+            self.decode(rec.value), rec.headers, rec.value,  # type: ignore[arg-type]
+        )
+
+    async def load_schemas(self, records: Sequence[RecordLike]) -> None:
+        """Load the writer schemas ``records`` need, asking the registry once per id;
+        raises what the registry answered (a tool reports it; the worker waits instead,
+        see :meth:`fetch_schemas`)."""
+        for decoder, raws in ((self.avro, [r.value for r in records]),
+                              (self.avro_keys, [r.key for r in records])):
+            if decoder is not None:
+                for id_bytes in decoder.missing(raws):
+                    await decoder.fetch(id_bytes)
+
+    async def fetch_schemas(self, records: Sequence[RecordLike]) -> bool:
+        """Load the writer schemas a batch needs before decoding it (the only registry
+        I/O). An unreachable registry is not poison, nor is a 404 for an id inside its
+        ``not_found_retry_s`` window (issue 11): back off and retry until it answers, the
+        window ends or the worker stops (then False: the batch is abandoned, nothing
+        committed). Every missing id is asked in each round, so the ids' windows run
+        together: a batch of many unknown ids waits one window, not one per id. Meanwhile
+        the fetch loop pauses the partitions (no eviction) and :attr:`waiting_for` says
+        why."""
+        if self.avro is None and self.avro_keys is None:
+            return True
+        try:
+            for decoder, values in ((self.avro, [r.value for r in records]),
+                                    (self.avro_keys, [r.key for r in records])):
+                if decoder is None:
+                    continue
+                pending = sorted(decoder.missing(values))
+                attempt = 0
+                while pending:
+                    waiting: list[tuple[bytes, ProcessorError]] = []
+                    untried: list[bytes] = []
+                    for n, id_bytes in enumerate(pending):
+                        try:
+                            await decoder.fetch(id_bytes)
+                        except ProcessorError as exc:
+                            if not exc.retriable:
+                                raise
+                            waiting.append((id_bytes, exc))
+                            if not isinstance(exc, SchemaNotFoundYet):
+                                # unreachable: asking for the other ids is no use now
+                                untried = pending[n + 1:]
+                                break
+                    if not waiting:
+                        break
+                    wait = self._schema_wait(decoder, records, values, waiting,
+                                             backoff_s(attempt, *_SCHEMA_BACKOFF_S))
+                    if not await self.sleep(wait):
+                        return False
+                    pending = [id_bytes for id_bytes, _ in waiting] + untried
+                    attempt += 1
+        finally:
+            self.waiting_for = None
+        return True
+
+    def _schema_wait(self, decoder: AvroDecoder, records: Sequence[RecordLike],
+                     values: list[bytes | None], waiting: list[tuple[bytes, ProcessorError]],
+                     delay: float) -> float:
+        """Log and show why the batch waits for schema ids; the seconds to wait."""
+        id_bytes, exc = next(((i, e) for i, e in waiting if not isinstance(e, SchemaNotFoundYet)),
+                             waiting[0])
+        sid = decoder.schema_id(id_bytes)
+        if not isinstance(exc, SchemaNotFoundYet):
+            self.waiting_for = f"schema registry unavailable for schema id {sid}"
+            logger.warning("%s: schema registry unavailable for id %s (%s); retrying in %.1fs",
+                           self.label, sid, exc, delay)
+            return delay
+        remaining = min(e.remaining_s for _, e in waiting if isinstance(e, SchemaNotFoundYet))
+        wait = min(delay, remaining)
+        rec = next(r for r, v in zip(records, values, strict=True)
+                   if decoder.header_id(v) == id_bytes)
+        where = f"{rec.topic}[{rec.partition}]@{rec.offset}"
+        more = f" and {len(waiting) - 1} more id(s)" if len(waiting) > 1 else ""
+        self.waiting_for = (f"schema registry: 404 for schema id {sid} ({where}){more} for "
+                            f"{exc.waited_s:.0f}s; unknown in {exc.remaining_s:.0f}s")
+        logger.warning("%s: schema registry answers 404 for schema id %s of %s%s (for %.1fs); "
+                       "retrying in %.1fs, for %.1fs more before it counts as unknown",
+                       self.label, sid, where, more, exc.waited_s, wait, exc.remaining_s)
+        return wait
+
+    # -- transform -------------------------------------------------------------------
+
+    def rows_of(self, rec: RecordLike) -> Sequence[Row]:
+        """Decode and transform ``rec`` synchronously: the hot path, only for a pipeline
+        that is :attr:`sync` (the worker inlines the same two calls per record)."""
+        return self.processor.transform(self.message(rec))  # type: ignore[return-value]
+
+    async def transform_message(self, msg: Message) -> tuple[Sequence[Row], bool]:
+        """The processor's rows for ``msg`` (awaited when async), and whether ``msg`` is a
+        savepoint (only when the commit mode asks for savepoints)."""
+        out = self.processor.transform(msg)
+        if inspect.isawaitable(out):  # an async transform (or one returning an awaitable)
+            out = await out
+        savepoint = self.savepoints and self.processor.wants_savepoint(msg)
+        return out, savepoint
+
+    async def transform(self, rec: RecordLike) -> tuple[Sequence[Row], bool]:
+        """Decode ``rec`` and transform it; see :meth:`transform_message`."""
+        return await self.transform_message(self.message(rec))
+
+    async def handle(self, rec: RecordLike) -> Processed:
+        """Transform ``rec``; when that raises, apply the failure policy.
+
+        Raises:
+            MessageFailedError: the policy says throw.
+        """
+        try:
+            out, savepoint = await self.transform(rec)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+            outcome, result = await self.on_failure(rec, exc)
+            if outcome is Outcome.RECOVERED:
+                return Processed(rec.offset, result[0], outcome, result[1])
+            return Processed(rec.offset, (), outcome)
+        return Processed(rec.offset, out, None, savepoint)
+
+    async def process(self, records: Sequence[RecordLike]) -> list[Processed]:
+        """Schemas, then :meth:`handle` for each record in order, until one is abandoned
+        (its entry is the last). Returns [] when a stop ended the schema wait."""
+        if not await self.fetch_schemas(records):
+            return []
+        done: list[Processed] = []
+        for rec in records:
+            done.append(await self.handle(rec))
+            if done[-1].outcome is Outcome.ABANDONED:
+                break
+        return done
+
+    # -- failure policy and dead letters ---------------------------------------------
+
+    async def on_failure(self, rec: RecordLike, exc: BaseException) -> tuple[Outcome, Any]:
+        """Apply the failure policy to ``rec``, whose processing raised ``exc``.
+
+        Raises:
+            MessageFailedError: the policy says throw; the offset must stay uncommitted.
+        """
+        self.stats["failed"] += 1
+        describe = f"{self.group_id}: {rec.topic}[{rec.partition}]@{rec.offset}"
+
+        async def dead_letter(error: BaseException, attempts: int) -> None:
+            if not await self.write_dead_letter(dead_letter_line(
+                group=self.group_id, topic=rec.topic, partition=rec.partition,
+                offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
+                headers=rec.headers, processor=self.topic.processor, exc=error,
+                attempts=attempts, extra=getattr(error, "details", None),
+            ), self.sleep):
+                raise _DeadLetterAbandoned
+
+        retries_before = self.failure.retries
+        try:
+            return await self.failure.handle(
+                exc, lambda: self.transform(rec), dead_letter, describe,
+                {"group": self.group_id, "topic": rec.topic, "partition": rec.partition,
+                 "offset": rec.offset})
+        except _DeadLetterAbandoned:
+            return Outcome.ABANDONED, None  # stopped before the line was written
+        finally:
+            self.stats["retried"] += self.failure.retries - retries_before
+
+    async def refuse(self, rows: list[Row], status: int, body_head: str) -> None:
+        """A sink refused rows for good (e.g. HTTP 4xx): dead-letter each, durably, so the
+        partition moves on and nothing is lost."""
+        what = ("could not send the rows" if status == 0  # e.g. a URL template field missing
+                else f"answered {status}")
+        error = PermanentSinkError(f"{self.topic.sink.type} sink {what}: {body_head[:200]}")
+        for row in rows:
+            self.stats["failed"] += 1
+            # The batch is not acked until every line is written: retried until then, or
+            # until the stop's abort cancels the sink (then nothing of it is committed).
+            await self.write_dead_letter(dead_letter_line(
+                group=self.group_id, topic=str(row.get("_topic", self.topic.topic)),
+                partition=int(row.get("_partition", -1)), offset=int(row.get("_offset", -1)),
+                timestamp=int(row.get("_timestamp", 0)), key=None,
+                value=json.dumps(row, default=str).encode(), headers=(),
+                processor=self.topic.processor, exc=error, attempts=1,
+                extra={"sink": self.topic.sink.type, "status": status,
+                       "response_body": body_head},
+            ), _sleep_on)
+        logger.warning("%s: %d row(s) refused by the sink with status %d; dead-lettered to %s",
+                       self.label, len(rows), status, self.failure.settings.dead_letter_path)
+
+    async def write_dead_letter(self, line: str, sleep: Sleep) -> bool:
+        """Write one dead-letter line durably; False if ``sleep`` is interrupted first.
+
+        A failed write (a full disk: ENOSPC, EFBIG; EIO) is not a fact about the message:
+        it is retried with backoff, never skipped, and shown as :attr:`dead_letter_error`
+        until a write succeeds. The message stays uncommitted.
+        """
+        attempt = 0
+        while True:
+            try:
+                await self.dead_letters.write(line)
+            except OSError as exc:
+                delay = backoff_s(attempt, *_DEAD_LETTER_BACKOFF_S)
+                self.dead_letter_error = (f"cannot write the dead-letter file "
+                                          f"{self.dead_letters.path}: {exc}")
+                logger.warning("%s: %s; retrying in %.1fs", self.label,
+                               self.dead_letter_error, delay)
+                if not await sleep(delay):
+                    return False
+                attempt += 1
+                continue
+            if self.dead_letter_error is not None:
+                logger.info("%s: the dead-letter file is writable again", self.label)
+                self.dead_letter_error = None
+            self.stats["dead_lettered"] += 1
+            return True
+
+
+__all__ = ["Processed", "Record", "RecordLike", "RecordPipeline", "bound_sink", "key_decoder",
+           "no_wait", "value_decoder"]

@@ -1,0 +1,171 @@
+"""Rebalance handling: the consumer's listener, the assignment and its generations.
+
+* On assign: the partitions are this worker's; their committed offsets are read later
+  (:meth:`Rebalance.seed_committed`, from the fetch task) as the base of their lag.
+* On revoke: in-flight work of the revoked partitions is drained (bounded by half the
+  rebalance timeout) and committed, then what is left is fenced: its batches are
+  cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
+  before the revoke are dropped, and nothing of the partition is written after the
+  revoke returned. Every revoke bumps the generation: work fetched in a generation before
+  its partition's last revoke is stale (:meth:`Rebalance.live`).
+* After an empty poll with nothing in flight, each partition's consumer position is
+  committable (:meth:`Rebalance.advance_to_positions`: past a transaction's marker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import IllegalStateError, KafkaError
+
+from actors.kafka import rebalance_timeout_ms
+
+if TYPE_CHECKING:
+    from actors.worker.worker import Worker
+
+logger = logging.getLogger(__name__)
+
+
+class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The rebalance listener of one worker, and the assignment it keeps."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._w = worker
+        self.assigned: set[TopicPartition] = set()
+        self.joined = asyncio.Event()
+        # Fencing of revoked partitions: every revoke bumps the generation; work fetched
+        # in a generation before its partition's last revoke is stale and dropped.
+        self.generation = 0
+        self.revoked_at: dict[TopicPartition, int] = {}
+        self.unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.on_assigned(set(assigned))
+
+    def live(self, tp: TopicPartition, gen: int) -> bool:
+        """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes
+        none/auto, where kstage does not own the offsets, as long as ``tp`` is assigned)."""
+        if tp not in self.assigned:
+            return False
+        return (gen >= self.revoked_at.get(tp, 0)
+                or not self._w.committer.owns_offsets)
+
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.assigned = assigned
+        self.unseeded = set(assigned)
+        self.joined.set()
+        parts = sorted(tp.partition for tp in assigned)
+        logger.info("%s: assigned partitions %s of %s", self._w.label, parts,
+                    self._w.topic.topic)
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Drain in-flight work of revoked partitions (bounded), commit it, fence the rest.
+
+        The whole callback ends well within the rebalance timeout, so the member is not
+        dropped from the group: the drain waits at most half of it, the commit a quarter.
+        Work not drained by then is cancelled (never written later, never committed):
+        the partitions' new owner re-reads it from the committed offset.
+        """
+        w = self._w
+        committer = w.committer
+        tracker = committer.tracker
+        self.assigned -= revoked
+        if not revoked:
+            return
+        self.generation += 1
+        for tp in revoked:
+            self.revoked_at[tp] = self.generation
+        self.unseeded -= revoked
+        parts = sorted(tp.partition for tp in revoked)
+        rebalance_s = rebalance_timeout_ms(w.settings, w.group) / 1000
+        if committer.owns_offsets:
+            timeout = min(w.settings.supervisor.shutdown_grace_s,
+                          w.group.max_poll_interval_ms / 2000, rebalance_s / 2)
+
+            def drained() -> bool:
+                return w.current_tp not in revoked and all(
+                    tracker.pending_count(tp) == 0 for tp in revoked)
+
+            try:
+                async with asyncio.timeout(timeout):
+                    while not drained():
+                        w.progress.clear()
+                        await w.progress.wait()
+            except TimeoutError:
+                logger.warning("%s: revoke: in-flight work of %s not drained within %.1fs; "
+                               "cancelling it: the new owner re-reads it", w.label, parts,
+                               timeout)
+            try:
+                async with asyncio.timeout(rebalance_s / 4):
+                    await committer.commit()
+            except TimeoutError:
+                logger.warning("%s: revoke: commit of %s did not finish within %.1fs",
+                               w.label, parts, rebalance_s / 4)
+            cancelled = tracker.cancel(revoked)
+            w.in_flight -= cancelled
+            writes = await w.fence.revoke(revoked)
+            if cancelled or writes:
+                logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
+                            "write(s) stopped)", w.label, cancelled, parts, writes)
+        else:
+            # none/auto: kstage does not own the offsets (auto-commit already committed
+            # the position): writes under way finish, or their messages would be lost.
+            tracker.forget(revoked)
+        for tp in revoked:
+            w.fetcher.fetched_span.pop(tp, None)
+        w.room.set()
+        w.progress.set()
+        logger.info("%s: revoked partitions %s", w.label, parts)
+
+    async def seed_committed(self, consumer: AIOKafkaConsumer) -> None:
+        """Read the group's committed offsets of newly assigned partitions: the base of
+        their lag until their own work moves it (a restart with nothing to read has lag
+        high-water minus committed, as ``kstage lag`` says, not high-water)."""
+        gen = self.generation
+        for tp in sorted(self.unseeded, key=lambda t: t.partition):
+            try:
+                offset = await consumer.committed(tp)
+            except KafkaError as exc:
+                logger.debug("%s: committed offset of %s not read yet: %s", self._w.label,
+                             tp, exc)
+                return
+            if not self.live(tp, gen) or tp not in self.unseeded:
+                continue  # revoked meanwhile
+            self.unseeded.discard(tp)
+            if offset is not None:
+                self._w.committer.tracker.seed(tp, offset)
+
+    async def advance_to_positions(self, consumer: AIOKafkaConsumer) -> None:
+        """A poll came back empty and nothing is in flight: everything before each
+        partition's consumer position is done, so the position is committable (it is past
+        a transaction's commit marker, one more than the last record + 1)."""
+        w = self._w
+        committer = w.committer
+        tracker = committer.tracker
+        if (w.in_flight or w.process_ended or w.should_stop
+                or not w.inbox.empty() or not committer.owns_offsets):
+            return
+        gen = self.generation
+        advanced = False
+        for tp in list(self.assigned):
+            if tracker.pending_count(tp) or tracker.committable(tp) is None:
+                continue  # work pending, or no offset known yet (advance needs one)
+            try:
+                async with asyncio.timeout(1):  # a position being reset: try next time
+                    position = await consumer.position(tp)
+            except (IllegalStateError, KafkaError, TimeoutError):
+                continue  # errors of the partition surface from the next poll
+            if w.in_flight or not self.live(tp, gen):
+                return  # something was fetched or revoked meanwhile
+            advanced = tracker.advance(tp, position) or advanced
+        if advanced and committer.policy.per_message:
+            await committer.commit()  # no commit loop in this mode
+
+
+__all__ = ["Rebalance"]

@@ -1,0 +1,498 @@
+"""The worker actor: one aiokafka consumer for one (group, topic), end to end.
+
+A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes::
+
+    fetch  --inbox-->  process  --outbox-->  sink  --ack-->  commit
+    (getmany)          (decode, transform,    (durable      (contiguous
+                        failure policy)        write)         offsets)
+
+* **fetch** (:class:`~actors.worker.fetcher.Fetcher`) owns the consumer's reads, the
+  in-flight window and pausing.
+* **process** (here) takes batches in offset order through the record pipeline
+  (:class:`~actors.worker.pipeline.RecordPipeline`: decode, transform, failure policy)
+  and hands each partition batch to the sink as a :class:`SinkBatch`, tracked by the
+  offset tracker.
+* **sink** (:func:`actors.sinks.run_sink`) writes batches in order and acks them.
+* **commit** (:class:`~actors.worker.committer.Committer`) commits, per commit mode,
+  only offsets whose work the sink acked, only contiguous ones; also on partition revoke
+  (:class:`~actors.worker.rebalance.Rebalance`), after draining.
+
+Revoke: the drain of a revoked partition's work is bounded by half the rebalance timeout,
+then what is left is fenced: its batches are cancelled before or during their write
+(:class:`actors.sinks.Fence`), batches fetched before the revoke are dropped, and nothing
+of the partition is written after the revoke returned.
+
+Stopping: :meth:`Worker.stop_intake` ends the fetch loop; the END sentinel then flows
+down the pipeline, every loop finishes its queue, and a final commit follows (phase 1).
+Cancelling :meth:`Worker.run` (phase 2) abandons work in progress: only what the sink
+had already acked is committed, never the cancelled work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import IllegalStateError, KafkaError
+
+from actors.errors import MessageFailedError
+from actors.failure import FailurePolicy, Outcome, Sleep
+from actors.kafka import build_consumer, coordinator_known
+from actors.metrics import Metrics
+from actors.offsets import Entry
+from actors.sink_health import SinkHealth
+from actors.sinks import END, Fence, Sink, SinkBatch, run_sink
+from actors.worker.committer import Committer
+from actors.worker.fetcher import Fetcher
+from actors.worker.pipeline import RecordPipeline, bound_sink
+from actors.worker.rebalance import Rebalance
+from processors.avro import AvroDecoder
+from processors.base import Message, Processor, Row
+from settings.models import GroupSettings, Settings, TopicSettings
+
+logger = logging.getLogger(__name__)
+
+_INBOX_BATCHES = 2
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first exception of ``group`` (nested groups searched) that is no
+    cancellation."""
+    for exc in group.exceptions:
+        found = _first_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if found is not None and not isinstance(found, asyncio.CancelledError):
+            return found
+    return None
+
+
+class Worker:
+    """Consumes one topic in one group and lands its messages in one sink.
+
+    Args:
+        settings: the whole configuration (for kafka client settings).
+        group: the group this worker belongs to.
+        topic: the topic this worker consumes.
+        processor_cls: the processor class for the topic.
+        bootstrap: resolved bootstrap servers.
+        drain: report via ``on_drained`` once every assigned partition is processed and
+            committed up to its fetch high-water mark.
+        on_drained: called once with this worker when drained.
+        sleep: interruptible sleep used for retry waits (a fake clock in tests).
+        avro: decoder for ``format: avro`` values (and ``key_format: avro`` keys).
+        metrics: histograms to observe (batch sizes, sink writes, commits).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        group: GroupSettings,
+        topic: TopicSettings,
+        processor_cls: type[Processor],
+        bootstrap: str,
+        drain: bool = False,
+        on_drained: Callable[[Worker], None] | None = None,
+        sleep: Sleep | None = None,
+        incarnation: int = 0,
+        avro: AvroDecoder | None = None,
+        avro_keys: AvroDecoder | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.group = group
+        self.topic = topic
+        self.group_id = settings.group_id(group)
+        self.label = f"{self.group_id}/{topic.topic}#{incarnation}"
+        self._processor_cls = processor_cls
+        self._bootstrap = bootstrap
+        self.drain = drain
+        self._on_drained = on_drained
+        self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
+                      "dead_lettered": 0, "committed": 0, "paused": 0}
+        self.metrics = metrics
+        self.restarts = incarnation
+        self.committer = Committer(group.commit, label=self.label, stats=self.stats,
+                                   metrics=metrics, metric_labels=(self.group_id, topic.topic))
+        self.pipeline = RecordPipeline(
+            topic=topic, processor=None, group_id=self.group_id, label=self.label,
+            failure=FailurePolicy(topic.failure or group.failure, sleep or self._sleep),
+            sleep=self._sleep, avro=avro, avro_keys=avro_keys,
+            savepoints=self.committer.policy.savepoints, stats=self.stats)
+        self.rebalance = Rebalance(self)
+        self.fetcher = Fetcher(self)
+        self._wait_for_ack = group.commit.wait_for_ack
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
+        self.outbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
+        self.intake_stopped = asyncio.Event()
+        self.progress = asyncio.Event()
+        self.room = asyncio.Event()  # set when the inbox or max_in_flight frees up
+        self._sink_done = asyncio.Event()
+        self.current_tp: TopicPartition | None = None
+        self._current_gen = 0
+        self.in_flight = 0
+        self._drained_reported = False
+        self._consumer: AIOKafkaConsumer | None = None
+        self._sink_open = False
+        self._sink_health = SinkHealth(settings.supervisor.sink_unready_after_s)
+        self.flush_soon: Callable[[], None] | None = None
+        self.fence = Fence()
+        self.process_ended = False
+        self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.label} in_flight={self.in_flight}>"
+
+    @property
+    def waiting_for(self) -> str | None:
+        """Why processing waits instead of progressing (e.g. a registry 404 window)."""
+        return self.pipeline.waiting_for
+
+    @property
+    def dead_letter_error(self) -> str | None:
+        """Why the last dead-letter write failed (None: it did not)."""
+        return self.pipeline.dead_letter_error
+
+    def snapshot(self) -> dict[str, Any]:
+        """State for metrics and readiness; call on the event loop."""
+        consumer = self._consumer
+        tracker = self.committer.tracker
+        partitions = []
+        for tp in sorted(self.rebalance.assigned, key=lambda t: t.partition):
+            hw = consumer.highwater(tp) if consumer is not None else None
+            partitions.append({"partition": tp.partition,
+                               "committed": tracker.committed(tp),
+                               "high_water": hw, "lag": self._lag(tp, hw)})
+        return {
+            "group": self.group_id, "topic": self.topic.topic, "label": self.label,
+            "stats": dict(self.stats), "restarts": self.restarts,
+            "in_flight": self.in_flight, "partitions": partitions,
+            "paused_partitions": len(consumer.paused()) if consumer is not None else 0,
+            "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
+            "coordinator_known": consumer is None or coordinator_known(consumer),
+            "waiting_for": self.waiting_for,
+            "sink_error": self._sink_health.reason(),
+            "dead_letter_error": self.dead_letter_error,
+        }
+
+    def status(self) -> dict[str, int]:
+        """Counters for the status line: processed, failed, commits, in-flight, lag."""
+        lag = 0
+        consumer = self._consumer
+        if consumer is not None:
+            for tp in self.rebalance.assigned:
+                lag += self._lag(tp, consumer.highwater(tp)) or 0
+        return {**self.stats, "in_flight": self.in_flight, "lag": lag}
+
+    def _lag(self, tp: TopicPartition, high_water: int | None) -> int | None:
+        """The one definition of lag (also ``kstage lag``'s): high-water minus the
+        committable offset (everything before it done: the consumer position once a
+        partition is drained), else the group's committed offset; None when neither is
+        known (never counted from 0)."""
+        tracker = self.committer.tracker
+        done = tracker.committable(tp)
+        if done is None:
+            done = tracker.committed(tp)
+        if high_water is None or done is None:
+            return None
+        return max(high_water - done, 0)
+
+    def abandoned(self) -> list[str]:
+        """The work fetched but not committed, per partition (empty: nothing), for a stop
+        that had to cancel this worker; its new owner or next start re-reads it."""
+        tracker = self.committer.tracker
+        commits = self.committer.owns_offsets
+        pending = self.in_flight > 0 or tracker.pending_count() > 0
+        if not pending and not (commits and tracker.to_commit()):
+            return []
+        parts = []
+        spans = sorted(self.fetcher.fetched_span.items(), key=lambda item: item[0].partition)
+        for tp, (first, end) in (spans if commits else ()):
+            committed = tracker.committed(tp)
+            start = first if committed is None else max(committed, first)
+            if end > start:
+                parts.append(f"{tp.topic}[{tp.partition}] offsets {start}-{end - 1}")
+        if self.in_flight > 0:
+            parts.append(f"{self.in_flight} message(s) in flight")
+        return parts or ["acked work whose commit failed"]
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def stop_intake(self) -> None:
+        """Phase 1 of a stop: fetch no more; drain, commit and return from :meth:`run`."""
+        self.intake_stopped.set()
+        self.fetcher.give_up()
+
+    @property
+    def should_stop(self) -> bool:
+        return self.intake_stopped.is_set()
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep that ends early on stop; returns False when interrupted."""
+        try:
+            await asyncio.wait_for(self.intake_stopped.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    async def run(self) -> None:
+        """Run until stopped (returns) or crashed (raises). Cancel to abort."""
+        processor = self._processor_cls(self.topic.options)
+        self.pipeline.use(processor)
+        sink = bound_sink(self.settings, self.topic, self._processor_cls, label=self.label,
+                          refuse=self.pipeline.refuse, health=self._sink_health)
+        # A micro-batching sink flushes early when this worker cannot send it more rows.
+        self.flush_soon = sink.flush_soon
+        await processor.start()
+        try:
+            await sink.open()
+            self._sink_open = True
+            try:
+                consumer = self._consumer = self.committer.consumer = build_consumer(
+                    self.settings, self.group, self._bootstrap, self.topic.topic
+                )
+                await consumer.start()
+                try:
+                    consumer.subscribe([self.topic.topic], listener=self.rebalance)
+                    logger.info("%s: started, joining group %s", self.label, self.group_id)
+                    await self._run_loops(consumer, sink)
+                finally:
+                    await asyncio.shield(self._close_consumer())
+            finally:
+                await sink.close()
+        finally:
+            await processor.stop()
+
+    async def _run_loops(self, consumer: AIOKafkaConsumer, sink: Sink) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.fetcher.run(consumer), name=f"{self.label}:fetch")
+                tg.create_task(self._process_loop(), name=f"{self.label}:process")
+                tg.create_task(self._sink_loop(sink), name=f"{self.label}:sink")
+                tg.create_task(self.committer.run(self._sink_done),
+                               name=f"{self.label}:commit")
+        except BaseExceptionGroup as group:
+            # Surface the first real error to the supervisor, not the group wrapper (nor
+            # the sink loop's own: a FatalError from a write must stay a FatalError).
+            exc = _first_error(group)
+            if exc is not None:
+                raise exc from None
+            raise
+
+    async def _close_consumer(self) -> None:
+        """Commit what the sink acked (never cancelled work), then leave the group."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            async with asyncio.timeout(10):
+                await self.committer.commit()
+        except (TimeoutError, KafkaError) as exc:
+            logger.warning("%s: final commit failed: %s", self.label, exc)
+        self.leaving_group = True
+        try:
+            async with asyncio.timeout(10):
+                await consumer.stop()
+        except TimeoutError:
+            logger.warning("%s: consumer did not stop within 10s", self.label)
+        logger.info("%s: stopped (%s)", self.label, self.stats)
+
+    # -- process ---------------------------------------------------------------------
+
+    async def _process_loop(self) -> None:
+        failure: MessageFailedError | None = None
+        live = self.rebalance.live
+        try:
+            while True:
+                item = await self.inbox.get()
+                self.room.set()
+                if item is END:
+                    break
+                tp, records, gen = item
+                if not live(tp, gen):  # revoked while queued: the new owner re-reads
+                    self.in_flight -= len(records)
+                    self.room.set()
+                    continue
+                if self._wait_for_ack and self.committer.lock.locked():
+                    async with self.committer.lock:  # layline's wait_for_ack: no overlap
+                        pass
+                self.current_tp, self._current_gen = tp, gen
+                try:
+                    if self.committer.policy.per_message:
+                        finished = await self._process_each(tp, records)
+                    else:
+                        finished = await self._process_batch(tp, records)
+                finally:
+                    self.current_tp = None
+                    self.progress.set()
+                if not finished:
+                    break
+        except MessageFailedError as exc:
+            failure = exc
+        self.process_ended = True  # no position is committable from now on
+        # Normal end, abandon or throw: the sink finishes what it was given first.
+        await self.outbox.put(END)
+        if failure is not None:
+            # throw: commit the work before the failed message, never the message itself.
+            await self._sink_done.wait()
+            await self.committer.commit()
+            raise failure
+
+    async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> bool:
+        """Process one partition batch; False when processing must stop (abandon).
+
+        The rows go to the sink as one entry, split after every message whose processor
+        asked for a savepoint (savepoint mode), so a savepoint commits exactly up to it.
+        """
+        rows: list[Row] = []
+        start = 0  # index of the first record not yet shipped
+        pipeline = self.pipeline
+        if not await pipeline.fetch_schemas(records):
+            self.in_flight -= len(records)
+            return False
+        sync = pipeline.sync
+        transform = pipeline.processor.transform
+        decode = pipeline.decode
+        for i, rec in enumerate(records):
+            savepoint = False
+            try:
+                if sync:  # hot path: no coroutine per message
+                    rows.extend(transform(Message(  # type: ignore[arg-type]
+                        rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
+                        decode(rec.value), rec.headers, rec.value)))
+                else:
+                    out, savepoint = await pipeline.transform(rec)
+                    rows.extend(out)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+                try:
+                    outcome, result = await pipeline.on_failure(rec, exc)
+                except MessageFailedError:
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
+                    self.in_flight -= len(records) - i
+                    raise
+                if outcome is Outcome.ABANDONED:
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
+                    self.in_flight -= len(records) - i
+                    return False
+                if outcome is Outcome.RECOVERED:
+                    rows.extend(result[0])
+                    savepoint = result[1]
+            if savepoint:
+                await self._ship(tp, rows, rec.offset + 1, i + 1 - start, savepoint=True)
+                rows, start = [], i + 1
+        self.stats["processed"] += len(records)
+        if start < len(records):
+            await self._ship(tp, rows, records[-1].offset + 1, len(records) - start,
+                             savepoint=False)
+        return True
+
+    async def _process_each(self, tp: TopicPartition, records: list[Any]) -> bool:
+        """per_message mode: write, await the ack and commit after every message."""
+        pipeline = self.pipeline
+        if not await pipeline.fetch_schemas(records):
+            self.in_flight -= len(records)
+            return False
+        for i, rec in enumerate(records):
+            try:
+                done = await pipeline.handle(rec)
+            except MessageFailedError:
+                self.in_flight -= len(records) - i
+                raise
+            if done.outcome is Outcome.ABANDONED:
+                self.in_flight -= len(records) - i
+                return False
+            self.stats["processed"] += 1
+            batch = await self._ship(tp, list(done.rows), rec.offset + 1, 1, savepoint=True)
+            while not (batch.entry.done or batch.entry.cancelled):
+                self.progress.clear()
+                await self.progress.wait()
+            await self.committer.commit()
+        return True
+
+    async def _ship(
+        self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
+        savepoint: bool,
+    ) -> SinkBatch:
+        if self.rebalance.live(tp, self._current_gen):
+            entry = self.committer.tracker.add(tp, next_offset, count, savepoint=savepoint)
+        elif not self.committer.owns_offsets:
+            # Revoked meanwhile, offsets not kstage's (auto-commit may have committed
+            # them): the rows are still written, untracked.
+            entry = Entry(tp, next_offset, count, savepoint)
+        else:
+            # Revoked while this batch was processed (e.g. during long retry waits): the
+            # partition and its messages belong to its new owner now, which re-reads
+            # them: never written here (a late write could overtake newer ones).
+            self.in_flight -= count
+            self.room.set()
+            return SinkBatch(rows, Entry(tp, next_offset, count, savepoint, cancelled=True))
+        batch = SinkBatch(rows, entry)
+        await self.outbox.put(batch)
+        return batch
+
+    # -- sink and acks ---------------------------------------------------------------
+
+    async def _sink_loop(self, sink: Sink) -> None:
+        try:
+            observe = None
+            if self.metrics is not None:
+                observe = self.metrics.sink_write_seconds.labels(
+                    self.group_id, self.topic.topic, self.topic.sink.type).observe
+            await run_sink(sink, self.outbox, self._on_ack, label=self.label,
+                           on_write_seconds=observe, fence=self.fence,
+                           health=self._sink_health)
+        finally:
+            self._sink_done.set()
+            self.committer.due.set()
+
+    def _on_ack(self, batch: SinkBatch) -> None:
+        entry = batch.entry
+        if entry.cancelled:  # fenced on revoke: counted out of flight there
+            return
+        self.committer.on_ack(entry)
+        self.in_flight -= entry.count
+        self.room.set()
+        self.progress.set()
+
+    # -- drain -----------------------------------------------------------------------
+
+    async def check_drained(self) -> None:
+        """``--drain``: all assigned partitions processed and committed up to high-water."""
+        consumer = self._consumer
+        tracker = self.committer.tracker
+        if (self._drained_reported or consumer is None
+                or not self.rebalance.joined.is_set()):
+            return
+        if self.in_flight or not self.inbox.empty():
+            if self.flush_soon is not None:
+                # A poll came back empty: the rows waiting in the sink's next flush are
+                # the last ones for now. --drain ends with them, so flush them now
+                # rather than after the sink's interval (flush_max_interval_s).
+                self.flush_soon()
+            return
+        for tp in self.rebalance.assigned:
+            hw = consumer.highwater(tp)
+            if hw is None:
+                return
+            try:
+                position = await consumer.position(tp)
+            except IllegalStateError:
+                return
+            if position < hw or tracker.pending_count(tp):
+                return
+            tracker.advance(tp, position)  # past a transaction marker: commit it
+        await self.committer.commit()
+        if self.committer.uncommitted():
+            return  # commit failed: try again on the next empty poll
+        self._drained_reported = True
+        logger.info("%s: drained partitions %s", self.label,
+                    sorted(tp.partition for tp in self.rebalance.assigned))
+        if self._on_drained is not None:
+            self._on_drained(self)
+
+
+__all__ = ["Worker"]

@@ -1,0 +1,159 @@
+"""A fake ``AIOKafkaConsumer`` for worker tests without a broker.
+
+It hands out real :class:`aiokafka.structs.ConsumerRecord`s from in-memory partitions
+and keeps what a worker reads of a consumer: the assignment, positions, pauses, high-water
+marks and committed offsets. Rebalances are driven by the test: :meth:`FakeConsumer.
+rebalance` calls the worker's listener as aiokafka's coordinator would (revoked first,
+then assigned), and ``getmany`` holds while one is under way, as aiokafka's does.
+
+Use :func:`patch_consumer` to make :func:`actors.kafka.build_consumer` return it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+
+class FakeConsumer:
+    """In-memory partitions of one topic; see the module doc.
+
+    Args:
+        topic: the topic name.
+        partitions: the values of each partition, in offset order (from offset 0).
+        assign_on_poll: assign every partition at the first ``getmany`` (as joining the
+            group does); else the test calls :meth:`rebalance`.
+    """
+
+    def __init__(self, topic: str, partitions: dict[int, list[bytes | None]], *,
+                 assign_on_poll: bool = True) -> None:
+        self.topic = topic
+        self.logs: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = {
+            TopicPartition(topic, p): [self._record(p, o, v) for o, v in enumerate(values)]
+            for p, values in partitions.items()}
+        self._assignment: set[TopicPartition] = set()
+        self._paused: set[TopicPartition] = set()
+        self._positions: dict[TopicPartition, int] = {}
+        self.committed_offsets: dict[TopicPartition, int] = {}
+        self.commits: list[dict[TopicPartition, int]] = []
+        self.listener: ConsumerRebalanceListener | None = None
+        self._assign_on_poll = assign_on_poll
+        self._idle = asyncio.Event()  # no rebalance under way
+        self._idle.set()
+        self._data = asyncio.Event()
+        self.started = self.stopped = False
+        self._coordinator = None  # read by actors.kafka.coordinator_known
+
+    def _record(self, partition: int, offset: int, value: bytes | None
+                ) -> ConsumerRecord[Any, Any]:
+        return ConsumerRecord(self.topic, partition, offset, 1_700_000_000_000 + offset, 0,
+                              None, value, None, 0, len(value or b""), ())
+
+    # -- what the test drives --------------------------------------------------------
+
+    def append(self, partition: int, values: list[bytes | None]) -> None:
+        log = self.logs[TopicPartition(self.topic, partition)]
+        log.extend(self._record(partition, len(log), v) for v in values)
+        self._data.set()
+
+    async def rebalance(self, *, revoked: set[TopicPartition] = frozenset(),  # type: ignore[assignment]
+                        assigned: set[TopicPartition] = frozenset()) -> None:  # type: ignore[assignment]
+        """A rebalance: ``revoked`` leave the assignment (after the listener returned, as
+        in aiokafka), then ``assigned`` join it; polls wait meanwhile."""
+        assert self.listener is not None, "subscribe() first"
+        self._idle.clear()
+        try:
+            await self.listener.on_partitions_revoked(set(revoked))
+            self._assignment -= set(revoked)
+            self._paused -= set(revoked)
+            for tp in revoked:
+                self._positions.pop(tp, None)
+            if assigned:
+                self._assignment |= set(assigned)
+                for tp in assigned:
+                    self._positions[tp] = self.committed_offsets.get(tp, 0)
+                await self.listener.on_partitions_assigned(set(self._assignment))
+        finally:
+            self._idle.set()
+
+    # -- the AIOKafkaConsumer surface a worker uses ----------------------------------
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    def subscribe(self, topics: list[str], listener: ConsumerRebalanceListener) -> None:
+        assert topics == [self.topic]
+        self.listener = listener
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None
+                      ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
+        if self._assign_on_poll and not self._assignment:
+            self._assign_on_poll = False
+            await self.rebalance(assigned=set(self.logs))
+        await self._idle.wait()
+        data = self._take(max_records)
+        if not data and timeout_ms:
+            self._data.clear()
+            try:
+                await asyncio.wait_for(self._data.wait(), timeout_ms / 1000)
+            except TimeoutError:
+                return {}
+            await self._idle.wait()
+            data = self._take(max_records)
+        return data
+
+    def _take(self, max_records: int | None) -> dict[TopicPartition, list[Any]]:
+        left = max_records or 1 << 30
+        data: dict[TopicPartition, list[Any]] = {}
+        for tp in sorted(self._assignment - self._paused, key=lambda t: t.partition):
+            position = self._positions[tp]
+            records = self.logs[tp][position:position + left]
+            if records:
+                data[tp] = records
+                self._positions[tp] = position + len(records)
+                left -= len(records)
+            if not left:
+                break
+        return data
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self._paused |= set(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self._paused -= set(tps)
+        self._data.set()
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return len(self.logs[tp]) if tp in self._assignment else None
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self._positions[tp]
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._positions[tp] = offset
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        return self.committed_offsets.get(tp)
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.commits.append(dict(offsets))
+        self.committed_offsets.update(offsets)
+
+
+def patch_consumer(monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer) -> None:
+    """Make workers build ``consumer`` instead of an aiokafka consumer."""
+    monkeypatch.setattr("actors.worker.worker.build_consumer",
+                        lambda *args, **kwargs: consumer)

@@ -1,0 +1,96 @@
+"""``kstage dlq replay`` into the table sinks: a real local SparkSession (spark sink, Parquet
+staging table) and a real PostgreSQL server (jdbc sink through Spark JDBC).
+
+Both sinks need what the worker binds them with (the processor's columns and table, the
+``spark:`` section, where refused rows go); a replay that only built the sink failed
+every line ("declares no columns"). A replay writes one line at a time and waits for it:
+it asks the micro-batching sinks to flush at once (the interval here is 300 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from actors.deadletter import dead_letter_line
+from actors.sinks.spark.sink import stop_spark_actors
+from processors.gobblin import GobblinCompactionProcessor
+from service.ops.dlq import replay_async
+from settings.models import Settings
+from tests.integration.test_spark_sink import event
+from tests.postgres import JAR, USER, Postgres, postgres_server
+
+pytestmark = pytest.mark.slow
+
+PROCESSOR = GobblinCompactionProcessor
+TOPIC = "GobblinTrackingEvent_compaction"
+CLUSTERS = [{"code": "ltx1-holdem", "short_name": "holdem"}]
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Postgres]:
+    yield from postgres_server()
+
+
+@pytest.fixture
+async def spark_stopped() -> Any:
+    """The replay uses the process's SparkActor for the config's ``spark:`` section: stop
+    it after the test (one SparkContext per JVM, and each test has its own warehouse)."""
+    yield
+    await stop_spark_actors()
+
+
+def dead_letters(path: Path, offsets: list[int], bad: int | None = None) -> None:
+    """Dead-letter lines of real compaction events (``bad``: a value that is no JSON)."""
+    lines = [dead_letter_line(
+        group="g", topic=TOPIC, partition=3, offset=o, timestamp=event(o)["timestamp"],
+        key=None, value=b"{not json" if o == bad else json.dumps(event(o)).encode(),
+        headers=[], processor=PROCESSOR.name, exc=RuntimeError("sink down"), attempts=1)
+        for o in offsets]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def config(tmp_path: Path, sink: dict[str, Any]) -> Settings:
+    return Settings.model_validate({
+        "kafka": {"bootstrap": "embedded"},
+        # A replay waits for each line's write: it must not wait out the interval.
+        "spark": {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
+                  "flush_max_interval_s": 300},
+        "groups": [{"group_id": "g", "failure": {
+            "dead_letter_path": str(tmp_path / "dead.jsonl")}, "topics": [
+            {"topic": TOPIC, "processor": PROCESSOR.name, "format": "json",
+             "options": {"clusters": CLUSTERS}, "sink": sink}]}],
+    })
+
+
+async def test_replay_into_a_spark_sink(tmp_path: Path, spark_stopped: Any) -> None:
+    dead_letters(tmp_path / "dead.jsonl", [1, 2, 3, 4], bad=3)
+    settings = config(tmp_path, {"type": "spark"})
+    async with asyncio.timeout(120):
+        result = await replay_async(settings)
+    assert [why.split(":")[0] for _, why in result.failed] == ["PoisonMessage"]
+    assert [d.record["offset"] for d in result.replayed] == [1, 2, 4]
+    table = pq.read_table(tmp_path / "warehouse" / PROCESSOR.table).to_pylist()
+    assert sorted((r["_topic"], r["_partition"], r["_offset"]) for r in table) == [
+        (TOPIC, 3, 1), (TOPIC, 3, 2), (TOPIC, 3, 4)]
+    assert {r["cluster"] for r in table} == {"ltx1-holdem"}
+    marks = (tmp_path / "dead.jsonl.replayed").read_text().splitlines()
+    assert [json.loads(m)["offset"] for m in marks] == [1, 2, 4]
+
+
+async def test_replay_into_a_jdbc_sink(tmp_path: Path, pg: Postgres,
+                                       spark_stopped: Any) -> None:
+    dead_letters(tmp_path / "dead.jsonl", [5, 6, 7])
+    settings = config(tmp_path, {"type": "jdbc", "table": "stg_dlq_replay", "url": pg.url,
+                                 "user": USER, "password": "secret", "jar": JAR})
+    async with asyncio.timeout(120):
+        result = await replay_async(settings)
+    assert (len(result.replayed), result.failed) == (3, [])
+    assert pg.psql('SELECT _topic, _partition, _offset, "cluster" FROM "stg_dlq_replay" '
+                   "ORDER BY _offset") == [[TOPIC, "3", str(o), "ltx1-holdem"] for o in (5, 6, 7)]
