@@ -20,6 +20,7 @@ from actors.preflight import resolve_processors as resolve_processors  # re-expo
 from actors.preflight import resolve_sinks
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
+from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder, load_schema
 from processors.schema_registry import SchemaRegistry, registry_from_settings
 from settings.models import GroupSettings, Settings, TopicSettings
@@ -50,6 +51,8 @@ class Master:
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()
+        # start_from applies once per process run, not per worker incarnation.
+        self._starts = StartRegistry()
         factories = [
             (f"{settings.group_id(g)}/{t.topic}", self._factory(g, t))
             for g in settings.groups for t in g.topics
@@ -78,6 +81,7 @@ class Master:
                 drain=self.drain, on_drained=self._worker_drained,
                 sleep=self._retry_sleep, incarnation=incarnation,
                 avro=avro, avro_keys=avro_keys, metrics=self.metrics,
+                starts=self._starts,
             )
         return make
 

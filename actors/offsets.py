@@ -82,6 +82,11 @@ class OffsetTracker:
         if state.committable is None:
             state.committable = committed
 
+    def start_at(self, tp: TopicPartition, offset: int, committed: int | None) -> None:
+        """``tp`` was sought to ``offset`` before any of its work (``start_from``): the
+        offset is committable (backwards too); ``committed`` is the group's until then."""
+        self._parts[tp] = _PartitionState(committable=offset, committed=committed)
+
     def advance(self, tp: TopicPartition, position: int) -> bool:
         """Everything of ``tp`` before the consumer ``position`` is done: the position
         becomes committable (past a transaction marker). Only when nothing is pending,

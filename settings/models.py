@@ -255,6 +255,14 @@ class GroupSettings(_Model):
     auto_offset_reset: Literal["earliest", "latest", "none"] = Field(
         "earliest", description="Where to start without a committed offset (none = refuse)."
     )
+    start_from: Literal["committed", "latest", "earliest"] = Field(
+        "committed", description="Where this process starts reading: committed (the "
+        "group's committed offsets), latest (seek the partitions assigned at the process's "
+        "start to their end, skipping the backlog; the skipped count is logged per "
+        "partition) or earliest (seek them to the beginning, reading everything again). "
+        "The sought position is committed at once. Applies once per process run: a "
+        "worker restarted by the supervisor, and partitions assigned later by a "
+        "rebalance, continue from the committed offsets.")
     max_poll_records: int = Field(500, ge=1, description="Records per fetch.")
     max_poll_interval_ms: int = Field(300000, ge=1000, description="Kafka max.poll.interval.ms.")
     session_timeout_ms: int = Field(10000, ge=1000, description="Kafka session.timeout.ms.")

@@ -1,7 +1,9 @@
 """Rebalance handling: the consumer's listener, the assignment and its generations.
 
 * On assign: the partitions are this worker's; their committed offsets are read later
-  (:meth:`Rebalance.seed_committed`, from the fetch task) as the base of their lag.
+  (:meth:`Rebalance.seed_committed`, from the fetch task) as the base of their lag. The
+  first assignment of the process run applies ``start_from``
+  (:mod:`actors.worker.start_from`).
 * On revoke: in-flight work of the revoked partitions is drained (bounded by half the
   rebalance timeout) and committed, then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
@@ -22,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from actors.kafka import rebalance_timeout_ms
+from actors.worker.start_from import seek_at_start
 
 if TYPE_CHECKING:
     from actors.worker.worker import Worker
@@ -47,6 +50,11 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.on_assigned(set(assigned))
+        w = self._w
+        consumer = w.committer.consumer
+        if (w.group.start_from != "committed" and consumer is not None
+                and w.starts.claim(w.group_id, w.topic.topic)):
+            await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
 
     def live(self, tp: TopicPartition, gen: int) -> bool:
         """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes

@@ -49,6 +49,7 @@ from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
 from actors.worker.pipeline import RecordPipeline, bound_sink
 from actors.worker.rebalance import Rebalance
+from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
 from settings.models import GroupSettings, Settings, TopicSettings
@@ -83,6 +84,8 @@ class Worker:
         sleep: interruptible sleep used for retry waits (a fake clock in tests).
         avro: decoder for ``format: avro`` values (and ``key_format: avro`` keys).
         metrics: histograms to observe (batch sizes, sink writes, commits).
+        starts: the process run's ``start_from`` registry (the master's, shared by
+            every incarnation; a fresh one by default).
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class Worker:
         avro: AvroDecoder | None = None,
         avro_keys: AvroDecoder | None = None,
         metrics: Metrics | None = None,
+        starts: StartRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -113,6 +117,7 @@ class Worker:
         self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
                       "dead_lettered": 0, "committed": 0, "paused": 0}
         self.metrics = metrics
+        self.starts = starts if starts is not None else StartRegistry()
         self.restarts = incarnation
         self.committer = Committer(group.commit, label=self.label, stats=self.stats,
                                    metrics=metrics, metric_labels=(self.group_id, topic.topic))
@@ -175,6 +180,7 @@ class Worker:
             "waiting_for": self.waiting_for,
             "sink_error": self._sink_health.reason(),
             "dead_letter_error": self.dead_letter_error,
+            "skipped_at_start": self.starts.counts(self.group_id, self.topic.topic),
         }
 
     def status(self) -> dict[str, int]:
