@@ -5,6 +5,7 @@ supervisor and a rebalance within the run do not seek again."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ async def produce_each(broker: str, topic: str, values: list[dict[str, Any]],
     await producer.start()
     try:
         for value in values:
-            await producer.send_and_wait(topic, repr(value).replace("'", '"').encode(),
+            await producer.send_and_wait(topic, json.dumps(value).encode(),
                                          partition=partition)
     finally:
         await producer.stop()
@@ -103,3 +104,99 @@ async def test_latest_skips_the_backlog_only_at_start(broker, tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == _LOGGER]
     assert any("start_from latest: partition 0 at end offset 12, skipped 7 message(s) "
                "(from committed offset 5)" in line for line in lines), lines
+
+
+async def test_earliest_reads_everything_once_more(broker, tmp_path, caplog):
+    topic, group = unique("sf-earliest"), unique("g-sf-earliest")
+    await create_topic(broker, topic)
+    await produce_each(broker, topic, [{"i": i} for i in range(5)])
+    await drained_run(config(tmp_path, broker, topic, group, "first"), broker)
+    assert (await committed(broker, group, topic, 1))[0] == 5
+
+    caplog.set_level(logging.INFO, logger=_LOGGER)
+    master = await drained_run(config(tmp_path, broker, topic, group, "again",
+                                      start_from="earliest"), broker)
+    assert [r["i"] for r in rows(tmp_path, "again")] == list(range(5))
+    assert worker_of(master).snapshot()["skipped_at_start"] == {0: 5}
+    assert (await committed(broker, group, topic, 1))[0] == 5
+    lines = [r.getMessage() for r in caplog.records if r.name == _LOGGER]
+    assert any("start_from earliest: partition 0 at beginning offset 0, reading 5 "
+               "message(s) again (committed offset 5)" in line for line in lines), lines
+
+
+async def test_a_restarted_worker_does_not_seek_again(broker, tmp_path, caplog):
+    """A worker that crashes and is replaced within the run continues from the committed
+    offset: seeking again would skip the message it crashed on and what came since."""
+    topic, group = unique("sf-crash"), unique("g-sf-crash")
+    await create_topic(broker, topic)
+    await produce_each(broker, topic, [{"i": i, "phase": "old"} for i in range(4)])
+    caplog.set_level(logging.INFO, logger=_LOGGER)
+    master = Master(load_settings(config(tmp_path, broker, topic, group, "out",
+                                         start_from="latest", failure={"mode": "throw"})),
+                    broker)
+    run = asyncio.create_task(master.run())
+    try:
+        await wait_until(lambda: master.supervisor.children
+                         and committed_of(master) == 4, what="the seek to the end")
+        first = worker_of(master)
+        assert first.snapshot()["skipped_at_start"] == {0: 4}
+
+        async def crash(records: Any) -> bool:
+            raise RuntimeError("injected crash")  # not the message's fault: a restart
+
+        first.pipeline.fetch_schemas = crash  # type: ignore[method-assign]  # this one only
+        await produce_each(broker, topic, [{"i": i, "phase": "new"} for i in range(3)])
+        await wait_until(lambda: worker_of(master) is not first, what="the restart")
+        await wait_until(lambda: len(rows(tmp_path, "out")) == 3, timeout=60,
+                         what="the new rows, after the restart")
+        await wait_until(lambda: committed_of(master) == 7, what="the commit of 7")
+    finally:
+        master.request_stop()
+        await asyncio.wait_for(run, 30)
+    assert master.supervisor.restarts == 1
+    assert [r["i"] for r in rows(tmp_path, "out")] == [0, 1, 2]
+    seeks = [r for r in caplog.records if r.name == _LOGGER and "skipped" in r.getMessage()]
+    assert len(seeks) == 1, [r.getMessage() for r in seeks]
+
+
+async def test_a_rebalance_within_the_run_does_not_seek_again(broker, tmp_path):
+    """A second member joins and leaves: the partition that comes back continues from its
+    committed offset (the messages produced meanwhile are processed, not skipped)."""
+    topic, group = unique("sf-rebalance"), unique("g-sf-rebalance")
+    await create_topic(broker, topic, partitions=2)
+    for partition in (0, 1):
+        await produce_each(broker, topic, [{"i": i, "p": partition} for i in range(3)],
+                           partition)
+    master = Master(load_settings(config(tmp_path, broker, topic, group, "out",
+                                         start_from="latest")), broker)
+    run = asyncio.create_task(master.run())
+    other = AIOKafkaConsumer(topic, bootstrap_servers=broker, group_id=group,
+                             enable_auto_commit=False, **FAST_GROUP)
+    try:
+        await wait_until(lambda: master.supervisor.children
+                         and committed_of(master, 0) == 3 and committed_of(master, 1) == 3,
+                         what="the seek to the end")
+        assert worker_of(master).snapshot()["skipped_at_start"] == {0: 3, 1: 3}
+        await other.start()
+        await wait_until(lambda: len(other.assignment()) == 1
+                         and len(worker_of(master).rebalance.assigned) == 1, timeout=60,
+                         what="the second member's share")
+        (held,) = other.assignment()
+        # Produced while the second member holds the partition (it reads nothing).
+        for partition in (0, 1):
+            await produce_each(broker, topic, [{"i": i, "p": partition, "new": True}
+                                               for i in range(3, 5)], partition)
+        await other.stop()  # leaves: the worker gets both partitions back
+        await wait_until(lambda: len(worker_of(master).rebalance.assigned) == 2, timeout=60,
+                         what="the partition back")
+        await wait_until(lambda: len(rows(tmp_path, "out")) == 4, timeout=60,
+                         what="the new rows of both partitions")
+        await wait_until(lambda: committed_of(master, held.partition) == 5,
+                         what="the commit of the partition that came back")
+    finally:
+        await other.stop()
+        master.request_stop()
+        await asyncio.wait_for(run, 30)
+    assert sorted((r["p"], r["i"]) for r in rows(tmp_path, "out")) == [
+        (0, 3), (0, 4), (1, 3), (1, 4)]
+    assert worker_of(master).snapshot()["skipped_at_start"] == {0: 3, 1: 3}
