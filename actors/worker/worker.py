@@ -180,7 +180,9 @@ class Worker:
             "waiting_for": self.waiting_for,
             "sink_error": self._sink_health.reason(),
             "dead_letter_error": self.dead_letter_error,
-            "skipped_at_start": self.starts.counts(self.group_id, self.topic.topic),
+            # start_from at this process's start: per partition, the messages skipped
+            # (latest) or read again (earliest); empty with committed.
+            "start_from_counts": self.starts.counts(self.group_id, self.topic.topic),
         }
 
     def status(self) -> dict[str, int]:

@@ -89,7 +89,7 @@ async def test_latest_skips_the_backlog_only_at_start(broker, tmp_path, caplog):
     run = asyncio.create_task(master.run())
     try:
         await wait_until(lambda: master.supervisor.children
-                         and worker_of(master).snapshot()["skipped_at_start"] == {0: 7},
+                         and worker_of(master).snapshot()["start_from_counts"] == {0: 7},
                          what="the seek to the end")
         # The sought position is committed at once, before any new message.
         await wait_until(lambda: committed_of(master) == 12, what="the commit of 12")
@@ -117,7 +117,7 @@ async def test_earliest_reads_everything_once_more(broker, tmp_path, caplog):
     master = await drained_run(config(tmp_path, broker, topic, group, "again",
                                       start_from="earliest"), broker)
     assert [r["i"] for r in rows(tmp_path, "again")] == list(range(5))
-    assert worker_of(master).snapshot()["skipped_at_start"] == {0: 5}
+    assert worker_of(master).snapshot()["start_from_counts"] == {0: 5}
     assert (await committed(broker, group, topic, 1))[0] == 5
     lines = [r.getMessage() for r in caplog.records if r.name == _LOGGER]
     assert any("start_from earliest: partition 0 at beginning offset 0, reading 5 "
@@ -139,7 +139,7 @@ async def test_a_restarted_worker_does_not_seek_again(broker, tmp_path, caplog):
         await wait_until(lambda: master.supervisor.children
                          and committed_of(master) == 4, what="the seek to the end")
         first = worker_of(master)
-        assert first.snapshot()["skipped_at_start"] == {0: 4}
+        assert first.snapshot()["start_from_counts"] == {0: 4}
 
         async def crash(records: Any) -> bool:
             raise RuntimeError("injected crash")  # not the message's fault: a restart
@@ -176,7 +176,7 @@ async def test_a_rebalance_within_the_run_does_not_seek_again(broker, tmp_path):
         await wait_until(lambda: master.supervisor.children
                          and committed_of(master, 0) == 3 and committed_of(master, 1) == 3,
                          what="the seek to the end")
-        assert worker_of(master).snapshot()["skipped_at_start"] == {0: 3, 1: 3}
+        assert worker_of(master).snapshot()["start_from_counts"] == {0: 3, 1: 3}
         await other.start()
         await wait_until(lambda: len(other.assignment()) == 1
                          and len(worker_of(master).rebalance.assigned) == 1, timeout=60,
@@ -199,4 +199,4 @@ async def test_a_rebalance_within_the_run_does_not_seek_again(broker, tmp_path):
         await asyncio.wait_for(run, 30)
     assert sorted((r["p"], r["i"]) for r in rows(tmp_path, "out")) == [
         (0, 3), (0, 4), (1, 3), (1, 4)]
-    assert worker_of(master).snapshot()["skipped_at_start"] == {0: 3, 1: 3}
+    assert worker_of(master).snapshot()["start_from_counts"] == {0: 3, 1: 3}
