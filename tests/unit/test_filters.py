@@ -116,3 +116,16 @@ def test_the_plugin_test_kit_applies_the_filter() -> None:
     assert [r["n"] for r in rows] == [0, 2]
     with pytest.raises(ValidationError):
         run_processor(JsonRowsProcessor, msgs, filter={"exclude": {"kind": "b"}})
+
+
+def test_the_filtered_count_is_a_metric() -> None:
+    from prometheus_client import generate_latest
+
+    from actors.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.watch(lambda: [{"group": "g", "topic": "t", "stats": {"filtered": 7},
+                            "restarts": 0, "paused_partitions": 0, "in_flight": 0,
+                            "partitions": []}])
+    text = generate_latest(metrics.registry).decode()
+    assert 'kstage_messages_filtered_total{group="g",topic="t"} 7.0' in text
