@@ -129,3 +129,29 @@ def test_the_filtered_count_is_a_metric() -> None:
                             "partitions": []}])
     text = generate_latest(metrics.registry).decode()
     assert 'kstage_messages_filtered_total{group="g",topic="t"} 7.0' in text
+
+
+def test_dlq_replay_applies_the_filter_and_marks_filtered_lines_done(tmp_path: Path) -> None:
+    """A replay does what the service would do with the message now: a line the topic's
+    filter keeps out gives no rows and is marked replayed, not retried forever."""
+    from actors.deadletter import dead_letter_line
+    from service.ops import dlq
+    from settings import load_settings
+
+    out, dead = tmp_path / "out.jsonl", tmp_path / "dead.jsonl"
+    cfg = tmp_path / "kstage.yml"
+    cfg.write_text(json.dumps({"groups": [{
+        "group_id": "g", "failure": {"dead_letter_path": str(dead)},
+        "topics": [{"topic": "t", "processor": "json_rows",
+                    "filter": {"exclude": {"kind": ["noise"]}},
+                    "sink": {"type": "jsonl", "path": str(out)}}]}]}))
+    dead.write_text("".join(dead_letter_line(
+        group="g", topic="t", partition=0, offset=o, timestamp=0, key=None,
+        value=json.dumps({"i": o, "kind": kind}).encode(), headers=(), processor="json_rows",
+        exc=RuntimeError("sink down"), attempts=1) + "\n"
+        for o, kind in enumerate(["event", "noise", "event"])))
+    result = dlq.replay(load_settings(cfg))
+    assert (len(result.replayed), result.filtered, len(result.failed)) == (3, 1, 0)
+    assert "3 replayed (1 filtered by the topic's filter)" in dlq.render_replay(result)
+    assert [json.loads(x)["i"] for x in out.read_text().splitlines()] == [0, 2]
+    assert dlq.replay(load_settings(cfg)).already == 3
