@@ -23,6 +23,8 @@ _COUNTERS = {
     "failed": ("kstage_messages_failed", "Messages whose processing or sink write failed."),
     "retried": ("kstage_messages_retried", "Retries of failed messages."),
     "dead_lettered": ("kstage_messages_dead_lettered", "Messages written to the dead-letter file."),
+    "filtered": ("kstage_messages_filtered", "Messages the topic's filter kept from the "
+                 "processor (committed as done; also counted in processed)."),
     "committed": ("kstage_commits", "Successful offset commits."),
     "paused": ("kstage_pauses", "Times the worker paused its partitions (backpressure)."),
 }

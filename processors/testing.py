@@ -188,7 +188,8 @@ def _where(processor: Processor, msg: Message) -> str:
 
 async def arun_processor(processor: Processor | type[Processor],
                          messages: Message | Iterable[Message],
-                         options: Mapping[str, Any] | None = None) -> list[Row]:
+                         options: Mapping[str, Any] | None = None,
+                         filter: Mapping[str, Any] | None = None) -> list[Row]:  # noqa: A002
     """Drive ``processor`` through its lifecycle over ``messages``; return all rows.
 
     Calls ``start()``, ``transform`` for each message in order (awaited when it is
@@ -198,6 +199,8 @@ async def arun_processor(processor: Processor | type[Processor],
         processor: a Processor class (built with ``options``) or an instance.
         messages: the messages (see :func:`message`, :func:`avro_message`), or one.
         options: the topic's ``options`` mapping; only with a class.
+        filter: the topic's ``filter`` mapping (``include``/``exclude``), applied before
+            ``transform`` as the worker applies it: filtered messages give no rows.
 
     Raises:
         Exception: whatever ``transform`` raised (e.g. PoisonMessage), unchanged but
@@ -212,8 +215,10 @@ async def arun_processor(processor: Processor | type[Processor],
     # The worker's own transform step (awaited when async); imported here: the pure
     # helpers of this module must not pull in aiokafka or the actors.
     from actors.worker.pipeline import RecordPipeline  # noqa: PLC0415
+    from settings.models import FilterSettings  # noqa: PLC0415
 
-    pipeline = RecordPipeline.for_processor(instance)
+    pipeline = RecordPipeline.for_processor(
+        instance, filter=None if filter is None else FilterSettings.model_validate(filter))
     batch = [messages] if isinstance(messages, Message) else list(messages)
     rows: list[Row] = []
     await instance.start()
@@ -232,7 +237,8 @@ async def arun_processor(processor: Processor | type[Processor],
 
 def run_processor(processor: Processor | type[Processor],
                   messages: Message | Iterable[Message],
-                  options: Mapping[str, Any] | None = None) -> list[Row]:
+                  options: Mapping[str, Any] | None = None,
+                  filter: Mapping[str, Any] | None = None) -> list[Row]:  # noqa: A002
     """Synchronous :func:`arun_processor` (runs its own event loop).
 
     Use :func:`arun_processor` from ``async def`` tests: an event loop cannot be nested.
@@ -240,7 +246,7 @@ def run_processor(processor: Processor | type[Processor],
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(arun_processor(processor, messages, options))
+        return asyncio.run(arun_processor(processor, messages, options, filter))
     raise RuntimeError("run_processor() was called inside a running event loop; "
                        "use `await arun_processor(...)` there")
 

@@ -14,9 +14,11 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    PlainValidator,
     SecretStr,
     SerializeAsAny,
     ValidationError,
@@ -227,6 +229,44 @@ def _sink_type_error(name: object, message: str) -> NoReturn:
         hide_input=True)
 
 
+def _filter_value(value: Any) -> str | bool | int | float | None:
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    raise PydanticCustomError(  # no input echoed: a value may be anything
+        "filter_value", "filter values are strings, numbers, booleans or null, not a "
+        "{kind}; match a field inside a mapping with a dotted path (a.b: [VALUE])",
+        {"kind": type(value).__name__})
+
+
+_FilterValues = Annotated[
+    list[Annotated[str | bool | int | float | None, PlainValidator(_filter_value)]],
+    Field(min_length=1)]
+
+
+def _filter_path(value: str) -> str:
+    if not value or any(not segment for segment in value.split(".")):
+        raise ValueError(f"{value!r} is not a dotted path (an empty segment); write e.g. "
+                         "entityType or aspect.value.removed")
+    return value
+
+
+_FilterPath = Annotated[str, AfterValidator(_filter_path)]
+
+
+class FilterSettings(_Model):
+    """A topic's ``filter:``, before the processor (DataHub Actions' ``filter.event``
+    semantics; see :mod:`actors.worker.filters`): a message passes when every
+    ``include`` path holds one of its values and no ``exclude`` path does. Filtered
+    messages are committed as done and counted in ``filtered``, never dead-lettered."""
+
+    include: dict[_FilterPath, _FilterValues] = Field(
+        default_factory=dict, description="PATH (dotted, into the decoded value) -> list of "
+        "values; every PATH must hold one of its values (a missing PATH reads as null).")
+    exclude: dict[_FilterPath, _FilterValues] = Field(
+        default_factory=dict, description="PATH -> list of values; a message whose PATH "
+        "holds one of them is filtered.")
+
+
 class TopicSettings(_Model):
     topic: str = Field(description="Kafka topic name.")
     processor: str = Field(description="Processor name (entry point in kstage.processors).")
@@ -245,6 +285,9 @@ class TopicSettings(_Model):
         default_factory=lambda: SinkSettings.model_validate({"type": "null"}),
         description="Destination: ``type`` and that sink type's own keys.")
     failure: FailureSettings | None = Field(None, description="Overrides the group's failure.")
+    filter: FilterSettings | None = Field(
+        None, description="Messages the processor sees (include/exclude PATH: [VALUE, ...]); "
+        "none: every message.")
     options: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
 
     _topic = field_validator("topic", "processor")(_name)

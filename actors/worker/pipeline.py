@@ -8,8 +8,10 @@ One walk, used by the worker, by ``kstage dlq replay``, by the plugin test kit
   :meth:`RecordPipeline.load_schemas` asks once and raises (replay, tools).
 * :meth:`RecordPipeline.message` decodes a record (key and value, per the topic's
   ``format``/``key_format``) into the :class:`~processors.base.Message` a processor sees.
-* :meth:`RecordPipeline.transform` runs the processor on it (awaited when async) and
-  says whether the message is a savepoint.
+* :meth:`RecordPipeline.transform` runs the topic's declared filter on it
+  (:mod:`actors.worker.filters`; a filtered message gives no rows, :data:`FILTERED`, and
+  counts in ``filtered``), then the processor (awaited when async), and says whether the
+  message is a savepoint.
 * :meth:`RecordPipeline.on_failure` applies the topic's failure policy to a record whose
   processing raised: retried, dead-lettered (durably, retried on a full disk), thrown, or
   abandoned on stop. :meth:`RecordPipeline.refuse` dead-letters rows a sink refused.
@@ -36,12 +38,19 @@ from actors.errors import PermanentSinkError
 from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.sink_health import SinkHealth
 from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
+from actors.worker.filters import EventFilter
 from processors.avro import AvroDecoder
 from processors.backoff import backoff_s
 from processors.base import Message, Processor, Row
 from processors.errors import ProcessorError
 from processors.schema_registry import SchemaNotFoundYet
-from settings.models import FailureMode, FailureSettings, Settings, TopicSettings
+from settings.models import (
+    FailureMode,
+    FailureSettings,
+    FilterSettings,
+    Settings,
+    TopicSettings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -81,16 +90,28 @@ class Record:
     headers: Sequence[tuple[str, bytes | None]] = ()
 
 
+class _Filtered(tuple[Row, ...]):
+    """The type of :data:`FILTERED`."""
+
+    __slots__ = ()
+
+
+FILTERED: Sequence[Row] = _Filtered()
+"""The rows of a message the topic's filter kept from the processor (empty; tell it
+apart from a processor's ``[]`` with ``is``)."""
+
+
 @dataclass(slots=True)
 class Processed:
-    """What became of one record: its rows (none when dead-lettered), the failure
-    policy's outcome (None: transformed at the first attempt), whether it is a
-    savepoint."""
+    """What became of one record: its rows (none when dead-lettered or filtered), the
+    failure policy's outcome (None: transformed at the first attempt), whether it is a
+    savepoint, whether the topic's filter kept it from the processor."""
 
     offset: int
     rows: Sequence[Row] = ()
     outcome: Outcome | None = None
     savepoint: bool = False
+    filtered: bool = False
 
 
 class _DeadLetterAbandoned(Exception):
@@ -150,7 +171,7 @@ class RecordPipeline:
             (ignored unless the topic's format says avro).
         savepoints: the commit mode asks processors for savepoints.
         stats: counters to update (``processed`` is the caller's; ``failed``,
-            ``retried``, ``dead_lettered`` are counted here).
+            ``retried``, ``dead_lettered`` and ``filtered`` are counted here).
     """
 
     def __init__(self, *, topic: TopicSettings, processor: Processor | None,
@@ -168,26 +189,37 @@ class RecordPipeline:
         self.decode = value_decoder(topic, self.avro)
         self.decode_key = key_decoder(topic, self.avro_keys)
         self.savepoints = savepoints
+        self.filter = self.compile_filter(topic.filter)
         self.processor: Processor = None  # type: ignore[assignment]  # set by use()
         self.async_transform = False
         if processor is not None:
             self.use(processor)
         self.dead_letters = DeadLetterFile(failure.settings.dead_letter_path)
         self.stats = stats if stats is not None else {}
-        for name in ("failed", "retried", "dead_lettered"):
+        for name in ("failed", "retried", "dead_lettered", "filtered"):
             self.stats.setdefault(name, 0)
         # Why processing waits instead of progressing (e.g. a registry 404 window), for
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
         self.dead_letter_error: str | None = None  # why the last dead-letter write failed
 
+    @staticmethod
+    def compile_filter(settings: FilterSettings | None) -> EventFilter | None:
+        """The matcher of a topic's ``filter:`` (None: every message passes)."""
+        if settings is None or not (settings.include or settings.exclude):
+            return None
+        return EventFilter(settings.include, settings.exclude)
+
     @classmethod
     def for_processor(cls, processor: Processor, *, topic: str = "topic",
-                      decode: Callable[[bytes | None], Any] | None = None) -> RecordPipeline:
+                      decode: Callable[[bytes | None], Any] | None = None,
+                      filter: FilterSettings | None = None) -> RecordPipeline:  # noqa: A002
         """A pipeline for ``processor`` alone, outside any configuration (the plugin test
         kit, benchmarks): ``format: json`` values unless ``decode`` is given, keys as
-        bytes, failures thrown (:meth:`handle` raises ``MessageFailedError``)."""
-        settings = TopicSettings.model_construct(topic=topic, processor=processor.name)
+        bytes, the topic's ``filter`` if given, failures thrown (:meth:`handle` raises
+        ``MessageFailedError``)."""
+        settings = TopicSettings.model_construct(topic=topic, processor=processor.name,
+                                                 filter=filter)
         failure = FailurePolicy(FailureSettings(mode=FailureMode.THROW), no_wait)
         pipeline = cls(topic=settings, processor=processor, failure=failure, group_id="")
         if decode is not None:
@@ -199,10 +231,18 @@ class RecordPipeline:
         self.processor = processor
         self.async_transform = inspect.iscoroutinefunction(processor.transform)
 
+    def keeps(self, value: Any) -> bool:
+        """Whether the topic's filter lets a decoded ``value`` reach the processor; a
+        value it keeps out is counted in ``filtered``."""
+        if self.filter is None or self.filter.passes(value):
+            return True
+        self.stats["filtered"] += 1
+        return False
+
     @property
     def sync(self) -> bool:
         """The hot path applies: no coroutine per message (sync transform, no savepoints,
-        keys not decoded)."""
+        keys not decoded; the worker applies :meth:`keeps` itself)."""
         return not self.async_transform and not self.savepoints and self.decode_key is None
 
     # -- decode ----------------------------------------------------------------------
@@ -296,13 +336,19 @@ class RecordPipeline:
     # -- transform -------------------------------------------------------------------
 
     def rows_of(self, rec: RecordLike) -> Sequence[Row]:
-        """Decode and transform ``rec`` synchronously: the hot path, only for a pipeline
-        that is :attr:`sync` (the worker inlines the same two calls per record)."""
-        return self.processor.transform(self.message(rec))  # type: ignore[return-value]
+        """Decode, filter and transform ``rec`` synchronously: the hot path, only for a
+        pipeline that is :attr:`sync` (the worker inlines the same calls per record)."""
+        msg = self.message(rec)
+        if not self.keeps(msg.value):
+            return FILTERED
+        return self.processor.transform(msg)  # type: ignore[return-value]
 
     async def transform_message(self, msg: Message) -> tuple[Sequence[Row], bool]:
         """The processor's rows for ``msg`` (awaited when async), and whether ``msg`` is a
-        savepoint (only when the commit mode asks for savepoints)."""
+        savepoint (only when the commit mode asks for savepoints); :data:`FILTERED` and
+        False when the topic's filter keeps ``msg`` from the processor."""
+        if not self.keeps(msg.value):
+            return FILTERED, False
         out = self.processor.transform(msg)
         if inspect.isawaitable(out):  # an async transform (or one returning an awaitable)
             out = await out
@@ -328,7 +374,7 @@ class RecordPipeline:
             if outcome is Outcome.RECOVERED:
                 return Processed(rec.offset, result[0], outcome, result[1])
             return Processed(rec.offset, (), outcome)
-        return Processed(rec.offset, out, None, savepoint)
+        return Processed(rec.offset, out, None, savepoint, filtered=out is FILTERED)
 
     async def process(self, records: Sequence[RecordLike]) -> list[Processed]:
         """Schemas, then :meth:`handle` for each record in order, until one is abandoned
@@ -423,5 +469,5 @@ class RecordPipeline:
             return True
 
 
-__all__ = ["Processed", "Record", "RecordLike", "RecordPipeline", "bound_sink", "key_decoder",
-           "no_wait", "value_decoder"]
+__all__ = ["FILTERED", "Processed", "Record", "RecordLike", "RecordPipeline", "bound_sink",
+           "key_decoder", "no_wait", "value_decoder"]

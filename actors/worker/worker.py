@@ -115,7 +115,7 @@ class Worker:
         self.drain = drain
         self._on_drained = on_drained
         self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
-                      "dead_lettered": 0, "committed": 0, "paused": 0}
+                      "dead_lettered": 0, "filtered": 0, "committed": 0, "paused": 0}
         self.metrics = metrics
         self.starts = starts if starts is not None else StartRegistry()
         self.restarts = incarnation
@@ -363,13 +363,17 @@ class Worker:
         sync = pipeline.sync
         transform = pipeline.processor.transform
         decode = pipeline.decode
+        keeps = pipeline.keeps if pipeline.filter is not None else None
         for i, rec in enumerate(records):
             savepoint = False
             try:
                 if sync:  # hot path: no coroutine per message
+                    value = decode(rec.value)
+                    if keeps is not None and not keeps(value):
+                        continue  # filtered: no rows; its offset is shipped with the batch
                     rows.extend(transform(Message(  # type: ignore[arg-type]
                         rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
-                        decode(rec.value), rec.headers, rec.value)))
+                        value, rec.headers, rec.value)))
                 else:
                     out, savepoint = await pipeline.transform(rec)
                     rows.extend(out)

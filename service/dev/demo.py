@@ -6,7 +6,9 @@ values) in the Confluent wire format, runs the service until every partition is
 processed and committed (``--drain``) with Spark staging sinks (Spark local mode,
 Parquet tables under ``DIR/warehouse``), merges each staging table into its final table
 (the service's final merge after ``--drain``), and prints what landed where: rows per
-staging and final table (from the merge's records), dead-lettered messages, throughput.
+staging and final table (from the merge's records), dead-lettered messages, the messages
+the ``PlatformEvent_v1`` topic's declared filter kept from its processor (documentation
+changes, :data:`DEMO_FILTER`), throughput.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fastavro import parse_schema
 
 from actors.master import Master
 from actors.sinks.checks import missing_packages
+from actors.worker import Worker
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker
@@ -41,6 +44,9 @@ from settings.models import Settings
 logger = logging.getLogger(__name__)
 
 POISON_TOPIC = "MetadataChangeLog_Versioned_v1"
+FILTER_TOPIC = "PlatformEvent_v1"
+DEMO_FILTER: dict[str, Any] = {"exclude": {"payload.value.category": ["DOCUMENTATION"]}}
+"""The filter of :data:`FILTER_TOPIC`: entity changes other than documentation ones."""
 
 
 def write_registry(directory: Path) -> dict[str, int]:
@@ -98,18 +104,25 @@ def demo_settings(bootstrap: str, out: Path) -> Settings:
             "heartbeat_interval_ms": 500,
             "failure": {"mode": "continue", "dead_letter_path": str(out / "failed_events.log")},
             "topics": [{"topic": t.topic, "processor": t.processor, "format": "avro",
-                        "sink": {"type": "spark"}} for t in SAMPLE_TOPICS],
+                        "sink": {"type": "spark"},
+                        **({"filter": DEMO_FILTER} if t.topic == FILTER_TOPIC else {})}
+                       for t in SAMPLE_TOPICS],
         }],
     )
 
 
-def progress_display(total: int) -> Callable[[Master], Coroutine[Any, Any, None]]:
-    """A one-line progress display on stderr: messages processed of ``total``."""
+def progress_display(total: int, workers: dict[str, Worker] | None = None,
+                     ) -> Callable[[Master], Coroutine[Any, Any, None]]:
+    """A one-line progress display on stderr: messages processed of ``total``; every
+    worker seen is kept in ``workers`` (by label), for its final counters."""
     async def show(master: Master) -> None:
         started = time.monotonic()
         tty = sys.stderr.isatty()
         try:
             while True:
+                if workers is not None:
+                    workers.update((c.label, c) for c in master.supervisor.children
+                                   if isinstance(c, Worker))
                 done = sum(w["stats"]["processed"] for w in master.snapshot())
                 rate = done / max(time.monotonic() - started, 1e-9)
                 width = 30
@@ -158,8 +171,9 @@ def run_demo(out: Path, events: int = 500) -> int:
               f"{len(counts)} topics on the embedded broker {broker.bootstrap}; "
               "starting Spark (local mode)", flush=True)
         started = time.monotonic()
+        workers: dict[str, Worker] = {}
         code = asyncio.run(serve(demo_settings(broker.bootstrap, out), broker.bootstrap,
-                                 drain=True, progress=progress_display(produced)))
+                                 drain=True, progress=progress_display(produced, workers)))
         elapsed = time.monotonic() - started
     merged = merge_records(out / "warehouse")
     dead = _count_lines(out / "failed_events.log")
@@ -169,6 +183,9 @@ def run_demo(out: Path, events: int = 500) -> int:
               str(merged.get(t, {}).get("staging_rows", 0)),
               str(merged.get(t, {}).get("final_rows", 0))) for t in tables]
     rows += [(f"dead letters ({out / 'failed_events.log'})", str(dead), "")]
+    filtered = sum(w.stats["filtered"] for w in workers.values() if w.topic.topic == FILTER_TOPIC)
+    rows += [(f"filtered ({FILTER_TOPIC}: exclude payload.value.category DOCUMENTATION)",
+              str(filtered), "")]
     width = max(len(a) for a, _, _ in rows)
     for name, staging, final in rows:
         print(f"  {name:<{width}}  {staging:>7}  {final:>6}")
@@ -176,7 +193,8 @@ def run_demo(out: Path, events: int = 500) -> int:
           f"and the merge ({produced / elapsed:.0f} events/s); Parquet tables under "
           f"{out / 'warehouse'}; exit code {code}")
     empty = [t for t in tables if not merged.get(t, {}).get("final_rows")]
-    if code == 0 and (empty or dead != 6):
-        print(f"UNEXPECTED: empty tables {empty}, {dead} dead letters (expected 6)")
+    if code == 0 and (empty or dead != 6 or not filtered):
+        print(f"UNEXPECTED: empty tables {empty}, {dead} dead letters (expected 6), "
+              f"{filtered} filtered (expected some)")
         return 1
     return code

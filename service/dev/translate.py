@@ -12,8 +12,12 @@ does differently but safely becomes a *note*, printed as a comment above the YAM
   kstage processor, whose rows follow that table's DDL).
 * DataHub Actions pipelines are YAML: ``name``, ``source`` (``type: kafka``, ``config``:
   ``connection``, ``topic_routes``, commit options) and ``options`` (``failure_mode``,
-  ``retry_count``, ``failed_events_dir``). ``filter``, ``transform``, ``action`` and
-  ``datahub`` have no counterpart: kstage lands every event as a staging row.
+  ``retry_count``, ``failed_events_dir``) and ``filter`` (``event_type``: topics whose
+  event type is not listed are left out; ``event``: a ``topics[].filter`` include, nested
+  mappings as dotted paths, under ``payload.value`` for platform events, whose
+  EntityChangeEvent kstage reads from the PlatformEvent's JSON payload). ``transform``,
+  ``action`` and ``datahub`` have no counterpart: kstage lands every event as a staging
+  row.
 
 ``${VAR}`` and ``${VAR:-default}`` are copied verbatim (kstage expands them at load); a
 bare ``$VAR`` or a malformed ``${...`` is an error, since kstage would not expand it.
@@ -47,6 +51,11 @@ WHEREHOWS_PROCESSORS: dict[str, str] = {
 DATAHUB_ROUTES: dict[str, str] = {
     "mcl": "datahub_mcl", "mcl_timeseries": "datahub_mcl", "pe": "datahub_entity_change"}
 """DataHub Actions Kafka source route -> kstage processor."""
+DATAHUB_EVENT_TYPES: dict[str, str] = {
+    "mcl": "MetadataChangeLogEvent_v1", "mcl_timeseries": "MetadataChangeLogEvent_v1",
+    "pe": "EntityChangeEvent_v1"}
+"""DataHub Actions Kafka source route -> the event type its events have in a filter."""
+_DH_EVENT_PREFIX = {"pe": "payload.value."}  # where kstage's decoded value holds the event
 DATAHUB_DEFAULT_ROUTES: dict[str, str] = {
     "mcl": "MetadataChangeLog_Versioned_v1", "mcl_timeseries": "MetadataChangeLog_Timeseries_v1",
     "pe": "PlatformEvent_v1"}
@@ -74,7 +83,8 @@ _DH_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
                            "async_commit_interval", "commit_retry_count", "commit_retry_backoff"),
     ("source", "config", "connection"): ("bootstrap", "schema_registry_url", "consumer_config",
                                          "schema_registry_config", "client_timeout_seconds"),
-    ("options",): ("failure_mode", "retry_count", "failed_events_dir")}
+    ("options",): ("failure_mode", "retry_count", "failed_events_dir"),
+    ("filter",): ("event_type", "event")}
 _CONN = ("source", "config", "connection")
 _REF = re.compile(r"\$(?:(?P<esc>\$)|(?P<ref>\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\})"
                   r"|(?P<bad>\{)|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
@@ -331,13 +341,17 @@ def translate_datahub(text: str, source: str) -> Translation:
         group["commit"] = {"mode": "batch", "max_interval_s": interval / 1000}
     group["failure"] = _dh_failure(report, get, line, name)
     group["topics"] = _dh_topics(report, get, line, ("source", "config", "topic_routes") in lines)
+    if get(("filter",), dict) is not None:
+        group["topics"] = _dh_filter(report, get, line, group["topics"])
+    for topic in group["topics"]:
+        del topic["route"]
     report.notes.append(
         "DataHub committed offsets event by event (or asynchronously); kstage commits what its "
         "sink acknowledged in batches (commit.mode: batch), still at-least-once.")
-    dropped = [key for key in ("filter", "transform", "action", "datahub") if key in data]
+    dropped = [key for key in ("transform", "action", "datahub") if key in data]
     if dropped:
         report.notes.append(f"not translated: {', '.join(dropped)} (kstage lands every event "
-                            "of the topics as a staging row: filter and act downstream).")
+                            "of the topics as a staging row: act downstream).")
     if data.get("enabled") is False:
         report.notes.append("the pipeline was disabled (enabled: false); this config is not.")
     return report.done({"name": name, "kafka": _with(kafka, consumer_config=consumer),
@@ -411,8 +425,73 @@ def _dh_topics(report: _Report, get: _Get, line: _Line, given: bool) -> list[dic
         elif any(t["topic"] == topic for t in topics):
             report.error(where, at, f"topic {topic!r} is routed twice")
         else:
-            topics.append(_topic(topic, processor, registry.load(processor).table))
+            topics.append(_topic(topic, processor, registry.load(processor).table)
+                          | {"route": str(route)})
     return topics
+
+
+def _dh_filter(report: _Report, get: _Get, line: _Line,
+               topics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Apply the pipeline's ``filter`` (DataHub's FilterTransformer) to ``topics``: keep
+    those whose event type ``event_type`` lists, each with ``event`` as its include."""
+    raw_types = get(("filter", "event_type"), object, required=True)
+    types = [raw_types] if isinstance(raw_types, str) else raw_types
+    if raw_types is not None and (not isinstance(types, list) or not types
+                                  or not all(isinstance(t, str) for t in types)):
+        report.error("filter.event_type", line("filter", "event_type"),
+                     "must be an event type or a non-empty list of them")
+        types = None
+    include: dict[str, list[Any]] = {}
+    odd: list[str] = []
+    event = get(("filter", "event"), dict)
+    for path, value in _event_paths(event or {}, ()):
+        where, at = _dotted(("filter", "event", *path)), line("filter", "event", *path)
+        values = value if isinstance(value, list) else [value]
+        if any("." in p or not p for p in path):
+            report.error(where, at, "a key with a dot (or an empty key) cannot be a kstage "
+                         "filter path")
+        elif isinstance(value, dict) or not values or any(
+                isinstance(v, dict | list) for v in values):
+            report.error(where, at, "cannot be translated: kstage filters compare a field "
+                         "with scalar values (an empty mapping, an empty list or a list of "
+                         "mappings or lists has no counterpart)")
+        else:
+            include[".".join(path)] = values
+            if isinstance(value, list) and any(not isinstance(v, str) for v in values):
+                odd.append(where)
+    if odd:
+        report.notes.append(f"{', '.join(odd)}: DataHub matches a list only against a "
+                            "string, so its non-string entries never matched; kstage "
+                            "compares them with the field's value (no coercion).")
+    kept: list[dict[str, Any]] = []
+    for topic in topics:
+        route = topic["route"]
+        if types is not None and DATAHUB_EVENT_TYPES[route] not in types:
+            report.notes.append(f"filter.event_type does not list "
+                                f"{DATAHUB_EVENT_TYPES[route]}: topic {topic['topic']} "
+                                f"(route {route}) is not consumed.")
+            continue
+        if include:
+            prefix = _DH_EVENT_PREFIX.get(route, "")
+            topic["filter"] = {"include": {prefix + p: list(v) for p, v in include.items()}}
+        kept.append(topic)
+    if types is not None and topics and not kept:
+        report.error("filter.event_type", line("filter", "event_type"),
+                     f"lists none of the routed topics' event types "
+                     f"({', '.join(sorted({DATAHUB_EVENT_TYPES[t['route']] for t in topics}))}"
+                     "): nothing to consume")
+    return kept
+
+
+def _event_paths(event: dict[Any, Any], path: tuple[str, ...]
+                 ) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, value) of every leaf of a DataHub ``filter.event`` (nested mappings are
+    DataHub's nested matches, as dotted paths here)."""
+    for key, value in event.items():
+        if isinstance(value, dict) and value:
+            yield from _event_paths(value, (*path, str(key)))
+        else:
+            yield (*path, str(key)), value
 
 
 def _yaml(text: str, source: str) -> tuple[Any, dict[_KeyPath, int]]:

@@ -17,7 +17,10 @@ fixed config replays the failures), writes the rows to the topic's sink, bound a
 worker binds it (the processor's columns and table for the spark and jdbc sinks; rows
 the sink refuses are dead-lettered again), then marks the line. Lines of a sink's
 permanent refusal (they carry ``sink``; their value is the refused row) are written to
-the sink again as they are.
+the sink again as they are. The topic's ``filter`` applies, as in the worker: a line
+whose message the filter now keeps from the processor gives no rows and is marked
+replayed (done, as the worker would commit it), counted as filtered; replay means "do
+what the service would do with this message now", and the filter is part of that.
 ``to_kafka`` instead re-produces the original key, value and headers to the original
 topic and partition (``send_and_wait`` each), for the running service to consume.
 ``show`` prints a table, or with ``--json`` every line's record (the values of headers
@@ -47,7 +50,7 @@ from actors.appends import fsync_dir, torn_tail, write_all
 from actors.deadletter import FILE_MODE
 from actors.failure import FailurePolicy
 from actors.sinks import Sink
-from actors.worker.pipeline import Record, RecordPipeline, bound_sink, no_wait
+from actors.worker.pipeline import FILTERED, Record, RecordPipeline, bound_sink, no_wait
 from processors.avro import AvroDecoder, load_schema
 from processors.base import Processor
 from service.ops.lag import OpsError, bootstrap_of, connection_kwargs
@@ -249,6 +252,7 @@ class ReplayResult:
     skipped: list[tuple[DeadLetter, str]] = field(default_factory=list)
     already: int = 0
     unreadable: int = 0
+    filtered: int = 0  # of replayed: kept from the processor by the topic's filter
 
 
 class _Marker:
@@ -330,6 +334,8 @@ class _Target:
                         tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()))
         await self.pipeline.load_schemas([record])
         rows, _ = await self.pipeline.transform(record)
+        if rows is FILTERED:
+            return
         await self._write(list(rows))
 
     async def _write(self, rows: list[Any]) -> None:
@@ -347,7 +353,8 @@ Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
 """Replays one dead-letter record; returns why it was skipped, or None when done."""
 
 
-async def _processor_handler(settings: Settings, stack: AsyncExitStack) -> Handler:
+async def _processor_handler(settings: Settings, stack: AsyncExitStack,
+                             result: ReplayResult | None = None) -> Handler:
     from actors.master import resolve_processors  # noqa: PLC0415 - loads plugins
 
     classes = resolve_processors(settings)
@@ -375,8 +382,12 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack) -> Handl
         if id(topic) not in targets:
             targets[id(topic)] = _Target(settings, group, topic, classes[topic.processor],
                                          registry, id_type)
-        await targets[id(topic)].start(stack)
-        await targets[id(topic)].replay(rec)
+        target = targets[id(topic)]
+        await target.start(stack)
+        filtered = target.pipeline.stats["filtered"]
+        await target.replay(rec)
+        if result is not None:
+            result.filtered += target.pipeline.stats["filtered"] - filtered
         return None
     return handle
 
@@ -419,7 +430,8 @@ async def replay_async(settings: Settings, *, topic: str | None = None,
             markers[path] = _Marker(path)
             stack.callback(markers[path].close)
         via = "kafka" if to_kafka else "processor"
-        handle = await (_kafka_handler if to_kafka else _processor_handler)(settings, stack)
+        handle = await (_kafka_handler(settings, stack) if to_kafka
+                        else _processor_handler(settings, stack, result))
         for letter in todo:
             progress.advance()
             try:
@@ -441,7 +453,8 @@ def render_replay(result: ReplayResult, to_kafka: bool = False) -> str:
     lines = [f"failed again: {d.describe()}: {why}" for d, why in result.failed]
     lines += [f"skipped: {d.describe()}: {why}" for d, why in result.skipped]
     where = "re-produced to Kafka" if to_kafka else "replayed"
-    lines.append(f"{len(result.replayed)} {where}, {len(result.failed)} failed, "
+    filtered = f" ({result.filtered} filtered by the topic's filter)" if result.filtered else ""
+    lines.append(f"{len(result.replayed)} {where}{filtered}, {len(result.failed)} failed, "
                  f"{len(result.skipped)} skipped, {result.already} already replayed"
                  + (f", {result.unreadable} unreadable line(s) ignored"
                     if result.unreadable else ""))

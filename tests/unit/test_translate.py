@@ -106,6 +106,9 @@ def test_datahub_seed_topics_processors_formats_exactly() -> None:
         ("MetadataChangeLog_Versioned_v1", "datahub_mcl", "avro"),
         ("PlatformEvent_v1", "datahub_entity_change", "avro"),
     ]
+    assert [t["filter"] for t in config["groups"][0]["topics"]] == [
+        {"include": {"entityType": ["dataset"]}},
+        {"include": {"payload.value.entityType": ["dataset"]}}]
     assert config["name"] == config["groups"][0]["group_id"] == "datahub_staging_loader"
     assert config["kafka"] == {"bootstrap": "${KAFKA_BOOTSTRAP:-localhost:9092}",
                                "consumer_config": {"security.protocol": "PLAINTEXT"}}
@@ -343,4 +346,64 @@ def test_translate_file_renders_notes_as_comments() -> None:
     text = translate_file("datahub", str(DATAHUB_SEED))
     head = text.split("\nname:")[0].splitlines()
     assert all(line.startswith("#") for line in head)
-    assert any("not translated: filter, action" in line for line in head)
+    assert any("not translated: action" in line for line in head)
+
+
+# ---------------------------------------------------------------------------- filters
+
+DH_FILTER = DH.replace("      mcl: MCL\n", "      mcl: MCL\n      pe: PE\n")
+
+
+def test_datahub_filter_event_becomes_each_topics_include() -> None:
+    """DataHub's nested ``filter.event`` -> dotted include paths; a platform event's
+    EntityChangeEvent is read from its JSON payload (``payload.value``)."""
+    translation = translate_datahub(DH_FILTER + """\
+filter:
+  event_type: [EntityChangeEvent_v1, MetadataChangeLogEvent_v1]
+  event:
+    entityType: dataset
+    category: [TAG, GLOSSARY_TERM]
+    aspect: {value: {removed: false}}
+""", "dh.yml")
+    by_topic = {t["topic"]: t["filter"] for t in translation.config["groups"][0]["topics"]}
+    assert by_topic == {
+        "MCL": {"include": {"entityType": ["dataset"], "category": ["TAG", "GLOSSARY_TERM"],
+                            "aspect.value.removed": [False]}},
+        "PE": {"include": {"payload.value.entityType": ["dataset"],
+                           "payload.value.category": ["TAG", "GLOSSARY_TERM"],
+                           "payload.value.aspect.value.removed": [False]}}}
+    assert not any("not translated: filter" in n for n in translation.notes)
+    load_settings_from_dict(translation.config)
+
+
+def test_datahub_filter_event_type_leaves_out_the_topics_of_other_types() -> None:
+    translation = translate_datahub(DH_FILTER + "filter:\n  event_type: EntityChangeEvent_v1\n",
+                                    "dh.yml")
+    assert topics(translation.config) == [("PE", "datahub_entity_change", "avro")]
+    assert "filter" not in translation.config["groups"][0]["topics"][0]
+    assert any("does not list MetadataChangeLogEvent_v1: topic MCL" in n
+               for n in translation.notes)
+
+
+@pytest.mark.parametrize(("block", "problem"), [
+    ("filter:\n  event_type: RelationshipChangeEvent_v1\n",
+     "dh.yml:14: filter.event_type: lists none of the routed topics' event types"),
+    ("filter:\n  event: {entityType: dataset}\n", "dh.yml:13: filter.event_type: is missing"),
+    ("filter:\n  event_type: []\n", "dh.yml:14: filter.event_type: must be an event type"),
+    ("filter:\n  event_type: EntityChangeEvent_v1\n  event:\n    a.b: x\n",
+     "dh.yml:16: filter.event['a.b']: a key with a dot"),
+    ("filter:\n  event_type: EntityChangeEvent_v1\n  event:\n    tags: [[a]]\n",
+     "dh.yml:16: filter.event.tags: cannot be translated"),
+    ("filter:\n  event_type: EntityChangeEvent_v1\n  events: {}\n",
+     "dh.yml:15: filter.events: unknown key"),
+])
+def test_untranslatable_datahub_filters_name_the_line_and_key(block: str, problem: str) -> None:
+    with pytest.raises(TranslationError) as info:
+        translate_datahub(DH_FILTER + block, "dh.yml")
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def load_settings_from_dict(config: dict[str, Any]) -> None:
+    from settings import Settings
+
+    Settings.model_validate(config)

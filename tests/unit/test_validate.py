@@ -291,3 +291,27 @@ def test_serve_returns_2_when_a_processor_refuses_its_options(
     assert [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"] == [
         "configuration: groups[0].topics[0].options.colour: unknown option of processor "
         "'json_rows' (options: fields)"]
+
+
+# ---------------------------------------------------------------- topic filters
+
+
+@pytest.mark.parametrize(("filter_yaml", "key", "line", "why"), [
+    ("include:\n            a..b: [x]", "groups[0].topics[0].filter.include['a..b']", 10,
+     "'a..b' is not a dotted path (an empty segment)"),
+    ("exclude:\n            entityType: dataset", "groups[0].topics[0].filter.exclude.entityType",
+     10, "Input should be a valid list"),
+    ("include:\n            a: [{b: 1}]", "groups[0].topics[0].filter.include.a[0]", 10,
+     "filter values are strings, numbers, booleans or null, not a dict"),
+    ("include:\n            a: []", "groups[0].topics[0].filter.include.a", 10,
+     "List should have at least 1 item"),
+    ("includes: {a: [x]}", "groups[0].topics[0].filter.includes", 9, "Extra inputs"),
+])
+def test_malformed_topic_filter(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                filter_yaml: str, key: str, line: int, why: str) -> None:
+    path, lines = validate(tmp_path, capsys, HEAD + f"""\
+        processor: json_rows
+        filter:
+          {filter_yaml}
+""")
+    assert only(lines, path, key, line).startswith(why)
