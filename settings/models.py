@@ -32,6 +32,7 @@ from settings.kafka_security import check_security
 from settings.secrets import MaskedRepr
 
 _NO_WHITESPACE = re.compile(r"^\S+$")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 # consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
 _SECRET_KEY = re.compile(r"(password|secret|token|\.key$|jaas)", re.IGNORECASE)
 
@@ -155,6 +156,18 @@ class FailureSettings(_Model):
     dead_letter_path: str = Field(
         "failed_events.log", description="JSON-lines file of failed messages."
     )
+    dead_letter_topic: str | None = Field(
+        None, description="Kafka topic that also receives failed messages (key, value and "
+        "headers unchanged, plus kstage.error.* headers), acknowledged by all in-sync "
+        "replicas (acks=all) before the offset is committed; written after the file.")
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _topic_name(cls, name: str | None) -> str | None:
+        if name is not None and (name in (".", "..") or not _TOPIC_NAME.fullmatch(name)):
+            raise ValueError(f"{name!r} is not a valid Kafka topic name (1-249 characters "
+                             "of a-z, A-Z, 0-9, '.', '_', '-'; not '.' or '..')")
+        return name
 
     @model_validator(mode="after")
     def _backoff_order(self) -> FailureSettings:
