@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,7 +62,8 @@ async def read_all(bootstrap: str, topic: str, expected: int, timeout: float = 3
         await consumer.stop()
 
 
-async def test_poison_lands_in_the_dead_letter_topic_with_its_context(broker, tmp_path):
+async def test_poison_lands_in_the_dead_letter_topic_with_its_context(broker: str,
+                                                                     tmp_path: Path) -> None:
     topic, group, dlq = unique("dlt"), unique("g-dlt"), unique("dlq")
     await create_topic(broker, topic)
     await create_topic(broker, dlq)
@@ -95,7 +97,7 @@ async def test_poison_lands_in_the_dead_letter_topic_with_its_context(broker, tm
 
 
 async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_recovers(
-        tmp_path):
+        tmp_path: Path) -> None:
     """The broker freezes (SIGSTOP) while the poison message is being handled: the
     dead-letter write fails (no acks within the request timeout), the snapshot and
     /readyz say so, nothing is committed; after SIGCONT the record is written and only
@@ -118,11 +120,12 @@ async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_re
         config["kafka"]["consumer_config"] = {"request.timeout.ms": 8000}  # > the join hold
         cfg.write_text(yaml.safe_dump(config))
         settings = load_settings(cfg)
-        assert own.pid is not None
+        pid = own.pid
+        assert pid is not None
         frozen = asyncio.Event()
 
         async def freeze_then_retry(seconds: float) -> bool:
-            os.kill(own.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+            os.kill(pid, signal.SIGSTOP)
             frozen.set()
             return True
 
@@ -143,7 +146,7 @@ async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_re
             assert stats["dead_lettered"] == 0
             assert read_jsonl(tmp_path / "out.jsonl") == []
         finally:
-            os.kill(own.pid, signal.SIGCONT)  # type: ignore[arg-type]
+            os.kill(pid, signal.SIGCONT)
         await asyncio.wait_for(run, 120)
         assert (await committed(bootstrap, group, topic, 1))[0] == 2
         assert [r["i"] for r in read_jsonl(tmp_path / "out.jsonl")] == [1]
@@ -153,7 +156,7 @@ async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_re
         assert all(dict(r.headers)["kstage.error.attempts"] == b"2" for r in letters)
 
 
-async def test_dlq_show_and_replay_from_topic(broker, tmp_path):
+async def test_dlq_show_and_replay_from_topic(broker: str, tmp_path: Path) -> None:
     topic, group, dlq = unique("dltr"), unique("g-dltr"), unique("dlqr")
     await create_topic(broker, topic)
     await create_topic(broker, dlq)
