@@ -5,6 +5,7 @@ after its acknowledgement, a broker outage during the write, ``dlq show|replay
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from pathlib import Path
@@ -18,6 +19,7 @@ from actors.master import Master
 from service.broker import EmbeddedBroker
 from service.ops.dlq import load_topic, replay_group, replay_topic_async
 from settings import load_settings
+from tests.integration.test_ops_tools import cli
 from tests.kafkautil import (
     committed,
     create_topic,
@@ -174,6 +176,14 @@ async def test_dlq_show_and_replay_from_topic(broker: str, tmp_path: Path) -> No
     await asyncio.wait_for(Master(load_settings(failing), broker, drain=True).run(), 90)
     assert [r["i"] for r in read_jsonl(out)] == [1]
 
+    code, out_text, err = await cli("dlq", "show", "-c", str(failing), "--from-topic", dlq,
+                                    cwd=tmp_path)
+    assert code == 0, err
+    assert f"{topic}  0" in out_text and "2 dead-lettered, 0 replayed, 2 not replayed" in out_text
+    code, out_text, err = await cli("dlq", "replay", "-c", str(failing), "--from-topic", dlq,
+                                    "--topic", topic, cwd=tmp_path)
+    assert code == 1 and "--topic and --since do not apply" in err, (code, err)
+
     settings = load_settings(failing)
     letters, bad = await load_topic(settings, dlq)
     assert bad == 0
@@ -203,3 +213,9 @@ async def test_dlq_show_and_replay_from_topic(broker: str, tmp_path: Path) -> No
     assert sorted(r["i"] for r in read_jsonl(out)) == [0, 1, 2]
     letters, _ = await load_topic(settings, dlq)
     assert [d.replayed for d in letters] == [True, True]
+    code, out_text, err = await cli("dlq", "show", "-c", str(fixed), "--from-topic", dlq,
+                                    "--json", cwd=tmp_path)
+    assert code == 0, err
+    shown = [json.loads(line) for line in out_text.splitlines()]
+    assert [(r["offset"], r["replayed"], r["dead_letter_offset"]) for r in shown] == [
+        (0, True, 0), (2, True, 1)]
