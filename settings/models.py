@@ -153,8 +153,9 @@ class FailureSettings(_Model):
     then: Literal["continue", "throw"] = Field(
         "continue", description="retry: what to do once retries are exhausted."
     )
-    dead_letter_path: str = Field(
-        "failed_events.log", description="JSON-lines file of failed messages."
+    dead_letter_path: str | None = Field(
+        "failed_events.log", description="JSON-lines file of failed messages; null: "
+        "none (dead_letter_topic only)."
     )
     dead_letter_topic: str | None = Field(
         None, description="Kafka topic that also receives failed messages (key, value and "
@@ -173,7 +174,17 @@ class FailureSettings(_Model):
     def _backoff_order(self) -> FailureSettings:
         if self.max_backoff_ms < self.min_backoff_ms:
             raise ValueError("max_backoff_ms must be >= min_backoff_ms")
+        if self.dead_letter_path is None and self.dead_letter_topic is None:
+            raise ValueError("dead_letter_path is null and no dead_letter_topic is set: "
+                             "failed messages need a place")
         return self
+
+    def dead_letter_places(self) -> str:
+        """Where dead letters go, for log lines: the file, the topic, or both."""
+        places = [str(self.dead_letter_path)] if self.dead_letter_path is not None else []
+        if self.dead_letter_topic is not None:
+            places.append(f"topic {self.dead_letter_topic}")
+        return " and ".join(places)
 
 
 SINK_TYPES = "kstage.sinks"

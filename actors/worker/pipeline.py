@@ -175,7 +175,8 @@ class RecordPipeline:
         savepoints: the commit mode asks processors for savepoints.
         stats: counters to update (``processed`` is the caller's; ``failed``,
             ``retried``, ``dead_lettered`` and ``filtered`` are counted here).
-        dead_letter_topic: also produce dead letters to this topic (after the file).
+        dead_letter_topic: also produce dead letters to this topic (after the file, if
+            ``dead_letter_path`` names one).
     """
 
     def __init__(self, *, topic: TopicSettings, processor: Processor | None,
@@ -199,7 +200,8 @@ class RecordPipeline:
         self.async_transform = False
         if processor is not None:
             self.use(processor)
-        self.dead_letters = DeadLetterFile(failure.settings.dead_letter_path)
+        path = failure.settings.dead_letter_path
+        self.dead_letters = DeadLetterFile(path) if path is not None else None
         self.dead_letter_topic = dead_letter_topic
         self.stats = stats if stats is not None else {}
         for name in ("failed", "retried", "dead_lettered", "filtered"):
@@ -445,7 +447,8 @@ class RecordPipeline:
                        "response_body": body_head},
             ), _sleep_on)
         logger.warning("%s: %d row(s) refused by the sink with status %d; dead-lettered to %s",
-                       self.label, len(rows), status, self.failure.settings.dead_letter_path)
+                       self.label, len(rows), status,
+                       self.failure.settings.dead_letter_places())
 
     async def write_dead_letter(self, line: str, sleep: Sleep) -> bool:
         """Write one dead-letter line durably, then (when configured) produce it to the
@@ -458,8 +461,9 @@ class RecordPipeline:
         The file goes first: it is local, and an operator sees the failure with ``kstage
         dlq show`` while the broker is out; the topic is retried alone after that.
         """
-        if not await self._retried(self.dead_letters.write, line, sleep,
-                                   f"the dead-letter file {self.dead_letters.path}"):
+        if self.dead_letters is not None and not await self._retried(
+                self.dead_letters.write, line, sleep,
+                f"the dead-letter file {self.dead_letters.path}"):
             return False
         if self.dead_letter_topic is not None and not await self._retried(
                 self.dead_letter_topic.write, line, sleep,

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
-from actors.dead_letter_topic import HEADER_PREFIX
+from actors.dead_letter_topic import HEADER_PREFIX, DeadLetterTopic
 from actors.deadletter import FILE_MODE
 from actors.failure import FailurePolicy
 from actors.sinks import Sink
@@ -112,7 +112,9 @@ def dead_letter_paths(settings: Settings) -> list[Path]:
     paths: dict[Path, None] = {}
     for group in settings.groups:
         for topic in group.topics:
-            paths[Path((topic.failure or group.failure).dead_letter_path)] = None
+            path = (topic.failure or group.failure).dead_letter_path
+            if path is not None:  # null: the dead letters go to a topic only
+                paths[Path(path)] = None
     return list(paths)
 
 
@@ -446,6 +448,11 @@ class _Target:
             label=label, failure=FailurePolicy(topic.failure or group.failure, no_wait),
             avro=AvroDecoder(registry, id_type, reader) if registry is not None else None,
             avro_keys=AvroDecoder(registry, id_type) if registry is not None else None)
+        failure = topic.failure or group.failure
+        if failure.dead_letter_topic is not None:  # rows the sink refuses again go there too
+            self.pipeline.dead_letter_topic = DeadLetterTopic(
+                failure.dead_letter_topic, bootstrap_of(settings),
+                f"{settings.kafka.client_id}-dlq", connection_kwargs(settings))
         self.processor = self.pipeline.processor
         self.sink: Sink = bound_sink(settings, topic, cls, label=label,
                                      refuse=self.pipeline.refuse)
@@ -456,6 +463,8 @@ class _Target:
             await self.processor.start()
             self._started = True
             stack.push_async_callback(self.processor.stop)
+            if self.pipeline.dead_letter_topic is not None:
+                stack.push_async_callback(self.pipeline.dead_letter_topic.close)
         if not self._open:
             await self.sink.open()
             self._open = True

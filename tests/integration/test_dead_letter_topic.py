@@ -98,6 +98,22 @@ async def test_poison_lands_in_the_dead_letter_topic_with_its_context(broker: st
     assert errors["failed_at"].endswith("Z")
 
 
+async def test_topic_instead_of_the_file(broker: str, tmp_path: Path) -> None:
+    topic, group, dlq = unique("dlti"), unique("g-dlti"), unique("dlqi")
+    await create_topic(broker, topic)
+    await create_topic(broker, dlq)
+    await produce_with_headers(broker, topic, [(b"k0", b"[]", []), (b"k1", b'{"i": 1}', [])])
+    cfg = write_config(tmp_path / "kstage.yml", broker, group,
+                       [{"topic": topic, "processor": "test_flaky",
+                         "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}],
+                       failure={"dead_letter_topic": dlq, "dead_letter_path": None})
+    await asyncio.wait_for(Master(load_settings(cfg), broker, drain=True).run(), 90)
+    assert (await committed(broker, group, topic, 1))[0] == 2
+    assert not (tmp_path / "dead.jsonl").exists()
+    [rec] = await read_all(broker, dlq, 1)
+    assert (rec.key, rec.value) == (b"k0", b"[]")
+
+
 async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_recovers(
         tmp_path: Path) -> None:
     """The broker freezes (SIGSTOP) while the poison message is being handled: the

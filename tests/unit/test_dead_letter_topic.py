@@ -61,3 +61,21 @@ def test_record_keeps_the_message_and_adds_scrubbed_error_headers(
     assert errors["kstage.error.attempts"] == b"2"
     message = errors["kstage.error.message"].decode("utf-8")
     assert "hunter2" not in message and "login failed" in message
+
+
+def test_validate_accepts_a_topic_instead_of_the_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "kstage.yml"
+    path.write_text(CONFIG.format(name="dead") + "      dead_letter_path: null\n",
+                    encoding="utf-8")
+    assert main(["validate", "-c", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_validate_refuses_no_place_for_dead_letters(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "kstage.yml"
+    path.write_text(CONFIG.format(name="null") + "      dead_letter_path: null\n",
+                    encoding="utf-8")
+    assert main(["validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "groups[0].failure (line 8): " in err and "need a place" in err, err
