@@ -40,10 +40,11 @@ def _unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
-def topic_record(line: str) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+def topic_record(line: str
+                 ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
     """Key, value and headers of the dead-letter record of a dead-letter ``line``."""
     rec: dict[str, Any] = json.loads(line)
-    headers = [(str(k), _unb64(v) or b"") for k, v in rec.get("headers") or ()]
+    headers = [(str(k), _unb64(v)) for k, v in rec.get("headers") or ()]
     for name, field in HEADER_FIELDS:
         value = rec.get(field)
         headers.append((HEADER_PREFIX + name, b"" if value is None else str(value).encode()))

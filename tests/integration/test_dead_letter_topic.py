@@ -36,7 +36,8 @@ ERROR_HEADERS = ("group", "topic", "partition", "offset", "processor", "type", "
 
 
 async def produce_with_headers(bootstrap: str, topic: str,
-                               records: list[tuple[bytes, bytes, list[tuple[str, bytes]]]]
+                               records: list[tuple[bytes, bytes,
+                                                   list[tuple[str, bytes | None]]]]
                                ) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
@@ -71,7 +72,7 @@ async def test_poison_lands_in_the_dead_letter_topic_with_its_context(broker: st
     await create_topic(broker, dlq)
     await produce_with_headers(broker, topic, [
         (b"k0", b'{"i": 0}', []),
-        (b"k1", b"\xffnot json", [("trace", b"abc"), ("bin", b"\x00\x01")]),
+        (b"k1", b"\xffnot json", [("trace", b"abc"), ("bin", b"\x00\x01"), ("nil", None)]),
         (b"k2", b'{"i": 2}', []),
     ])
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
@@ -86,7 +87,8 @@ async def test_poison_lands_in_the_dead_letter_topic_with_its_context(broker: st
     [rec] = await read_all(broker, dlq, 1)
     assert (rec.key, rec.value) == (b"k1", b"\xffnot json")
     headers = list(rec.headers)
-    assert headers[:2] == [("trace", b"abc"), ("bin", b"\x00\x01")], "own headers kept, first"
+    assert headers[:3] == [("trace", b"abc"), ("bin", b"\x00\x01"), ("nil", None)], \
+        "own headers kept, first"
     errors = {k.removeprefix("kstage.error."): v.decode("utf-8")
               for k, v in headers if k.startswith("kstage.error.")}
     assert sorted(errors) == sorted(ERROR_HEADERS)

@@ -53,8 +53,8 @@ def test_record_keeps_the_message_and_adds_scrubbed_error_headers(
         attempts=2)
     key, value, headers = topic_record(line)
     assert (key, value) == (b"\x00k", b"\xffv")
-    assert headers[:2] == [("h", b"1"), ("empty", b"")]
-    errors = dict(headers[2:])
+    assert headers[:2] == [("h", b"1"), ("empty", None)]
+    errors = {k: v or b"" for k, v in headers[2:]}
     assert errors["kstage.error.partition"] == b"3"
     assert errors["kstage.error.offset"] == b"42"
     assert errors["kstage.error.type"] == b"builtins.RuntimeError"
