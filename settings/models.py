@@ -218,13 +218,14 @@ class SinkSettings(_Model):
         name = data.get("type", "null")
         model = sink_settings_model(name) if isinstance(name, str) else None
         if model is None:
-            installed = ", ".join(sorted(_sink_entry_points()))
+            installed = ", ".join(sorted(sink_entry_points()))
             _sink_type_error(name, f"unknown sink type {name!r} (installed: {installed})")
         return model.model_validate(data)
 
 
 @functools.cache
-def _sink_entry_points() -> dict[str, EntryPoint]:
+def sink_entry_points() -> dict[str, EntryPoint]:
+    """The installed sink types: entry-point name -> entry point (not loaded)."""
     return {ep.name: ep for ep in entry_points(group=SINK_TYPES)}
 
 
@@ -233,7 +234,7 @@ def sink_settings_model(name: str) -> type[SinkSettings] | None:
     installed). Imports the sink's module, at validation time only: importing
     ``settings`` imports no sink. Raises a ValidationError at ``type`` when the module
     cannot be imported or its class declares no settings model."""
-    ep = _sink_entry_points().get(name)
+    ep = sink_entry_points().get(name)
     if ep is None:
         return None
     try:

@@ -13,28 +13,21 @@ so a process without PySpark can use every sink but ``spark`` and ``jdbc``.
 
 from __future__ import annotations
 
-import functools
-from importlib.metadata import EntryPoint, entry_points
-
 from pydantic import BaseModel
 
 from actors.sinks.base import Sink, SinkSettingsBase
+from settings.models import SINK_TYPES, sink_entry_points
 
-ENTRY_POINT_GROUP = "kstage.sinks"
+ENTRY_POINT_GROUP = SINK_TYPES
 
 
 class SinkTypeError(LookupError):
     """A sink type that is not installed, or whose package cannot be imported."""
 
 
-@functools.cache
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
 def available() -> list[str]:
     """The installed sink type names, sorted."""
-    return sorted(_entry_points())
+    return sorted(sink_entry_points())
 
 
 def load(name: str) -> type[Sink]:
@@ -44,7 +37,7 @@ def load(name: str) -> type[Sink]:
         SinkTypeError: not installed (the message lists the known types), its module
             fails to import (e.g. a missing optional library), or it is not a Sink.
     """
-    ep = _entry_points().get(name)
+    ep = sink_entry_points().get(name)
     if ep is None:
         raise SinkTypeError(f"unknown sink type {name!r} (installed: {', '.join(available())})")
     try:

@@ -45,7 +45,7 @@ from actors.worker.filters import EventFilter
 from processors.avro import AvroDecoder
 from processors.backoff import backoff_s
 from processors.base import Message, Processor, Row
-from processors.errors import ProcessorError
+from processors.errors import PoisonMessage, ProcessorError
 from processors.schema_registry import SchemaNotFoundYet
 from settings.models import (
     FailureMode,
@@ -412,7 +412,8 @@ class RecordPipeline:
                 group=self.group_id, topic=rec.topic, partition=rec.partition,
                 offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
                 headers=rec.headers, processor=self.topic.processor, exc=error,
-                attempts=attempts, extra=getattr(error, "details", None),
+                attempts=attempts,
+                extra=error.details if isinstance(error, PoisonMessage) else None,
             ), self.sleep):
                 raise _DeadLetterAbandoned
 
