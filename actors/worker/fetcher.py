@@ -107,8 +107,8 @@ class Fetcher:
                     pass
                 continue
             full_since = None
-            if paused:
-                consumer.resume(*consumer.paused())
+            if paused:  # partitions parked by a retry wait stay paused (Worker._park)
+                consumer.resume(*(tp for tp in consumer.paused() if tp not in w.lanes))
                 paused = False
             data = await self.poll(consumer, max_records, _POLL_MS)
             if not data:
