@@ -335,6 +335,7 @@ class Worker:
     async def _process_loop(self) -> None:
         failure: MessageFailedError | None = None
         live = self.rebalance.live
+        ended = False
         try:
             while True:
                 item = await self.inbox.get()
@@ -369,12 +370,13 @@ class Worker:
                     self.progress.set()
                 if not finished:
                     break
+            ended = True
         except MessageFailedError as exc:
             failure = exc
         finally:
             running = [lane.task for lane in self.lanes.values()
                        if lane.task is not None and not lane.task.done()]
-            if failure is not None:
+            if failure is not None or not ended:  # thrown or aborted: lanes abandoned
                 for task in running:
                     task.cancel()
             if running:  # a stop ends their waits: they ship what they finished
@@ -473,12 +475,15 @@ class Worker:
         tg = self._tg
         if tg is None:  # not running (see _parks)
             raise RuntimeError(f"{self.label}: no task group for a retry lane")
+        if self.committer.owns_offsets and not self.rebalance.live(tp, self._current_gen):
+            self._drop(len(records), None)  # revoked meanwhile: the new owner re-reads
+            return
         lane = self.lanes[tp] = _Lane(self._current_gen, len(records))
         consumer = self._consumer
         if consumer is not None and tp in consumer.assignment():
             consumer.pause(tp)  # nothing more of it is fetched while it waits
         lane.task = tg.create_task(self._run_lane(tp, lane, records, exc),
-                                         name=f"{self.label}:retry:{tp.partition}")
+                                   name=f"{self.label}:retry:{tp.partition}")
 
     async def _run_lane(self, tp: TopicPartition, lane: _Lane, records: list[Any],
                         exc: Exception) -> None:
@@ -495,7 +500,8 @@ class Worker:
             lane.dead = True
             self._drop(lane.held, lane)
             return
-        del self.lanes[tp]
+        if self.lanes.get(tp) is lane:
+            del self.lanes[tp]
         consumer = self._consumer
         if (consumer is not None and tp in self.rebalance.assigned
                 and tp in consumer.paused()):

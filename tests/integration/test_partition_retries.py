@@ -148,3 +148,29 @@ async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
     assert final == {0: 2, 1: 2}, (final, history)
     assert all(h[0] <= 2 for h in history), history
     assert not (tmp_path / "dead.jsonl").exists()
+
+
+async def test_retries_then_throw_stop_the_worker_without_committing_the_message(
+        broker, tmp_path: Path, kstage):
+    """``then: throw`` after the retries of a parked partition: the run fails as before,
+    the other partition's work is committed, the failed message and what follows it on
+    its partition are not."""
+    topic, group = unique("lane-throw"), unique("g-lane-throw")
+    await create_topic(broker, topic, partitions=2)
+    await produce(broker, topic, [{"i": 0}, {"i": 1, "fail": True}, {"i": 2}],
+                  partition_of=lambda i: 0)
+    await produce(broker, topic, [{"i": 10}, {"i": 11}], partition_of=lambda i: 1)
+    cfg = write_config(
+        tmp_path / "kstage.yml", broker, group,
+        [{"topic": topic, "processor": "test_flaky",
+          "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+        failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": 3000,
+                 "max_backoff_ms": 3000, "then": "throw"})
+    proc = kstage(cfg, "--drain")
+    assert await proc.wait() == 1, proc.output()
+    assert f"{topic}[0]@1 failed after 2 attempt(s)" in proc.output()
+    out = tmp_path / "out.jsonl"
+    assert rows_of(out, 0) == [0]
+    assert rows_of(out, 1) == [10, 11]
+    assert await committed(broker, group, topic, 2) == {0: 1, 1: 2}
+    assert not (tmp_path / "dead.jsonl").exists()
