@@ -9,6 +9,7 @@ import asyncio
 import re
 import signal
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from tests.kafkautil import (
+    KstageProcess,
     committed,
     create_topic,
     produce,
@@ -52,7 +54,7 @@ def logged_at(output: str, text: str) -> datetime:
 
 
 async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
-        broker, tmp_path: Path, kstage):
+        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess]) -> None:
     backoff_s = 25
     topic, group = unique("lane"), unique("g-lane")
     await create_topic(broker, topic, partitions=2)
@@ -93,7 +95,7 @@ async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
 
 
 async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
-        broker, tmp_path: Path, kstage):
+        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess]) -> None:
     rebalance_timeout_s = 40  # before: the revoke waited out the retry, up to 20 s
     topic, group = unique("lane-rev"), unique("g-lane-rev")
     await create_topic(broker, topic, partitions=2)
@@ -151,7 +153,7 @@ async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
 
 
 async def test_retries_then_throw_stop_the_worker_without_committing_the_message(
-        broker, tmp_path: Path, kstage):
+        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess]) -> None:
     """``then: throw`` after the retries of a parked partition: the run fails as before,
     the other partition's work is committed, the failed message and what follows it on
     its partition are not."""
