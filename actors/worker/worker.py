@@ -173,6 +173,15 @@ class Worker:
         return f"<Worker {self.label} in_flight={self.in_flight}>"
 
     @property
+    def flowing(self) -> int:
+        """Messages in flight, less those held behind retry waits (their partitions are
+        paused, so they are bounded): what ``max_in_flight`` limits, so messages waiting
+        on one partition never stop the others."""
+        if not self.lanes:
+            return self.in_flight
+        return self.in_flight - sum(lane.held for lane in self.lanes.values())
+
+    @property
     def waiting_for(self) -> str | None:
         """Why processing waits instead of progressing (e.g. a registry 404 window)."""
         return self.pipeline.waiting_for

@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -69,10 +70,11 @@ class PartSink(GateSink):
 
 
 def make_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer,
-                sink: GateSink, sleep: HeldSleep) -> Worker:
+                sink: GateSink, sleep: HeldSleep, **commit: Any) -> Worker:
     cfg = write_config(tmp_path / "kstage.yml", "127.0.0.1:9", "g-fake",
                        [{"topic": TOPIC, "processor": "json_rows"}],
-                       commit={"mode": "batch", "max_messages": 1, "max_interval_s": 0.2},
+                       commit={"mode": "batch", "max_messages": 1, "max_interval_s": 0.2,
+                               **commit},
                        failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": 600_000,
                                 "max_backoff_ms": 600_000, "then": "continue"},
                        supervisor={"shutdown_grace_s": 1}, max_poll_records=10)
@@ -138,3 +140,26 @@ async def test_a_revoke_ends_the_retry_wait_at_once(
     assert not (tmp_path / "dead.jsonl").exists()
     assert worker.in_flight == 0
 
+
+
+async def test_messages_held_behind_a_retry_wait_do_not_fill_the_pipeline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waiting partition holds more messages than ``max_in_flight``: they are
+    bounded (the partition is paused), so they do not stop the other partition."""
+    consumer = FakeConsumer(TOPIC, {0: values({"fail": True}, *({"i": i} for i in range(5))),
+                                    1: []})
+    sink, sleep = PartSink(), HeldSleep()
+    worker = make_worker(tmp_path, monkeypatch, consumer, sink, sleep, max_in_flight=3)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(sleep.waiting.wait(), 10)
+        assert worker.in_flight == 6
+        consumer.append(1, values(*({"i": 10 + i} for i in range(5))))
+        await until(lambda: consumer.committed_offsets.get(TP1) == 5, "partition 1 flowing")
+        sleep.release.set()
+        await until(lambda: consumer.committed_offsets.get(TP0) == 6, "partition 0 going on")
+    finally:
+        worker.stop_intake()
+        await asyncio.wait_for(run, 10)
+    assert [o for p, o in sink.rows if p == 0] == [1, 2, 3, 4, 5]
+    assert worker.in_flight == 0
