@@ -11,7 +11,9 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
 * **process** (here) takes batches in offset order through the record pipeline
   (:class:`~actors.worker.pipeline.RecordPipeline`: decode, transform, failure policy)
   and hands each partition batch to the sink as a :class:`SinkBatch`, tracked by the
-  offset tracker.
+  offset tracker. A message whose retries wait (``failure.mode: retry``) parks its
+  partition: paused, it goes on in a lane task of its own, in order, while the other
+  partitions keep flowing; a revoke of the partition cancels the wait at once.
 * **sink** (:func:`actors.sinks.run_sink`) writes batches in order and acks them.
 * **commit** (:class:`~actors.worker.committer.Committer`) commits, per commit mode,
   only offsets whose work the sink acked, only contiguous ones; also on partition revoke
