@@ -109,7 +109,7 @@ class FailurePolicy:
         await dead_letter(exc, attempts)
         logger.warning(
             "%s failed after %d attempt(s) (%s: %s); dead-lettered to %s",
-            describe, attempts, type(exc).__name__, exc, self.settings.dead_letter_path,
+            describe, attempts, type(exc).__name__, exc, self.settings.dead_letter_places(),
             extra=context,
         )
         return Outcome.DEAD_LETTERED, None

@@ -94,6 +94,25 @@ def unsupported_keys(consumer_config: Mapping[str, Any]) -> list[str]:
     return [key for key in consumer_config if key not in _KEYS and key not in _SSL_KEYS]
 
 
+# aiokafka keywords that concern the connection (security, timeouts); the others in
+# kafka.consumer_config (fetch sizes, isolation, group.instance.id ...) are consumer-only.
+# group.instance.id in particular must never be reused: the tools would impersonate the
+# service's static member.
+CONNECTION_KEYS = frozenset({
+    "security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
+    "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name",
+    "request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms",
+    "connections_max_idle_ms",
+})
+
+
+def connection_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
+    """The connection keywords (security, timeouts) of :func:`client_kwargs`, for the
+    producers and standalone clients that talk to the consumer's brokers."""
+    kwargs = client_kwargs(consumer_config)
+    return {k: v for k, v in kwargs.items() if k in CONNECTION_KEYS}
+
+
 def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
     """Translate Kafka client keys to aiokafka keyword arguments.
 

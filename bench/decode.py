@@ -10,6 +10,13 @@ Last line: ``ratio=<kstage_time/raw_time>``; target <= 1.15.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Run as a script, this directory comes first on sys.path, and its http.py (the HTTP
+# benchmark) would shadow the standard library's http package that httpx imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+
 import argparse
 import asyncio
 import json

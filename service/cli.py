@@ -14,6 +14,7 @@ Commands::
     kstage lag -c FILE [--json]      committed offset, high-water mark and lag per partition
     kstage offsets reset -c FILE --group G --to earliest|latest|TIME|OFFSET [--dry-run]
     kstage dlq show|replay -c FILE [--topic T] [--since TIME] [--json] [--to-kafka]
+                              [--from-topic NAME]
     kstage merge -c FILE [--table NAME]   fold the Spark staging tables into final tables
 """
 
@@ -218,6 +219,9 @@ def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         cmd.add_argument("--topic", default=None, help="only this topic")
         cmd.add_argument("--since", default=None,
                          help="only messages that failed at or after this ISO-8601 time")
+        cmd.add_argument("--from-topic", default=None, metavar="NAME",
+                         help="read the dead-letter topic NAME (failure.dead_letter_topic) "
+                              "instead of the dead-letter files")
         if name == "show":
             cmd.add_argument("--json", action="store_true",
                              help="print each line's record as JSON (headers named like "
@@ -249,10 +253,10 @@ def _ops(args: argparse.Namespace) -> int:
         from service.ops import dlq  # noqa: PLC0415
 
         if args.dlq_command == "show":
-            letters, unreadable = dlq.show(settings, args.topic, args.since)
+            letters, unreadable = dlq.show(settings, args.topic, args.since, args.from_topic)
             print(dlq.render_json(letters) if args.json else dlq.render(letters, unreadable))
             return EXIT_OK
-        result = dlq.replay(settings, args.topic, args.since, args.to_kafka)
+        result = dlq.replay(settings, args.topic, args.since, args.to_kafka, args.from_topic)
         print(dlq.render_replay(result, args.to_kafka))
         return EXIT_CRASH if result.failed or result.skipped else EXIT_OK
     except (OpsError, KafkaError) as exc:

@@ -32,6 +32,7 @@ from settings.kafka_security import check_security
 from settings.secrets import MaskedRepr
 
 _NO_WHITESPACE = re.compile(r"^\S+$")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 # consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
 _SECRET_KEY = re.compile(r"(password|secret|token|\.key$|jaas)", re.IGNORECASE)
 
@@ -152,15 +153,38 @@ class FailureSettings(_Model):
     then: Literal["continue", "throw"] = Field(
         "continue", description="retry: what to do once retries are exhausted."
     )
-    dead_letter_path: str = Field(
-        "failed_events.log", description="JSON-lines file of failed messages."
+    dead_letter_path: str | None = Field(
+        "failed_events.log", description="JSON-lines file of failed messages; null: "
+        "none (dead_letter_topic only)."
     )
+    dead_letter_topic: str | None = Field(
+        None, description="Kafka topic that also receives failed messages (key, value and "
+        "headers unchanged, plus kstage.error.* headers), acknowledged by all in-sync "
+        "replicas (acks=all) before the offset is committed; written after the file.")
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _topic_name(cls, name: str | None) -> str | None:
+        if name is not None and (name in (".", "..") or not _TOPIC_NAME.fullmatch(name)):
+            raise ValueError(f"{name!r} is not a valid Kafka topic name (1-249 characters "
+                             "of a-z, A-Z, 0-9, '.', '_', '-'; not '.' or '..')")
+        return name
 
     @model_validator(mode="after")
     def _backoff_order(self) -> FailureSettings:
         if self.max_backoff_ms < self.min_backoff_ms:
             raise ValueError("max_backoff_ms must be >= min_backoff_ms")
+        if self.dead_letter_path is None and self.dead_letter_topic is None:
+            raise ValueError("dead_letter_path is null and no dead_letter_topic is set: "
+                             "failed messages need a place")
         return self
+
+    def dead_letter_places(self) -> str:
+        """Where dead letters go, for log lines: the file, the topic, or both."""
+        places = [str(self.dead_letter_path)] if self.dead_letter_path is not None else []
+        if self.dead_letter_topic is not None:
+            places.append(f"topic {self.dead_letter_topic}")
+        return " and ".join(places)
 
 
 SINK_TYPES = "kstage.sinks"

@@ -32,6 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from aiokafka.errors import KafkaError
+
+from actors.dead_letter_topic import DeadLetterTopic
 from actors.deadletter import DeadLetterFile, dead_letter_line
 from actors.decoding import DECODERS, KEY_DECODERS
 from actors.errors import PermanentSinkError
@@ -172,13 +175,16 @@ class RecordPipeline:
         savepoints: the commit mode asks processors for savepoints.
         stats: counters to update (``processed`` is the caller's; ``failed``,
             ``retried``, ``dead_lettered`` and ``filtered`` are counted here).
+        dead_letter_topic: also produce dead letters to this topic (after the file, if
+            ``dead_letter_path`` names one).
     """
 
     def __init__(self, *, topic: TopicSettings, processor: Processor | None,
                  failure: FailurePolicy,
                  group_id: str, label: str = "", sleep: Sleep | None = None,
                  avro: AvroDecoder | None = None, avro_keys: AvroDecoder | None = None,
-                 savepoints: bool = False, stats: dict[str, int] | None = None) -> None:
+                 savepoints: bool = False, stats: dict[str, int] | None = None,
+                 dead_letter_topic: DeadLetterTopic | None = None) -> None:
         self.topic = topic
         self.failure = failure
         self.group_id = group_id
@@ -194,7 +200,9 @@ class RecordPipeline:
         self.async_transform = False
         if processor is not None:
             self.use(processor)
-        self.dead_letters = DeadLetterFile(failure.settings.dead_letter_path)
+        path = failure.settings.dead_letter_path
+        self.dead_letters = DeadLetterFile(path) if path is not None else None
+        self.dead_letter_topic = dead_letter_topic
         self.stats = stats if stats is not None else {}
         for name in ("failed", "retried", "dead_lettered", "filtered"):
             self.stats.setdefault(name, 0)
@@ -439,23 +447,42 @@ class RecordPipeline:
                        "response_body": body_head},
             ), _sleep_on)
         logger.warning("%s: %d row(s) refused by the sink with status %d; dead-lettered to %s",
-                       self.label, len(rows), status, self.failure.settings.dead_letter_path)
+                       self.label, len(rows), status,
+                       self.failure.settings.dead_letter_places())
 
     async def write_dead_letter(self, line: str, sleep: Sleep) -> bool:
-        """Write one dead-letter line durably; False if ``sleep`` is interrupted first.
+        """Write one dead-letter line durably, then (when configured) produce it to the
+        dead-letter topic and wait for ``acks=all``; False if ``sleep`` is interrupted
+        first.
 
-        A failed write (a full disk: ENOSPC, EFBIG; EIO) is not a fact about the message:
-        it is retried with backoff, never skipped, and shown as :attr:`dead_letter_error`
-        until a write succeeds. The message stays uncommitted.
+        A failed write (a full disk: ENOSPC, EFBIG; EIO; a broker outage) is not a fact
+        about the message: it is retried with backoff, never skipped, and shown as
+        :attr:`dead_letter_error` until a write succeeds. The message stays uncommitted.
+        The file goes first: it is local, and an operator sees the failure with ``kstage
+        dlq show`` while the broker is out; the topic is retried alone after that.
         """
+        if self.dead_letters is not None and not await self._retried(
+                self.dead_letters.write, line, sleep,
+                f"the dead-letter file {self.dead_letters.path}"):
+            return False
+        if self.dead_letter_topic is not None and not await self._retried(
+                self.dead_letter_topic.write, line, sleep,
+                f"the dead-letter topic {self.dead_letter_topic.topic}"):
+            return False
+        self.stats["dead_lettered"] += 1
+        return True
+
+    async def _retried(self, write: Callable[[str], Any], line: str, sleep: Sleep,
+                       where: str) -> bool:
+        """``await write(line)`` until it succeeds (True) or ``sleep`` is interrupted."""
         attempt = 0
         while True:
             try:
-                await self.dead_letters.write(line)
-            except OSError as exc:
+                await write(line)
+            except (OSError, KafkaError) as exc:
                 delay = backoff_s(attempt, *_DEAD_LETTER_BACKOFF_S)
-                self.dead_letter_error = (f"cannot write the dead-letter file "
-                                          f"{self.dead_letters.path}: {exc}")
+                why = exc if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+                self.dead_letter_error = f"cannot write {where}: {why}"
                 logger.warning("%s: %s; retrying in %.1fs", self.label,
                                self.dead_letter_error, delay)
                 if not await sleep(delay):
@@ -463,9 +490,8 @@ class RecordPipeline:
                 attempt += 1
                 continue
             if self.dead_letter_error is not None:
-                logger.info("%s: the dead-letter file is writable again", self.label)
+                logger.info("%s: %s is writable again", self.label, where)
                 self.dead_letter_error = None
-            self.stats["dead_lettered"] += 1
             return True
 
 

@@ -40,9 +40,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from actors.dead_letter_topic import DeadLetterTopic
 from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
-from actors.kafka import build_consumer, coordinator_known
+from actors.kafka import build_consumer, connection_kwargs, coordinator_known
 from actors.metrics import Metrics
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
@@ -142,11 +143,15 @@ class Worker:
         self.restarts = incarnation
         self.committer = Committer(group.commit, label=self.label, stats=self.stats,
                                    metrics=metrics, metric_labels=(self.group_id, topic.topic))
+        failure = topic.failure or group.failure
         self.pipeline = RecordPipeline(
             topic=topic, processor=None, group_id=self.group_id, label=self.label,
-            failure=FailurePolicy(topic.failure or group.failure, sleep or self._sleep),
+            failure=FailurePolicy(failure, sleep or self._sleep),
             sleep=self._sleep, avro=avro, avro_keys=avro_keys,
-            savepoints=self.committer.policy.savepoints, stats=self.stats)
+            savepoints=self.committer.policy.savepoints, stats=self.stats,
+            dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(
+                failure.dead_letter_topic, bootstrap, f"{settings.kafka.client_id}-dlq",
+                connection_kwargs(settings.kafka.consumer_config)))
         self.rebalance = Rebalance(self)
         self.fetcher = Fetcher(self)
         self._wait_for_ack = group.commit.wait_for_ack
@@ -304,7 +309,11 @@ class Worker:
             finally:
                 await sink.close()
         finally:
-            await processor.stop()
+            try:
+                await processor.stop()
+            finally:
+                if self.pipeline.dead_letter_topic is not None:
+                    await self.pipeline.dead_letter_topic.close()
 
     async def _run_loops(self, consumer: AIOKafkaConsumer, sink: Sink) -> None:
         try:

@@ -6,7 +6,8 @@ values) in the Confluent wire format, runs the service until every partition is
 processed and committed (``--drain``) with Spark staging sinks (Spark local mode,
 Parquet tables under ``DIR/warehouse``), merges each staging table into its final table
 (the service's final merge after ``--drain``), and prints what landed where: rows per
-staging and final table (from the merge's records), dead-lettered messages, the messages
+staging and final table (from the merge's records), dead-lettered messages (in the
+dead-letter file and in the dead-letter topic :data:`DEAD_LETTER_TOPIC`), the messages
 the ``PlatformEvent_v1`` topic's declared filter kept from its processor (documentation
 changes, :data:`DEMO_FILTER`), throughput.
 """
@@ -39,6 +40,7 @@ from service.dev.samples import (
     sample_records,
 )
 from service.lifecycle import EXIT_CONFIG, serve
+from service.ops.dlq import load_topic
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
@@ -87,6 +89,10 @@ async def produce(bootstrap: str, events: int, ids: dict[str, int]) -> dict[str,
     return counts
 
 
+DEAD_LETTER_TOPIC = "kstage-demo.dead-letters"
+"""The demo's dead-letter topic (beside the file): its records are counted in the summary."""
+
+
 def demo_settings(bootstrap: str, out: Path) -> Settings:
     return Settings(
         name="kstage-demo",
@@ -102,7 +108,8 @@ def demo_settings(bootstrap: str, out: Path) -> Settings:
             "group_id": "kstage-demo",
             "session_timeout_ms": 6000,
             "heartbeat_interval_ms": 500,
-            "failure": {"mode": "continue", "dead_letter_path": str(out / "failed_events.log")},
+            "failure": {"mode": "continue", "dead_letter_path": str(out / "failed_events.log"),
+                        "dead_letter_topic": DEAD_LETTER_TOPIC},
             "topics": [{"topic": t.topic, "processor": t.processor, "format": "avro",
                         "sink": {"type": "spark"},
                         **({"filter": DEMO_FILTER} if t.topic == FILTER_TOPIC else {})}
@@ -172,9 +179,11 @@ def run_demo(out: Path, events: int = 500) -> int:
               "starting Spark (local mode)", flush=True)
         started = time.monotonic()
         workers: dict[str, Worker] = {}
-        code = asyncio.run(serve(demo_settings(broker.bootstrap, out), broker.bootstrap,
+        settings = demo_settings(broker.bootstrap, out)
+        code = asyncio.run(serve(settings, broker.bootstrap,
                                  drain=True, progress=progress_display(produced, workers)))
         elapsed = time.monotonic() - started
+        dead_in_topic = len(asyncio.run(load_topic(settings, DEAD_LETTER_TOPIC))[0])
     merged = merge_records(out / "warehouse")
     dead = _count_lines(out / "failed_events.log")
     tables = sorted({t.table for t in SAMPLE_TOPICS})
@@ -183,6 +192,7 @@ def run_demo(out: Path, events: int = 500) -> int:
               str(merged.get(t, {}).get("staging_rows", 0)),
               str(merged.get(t, {}).get("final_rows", 0))) for t in tables]
     rows += [(f"dead letters ({out / 'failed_events.log'})", str(dead), "")]
+    rows += [(f"dead letters (topic {DEAD_LETTER_TOPIC})", str(dead_in_topic), "")]
     filtered = sum(w.stats["filtered"] for w in workers.values() if w.topic.topic == FILTER_TOPIC)
     rows += [(f"filtered ({FILTER_TOPIC}: exclude payload.value.category DOCUMENTATION)",
               str(filtered), "")]
@@ -193,8 +203,9 @@ def run_demo(out: Path, events: int = 500) -> int:
           f"and the merge ({produced / elapsed:.0f} events/s); Parquet tables under "
           f"{out / 'warehouse'}; exit code {code}")
     empty = [t for t in tables if not merged.get(t, {}).get("final_rows")]
-    if code == 0 and (empty or dead != 6 or not filtered):
+    if code == 0 and (empty or dead != 6 or dead_in_topic != 6 or not filtered):
         print(f"UNEXPECTED: empty tables {empty}, {dead} dead letters (expected 6), "
+              f"{dead_in_topic} in the dead-letter topic (expected 6), "
               f"{filtered} filtered (expected some)")
         return 1
     return code

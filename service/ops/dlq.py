@@ -27,6 +27,18 @@ topic and partition (``send_and_wait`` each), for the running service to consume
 named like credentials masked, see :func:`shown_record`). The sidecar is created
 ``0600``, like the dead-letter file.
 One replay per file at a time (an exclusive lock on the sidecar).
+
+``--from-topic NAME`` reads a dead-letter topic (``failure.dead_letter_topic``) instead,
+from its beginning to its end, with a consumer that joins no group: each record becomes
+the line it stands for (its ``kstage.error.*`` headers give the line's fields, the other
+headers are the message's own). The replay bookkeeping is the committed offset of the
+consumer group ``kstage-dlq-replay-NAME`` on the topic: committed after each replayed
+record, so it is shared by every replica and host, survives ephemeral disks, and a
+re-commit is idempotent. A record at or past that offset is not replayed yet. Records of
+a partition are replayed in order and the offset never moves past a record that failed
+again: the rest of that partition waits for the next replay (reported as skipped), so no
+record is replayed twice. For the same reason ``--topic`` and ``--since`` select what
+``show`` prints, not what ``replay --from-topic`` replays.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
+from actors.dead_letter_topic import HEADER_PREFIX, DeadLetterTopic
 from actors.deadletter import FILE_MODE
 from actors.failure import FailurePolicy
 from actors.sinks import Sink
@@ -99,7 +112,9 @@ def dead_letter_paths(settings: Settings) -> list[Path]:
     paths: dict[Path, None] = {}
     for group in settings.groups:
         for topic in group.topics:
-            paths[Path((topic.failure or group.failure).dead_letter_path)] = None
+            path = (topic.failure or group.failure).dead_letter_path
+            if path is not None:  # null: the dead letters go to a topic only
+                paths[Path(path)] = None
     return list(paths)
 
 
@@ -164,6 +179,131 @@ def load(settings: Settings, *, topic: str | None = None,
                 if since_dt is not None and failed_at < since_dt:
                     continue
                 found.append(DeadLetter(path, number, rec, _identity(rec) in done))
+    return found, bad
+
+
+def replay_group(dlq_topic: str) -> str:
+    """The consumer group whose committed offsets mark a dead-letter topic's replays."""
+    return f"kstage-dlq-replay-{dlq_topic}"
+
+
+def topic_letter(dlq_topic: str, msg: Any) -> dict[str, Any] | None:
+    """The dead-letter line a record of the dead-letter topic stands for; None when the
+    record has no ``kstage.error.topic`` header (not a kstage dead letter)."""
+    errors: dict[str, str] = {}
+    own: list[list[str | None]] = []
+    for key, value in msg.headers or ():
+        if key.startswith(HEADER_PREFIX):
+            errors[key[len(HEADER_PREFIX):]] = (value or b"").decode("utf-8", "replace")
+        else:
+            own.append([key, None if value is None else base64.b64encode(value).decode()])
+    if not errors.get("topic"):
+        return None
+
+    def number(name: str) -> int:
+        try:
+            return int(errors.get(name, ""))
+        except ValueError:
+            return -1
+
+    def b64(data: bytes | None) -> str | None:
+        return None if data is None else base64.b64encode(data).decode("ascii")
+
+    return {"group": errors.get("group"), "topic": errors["topic"],
+            "partition": number("partition"), "offset": number("offset"),
+            "timestamp": msg.timestamp, "key": b64(msg.key), "value": b64(msg.value),
+            "headers": own, "processor": errors.get("processor"),
+            "error_type": errors.get("type"), "error": errors.get("message"),
+            "attempts": number("attempts"), "failed_at": errors.get("failed_at"),
+            "dead_letter_topic": dlq_topic, "dead_letter_partition": msg.partition,
+            "dead_letter_offset": msg.offset}
+
+
+_READ_TIMEOUT_S = 60.0  # reading a dead-letter topic to its end
+
+
+async def _topic_consumer(settings: Settings, dlq_topic: str) -> Any:
+    """A consumer of every partition of ``dlq_topic`` that joins no group and commits
+    only when told (the replay's bookkeeping), started."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_of(settings),
+                                client_id=f"{settings.kafka.client_id}-dlq",
+                                group_id=replay_group(dlq_topic), enable_auto_commit=False,
+                                auto_offset_reset="earliest", **connection_kwargs(settings))
+    await consumer.start()
+    try:
+        ids = dlq_topic in await consumer.topics() and consumer.partitions_for_topic(dlq_topic)
+        if not ids:
+            raise OpsError(f"dead-letter topic {dlq_topic!r} does not exist on "
+                           f"{bootstrap_of(settings)}")
+        consumer.assign([TopicPartition(dlq_topic, p) for p in sorted(ids)])
+        await consumer.seek_to_beginning()
+    except BaseException:
+        await consumer.stop()
+        raise
+    return consumer
+
+
+async def _read_topic(consumer: Any, dlq_topic: str) -> list[Any]:
+    """Every record of the assigned partitions, from the beginning to the fetch
+    high-water mark seen (``end_offsets`` is not trusted: see ENVIRONMENT notes)."""
+    records: list[Any] = []
+    tps = consumer.assignment()
+    try:
+        async with asyncio.timeout(_READ_TIMEOUT_S):
+            while True:
+                batch = await consumer.getmany(timeout_ms=500)
+                for msgs in batch.values():
+                    records.extend(msgs)
+                behind = 0
+                for tp in tps:
+                    end = consumer.highwater(tp)
+                    behind += end is None or await consumer.position(tp) < end
+                if not behind:
+                    return records
+    except TimeoutError:
+        raise OpsError(f"could not read dead-letter topic {dlq_topic!r} to its end within "
+                       f"{_READ_TIMEOUT_S:.0f}s") from None
+
+
+async def load_topic(settings: Settings, dlq_topic: str, *, topic: str | None = None,
+                     since: str | None = None, consumer: Any = None
+                     ) -> tuple[list[DeadLetter], int]:
+    """The records of dead-letter topic ``dlq_topic`` as dead-letter lines (filtered like
+    :func:`load`), replayed when below the replay group's committed offset, and the count
+    of records that are not kstage dead letters."""
+    since_dt = _parse_time(since, "--since") if since else None
+    own = consumer is None
+    if own:
+        consumer = await _topic_consumer(settings, dlq_topic)
+    try:
+        records = await _read_topic(consumer, dlq_topic)
+        done = {tp.partition: await consumer.committed(tp) for tp in consumer.assignment()}
+    finally:
+        if own:
+            await consumer.stop()
+    found: list[DeadLetter] = []
+    bad = 0
+    for msg in sorted(records, key=lambda m: (m.partition, m.offset)):
+        rec = topic_letter(dlq_topic, msg)
+        where = f"{dlq_topic}[{msg.partition}]@{msg.offset}"
+        if rec is None:
+            bad += 1
+            logger.warning("%s: not a dead-letter record (no %stopic header); ignored",
+                           where, HEADER_PREFIX)
+            continue
+        if topic is not None and rec["topic"] != topic:
+            continue
+        if since_dt is not None:
+            try:
+                if _parse_time(str(rec["failed_at"]), "failed_at") < since_dt:
+                    continue
+            except OpsError:
+                pass
+        mark = done.get(msg.partition)
+        found.append(DeadLetter(Path(f"{dlq_topic}[{msg.partition}]"), msg.offset, rec,
+                                mark is not None and msg.offset < mark))
     return found, bad
 
 
@@ -308,6 +448,11 @@ class _Target:
             label=label, failure=FailurePolicy(topic.failure or group.failure, no_wait),
             avro=AvroDecoder(registry, id_type, reader) if registry is not None else None,
             avro_keys=AvroDecoder(registry, id_type) if registry is not None else None)
+        failure = topic.failure or group.failure
+        if failure.dead_letter_topic is not None:  # rows the sink refuses again go there too
+            self.pipeline.dead_letter_topic = DeadLetterTopic(
+                failure.dead_letter_topic, bootstrap_of(settings),
+                f"{settings.kafka.client_id}-dlq", connection_kwargs(settings))
         self.processor = self.pipeline.processor
         self.sink: Sink = bound_sink(settings, topic, cls, label=label,
                                      refuse=self.pipeline.refuse)
@@ -318,6 +463,8 @@ class _Target:
             await self.processor.start()
             self._started = True
             stack.push_async_callback(self.processor.stop)
+            if self.pipeline.dead_letter_topic is not None:
+                stack.push_async_callback(self.pipeline.dead_letter_topic.close)
         if not self._open:
             await self.sink.open()
             self._open = True
@@ -449,6 +596,53 @@ async def replay_async(settings: Settings, *, topic: str | None = None,
     return result
 
 
+async def replay_topic_async(settings: Settings, dlq_topic: str, *, to_kafka: bool = False,
+                             progress_stream: IO[str] | None = None) -> ReplayResult:
+    """Replay every record of dead-letter topic ``dlq_topic`` past the replay group's
+    committed offset, in order per partition; see the module doc."""
+    from aiokafka import TopicPartition  # noqa: PLC0415
+
+    consumer = await _topic_consumer(settings, dlq_topic)
+    try:
+        letters, unreadable = await load_topic(settings, dlq_topic, consumer=consumer)
+        result = ReplayResult(already=sum(d.replayed for d in letters), unreadable=unreadable)
+        todo = [d for d in letters if not d.replayed]
+        if not todo:
+            return result
+        progress = Progress(len(todo), progress_stream)
+        held: dict[int, str] = {}  # partition -> the record the others wait behind
+        async with AsyncExitStack() as stack:
+            stack.callback(progress.close)
+            handle = await (_kafka_handler(settings, stack) if to_kafka
+                            else _processor_handler(settings, stack, result))
+            for letter in todo:
+                progress.advance()
+                partition = int(letter.record["dead_letter_partition"])
+                if partition in held:
+                    result.skipped.append((letter, f"waits behind {held[partition]}, "
+                                                   "which was not replayed"))
+                    continue
+                try:
+                    skipped = await handle(letter.record)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the record stays unreplayed
+                    result.failed.append((letter, f"{type(exc).__name__}: {exc}"))
+                    held[partition] = f"{dlq_topic}[{partition}]@{letter.line}"
+                    continue
+                if skipped is not None:
+                    result.skipped.append((letter, skipped))
+                    held[partition] = f"{dlq_topic}[{partition}]@{letter.line}"
+                    continue
+                # only after the work is durable; committing it again is harmless
+                await consumer.commit({TopicPartition(dlq_topic, partition): letter.line + 1})
+                letter.replayed = True
+                result.replayed.append(letter)
+        return result
+    finally:
+        await consumer.stop()
+
+
 def render_replay(result: ReplayResult, to_kafka: bool = False) -> str:
     lines = [f"failed again: {d.describe()}: {why}" for d, why in result.failed]
     lines += [f"skipped: {d.describe()}: {why}" for d, why in result.skipped]
@@ -461,13 +655,21 @@ def render_replay(result: ReplayResult, to_kafka: bool = False) -> str:
     return "\n".join(lines)
 
 
-def show(settings: Settings, topic: str | None = None,
-         since: str | None = None) -> tuple[list[DeadLetter], int]:
+def show(settings: Settings, topic: str | None = None, since: str | None = None,
+         from_topic: str | None = None) -> tuple[list[DeadLetter], int]:
     """Synchronous entry point of ``dlq show``."""
+    if from_topic is not None:
+        return asyncio.run(load_topic(settings, from_topic, topic=topic, since=since))
     return load(settings, topic=topic, since=since)
 
 
 def replay(settings: Settings, topic: str | None = None, since: str | None = None,
-           to_kafka: bool = False) -> ReplayResult:
+           to_kafka: bool = False, from_topic: str | None = None) -> ReplayResult:
     """Synchronous entry point of ``dlq replay``."""
+    if from_topic is not None:
+        if topic is not None or since is not None:
+            raise OpsError("--topic and --since do not apply to replay --from-topic: it "
+                           "replays each partition of the dead-letter topic in order, "
+                           "marking progress with the replay group's committed offset")
+        return asyncio.run(replay_topic_async(settings, from_topic, to_kafka=to_kafka))
     return asyncio.run(replay_async(settings, topic=topic, since=since, to_kafka=to_kafka))

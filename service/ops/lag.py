@@ -35,22 +35,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from actors.errors import FatalError
+from actors.kafka import CONNECTION_KEYS as _CONNECTION_KEYS
 from actors.kafka import client_kwargs
 from service.errors import ServiceError
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
 
-# aiokafka keywords that concern the connection (security, timeouts); the others in
-# kafka.consumer_config (fetch sizes, isolation, group.instance.id ...) are consumer-only.
-# group.instance.id in particular must never be reused: the tools would impersonate the
-# service's static member.
-_CONNECTION_KEYS = frozenset({
-    "security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
-    "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name",
-    "request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms",
-    "connections_max_idle_ms",
-})
 HIGHWATER_TIMEOUT_S = 15.0
 
 

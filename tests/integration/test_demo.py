@@ -9,7 +9,7 @@ import json
 import pytest
 
 from service.cli import main
-from service.dev.demo import FILTER_TOPIC
+from service.dev.demo import DEAD_LETTER_TOPIC, FILTER_TOPIC
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -33,6 +33,9 @@ def test_demo_lands_and_merges_every_table_and_dead_letters_the_poison(tmp_path,
         assert staging == landed and 0 < final <= staging, line
     dead = [json.loads(line) for line in (tmp_path / "failed_events.log").read_text().splitlines()]
     assert len(dead) == 6 and {d["topic"] for d in dead} == {"MetadataChangeLog_Versioned_v1"}
+    line = next(line for line in out.splitlines()
+                if line.strip().startswith(f"dead letters (topic {DEAD_LETTER_TOPIC})"))
+    assert int(line.split()[-1]) == 6, line
     state = json.loads((tmp_path / "warehouse" / "_merge_state" / "final_datahub_mcl.json")
                        .read_text())
     assert state["staging_rows"] == 40 and (tmp_path / "warehouse" / "final_datahub_mcl").is_dir()
