@@ -75,7 +75,7 @@ class Fetcher:
                 await rebalance.seed_committed(consumer)
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
-            if backlog and w.in_flight < max_in_flight:
+            if backlog and w.flowing < max_in_flight:
                 # Keep aiokafka's buffer drained so its next fetch request goes out early
                 # (prefetch up to max_in_flight), without blocking: the inbox may free up.
                 data = await self.poll(consumer, max_records, 0)
@@ -87,8 +87,8 @@ class Fetcher:
                     except TimeoutError:
                         pass
                 continue
-            if backlog or w.in_flight >= max_in_flight:
-                if w.in_flight >= max_in_flight and w.flush_soon is not None:
+            if backlog or w.flowing >= max_in_flight:
+                if w.flowing >= max_in_flight and w.flush_soon is not None:
                     w.flush_soon()  # the rows in flight wait in the sink's next flush
                 now = time.monotonic()
                 full_since = full_since or now
@@ -107,8 +107,8 @@ class Fetcher:
                     pass
                 continue
             full_since = None
-            if paused:
-                consumer.resume(*consumer.paused())
+            if paused:  # partitions parked by a retry wait stay paused (Worker._park)
+                consumer.resume(*(tp for tp in consumer.paused() if tp not in w.lanes))
                 paused = False
             data = await self.poll(consumer, max_records, _POLL_MS)
             if not data:

@@ -93,6 +93,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         parts = sorted(tp.partition for tp in revoked)
         rebalance_s = rebalance_timeout_ms(w.settings, w.group) / 1000
         if committer.owns_offsets:
+            # A retry wait of a revoked partition ends now (its messages are re-read by
+            # the new owner), not after its backoff.
+            dropped = w.cancel_lanes(revoked)
             timeout = min(w.settings.supervisor.shutdown_grace_s,
                           w.group.max_poll_interval_ms / 2000, rebalance_s / 2)
 
@@ -118,9 +121,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             cancelled = tracker.cancel(revoked)
             w.in_flight -= cancelled
             writes = await w.fence.revoke(revoked)
-            if cancelled or writes:
+            if cancelled or writes or dropped:
                 logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
-                            "write(s) stopped)", w.label, cancelled, parts, writes)
+                            "write(s) stopped)", w.label, cancelled + dropped, parts, writes)
         else:
             # none/auto: kstage does not own the offsets (auto-commit already committed
             # the position): writes under way finish, or their messages would be lost.

@@ -11,7 +11,9 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
 * **process** (here) takes batches in offset order through the record pipeline
   (:class:`~actors.worker.pipeline.RecordPipeline`: decode, transform, failure policy)
   and hands each partition batch to the sink as a :class:`SinkBatch`, tracked by the
-  offset tracker.
+  offset tracker. A message whose retries wait (``failure.mode: retry``) parks its
+  partition: paused, it goes on in a lane task of its own, in order, while the other
+  partitions keep flowing; a revoke of the partition cancels the wait at once.
 * **sink** (:func:`actors.sinks.run_sink`) writes batches in order and acks them.
 * **commit** (:class:`~actors.worker.committer.Committer`) commits, per commit mode,
   only offsets whose work the sink acked, only contiguous ones; also on partition revoke
@@ -53,7 +55,8 @@ from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder
 from processors.base import Message, Processor, Row
-from settings.models import GroupSettings, Settings, TopicSettings
+from processors.errors import PoisonMessage
+from settings.models import FailureMode, GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +71,24 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | No
         if found is not None and not isinstance(found, asyncio.CancelledError):
             return found
     return None
+
+
+class _Lane:
+    """A partition parked by a retry wait (``failure.mode: retry``): its own task works
+    through the failing message's retries, the rest of its batch and the batches fetched
+    for the partition meanwhile (``queue``), in order, while the process loop goes on with
+    the other partitions. ``held``: its messages not yet shipped nor dropped (counted in
+    the worker's ``in_flight``). ``dead``: stopped (abandoned or thrown): later batches of
+    the partition are dropped, never processed past the message."""
+
+    __slots__ = ("dead", "gen", "held", "queue", "task")
+
+    def __init__(self, gen: int, held: int) -> None:
+        self.gen = gen
+        self.held = held
+        self.queue: list[list[Any]] = []
+        self.task: asyncio.Task[None] | None = None
+        self.dead = False
 
 
 class Worker:
@@ -151,9 +172,21 @@ class Worker:
         self.fence = Fence()
         self.process_ended = False
         self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
+        self.lanes: dict[TopicPartition, _Lane] = {}  # partitions parked by a retry wait
+        self._lane_failure: MessageFailedError | None = None
+        self._tg: asyncio.TaskGroup | None = None
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self.in_flight}>"
+
+    @property
+    def flowing(self) -> int:
+        """Messages in flight, less those held behind retry waits (their partitions are
+        paused, so they are bounded): what ``max_in_flight`` limits, so messages waiting
+        on one partition never stop the others."""
+        if not self.lanes:
+            return self.in_flight
+        return self.in_flight - sum(lane.held for lane in self.lanes.values())
 
     @property
     def waiting_for(self) -> str | None:
@@ -285,6 +318,7 @@ class Worker:
     async def _run_loops(self, consumer: AIOKafkaConsumer, sink: Sink) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
                 tg.create_task(self.fetcher.run(consumer), name=f"{self.label}:fetch")
                 tg.create_task(self._process_loop(), name=f"{self.label}:process")
                 tg.create_task(self._sink_loop(sink), name=f"{self.label}:sink")
@@ -321,6 +355,7 @@ class Worker:
     async def _process_loop(self) -> None:
         failure: MessageFailedError | None = None
         live = self.rebalance.live
+        ended = False
         try:
             while True:
                 item = await self.inbox.get()
@@ -331,6 +366,15 @@ class Worker:
                 if not live(tp, gen):  # revoked while queued: the new owner re-reads
                     self.in_flight -= len(records)
                     self.room.set()
+                    continue
+                lane = self.lanes.get(tp)
+                if lane is not None:  # parked by a retry wait: behind it, in order
+                    if lane.dead:  # never processed past the abandoned message
+                        self.in_flight -= len(records)
+                        self.room.set()
+                    else:
+                        lane.queue.append(records)
+                        lane.held += len(records)
                     continue
                 if self._wait_for_ack and self.committer.lock.locked():
                     async with self.committer.lock:  # layline's wait_for_ack: no overlap
@@ -346,8 +390,18 @@ class Worker:
                     self.progress.set()
                 if not finished:
                     break
+            ended = True
         except MessageFailedError as exc:
             failure = exc
+        finally:
+            running = [lane.task for lane in self.lanes.values()
+                       if lane.task is not None and not lane.task.done()]
+            if failure is not None or not ended:  # thrown or aborted: lanes abandoned
+                for task in running:
+                    task.cancel()
+            if running:  # a stop ends their waits: they ship what they finished
+                await asyncio.wait(running)
+        failure = failure or self._lane_failure
         self.process_ended = True  # no position is committable from now on
         # Normal end, abandon or throw: the sink finishes what it was given first.
         await self.outbox.put(END)
@@ -357,17 +411,23 @@ class Worker:
             await self.committer.commit()
             raise failure
 
-    async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> bool:
+    async def _process_batch(self, tp: TopicPartition, records: list[Any], *,
+                             lane: _Lane | None = None,
+                             failed: Exception | None = None) -> bool:
         """Process one partition batch; False when processing must stop (abandon).
 
         The rows go to the sink as one entry, split after every message whose processor
         asked for a savepoint (savepoint mode), so a savepoint commits exactly up to it.
+        A message that fails with retries ahead parks its partition (:meth:`_park`): the
+        rest of the batch goes on in the partition's lane. In a lane (``lane``; ``failed``:
+        the error of ``records[0]``'s first attempt) retries wait in place.
         """
         rows: list[Row] = []
         start = 0  # index of the first record not yet shipped
         pipeline = self.pipeline
+        gen = self._current_gen if lane is None else lane.gen
         if not await pipeline.fetch_schemas(records):
-            self.in_flight -= len(records)
+            self._drop(len(records), lane)
             return False
         sync = pipeline.sync
         transform = pipeline.processor.transform
@@ -376,6 +436,8 @@ class Worker:
         for i, rec in enumerate(records):
             savepoint = False
             try:
+                if failed is not None and i == 0:
+                    raise failed
                 if sync:  # hot path: no coroutine per message
                     value = decode(rec.value)
                     if keeps is not None and not keeps(value):
@@ -389,27 +451,102 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+                if lane is None and self._parks(exc):
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
+                    self.stats["processed"] += i
+                    self._park(tp, records[i:], exc)
+                    return True
                 try:
                     outcome, result = await pipeline.on_failure(rec, exc)
                 except MessageFailedError:
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
-                    self.in_flight -= len(records) - i
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
+                                     gen=gen, lane=lane)
+                    self._drop(len(records) - i, lane)
                     raise
                 if outcome is Outcome.ABANDONED:
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
-                    self.in_flight -= len(records) - i
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
+                                     gen=gen, lane=lane)
+                    self._drop(len(records) - i, lane)
                     return False
                 if outcome is Outcome.RECOVERED:
                     rows.extend(result[0])
                     savepoint = result[1]
             if savepoint:
-                await self._ship(tp, rows, rec.offset + 1, i + 1 - start, savepoint=True)
+                await self._ship(tp, rows, rec.offset + 1, i + 1 - start, savepoint=True,
+                                 gen=gen, lane=lane)
                 rows, start = [], i + 1
         self.stats["processed"] += len(records)
         if start < len(records):
             await self._ship(tp, rows, records[-1].offset + 1, len(records) - start,
-                             savepoint=False)
+                             savepoint=False, gen=gen, lane=lane)
         return True
+
+    # -- retry lanes -----------------------------------------------------------------
+
+    def _parks(self, exc: Exception) -> bool:
+        """A failure whose retries wait in the partition's own lane (retry mode, not
+        poison, retries configured), so the other partitions keep flowing."""
+        failure = self.pipeline.failure
+        return (failure.settings.mode is FailureMode.RETRY and bool(failure.delays_s)
+                and not isinstance(exc, PoisonMessage) and self._tg is not None)
+
+    def _park(self, tp: TopicPartition, records: list[Any], exc: Exception) -> None:
+        """Pause ``tp`` and hand ``records`` (the first failed with ``exc``) to a lane."""
+        tg = self._tg
+        if tg is None:  # not running (see _parks)
+            raise RuntimeError(f"{self.label}: no task group for a retry lane")
+        if self.committer.owns_offsets and not self.rebalance.live(tp, self._current_gen):
+            self._drop(len(records), None)  # revoked meanwhile: the new owner re-reads
+            return
+        lane = self.lanes[tp] = _Lane(self._current_gen, len(records))
+        consumer = self._consumer
+        if consumer is not None and tp in consumer.assignment():
+            consumer.pause(tp)  # nothing more of it is fetched while it waits
+        lane.task = tg.create_task(self._run_lane(tp, lane, records, exc),
+                                   name=f"{self.label}:retry:{tp.partition}")
+
+    async def _run_lane(self, tp: TopicPartition, lane: _Lane, records: list[Any],
+                        exc: Exception) -> None:
+        try:
+            finished = await self._process_batch(tp, records, lane=lane, failed=exc)
+            while finished and lane.queue:
+                finished = await self._process_batch(tp, lane.queue.pop(0), lane=lane)
+        except MessageFailedError as failure:
+            # throw after the retries: the worker stops; what was done before is committed
+            finished = False
+            self._lane_failure = self._lane_failure or failure
+            self.stop_intake()
+        if not finished:
+            lane.dead = True
+            self._drop(lane.held, lane)
+            return
+        if self.lanes.get(tp) is lane:
+            del self.lanes[tp]
+        consumer = self._consumer
+        if (consumer is not None and tp in self.rebalance.assigned
+                and tp in consumer.paused()):
+            consumer.resume(tp)
+
+    def cancel_lanes(self, revoked: set[TopicPartition]) -> int:
+        """A revoke: the revoked partitions' retry waits end now, their held messages
+        are dropped (never written nor committed here: the new owner re-reads them).
+        Returns how many messages were dropped."""
+        dropped = 0
+        for tp in revoked & self.lanes.keys():
+            lane = self.lanes.pop(tp)
+            if lane.task is not None:
+                lane.task.cancel()
+            dropped += lane.held
+            self._drop(lane.held, lane)
+            lane.dead = True
+        return dropped
+
+    def _drop(self, count: int, lane: _Lane | None) -> None:
+        """``count`` messages leave flight unshipped (abandoned, revoked)."""
+        self.in_flight -= count
+        if lane is not None:
+            lane.held -= count
+        self.room.set()
 
     async def _process_each(self, tp: TopicPartition, records: list[Any]) -> bool:
         """per_message mode: write, await the ack and commit after every message."""
@@ -436,9 +573,11 @@ class Worker:
 
     async def _ship(
         self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
-        savepoint: bool,
+        savepoint: bool, gen: int | None = None, lane: _Lane | None = None,
     ) -> SinkBatch:
-        if self.rebalance.live(tp, self._current_gen):
+        if lane is not None:
+            lane.held -= count  # from here on the entry (or the fence) accounts for them
+        if self.rebalance.live(tp, self._current_gen if gen is None else gen):
             entry = self.committer.tracker.add(tp, next_offset, count, savepoint=savepoint)
         elif not self.committer.owns_offsets:
             # Revoked meanwhile, offsets not kstage's (auto-commit may have committed
