@@ -53,14 +53,28 @@ def config(tmp_path: Path, broker: str, topic: str, group: str, out: str,
                         **group_keys)
 
 
+def live_worker(master: Master) -> Worker | None:
+    """The master's one worker; None while the supervisor waits out a restart backoff
+    (the crashed child is gone, its replacement not yet started)."""
+    children = master.supervisor.children
+    assert len(children) <= 1, children
+    if not children:
+        return None
+    assert isinstance(children[0], Worker)
+    return children[0]
+
+
 def worker_of(master: Master) -> Worker:
-    (child,) = master.supervisor.children
-    assert isinstance(child, Worker)
-    return child
+    worker = live_worker(master)
+    assert worker is not None, "no worker running"
+    return worker
 
 
 def committed_of(master: Master, partition: int = 0) -> int | None:
-    parts = worker_of(master).snapshot()["partitions"]
+    worker = live_worker(master)
+    if worker is None:
+        return None
+    parts = worker.snapshot()["partitions"]
     return next((p["committed"] for p in parts if p["partition"] == partition), None)
 
 
@@ -146,7 +160,7 @@ async def test_a_restarted_worker_does_not_seek_again(broker, tmp_path, caplog):
 
         first.pipeline.fetch_schemas = crash  # type: ignore[method-assign]  # this one only
         await produce_each(broker, topic, [{"i": i, "phase": "new"} for i in range(3)])
-        await wait_until(lambda: worker_of(master) is not first, what="the restart")
+        await wait_until(lambda: live_worker(master) not in (None, first), what="the restart")
         await wait_until(lambda: len(rows(tmp_path, "out")) == 3, timeout=60,
                          what="the new rows, after the restart")
         await wait_until(lambda: committed_of(master) == 7, what="the commit of 7")
