@@ -77,13 +77,21 @@ class JsonFormatter(logging.Formatter):
 
 class Py4jRootFilter(logging.Filter):
     """py4j logs some lines through the root logger (``logging.info`` with a traceback
-    each time a Spark JVM's connection is lost): hold them to the ``py4j`` logger's
-    level, like its other lines."""
+    each time a Spark JVM's connection is lost, ``logging.exception`` when it gives the
+    command up): hold them to the ``py4j`` logger's level, like its other lines, and
+    drop those about a lost connection at any level: the Spark sink detects the lost
+    JVM and says so in its own line (``Spark JVM (pid N) died``), and a traceback of
+    py4j's socket read is no clearer error."""
 
     _PATH = f"{os.sep}py4j{os.sep}"
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == "root" and self._PATH in record.pathname:
+            if record.exc_info and record.exc_info[1] is not None:
+                from actors.sinks.spark.session import connection_lost  # noqa: PLC0415
+
+                if connection_lost(record.exc_info[1]):
+                    return False
             return record.levelno >= logging.getLogger("py4j").getEffectiveLevel()
         return True
 

@@ -89,3 +89,30 @@ def test_py4j_lines_on_the_root_logger_follow_the_py4j_level() -> None:
     kept = Py4jRootFilter()
     assert not kept.filter(lost)
     assert kept.filter(failed) and kept.filter(ours)
+
+
+def test_py4j_tracebacks_of_a_lost_connection_are_dropped_at_any_level() -> None:
+    """A Spark JVM killed while py4j sends a command: py4j gives the command up with
+    ``logging.exception`` (ERROR, a traceback of its socket read) through the root
+    logger. The Spark sink reports the dead JVM in its own line; the traceback is
+    dropped (seen in a fresh-clone CI run of test_spark_jvm_death)."""
+    from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
+
+    from service.logs import Py4jRootFilter
+
+    py4j_file = "/venv/site-packages/py4j/java_gateway.py"
+
+    def record(exc: Exception, level: int = logging.ERROR) -> logging.LogRecord:
+        return logging.LogRecord("root", level, py4j_file, 1038,
+                                 "Exception while sending command.", (),
+                                 (type(exc), exc, exc.__traceback__))
+
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError as reset:
+        network = Py4JNetworkError("Error while sending or receiving", reset)
+        network.__cause__ = reset
+    kept = Py4jRootFilter()
+    assert not kept.filter(record(network))
+    assert not kept.filter(record(ConnectionResetError(104, "reset"), logging.CRITICAL - 1))
+    assert kept.filter(record(ValueError("a py4j bug, not a lost connection")))
