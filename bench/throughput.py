@@ -51,6 +51,20 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
   ``PASS``/``FAIL`` line compares Python's peak with 300 MB for the N-message backlog.
 * ``--spark-conf KEY=VALUE`` (repeatable) adds Spark conf to kstage's session, for
   experiments (e.g. JVM options); the default run uses none.
+* Warm (issue 14): a fresh JVM spends its first ~10-20 s of CPU compiling Spark and
+  Parquet code, so the cold window above says little about a service that runs for days.
+  ``--warmup W`` (default for ``spark``: half of ``--messages``; ``0`` turns it off) also
+  times the *warm window* of the same runs: kstage's window starts at its first commit of
+  an offset >= W (the end of the append holding event W: the same kstage process, the
+  same JVM, that processed events 0..W-1 before) and ends at its last commit, so it holds
+  only the processing of events W..N-1, durable appends and commits included; the raw
+  loop's warm window covers the same offsets (from its first commit at or past kstage's
+  start offset). Each round prints both warm rates, the CPU the kstage process and its
+  JVM used in the warm window per row (``/proc/PID/stat`` of the ``java`` child, sampled
+  every 50 ms), and the warm ratio. The line before the last is the cold ratio
+  (``cold ratio=...``, the window from the assignment, as before); the last line is then
+  the **warm** ratio, ``ratio=<kstage warm events/s over raw warm events/s>`` (target
+  >= 0.75).
 
 Every format reports the CPU seconds used inside each timed window (``/proc`` times
 sampled every 50 ms): by the raw loop's process, by kstage's Python process and its JVM,
@@ -144,6 +158,8 @@ KSTAGE_TIMEOUT_S = 600.0
 _LOG_TIME = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
 _ASSIGNED = re.compile(_LOG_TIME + r".*: assigned partitions ", re.MULTILINE)
 _COMMITTED = re.compile(_LOG_TIME + r".*: committed \{", re.MULTILINE)
+# The committed offset of the benchmark's one partition (``{'topic[0]': 12345}``).
+_COMMITTED_AT = re.compile(_LOG_TIME + r".*: committed \{'[^']*\[0\]': (\d+)\}", re.MULTILINE)
 _DRAINED = re.compile(_LOG_TIME + r".*: drained partitions ", re.MULTILINE)
 _REGISTERED = re.compile(_LOG_TIME + r".*spark sink: table \w+ registered at ", re.MULTILINE)
 _FIRST_LINE = re.compile(_LOG_TIME)  # kstage's first log line: its imports are done
@@ -236,6 +252,15 @@ class RawResult:
     seconds: float  # assignment -> last commit returned
     first_message_s: float  # assignment -> first message received
     cpu_s: tuple[float, float]  # CPU seconds in the window: this process, the broker
+    # (monotonic time, committed offset, process CPU s, broker CPU s) after every commit
+    commits: list[tuple[float, int, float, float]] = field(default_factory=list)
+
+    def warm(self, offset: int, n: int) -> tuple[float, int, float]:
+        """The window from the first commit at or past ``offset`` to the last commit:
+        (seconds, rows, Python CPU seconds)."""
+        start = next(c for c in self.commits if c[1] >= offset)
+        end = self.commits[-1]
+        return end[0] - start[0], n - start[1], end[2] - start[2]
 
 
 class _AssignedAt(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -272,6 +297,7 @@ async def run_raw(bootstrap: str, topic: str, n: int,
         done = 0.0
         hw: int | None = None
         cpu_done = (0.0, 0.0)
+        commits: list[tuple[float, int, float, float]] = []
         received = 0
         idle_since = time.monotonic()
         while True:
@@ -296,6 +322,7 @@ async def run_raw(bootstrap: str, topic: str, n: int,
             await consumer.commit()
             done = time.monotonic()
             cpu_done = (time.process_time(), _broker_cpu_s())
+            commits.append((done, next_offset, *cpu_done))
             idle_since = done
             hw = consumer.highwater(tp)
             if hw is not None and next_offset >= hw:
@@ -311,7 +338,8 @@ async def run_raw(bootstrap: str, topic: str, n: int,
         raise BenchError(f"raw: committed offset {got}, expected {n}")
     assert first is not None
     return RawResult(done - listener.at, first - listener.at,
-                     (cpu_done[0] - listener.cpu_at[0], cpu_done[1] - listener.cpu_at[1]))
+                     (cpu_done[0] - listener.cpu_at[0], cpu_done[1] - listener.cpu_at[1]),
+                     commits)
 
 
 # -- (b) kstage run --drain ------------------------------------------------------------
@@ -330,6 +358,11 @@ class KstageResult:
     first_append_s: float = 0.0  # assignment -> first append done (JVM warm-up inside)
     cpu_s: tuple[float, float] = (0.0, 0.0)  # CPU seconds of the process: Python, JVM
     window_cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # in the window: + broker
+    # The warm window (``--warmup``): from the first commit at or past the warm-up offset
+    # to the last commit, in the same process: its first offset, seconds, CPU seconds.
+    warm_from: int = 0
+    warm_s: float = 0.0
+    warm_cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     warehouse: Path | None = None
 
 
@@ -600,7 +633,7 @@ class _RssSampler:
 
 
 async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Workload,
-                     processor: str,
+                     processor: str, warmup: int = 0,
                      command: tuple[str, ...] = (sys.executable, "-m", "service")
                      ) -> KstageResult:
     group = unique("bench-kstage")
@@ -655,6 +688,17 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
         cpu_s=(rss.cpu_s, rss.cpu_of("java")),
         window_cpu_s=rss.cpu_between(assigned[0], commits[-1]),
     )
+    if warmup:
+        at = [(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f"), int(offset))
+              for stamp, offset in _COMMITTED_AT.findall(text)]
+        start = next(((when, offset) for when, offset in at if offset >= warmup), None)
+        if len(at) != len(commits) or start is None or start[1] >= n:
+            raise BenchError(f"kstage log: no commit line between the warm-up offset "
+                             f"{warmup} and {n} ({len(at)} of {len(commits)} commit lines "
+                             f"name an offset); log {log_path}")
+        result.warm_from = start[1]
+        result.warm_s = (commits[-1] - start[0]).total_seconds()
+        result.warm_cpu_s = rss.cpu_between(start[0], commits[-1])
     if work.spark is not None:
         first = _log_times(_FIRST_LINE, text)[:1]
         registered = _log_times(_REGISTERED, text)
@@ -730,7 +774,7 @@ async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:
 # -- main ------------------------------------------------------------------------------
 
 async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
-                extra_processor: str | None) -> float:
+                extra_processor: str | None, warmup: int = 0) -> float:
     topic = unique("bench")
     n = len(work.values)
     avg = sum(map(len, work.values)) / n
@@ -745,6 +789,8 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
     raw_s: list[float] = []
     kstage_s: list[float] = []
     runs: list[KstageResult] = []
+    raw_warm: list[float] = []  # events/s in the warm window, per round
+    ks_warm: list[float] = []
     for r in range(1, rounds + 1):
         raw = await run_raw(bootstrap, topic, n, work.raw_decode, work.raw_handle)
         raw_s.append(raw.seconds)
@@ -752,7 +798,7 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
               f"first message {raw.first_message_s * 1000:.0f} ms after assignment; CPU "
               f"in the window: Python {raw.cpu_s[0]:.1f} s, broker {raw.cpu_s[1]:.1f} s)",
               flush=True)
-        ks = await run_kstage(bootstrap, topic, n, workdir, work, work.processor)
+        ks = await run_kstage(bootstrap, topic, n, workdir, work, work.processor, warmup)
         kstage_s.append(ks.seconds)
         runs.append(ks)
         print(f"round {r}: kstage --drain  {ks.seconds:6.2f} s ({n / ks.seconds:6.0f}/s; "
@@ -771,6 +817,23 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
                   f"pyspark Python workers: {ks.workers}; CPU over the process wall: "
                   f"Python {ks.cpu_s[0]:.0f} s, JVM {ks.cpu_s[1]:.0f} s; load average "
                   f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+            print(f"round {r}:   JVM CPU per row over the window: "
+                  f"{ks.window_cpu_s[1] / n * 1e6:.1f} us", flush=True)
+        if warmup:
+            # The same offsets on both sides: from kstage's first commit at or past the
+            # warm-up (a flush boundary) to the end; raw from its first commit there.
+            raw_w_s, raw_w_rows, raw_w_cpu = raw.warm(ks.warm_from, n)
+            ks_w_rows = n - ks.warm_from
+            raw_warm.append(raw_w_rows / raw_w_s)
+            ks_warm.append(ks_w_rows / ks.warm_s)
+            print(f"round {r}:   warm (offsets {ks.warm_from}..{n - 1}, after {ks.warm_from} "
+                  f"events in the same process): raw {raw_warm[-1]:.0f}/s (Python "
+                  f"{raw_w_cpu:.1f} s CPU), kstage {ks_warm[-1]:.0f}/s ({ks.warm_s:.2f} s; "
+                  f"CPU Python {ks.warm_cpu_s[0]:.1f} s, JVM {ks.warm_cpu_s[1]:.1f} s = "
+                  f"{ks.warm_cpu_s[1] / ks_w_rows * 1e6:.1f} us/row, Python "
+                  f"{ks.warm_cpu_s[0] / ks_w_rows * 1e6:.1f} us/row, broker "
+                  f"{ks.warm_cpu_s[2]:.1f} s); ratio {ks_warm[-1] / raw_warm[-1]:.2f}",
+                  flush=True)
 
     raw_med = statistics.median(raw_s)
     ks_med = statistics.median(kstage_s)
@@ -797,6 +860,13 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
         ks = await run_kstage(bootstrap, topic, n, workdir, work, extra_processor)
         print(f"kstage run --drain with {extra_processor} (not in the ratio): "
               f"{n / ks.seconds:.0f} events/s ({ks.seconds:.2f} s)")
+    if warmup:
+        raw_w, ks_w = statistics.median(raw_warm), statistics.median(ks_warm)
+        jvm_us = statistics.median(ks.warm_cpu_s[1] / (n - ks.warm_from) * 1e6 for ks in runs)
+        print(f"warm (after >= {warmup} events in the same kstage process){label}: raw "
+              f"{raw_w:.0f} events/s, kstage {ks_w:.0f} events/s, JVM CPU {jvm_us:.1f} us/row")
+        print(f"cold ratio={ks_rate / raw_rate:.2f} (from the assignment, JVM JIT-cold)")
+        return ks_w / raw_w
     return ks_rate / raw_rate
 
 
@@ -812,6 +882,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="spark: flush_max_interval_s of the staging table writer")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="spark: extra Spark conf for kstage's session (repeatable)")
+    parser.add_argument("--warmup", type=int, default=None, metavar="EVENTS",
+                        help="also report the warm window: from the first commit at or "
+                             "past this offset to the end, in the same runs (default for "
+                             "spark: half of --messages; 0: cold only)")
     parser.add_argument("--processor", default=None,
                         help="kstage processor for the ratio (default json_rows)")
     parser.add_argument("--keep", action="store_true",
@@ -819,6 +893,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.messages < 1 or args.size < 1 or args.rounds < 1:
         parser.error("--messages, --size and --rounds must be positive")
+    warmup = args.warmup if args.warmup is not None else (
+        args.messages // 2 if args.format == "spark" else 0)
+    if not 0 <= warmup < args.messages:
+        parser.error("--warmup must be at least 0 and below --messages")
 
     workdir = Path(tempfile.mkdtemp(prefix="kstage-bench-"))
     broker = EmbeddedBroker()
@@ -835,7 +913,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             work, extra = json_workload(args.messages, args.size), None
         work.processor = args.processor or work.processor
-        ratio = asyncio.run(bench(broker.bootstrap, work, args.rounds, workdir, extra))
+        ratio = asyncio.run(bench(broker.bootstrap, work, args.rounds, workdir, extra,
+                                  warmup))
     except BaseException:
         print(f"kstage configs and logs kept in {workdir}", file=sys.stderr)
         raise
