@@ -47,7 +47,11 @@ How it works:
   several kstage processes never write the same directory (each appends into its
   own ``ingest_date=D/writer_id=W`` directory, see :meth:`SparkTableWriter._append`).
   Parquet files keep no NOT NULL: read back, every column is nullable (the sink enforces
-  ``nullable``).
+  ``nullable``). An append leaves the table's cached file listing stale in this process's
+  session; the next call on the actor that is not an append refreshes it first
+  (``REFRESH TABLE``, see :meth:`SparkActor.call`), so anything run through the actor
+  reads every durable row, and a stream of appends does not pay a refresh each (about a
+  sixth of a warm append's fixed JVM cost).
 
 pyspark is imported only inside functions: importing this module does not load it.
 """
@@ -243,14 +247,19 @@ class SparkActor:
             shutil.rmtree(scratch, ignore_errors=True)
         logger.debug("spark: Parquet writer warmed up in %.1fs", time.monotonic() - started)
 
-    def _attempt(self, fn: Callable[[Any], T]) -> T:
+    def _attempt(self, fn: Callable[[Any], T], fresh: bool = True) -> T:
         """Spark thread: ``fn(spark)`` in a live session (a new one if the JVM died
-        since the last call); SparkJvmDiedError if the JVM dies meanwhile."""
+        since the last call), after refreshing the tables appended to since the last
+        refresh when ``fresh``; SparkJvmDiedError if the JVM dies meanwhile."""
         pid = self._dead_jvm(None)
         if pid is not None:  # died while idle
             self._lose(pid)
         try:
-            return fn(self._session())
+            spark = self._session()
+            if fresh:
+                for writer in self._writers.values():
+                    writer._refresh(spark)
+            return fn(spark)
         except FatalError:
             raise
         except Exception as exc:
@@ -261,16 +270,21 @@ class SparkActor:
             raise SparkJvmDiedError(f"spark: Spark JVM (pid {pid}) died during the call; "
                                     "the next call starts a new session") from exc
 
-    def _run(self, fn: Callable[[Any], T], retry: bool) -> T:
+    def _run(self, fn: Callable[[Any], T], retry: bool, fresh: bool) -> T:
         try:
-            return self._attempt(fn)
+            return self._attempt(fn, fresh)
         except SparkJvmDiedError:
             if not retry:
                 raise
-        return self._attempt(fn)  # in a new session
+        return self._attempt(fn, fresh)  # in a new session
 
-    async def call(self, fn: Callable[[Any], T], *, retry: bool = False) -> T:
+    async def call(self, fn: Callable[[Any], T], *, retry: bool = False,
+                   fresh: bool = True) -> T:
         """Run ``fn(spark)`` on the Spark thread and return its result.
+
+        When ``fresh`` (all but the staging appends), the staging tables appended to
+        since their last refresh are refreshed first, so ``fn`` sees every row appended
+        before it.
 
         When the session's JVM died (before or during the call), a new session is
         started with the tables registered again; then ``fn`` runs again if ``retry``
@@ -282,7 +296,7 @@ class SparkActor:
         if self._stopped:
             raise SinkError("spark actor is stopped")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run, fn, retry)
+        return await loop.run_in_executor(self._executor, self._run, fn, retry, fresh)
 
     def writer(self, table: str, columns: Sequence[Column]) -> SparkTableWriter:
         """The shared writer of ``table`` (created on first use)."""
@@ -391,6 +405,7 @@ class SparkTableWriter(TableWriter):
         self.path = actor.warehouse / table
         self._registered = False
         self._dates: set[dt.date] = set()
+        self._stale = False  # appended to since the last REFRESH TABLE in this session
 
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
         """The rows that fit the declared columns as one Arrow record batch, and the
@@ -463,7 +478,8 @@ class SparkTableWriter(TableWriter):
         try:
             # retry: after a JVM death the append runs again in the new session (its rows
             # are not acked yet; what the dead JVM staged was removed).
-            await self.actor.call(lambda spark: self._append(spark, parts), retry=True)
+            await self.actor.call(lambda spark: self._append(spark, parts), retry=True,
+                                  fresh=False)
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
             rows = sum(map(len, parts))
             error: Exception = exc if isinstance(exc, FatalError) else SinkError(
@@ -481,7 +497,8 @@ class SparkTableWriter(TableWriter):
 
     def _append(self, spark: Any, parts: list[Any]) -> None:
         """Spark thread: append ``parts`` (record batches) as one Parquet write into this
-        process's own partition directory, then refresh the table.
+        process's own partition directory; the table is refreshed before the next call
+        that reads (:meth:`_refresh`).
 
         The write targets ``<table>/ingest_date=D/writer_id=W`` itself rather than the
         table with ``partitionBy``: Hadoop's output committer stages a job under
@@ -502,9 +519,17 @@ class SparkTableWriter(TableWriter):
         if date not in self._dates:
             spark.sql(f"ALTER TABLE `{self.table}` RECOVER PARTITIONS")
             self._dates.add(date)
-        spark.sql(f"REFRESH TABLE `{self.table}`")
+        self._stale = True
         logger.debug("spark sink: %s: appended %d row(s) in %.3fs (write %.3fs)", self.table,
                      len(table), time.monotonic() - started, written - started)
+
+    def _refresh(self, spark: Any) -> None:
+        """Spark thread: refresh the table's cached file listing in this session if
+        appends landed since the last refresh (before any call but an append: one
+        ``REFRESH TABLE`` per read instead of one per append)."""
+        if self._stale:
+            spark.sql(f"REFRESH TABLE `{self.table}`")
+            self._stale = False
 
 
 def _short(exc: BaseException) -> str:
