@@ -137,6 +137,22 @@ async def test_flush_at_max_rows_without_waiting_for_the_interval(
     assert count == 22
 
 
+async def test_a_read_through_the_actor_sees_appends_made_after_an_earlier_read(
+        spark_actor: SparkActor) -> None:
+    """Appends do not refresh the table each; the next call that reads does: the file
+    listing the first read cached must not hide the second append."""
+    table = "stg_reread"
+    sink = await opened(spark_actor, table)
+    async with asyncio.timeout(60):
+        await sink.write(events(0, 0, 4))
+        assert await spark_actor.call(lambda spark: spark.table(table).count()) == 4
+        await sink.write(events(0, 4, 3))
+        await sink.write(events(0, 7, 2))
+        rows = await spark_actor.call(lambda spark: spark.table(table).collect())
+    assert sorted(r["_offset"] for r in rows) == list(range(9))
+    await sink.close()
+
+
 async def test_flush_after_the_interval(spark_actor: SparkActor) -> None:
     sink = await opened(spark_actor, "stg_interval")
     writer = spark_actor.writer("stg_interval", PROCESSOR.columns)
