@@ -4,7 +4,8 @@ Usage::
 
     python bench/throughput.py [--format json|avro|spark] [--messages N] [--size BYTES]
                                [--rounds R] [--processor NAME] [--flush-rows N]
-                               [--flush-interval-s S] [--spark-conf KEY=VALUE ...] [--keep]
+                               [--flush-interval-s S] [--flush-min-rows N]
+                               [--warmup EVENTS] [--spark-conf KEY=VALUE ...] [--keep]
 
 ``--format avro`` runs the same comparison on DataHub MetadataChangeLog events (the real
 schema, Confluent wire format, writer schema served by a ``file://`` registry): the raw
@@ -31,6 +32,7 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
   max_messages: 1}``, i.e. a commit after each durable write: a row's offset is
   committed only after the Parquet append holding it returned. ``flush_max_rows``
   60 000 (``--flush-rows``), ``flush_max_interval_s`` 5 (``--flush-interval-s``),
+  ``flush_min_rows`` kstage's default 1 000 (``--flush-min-rows``, for experiments),
   ``max_poll_records`` 500, ``max_in_flight`` ``flush_max_rows`` + 10 000: the sink hands
   poll batches to the table writer without waiting (pipelined), so an append gathers
   many polls while the previous one is written; a worker at ``max_in_flight`` makes
@@ -440,7 +442,8 @@ def _import_stdlib_http() -> None:
 
 def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
                    flush_interval_s: float = SPARK_FLUSH_INTERVAL_S,
-                   conf: dict[str, str] | None = None) -> Workload:
+                   conf: dict[str, str] | None = None,
+                   flush_min_rows: int | None = None) -> Workload:
     """n WhereHows Gobblin compaction events (real schema, :func:`service.dev.samples.
     sample_records`) in the Confluent wire format, schema id 1, ``file://`` registry; kstage
     maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink)."""
@@ -481,6 +484,7 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
         extra_config={"schema_registry": {"url": f"file://{registry}"}},
         spark={"master": "local[2]", "flush_max_rows": flush_rows,
                "flush_max_interval_s": flush_interval_s,
+               **({} if flush_min_rows is None else {"flush_min_rows": flush_min_rows}),
                "conf": {"spark.driver.memory": "512m", **(conf or {})}},
         group_config={
             "max_poll_records": MAX_RECORDS,
@@ -880,6 +884,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="spark: flush_max_rows of the staging table writer")
     parser.add_argument("--flush-interval-s", type=float, default=SPARK_FLUSH_INTERVAL_S,
                         help="spark: flush_max_interval_s of the staging table writer")
+    parser.add_argument("--flush-min-rows", type=int, default=None,
+                        help="spark: flush_min_rows of the staging table writer (default: "
+                             "kstage's)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="spark: extra Spark conf for kstage's session (repeatable)")
     parser.add_argument("--warmup", type=int, default=None, metavar="EVENTS",
@@ -909,7 +916,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.format == "spark":
             work, extra = spark_workload(args.messages, workdir, args.flush_rows,
                                          args.flush_interval_s,
-                                         dict(kv.split("=", 1) for kv in args.spark_conf)), None
+                                         dict(kv.split("=", 1) for kv in args.spark_conf),
+                                         args.flush_min_rows), None
         else:
             work, extra = json_workload(args.messages, args.size), None
         work.processor = args.processor or work.processor
