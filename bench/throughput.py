@@ -868,8 +868,10 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
         raw_w, ks_w = statistics.median(raw_warm), statistics.median(ks_warm)
         jvm_us = statistics.median(ks.warm_cpu_s[1] / (n - ks.warm_from) * 1e6 for ks in runs)
         print(f"warm (after >= {warmup} events in the same kstage process){label}: raw "
-              f"{raw_w:.0f} events/s, kstage {ks_w:.0f} events/s, JVM CPU {jvm_us:.1f} us/row")
-        print(f"cold ratio={ks_rate / raw_rate:.2f} (from the assignment, JVM JIT-cold)")
+              f"{raw_w:.0f} events/s, kstage {ks_w:.0f} events/s"
+              + (f", JVM CPU {jvm_us:.1f} us/row" if work.spark is not None else ""))
+        print(f"cold ratio={ks_rate / raw_rate:.2f} (from the assignment"
+              + (", JVM JIT-cold)" if work.spark is not None else ")"))
         return ks_w / raw_w
     return ks_rate / raw_rate
 
