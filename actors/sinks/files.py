@@ -35,6 +35,9 @@ class JsonlSinkSettings(SinkSettingsBase):
     fsync: bool = Field(True, description="fsync after every write (off: faster, but a "
                         "machine crash can lose acknowledged rows).")
 
+    def destination(self) -> str:
+        return f"jsonl file {os.path.normpath(self.path)}"
+
 
 class NullSink(Sink):
     """Discards rows (benchmarks, dry runs)."""

@@ -33,6 +33,8 @@ had already acked is committed, never the cancelled work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -47,10 +49,10 @@ from actors.kafka import build_consumer, connection_kwargs, coordinator_known
 from actors.metrics import Metrics
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
-from actors.sinks import END, Fence, Sink, SinkBatch, run_sink
+from actors.sinks import END, FanOutSink, Fence, SinkBatch, run_fanout
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
-from actors.worker.pipeline import RecordPipeline, bound_sink
+from actors.worker.pipeline import BoundSink, RecordPipeline, bound_sinks
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder
@@ -71,6 +73,12 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | No
         if found is not None and not isinstance(found, asyncio.CancelledError):
             return found
     return None
+
+
+def _flush_all(sinks: list[BoundSink]) -> None:
+    """Every sink of a fan-out flushes soon (see :meth:`Sink.flush_soon`)."""
+    for bound in sinks:
+        bound.sink.flush_soon()
 
 
 class _Lane:
@@ -167,7 +175,9 @@ class Worker:
         self._drained_reported = False
         self._consumer: AIOKafkaConsumer | None = None
         self._sink_open = False
-        self._sink_health = SinkHealth(settings.supervisor.sink_unready_after_s)
+        # Each sink's health, by name (a topic's sinks: one, or several for a fan-out).
+        self._sink_health = {named.name: SinkHealth(settings.supervisor.sink_unready_after_s)
+                             for named in topic.named_sinks()}
         self.flush_soon: Callable[[], None] | None = None
         self.fence = Fence()
         self.process_ended = False
@@ -216,7 +226,8 @@ class Worker:
             "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
             "waiting_for": self.waiting_for,
-            "sink_error": self._sink_health.reason(),
+            "sink_error": self.sink_error(),
+            "sinks": {name: health.reason() for name, health in self._sink_health.items()},
             "dead_letter_error": self.dead_letter_error,
             # start_from at this process's start: per partition, the messages skipped
             # (latest) or read again (earliest); empty with committed.
@@ -287,15 +298,18 @@ class Worker:
         """Run until stopped (returns) or crashed (raises). Cancel to abort."""
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
-        sink = bound_sink(self.settings, self.topic, self._processor_cls, label=self.label,
-                          refuse=self.pipeline.refuse, health=self._sink_health)
+        sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
+                            refuse=self.pipeline.refuser, health=self._sink_health.get)
         # A micro-batching sink flushes early when this worker cannot send it more rows.
-        self.flush_soon = sink.flush_soon
+        self.flush_soon = (sinks[0].sink.flush_soon if len(sinks) == 1
+                           else functools.partial(_flush_all, sinks))
         await processor.start()
         try:
-            await sink.open()
-            self._sink_open = True
-            try:
+            async with contextlib.AsyncExitStack() as opened:  # closes the sinks it opened
+                for bound in sinks:
+                    await bound.sink.open()
+                    opened.push_async_callback(bound.sink.close)
+                self._sink_open = True
                 consumer = self._consumer = self.committer.consumer = build_consumer(
                     self.settings, self.group, self._bootstrap, self.topic.topic
                 )
@@ -303,11 +317,9 @@ class Worker:
                 try:
                     consumer.subscribe([self.topic.topic], listener=self.rebalance)
                     logger.info("%s: started, joining group %s", self.label, self.group_id)
-                    await self._run_loops(consumer, sink)
+                    await self._run_loops(consumer, sinks)
                 finally:
                     await asyncio.shield(self._close_consumer())
-            finally:
-                await sink.close()
         finally:
             try:
                 await processor.stop()
@@ -315,13 +327,13 @@ class Worker:
                 if self.pipeline.dead_letter_topic is not None:
                     await self.pipeline.dead_letter_topic.close()
 
-    async def _run_loops(self, consumer: AIOKafkaConsumer, sink: Sink) -> None:
+    async def _run_loops(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink]) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 tg.create_task(self.fetcher.run(consumer), name=f"{self.label}:fetch")
                 tg.create_task(self._process_loop(), name=f"{self.label}:process")
-                tg.create_task(self._sink_loop(sink), name=f"{self.label}:sink")
+                tg.create_task(self._sink_loop(sinks), name=f"{self.label}:sink")
                 tg.create_task(self.committer.run(self._sink_done),
                                name=f"{self.label}:commit")
         except BaseExceptionGroup as group:
@@ -596,18 +608,27 @@ class Worker:
 
     # -- sink and acks ---------------------------------------------------------------
 
-    async def _sink_loop(self, sink: Sink) -> None:
+    async def _sink_loop(self, sinks: list[BoundSink]) -> None:
         try:
-            observe = None
-            if self.metrics is not None:
-                observe = self.metrics.sink_write_seconds.labels(
-                    self.group_id, self.topic.topic, self.topic.sink.type).observe
-            await run_sink(sink, self.outbox, self._on_ack, label=self.label,
-                           on_write_seconds=observe, fence=self.fence,
-                           health=self._sink_health)
+            metric = None if self.metrics is None else self.metrics.sink_write_seconds
+            await run_fanout(
+                [FanOutSink(bound.name, bound.sink, self._sink_health[bound.name],
+                            None if metric is None else metric.labels(
+                                self.group_id, self.topic.topic, bound.name).observe)
+                 for bound in sinks],
+                self.outbox, self._on_ack, label=self.label, fence=self.fence)
         finally:
             self._sink_done.set()
             self.committer.due.set()
+
+    def sink_error(self) -> str | None:
+        """Why the sinks are not ready (None: they are); each failing sink of a fan-out
+        named."""
+        if len(self._sink_health) == 1:
+            return next(iter(self._sink_health.values())).reason()
+        reasons = [f"sink {name!r}: {reason}" for name, health in self._sink_health.items()
+                   if (reason := health.reason()) is not None]
+        return "; ".join(reasons) or None
 
     def _on_ack(self, batch: SinkBatch) -> None:
         entry = batch.entry

@@ -160,7 +160,8 @@ def check_whole_config(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyP
     settings = load_settings(config)
     return [problem for gi, group in enumerate(settings.groups)
             for ti, topic in enumerate(group.topics)
-            for problem in check_sink(topic.sink.model_dump(exclude_unset=True),
+            for named in topic.named_sinks()
+            for problem in check_sink(named.settings.model_dump(exclude_unset=True),
                                       f"{block}: groups[{gi}].topics[{ti}]")]
 
 

@@ -95,6 +95,10 @@ class SparkSinkSettings(SinkSettingsBase):
     table: SqlIdentifier | None = Field(
         None, description="Staging table, a SQL identifier (default: the processor's).")
 
+    def destination(self) -> str:
+        table = self.table or "(the processor's)"
+        return f"spark table {table}"
+
 
 def _writer_id() -> str:
     host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
