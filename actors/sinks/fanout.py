@@ -100,7 +100,8 @@ async def run_fanout(
     if len(sinks) == 1:
         one = sinks[0]
         await run_sink(one.sink, mailbox, on_ack, label=label,
-                       retry_backoff_s=retry_backoff_s, on_write_seconds=one.on_write_seconds, fence=fence, health=one.health)
+                       retry_backoff_s=retry_backoff_s, on_write_seconds=one.on_write_seconds,
+                       fence=fence, health=one.health)
         return
     boxes: list[asyncio.Queue[Any]] = [asyncio.Queue(_SINK_BATCHES) for _ in sinks]
     async with asyncio.TaskGroup() as tg:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from aiokafka import TopicPartition
 
 from actors.errors import SinkError
-from actors.offsets import Entry, OffsetTracker
+from actors.offsets import OffsetTracker
 from actors.sinks import END, FanOutSink, Fence, Sink, SinkBatch, run_fanout
 from processors.base import Row
 

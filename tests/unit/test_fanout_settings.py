@@ -79,3 +79,23 @@ def test_each_sink_of_a_fan_out_is_checked_at_its_own_key_and_line(
     assert len(lines) == 1 and lines[0].startswith(prefix), lines
     if why is not None:
         assert why in lines[0], lines
+
+
+def test_names_default_to_the_type_and_one_sink_is_a_fan_out_of_one(tmp_path: Path) -> None:
+    fan = load_settings(config(tmp_path, """\
+        processor: json_rows
+        sinks:
+          - {type: jsonl, path: a.jsonl}
+          - {type: jsonl, path: b.jsonl}
+          - {type: http, url: 'http://127.0.0.1/x'}
+          - {type: 'null', name: dry-run}
+        """)).groups[0].topics[0]
+    assert fan.sink is None
+    assert [(s.name, s.path) for s in fan.named_sinks()] == [
+        ("jsonl#0", ("sinks", 0)), ("jsonl#1", ("sinks", 1)), ("http", ("sinks", 2)),
+        ("dry-run", ("sinks", 3))]
+    one = load_settings(config(tmp_path, "processor: json_rows\n"
+                               "sink: {type: jsonl, path: a.jsonl}\n")).groups[0].topics[0]
+    assert [(s.name, s.settings.type, s.path) for s in one.named_sinks()] == [
+        ("jsonl", "jsonl", ("sink",))]
+    assert one.sink is not None and one.sinks is None
