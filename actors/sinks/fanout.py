@@ -76,9 +76,13 @@ class AckJoin:
 
 def copies(batch: SinkBatch, sinks: int, on_ack: Callable[[SinkBatch], None]
            ) -> list[SinkBatch]:
-    """One copy of ``batch`` per sink, joined: ``batch`` is acked when all are."""
+    """One copy of ``batch`` per sink, joined: ``batch`` is acked when all are. Each sink
+    gets its own list and its own row mappings (a sink may empty its list or change its
+    rows); the first gets the batch's own list (the worker never reads it again)."""
     join = AckJoin(batch, sinks, on_ack)
-    return [_Copy(list(batch.rows), batch.entry, join) for _ in range(sinks)]
+    rows = batch.rows
+    return [_Copy(rows if k == 0 else [dict(row) for row in rows], batch.entry, join)
+            for k in range(sinks)]
 
 
 def _acked(copy: SinkBatch) -> None:

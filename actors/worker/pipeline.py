@@ -154,10 +154,12 @@ def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Pr
     table, the whole settings (e.g. the ``spark:`` section), each sink's health (by its
     name) and where the rows it refuses go (``refuse(named)``: dead letters naming it)."""
     bound = []
-    for named in topic.named_sinks():
+    sinks = topic.named_sinks()
+    for named in sinks:
         sink = build_sink(named.settings)
         sink.bind(SinkContext(
-            label=label, topic=topic.topic, processor=topic.processor,
+            label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
+            topic=topic.topic, processor=topic.processor,
             columns=tuple(processor_cls.columns), table=processor_cls.table,
             key=tuple(processor_cls.key), settings=settings,
             health=None if health is None else health(named.name), refuse=refuse(named)))

@@ -14,7 +14,9 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
   offset tracker. A message whose retries wait (``failure.mode: retry``) parks its
   partition: paused, it goes on in a lane task of its own, in order, while the other
   partitions keep flowing; a revoke of the partition cancels the wait at once.
-* **sink** (:func:`actors.sinks.run_sink`) writes batches in order and acks them.
+* **sink** (:func:`actors.sinks.run_sink`, one per sink of the topic, fed by
+  :func:`actors.sinks.run_fanout`) writes batches in order and acks them; a batch is
+  acked to the commit task once every sink acked it.
 * **commit** (:class:`~actors.worker.committer.Committer`) commits, per commit mode,
   only offsets whose work the sink acked, only contiguous ones; also on partition revoke
   (:class:`~actors.worker.rebalance.Rebalance`), after draining.
@@ -100,7 +102,8 @@ class _Lane:
 
 
 class Worker:
-    """Consumes one topic in one group and lands its messages in one sink.
+    """Consumes one topic in one group and lands its messages in the topic's sinks (one,
+    or several for a fan-out: :mod:`actors.sinks.fanout`).
 
     Args:
         settings: the whole configuration (for kafka client settings).
