@@ -17,6 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.master import Master
+from actors.metrics import Metrics
 from actors.worker import Worker
 from service.ops import dlq
 from settings import load_settings
@@ -61,11 +62,17 @@ async def test_every_row_lands_in_every_sink_and_offsets_commit_to_the_end(
     with HttpTestServer() as api:
         path = config(tmp_path, broker, topic, group, api,
                       {"batch": {"max_events": 5, "max_interval_s": 1}})
-        await asyncio.wait_for(Master(load_settings(path), broker, drain=True).run(), 90)
+        metrics = Metrics()
+        await asyncio.wait_for(Master(load_settings(path), broker, drain=True,
+                                      metrics=metrics).run(), 90)
         http_rows = accepted(api)
     assert sorted(r["i"] for r in read_jsonl(tmp_path / "out.jsonl")) == list(range(60))
     assert sorted(http_rows) == list(range(60)), "every row once in the API"
     assert await committed(broker, group, topic, 3) == {0: 20, 1: 20, 2: 20}
+    for sink in ("jsonl", "api"):  # each sink's writes, labelled by its name
+        count = metrics.registry.get_sample_value(
+            "kstage_sink_write_seconds_count", {"group": group, "topic": topic, "sink": sink})
+        assert count is not None and count >= 1, sink
 
 
 async def test_a_down_sink_holds_the_commit_back_and_nothing_is_lost(
