@@ -53,8 +53,12 @@ def logged_at(output: str, text: str) -> datetime:
     raise AssertionError(f"no {text!r} in:\n{output}")
 
 
+@pytest.mark.parametrize("commit_mode", ["batch", "per_message"])
 async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
-        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
+        commit_mode: str) -> None:
+    """In both commit modes that own the offsets: per_message commits every message
+    before the next, and its retry wait still holds only the failing partition."""
     backoff_s = 25
     topic, group = unique("lane"), unique("g-lane")
     await create_topic(broker, topic, partitions=2)
@@ -64,6 +68,7 @@ async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
         tmp_path / "kstage.yml", broker, group,
         [{"topic": topic, "processor": "test_flaky",
           "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+        commit={"mode": commit_mode},
         failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": backoff_s * 1000,
                  "max_backoff_ms": backoff_s * 1000, "then": "continue"})
     out, dead = tmp_path / "out.jsonl", tmp_path / "dead.jsonl"
