@@ -665,8 +665,8 @@ class Worker:
                 position = await consumer.position(tp)
             except IllegalStateError:
                 return
-            if position < hw or tracker.pending_count(tp):
-                return
+            if position < hw or tracker.pending_count(tp) or tp in self.lanes:
+                return  # a retry lane (waiting, or abandoned by a throw) holds it
             tracker.advance(tp, position)  # past a transaction marker: commit it
         await self.committer.commit()
         if self.committer.uncommitted():
