@@ -522,10 +522,12 @@ class Worker:
 
     async def _run_lane(self, tp: TopicPartition, lane: _Lane, records: list[Any],
                         exc: Exception) -> None:
+        process = self._process_each if self.committer.policy.per_message \
+            else self._process_batch
         try:
-            finished = await self._process_batch(tp, records, lane=lane, failed=exc)
+            finished = await process(tp, records, lane=lane, failed=exc)
             while finished and lane.queue:
-                finished = await self._process_batch(tp, lane.queue.pop(0), lane=lane)
+                finished = await process(tp, lane.queue.pop(0), lane=lane)
         except MessageFailedError as failure:
             # throw after the retries: the worker stops; what was done before is committed
             finished = False
@@ -563,23 +565,44 @@ class Worker:
             lane.held -= count
         self.room.set()
 
-    async def _process_each(self, tp: TopicPartition, records: list[Any]) -> bool:
-        """per_message mode: write, await the ack and commit after every message."""
+    async def _process_each(self, tp: TopicPartition, records: list[Any], *,
+                            lane: _Lane | None = None,
+                            failed: Exception | None = None) -> bool:
+        """per_message mode: write, await the ack and commit after every message.
+
+        A message that fails with retries ahead parks its partition as in
+        :meth:`_process_batch`; in its lane (``failed``: the error of ``records[0]``'s
+        first attempt) the retries wait in place and each message is still committed
+        before the next.
+        """
         pipeline = self.pipeline
+        gen = self._current_gen if lane is None else lane.gen
         if not await pipeline.fetch_schemas(records):
-            self.in_flight -= len(records)
+            self._drop(len(records), lane)
             return False
         for i, rec in enumerate(records):
             try:
-                done = await pipeline.handle(rec)
-            except MessageFailedError:
-                self.in_flight -= len(records) - i
+                if failed is not None and i == 0:
+                    raise failed
+                rows, _ = await pipeline.transform(rec)
+            except asyncio.CancelledError:
                 raise
-            if done.outcome is Outcome.ABANDONED:
-                self.in_flight -= len(records) - i
-                return False
+            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+                if lane is None and self._parks(exc):
+                    self._park(tp, records[i:], exc)
+                    return True
+                try:
+                    outcome, result = await pipeline.on_failure(rec, exc)
+                except MessageFailedError:
+                    self._drop(len(records) - i, lane)
+                    raise
+                if outcome is Outcome.ABANDONED:
+                    self._drop(len(records) - i, lane)
+                    return False
+                rows = result[0] if outcome is Outcome.RECOVERED else ()
             self.stats["processed"] += 1
-            batch = await self._ship(tp, list(done.rows), rec.offset + 1, 1, savepoint=True)
+            batch = await self._ship(tp, list(rows), rec.offset + 1, 1, savepoint=True,
+                                     gen=gen, lane=lane)
             while not (batch.entry.done or batch.entry.cancelled):
                 self.progress.clear()
                 await self.progress.wait()
@@ -666,8 +689,8 @@ class Worker:
                 position = await consumer.position(tp)
             except IllegalStateError:
                 return
-            if position < hw or tracker.pending_count(tp):
-                return
+            if position < hw or tracker.pending_count(tp) or tp in self.lanes:
+                return  # a retry lane (waiting, or abandoned by a throw) holds it
             tracker.advance(tp, position)  # past a transaction marker: commit it
         await self.committer.commit()
         if self.committer.uncommitted():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,13 @@ from processors.gobblin import GobblinCompactionProcessor
 from service.ops.dlq import replay_async
 from settings.models import Settings
 from tests.integration.test_spark_sink import event
-from tests.postgres import JAR, USER, Postgres, postgres_server
+from tests.postgres import JAR, USER, Postgres
 
 pytestmark = pytest.mark.slow
 
 PROCESSOR = GobblinCompactionProcessor
 TOPIC = "GobblinTrackingEvent_compaction"
 CLUSTERS = [{"code": "ltx1-holdem", "short_name": "holdem"}]
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[Postgres]:
-    yield from postgres_server()
 
 
 @pytest.fixture
