@@ -160,7 +160,7 @@ async def run_datahub(python: Path, bootstrap: str, registry: str, topic: str, n
     group = unique("bench-datahub")
     log_path = workdir / f"{group}.log"
     args = {"name": group, "bootstrap": bootstrap, "registry": registry, "topic": topic,
-            "messages": n}
+            "messages": n, "failed_events_dir": str(workdir / "datahub-failed-events")}
     marks: dict[str, dict[str, Any]] = {}
     cpu: dict[str, float] = {}
     async with _Committed(bootstrap, topic) as committed:

@@ -3,7 +3,8 @@
 Runs with the DataHub Actions venv's Python (``python -P``, so ``bench/`` is not put on
 ``sys.path``: its ``http.py`` would shadow the standard library's). Argument: a JSON
 object with ``name`` (the pipeline name, which DataHub uses as the group id),
-``bootstrap``, ``registry`` (schema registry URL), ``topic`` and ``messages``.
+``bootstrap``, ``registry`` (schema registry URL), ``topic``, ``messages`` and
+``failed_events_dir``.
 
 The pipeline is the one ``datahub actions -c config.yml`` builds from this config::
 
@@ -18,6 +19,7 @@ The pipeline is the one ``datahub actions -c config.yml`` builds from this confi
                             heartbeat.interval.ms: 500}
         topic_routes: {mcl: <topic>}
     action: {type: "__main__:CountingAction", config: {messages: N}}
+    options: {failed_events_dir: <the run's work dir>}
 
 i.e. DataHub's own Kafka event source with its defaults (``async_commit_enabled: true``:
 each acknowledged event's offset is stored, librdkafka auto-commits the stored offsets
@@ -91,6 +93,8 @@ def main() -> None:
         }},
         "action": {"type": "__main__:CountingAction",
                    "config": {"messages": args["messages"]}},
+        # its failed-events log: in the run's work dir, not /tmp/logs/datahub/actions
+        "options": {"failed_events_dir": args["failed_events_dir"]},
     })
     consumer = pipeline.source.consumer  # type: ignore[attr-defined]
     subscribe = consumer.subscribe
