@@ -156,11 +156,12 @@ class _Committed:
 
 
 async def run_datahub(python: Path, bootstrap: str, registry: str, topic: str, n: int,
-                      workdir: Path) -> DataHubResult:
+                      workdir: Path, async_commits: bool = True) -> DataHubResult:
     group = unique("bench-datahub")
     log_path = workdir / f"{group}.log"
     args = {"name": group, "bootstrap": bootstrap, "registry": registry, "topic": topic,
-            "messages": n, "failed_events_dir": str(workdir / "datahub-failed-events")}
+            "messages": n, "failed_events_dir": str(workdir / "datahub-failed-events"),
+            "async_commit_enabled": async_commits}
     marks: dict[str, dict[str, Any]] = {}
     cpu: dict[str, float] = {}
     async with _Committed(bootstrap, topic) as committed:
@@ -177,6 +178,8 @@ async def run_datahub(python: Path, bootstrap: str, registry: str, topic: str, n
                     line = await proc.stdout.readline()
                     if not line:
                         break
+                    if not line.startswith(b'{"event": '):
+                        continue  # not the runner's: a library printing to stdout
                     mark = json.loads(line)
                     marks[mark["event"]] = mark
                     assignments += mark["event"] == "assigned"
@@ -239,12 +242,11 @@ def _rate(n: int, seconds: list[float]) -> tuple[float, float]:
     return n / median, median
 
 
-async def bench(bootstrap: str, n: int, rounds: int, workdir: Path,
-                python: Path | None) -> tuple[float, float | None]:
+async def bench(bootstrap: str, n: int, rounds: int, workdir: Path, python: Path | None,
+                sync_commits: bool = False) -> tuple[float, float | None]:
     work = avro_workload(n, workdir)
     topic, n = await produce_workload(bootstrap, work)
-    registry = FakeRegistry().start()
-    try:
+    with FakeRegistry() as registry:  # serves the MCL schema to DataHub's deserializer
         registry.register(f"{topic}-value",
                           (SCHEMA_DIR / "datahub/MetadataChangeLog.avsc").read_text())
         times: dict[str, list[float]] = {"raw": [], "kstage": [], "datahub": []}
@@ -273,9 +275,11 @@ async def bench(bootstrap: str, n: int, rounds: int, workdir: Path,
                   f"{dh.last_event_s:.2f} s, close() returned {dh.closed_s:.2f} s, offset "
                   f"{n} seen committed {dh.polled_s:.2f} s after assignment; CPU in the "
                   f"window {dh.cpu_s:.1f} s)", flush=True)
+        sync = None
+        if python is not None and sync_commits:
+            sync = await run_datahub(python, bootstrap, registry.url, topic, n, workdir,
+                                     async_commits=False)
         schema_gets = registry.count("GET")
-    finally:
-        registry.stop()
     label = "" if rounds == 1 else f", median of {rounds}"
     raw_rate, raw_med = _rate(n, times["raw"])
     ks_rate, ks_med = _rate(n, times["kstage"])
@@ -288,8 +292,12 @@ async def bench(bootstrap: str, n: int, rounds: int, workdir: Path,
         dh_rate, dh_med = _rate(n, times["datahub"])
         print(f"DataHub Actions {DATAHUB_VERSION} (Kafka event source, counting action, "
               f"async commits): {dh_rate:.0f} events/s ({dh_med:.2f} s{label}; "
-              f"{schema_gets} schema registry GETs)")
+              f"{schema_gets} schema registry GETs in all)")
         ratio = ks_rate / dh_rate
+    if sync is not None:
+        print(f"DataHub Actions {DATAHUB_VERSION} with async_commit_enabled: false (a "
+              f"synchronous commit after each event; not in the ratio): "
+              f"{n / sync.seconds:.0f} events/s ({sync.seconds:.2f} s)")
     print("CPU per event in the window (the consuming process, median): " + ", ".join(
         f"{side} {statistics.median(cpu[side]) / n * 1e6:.0f} us" for side in cpu if cpu[side]))
     return ks_rate / raw_rate, ratio
@@ -303,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the work directory (configs, logs)")
     parser.add_argument("--datahub-venv", type=Path, default=None,
                         help=f"DataHub Actions venv (default {default_venv()})")
+    parser.add_argument("--datahub-sync-commits", action="store_true",
+                        help="one more DataHub run with async_commit_enabled: false "
+                             "(not in the ratio)")
     parser.add_argument("--no-datahub", action="store_true",
                         help="run only the raw loop and kstage (no DataHub venv)")
     args = parser.parse_args(argv)
@@ -320,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{versions[1]}, Python {versions[2]} ({python})", flush=True)
     with bench_run(args.keep, prefix="kstage-bench-dh-") as (broker, workdir):
         raw_ratio, ratio = asyncio.run(bench(broker.bootstrap, args.messages, args.rounds,
-                                             workdir, python))
+                                             workdir, python, args.datahub_sync_commits))
     print(f"raw_ratio={raw_ratio:.2f}")
     if ratio is not None:
         print(f"ratio={ratio:.2f}")

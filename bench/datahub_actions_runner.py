@@ -3,8 +3,8 @@
 Runs with the DataHub Actions venv's Python (``python -P``, so ``bench/`` is not put on
 ``sys.path``: its ``http.py`` would shadow the standard library's). Argument: a JSON
 object with ``name`` (the pipeline name, which DataHub uses as the group id),
-``bootstrap``, ``registry`` (schema registry URL), ``topic``, ``messages`` and
-``failed_events_dir``.
+``bootstrap``, ``registry`` (schema registry URL), ``topic``, ``messages``,
+``failed_events_dir`` and ``async_commit_enabled``.
 
 The pipeline is the one ``datahub actions -c config.yml`` builds from this config::
 
@@ -18,6 +18,7 @@ The pipeline is the one ``datahub actions -c config.yml`` builds from this confi
           consumer_config: {auto.offset.reset: earliest, session.timeout.ms: 6000,
                             heartbeat.interval.ms: 500}
         topic_routes: {mcl: <topic>}
+        async_commit_enabled: true
     action: {type: "__main__:CountingAction", config: {messages: N}}
     options: {failed_events_dir: <the run's work dir>}
 
@@ -90,6 +91,9 @@ def main() -> None:
                                     "heartbeat.interval.ms": 500},
             },
             "topic_routes": {"mcl": args["topic"]},
+            # true is the default; false (the benchmark's --datahub-sync-commits) commits
+            # each event's offset synchronously after its action returned
+            "async_commit_enabled": args["async_commit_enabled"],
         }},
         "action": {"type": "__main__:CountingAction",
                    "config": {"messages": args["messages"]}},
