@@ -3,7 +3,8 @@
 Usage::
 
     python bench/datahub_actions.py [--messages N] [--rounds R] [--keep]
-                                    [--datahub-venv DIR] [--no-datahub]
+                                    [--datahub-venv DIR] [--datahub-sync-commits]
+                                    [--no-datahub]
 
 One embedded broker (Tansu), one 1-partition topic holding N DataHub MetadataChangeLog
 events (default 50 000, ~360 B each: the real schema, Confluent wire format, schema id 1;
@@ -29,6 +30,10 @@ is then consumed ``--rounds`` times by each of, in turn, each with a fresh group
     The action stops the source at the N-th event and the runner closes the pipeline,
     which commits at once; so the run does not wait for the 10 s auto-commit timer, which
     favours DataHub (a running DataHub Actions commits its last events up to 10 s later).
+    The runner's environment drops ``KAFKA_PROPERTIES_*`` and turns DataHub's env overrides,
+    lag monitor and telemetry off, so the pipeline is the same whatever the shell exports.
+    ``--datahub-sync-commits`` adds one run with ``async_commit_enabled: false`` (a
+    synchronous commit after each event), reported apart, not in the ratio.
 
 What is timed: the same window on every side, from the partition **assignment** (the end
 of the group join) to the moment the **last commit is durable**; process start-up,
@@ -53,7 +58,7 @@ smoke test) and ends with ``raw_ratio``.
 
 The DataHub venv (``--datahub-venv``, default ``~/.cache/kstage-bench/datahub-actions-
 <version>``) is created on first use with ``python -m venv`` and ``pip install`` of the
-pinned requirement (~4 min, ~400 MB), and reused while its marker file names the same
+pinned requirement (2-4 min here, ~250 MB), and reused while its marker file names the same
 pin. Timings on the shared 2-core machine are shared with the broker: only the ratios,
 measured in one run against the same broker and data, mean something.
 """
@@ -100,6 +105,12 @@ MARKER = ".kstage-bench-installed"
 DATAHUB_TIMEOUT_S = 900.0
 COMMIT_POLL_S = 0.01
 COMMIT_WAIT_S = 60.0  # after the N-th event: DataHub's close commits at once
+# The same pipeline whatever this shell exports: no KAFKA_PROPERTIES_* consumer overrides,
+# no lag monitor thread (off by default too), no telemetry.
+DATAHUB_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("KAFKA_PROPERTIES_")},
+               "DATAHUB_ACTIONS_KAFKA_ENV_PROPERTIES_ENABLED": "false",
+               "DATAHUB_ACTIONS_KAFKA_LAG_ENABLED": "false",
+               "DATAHUB_TELEMETRY_ENABLED": "false"}
 
 
 def default_venv() -> Path:
@@ -168,7 +179,7 @@ async def run_datahub(python: Path, bootstrap: str, registry: str, topic: str, n
         with open(log_path, "wb") as log:  # noqa: ASYNC230 - opened once, before the run
             proc = await asyncio.create_subprocess_exec(
                 str(python), "-P", str(RUNNER), json.dumps(args), cwd=workdir,
-                stdout=asyncio.subprocess.PIPE, stderr=log)
+                stdout=asyncio.subprocess.PIPE, stderr=log, env=DATAHUB_ENV)
         assert proc.stdout is not None
         polled: float | None = None
         assignments = 0
