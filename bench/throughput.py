@@ -122,7 +122,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from io import BytesIO
@@ -729,8 +730,9 @@ async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:
 
 # -- main ------------------------------------------------------------------------------
 
-async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
-                extra_processor: str | None) -> float:
+async def produce_workload(bootstrap: str, work: Workload) -> tuple[str, int]:
+    """Produce the workload's values once to a new 1-partition topic (then drop them from
+    memory); returns the topic and the message count."""
     topic = unique("bench")
     n = len(work.values)
     avg = sum(map(len, work.values)) / n
@@ -741,6 +743,12 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
     work.values = []
     print(f"broker {bootstrap}, topic {topic} (1 partition): {n} {work.name} messages of "
           f"{avg:.0f} B avg, produced in {t2 - t1:.1f} s", flush=True)
+    return topic, n
+
+
+async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
+                extra_processor: str | None) -> float:
+    topic, n = await produce_workload(bootstrap, work)
 
     raw_s: list[float] = []
     kstage_s: list[float] = []
@@ -800,6 +808,30 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
     return ks_rate / raw_rate
 
 
+@contextmanager
+def bench_run(keep: bool, prefix: str = "kstage-bench-") -> Iterator[tuple[EmbeddedBroker, Path]]:
+    """A new work directory and a started embedded broker for one benchmark run. The
+    broker is stopped (by its pid) at the end; the directory (configs, logs, tables) is
+    removed unless ``keep`` or the run failed."""
+    global BROKER_PID
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    broker = EmbeddedBroker()
+    try:
+        broker.start()
+        BROKER_PID = broker.pid
+        yield broker, workdir
+    except BaseException:
+        print(f"configs and logs kept in {workdir}", file=sys.stderr)
+        raise
+    else:
+        if keep:
+            print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        broker.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -820,12 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.messages < 1 or args.size < 1 or args.rounds < 1:
         parser.error("--messages, --size and --rounds must be positive")
 
-    workdir = Path(tempfile.mkdtemp(prefix="kstage-bench-"))
-    broker = EmbeddedBroker()
-    global BROKER_PID
-    try:
-        broker.start()
-        BROKER_PID = broker.pid
+    with bench_run(args.keep) as (broker, workdir):
         if args.format == "avro":
             work, extra = avro_workload(args.messages, workdir), "datahub_mcl"
         elif args.format == "spark":
@@ -836,16 +863,6 @@ def main(argv: list[str] | None = None) -> int:
             work, extra = json_workload(args.messages, args.size), None
         work.processor = args.processor or work.processor
         ratio = asyncio.run(bench(broker.bootstrap, work, args.rounds, workdir, extra))
-    except BaseException:
-        print(f"kstage configs and logs kept in {workdir}", file=sys.stderr)
-        raise
-    else:
-        if args.keep:
-            print(f"kstage configs, logs and tables kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    finally:
-        broker.stop()
     print(f"ratio={ratio:.2f}")
     return 0
 
