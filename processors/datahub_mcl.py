@@ -13,12 +13,12 @@ MetadataChangeProposal has the fields an MCL shares with it: :func:`change_row`)
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
+from processors.jsonfast import check, dumps_canonical
 
 JSON_CONTENT_TYPE = "application/json"
 JSON_PATCH_CONTENT_TYPE = "application/json-patch+json"
@@ -39,11 +39,7 @@ def _bytes_as_base64(value: object) -> str:
 
 def json_text(value: object) -> str | None:
     """Canonical JSON text (sorted keys, compact, UTF-8 kept, bytes as base64); None -> None."""
-    if value is None:
-        return None
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_bytes_as_base64
-    )
+    return None if value is None else dumps_canonical(value, _bytes_as_base64)
 
 
 def media_type(content_type: str) -> str:
@@ -53,13 +49,13 @@ def media_type(content_type: str) -> str:
 
 def is_json(content_type: str) -> bool:
     """True for ``application/json``, ignoring case and parameters such as charset."""
-    return media_type(content_type) == JSON_CONTENT_TYPE
+    return content_type == JSON_CONTENT_TYPE or media_type(content_type) == JSON_CONTENT_TYPE
 
 
 def record(parent: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any] | None:
     """The nested record ``parent[key]`` (None when null); PoisonMessage if not a record."""
     value = parent.get(key)
-    if value is not None and not isinstance(value, Mapping):
+    if value is not None and type(value) is not dict and not isinstance(value, Mapping):
         raise PoisonMessage(f"field {where}{key}={shown(value)} is not a record")
     return value
 
@@ -118,7 +114,7 @@ def generic_aspect_text(
         )
     try:
         text = value.decode("utf-8")
-        json.loads(text)
+        check(value, text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise PoisonMessage(
             f"field {where}.value={shown(value)} is not UTF-8 JSON ({type(exc).__name__}: {exc})"
@@ -138,7 +134,7 @@ def change_row(event: object, kind: str, aspect_text: AspectText) -> Row:
     decodes ``aspect`` and ``entityKeyAspect``. PoisonMessage when ``event`` is not a
     record, names its entity by neither entityUrn nor entityKeyAspect, or has a bad field.
     """
-    if not isinstance(event, Mapping):
+    if type(event) is not dict and not isinstance(event, Mapping):
         raise PoisonMessage(f"expected a {kind} record, got {type(event).__name__}")
     urn = opt_str(event, "entityUrn")
     key_aspect = aspect_text(record(event, "entityKeyAspect"), "entityKeyAspect")
