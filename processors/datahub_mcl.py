@@ -16,6 +16,8 @@ import base64
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
 from processors.jsonfast import check, dumps_canonical
@@ -207,12 +209,89 @@ class DatahubMclProcessor(Processor):
 
     def transform(self, message: Message) -> Sequence[Row]:
         mcl = message.value
-        row = change_row(mcl, "MetadataChangeLog", generic_aspect_text)
-        created = record(mcl, "created")
-        row["previous_aspect"] = generic_aspect_text(
-            record(mcl, "previousAspectValue"), "previousAspectValue"
-        )
-        row["previous_system_metadata"] = json_text(record(mcl, "previousSystemMetadata"))
-        row["created_time"] = None if created is None else req_int(created, "time", "created.")
-        row["created_actor"] = None if created is None else req_str(created, "actor", "created.")
+        row = _usual_row(mcl)
+        if row is None:  # anything unusual: the checks below say what, as they always did
+            row = _checked_row(mcl)
         return [with_coordinates(row, message)]
+
+
+def _checked_row(mcl: Any) -> Row:
+    """The MCL row through the field checks (:func:`change_row`), which name the field
+    of a PoisonMessage."""
+    row = change_row(mcl, "MetadataChangeLog", generic_aspect_text)
+    created = record(mcl, "created")
+    row["previous_aspect"] = generic_aspect_text(
+        record(mcl, "previousAspectValue"), "previousAspectValue"
+    )
+    row["previous_system_metadata"] = json_text(record(mcl, "previousSystemMetadata"))
+    row["created_time"] = None if created is None else req_int(created, "time", "created.")
+    row["created_actor"] = None if created is None else req_str(created, "actor", "created.")
+    return row
+
+
+_UNUSUAL = object()
+
+
+def _usual_aspect(aspect: object) -> object:
+    """:func:`generic_aspect_text` of a null or application/json aspect with UTF-8 JSON
+    bytes, else ``_UNUSUAL`` (other content types, bad values: the checked path)."""
+    if aspect is None:
+        return None
+    if type(aspect) is not dict or aspect.get("contentType") != JSON_CONTENT_TYPE:
+        return _UNUSUAL
+    value = aspect.get("value")
+    if type(value) is not bytes:
+        return _UNUSUAL
+    try:
+        orjson.loads(value)  # accepts UTF-8 JSON only, a subset of what json.loads does
+    except orjson.JSONDecodeError:
+        return _UNUSUAL  # json.loads may accept it (NaN...) or gives the error message
+    return value.decode("utf-8")
+
+
+def _usual_row(mcl: Any) -> Row | None:
+    """:func:`_checked_row` for the usual MCL, in fewer steps (the MCL topics carry
+    thousands per second); None when anything is unusual: a missing or mistyped field,
+    an entity named by its key aspect only, a non-JSON aspect, a bad ``created``.
+    The canonical JSON text is computed in the order the checked path does."""
+    if type(mcl) is not dict:
+        return None
+    get = mcl.get
+    urn, entity_type = get("entityUrn"), get("entityType")
+    aspect_name, change_type = get("aspectName"), get("changeType")
+    system, previous_system = get("systemMetadata"), get("previousSystemMetadata")
+    created = get("created")
+    if (type(urn) is not str or type(entity_type) is not str or type(aspect_name) is not str
+            or type(change_type) is not str or get("entityKeyAspect") is not None
+            or (system is not None and type(system) is not dict)
+            or (previous_system is not None and type(previous_system) is not dict)):
+        return None
+    run_id = None if system is None else system.get("runId")
+    if run_id is not None and type(run_id) is not str:
+        return None
+    created_time = created_actor = None
+    if created is not None:
+        if type(created) is not dict:
+            return None
+        created_time, created_actor = created.get("time"), created.get("actor")
+        if (type(created_time) is not int or not -(2**63) <= created_time < 2**63
+                or type(created_actor) is not str):
+            return None
+    aspect = _usual_aspect(get("aspect"))
+    previous = _usual_aspect(get("previousAspectValue"))
+    if aspect is _UNUSUAL or previous is _UNUSUAL:
+        return None
+    return {
+        "entity_urn": urn,
+        "entity_type": entity_type,
+        "aspect_name": aspect_name,
+        "change_type": change_type,
+        "aspect": aspect,
+        "system_metadata": json_text(system),
+        "entity_key_aspect": None,
+        "run_id": run_id,
+        "previous_aspect": previous,
+        "previous_system_metadata": json_text(previous_system),
+        "created_time": created_time,
+        "created_actor": created_actor,
+    }

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -35,6 +35,7 @@ _DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIM
     orjson.OPT_PASSTHROUGH_DATACLASS)
 _SORTED_OPTIONS = _DUMP_OPTIONS | orjson.OPT_SORT_KEYS
 _NATIVE = (str, int, float, list, tuple, dict)  # json serializes their subclasses itself
+_SCALARS = frozenset((str, int, bool, type(None)))
 
 
 class _Fallback(Exception):  # noqa: N818 - control flow, never escapes this module
@@ -73,6 +74,22 @@ def _hook(default: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
     return hook
 
 
+def _plain(items: Iterable[Any]) -> bool:
+    """Whether the values hold only str, int, bool, None, and lists and dicts of them
+    (the usual decoded event): orjson writes these as json does, or refuses them (an
+    integer beyond 64 bits, a lone surrogate, a non-string key)."""
+    for v in items:
+        t = type(v)
+        if t in _SCALARS:
+            continue
+        if t is dict:
+            if not _plain(v.values()):
+                return False
+        elif t is not list or not _plain(v):
+            return False
+    return True
+
+
 def _fast_dumps(value: Any, default: Callable[[Any], Any] | None, options: int) -> bytes | None:
     """orjson's bytes for ``value`` if they are ``json``'s (compact, UTF-8), else None."""
     try:
@@ -97,7 +114,13 @@ def _equal(back: Any, value: Any) -> bool:
 def dumps_compact(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
     """``json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=default)``
     encoded as UTF-8 (a lone surrogate raises UnicodeEncodeError, as that encoding does)."""
-    out = _fast_dumps(value, default, _DUMP_OPTIONS)
+    if type(value) is dict and _plain(value.values()):  # the usual row: no checks after
+        try:
+            return orjson.dumps(value)
+        except TypeError:  # a lone surrogate, an integer beyond 64 bits, a non-string key
+            out = None
+    else:
+        out = _fast_dumps(value, default, _DUMP_OPTIONS)
     if out is None:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=default)
         return text.encode("utf-8")
@@ -107,7 +130,13 @@ def dumps_compact(value: Any, default: Callable[[Any], Any] | None = None) -> by
 def dumps_canonical(value: Any, default: Callable[[Any], Any] | None = None) -> str:
     """Canonical JSON text: ``json.dumps`` with ``sort_keys=True``, ``separators=(",",
     ":")``, ``ensure_ascii=False`` and ``default``."""
-    out = _fast_dumps(value, default, _SORTED_OPTIONS)
+    if type(value) is dict and _plain(value.values()):  # the usual event: no checks after
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+        except TypeError:  # a lone surrogate, an integer beyond 64 bits, a non-string key
+            out = None
+    else:
+        out = _fast_dumps(value, default, _SORTED_OPTIONS)
     if out is None:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           default=default)
