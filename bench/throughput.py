@@ -804,7 +804,9 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
     if extra_processor:
         ks = await run_kstage(bootstrap, topic, n, workdir, work, extra_processor)
         print(f"kstage run --drain with {extra_processor} (not in the ratio): "
-              f"{n / ks.seconds:.0f} events/s ({ks.seconds:.2f} s)")
+              f"{n / ks.seconds:.0f} events/s ({ks.seconds:.2f} s; ratio "
+              f"{n / ks.seconds / raw_rate:.2f}; CPU in the window: Python "
+              f"{ks.window_cpu_s[0]:.1f} s, broker {ks.window_cpu_s[2]:.1f} s)")
     return ks_rate / raw_rate
 
 
