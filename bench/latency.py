@@ -2,51 +2,66 @@
 
 Usage::
 
-    python bench/latency.py [--sink jsonl|spark|both] [--messages N] [--rate R]
-                            [--max-messages M] [--flush-idle-s S] [--keep]
+    python bench/latency.py [--sink jsonl|spark|both] [--messages N | --duration-s S]
+                            [--rate R] [--max-messages M] [--flush-idle-s S]
+                            [--fetch-max-wait-ms MS] [--dump CSV] [--keep]
 
-For each sink, one embedded broker (Tansu) and a new 1-partition topic:
+For each sink, on one embedded broker (Tansu), each step on a new 1-partition topic:
 
 1. **kstage's maximum rate** (skipped when ``--rate`` is given): ``--max-messages``
-   events (default 20 000 JSONL, 30 000 Spark) are produced as a backlog and drained by
-   ``kstage run --drain`` with the same sink settings as step 2, timed from the
-   partition's assignment to the last commit (the method of ``bench/throughput.py``,
-   whose helpers this reuses). A short run: for Spark it includes the JVM's warm-up, so
+   events (default 100 000 JSONL, 30 000 Spark) are produced as a backlog and drained by
+   ``kstage run --drain`` with the same sink settings as step 3, timed from the
+   partition's assignment to the last commit (the method and helpers of
+   ``bench/throughput.py``). A short run: for Spark it includes the JVM's warm-up, so
    the figure is a floor of the steady-state rate.
-2. **Latency run** at half that rate (or ``--rate``): ``kstage run`` (no ``--drain``)
-   starts with a fresh group; once its partition is assigned a producer sends
-   ``--messages`` events paced at the rate (event ``i`` is due ``i / rate`` s after the
-   start; aiokafka ``linger_ms=0``), each **stamped with the wall clock when it is
-   handed to the producer**, inside its value. A reader in this process records the
-   wall-clock time at which each event's row becomes visible; latency = visible - stamp.
-   When every row is visible (or the timeout passes) kstage gets SIGTERM and must exit 0.
+2. **Baseline**: a raw aiokafka consumer (same ``fetch_max_wait_ms``) receives the same
+   number of paced JSON events at the same rate; its figure is receipt - stamp, what
+   the broker and the client take before any sink could write.
+3. **Latency run** at half the maximum (or ``--rate``): ``kstage run`` (no ``--drain``)
+   starts with a fresh group; once its partition is assigned, a producer **in a process
+   of its own** sends ``--messages`` events (default: ``--duration-s`` 30 s worth)
+   paced at the rate (event ``i`` is due ``i / rate`` s after the start; aiokafka
+   ``linger_ms=0``), each **stamped with the wall clock when it is handed to the
+   producer**, inside its value. A reader in this process records the wall-clock time
+   at which each event's row becomes visible; latency = visible - stamp. When every row
+   is visible kstage gets SIGTERM and must exit 0.
+
+The consumers' ``fetch_max_wait_ms`` is 10 (``--fetch-max-wait-ms``; kstage's default is
+500): Tansu answers a fetch only at about its max wait even when records arrived
+(measured with raw aiokafka at 200 events/s: receipt p50 127 ms at 500, 25 ms at 100,
+6 ms at 10), where Apache Kafka answers once ``fetch_min_bytes`` (1) is there.
 
 What "visible" means:
 
-* ``jsonl``: JSON values ``{"id", "stamp" (float seconds), filler}``, processor
-  ``json_rows``, ``sink: {type: jsonl}`` (fsync on, the default). The reader tails the
-  file every 2 ms and takes each complete line's arrival time: a line is visible once
-  kstage's ``write(2)`` returned (readers see the page cache; the fsync after it is part
-  of the figure only for the next batch).
+* ``jsonl``: JSON values ``{"id", "stamp" (float seconds), filler}`` (~200 B),
+  processor ``json_rows``, ``sink: {type: jsonl}`` (fsync on, the default). The reader
+  tails the file every 2 ms and takes each complete line's arrival time: a line is
+  visible once kstage's ``write(2)`` returned (readers see the page cache; the fsync
+  after it delays the next batch).
 * ``spark``: WhereHows Gobblin compaction events (the Avro events of
   ``bench/throughput.py --format spark``) whose event ``timestamp`` is the stamp (ms,
   mapped to ``log_event_time``), processor ``gobblin_compaction``, ``sink: {type: spark}``
   with the ``spark:`` defaults (``flush_max_rows`` 10 000, ``flush_min_rows`` 1 000,
   ``flush_max_interval_s`` 5, ``flush_idle_s`` 1; ``--flush-idle-s`` overrides the
-  last). The reader lists the table's Parquet files every 100 ms, as a fresh Spark
-  reader lists them (hidden ``_``/``.`` paths such as ``_temporary`` skipped: a file is
-  there once the append's job commit renamed it into place), and reads each new file's
-  ``_offset`` and ``log_event_time`` with pyarrow. The poll adds up to 100 ms to each
-  figure (50 ms on average). After the run a PySpark subprocess reads the table back by
-  path and checks that it holds every event exactly once.
+  last: 5 turns the idle flush off) and the group's (``max_in_flight`` 10 000). The
+  reader lists the table's Parquet files every 100 ms as a fresh Spark reader lists
+  them (hidden ``_``/``.`` paths such as ``_temporary`` skipped: a file is there once
+  the append's job commit renamed it into place) and reads each new file's ``_offset``
+  and ``log_event_time`` with pyarrow. The poll adds up to 100 ms to each figure (50 ms
+  on average). After the run a PySpark subprocess reads the table back by path and
+  checks that it holds every event exactly once.
 
-Reported per sink: p50, p99 and max of the latency in ms, the rate, and the last line
+Reported per sink: the baseline's and kstage's p50, p99 and max in ms, kstage's p99 per
+5 s of stamps (warm-up and stalls show there), the CPU seconds kstage (Python, JVM), the
+producer and the broker used during the run, and the last line
 ``<sink>: p99_ms=<p99> target_ms=<target> PASS|FAIL`` (JSONL target 100 ms; Spark
-``flush_max_interval_s`` + 1 s). With ``--sink both`` (the default) the two sinks run
-one after the other on the same broker and print one such line each, JSONL first.
+``flush_max_interval_s`` + 1 s = 6000 ms). With ``--sink both`` (the default) the two
+sinks run one after the other and print one such line each, JSONL first.
+``--dump CSV`` appends ``sink,stamp,latency_ms`` per event.
 
 On the shared 2-core machine the producer, the reader, kstage, its JVM and the broker
-share the cores: the figures are upper bounds of what a quiet machine gives.
+share the cores (with whatever else runs): the figures are upper bounds of what a
+quiet machine gives.
 """
 
 from __future__ import annotations
@@ -190,13 +205,22 @@ class ParquetReader:
         self.seen: dict[int, tuple[float, float]] = {}
         self._files: set[Path] = set()
 
+    def _visible_files(self) -> list[Path]:
+        """The Parquet files a Spark reader lists: hidden (``_``, ``.``) paths skipped;
+        the walk ignores directories that vanish (an append's ``_temporary``)."""
+        found = []
+        for top, dirs, files in os.walk(self.path):
+            dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+            found += [Path(top, f) for f in files
+                      if f.endswith(".parquet") and not f.startswith(("_", "."))]
+        return found
+
     def poll(self) -> None:
         if not self.path.is_dir():
             return
         now = time.time()
-        for file in self.path.rglob("*.parquet"):
-            parts = file.relative_to(self.path).parts
-            if file in self._files or any(p.startswith(("_", ".")) for p in parts):
+        for file in self._visible_files():
+            if file in self._files:
                 continue
             self._files.add(file)
             table = self.read_table(file, columns=["_offset", "log_event_time"])

@@ -2,7 +2,7 @@
 asserted: the figures depend on the machine's load).
 
 The benchmark starts its own embedded broker and one real ``kstage run``; 200 events at
-200/s (``--rate`` skips the maximum-rate run).
+400/s (``--rate`` skips the maximum-rate run).
 """
 
 from __future__ import annotations
