@@ -468,6 +468,10 @@ class SparkSettings(_Model):
     flush_max_interval_s: float = Field(
         5, gt=0, description="Longest wait of a row before its table is flushed."
     )
+    flush_idle_s: float = Field(
+        1, gt=0, description="Longest wait of a row while none of its table's appends runs: "
+        "a quiet table is flushed within about this long, below flush_min_rows (at most "
+        "about one append per flush_idle_s); at or above flush_max_interval_s: off.")
     max_session_restarts: int = Field(
         3, ge=0, description="New SparkSessions started after the Spark JVM died (or while "
         "its replacement fails to start) within session_restart_window_s; one more death "

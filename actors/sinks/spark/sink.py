@@ -519,7 +519,7 @@ def _short(exc: BaseException) -> str:
 def flush_limits(settings: SparkSettings) -> dict[str, Any]:
     """A :class:`TableWriter`'s flush limits from the ``spark:`` section."""
     return {"max_rows": settings.flush_max_rows, "min_rows": settings.flush_min_rows,
-            "max_interval_s": settings.flush_max_interval_s}
+            "max_interval_s": settings.flush_max_interval_s, "idle_s": settings.flush_idle_s}
 
 
 class SparkTableSink(TableSink):
