@@ -3,7 +3,9 @@ in-sync replicas before the message counts as finished.
 
 A dead-letter record keeps the failed message's key and value unchanged and its headers,
 and adds ``kstage.error.group``, ``.topic``, ``.partition``, ``.offset``, ``.processor``,
-``.type``, ``.message``, ``.attempts`` and ``.failed_at`` (UTF-8). The error message is
+``.type``, ``.message``, ``.attempts`` and ``.failed_at`` (UTF-8); a row a sink refused
+for good also ``.sink`` (the sink's name: ``dlq replay`` offers it to that sink only),
+``.sink_type`` and ``.status``. The error message is
 scrubbed of the settings' secrets like a dead-letter line's (it is taken from the line).
 Shared by every replica of the service, the topic survives pods with ephemeral disks.
 
@@ -33,6 +35,9 @@ HEADER_FIELDS = (("group", "group"), ("topic", "topic"), ("partition", "partitio
                  ("offset", "offset"), ("processor", "processor"), ("type", "error_type"),
                  ("message", "error"), ("attempts", "attempts"), ("failed_at", "failed_at"))
 
+# the same, only on the dead letters of rows a sink refused
+SINK_HEADER_FIELDS = (("sink", "sink"), ("sink_type", "sink_type"), ("status", "status"))
+
 _SEND_TIMEOUT_S = 60.0  # one send attempt; then the pipeline's backoff retries it
 
 
@@ -48,6 +53,9 @@ def topic_record(line: str
     for name, field in HEADER_FIELDS:
         value = rec.get(field)
         headers.append((HEADER_PREFIX + name, b"" if value is None else str(value).encode()))
+    for name, field in SINK_HEADER_FIELDS:
+        if rec.get(field) is not None:
+            headers.append((HEADER_PREFIX + name, str(rec[field]).encode()))
     return _unb64(rec.get("key")), _unb64(rec.get("value")), headers
 
 

@@ -138,7 +138,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from io import BytesIO
@@ -777,8 +778,9 @@ async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:
 
 # -- main ------------------------------------------------------------------------------
 
-async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
-                extra_processor: str | None, warmup: int = 0) -> float:
+async def produce_workload(bootstrap: str, work: Workload) -> tuple[str, int]:
+    """Produce the workload's values once to a new 1-partition topic (then drop them from
+    memory); returns the topic and the message count."""
     topic = unique("bench")
     n = len(work.values)
     avg = sum(map(len, work.values)) / n
@@ -789,6 +791,12 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
     work.values = []
     print(f"broker {bootstrap}, topic {topic} (1 partition): {n} {work.name} messages of "
           f"{avg:.0f} B avg, produced in {t2 - t1:.1f} s", flush=True)
+    return topic, n
+
+
+async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
+                extra_processor: str | None, warmup: int = 0) -> float:
+    topic, n = await produce_workload(bootstrap, work)
 
     raw_s: list[float] = []
     kstage_s: list[float] = []
@@ -863,7 +871,9 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
     if extra_processor:
         ks = await run_kstage(bootstrap, topic, n, workdir, work, extra_processor)
         print(f"kstage run --drain with {extra_processor} (not in the ratio): "
-              f"{n / ks.seconds:.0f} events/s ({ks.seconds:.2f} s)")
+              f"{n / ks.seconds:.0f} events/s ({ks.seconds:.2f} s; ratio "
+              f"{n / ks.seconds / raw_rate:.2f}; CPU in the window: Python "
+              f"{ks.window_cpu_s[0]:.1f} s, broker {ks.window_cpu_s[2]:.1f} s)")
     if warmup:
         raw_w, ks_w = statistics.median(raw_warm), statistics.median(ks_warm)
         jvm_us = statistics.median(ks.warm_cpu_s[1] / (n - ks.warm_from) * 1e6 for ks in runs)
@@ -874,6 +884,30 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
               + (", JVM JIT-cold)" if work.spark is not None else ")"))
         return ks_w / raw_w
     return ks_rate / raw_rate
+
+
+@contextmanager
+def bench_run(keep: bool, prefix: str = "kstage-bench-") -> Iterator[tuple[EmbeddedBroker, Path]]:
+    """A new work directory and a started embedded broker for one benchmark run. The
+    broker is stopped (by its pid) at the end; the directory (configs, logs, tables) is
+    removed unless ``keep`` or the run failed."""
+    global BROKER_PID
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    broker = EmbeddedBroker()
+    try:
+        broker.start()
+        BROKER_PID = broker.pid
+        yield broker, workdir
+    except BaseException:
+        print(f"configs and logs kept in {workdir}", file=sys.stderr)
+        raise
+    else:
+        if keep:
+            print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -907,12 +941,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= warmup < args.messages:
         parser.error("--warmup must be at least 0 and below --messages")
 
-    workdir = Path(tempfile.mkdtemp(prefix="kstage-bench-"))
-    broker = EmbeddedBroker()
-    global BROKER_PID
-    try:
-        broker.start()
-        BROKER_PID = broker.pid
+    with bench_run(args.keep) as (broker, workdir):
         if args.format == "avro":
             work, extra = avro_workload(args.messages, workdir), "datahub_mcl"
         elif args.format == "spark":
@@ -925,16 +954,6 @@ def main(argv: list[str] | None = None) -> int:
         work.processor = args.processor or work.processor
         ratio = asyncio.run(bench(broker.bootstrap, work, args.rounds, workdir, extra,
                                   warmup))
-    except BaseException:
-        print(f"kstage configs and logs kept in {workdir}", file=sys.stderr)
-        raise
-    else:
-        if args.keep:
-            print(f"kstage configs, logs and tables kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    finally:
-        broker.stop()
     print(f"ratio={ratio:.2f}")
     return 0
 

@@ -10,10 +10,10 @@ The table layout is kstage's (DataHub has no staging DDL): one row per entity ch
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from processors import jsonfast
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.datahub_mcl import is_json, json_text, record, req_int, req_str, shown
 from processors.errors import PoisonMessage
@@ -37,7 +37,7 @@ def parse_entity_change(payload: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(value, bytes):
         raise PoisonMessage(f"field payload.value={shown(value)} is missing or not bytes")
     try:
-        event = json.loads(value.decode("utf-8"))
+        event = jsonfast.loads(value.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise PoisonMessage(
             f"field payload.value={shown(value)} is not UTF-8 JSON ({type(exc).__name__}: {exc})"

@@ -29,13 +29,13 @@ comes from the coordinates.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
+from processors import jsonfast
 from processors.base import Message, NoOptions, Processor, Row
 from processors.datahub_platform_event import DatahubEntityChangeProcessor
 
@@ -122,7 +122,7 @@ class DatahubEntityChangeWebhookProcessor(Processor):
                 continue
             params = row["parameters"]
             # the parent's canonical JSON text of a JSON object: loads gives the dict back
-            row["parameters"] = None if params is None else json.loads(params)
+            row["parameters"] = None if params is None else jsonfast.loads(params)
             out.append(row)
         return out
 

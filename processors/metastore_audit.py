@@ -15,7 +15,6 @@ and ``metadata-etl/src/main/java/metadata/etl/kafka/MetastoreAuditProcessor.java
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from pydantic import BaseModel
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
 from processors.gobblin import ClusterOptions, match_cluster_code, shown
+from processors.jsonfast import dumps_canonical
 
 NO_PARTITION = "?"
 """time_partition (and instance) placeholder: both are NOT NULL and in the key."""
@@ -82,11 +82,7 @@ def _bytes_as_base64(value: object) -> str:
 def info_json(record: Mapping[str, Any] | None) -> str | None:
     """JSON text of a table/partition record: sorted keys, compact, UTF-8 kept, bytes as
     standard base64 (the Table/Partition records have no bytes fields today)."""
-    if record is None:
-        return None
-    return json.dumps(
-        record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_bytes_as_base64
-    )
+    return None if record is None else dumps_canonical(record, _bytes_as_base64)
 
 
 def time_partition(values: object, where: str) -> str:

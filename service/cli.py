@@ -267,11 +267,17 @@ def _ops(args: argparse.Namespace) -> int:
 def _merge(path: str, table: str | None) -> int:
     import asyncio  # noqa: PLC0415
 
+    from actors.sinks.checks import missing_packages  # noqa: PLC0415
     from actors.sinks.spark.merge import MergeError, merge  # noqa: PLC0415
     from actors.sinks.spark.sink import stop_spark_actors  # noqa: PLC0415
 
     settings = _load(path)
     configure_logging("WARNING", settings.service.log_format)
+    # The merge runs on Spark: say what to install before loading a table.
+    missing = missing_packages(["spark"])
+    if missing:
+        print(f"kstage merge: {'; '.join(missing)}", file=sys.stderr)
+        return EXIT_CONFIG
 
     async def go() -> list[str]:
         try:

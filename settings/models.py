@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from importlib.metadata import EntryPoint, entry_points
 from typing import Annotated, Any, Literal, NoReturn
@@ -207,6 +208,16 @@ class SinkSettings(_Model):
 
     type: str = Field("null", description="Sink type: a name in the entry-point group "
                       "kstage.sinks (built-in: null, jsonl, http, spark, jdbc).")
+    name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]{1,64}$", description="The sink's name in dead "
+        "letters, metrics and /readyz (letters, digits, '.', '_', '-'); default: its type, "
+        "or TYPE#K (K: its index in sinks) when a topic's sinks repeat the type.")
+
+    def destination(self) -> str:
+        """What the sink writes, for refusing two sinks of one topic that would write the
+        same place: by default the sink's type and settings (its name aside); a sink
+        whose destination is one key of several (a file's path, a table) narrows it."""
+        return f"{self.type} sink {self.model_dump_json(exclude={'name'})}"
 
     @model_validator(mode="wrap")
     @classmethod
@@ -306,9 +317,14 @@ class TopicSettings(_Model):
         None, description="avro: registry subject of the value schema (default TOPIC-value)."
     )
     # SerializeAsAny: a dump holds the sink type's own keys, not only ``type``.
-    sink: SerializeAsAny[SinkSettings] = Field(
+    sink: SerializeAsAny[SinkSettings] | None = Field(
         default_factory=lambda: SinkSettings.model_validate({"type": "null"}),
-        description="Destination: ``type`` and that sink type's own keys.")
+        description="Destination: ``type`` and that sink type's own keys (default: a null "
+        "sink). None when the topic names its destinations in ``sinks``.")
+    sinks: list[SerializeAsAny[SinkSettings]] | None = Field(
+        None, min_length=1, description="Fan-out, instead of ``sink``: every row goes to "
+        "every sink; an offset is committed once every sink accepted (or dead-lettered) "
+        "its rows. Sinks have unique names (``name``) and distinct destinations.")
     failure: FailureSettings | None = Field(None, description="Overrides the group's failure.")
     filter: FilterSettings | None = Field(
         None, description="Messages the processor sees (include/exclude PATH: [VALUE, ...]); "
@@ -316,6 +332,77 @@ class TopicSettings(_Model):
     options: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
 
     _topic = field_validator("topic", "processor")(_name)
+
+    @field_validator("sinks")
+    @classmethod
+    def _distinct_sinks(cls, sinks: list[SinkSettings] | None) -> list[SinkSettings] | None:
+        if sinks is None:
+            return None
+        problems: list[InitErrorDetails] = []
+        names: dict[str, int] = {}
+        places: dict[str, int] = {}
+        for k, (name, settings) in enumerate(zip(sink_names(sinks), sinks, strict=True)):
+            if name in names:
+                problems.append(InitErrorDetails(type=PydanticCustomError(
+                    "sink_name", "sinks[{first}] is named '{name}' too; give each sink a "
+                    "unique name", {"first": names[name], "name": name}),
+                    loc=(k, "name"), input=name))
+            names.setdefault(name, k)
+            place = settings.destination()
+            if place in places:
+                problems.append(InitErrorDetails(type=PydanticCustomError(
+                    "sink_destination", "sinks[{first}] writes the same destination "
+                    "({place}): every row would be written twice", {
+                        "first": places[place], "place": place[:200]}),
+                    loc=(k,), input=None))
+            places.setdefault(place, k)
+        if problems:
+            raise ValidationError.from_exception_data("TopicSettings", problems,
+                                                      hide_input=True)
+        return sinks
+
+    @model_validator(mode="after")
+    def _one_sink_form(self) -> TopicSettings:
+        if self.sinks is not None:
+            if self.sink is not None and "sink" in self.model_fields_set:
+                _topic_error("sinks", "sink and sinks are exclusive: write one sink as "
+                             "sink: {...}, several as sinks: [{...}, ...]")
+            object.__setattr__(self, "sink", None)  # frozen: set once, here
+        elif self.sink is None:
+            _topic_error("sink", "sink: null is no sink; omit sink for a null sink")
+        return self
+
+    def named_sinks(self) -> list[NamedSink]:
+        """The topic's sinks, one for ``sink:``: each with its name and settings path."""
+        if self.sinks is None:
+            sink = self.sink or SinkSettings.model_validate({"type": "null"})
+            return [NamedSink(sink_names([sink])[0], sink, ("sink",))]
+        return [NamedSink(name, sink, ("sinks", k)) for k, (name, sink) in
+                enumerate(zip(sink_names(self.sinks), self.sinks, strict=True))]
+
+
+def _topic_error(key: str, message: str) -> NoReturn:
+    raise ValidationError.from_exception_data("TopicSettings", [InitErrorDetails(
+        type=PydanticCustomError("sink_form", message), loc=(key,), input=None)],
+        hide_input=True)
+
+
+@dataclass(frozen=True, slots=True)
+class NamedSink:
+    """One sink of a topic: its name (dead letters, metrics, ``/readyz``), its settings
+    and where they are, relative to the topic (``("sink",)`` or ``("sinks", K)``)."""
+
+    name: str
+    settings: SinkSettings
+    path: tuple[str | int, ...]
+
+
+def sink_names(sinks: list[SinkSettings]) -> list[str]:
+    """Each sink's name: its ``name``, else its type, else ``TYPE#K`` when the type
+    repeats in ``sinks`` (K: its index)."""
+    types = [s.type for s in sinks]
+    return [s.name or (s.type if types.count(s.type) == 1 else f"{s.type}#{k}")
+            for k, s in enumerate(sinks)]
 
 
 class GroupSettings(_Model):
@@ -381,6 +468,10 @@ class SparkSettings(_Model):
     flush_max_interval_s: float = Field(
         5, gt=0, description="Longest wait of a row before its table is flushed."
     )
+    flush_idle_s: float = Field(
+        1, gt=0, description="Longest wait of a row while none of its table's appends runs: "
+        "a quiet table is flushed within about this long, below flush_min_rows (at most "
+        "about one append per flush_idle_s); at or above flush_max_interval_s: off.")
     max_session_restarts: int = Field(
         3, ge=0, description="New SparkSessions started after the Spark JVM died (or while "
         "its replacement fails to start) within session_restart_window_s; one more death "
@@ -472,7 +563,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _merge_needs_spark(self) -> Settings:
         if self.merge.interval_s is not None and not any(
-                t.sink.type == "spark" for g in self.groups for t in g.topics):
+                s.settings.type == "spark" for g in self.groups for t in g.topics
+                for s in t.named_sinks()):
             raise ValueError("merge.interval_s is set but no topic has a sink of type spark "
                              "(the merge folds spark staging tables)")
         return self

@@ -1,10 +1,12 @@
 """Sinks: the contract (:mod:`.base`), the registry of sink types (:mod:`.registry`),
-the sink loop (:mod:`.runner`) and the built-in sinks: files (:mod:`.files`), HTTP
-(:mod:`.http`), the table sinks' shared machinery (:mod:`.table`), Spark staging tables
-and their merge (:mod:`.spark`) and JDBC (:mod:`.jdbc`)."""
+the sink loop (:mod:`.runner`), the fan-out to several sinks (:mod:`.fanout`) and the
+built-in sinks: files (:mod:`.files`), HTTP (:mod:`.http`), the table sinks' shared
+machinery (:mod:`.table`), Spark staging tables and their merge (:mod:`.spark`) and JDBC
+(:mod:`.jdbc`)."""
 
 from actors.errors import PermanentSinkError, SinkError
 from actors.sinks.base import RefuseRows, Sink, SinkCapabilities, SinkContext, SinkSettingsBase
+from actors.sinks.fanout import FanOutSink, run_fanout
 from actors.sinks.files import JsonlSink, NullSink
 from actors.sinks.registry import ENTRY_POINT_GROUP, SinkTypeError, available, build_sink, load
 from actors.sinks.runner import END, Fence, SinkBatch, run_sink
@@ -17,6 +19,7 @@ __all__ = [
     "Row",
     "SinkError",
     "ENTRY_POINT_GROUP",
+    "FanOutSink",
     "Fence",
     "JsonlSink",
     "NullSink",
@@ -30,5 +33,6 @@ __all__ = [
     "available",
     "build_sink",
     "load",
+    "run_fanout",
     "run_sink",
 ]

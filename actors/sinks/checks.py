@@ -67,18 +67,30 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
     for gi, group in enumerate(settings.groups):
         for ti, topic in enumerate(group.topics):
             here: ConfigPath = ("groups", gi, "topics", ti)
-            kind = topic.sink.type
-            if kind not in reported:  # once per sink type, at its first topic
-                reported.add(kind)
-                problems += [((*here, "sink", "type"), line)
-                             for line in missing_packages([kind])]
             cls = processors.get(topic.processor)
-            if cls is None:
-                continue
-            sink = build_sink(topic.sink)  # built, never opened
-            sink.bind(SinkContext(
-                label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
-                processor=topic.processor, columns=tuple(cls.columns), table=cls.table,
-                key=tuple(cls.key), settings=settings))
-            problems += [((*here, *key), why) for key, why in sink.check()]
+            for named in topic.named_sinks():
+                where: ConfigPath = (*here, *named.path)
+                kind = named.settings.type
+                if kind not in reported:  # once per sink type, at its first use
+                    reported.add(kind)
+                    problems += [((*where, "type"), line)
+                                 for line in missing_packages([kind])]
+                if cls is None:
+                    continue
+                sink = build_sink(named.settings)  # built, never opened
+                sink.bind(SinkContext(
+                    label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
+                    processor=topic.processor, columns=tuple(cls.columns), table=cls.table,
+                    key=tuple(cls.key), settings=settings))
+                # a sink names its keys as under sink:; under sinks: they are sinks.K.<key>
+                problems += [((*here, *_under(key, named.path)), why)
+                             for key, why in sink.check()]
     return problems
+
+
+def _under(key: tuple[str, ...], path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """A sink's problem ``key`` (relative to the topic, ``("sink", ...)`` for its own
+    keys) for the sink at ``path`` of the topic."""
+    if key and key[0] == "sink":
+        return (*path, *key[1:])
+    return key

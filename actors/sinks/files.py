@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from actors.appends import torn_tail, write_all
 from actors.errors import SinkError
 from actors.sinks.base import Sink, SinkSettingsBase
 from processors.base import Row
+from processors.jsonfast import dumps_compact
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ class JsonlSinkSettings(SinkSettingsBase):
     path: str = Field(min_length=1, description="Output file (appended; created 0644).")
     fsync: bool = Field(True, description="fsync after every write (off: faster, but a "
                         "machine crash can lose acknowledged rows).")
+
+    def destination(self) -> str:
+        return f"jsonl file {os.path.normpath(self.path)}"
 
 
 class NullSink(Sink):
@@ -109,9 +112,7 @@ class JsonlSink(Sink):
     async def write(self, rows: Sequence[Row]) -> None:
         if not rows:
             return
-        data = "".join(
-            json.dumps(r, ensure_ascii=False, default=_default) + "\n" for r in rows
-        ).encode("utf-8")
+        data = b"".join([dumps_compact(r, _default) + b"\n" for r in rows])
         try:
             await asyncio.to_thread(self._write, data)
         except OSError as exc:

@@ -61,7 +61,6 @@ import asyncio
 import base64
 import dataclasses
 import enum
-import json
 import logging
 import random
 import re
@@ -80,6 +79,7 @@ from actors.errors import SinkAuthError, SinkError
 from actors.sinks.base import Sink, SinkCapabilities, SinkSettingsBase
 from processors.backoff import Jitter, backoff_s
 from processors.base import Row
+from processors.jsonfast import dumps_compact
 from processors.schema_registry import Sleep, describe_transport_error
 from processors.schema_registry import _retry_after as retry_after_s
 
@@ -508,7 +508,7 @@ class HttpSink(Sink):
     async def _send(self, client: httpx.AsyncClient, request: _Request) -> None:
         s = self.settings
         payload: object = request.rows if s.batch else request.rows[0]
-        body = json.dumps(payload, ensure_ascii=False, default=_json_default).encode("utf-8")
+        body = dumps_compact(payload, _json_default)
         headers = {s.idempotency_header: request.key} if s.idempotency_header else {}
         shown = _shown(request.url)
         where = _partition_of(request.rows[0])

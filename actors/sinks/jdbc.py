@@ -118,6 +118,10 @@ class JdbcSinkSettings(SinkSettingsBase):
         "kstage's connectTimeout=10, socketTimeout=120, loginTimeout=10, "
         "reWriteBatchedInserts=true).")
 
+    def destination(self) -> str:
+        table = self.table or "(the processor's)"
+        return f"jdbc table {table} at {safe_url(self.url)}"
+
     @field_validator("url")
     @classmethod
     def _jdbc_url(cls, value: str) -> str:

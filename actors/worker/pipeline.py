@@ -51,6 +51,7 @@ from settings.models import (
     FailureMode,
     FailureSettings,
     FilterSettings,
+    NamedSink,
     Settings,
     TopicSettings,
 )
@@ -132,17 +133,38 @@ async def no_wait(seconds: float) -> bool:
     return False
 
 
-def bound_sink(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
-               label: str, refuse: RefuseRows, health: SinkHealth | None = None) -> Sink:
-    """The topic's sink, bound as every run of a pipeline binds it (the worker, ``dlq
-    replay``): the processor's columns and table, the whole settings (e.g. the
-    ``spark:`` section), its health, and where refused rows go."""
-    sink = build_sink(topic.sink)
-    sink.bind(SinkContext(
-        label=label, topic=topic.topic, processor=topic.processor,
-        columns=tuple(processor_cls.columns), table=processor_cls.table,
-        key=tuple(processor_cls.key), settings=settings, health=health, refuse=refuse))
-    return sink
+@dataclass(frozen=True, slots=True)
+class BoundSink:
+    """One of a topic's sinks, built and bound (not opened): its name and settings
+    (:class:`~settings.models.NamedSink`) and the sink."""
+
+    named: NamedSink
+    sink: Sink
+
+    @property
+    def name(self) -> str:
+        return self.named.name
+
+
+def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
+                label: str, refuse: Callable[[NamedSink], RefuseRows],
+                health: Callable[[str], SinkHealth | None] | None = None) -> list[BoundSink]:
+    """The topic's sinks (one for ``sink:``, every one of ``sinks:``), bound as every run
+    of a pipeline binds them (the worker, ``dlq replay``): the processor's columns and
+    table, the whole settings (e.g. the ``spark:`` section), each sink's health (by its
+    name) and where the rows it refuses go (``refuse(named)``: dead letters naming it)."""
+    bound = []
+    sinks = topic.named_sinks()
+    for named in sinks:
+        sink = build_sink(named.settings)
+        sink.bind(SinkContext(
+            label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
+            topic=topic.topic, processor=topic.processor,
+            columns=tuple(processor_cls.columns), table=processor_cls.table,
+            key=tuple(processor_cls.key), settings=settings,
+            health=None if health is None else health(named.name), refuse=refuse(named)))
+        bound.append(BoundSink(named, sink))
+    return bound
 
 
 def value_decoder(topic: TopicSettings, avro: AvroDecoder | None
@@ -428,12 +450,27 @@ class RecordPipeline:
         finally:
             self.stats["retried"] += self.failure.retries - retries_before
 
-    async def refuse(self, rows: list[Row], status: int, body_head: str) -> None:
+    def refuser(self, sink: NamedSink) -> RefuseRows:
+        """The dead-letter handler of the rows ``sink`` refuses for good (see
+        :meth:`refuse`)."""
+        async def refuse(rows: list[Row], status: int, body_head: str) -> None:
+            await self.refuse(rows, status, body_head, sink=sink)
+        return refuse
+
+    async def refuse(self, rows: list[Row], status: int, body_head: str, *,
+                     sink: NamedSink | None = None) -> None:
         """A sink refused rows for good (e.g. HTTP 4xx): dead-letter each, durably, so the
-        partition moves on and nothing is lost."""
+        partition moves on and nothing is lost. Each dead letter names the sink
+        (``sink``: its name, ``sink_type``): ``dlq replay`` offers the row to that sink
+        only, the topic's other sinks had it already. ``sink``: the topic's only sink
+        when not given."""
+        if sink is None:
+            sink = self.topic.named_sinks()[0]
+        kind = sink.settings.type
         what = ("could not send the rows" if status == 0  # e.g. a URL template field missing
                 else f"answered {status}")
-        error = PermanentSinkError(f"{self.topic.sink.type} sink {what}: {body_head[:200]}")
+        named = f"{kind} sink" if sink.name == kind else f"{kind} sink {sink.name!r}"
+        error = PermanentSinkError(f"{named} {what}: {body_head[:200]}")
         for row in rows:
             self.stats["failed"] += 1
             # The batch is not acked until every line is written: retried until then, or
@@ -444,11 +481,11 @@ class RecordPipeline:
                 timestamp=int(row.get("_timestamp", 0)), key=None,
                 value=json.dumps(row, default=str).encode(), headers=(),
                 processor=self.topic.processor, exc=error, attempts=1,
-                extra={"sink": self.topic.sink.type, "status": status,
+                extra={"sink": sink.name, "sink_type": kind, "status": status,
                        "response_body": body_head},
             ), _sleep_on)
-        logger.warning("%s: %d row(s) refused by the sink with status %d; dead-lettered to %s",
-                       self.label, len(rows), status,
+        logger.warning("%s: %d row(s) refused by sink %r with status %d; dead-lettered to %s",
+                       self.label, len(rows), sink.name, status,
                        self.failure.settings.dead_letter_places())
 
     async def write_dead_letter(self, line: str, sleep: Sleep) -> bool:
@@ -496,5 +533,6 @@ class RecordPipeline:
             return True
 
 
-__all__ = ["FILTERED", "Processed", "Record", "RecordLike", "RecordPipeline", "bound_sink",
+__all__ = ["FILTERED", "BoundSink", "Processed", "Record", "RecordLike", "RecordPipeline",
+           "bound_sinks",
            "key_decoder", "no_wait", "value_decoder"]

@@ -172,8 +172,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                     position = await consumer.position(tp)
             except (IllegalStateError, KafkaError, TimeoutError):
                 continue  # errors of the partition surface from the next poll
-            if w.in_flight or not self.live(tp, gen):
-                return  # something was fetched or revoked meanwhile
+            if w.in_flight or not self.live(tp, gen) or tp in w.lanes:
+                return  # fetched, revoked or parked meanwhile (a lane that threw stays)
             advanced = tracker.advance(tp, position) or advanced
         if advanced and committer.policy.per_message:
             await committer.commit()  # no commit loop in this mode

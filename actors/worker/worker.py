@@ -14,7 +14,9 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
   offset tracker. A message whose retries wait (``failure.mode: retry``) parks its
   partition: paused, it goes on in a lane task of its own, in order, while the other
   partitions keep flowing; a revoke of the partition cancels the wait at once.
-* **sink** (:func:`actors.sinks.run_sink`) writes batches in order and acks them.
+* **sink** (:func:`actors.sinks.run_sink`, one per sink of the topic, fed by
+  :func:`actors.sinks.run_fanout`) writes batches in order and acks them; a batch is
+  acked to the commit task once every sink acked it.
 * **commit** (:class:`~actors.worker.committer.Committer`) commits, per commit mode,
   only offsets whose work the sink acked, only contiguous ones; also on partition revoke
   (:class:`~actors.worker.rebalance.Rebalance`), after draining.
@@ -33,6 +35,8 @@ had already acked is committed, never the cancelled work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -47,10 +51,10 @@ from actors.kafka import build_consumer, connection_kwargs, coordinator_known
 from actors.metrics import Metrics
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
-from actors.sinks import END, Fence, Sink, SinkBatch, run_sink
+from actors.sinks import END, FanOutSink, Fence, SinkBatch, run_fanout
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
-from actors.worker.pipeline import RecordPipeline, bound_sink
+from actors.worker.pipeline import BoundSink, RecordPipeline, bound_sinks
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder
@@ -73,6 +77,12 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | No
     return None
 
 
+def _flush_all(sinks: list[BoundSink]) -> None:
+    """Every sink of a fan-out flushes soon (see :meth:`Sink.flush_soon`)."""
+    for bound in sinks:
+        bound.sink.flush_soon()
+
+
 class _Lane:
     """A partition parked by a retry wait (``failure.mode: retry``): its own task works
     through the failing message's retries, the rest of its batch and the batches fetched
@@ -92,7 +102,8 @@ class _Lane:
 
 
 class Worker:
-    """Consumes one topic in one group and lands its messages in one sink.
+    """Consumes one topic in one group and lands its messages in the topic's sinks (one,
+    or several for a fan-out: :mod:`actors.sinks.fanout`).
 
     Args:
         settings: the whole configuration (for kafka client settings).
@@ -167,7 +178,9 @@ class Worker:
         self._drained_reported = False
         self._consumer: AIOKafkaConsumer | None = None
         self._sink_open = False
-        self._sink_health = SinkHealth(settings.supervisor.sink_unready_after_s)
+        # Each sink's health, by name (a topic's sinks: one, or several for a fan-out).
+        self._sink_health = {named.name: SinkHealth(settings.supervisor.sink_unready_after_s)
+                             for named in topic.named_sinks()}
         self.flush_soon: Callable[[], None] | None = None
         self.fence = Fence()
         self.process_ended = False
@@ -216,7 +229,8 @@ class Worker:
             "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
             "waiting_for": self.waiting_for,
-            "sink_error": self._sink_health.reason(),
+            "sink_error": self.sink_error(),
+            "sinks": {name: health.reason() for name, health in self._sink_health.items()},
             "dead_letter_error": self.dead_letter_error,
             # start_from at this process's start: per partition, the messages skipped
             # (latest) or read again (earliest); empty with committed.
@@ -287,15 +301,18 @@ class Worker:
         """Run until stopped (returns) or crashed (raises). Cancel to abort."""
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
-        sink = bound_sink(self.settings, self.topic, self._processor_cls, label=self.label,
-                          refuse=self.pipeline.refuse, health=self._sink_health)
+        sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
+                            refuse=self.pipeline.refuser, health=self._sink_health.get)
         # A micro-batching sink flushes early when this worker cannot send it more rows.
-        self.flush_soon = sink.flush_soon
+        self.flush_soon = (sinks[0].sink.flush_soon if len(sinks) == 1
+                           else functools.partial(_flush_all, sinks))
         await processor.start()
         try:
-            await sink.open()
-            self._sink_open = True
-            try:
+            async with contextlib.AsyncExitStack() as opened:  # closes the sinks it opened
+                for bound in sinks:
+                    await bound.sink.open()
+                    opened.push_async_callback(bound.sink.close)
+                self._sink_open = True
                 consumer = self._consumer = self.committer.consumer = build_consumer(
                     self.settings, self.group, self._bootstrap, self.topic.topic
                 )
@@ -303,11 +320,9 @@ class Worker:
                 try:
                     consumer.subscribe([self.topic.topic], listener=self.rebalance)
                     logger.info("%s: started, joining group %s", self.label, self.group_id)
-                    await self._run_loops(consumer, sink)
+                    await self._run_loops(consumer, sinks)
                 finally:
                     await asyncio.shield(self._close_consumer())
-            finally:
-                await sink.close()
         finally:
             try:
                 await processor.stop()
@@ -315,13 +330,13 @@ class Worker:
                 if self.pipeline.dead_letter_topic is not None:
                     await self.pipeline.dead_letter_topic.close()
 
-    async def _run_loops(self, consumer: AIOKafkaConsumer, sink: Sink) -> None:
+    async def _run_loops(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink]) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 tg.create_task(self.fetcher.run(consumer), name=f"{self.label}:fetch")
                 tg.create_task(self._process_loop(), name=f"{self.label}:process")
-                tg.create_task(self._sink_loop(sink), name=f"{self.label}:sink")
+                tg.create_task(self._sink_loop(sinks), name=f"{self.label}:sink")
                 tg.create_task(self.committer.run(self._sink_done),
                                name=f"{self.label}:commit")
         except BaseExceptionGroup as group:
@@ -507,10 +522,12 @@ class Worker:
 
     async def _run_lane(self, tp: TopicPartition, lane: _Lane, records: list[Any],
                         exc: Exception) -> None:
+        process = self._process_each if self.committer.policy.per_message \
+            else self._process_batch
         try:
-            finished = await self._process_batch(tp, records, lane=lane, failed=exc)
+            finished = await process(tp, records, lane=lane, failed=exc)
             while finished and lane.queue:
-                finished = await self._process_batch(tp, lane.queue.pop(0), lane=lane)
+                finished = await process(tp, lane.queue.pop(0), lane=lane)
         except MessageFailedError as failure:
             # throw after the retries: the worker stops; what was done before is committed
             finished = False
@@ -548,23 +565,44 @@ class Worker:
             lane.held -= count
         self.room.set()
 
-    async def _process_each(self, tp: TopicPartition, records: list[Any]) -> bool:
-        """per_message mode: write, await the ack and commit after every message."""
+    async def _process_each(self, tp: TopicPartition, records: list[Any], *,
+                            lane: _Lane | None = None,
+                            failed: Exception | None = None) -> bool:
+        """per_message mode: write, await the ack and commit after every message.
+
+        A message that fails with retries ahead parks its partition as in
+        :meth:`_process_batch`; in its lane (``failed``: the error of ``records[0]``'s
+        first attempt) the retries wait in place and each message is still committed
+        before the next.
+        """
         pipeline = self.pipeline
+        gen = self._current_gen if lane is None else lane.gen
         if not await pipeline.fetch_schemas(records):
-            self.in_flight -= len(records)
+            self._drop(len(records), lane)
             return False
         for i, rec in enumerate(records):
             try:
-                done = await pipeline.handle(rec)
-            except MessageFailedError:
-                self.in_flight -= len(records) - i
+                if failed is not None and i == 0:
+                    raise failed
+                rows, _ = await pipeline.transform(rec)
+            except asyncio.CancelledError:
                 raise
-            if done.outcome is Outcome.ABANDONED:
-                self.in_flight -= len(records) - i
-                return False
+            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+                if lane is None and self._parks(exc):
+                    self._park(tp, records[i:], exc)
+                    return True
+                try:
+                    outcome, result = await pipeline.on_failure(rec, exc)
+                except MessageFailedError:
+                    self._drop(len(records) - i, lane)
+                    raise
+                if outcome is Outcome.ABANDONED:
+                    self._drop(len(records) - i, lane)
+                    return False
+                rows = result[0] if outcome is Outcome.RECOVERED else ()
             self.stats["processed"] += 1
-            batch = await self._ship(tp, list(done.rows), rec.offset + 1, 1, savepoint=True)
+            batch = await self._ship(tp, list(rows), rec.offset + 1, 1, savepoint=True,
+                                     gen=gen, lane=lane)
             while not (batch.entry.done or batch.entry.cancelled):
                 self.progress.clear()
                 await self.progress.wait()
@@ -596,18 +634,27 @@ class Worker:
 
     # -- sink and acks ---------------------------------------------------------------
 
-    async def _sink_loop(self, sink: Sink) -> None:
+    async def _sink_loop(self, sinks: list[BoundSink]) -> None:
         try:
-            observe = None
-            if self.metrics is not None:
-                observe = self.metrics.sink_write_seconds.labels(
-                    self.group_id, self.topic.topic, self.topic.sink.type).observe
-            await run_sink(sink, self.outbox, self._on_ack, label=self.label,
-                           on_write_seconds=observe, fence=self.fence,
-                           health=self._sink_health)
+            metric = None if self.metrics is None else self.metrics.sink_write_seconds
+            await run_fanout(
+                [FanOutSink(bound.name, bound.sink, self._sink_health[bound.name],
+                            None if metric is None else metric.labels(
+                                self.group_id, self.topic.topic, bound.name).observe)
+                 for bound in sinks],
+                self.outbox, self._on_ack, label=self.label, fence=self.fence)
         finally:
             self._sink_done.set()
             self.committer.due.set()
+
+    def sink_error(self) -> str | None:
+        """Why the sinks are not ready (None: they are); each failing sink of a fan-out
+        named."""
+        if len(self._sink_health) == 1:
+            return next(iter(self._sink_health.values())).reason()
+        reasons = [f"sink {name!r}: {reason}" for name, health in self._sink_health.items()
+                   if (reason := health.reason()) is not None]
+        return "; ".join(reasons) or None
 
     def _on_ack(self, batch: SinkBatch) -> None:
         entry = batch.entry
@@ -642,8 +689,8 @@ class Worker:
                 position = await consumer.position(tp)
             except IllegalStateError:
                 return
-            if position < hw or tracker.pending_count(tp):
-                return
+            if position < hw or tracker.pending_count(tp) or tp in self.lanes:
+                return  # a retry lane (waiting, or abandoned by a throw) holds it
             tracker.advance(tp, position)  # past a transaction marker: commit it
         await self.committer.commit()
         if self.committer.uncommitted():

@@ -13,14 +13,16 @@ downstream), and a line that fails again simply stays unreplayed.
 through the worker's own record pipeline (:mod:`actors.worker.pipeline`: the topic's
 ``format``/``key_format``, Avro through the configured schema registry), runs the
 processor the **given** configuration names for the topic (so a fixed processor or a
-fixed config replays the failures), writes the rows to the topic's sink, bound as the
-worker binds it (the processor's columns and table for the spark and jdbc sinks; rows
-the sink refuses are dead-lettered again), then marks the line. Lines of a sink's
-permanent refusal (they carry ``sink``; their value is the refused row) are written to
-the sink again as they are. The topic's ``filter`` applies, as in the worker: a line
-whose message the filter now keeps from the processor gives no rows and is marked
-replayed (done, as the worker would commit it), counted as filtered; replay means "do
-what the service would do with this message now", and the filter is part of that.
+fixed config replays the failures), writes the rows to the topic's sinks (every one of a
+fan-out), bound as the worker binds them (the processor's columns and table for the spark
+and jdbc sinks; rows a sink refuses are dead-lettered again), then marks the line. Lines
+of a sink's permanent refusal (they carry ``sink``, the sink's name; their value is the
+refused row) are written again as they are to that sink only (the topic's other sinks
+had the row); a sink the topic no longer has skips the line. The topic's ``filter``
+applies, as in the worker: a line whose message the filter now keeps from the processor
+gives no rows and is marked replayed (done, as the worker would commit it), counted as
+filtered; replay means "do what the service would do with this message now", and the
+filter is part of that.
 ``to_kafka`` instead re-produces the original key, value and headers to the original
 topic and partition (``send_and_wait`` each), for the running service to consume.
 ``show`` prints a table, or with ``--json`` every line's record (the values of headers
@@ -59,11 +61,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
-from actors.dead_letter_topic import HEADER_PREFIX, DeadLetterTopic
+from actors.dead_letter_topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
 from actors.deadletter import FILE_MODE
 from actors.failure import FailurePolicy
-from actors.sinks import Sink
-from actors.worker.pipeline import FILTERED, Record, RecordPipeline, bound_sink, no_wait
+from actors.worker.pipeline import FILTERED, BoundSink, Record, RecordPipeline, bound_sinks, no_wait
 from processors.avro import AvroDecoder, load_schema
 from processors.base import Processor
 from service.ops.lag import OpsError, bootstrap_of, connection_kwargs
@@ -209,7 +210,12 @@ def topic_letter(dlq_topic: str, msg: Any) -> dict[str, Any] | None:
     def b64(data: bytes | None) -> str | None:
         return None if data is None else base64.b64encode(data).decode("ascii")
 
-    return {"group": errors.get("group"), "topic": errors["topic"],
+    # a row a sink refused: the sink it goes back to
+    sink: dict[str, Any] = {field: errors[name] for name, field in SINK_HEADER_FIELDS
+                            if name in errors}
+    if "status" in sink:
+        sink["status"] = number("status")
+    return {**sink, "group": errors.get("group"), "topic": errors["topic"],
             "partition": number("partition"), "offset": number("offset"),
             "timestamp": msg.timestamp, "key": b64(msg.key), "value": b64(msg.value),
             "headers": own, "processor": errors.get("processor"),
@@ -454,44 +460,64 @@ class _Target:
                 failure.dead_letter_topic, bootstrap_of(settings),
                 f"{settings.kafka.client_id}-dlq", connection_kwargs(settings))
         self.processor = self.pipeline.processor
-        self.sink: Sink = bound_sink(settings, topic, cls, label=label,
-                                     refuse=self.pipeline.refuse)
+        self.sinks: dict[str, BoundSink] = {
+            bound.name: bound for bound in bound_sinks(settings, topic, cls, label=label,
+                                                       refuse=self.pipeline.refuser)}
+        self._opened: set[str] = set()
+        self._stack: AsyncExitStack | None = None
 
     async def start(self, stack: AsyncExitStack) -> None:
-        """Start the processor and open the sink (each once; stopped/closed by ``stack``)."""
+        """Start the processor (once; stopped by ``stack``, which closes the sinks opened
+        on first use too)."""
+        self._stack = stack
         if not self._started:
             await self.processor.start()
             self._started = True
             stack.push_async_callback(self.processor.stop)
             if self.pipeline.dead_letter_topic is not None:
                 stack.push_async_callback(self.pipeline.dead_letter_topic.close)
-        if not self._open:
-            await self.sink.open()
-            self._open = True
-            stack.push_async_callback(self.sink.close)
 
-    async def replay(self, rec: dict[str, Any]) -> None:
-        """Decode, transform and write one dead-lettered message (raises on failure)."""
+    async def _sink(self, name: str) -> BoundSink:
+        """The sink ``name``, opened on first use (closed by the stack of :meth:`start`)."""
+        bound = self.sinks[name]
+        if name not in self._opened:
+            await bound.sink.open()
+            self._opened.add(name)
+            assert self._stack is not None  # noqa: S101 - start() comes first
+            self._stack.push_async_callback(bound.sink.close)
+        return bound
+
+    async def replay(self, rec: dict[str, Any]) -> str | None:
+        """Decode, transform and write one dead-lettered message to every sink of its
+        topic (raises on failure); a row one sink refused goes to that sink only, as it
+        is (the others had it). Returns why it was skipped (None: replayed)."""
         key, value = _b64(rec.get("key")), _b64(rec.get("value"))
         if "sink" in rec:  # the sink refused this row for good: offer it again as it is
-            await self._write([json.loads(value or b"null")])
-            return
+            name = str(rec["sink"])
+            if name not in self.sinks:
+                return (f"refused by sink {name!r}, which topic {rec.get('topic')!r} no longer "
+                        f"has (its sinks: {', '.join(self.sinks)})")
+            await self._write(await self._sink(name), [json.loads(value or b"null")])
+            return None
         record = Record(str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
                         int(rec.get("timestamp") or 0), key, value,
                         tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()))
         await self.pipeline.load_schemas([record])
         rows, _ = await self.pipeline.transform(record)
         if rows is FILTERED:
-            return
-        await self._write(list(rows))
+            return None
+        for name in self.sinks:  # each its own list: a sink may empty the one it gets
+            await self._write(await self._sink(name), list(rows))
+        return None
 
-    async def _write(self, rows: list[Any]) -> None:
+    async def _write(self, bound: BoundSink, rows: list[Any]) -> None:
         """Write and wait until durable. The replay sends nothing more until then, so a
         micro-batching sink (spark, jdbc) is told to flush now, as the worker does when
         its pipeline is full, instead of after its ``flush_max_interval_s`` per line."""
-        write = asyncio.ensure_future(self.sink.write(rows))
+        sink = bound.sink
+        write = asyncio.ensure_future(sink.write(rows))
         while not write.done():
-            self.sink.flush_soon()
+            sink.flush_soon()
             await asyncio.wait([write], timeout=0.05)
         await write
 
@@ -532,10 +558,10 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
         target = targets[id(topic)]
         await target.start(stack)
         filtered = target.pipeline.stats["filtered"]
-        await target.replay(rec)
+        skipped = await target.replay(rec)
         if result is not None:
             result.filtered += target.pipeline.stats["filtered"] - filtered
-        return None
+        return skipped
     return handle
 
 

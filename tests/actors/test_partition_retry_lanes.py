@@ -88,12 +88,13 @@ def make_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeC
     return worker
 
 
+@pytest.mark.parametrize("mode", ["batch", "per_message"])
 async def test_a_retry_wait_holds_only_its_partition_in_order(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     consumer = FakeConsumer(TOPIC, {0: values({"i": 0}, {"fail": True}, {"i": 2}),
                                     1: values({"i": 10}, {"i": 11})})
     sink, sleep = PartSink(), HeldSleep()
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, sleep)
+    worker = make_worker(tmp_path, monkeypatch, consumer, sink, sleep, mode=mode)
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(sleep.waiting.wait(), 10)

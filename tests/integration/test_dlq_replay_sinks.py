@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,13 @@ from processors.gobblin import GobblinCompactionProcessor
 from service.ops.dlq import replay_async
 from settings.models import Settings
 from tests.integration.test_spark_sink import event
-from tests.postgres import JAR, USER, Postgres, postgres_server
+from tests.postgres import JAR, USER, Postgres
 
 pytestmark = pytest.mark.slow
 
 PROCESSOR = GobblinCompactionProcessor
 TOPIC = "GobblinTrackingEvent_compaction"
 CLUSTERS = [{"code": "ltx1-holdem", "short_name": "holdem"}]
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[Postgres]:
-    yield from postgres_server()
 
 
 @pytest.fixture
@@ -59,9 +53,10 @@ def dead_letters(path: Path, offsets: list[int], bad: int | None = None) -> None
 def config(tmp_path: Path, sink: dict[str, Any]) -> Settings:
     return Settings.model_validate({
         "kafka": {"bootstrap": "embedded"},
-        # A replay waits for each line's write: it must not wait out the interval.
+        # A replay waits for each line's write: it must not wait out the interval
+        # (the idle flush is off: the replay's own flush_soon is what is tested).
         "spark": {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
-                  "flush_max_interval_s": 300},
+                  "flush_max_interval_s": 300, "flush_idle_s": 300},
         "groups": [{"group_id": "g", "failure": {
             "dead_letter_path": str(tmp_path / "dead.jsonl")}, "topics": [
             {"topic": TOPIC, "processor": PROCESSOR.name, "format": "json",

@@ -11,7 +11,6 @@ import asyncio
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,11 +25,10 @@ from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql, safe
 from actors.sinks.spark.sink import SparkActor
 from processors.base import Column, Row
 from processors.gobblin import GobblinCompactionProcessor
-from settings import SparkSettings
 from settings.models import SinkSettings
 from tests.integration.test_spark_sink import event, events
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
-from tests.postgres import JAR, USER, Postgres, postgres_server
+from tests.postgres import JAR, USER, Postgres
 
 pytestmark = pytest.mark.slow
 
@@ -45,37 +43,13 @@ COORDINATES = [("_topic", "text", "NO"), ("_partition", "integer", "NO"),
                ("_ingested_at", "timestamp with time zone", "NO")]
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[Postgres]:
-    yield from postgres_server()
-
-
-@pytest.fixture
-def running(pg: Postgres) -> Iterator[Postgres]:
-    """The module's server, started again after a test that stopped it."""
-    if not pg.running:
-        pg.start()
-    yield pg
-    if not pg.running:
-        pg.start()
-
-
-@pytest.fixture(scope="module")
-def actor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkActor]:
-    spark = SparkActor(SparkSettings(master="local[1]",
-                                     warehouse=str(tmp_path_factory.mktemp("warehouse")),
-                                     flush_max_interval_s=0.2))
-    yield spark
-    spark.stop()
-
-
 def settings(pg: Postgres, table: str, **extra: Any) -> JdbcSinkSettings:
     return JdbcSinkSettings(table=table, url=pg.url, user=USER,
                             password=PASSWORD, **extra)  # type: ignore[arg-type]
 
 
-async def opened(actor: SparkActor, pg: Postgres, table: str, **extra: Any) -> JdbcSink:
-    sink = JdbcSink(settings(pg, table, **extra), actor)
+async def opened(jdbc_spark: SparkActor, pg: Postgres, table: str, **extra: Any) -> JdbcSink:
+    sink = JdbcSink(settings(pg, table, **extra), jdbc_spark)
     sink.bind(SinkContext(columns=PROCESSOR.columns, table=PROCESSOR.table,
                           processor=PROCESSOR.name))
     async with asyncio.timeout(90):
@@ -94,10 +68,10 @@ def offsets_in(pg: Postgres, table: str) -> list[tuple[int, int]]:
         f'SELECT _partition, _offset FROM "{table}" ORDER BY 1, 2')]  # noqa: S608
 
 
-async def test_rows_land_with_the_right_columns_and_types(actor: SparkActor,
+async def test_rows_land_with_the_right_columns_and_types(jdbc_spark: SparkActor,
                                                           running: Postgres) -> None:
     pg = running
-    one, two = await opened(actor, pg, "stg_jdbc"), await opened(actor, pg, "stg_jdbc")
+    one, two = await opened(jdbc_spark, pg, "stg_jdbc"), await opened(jdbc_spark, pg, "stg_jdbc")
     assert columns_of(pg, "stg_jdbc") == [  # created at open, from the processor's columns
         (c.name, PG_TYPES[c.type], "YES" if c.nullable else "NO") for c in PROCESSOR.columns
     ] + COORDINATES
@@ -118,14 +92,14 @@ async def test_rows_land_with_the_right_columns_and_types(actor: SparkActor,
                        'FROM "stg_jdbc" WHERE _ingested_at IS NOT NULL')
     assert ingested == [["65", "t"]]
     # an existing table that fits is only checked
-    await opened(actor, pg, "stg_jdbc")
+    await opened(jdbc_spark, pg, "stg_jdbc")
     assert len(offsets_in(pg, "stg_jdbc")) == 65
 
 
-async def test_every_column_type_round_trips(actor: SparkActor, running: Postgres) -> None:
+async def test_every_column_type_round_trips(jdbc_spark: SparkActor, running: Postgres) -> None:
     columns = (Column("name", "string", False), Column("small", "int"), Column("big", "long"),
                Column("ratio", "double"), Column("flag", "boolean"), Column("blob", "binary"))
-    sink = JdbcSink(settings(running, "stg_jdbc_types"), actor)
+    sink = JdbcSink(settings(running, "stg_jdbc_types"), jdbc_spark)
     sink.bind(SinkContext(columns=columns, processor="typed"))
     async with asyncio.timeout(60):
         await sink.open()
@@ -147,9 +121,9 @@ async def test_every_column_type_round_trips(actor: SparkActor, running: Postgre
 
 
 async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     """The worker dead-letters them; the rest of the batch is written (no stall)."""
-    sink = await opened(actor, running, "stg_jdbc_refused")
+    sink = await opened(jdbc_spark, running, "stg_jdbc_refused")
     refused: list[tuple[list[Row], int, str]] = []
 
     async def handler(rows: list[Row], status: int, reason: str) -> None:
@@ -171,12 +145,12 @@ async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
 
 
 async def test_a_table_that_does_not_fit_stops_the_sink_at_open(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     running.psql('CREATE TABLE "stg_jdbc_narrow" ("cluster" TEXT, "_topic" TEXT, '
                  '"_partition" BIGINT, "record_count" TEXT, "extra" TEXT NOT NULL, '
                  '"partition_type" TEXT NOT NULL)')
     with pytest.raises(FatalError) as caught:
-        await opened(actor, running, "stg_jdbc_narrow")
+        await opened(jdbc_spark, running, "stg_jdbc_narrow")
     message = str(caught.value)
     assert message.startswith(f"jdbc sink stg_jdbc_narrow at {running.url}: ")
     assert "table stg_jdbc_narrow has no column(s) dataset, partition_name, " in message
@@ -212,9 +186,9 @@ async def test_bad_settings_are_named() -> None:
         await reserved.open()
 
 
-async def test_a_missing_driver_jar_is_named(actor: SparkActor, pg: Postgres) -> None:
+async def test_a_missing_driver_jar_is_named(jdbc_spark: SparkActor, pg: Postgres) -> None:
     sink = JdbcSink(settings(pg, "stg_jdbc_nojar", driver="org.example.NoSuchDriver",
-                             jar="/nonexistent/driver.jar"), actor)
+                             jar="/nonexistent/driver.jar"), jdbc_spark)
     sink.bind(SinkContext(columns=PROCESSOR.columns, processor=PROCESSOR.name))
     with pytest.raises(FatalError, match="driver org.example.NoSuchDriver is not on Spark's "
                                          "classpath and the jar /nonexistent/driver.jar"):
@@ -222,9 +196,9 @@ async def test_a_missing_driver_jar_is_named(actor: SparkActor, pg: Postgres) ->
 
 
 async def test_an_outage_raises_sink_error_and_the_retry_succeeds(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     pg = running
-    sink = await opened(actor, pg, "stg_jdbc_outage")
+    sink = await opened(jdbc_spark, pg, "stg_jdbc_outage")
     async with asyncio.timeout(60):
         await sink.write(events(0, 0, 5))
     refused: list[int] = []
@@ -242,7 +216,7 @@ async def test_an_outage_raises_sink_error_and_the_retry_succeeds(
                               "failed: org.postgresql.util.PSQLException: Connection to "), message
     assert PASSWORD not in message
     # a sink opened while the database is away checks the table at its first write
-    late = JdbcSink(settings(pg, "stg_jdbc_late"), actor)
+    late = JdbcSink(settings(pg, "stg_jdbc_late"), jdbc_spark)
     late.bind(SinkContext(columns=PROCESSOR.columns, processor=PROCESSOR.name))
     await late.open()
     with pytest.raises(SinkError, match="jdbc sink stg_jdbc_late at .*cannot create or check"):
@@ -359,14 +333,14 @@ def refusals(sink: JdbcSink) -> list[tuple[int, int, str]]:
 
 
 async def test_rows_postgresql_refuses_are_dead_lettered_and_the_rest_written_once(
-        actor: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+        jdbc_spark: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
     """A value too long for its varchar(n) and a duplicate key are facts about rows: the
     flush is split until they are alone, they are dead-lettered with the SQLSTATE, the
     server's message and their coordinates, every other row is written once, and the
     writes return (the worker commits) instead of failing for ever."""
     pg, table = running, "stg_jdbc_split"
     narrow_table(pg, table)
-    one, two = await opened(actor, pg, table), await opened(actor, pg, table)
+    one, two = await opened(jdbc_spark, pg, table), await opened(jdbc_spark, pg, table)
     pg.psql(f"INSERT INTO \"{table}\" (cluster, dataset, log_event_time, _topic, _partition, "  # noqa: S608
             f"_offset, _ingested_at) VALUES ('c', 'd', 0, '{TOPIC}', 5, 17, now())")
     sizes = counting_appends(one, monkeypatch)
@@ -401,14 +375,14 @@ async def test_rows_postgresql_refuses_are_dead_lettered_and_the_rest_written_on
 
 
 async def test_postgresql_restarted_while_a_batch_is_split(
-        actor: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+        jdbc_spark: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL is restarted in the middle of a split flush, with a write blocked in it
     (a restart of the server, then an outage): the write fails with SinkError, nothing is
     dead-lettered for it; the rows already written or refused are not written or
     dead-lettered again by the retry, which writes the rest once the server is back."""
     pg, table = running, "stg_jdbc_split_restart"
     narrow_table(pg, table)
-    sink = await opened(actor, pg, table)
+    sink = await opened(jdbc_spark, pg, table)
     refused = refusals(sink)
     locker: list[subprocess.Popen[str]] = []
     stopper: list[threading.Thread] = []

@@ -10,7 +10,6 @@ log_event_time), made by hand so that several records share a key.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from actors.sinks.jdbc import JdbcSink, create_table_sql
 from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key, rows_json
 from actors.sinks.spark.sink import SparkActor
 from processors.base import Column, Row
-from settings import SparkSettings
 from tests.integration.test_jdbc_sink import (
     CLUSTERS,
     PASSWORD,
@@ -35,37 +33,13 @@ from tests.integration.test_jdbc_sink import (
 )
 from tests.integration.test_spark_sink import event
 from tests.kafkautil import committed, create_topic, produce, unique, write_config
-from tests.postgres import JAR, USER, Postgres, postgres_server
+from tests.postgres import JAR, USER, Postgres
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[Postgres]:
-    yield from postgres_server()
-
-
-@pytest.fixture
-def running(pg: Postgres) -> Iterator[Postgres]:
-    """The module's server, started again after a test that stopped it."""
-    if not pg.running:
-        pg.start()
-    yield pg
-    if not pg.running:
-        pg.start()
-
-
-@pytest.fixture(scope="module")
-def actor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkActor]:
-    spark = SparkActor(SparkSettings(master="local[1]",
-                                     warehouse=str(tmp_path_factory.mktemp("warehouse")),
-                                     flush_max_interval_s=0.2))
-    yield spark
-    spark.stop()
-
-
-async def upserting(actor: SparkActor, pg: Postgres, table: str, **extra: Any) -> JdbcSink:
-    sink = JdbcSink(settings(pg, table, mode="upsert", **extra), actor)
+async def upserting(jdbc_spark: SparkActor, pg: Postgres, table: str, **extra: Any) -> JdbcSink:
+    sink = JdbcSink(settings(pg, table, mode="upsert", **extra), jdbc_spark)
     sink.bind(SinkContext(columns=PROCESSOR.columns, table=PROCESSOR.table,
                           processor=PROCESSOR.name, key=PROCESSOR.key))
     async with asyncio.timeout(90):
@@ -97,9 +71,9 @@ async def write(sink: JdbcSink, rows: list[Row]) -> None:
 
 
 async def test_the_newest_record_per_key_lands_and_a_replay_never_rolls_it_back(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     pg, table = running, "stg_upsert_latest"
-    sink = await upserting(actor, pg, table)
+    sink = await upserting(jdbc_spark, pg, table)
     constraint = pg.psql("SELECT pg_get_constraintdef(oid) FROM pg_constraint "  # noqa: S608
                          f"WHERE conrelid = '\"{table}\"'::regclass AND contype = 'p'")
     assert constraint == [["PRIMARY KEY (dataset, cluster, log_event_time)"]]
@@ -160,13 +134,13 @@ def test_newest_per_key_folds_a_batch_in_order() -> None:
     assert newest_per_key(rows, [0], [1, 2, 3, 4]) == [(1, []), (2, [0, 3, 4]), (5, [])]
 
 
-async def test_duplicate_keys_in_one_batch_keep_the_newest(actor: SparkActor,
+async def test_duplicate_keys_in_one_batch_keep_the_newest(jdbc_spark: SparkActor,
                                                            running: Postgres) -> None:
     """PostgreSQL refuses to update a row twice in one statement (SQLSTATE 21000): the
     batch is deduped first, keeping the newest row of each key, in one flush (of two
     statements of batch_size rows, in one transaction)."""
     pg, table = running, "stg_upsert_dups"
-    sink = await upserting(actor, pg, table, batch_size=2)
+    sink = await upserting(jdbc_spark, pg, table, batch_size=2)
     await write(sink, [row("a", 0, 1), row("b", 0, 2), row("a", 0, 3), row("a", 0, 2),
                        row("b", 1, 9, -5), row("c", 0, 4)])
     assert table_rows(pg, table) == [("a", 0, 3, 3), ("b", 0, 2, 2), ("c", 0, 4, 4)]
@@ -174,7 +148,7 @@ async def test_duplicate_keys_in_one_batch_keep_the_newest(actor: SparkActor,
 
 
 async def test_refused_rows_are_dead_lettered_once_and_a_superseded_row_lands_instead(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     """A row PostgreSQL refuses (a CHECK constraint, SQLSTATE 23514) is dead-lettered
     once with its coordinates; the other rows land; the older row of its key in the
     same batch lands in its place (as row-by-row writes would have left it)."""
@@ -182,7 +156,7 @@ async def test_refused_rows_are_dead_lettered_once_and_a_superseded_row_lands_in
     pg.psql(create_table_sql(table, PROCESSOR.columns, PROCESSOR.key))
     pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
     pg.psql(f"ALTER TABLE \"{table}\" ADD CHECK (dedupe_status IS DISTINCT FROM 'bad')")
-    sink = await upserting(actor, pg, table, batch_size=3)
+    sink = await upserting(jdbc_spark, pg, table, batch_size=3)
     refused = refusals(sink)
     await write(sink, [row("a", 0, 1), row("b", 0, 2), row("a", 0, 3, dedupe_status="bad"),
                        row("c", 0, 4, dedupe_status="bad"), row("d", 0, 5)])
@@ -194,26 +168,26 @@ async def test_refused_rows_are_dead_lettered_once_and_a_superseded_row_lands_in
 
 
 async def test_an_existing_table_without_the_key_constraint_is_named(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     pg, table = running, "stg_upsert_nokey"
     pg.psql(create_table_sql(table, PROCESSOR.columns))  # as mode: append created it
     pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
     with pytest.raises(FatalError) as caught:
-        await upserting(actor, pg, table)
+        await upserting(jdbc_spark, pg, table)
     assert (f"jdbc sink {table} at {pg.url}: mode: upsert needs a unique index on exactly "
             "the natural key (dataset, cluster, log_event_time) for ON CONFLICT, and table "
             f'{table} has none; add one (ALTER TABLE {table} ADD PRIMARY KEY ("dataset", '
             '"cluster", "log_event_time"))') in str(caught.value)
     pg.psql(f'CREATE UNIQUE INDEX ON "{table}" (log_event_time, cluster, dataset)')
-    sink = await upserting(actor, pg, table)  # any order of the key's columns
+    sink = await upserting(jdbc_spark, pg, table)  # any order of the key's columns
     await write(sink, [row("a", 0, 1), row("a", 0, 2)])
     assert table_rows(pg, table) == [("a", 0, 2, 2)]
 
 
 async def test_an_outage_mid_upsert_is_retried_and_nothing_is_lost(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     pg, table = running, "stg_upsert_outage"
-    sink = await upserting(actor, pg, table)
+    sink = await upserting(jdbc_spark, pg, table)
     await write(sink, [row("a", 0, 1), row("b", 0, 2)])
     refused: list[int] = []
     sink.bind(replace(sink.context,
@@ -234,12 +208,12 @@ async def test_an_outage_mid_upsert_is_retried_and_nothing_is_lost(
 
 
 async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_lands_it(
-        actor: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+        jdbc_spark: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server goes down between two statements of one flush (batch_size 1): the
     transaction is rolled back (the first statement's row is not there), the write fails
     with SinkError, and its retry lands every row."""
     pg, table = running, "stg_upsert_inside"
-    sink = await upserting(actor, pg, table, batch_size=1)
+    sink = await upserting(jdbc_spark, pg, table, batch_size=1)
     await write(sink, [row("a", 0, 1)])
     statements: list[int] = []
 
@@ -296,7 +270,7 @@ async def test_kstage_run_drain_upserts_the_newest_record_per_key(
 
 
 async def test_a_nullable_key_column_gets_unique_nulls_not_distinct(
-        actor: SparkActor, running: Postgres) -> None:
+        jdbc_spark: SparkActor, running: Postgres) -> None:
     """DataHub change logs may have no entity urn (nullable key column): NULL is one key,
     as in the Spark merge, through UNIQUE NULLS NOT DISTINCT (a PRIMARY KEY cannot hold a
     NULL); an existing index that treats NULLs as distinct is refused, naming it."""
@@ -304,7 +278,7 @@ async def test_a_nullable_key_column_gets_unique_nulls_not_distinct(
     columns = (Column("urn"), Column("aspect", nullable=False), Column("v", "long"))
 
     async def opened() -> JdbcSink:
-        sink = JdbcSink(settings(pg, table, mode="upsert"), actor)
+        sink = JdbcSink(settings(pg, table, mode="upsert"), jdbc_spark)
         sink.bind(SinkContext(columns=columns, processor="p", key=("urn", "aspect")))
         async with asyncio.timeout(90):
             await sink.open()

@@ -53,8 +53,12 @@ def logged_at(output: str, text: str) -> datetime:
     raise AssertionError(f"no {text!r} in:\n{output}")
 
 
+@pytest.mark.parametrize("commit_mode", ["batch", "per_message"])
 async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
-        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
+        commit_mode: str) -> None:
+    """In both commit modes that own the offsets: per_message commits every message
+    before the next, and its retry wait still holds only the failing partition."""
     backoff_s = 25
     topic, group = unique("lane"), unique("g-lane")
     await create_topic(broker, topic, partitions=2)
@@ -64,6 +68,7 @@ async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
         tmp_path / "kstage.yml", broker, group,
         [{"topic": topic, "processor": "test_flaky",
           "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+        commit={"mode": commit_mode},
         failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": backoff_s * 1000,
                  "max_backoff_ms": backoff_s * 1000, "then": "continue"})
     out, dead = tmp_path / "out.jsonl", tmp_path / "dead.jsonl"
@@ -94,8 +99,10 @@ async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
     assert await proc.wait() == 0, proc.output()
 
 
+@pytest.mark.parametrize("commit_mode", ["batch", "per_message"])
 async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
-        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
+        commit_mode: str) -> None:
     rebalance_timeout_s = 40  # before: the revoke waited out the retry, up to 20 s
     topic, group = unique("lane-rev"), unique("g-lane-rev")
     await create_topic(broker, topic, partitions=2)
@@ -103,6 +110,7 @@ async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
         tmp_path / "kstage.yml", broker, group,
         [{"topic": topic, "processor": "test_flaky",
           "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+        commit={"mode": commit_mode},
         failure={"mode": "retry", "max_retries": 2, "min_backoff_ms": 60_000,
                  "max_backoff_ms": 60_000, "then": "continue"},
         supervisor={"shutdown_grace_s": 30})
@@ -152,8 +160,10 @@ async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
     assert not (tmp_path / "dead.jsonl").exists()
 
 
+@pytest.mark.parametrize("commit_mode", ["batch", "per_message"])
 async def test_retries_then_throw_stop_the_worker_without_committing_the_message(
-        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
+        commit_mode: str) -> None:
     """``then: throw`` after the retries of a parked partition: the run fails as before,
     the other partition's work is committed, the failed message and what follows it on
     its partition are not."""
@@ -166,6 +176,7 @@ async def test_retries_then_throw_stop_the_worker_without_committing_the_message
         tmp_path / "kstage.yml", broker, group,
         [{"topic": topic, "processor": "test_flaky",
           "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+        commit={"mode": commit_mode},
         failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": 3000,
                  "max_backoff_ms": 3000, "then": "throw"})
     proc = kstage(cfg, "--drain")
@@ -174,5 +185,5 @@ async def test_retries_then_throw_stop_the_worker_without_committing_the_message
     out = tmp_path / "out.jsonl"
     assert rows_of(out, 0) == [0]
     assert rows_of(out, 1) == [10, 11]
-    assert await committed(broker, group, topic, 2) == {0: 1, 1: 2}
+    assert await committed(broker, group, topic, 2) == {0: 1, 1: 2}, proc.output()
     assert not (tmp_path / "dead.jsonl").exists()

@@ -98,10 +98,10 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
 async def test_drain_flushes_the_last_rows_without_waiting_for_the_interval(
         broker, tmp_path, kstage) -> None:
     """--drain with rows pending below every flush threshold (flush_min_rows 10000,
-    flush_max_interval_s 600): once a poll comes back empty the worker flushes them, so
-    the run ends long before the interval, with every event written and committed. The
-    flush's task carries ~2 MB of Arrow data: Spark's per-flush "task of very large size"
-    warning is filtered out of the log."""
+    flush_max_interval_s 600, flush_idle_s 600): once a poll comes back empty the worker
+    flushes them, so the run ends long before the interval, with every event written and
+    committed. The flush's task carries ~2 MB of Arrow data: Spark's per-flush "task of
+    very large size" warning is filtered out of the log."""
     sample = next(t for t in SAMPLE_TOPICS if t.processor == "gobblin_compaction")
     group, topic, count = unique("g-spark-tail"), unique("spark-tail"), 6000
     warehouse = tmp_path / "warehouse"
@@ -118,7 +118,7 @@ async def test_drain_flushes_the_last_rows_without_waiting_for_the_interval(
         data["schema_registry"] = {"url": registry.url}
         data["spark"] = {"master": "local[1]", "warehouse": str(warehouse),
                          "flush_min_rows": 10000, "flush_max_rows": 10000,
-                         "flush_max_interval_s": 600}
+                         "flush_max_interval_s": 600, "flush_idle_s": 600}  # idle flush off
         cfg.write_text(yaml.safe_dump(data))
         proc = kstage(cfg, "--drain")
         assert await proc.wait(timeout=150) == 0, proc.output()

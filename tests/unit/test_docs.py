@@ -10,6 +10,8 @@
 * Every ``kstage ...`` (or ``python -m service ...``) command line in a ``bash``, ``sh``,
   ``shell``, ``console`` or ``text`` block must parse with the CLI's parser.
 * Relative links and their ``#anchors`` resolve.
+* Every row of the peer comparison (``docs/comparison.md``) gives each project a verdict
+  and links each peer's cell to that peer's own documentation.
 
 A block that cannot be checked says so visibly with a line ``# docs-test: skip REASON``,
 a whole configuration whose processor is not installed while the suite runs with
@@ -160,7 +162,8 @@ def check_whole_config(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyP
     settings = load_settings(config)
     return [problem for gi, group in enumerate(settings.groups)
             for ti, topic in enumerate(group.topics)
-            for problem in check_sink(topic.sink.model_dump(exclude_unset=True),
+            for named in topic.named_sinks()
+            for problem in check_sink(named.settings.model_dump(exclude_unset=True),
                                       f"{block}: groups[{gi}].topics[{ti}]")]
 
 
@@ -442,3 +445,82 @@ def test_a_moved_module_fails_the_architecture_check() -> None:
     text = ("`actors/worker.py` holds it\n## The layout\n\n| package | holds | must not |\n"
             "|---|---|---|\n| `actors/sinks/` | `base.py`, `sinks.py` | |\n")
     assert check_layout_paths(text) == ["actors/worker.py", "actors/sinks/sinks.py"]
+
+
+# ------------------------------------------- the comparison with other projects
+
+COMPARISON = ROOT / "docs" / "comparison.md"
+PEERS_HEADER = "| feature | kstage | DataHub Actions | Kafka Connect | FastStream | Quix Streams |"
+_VERDICT = re.compile(r"^(✓|✗|partial\b|not documented\b)")
+_REF_DEFINITION = re.compile(r"^\[(?P<ref>[^\]]+)\]:\s*(?P<url>\S+)\s*$", re.MULTILINE)
+_REF_USE = re.compile(r"\]\[(?P<ref>[^\]]+)\]")
+_WEB = re.compile(r"^https?://")
+
+
+def check_comparison(text: str) -> list[str]:
+    """Cells of the comparison table that do not say what they claim, or where.
+
+    Every cell starts with a verdict (✓, ✗, partial, not documented); kstage's cell links
+    to a page of these docs (checked by :func:`check_links`); every peer's cell links to a
+    web page, inline or by a reference defined as an ``http(s)`` URL. A claim without its
+    source is a bug: the reader could not check it.
+    """
+    lines = text.splitlines()
+    if PEERS_HEADER not in lines:
+        return [f"no table with the header {PEERS_HEADER!r}"]
+    references = {m["ref"].lower(): m["url"] for m in _REF_DEFINITION.finditer(text)}
+    problems = [f"reference [{ref}] is not a web page: {url}"
+                for ref, url in references.items() if not _WEB.match(url)]
+    peers = [c.strip() for c in PEERS_HEADER.strip("|").split("|")][2:]
+    rows = lines[lines.index(PEERS_HEADER) + 2:]
+    rows = rows[:next((i for i, line in enumerate(rows) if not line.startswith("|")),
+                      len(rows))]
+    if not rows:
+        problems.append("the comparison table has no rows")
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        feature = cells[0]
+        if len(cells) != len(peers) + 2:
+            problems.append(f"{feature}: {len(cells)} cells, not {len(peers) + 2}")
+            continue
+        for name, cell in zip(["kstage", *peers], cells[1:], strict=True):
+            if not _VERDICT.match(cell):
+                problems.append(f"{feature} / {name}: no verdict (✓, ✗, partial, not documented)")
+            for ref in _REF_USE.findall(cell):
+                if ref.lower() not in references:
+                    problems.append(f"{feature} / {name}: [{ref}] is never defined")
+        if not re.search(r"\]\((?!https?:)[\w./-]+\.md(#[\w-]+)?\)", cells[1]):
+            problems.append(f"{feature} / kstage: no link to these docs")
+        for name, cell in zip(peers, cells[2:], strict=True):
+            inline = [u for u in re.findall(r"\]\(([^)\s]+)\)", cell) if _WEB.match(u)]
+            cited = [r for r in _REF_USE.findall(cell) if r.lower() in references]
+            if not inline and not cited:
+                problems.append(f"{feature} / {name}: no link to {name}'s documentation")
+    return problems
+
+
+def test_every_comparison_claim_links_to_the_peers_docs() -> None:
+    text = COMPARISON.read_text(encoding="utf-8")
+    assert check_comparison(text) == []
+    features = [line.split("|")[1] for line in text.splitlines() if line.startswith("| **")]
+    for feature in ("Start from the end", "Dead-letter topic", "Fan-out", "filter",
+                    "Retries", "MetadataChangeProposal", "JDBC upsert"):
+        assert any(feature in row for row in features), feature  # issue 13's features
+
+
+def test_a_comparison_claim_without_its_source_fails() -> None:
+    header = PEERS_HEADER + "\n|---|---|---|---|---|---|\n"
+    good = ("| **x** | ✓ a ([c](configuration.md#filters)) | ✓ [d][dh] | ✗ [e](https://e.org) "
+            "| partial [f][dh] | not documented ([g][dh]) |\n\n[dh]: https://d.org/x\n")
+    assert check_comparison(header + good) == []
+    assert check_comparison(good) != []  # no table at all
+    broken = [
+        good.replace("✗ [e](https://e.org)", "✗ trust me"),            # no source
+        good.replace("[f][dh]", "[f][nowhere]"),                       # undefined reference
+        good.replace("https://d.org/x", "configuration.md"),           # not a web page
+        good.replace("not documented (", "("),                         # no verdict
+        good.replace("([c](configuration.md#filters))", "(see the docs)"),  # kstage unsourced
+        good.replace(" | partial [f][dh]", ""),                        # a cell missing
+    ]
+    for text in broken:
+        assert check_comparison(header + text) != [], text

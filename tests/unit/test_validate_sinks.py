@@ -202,6 +202,15 @@ def test_demo_without_pyspark_says_which_extra_in_one_line(tmp_path: Path) -> No
     assert not (tmp_path / "demo").exists()  # nothing started
 
 
+def test_merge_without_pyspark_says_which_extra_in_one_line(tmp_path: Path) -> None:
+    path = config(tmp_path, f"processor: {TYPED}\nsink: {{type: spark}}\n")
+    proc = without_pyspark(tmp_path, "merge", "-c", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "kstage merge: sink type 'spark' needs pyspark (not installed): "
+        "pip install 'kstage[spark]'"]
+
+
 def test_settings_built_in_code_are_checked_by_the_master() -> None:
     from actors.master import Master  # noqa: PLC0415
     from processors.errors import RegistryError  # noqa: PLC0415

@@ -154,11 +154,11 @@ def plan(settings: Settings, table: str | None = None) -> list[TablePlan]:
     classes = resolve_processors(settings)
     found: dict[str, TablePlan] = {}
     for group in settings.groups:
-        for topic in group.topics:
-            if not isinstance(topic.sink, SparkSinkSettings):
+        for topic, sink in ((t, n.settings) for t in group.topics for n in t.named_sinks()):
+            if not isinstance(sink, SparkSinkSettings):
                 continue
             cls = classes[topic.processor]
-            name = topic.sink.table or cls.table
+            name = sink.table or cls.table
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
                                        "table; set sink.table")

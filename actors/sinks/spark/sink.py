@@ -99,6 +99,10 @@ class SparkSinkSettings(SinkSettingsBase):
     table: SqlIdentifier | None = Field(
         None, description="Staging table, a SQL identifier (default: the processor's).")
 
+    def destination(self) -> str:
+        table = self.table or "(the processor's)"
+        return f"spark table {table}"
+
 
 def _writer_id() -> str:
     host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
@@ -540,7 +544,7 @@ def _short(exc: BaseException) -> str:
 def flush_limits(settings: SparkSettings) -> dict[str, Any]:
     """A :class:`TableWriter`'s flush limits from the ``spark:`` section."""
     return {"max_rows": settings.flush_max_rows, "min_rows": settings.flush_min_rows,
-            "max_interval_s": settings.flush_max_interval_s}
+            "max_interval_s": settings.flush_max_interval_s, "idle_s": settings.flush_idle_s}
 
 
 class SparkTableSink(TableSink):

@@ -6,7 +6,9 @@ record batch for Spark, a list of tuples for JDBC; anything with a ``len``) and 
 :meth:`TableWriter.write` until the flush holding it is durable. A flush starts when
 ``max_rows`` rows are pending, ``max_interval_s`` passed since the first pending row,
 ``min_rows`` are pending while no flush of the table runs (a busy table keeps its writer
-busy and flushes grow with the load, a quiet one waits for the interval), or a worker
+busy and flushes grow with the load), the oldest pending row waited ``idle_s`` while no
+flush of the table runs (a quiet table is written within about ``idle_s`` rather than
+the interval, and its writer is busy at most about one flush per ``idle_s``), or a worker
 cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
 
 How a flush writes is the subclass's: :meth:`TableWriter._flush` resolves the future of
@@ -36,22 +38,27 @@ class TableWriter(abc.ABC):
         min_rows: flush at this many pending rows when no flush of the table runs
             (capped at ``max_rows``).
         max_interval_s: longest wait of a pending row.
+        idle_s: longest wait of a pending row while no flush of the table runs (None, or
+            not below ``max_interval_s``: no such flush).
     """
 
     def __init__(self, table: str, columns: tuple[Column, ...], *, max_rows: int,
-                 min_rows: int, max_interval_s: float) -> None:
+                 min_rows: int, max_interval_s: float, idle_s: float | None = None) -> None:
         self.table = table
         self.columns = columns
         self.flushes = 0
         self.max_rows = max_rows
         self.min_rows = min(min_rows, max_rows)
         self.max_interval_s = max_interval_s
+        self.idle_s = idle_s if idle_s is not None and idle_s < max_interval_s else None
         self._all = (*columns, *COORDINATES)
         self._running = 0  # flushes started and not finished
         self._soon = False  # flush what is pending as soon as the running flushes end
         self._pending: list[tuple[Any, asyncio.Future[None]]] = []
         self._pending_rows = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._first_at = 0.0  # loop time at which the oldest pending part arrived
+        self._idle: asyncio.TimerHandle | None = None  # idle_s after _first_at
         self._tasks: set[asyncio.Task[None]] = set()
 
     @abc.abstractmethod
@@ -80,13 +87,17 @@ class TableWriter(abc.ABC):
             return
         loop = asyncio.get_running_loop()
         item = (part, loop.create_future())
+        if not self._pending:
+            self._first_at = loop.time()
         self._pending.append(item)
         self._pending_rows += len(part)
         if self._pending_rows >= self.max_rows or (
                 not self._running and self._pending_rows >= self.min_rows):
             self._flush_now()
-        elif self._timer is None:
-            self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+        else:
+            if self._timer is None:
+                self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+            self._idle_later()
         try:
             await item[1]
         except asyncio.CancelledError:
@@ -106,10 +117,24 @@ class TableWriter(abc.ABC):
         else:
             self._flush_now()
 
+    def _idle_later(self) -> None:
+        """No flush runs and rows wait: flush them once the oldest waited ``idle_s``."""
+        if self.idle_s is not None and not self._running and self._idle is None:
+            self._idle = asyncio.get_running_loop().call_at(
+                self._first_at + self.idle_s, self._flush_idle)
+
+    def _flush_idle(self) -> None:
+        self._idle = None
+        if not self._running:
+            self._flush_now()
+
     def _flush_now(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         batch, self._pending, self._pending_rows = self._pending, [], 0
         if batch:
             task = asyncio.get_running_loop().create_task(self._flush(batch))
@@ -124,4 +149,6 @@ class TableWriter(abc.ABC):
             return
         if self._pending_rows >= self.min_rows or (self._soon and self._pending):
             self._flush_now()  # keep the writer busy while rows wait
+        elif self._pending:
+            self._idle_later()
         self._soon = False

@@ -1,0 +1,78 @@
+"""A worker with a fan-out (``sinks:``) and a fake consumer: a revoke and a stop while one
+sink's write hangs commit only what every sink acked, and lose nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from actors.worker import Worker
+from processors.json_rows import JsonRowsProcessor
+from settings import load_settings
+from tests.actors.test_worker_fake_consumer import TOPIC, TP, GateSink, until, values
+from tests.fake_consumer import FakeConsumer, patch_consumer
+from tests.kafkautil import write_config
+
+
+def fan_out_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer,
+                   sinks: dict[str, GateSink]) -> Worker:
+    cfg = write_config(tmp_path / "kstage.yml", "127.0.0.1:9", "g-fan",
+                       [{"topic": TOPIC, "processor": "json_rows",
+                         "sinks": [{"type": "jsonl", "path": name} for name in sinks]}],
+                       commit={"mode": "batch", "max_messages": 1, "max_interval_s": 0.2},
+                       supervisor={"shutdown_grace_s": 1}, max_poll_records=2)
+    settings = load_settings(cfg)
+    group = settings.groups[0]
+    patch_consumer(monkeypatch, consumer)
+    monkeypatch.setattr("actors.worker.pipeline.build_sink",
+                        lambda named: sinks[named.path])  # type: ignore[attr-defined]
+    return Worker(settings=settings, group=group, topic=group.topics[0],
+                  processor_cls=JsonRowsProcessor, bootstrap="127.0.0.1:9")
+
+
+async def test_a_revoke_while_one_sink_hangs_commits_what_every_sink_acked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(6)))})
+    fast, slow = GateSink(), GateSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]
+    worker = fan_out_worker(tmp_path, monkeypatch, consumer, {"fast": fast, "slow": slow})
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(slow.held.wait(), 10)
+        await until(lambda: fast.written == [0, 1, 2, 3, 4, 5], "the fast sink wrote all")
+        await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")
+        await consumer.rebalance(revoked={TP})  # the drain gives up after 1 s: fenced
+        assert all(c[TP] <= 2 for c in consumer.commits), \
+            "committed past what the slow sink acked"
+        slow.release.set()  # too late: the fenced write was cancelled, never lands
+        assert slow.written == [0, 1]
+        assert worker.committer.tracker.pending_count(TP) == 0
+
+        await consumer.rebalance(assigned={TP})  # back: re-read from the committed offset
+        await until(lambda: consumer.committed_offsets.get(TP) == 6, "everything committed")
+        assert slow.written == [0, 1, 2, 3, 4, 5], "lost or written twice"
+        assert fast.written == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5], "re-read: at-least-once"
+    finally:
+        worker.stop_intake()
+        await asyncio.wait_for(run, 10)
+    assert consumer.committed_offsets == {TP: 6} and worker.abandoned() == []
+
+
+async def test_a_stop_while_one_sink_hangs_commits_nothing_that_sink_lacks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(4)))})
+    fast, slow = GateSink(), GateSink(hold=2)
+    worker = fan_out_worker(tmp_path, monkeypatch, consumer, {"fast": fast, "slow": slow})
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(slow.held.wait(), 10)
+    await until(lambda: fast.written == [0, 1, 2, 3], "the fast sink wrote all")
+    await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")
+    worker.stop_intake()
+    await asyncio.wait([run], timeout=0.5)
+    assert not run.done(), "phase 1 waits for the write under way"
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert consumer.committed_offsets == {TP: 2} and slow.written == [0, 1]
+    assert worker.abandoned() == ["t[0] offsets 2-3", "2 message(s) in flight"]

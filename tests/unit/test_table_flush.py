@@ -1,0 +1,109 @@
+"""TableWriter's flush policy: the idle flush (``spark.flush_idle_s``) of a quiet table.
+
+A writer whose flushes are recorded and held open by the test (no Spark): each flush
+notes the loop time it started and the rows it took, and returns when the test lets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from actors.sinks.spark.sink import flush_limits
+from actors.sinks.table.batching import TableWriter
+from processors.base import Row
+from settings.models import SparkSettings
+
+WAIT_S = 30.0  # generous: only a flush that never comes hits it
+
+
+class RecordingWriter(TableWriter):
+    """Flushes are recorded as (loop time, rows); each waits for :attr:`release`."""
+
+    def __init__(self, **limits: Any) -> None:
+        super().__init__("t", (), **limits)
+        self.started: list[tuple[float, int]] = []
+        self.flushed = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
+
+    def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
+        return list(rows), []
+
+    async def register(self) -> None:
+        return None
+
+    async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
+        self.started.append((asyncio.get_running_loop().time(), sum(len(p) for p, _ in batch)))
+        self.flushed.set()
+        await self.release.wait()
+        for _, future in batch:
+            future.set_result(None)
+
+
+def rows(n: int) -> list[Row]:
+    return [{"i": i} for i in range(n)]
+
+
+async def test_with_the_default_settings_a_quiet_table_is_flushed_before_the_interval() -> None:
+    """10 rows, far below flush_min_rows, on an idle writer: written after about
+    flush_idle_s (1 s), not after flush_max_interval_s (5 s)."""
+    settings = SparkSettings()
+    writer = RecordingWriter(**flush_limits(settings))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.wait_for(writer.write(rows(10)), WAIT_S)
+    (at, count), = writer.started
+    assert count == 10
+    assert at - start < settings.flush_max_interval_s  # before: the interval's flush
+    assert at - start >= settings.flush_idle_s - 0.01  # a timer may fire a tick early
+
+
+async def test_no_idle_flush_while_a_flush_runs_then_the_waiting_rows_go_at_once() -> None:
+    writer = RecordingWriter(max_rows=100_000, min_rows=100, max_interval_s=WAIT_S,
+                             idle_s=0.05)
+    loop = asyncio.get_running_loop()
+    writer.release.clear()
+    first = asyncio.ensure_future(writer.write(rows(100)))  # min_rows: flushes at once
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
+    writer.flushed.clear()
+    second = asyncio.ensure_future(writer.write(rows(5)))
+    waited_from = loop.time()
+    while loop.time() - waited_from < 0.3:  # six times idle_s, the first flush still runs
+        await asyncio.sleep(0.05)
+    assert [count for _, count in writer.started] == [100]
+    writer.release.set()
+    await asyncio.wait_for(asyncio.gather(first, second), WAIT_S)
+    assert [count for _, count in writer.started] == [100, 5]
+
+
+async def test_rows_that_arrived_during_a_flush_wait_out_idle_s_from_their_arrival() -> None:
+    """The idle flush counts from the oldest waiting row, not from the end of the flush:
+    a busy writer's small rest is not written the moment the flush ends."""
+    writer = RecordingWriter(max_rows=100_000, min_rows=100, max_interval_s=WAIT_S,
+                             idle_s=0.5)
+    loop = asyncio.get_running_loop()
+    writer.release.clear()
+    first = asyncio.ensure_future(writer.write(rows(100)))
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
+    arrived = loop.time()
+    second = asyncio.ensure_future(writer.write(rows(5)))
+    await asyncio.sleep(0)
+    writer.release.set()
+    await asyncio.wait_for(asyncio.gather(first, second), WAIT_S)
+    at, count = writer.started[1]
+    assert count == 5
+    assert at - arrived >= 0.5 - 0.01  # the loop's timers may fire a clock tick early
+
+
+async def test_min_rows_still_flushes_at_once_and_idle_s_at_the_interval_turns_it_off() -> None:
+    writer = RecordingWriter(max_rows=100_000, min_rows=10, max_interval_s=0.2, idle_s=0.2)
+    assert writer.idle_s is None
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.wait_for(writer.write(rows(10)), WAIT_S)
+    assert writer.started[0][0] - start < 0.2  # min_rows, no timer
+    start = loop.time()
+    await asyncio.wait_for(writer.write(rows(3)), WAIT_S)
+    assert writer.started[1][0] - start >= 0.2 - 0.01  # the interval's timer
