@@ -21,7 +21,7 @@ import orjson
 
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
-from processors.jsonfast import check, dumps_canonical
+from processors.jsonfast import bytes_as_base64, check, dumps_canonical
 
 JSON_CONTENT_TYPE = "application/json"
 JSON_PATCH_CONTENT_TYPE = "application/json-patch+json"
@@ -34,15 +34,9 @@ def shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _bytes_as_base64(value: object) -> str:
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 def json_text(value: object) -> str | None:
     """Canonical JSON text (sorted keys, compact, UTF-8 kept, bytes as base64); None -> None."""
-    return None if value is None else dumps_canonical(value, _bytes_as_base64)
+    return None if value is None else dumps_canonical(value, bytes_as_base64)
 
 
 def media_type(content_type: str) -> str:
@@ -294,12 +288,12 @@ def _usual_row(mcl: Any) -> Row | None:
         "aspect_name": aspect_name,
         "change_type": change_type,
         "aspect": aspect,
-        "system_metadata": None if system is None else dumps_canonical(system, _bytes_as_base64),
+        "system_metadata": None if system is None else dumps_canonical(system, bytes_as_base64),
         "entity_key_aspect": None,
         "run_id": run_id,
         "previous_aspect": previous,
         "previous_system_metadata": None if previous_system is None else dumps_canonical(
-            previous_system, _bytes_as_base64),
+            previous_system, bytes_as_base64),
         "created_time": created_time,
         "created_actor": created_actor,
     }

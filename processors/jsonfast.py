@@ -20,6 +20,7 @@ falls back to ``json`` otherwise, so output bytes and accepted input stay the sa
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -36,6 +37,14 @@ _DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIM
 _SORTED_OPTIONS = _DUMP_OPTIONS | orjson.OPT_SORT_KEYS
 _NATIVE = (str, int, float, list, tuple, dict)  # json serializes their subclasses itself
 _SCALARS = frozenset((str, int, bool, type(None)))
+
+
+def bytes_as_base64(value: object) -> str:
+    """``default`` for the dumps: bytes as standard base64 text; anything else is not
+    JSON serializable (``TypeError``, as ``json`` raises)."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class _Fallback(Exception):  # noqa: N818 - control flow, never escapes this module

@@ -14,7 +14,6 @@ and ``metadata-etl/src/main/java/metadata/etl/kafka/MetastoreAuditProcessor.java
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from pydantic import BaseModel
 from processors.base import Column, Message, Processor, Row, with_coordinates
 from processors.errors import PoisonMessage
 from processors.gobblin import ClusterOptions, match_cluster_code, shown
-from processors.jsonfast import dumps_canonical
+from processors.jsonfast import bytes_as_base64, dumps_canonical
 
 NO_PARTITION = "?"
 """time_partition (and instance) placeholder: both are NOT NULL and in the key."""
@@ -73,16 +72,10 @@ def _flag(rec: Mapping[str, Any], key: str, where: str) -> str:
     return "true" if value else "false"
 
 
-def _bytes_as_base64(value: object) -> str:
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 def info_json(record: Mapping[str, Any] | None) -> str | None:
     """JSON text of a table/partition record: sorted keys, compact, UTF-8 kept, bytes as
     standard base64 (the Table/Partition records have no bytes fields today)."""
-    return None if record is None else dumps_canonical(record, _bytes_as_base64)
+    return None if record is None else dumps_canonical(record, bytes_as_base64)
 
 
 def time_partition(values: object, where: str) -> str:
