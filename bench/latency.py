@@ -85,13 +85,13 @@ from typing import Any
 import throughput
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from throughput import (
-    _READ_BACK,
     FAST_GROUP,
     BenchError,
     Workload,
     _import_stdlib_http,
     create_topic,
     json_workload,
+    read_back,
     run_kstage,
     spark_workload,
     unique,
@@ -414,15 +414,7 @@ def _cpu_now(pid: int) -> tuple[float, float, float, float]:
 
 async def verify_spark(path: Path, n: int) -> None:
     """A fresh PySpark process reads the table by path: every offset once."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _READ_BACK, str(path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    lines = [ln for ln in out.decode().splitlines() if ln.startswith("READ_BACK ")]
-    if proc.returncode != 0 or len(lines) != 1:
-        raise BenchError(f"spark read-back exited {proc.returncode}:\n"
-                         f"{err.decode(errors='replace')[-3000:]}")
-    got = json.loads(lines[0].removeprefix("READ_BACK "))[0]
+    got = (await read_back([str(path)]))[0]
     if not (got["rows"] == got["offsets"] == n and got["first"] == 0
             and got["last"] == n - 1):
         raise BenchError(f"spark: table {path} read back with PySpark: {got}, expected "

@@ -742,6 +742,22 @@ print("READ_BACK " + json.dumps(out))
 """
 
 
+async def read_back(paths: list[str]) -> list[dict[str, Any]]:
+    """What a fresh PySpark process reads from each table directory in ``paths`` (one
+    subprocess): rows, distinct offsets, first and last offset, topics, partitions and
+    the non-null counts of two NOT NULL columns."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _READ_BACK, *paths,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    lines = [ln for ln in out.decode().splitlines() if ln.startswith("READ_BACK ")]
+    if proc.returncode != 0 or len(lines) != 1:
+        raise BenchError(f"spark read-back exited {proc.returncode}:\n"
+                         f"{err.decode(errors='replace')[-3000:]}")
+    got: list[dict[str, Any]] = json.loads(lines[0].removeprefix("READ_BACK "))
+    return got
+
+
 async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:
     """Read every run's staging table with PySpark (one subprocess, after all rounds) and
     check that it holds exactly one row per event: rows == distinct offsets == n,
@@ -755,16 +771,7 @@ async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:
                              f"found {[p.name for p in tables]}")
         paths.append(str(tables[0]))
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _READ_BACK, *paths,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    lines = [ln for ln in out.decode().splitlines() if ln.startswith("READ_BACK ")]
-    if proc.returncode != 0 or len(lines) != 1:
-        raise BenchError(f"spark read-back exited {proc.returncode}:\n"
-                         f"{err.decode(errors='replace')[-3000:]}")
-    for path, got in zip(paths, json.loads(lines[0].removeprefix("READ_BACK ")),
-                         strict=True):
+    for path, got in zip(paths, await read_back(paths), strict=True):
         want = {"rows": n, "offsets": n, "first": 0, "last": n - 1, "topics": [topic],
                 "parts": [0], "cluster": n, "dataset": n}
         wrong = {k: (got[k], v) for k, v in want.items() if got[k] != v}
