@@ -16,7 +16,8 @@ Decoding is split so the per-message hot path never awaits:
   one batch that asked, never longer: the next :meth:`AvroDecoder.missing` forgets it, so
   a later message with the id asks the registry again (issue 11);
 * :meth:`AvroDecoder.decode` is synchronous: header check, cached-schema lookup by the
-  raw id bytes (no int conversion), ``fastavro.schemaless_reader``.
+  raw id bytes (no int conversion), then cavro's decode where it gives fastavro's
+  results, else ``fastavro.schemaless_reader`` (:mod:`processors.avro_fast`).
 
 Bad input is classified, never guessed: a wrong magic byte, a short header, an unknown
 schema id or a truncated/undecodable body raise :class:`PoisonMessage` carrying the
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 
 from fastavro import parse_schema, schemaless_reader
 
+from processors.avro_fast import FastDecode, fast_decoder
 from processors.errors import PoisonMessage
 
 logger = logging.getLogger(__name__)
@@ -96,6 +98,9 @@ class AvroDecoder:
         # raw id bytes -> parsed writer schema, or the exception that poisons its messages
         # (a schema that does not parse: forever; an unknown id: see _unknown)
         self._schemas: dict[bytes, Any] = {}
+        # raw id bytes -> cavro's decode of the writer schema, where it gives fastavro's
+        # results and no reader schema asks for resolution (processors/avro_fast.py)
+        self._fast: dict[bytes, FastDecode] = {}
         # ids whose entry in _schemas is an unknown-id verdict: dropped by the next
         # missing(), so no negative result outlives the batch that asked for it
         self._unknown: set[bytes] = set()
@@ -156,6 +161,10 @@ class AvroDecoder:
         except Exception as exc:  # noqa: BLE001 - a broken schema poisons its messages
             self._schemas[id_bytes] = PoisonMessage(
                 f"writer schema id {sid} from the registry does not parse: {exc}")
+        else:
+            fast = fast_decoder(json.loads(text)) if self._reader is None else None
+            if fast is not None:
+                self._fast[id_bytes] = fast
         logger.debug("cached writer schema id %s", sid)
 
     def _not_found_answer(self, id_bytes: bytes, sid: int | str, exc: Exception) -> None:
@@ -191,6 +200,12 @@ class AvroDecoder:
         if raw is None:
             return None
         end = self._end
+        fast = self._fast.get(raw[1:end]) if raw[:1] == b"\x00" else None
+        if fast is not None:
+            try:
+                return fast(raw[end:])
+            except Exception:  # noqa: BLE001, S110 - fastavro's value or error stands
+                pass
         if len(raw) < end:
             raise poison(f"value of {len(raw)} bytes is shorter than the {end}-byte "
                          "wire-format header", raw)
