@@ -334,10 +334,13 @@ def render_json(lines: list[DeadLetter]) -> str:
 
 
 def render(lines: list[DeadLetter], unreadable: int = 0) -> str:
-    """The ``show`` table."""
-    head = ("TOPIC", "PARTITION", "OFFSET", "ERROR_TYPE", "ERROR", "FAILED_AT", "REPLAYED")
+    """The ``show`` table; ``SINK`` names the sink that refused the row for good, ``-``
+    for a message that failed before any sink (decoding, processing)."""
+    head = ("TOPIC", "PARTITION", "OFFSET", "SINK", "ERROR_TYPE", "ERROR", "FAILED_AT",
+            "REPLAYED")
     body = [(str(d.record.get("topic")), str(d.record.get("partition")),
-             str(d.record.get("offset")), str(d.record.get("error_type", "")),
+             str(d.record.get("offset")), str(d.record.get("sink", "-")),
+             str(d.record.get("error_type", "")),
              " ".join(str(d.record.get("error", "")).split())[:80],
              str(d.record.get("failed_at")), "yes" if d.replayed else "no") for d in lines]
     widths = [max(len(cells[i]) for cells in (head, *body)) for i in range(len(head))]

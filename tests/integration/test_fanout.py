@@ -159,6 +159,9 @@ async def test_a_row_one_sink_refuses_is_dead_lettered_for_that_sink_only(
         assert (headers["kstage.error.sink"], headers["kstage.error.sink_type"],
                 headers["kstage.error.status"]) == (b"api", b"http", b"400")
 
+        shown = dlq.render(dlq.load(settings)[0]).splitlines()  # what `dlq show` prints
+        assert shown[0].split()[3] == "SINK" and shown[1].split()[2:4] == ["3", "api"]
+
         # replay: the refused row goes to the API only, not to the jsonl file again
         result = await asyncio.to_thread(dlq.replay, settings)
         assert (len(result.replayed), result.failed, result.skipped) == (1, [], [])

@@ -190,9 +190,9 @@ async def test_dlq_show_and_replay_through_the_fixed_processor(broker, tmp_path)
     code, out, err = await cli("dlq", "show", "-c", str(cfg), cwd=tmp_path)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["TOPIC", "PARTITION", "OFFSET", "ERROR_TYPE", "ERROR",
-                                "FAILED_AT", "REPLAYED"]
-    assert [ln.split()[2] for ln in lines[1:4]] == ["1", "3", "4"]
+    assert lines[0].split() == ["TOPIC", "PARTITION", "OFFSET", "SINK", "ERROR_TYPE",
+                                "ERROR", "FAILED_AT", "REPLAYED"]
+    assert [ln.split()[2:4] for ln in lines[1:4]] == [["1", "-"], ["3", "-"], ["4", "-"]]
     assert "builtins.RuntimeError  flaky failure 1 at offset 3" in lines[2]
     assert all(ln.endswith(" no") for ln in lines[1:4])
     assert lines[-1] == "3 dead-lettered, 0 replayed, 3 not replayed"
