@@ -700,7 +700,9 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
         if len(at) != len(commits) or start is None or start[1] >= n:
             raise BenchError(f"kstage log: no commit line between the warm-up offset "
                              f"{warmup} and {n} ({len(at)} of {len(commits)} commit lines "
-                             f"name an offset); log {log_path}")
+                             f"name an offset): too few appends for a warm window; "
+                             f"raise --messages or pass --warmup 0 (cold only); "
+                             f"log {log_path}")
         result.warm_from = start[1]
         result.warm_s = (commits[-1] - start[0]).total_seconds()
         result.warm_cpu_s = rss.cpu_between(start[0], commits[-1])
