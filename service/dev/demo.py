@@ -125,6 +125,7 @@ def progress_display(total: int, workers: dict[str, Worker] | None = None,
     async def show(master: Master) -> None:
         started = time.monotonic()
         tty = sys.stderr.isatty()
+        shown = -1  # the count of the last line written
         try:
             while True:
                 if workers is not None:
@@ -135,9 +136,12 @@ def progress_display(total: int, workers: dict[str, Worker] | None = None,
                 width = 30
                 bar = "#" * (width * min(done, total) // max(total, 1))
                 line = f"  [{bar:<{width}}] {done}/{total} messages ({rate:.0f}/s)"
-                # A terminal gets one line redrawn in place; a log gets a line a second.
-                sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
-                sys.stderr.flush()
+                # A terminal gets one line redrawn in place; a log gets a line a second
+                # while the count moves, none while it stands (Spark flush, merge).
+                if tty or done != shown:
+                    sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
+                    sys.stderr.flush()
+                    shown = done
                 await asyncio.sleep(0.25 if tty else 1.0)
         finally:
             if tty:
