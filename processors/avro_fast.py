@@ -16,7 +16,8 @@ gives the same results:
   (fastavro is laxer on some bad bodies, a negative union index among them).
 
 ``tests/unit/test_avro_fast.py`` checks the two decoders equal on every bundled schema,
-on random valid records and on mutated (truncated, extended, bit-flipped) bodies.
+on random valid records and on mutated (truncated, extended, bytes replaced, inserted or
+deleted) bodies.
 """
 
 from __future__ import annotations
@@ -67,4 +68,3 @@ def fast_decoder(schema: Any) -> FastDecode | None:
         return None
     decode: FastDecode = codec.binary_decode
     return decode
-
