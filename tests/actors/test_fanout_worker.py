@@ -11,7 +11,14 @@ import pytest
 from actors.worker import Worker
 from processors.json_rows import JsonRowsProcessor
 from settings import load_settings
-from tests.actors.test_worker_fake_consumer import TOPIC, TP, GateSink, until, values
+from tests.actors.test_worker_fake_consumer import (
+    TOPIC,
+    TP,
+    GateSink,
+    stop_in_phase_two,
+    until,
+    values,
+)
 from tests.fake_consumer import FakeConsumer, patch_consumer
 from tests.kafkautil import write_config
 
@@ -68,11 +75,6 @@ async def test_a_stop_while_one_sink_hangs_commits_nothing_that_sink_lacks(
     await asyncio.wait_for(slow.held.wait(), 10)
     await until(lambda: fast.written == [0, 1, 2, 3], "the fast sink wrote all")
     await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")
-    worker.stop_intake()
-    await asyncio.wait([run], timeout=0.5)
-    assert not run.done(), "phase 1 waits for the write under way"
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
+    await stop_in_phase_two(worker, run)
     assert consumer.committed_offsets == {TP: 2} and slow.written == [0, 1]
     assert worker.abandoned() == ["t[0] offsets 2-3", "2 message(s) in flight"]

@@ -67,6 +67,17 @@ async def until(predicate: Callable[[], bool], what: str, timeout: float = 10) -
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
+async def stop_in_phase_two(worker: Worker, run: asyncio.Task[None]) -> None:
+    """A two-phase stop during a write that hangs: phase 1 (stop intake) must keep
+    waiting for it; phase 2 cancels the worker."""
+    worker.stop_intake()
+    await asyncio.wait([run], timeout=0.5)
+    assert not run.done(), "phase 1 waits for the write under way"
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
 def values(*items: Any) -> list[bytes | None]:
     return [v if isinstance(v, bytes) else json.dumps(v).encode() for v in items]
 
@@ -128,11 +139,6 @@ async def test_a_stop_while_a_write_hangs_commits_nothing_of_it(
     run = asyncio.create_task(worker.run())
     await asyncio.wait_for(sink.held.wait(), 10)
     await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")
-    worker.stop_intake()
-    await asyncio.wait([run], timeout=0.5)
-    assert not run.done(), "phase 1 waits for the write under way"
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
+    await stop_in_phase_two(worker, run)
     assert consumer.committed_offsets == {TP: 2} and sink.written == [0, 1]
     assert worker.abandoned() == ["t[0] offsets 2-3", "2 message(s) in flight"]
