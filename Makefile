@@ -2,8 +2,11 @@
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
+# Apache Kafka's jars for the tests (tests/apache_kafka.py), from Maven Central by mvn.
+KAFKA_JARS := tests/jars/kafka/lib
+KAFKA_STAMP := $(KAFKA_JARS)/.fetched
 
-.PHONY: demo test lint setup
+.PHONY: demo test lint setup kafka-jars
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -14,6 +17,14 @@ $(STAMP): pyproject.toml .ci/system-deps
 
 setup: $(STAMP)
 
+$(KAFKA_STAMP): tests/jars/kafka/pom.xml .ci/system-deps
+	bash .ci/system-deps
+	rm -rf $(KAFKA_JARS)
+	mvn -q -B -f tests/jars/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(KAFKA_JARS)
+	touch $(KAFKA_STAMP)
+
+kafka-jars: $(KAFKA_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/kstage demo
 
@@ -21,7 +32,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint
+test: lint $(KAFKA_STAMP)
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests
