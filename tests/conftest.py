@@ -1,15 +1,27 @@
-"""Session fixtures: the real embedded broker (never skipped) and a clean environment."""
+"""Session fixtures: the real brokers (never skipped) and a clean environment.
+
+Which tests run on which broker is declared in tests/brokers.py.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from service.broker import EmbeddedBroker
+from tests.brokers import (
+    KAFKA,
+    SHARED_DIR_ENV,
+    TANSU,
+    kinds_for,
+    shared_apache_kafka,
+    stop_shared,
+)
 from tests.kafkautil import PLUGINS, KstageProcess
 
 # Test processors are a real plugin distribution (dist-info + entry points) on sys.path.
@@ -17,9 +29,45 @@ if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 
 
+_OWNS_SHARED = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The main process makes the directory its xdist workers share (the Apache Kafka
+    node's state); they inherit it through the environment."""
+    if SHARED_DIR_ENV not in os.environ:
+        shared = Path(tempfile.mkdtemp(prefix="kstage-tests-"))
+        os.environ[SHARED_DIR_ENV] = str(shared)
+        config.stash[_OWNS_SHARED] = shared
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_OWNS_SHARED, None)
+    if shared is not None:
+        stop_shared(shared)
+        os.environ.pop(SHARED_DIR_ENV, None)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One suite, two brokers: every test that needs a broker runs on each broker its
+    module is declared for (tests/brokers.py)."""
+    if "broker_kind" in metafunc.fixturenames:
+        module = metafunc.module.__name__.rsplit(".", 1)[-1]
+        metafunc.parametrize("broker_kind", [
+            pytest.param(kind, marks=pytest.mark.apache_kafka) if kind == KAFKA else kind
+            for kind in kinds_for(module, metafunc.function.__name__)], indirect=True)
+
+
+@pytest.fixture
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """The broker this test runs on: ``tansu`` or ``kafka`` (parametrized above)."""
+    kind: str = request.param
+    return kind
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap address of an embedded broker for the whole session."""
+def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of an embedded broker (Tansu) for this process's session."""
     log = tmp_path_factory.mktemp("broker") / "broker.log"
     try:
         embedded = EmbeddedBroker(log_path=log).start()
@@ -27,6 +75,23 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(f"the embedded broker did not start: {exc}; see {log}", pytrace=False)
     yield embedded.bootstrap
     embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_broker() -> str:
+    """Bootstrap address of the session's Apache Kafka node (shared by its processes)."""
+    try:
+        return shared_apache_kafka(Path(os.environ[SHARED_DIR_ENV]))
+    except Exception as exc:  # noqa: BLE001 - a broker that cannot start fails loudly
+        pytest.fail(f"the Apache Kafka broker did not start: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def broker(broker_kind: str, request: pytest.FixtureRequest) -> str:
+    """Bootstrap address of the shared broker of ``broker_kind``."""
+    name = "tansu_broker" if broker_kind == TANSU else "apache_kafka_broker"
+    bootstrap: str = request.getfixturevalue(name)
+    return bootstrap
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
@@ -30,11 +31,12 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+async def create_topic(bootstrap: str, topic: str, partitions: int = 1,
+                       replication: int = 1) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
+        await admin.create_topics([NewTopic(topic, partitions, replication)])
     finally:
         await admin.close()
 
@@ -58,12 +60,22 @@ async def produce(bootstrap: str, topic: str, values: Iterable[Any], *,
 
 
 async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """Committed next-offsets of ``group`` per partition (-1 when none)."""
+    """Committed next-offsets of ``group`` per partition (-1 when none). Retriable
+    errors (Apache Kafka creating its offsets topic, a coordinator moving) are retried
+    for up to 30 s."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
+    deadline = time.monotonic() + 30
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
-        offsets = await admin.list_consumer_group_offsets(group, partitions=tps)
+        while True:
+            try:
+                offsets = await admin.list_consumer_group_offsets(group, partitions=tps)
+                break
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
     finally:
         await admin.close()
     return {tp.partition: (meta.offset if meta is not None else -1)

@@ -1,9 +1,10 @@
 """Fault: the broker dies and comes back (persistent storage) while kstage runs.
 
-The broker is Tansu on S3 storage (a real S3 API on loopback), so topics, records and
-committed offsets survive its restart, as a real Kafka cluster's would. kstage must ride
-through the outage by itself: nothing lost, nothing dead-lettered, no offset committed
-for work the sink did not accept, and after the broker is back it goes on consuming.
+The broker is Tansu on S3 storage (a real S3 API on loopback), or a one-node Apache
+Kafka with its log directory, so topics, records and committed offsets survive its
+restart. kstage must ride through the outage by itself: nothing lost, nothing
+dead-lettered, no offset committed for work the sink did not accept, and after the
+broker is back it goes on consuming.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from service.broker import EmbeddedBroker, free_port
+from service.broker import free_port
+from tests.brokers import dedicated_broker
 from tests.kafkautil import (
     committed,
     create_topic,
@@ -26,16 +28,13 @@ from tests.kafkautil import (
     wait_until,
     write_config,
 )
-from tests.s3_server import S3Server
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-async def test_broker_restart_with_persistent_storage(tmp_path, kstage):
+async def test_broker_restart_with_persistent_storage(broker_kind, tmp_path, kstage):
     topic, group = unique("restart"), unique("g-restart")
-    with (S3Server(tmp_path / "s3.log") as s3,
-          EmbeddedBroker(log_path=tmp_path / "broker.log", storage_engine="s3://tansu/",
-                         env=s3.broker_env) as broker):
+    with dedicated_broker(broker_kind, tmp_path / "broker", persistent=True) as broker:
         await create_topic(broker.bootstrap, topic, partitions=2)
         port = free_port()
         cfg = write_config(tmp_path / "kstage.yml", broker.bootstrap, group,

@@ -16,9 +16,9 @@ import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from actors.master import Master
-from service.broker import EmbeddedBroker
 from service.ops.dlq import load_topic, replay_group, replay_topic_async
 from settings import load_settings
+from tests.brokers import dedicated_broker
 from tests.integration.test_ops_tools import cli
 from tests.kafkautil import (
     committed,
@@ -117,13 +117,13 @@ async def test_topic_instead_of_the_file(broker: str, tmp_path: Path) -> None:
 
 
 async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_recovers(
-        tmp_path: Path) -> None:
+        broker_kind: str, tmp_path: Path) -> None:
     """The broker freezes (SIGSTOP) while the poison message is being handled: the
     dead-letter write fails (no acks within the request timeout), the snapshot and
     /readyz say so, nothing is committed; after SIGCONT the record is written and only
     then the offset committed, nothing lost."""
     topic, group, dlq = unique("dlto"), unique("g-dlto"), unique("dlqo")
-    with EmbeddedBroker(log_path=tmp_path / "broker.log") as own:
+    with dedicated_broker(broker_kind, tmp_path / "broker") as own:
         bootstrap = own.bootstrap
         await create_topic(bootstrap, topic)
         await create_topic(bootstrap, dlq)
@@ -237,3 +237,4 @@ async def test_dlq_show_and_replay_from_topic(broker: str, tmp_path: Path) -> No
     shown = [json.loads(line) for line in out_text.splitlines()]
     assert [(r["offset"], r["replayed"], r["dead_letter_offset"]) for r in shown] == [
         (0, True, 0), (2, True, 1)]
+

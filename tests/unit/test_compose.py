@@ -20,6 +20,7 @@ import yaml
 
 from actors.master import resolve_processors
 from settings import load_settings
+from tests.apache_kafka import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -125,3 +126,10 @@ def _mount_source(volume: Any) -> str:
     if isinstance(volume, str):
         return volume.split(":")[0]
     return str(volume["source"])
+
+
+def test_compose_runs_the_apache_kafka_the_suite_tests(compose: dict[str, Any]) -> None:
+    """docker-compose.yml, the tests' POM and tests/apache_kafka.py name one version."""
+    pom = (ROOT / "tests/jars/kafka/pom.xml").read_text()
+    assert f"<artifactId>kafka_2.13</artifactId>\n      <version>{KAFKA_VERSION}</version>" in pom
+    assert compose["services"]["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"

@@ -1,0 +1,170 @@
+"""The brokers of the suite and which tests run on which: one suite, two brokers.
+
+Every test that talks to a broker asks for the fixture ``broker`` (the bootstrap address
+of a shared broker) or ``broker_kind`` (to start a broker of its own with
+:func:`dedicated_broker`). Both are parametrized here, in one place:
+
+- ``tansu``: the embedded default (Tansu), one per pytest process.
+- ``kafka``: Apache Kafka 4.x (KRaft, one node) from its Maven jars, one JVM shared by
+  every pytest process of the session, stopped by the session's main process at its end.
+
+Every such test runs on both brokers unless :data:`TANSU_ONLY` names its module (or the
+test itself, ``module::test``), with the reason. Tests on Apache Kafka carry the marker
+``apache_kafka``: ``pytest -m "not apache_kafka"`` runs the suite on Tansu alone,
+``pytest -m apache_kafka`` the Apache Kafka half.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from service.broker import EmbeddedBroker
+from tests.apache_kafka import KafkaCluster
+from tests.s3_server import S3Server
+
+TANSU, KAFKA = "tansu", "kafka"
+BROKER_KINDS = (TANSU, KAFKA)
+
+# Broker tests that run on Tansu only, and why: Spark's own guarantees, where the broker
+# only feeds a JVM that costs a minute or more per test on this 2-core machine. Everything
+# else that asks for ``broker`` or ``broker_kind`` runs on both.
+# tests/unit/test_broker_matrix.py checks that every test the fault table names, and the
+# commit and failure mode modules, run on Apache Kafka.
+_SPARK = "Spark's staging and merge; the broker only feeds the JVM"
+TANSU_ONLY: dict[str, str] = {
+    "test_spark_exactly_once": f"{_SPARK} (exactly-once merge after SIGKILL)",
+    "test_spark_pipeline": f"{_SPARK} (real schemas into staging tables)",
+    "test_spark_cluster": f"{_SPARK} (a standalone Spark cluster)",
+    "test_spark_jvm_death::test_jvm_death_beyond_max_session_restarts_exits_1":
+        f"{_SPARK} (the restart limit; the JVM death itself runs on both)",
+}
+
+# The environment variable naming the directory the session's processes share (made by
+# the main process in pytest_configure; xdist workers inherit it).
+SHARED_DIR_ENV = "PYTEST_KSTAGE_SHARED_DIR"
+_STATE = "apache-kafka.json"
+# The shared node this process started: referenced until the process ends, so its Popen
+# is never collected (ResourceWarning: still running) while other processes use it.
+_OWNED: list[KafkaCluster] = []
+
+
+def kinds_for(module: str, test: str) -> tuple[str, ...]:
+    """The brokers test ``test`` (its function name) of ``module`` (its base name) runs
+    on."""
+    only = module in TANSU_ONLY or f"{module}::{test}" in TANSU_ONLY
+    return (TANSU,) if only else BROKER_KINDS
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def shared_apache_kafka(shared: Path) -> str:
+    """The bootstrap address of the session's one Apache Kafka node, started by the first
+    process that asks (under a lock); :func:`stop_shared` ends it."""
+    with _locked(shared / "apache-kafka.lock"):
+        state = shared / _STATE
+        if state.exists():
+            known = json.loads(state.read_text())
+            if all(_alive(pid) for pid in known["pids"]):
+                return str(known["bootstrap"])
+        cluster = KafkaCluster(Path(tempfile.mkdtemp(prefix="apache-kafka-", dir=shared)),
+                               size=1, heap_mb=384).start()
+        _OWNED.append(cluster)
+        state.write_text(json.dumps({"bootstrap": cluster.bootstrap,
+                                     "pids": [n.pid for n in cluster.nodes],
+                                     "directory": str(cluster.directory)}))
+        return cluster.bootstrap
+
+
+def stop_shared(shared: Path) -> None:
+    """Kill the shared node (if one was started) and remove the shared directory."""
+    for cluster in _OWNED:
+        cluster.kill()
+    state = shared / _STATE
+    if state.exists():
+        for pid in json.loads(state.read_text())["pids"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    shutil.rmtree(shared, ignore_errors=True)
+
+
+class Restartable(Protocol):
+    """A broker a test owns: killed (SIGKILL) and started again on the same address."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+class _KafkaNodeBroker:
+    """A one-node cluster seen as a :class:`Restartable` (its data survives a restart)."""
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self._cluster = cluster
+        self._node = cluster.nodes[0]
+
+    @property
+    def bootstrap(self) -> str:
+        return self._node.bootstrap
+
+    @property
+    def pid(self) -> int | None:
+        return self._node.pid
+
+    def start(self) -> _KafkaNodeBroker:
+        self._node.start()
+        self._node.wait_listening()
+        return self
+
+    def stop(self) -> None:
+        self._node.kill()
+
+
+@contextlib.contextmanager
+def dedicated_broker(kind: str, directory: Path, *, persistent: bool = False
+                     ) -> Iterator[Restartable]:
+    """A broker of ``kind`` for one test, killed at exit. ``persistent``: topics, records
+    and committed offsets survive :meth:`Restartable.stop` and ``start`` (Tansu on a
+    local S3 server; Apache Kafka always keeps its log directory)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if kind == KAFKA:
+        with KafkaCluster(directory / "apache-kafka", size=1) as cluster:
+            yield _KafkaNodeBroker(cluster)
+    elif persistent:
+        with (S3Server(directory / "s3.log") as s3,
+              EmbeddedBroker(log_path=directory / "broker.log", storage_engine="s3://tansu/",
+                             env=s3.broker_env) as tansu):
+            yield tansu
+    else:
+        with EmbeddedBroker(log_path=directory / "broker.log") as tansu:
+            yield tansu

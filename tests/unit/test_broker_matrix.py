@@ -1,0 +1,59 @@
+"""The broker matrix of tests/brokers.py: the fault table's tests and the commit and
+failure mode tests run on Apache Kafka, and every exception names a real broker test."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from tests.brokers import BROKER_KINDS, KAFKA, TANSU, TANSU_ONLY, kinds_for
+from tests.kafkautil import ROOT
+
+TESTS = ROOT / "tests"
+
+
+def _broker_tests(module: str) -> dict[str, bool]:
+    """Test functions of the modules named ``module`` (unit/, actors/, integration/)
+    and whether each asks for a broker."""
+    paths = list(TESTS.rglob(f"{module}.py"))
+    assert paths, f"no module {module}"
+    found: dict[str, bool] = {}
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found |= {node.name: bool({"broker", "broker_kind"} & {a.arg for a in node.args.args})
+                  for node in tree.body
+                  if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.name.startswith("test_")}
+    return found
+
+
+def test_every_fault_table_module_runs_on_apache_kafka() -> None:
+    doc = (ROOT / "docs/operations.md").read_text(encoding="utf-8")
+    section = doc.split("## What kstage guarantees under faults", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(test_\w+)`", section))
+    assert named, "the fault table names no tests"
+    for module in sorted(named):
+        tests = _broker_tests(module)
+        assert module not in TANSU_ONLY, f"{module} is in the fault table: not Tansu-only"
+        if any(tests.values()):
+            assert any(kinds_for(module, name) == BROKER_KINDS
+                       for name, uses in tests.items() if uses), module
+
+
+def test_commit_and_failure_modes_run_on_both_brokers() -> None:
+    for module in ("test_commit_modes", "test_failure_modes", "test_partition_retries"):
+        tests = _broker_tests(module)
+        assert any(tests.values()), module
+        for name, uses in tests.items():
+            if uses:
+                assert kinds_for(module, name) == (TANSU, KAFKA), f"{module}::{name}"
+
+
+def test_every_exception_names_a_broker_test_and_says_why() -> None:
+    for key, why in TANSU_ONLY.items():
+        module, _, name = key.partition("::")
+        tests = _broker_tests(module)
+        assert any(tests.values()), f"{key}: no broker test in {module}"
+        if name:
+            assert tests.get(name), f"{key}: no such broker test"
+        assert len(why) > 20, f"{key}: say why it runs on Tansu only"
