@@ -67,7 +67,13 @@ from actors.failure import FailurePolicy
 from actors.worker.pipeline import FILTERED, BoundSink, Record, RecordPipeline, bound_sinks, no_wait
 from processors.avro import AvroDecoder, load_schema
 from processors.base import Processor
-from service.ops.lag import OpsError, bootstrap_of, connection_kwargs
+from service.ops.lag import (
+    OpsError,
+    admin_client,
+    bootstrap_of,
+    connection_kwargs,
+    topic_partitions,
+)
 from settings.models import GroupSettings, Settings, TopicSettings
 from settings.secrets import MASK, secret_header
 
@@ -231,7 +237,7 @@ _READ_TIMEOUT_S = 60.0  # reading a dead-letter topic to its end
 async def _topic_consumer(settings: Settings, dlq_topic: str) -> Any:
     """A consumer of every partition of ``dlq_topic`` that joins no group and commits
     only when told (the replay's bookkeeping), started."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_of(settings),
                                 client_id=f"{settings.kafka.client_id}-dlq",
@@ -239,11 +245,16 @@ async def _topic_consumer(settings: Settings, dlq_topic: str) -> Any:
                                 auto_offset_reset="earliest", **connection_kwargs(settings))
     await consumer.start()
     try:
-        ids = dlq_topic in await consumer.topics() and consumer.partitions_for_topic(dlq_topic)
-        if not ids:
-            raise OpsError(f"dead-letter topic {dlq_topic!r} does not exist on "
-                           f"{bootstrap_of(settings)}")
-        consumer.assign([TopicPartition(dlq_topic, p) for p in sorted(ids)])
+        # The partitions from a metadata request of their own: the consumer's metadata
+        # knows no topic before it is given one (Apache Kafka 4 answers its bootstrap
+        # request, which names none, with none).
+        async with admin_client(settings) as admin:
+            try:
+                tps = (await topic_partitions(admin, [dlq_topic]))[dlq_topic]
+            except OpsError:
+                raise OpsError(f"dead-letter topic {dlq_topic!r} does not exist on "
+                               f"{bootstrap_of(settings)}") from None
+        consumer.assign(tps)
         await consumer.seek_to_beginning()
     except BaseException:
         await consumer.stop()

@@ -238,3 +238,24 @@ async def test_dlq_show_and_replay_from_topic(broker: str, tmp_path: Path) -> No
     assert [(r["offset"], r["replayed"], r["dead_letter_offset"]) for r in shown] == [
         (0, True, 0), (2, True, 1)]
 
+
+async def test_dlq_show_from_a_topic_the_client_has_not_seen_yet(broker: str,
+                                                                 tmp_path: Path) -> None:
+    """The reading consumer finds the topic's partitions from a metadata request for it:
+    a fresh client knows no topics on Apache Kafka 4 (its bootstrap asks for none; older
+    brokers and Tansu answer such a request with every topic)."""
+    topic, dlq = unique("dltf"), unique("dlqf")
+    await create_topic(broker, dlq, partitions=2)
+    await produce_with_headers(broker, dlq, [(b"k", b'{"i": 0}', [
+        ("kstage.error.topic", topic.encode()), ("kstage.error.partition", b"0"),
+        ("kstage.error.offset", b"7")])])
+    cfg = write_config(tmp_path / "kstage.yml", broker, unique("g-dltf"),
+                       [{"topic": topic, "processor": "json_rows",
+                         "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}],
+                       failure={"dead_letter_topic": dlq})
+    letters, bad = await load_topic(load_settings(cfg), dlq)
+    assert bad == 0
+    assert [(d.record["topic"], d.record["offset"]) for d in letters] == [(topic, 7)]
+    missing = unique("nothere")
+    with pytest.raises(Exception, match=f"dead-letter topic '{missing}' does not exist"):
+        await load_topic(load_settings(cfg), missing)
