@@ -9,6 +9,13 @@ is an error at start, naming the key, instead of being silently ignored.
 is a member of its group: the configured id is a prefix, each worker's consumer uses
 ``<id>-<topic>``. Two workers of one group with the same id would fence each other.
 
+Group membership: kstage fences a member's partitions once the group coordinator may
+have given them to another member (:mod:`actors.worker.rebalance`), that is once no
+heartbeat was answered for about ``session.timeout.ms``. aiokafka does not say when it
+last heartbeated (it notices a silent coordinator only after ``request.timeout.ms``), so
+the consumer records the send time of every answered heartbeat
+(:meth:`GroupMember.last_heartbeat`).
+
 Security failures at start are configuration errors, not outages: when the consumer
 cannot bootstrap, one probe connection to the first bootstrap server tells a refused
 login or a failed certificate check (:class:`KafkaSecurityError`, naming the setting to
@@ -22,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.conn import create_conn
@@ -184,8 +192,24 @@ def coordinator_known(consumer: AIOKafkaConsumer) -> bool:
     return coordinator is None or coordinator.coordinator_id is not None
 
 
+class GroupMember(Protocol):
+    """What a worker needs of its consumer's group membership beyond aiokafka's API
+    (:func:`build_consumer`'s consumers; the tests' fake consumer)."""
+
+    def last_heartbeat(self) -> float | None:
+        """``time.monotonic()`` when the last heartbeat the coordinator answered was
+        sent (None: none yet). The coordinator cannot have expired the member's session
+        before that time plus ``session.timeout.ms``."""
+
+    def rejoin(self) -> None:
+        """Leave the current generation: revoke the assignment (the rebalance listener
+        is called) and join the group again at the next poll; positions are then read
+        from the committed offsets."""
+
+
 class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
-    """A consumer whose failed start says why when the reason is a security setting."""
+    """A consumer whose failed start says why when the reason is a security setting,
+    and that records when its heartbeats were answered (:class:`GroupMember`)."""
 
     def __init__(self, consumer_config: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -194,6 +218,7 @@ class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
             "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name")}
         self._consumer_config = consumer_config
         self._bootstrap = str(kwargs["bootstrap_servers"])
+        self._heartbeat_answered: float | None = None
 
     async def start(self) -> None:
         try:
@@ -205,6 +230,32 @@ class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
             if reason is None:
                 raise
             raise KafkaSecurityError(reason) from exc
+        self._record_heartbeats()
+
+    def _record_heartbeats(self) -> None:
+        """Wrap the group coordinator's heartbeat (aiokafka has no hook for it; the
+        method has been stable across its 0.x releases, the version is pinned)."""
+        coordinator = self._coordinator
+        if coordinator is None:  # no group: nothing to heartbeat
+            return
+        heartbeat = coordinator._do_heartbeat
+
+        async def recorded() -> bool:
+            sent = time.monotonic()
+            answered = bool(await heartbeat())  # True also for "rebalancing": a member
+            if answered:
+                self._heartbeat_answered = max(self._heartbeat_answered or sent, sent)
+            return answered
+
+        coordinator._do_heartbeat = recorded
+
+    def last_heartbeat(self) -> float | None:
+        return self._heartbeat_answered
+
+    def rejoin(self) -> None:
+        coordinator = self._coordinator
+        if coordinator is not None:
+            coordinator.request_rejoin()
 
 
 async def _tls_probe(host: str, port: int, context: ssl.SSLContext) -> None:

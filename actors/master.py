@@ -119,6 +119,8 @@ class Master:
                 reasons.append(f"{name}: has not joined its consumer group yet")
             elif not worker["sink_open"]:
                 reasons.append(f"{name}: sink is not open")
+            elif worker["membership_lost"]:
+                reasons.append(f"{name}: {worker['membership_lost']}")
             elif not worker["coordinator_known"]:
                 reasons.append(f"{name}: cannot reach the group coordinator "
                                "(Kafka broker down or unreachable); retrying")

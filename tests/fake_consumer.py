@@ -12,6 +12,7 @@ Use :func:`patch_consumer` to make :func:`actors.kafka.build_consumer` return it
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -47,6 +48,9 @@ class FakeConsumer:
         self._data = asyncio.Event()
         self.started = self.stopped = False
         self._coordinator = None  # read by actors.kafka.coordinator_known
+        self.heartbeats = True  # False: heartbeats go unanswered (actors.kafka.GroupMember)
+        self._answered: float | None = None
+        self.rejoins = 0
 
     def _record(self, partition: int, offset: int, value: bytes | None
                 ) -> ConsumerRecord[Any, Any]:
@@ -125,6 +129,14 @@ class FakeConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
+
+    def last_heartbeat(self) -> float | None:
+        if self.heartbeats:
+            self._answered = time.monotonic()
+        return self._answered
+
+    def rejoin(self) -> None:
+        self.rejoins += 1
 
     def pause(self, *tps: TopicPartition) -> None:
         self._paused |= set(tps)

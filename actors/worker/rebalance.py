@@ -10,6 +10,12 @@
   before the revoke are dropped, and nothing of the partition is written after the
   revoke returned. Every revoke bumps the generation: work fetched in a generation before
   its partition's last revoke is stale (:meth:`Rebalance.live`).
+* On a lost membership (:meth:`Rebalance.watch`): when no heartbeat was answered for
+  about ``session_timeout_ms`` (the coordinator may have expired the member and given its
+  partitions to another one: a network partition, a coordinator out of reach), the
+  partitions are fenced as on a revoke but without a drain or a commit (a commit would
+  be of a stale generation), ``/readyz`` says so, and the member rejoins the group, its
+  positions read again from the committed offsets.
 * After an empty poll with nothing in flight, each partition's consumer position is
   committable (:meth:`Rebalance.advance_to_positions`: past a transaction's marker).
 """
@@ -18,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from actors.kafka import rebalance_timeout_ms
+from actors.kafka import GroupMember, rebalance_timeout_ms
 from actors.worker.start_from import seek_at_start
 
 if TYPE_CHECKING:
@@ -44,6 +51,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.generation = 0
         self.revoked_at: dict[TopicPartition, int] = {}
         self.unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
+        self.assigned_at = time.monotonic()  # the last assignment (a join is a heartbeat)
+        self.lost: str | None = None  # why the membership is lost, until the next assignment
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.on_revoked(set(revoked))
@@ -67,6 +76,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.assigned = assigned
         self.unseeded = set(assigned)
+        self.assigned_at = time.monotonic()
+        self.lost = None
         self.joined.set()
         parts = sorted(tp.partition for tp in assigned)
         logger.info("%s: assigned partitions %s of %s", self._w.label, parts,
@@ -80,59 +91,112 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         Work not drained by then is cancelled (never written later, never committed):
         the partitions' new owner re-reads it from the committed offset.
         """
+        self.assigned -= revoked
+        if revoked:
+            await self._let_go(revoked, drain=True)
+            logger.info("%s: revoked partitions %s", self._w.label,
+                        sorted(tp.partition for tp in revoked))
+
+    async def on_lost(self, silent_s: float) -> None:
+        """The membership is lost: no heartbeat answered for ``silent_s``. Every assigned
+        partition is fenced at once, without a drain or a commit: the coordinator may
+        have handed it to another member already, whose writes a late one of ours could
+        overtake, and a commit now would be of a generation the group left behind."""
+        lost, self.assigned = self.assigned, set()
+        w = self._w
+        parts = sorted(tp.partition for tp in lost)
+        self.lost = (f"lost its group membership: no heartbeat answered for {silent_s:.1f}s "
+                     f"(session_timeout_ms {w.group.session_timeout_ms}); partitions "
+                     f"{parts} fenced, rejoining")
+        logger.warning("%s: %s", w.label, self.lost)
+        await self._let_go(lost, drain=False)
+
+    async def watch(self, consumer: GroupMember) -> None:
+        """The membership watch (a task of the worker): once no heartbeat was answered
+        (nor the group joined) for ``session_timeout_ms`` less a margin (a heartbeat
+        interval, at most a tenth of the session), fence the partitions
+        (:meth:`on_lost`) and rejoin. The coordinator expires a member no earlier than
+        a session after the last heartbeat it answered was *sent*, so the fence comes
+        before any other member can be given the partitions."""
+        w = self._w
+        session_s = w.group.session_timeout_ms / 1000
+        limit = session_s - min(w.group.heartbeat_interval_ms / 1000, session_s / 10)
+        every = min(0.25, limit / 10)
+        while not w.should_stop:
+            try:
+                await asyncio.wait_for(w.intake_stopped.wait(), every)
+            except TimeoutError:
+                pass
+            if not self.assigned or w.should_stop:
+                continue
+            silent = time.monotonic() - max(self.assigned_at, consumer.last_heartbeat() or 0)
+            if silent >= limit:
+                await self.on_lost(silent)
+                consumer.rejoin()
+
+    async def _let_go(self, tps: set[TopicPartition], *, drain: bool) -> None:
+        """``tps`` are no longer this worker's: bump the generation (their fetched work
+        is stale), then (kstage owning the offsets) drain and commit if ``drain``, and
+        fence whatever is left; else (none/auto) forget them, writes under way finish."""
         w = self._w
         committer = w.committer
         tracker = committer.tracker
-        self.assigned -= revoked
-        if not revoked:
-            return
         self.generation += 1
-        for tp in revoked:
+        for tp in tps:
             self.revoked_at[tp] = self.generation
-        self.unseeded -= revoked
-        parts = sorted(tp.partition for tp in revoked)
+        self.unseeded -= tps
+        parts = sorted(tp.partition for tp in tps)
         rebalance_s = rebalance_timeout_ms(w.settings, w.group) / 1000
         if committer.owns_offsets:
             # A retry wait of a revoked partition ends now (its messages are re-read by
             # the new owner), not after its backoff.
-            dropped = w.cancel_lanes(revoked)
-            timeout = min(w.settings.supervisor.shutdown_grace_s,
-                          w.group.max_poll_interval_ms / 2000, rebalance_s / 2)
-
-            def drained() -> bool:
-                return w.current_tp not in revoked and all(
-                    tracker.pending_count(tp) == 0 for tp in revoked)
-
-            try:
-                async with asyncio.timeout(timeout):
-                    while not drained():
-                        w.progress.clear()
-                        await w.progress.wait()
-            except TimeoutError:
-                logger.warning("%s: revoke: in-flight work of %s not drained within %.1fs; "
-                               "cancelling it: the new owner re-reads it", w.label, parts,
-                               timeout)
-            try:
-                async with asyncio.timeout(rebalance_s / 4):
-                    await committer.commit()
-            except TimeoutError:
-                logger.warning("%s: revoke: commit of %s did not finish within %.1fs",
-                               w.label, parts, rebalance_s / 4)
-            cancelled = tracker.cancel(revoked)
+            dropped = w.cancel_lanes(tps)
+            if drain:
+                await self._drain_and_commit(tps, rebalance_s)
+            cancelled = tracker.cancel(tps)
             w.in_flight -= cancelled
-            writes = await w.fence.revoke(revoked)
+            writes = await w.fence.revoke(tps)
             if cancelled or writes or dropped:
                 logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
                             "write(s) stopped)", w.label, cancelled + dropped, parts, writes)
         else:
             # none/auto: kstage does not own the offsets (auto-commit already committed
             # the position): writes under way finish, or their messages would be lost.
-            tracker.forget(revoked)
-        for tp in revoked:
+            tracker.forget(tps)
+        for tp in tps:
             w.fetcher.fetched_span.pop(tp, None)
         w.room.set()
         w.progress.set()
-        logger.info("%s: revoked partitions %s", w.label, parts)
+
+    async def _drain_and_commit(self, revoked: set[TopicPartition], rebalance_s: float
+                                ) -> None:
+        """Wait for the revoked partitions' in-flight work (at most half the rebalance
+        timeout), then commit what the sink acked (at most a quarter of it)."""
+        w = self._w
+        tracker = w.committer.tracker
+        parts = sorted(tp.partition for tp in revoked)
+        timeout = min(w.settings.supervisor.shutdown_grace_s,
+                      w.group.max_poll_interval_ms / 2000, rebalance_s / 2)
+
+        def drained() -> bool:
+            return w.current_tp not in revoked and all(
+                tracker.pending_count(tp) == 0 for tp in revoked)
+
+        try:
+            async with asyncio.timeout(timeout):
+                while not drained():
+                    w.progress.clear()
+                    await w.progress.wait()
+        except TimeoutError:
+            logger.warning("%s: revoke: in-flight work of %s not drained within %.1fs; "
+                           "cancelling it: the new owner re-reads it", w.label, parts,
+                           timeout)
+        try:
+            async with asyncio.timeout(rebalance_s / 4):
+                await w.committer.commit()
+        except TimeoutError:
+            logger.warning("%s: revoke: commit of %s did not finish within %.1fs",
+                           w.label, parts, rebalance_s / 4)
 
     async def seed_committed(self, consumer: AIOKafkaConsumer) -> None:
         """Read the group's committed offsets of newly assigned partitions: the base of

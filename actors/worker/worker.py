@@ -24,7 +24,9 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
 Revoke: the drain of a revoked partition's work is bounded by half the rebalance timeout,
 then what is left is fenced: its batches are cancelled before or during their write
 (:class:`actors.sinks.Fence`), batches fetched before the revoke are dropped, and nothing
-of the partition is written after the revoke returned.
+of the partition is written after the revoke returned. A lost membership (no heartbeat
+answered for a session) fences every partition at once, without a drain or a commit, and
+rejoins: a fifth task, the membership watch (:meth:`Rebalance.watch`).
 
 Stopping: :meth:`Worker.stop_intake` ends the fetch loop; the END sentinel then flows
 down the pipeline, every loop finishes its queue, and a final commit follows (phase 1).
@@ -228,6 +230,7 @@ class Worker:
             "paused_partitions": len(consumer.paused()) if consumer is not None else 0,
             "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
+            "membership_lost": self.rebalance.lost,
             "waiting_for": self.waiting_for,
             "sink_error": self.sink_error(),
             "sinks": {name: health.reason() for name, health in self._sink_health.items()},
@@ -339,6 +342,8 @@ class Worker:
                 tg.create_task(self._sink_loop(sinks), name=f"{self.label}:sink")
                 tg.create_task(self.committer.run(self._sink_done),
                                name=f"{self.label}:commit")
+                tg.create_task(self.rebalance.watch(consumer),
+                               name=f"{self.label}:membership")
         except BaseExceptionGroup as group:
             # Surface the first real error to the supervisor, not the group wrapper (nor
             # the sink loop's own: a FatalError from a write must stay a FatalError).
@@ -672,7 +677,7 @@ class Worker:
         consumer = self._consumer
         tracker = self.committer.tracker
         if (self._drained_reported or consumer is None
-                or not self.rebalance.joined.is_set()):
+                or not self.rebalance.joined.is_set() or self.rebalance.lost is not None):
             return
         if self.in_flight or not self.inbox.empty():
             if self.flush_soon is not None:

@@ -44,11 +44,13 @@ class GateSink(Sink):
 
 
 def make_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer,
-                sink: GateSink, **kwargs: Any) -> Worker:
+                sink: GateSink, *, group_keys: dict[str, Any] | None = None,
+                **kwargs: Any) -> Worker:
     cfg = write_config(tmp_path / "kstage.yml", "127.0.0.1:9", "g-fake",
                        [{"topic": TOPIC, "processor": "json_rows"}],
                        commit={"mode": "batch", "max_messages": 1, "max_interval_s": 0.2},
-                       supervisor={"shutdown_grace_s": 1}, max_poll_records=2)
+                       supervisor={"shutdown_grace_s": 1}, max_poll_records=2,
+                       **(group_keys or {}))
     settings = load_settings(cfg)
     group = settings.groups[0]
     patch_consumer(monkeypatch, consumer)

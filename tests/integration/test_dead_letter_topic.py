@@ -135,7 +135,11 @@ async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_re
                              "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}],
                            failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": 0,
                                     "max_backoff_ms": 0, "then": "continue",
-                                    "dead_letter_topic": dlq})
+                                    "dead_letter_topic": dlq},
+                           # The send fails (request timeout, 8 s) before the session of
+                           # the frozen broker's member is lost (12 s less a heartbeat),
+                           # when the worker would fence the message and rejoin instead.
+                           session_timeout_ms=12000)
         config = yaml.safe_load(cfg.read_text())
         config["kafka"]["consumer_config"] = {"request.timeout.ms": 8000}  # > the join hold
         cfg.write_text(yaml.safe_dump(config))

@@ -1,0 +1,80 @@
+"""A lost group membership (no heartbeat answered for a session: a network partition,
+a coordinator out of reach) fences the worker's partitions without a drain or a commit,
+says so in the worker's snapshot, and rejoins; after the rejoin nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.actors.test_worker_fake_consumer import (
+    TOPIC,
+    TP,
+    GateSink,
+    make_worker,
+    until,
+    values,
+)
+from tests.fake_consumer import FakeConsumer
+
+SESSION = {"session_timeout_ms": 1000, "heartbeat_interval_ms": 100}
+
+
+async def test_silent_heartbeats_fence_the_hanging_write_and_rejoin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(6)))})
+    sink = GateSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]: the second write hangs
+    worker = make_worker(tmp_path, monkeypatch, consumer, sink, group_keys=SESSION)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(sink.held.wait(), 10)
+        await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")
+        assert worker.snapshot()["membership_lost"] is None
+        silent_from = time.monotonic()
+        consumer.heartbeats = False  # the coordinator stops answering
+        await until(lambda: consumer.rejoins == 1, "the rejoin", timeout=5)
+        fenced_after = time.monotonic() - silent_from
+        # the session (1 s) less the margin (one heartbeat interval, 0.1 s)
+        assert 0.85 <= fenced_after < 1.5, fenced_after
+        lost = worker.snapshot()["membership_lost"]
+        assert lost is not None and "lost its group membership" in lost, lost
+        assert "partitions [0] fenced" in lost and "session_timeout_ms 1000" in lost
+        assert worker.snapshot()["partitions"] == [], "nothing assigned while lost"
+        assert worker.committer.tracker.pending_count(TP) == 0
+        sink.release.set()  # the write was cancelled by the fence: it never lands
+        await asyncio.sleep(0.3)
+        assert sink.written == [0, 1]
+        assert consumer.commits == [{TP: 2}], "a commit while the membership was lost"
+        assert consumer.rejoins == 1, "one rejoin per loss"
+
+        # aiokafka's rejoin: the old assignment revoked, a new one given; the positions
+        # come from the committed offset.
+        consumer.heartbeats = True
+        await consumer.rebalance(revoked={TP})
+        await consumer.rebalance(assigned={TP})
+        assert worker.snapshot()["membership_lost"] is None
+        await until(lambda: consumer.committed_offsets.get(TP) == 6, "everything committed")
+        assert sink.written == [0, 1, 2, 3, 4, 5], "lost or written twice"
+    finally:
+        worker.stop_intake()
+        await asyncio.wait_for(run, 10)
+    assert consumer.rejoins == 1
+
+
+async def test_answered_heartbeats_keep_the_partitions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(4)))})
+    sink = GateSink()
+    worker = make_worker(tmp_path, monkeypatch, consumer, sink, group_keys=SESSION)
+    run = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: consumer.committed_offsets.get(TP) == 4, "everything committed")
+        await asyncio.sleep(2.5)  # more than two sessions
+        assert consumer.rejoins == 0 and worker.snapshot()["membership_lost"] is None
+        assert [p["partition"] for p in worker.snapshot()["partitions"]] == [0]
+    finally:
+        worker.stop_intake()
+        await asyncio.wait_for(run, 10)
