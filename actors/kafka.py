@@ -206,6 +206,13 @@ class GroupMember(Protocol):
         is called) and join the group again at the next poll; positions are then read
         from the committed offsets."""
 
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partitions of ``topic`` in the consumer's metadata (None: unknown)."""
+
+    def refresh_metadata(self) -> None:
+        """Ask for the cluster's metadata now (in the background), not only every
+        ``metadata.max.age.ms``."""
+
 
 class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
     """A consumer whose failed start says why when the reason is a security setting,
@@ -256,6 +263,9 @@ class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
         coordinator = self._coordinator
         if coordinator is not None:
             coordinator.request_rejoin()
+
+    def refresh_metadata(self) -> None:
+        self._client.force_metadata_update()  # a future the background task resolves
 
 
 async def _tls_probe(host: str, port: int, context: ssl.SSLContext) -> None:

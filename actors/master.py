@@ -125,6 +125,8 @@ class Master:
                 reasons.append(f"{name}: cannot reach the group coordinator "
                                "(Kafka broker down or unreachable); retrying")
             else:  # joined and open: whatever keeps it from progressing, every one
+                if worker["topic_missing"]:
+                    reasons.append(f"{name}: {worker['topic_missing']}")
                 if worker["waiting_for"]:
                     reasons.append(f"{name}: waiting for {worker['waiting_for']}")
                 if worker["dead_letter_error"]:

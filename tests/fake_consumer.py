@@ -138,6 +138,12 @@ class FakeConsumer:
     def rejoin(self) -> None:
         self.rejoins += 1
 
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return {tp.partition for tp in self.logs} if topic == self.topic else None
+
+    def refresh_metadata(self) -> None:
+        pass
+
     def pause(self, *tps: TopicPartition) -> None:
         self._paused |= set(tps)
 

@@ -16,6 +16,11 @@
   partitions are fenced as on a revoke but without a drain or a commit (a commit would
   be of a stale generation), ``/readyz`` says so, and the member rejoins the group, its
   positions read again from the committed offsets.
+* A topic missing from the consumer's metadata (not created yet, or created a moment
+  ago and not yet known to the broker that answered): the group assigned nothing, and
+  aiokafka would look again only after ``metadata.max.age.ms`` (5 min). The watch asks
+  for the metadata every second until the topic is there (then the group leader
+  rebalances), and ``/readyz`` says what it waits for.
 * After an empty poll with nothing in flight, each partition's consumer position is
   committable (:meth:`Rebalance.advance_to_positions`: past a transaction's marker).
 """
@@ -53,6 +58,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
         self.assigned_at = time.monotonic()  # the last assignment (a join is a heartbeat)
         self.lost: str | None = None  # why the membership is lost, until the next assignment
+        self.topic_missing: str | None = None  # the topic is not in the consumer's metadata
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.on_revoked(set(revoked))
@@ -78,6 +84,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.unseeded = set(assigned)
         self.assigned_at = time.monotonic()
         self.lost = None
+        if assigned:
+            self.topic_missing = None  # the group leader found its partitions
         self.joined.set()
         parts = sorted(tp.partition for tp in assigned)
         logger.info("%s: assigned partitions %s of %s", self._w.label, parts,
@@ -112,27 +120,52 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._let_go(lost, drain=False)
 
     async def watch(self, consumer: GroupMember) -> None:
-        """The membership watch (a task of the worker): once no heartbeat was answered
-        (nor the group joined) for ``session_timeout_ms`` less a margin (a heartbeat
-        interval, at most a tenth of the session), fence the partitions
-        (:meth:`on_lost`) and rejoin. The coordinator expires a member no earlier than
-        a session after the last heartbeat it answered was *sent*, so the fence comes
-        before any other member can be given the partitions."""
+        """The membership watch (a task of the worker), every quarter second at most:
+
+        - once no heartbeat was answered (nor the group joined) for
+          ``session_timeout_ms`` less a margin (a heartbeat interval, at most a tenth of
+          the session), fence the partitions (:meth:`on_lost`) and rejoin. The
+          coordinator expires a member no earlier than a session after the last
+          heartbeat it answered was *sent*, so the fence comes before any other member
+          can be given the partitions;
+        - with nothing assigned and the topic unknown to the consumer's metadata, ask
+          for the metadata every second (:meth:`check_topic`)."""
         w = self._w
         session_s = w.group.session_timeout_ms / 1000
         limit = session_s - min(w.group.heartbeat_interval_ms / 1000, session_s / 10)
         every = min(0.25, limit / 10)
+        asked = 0.0
         while not w.should_stop:
             try:
                 await asyncio.wait_for(w.intake_stopped.wait(), every)
             except TimeoutError:
                 pass
-            if not self.assigned or w.should_stop:
+            if w.should_stop:
+                break
+            if not self.assigned:
+                if self.joined.is_set() and self.check_topic(consumer) \
+                        and time.monotonic() - asked >= 1:
+                    asked = time.monotonic()
+                    consumer.refresh_metadata()
                 continue
             silent = time.monotonic() - max(self.assigned_at, consumer.last_heartbeat() or 0)
             if silent >= limit:
                 await self.on_lost(silent)
                 consumer.rejoin()
+
+    def check_topic(self, consumer: GroupMember) -> bool:
+        """Whether the worker's topic is missing from the consumer's metadata (and say
+        so, once, and in :attr:`topic_missing` for ``/readyz``)."""
+        w = self._w
+        topic = w.topic.topic
+        if consumer.partitions_for_topic(topic) is not None:
+            self.topic_missing = None
+            return False
+        if self.topic_missing is None:
+            self.topic_missing = (f"topic {topic!r} is not in the cluster's metadata (not "
+                                  "created yet?); asking again every second")
+            logger.warning("%s: %s", w.label, self.topic_missing)
+        return True
 
     async def _let_go(self, tps: set[TopicPartition], *, drain: bool) -> None:
         """``tps`` are no longer this worker's: bump the generation (their fetched work

@@ -231,6 +231,7 @@ class Worker:
             "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
             "membership_lost": self.rebalance.lost,
+            "topic_missing": self.rebalance.topic_missing,
             "waiting_for": self.waiting_for,
             "sink_error": self.sink_error(),
             "sinks": {name: health.reason() for name, health in self._sink_health.items()},
