@@ -28,7 +28,7 @@ from pathlib import Path
 from threading import Thread
 from typing import Any, TypeVar
 
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from service.broker import free_port
 
@@ -332,14 +332,23 @@ class KafkaCluster:
         return AIOKafkaAdminClient(bootstrap_servers=",".join(running),
                                    request_timeout_ms=10000, **kwargs)
 
-    async def _metadata(self) -> tuple[set[int], dict[str, Any]]:
-        admin = self.admin()
-        await admin.start()
-        try:
-            cluster = await admin.describe_cluster()
-            topics = await admin.describe_topics()
-        finally:
-            await admin.close()
+    async def _metadata(self, timeout_s: float = 30) -> tuple[set[int], dict[str, Any]]:
+        """Live brokers and topics, asked again for ``timeout_s`` while the node asked
+        is one just killed (aiokafka picks a node its metadata still lists)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            admin = self.admin()
+            try:
+                await admin.start()
+                cluster = await admin.describe_cluster()
+                topics = await admin.describe_topics()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            finally:
+                await admin.close()
+            await asyncio.sleep(0.5)
         brokers = {int(b["node_id"]) for b in cluster["brokers"]}
         return brokers, {t["topic"]: t for t in topics}
 
@@ -408,6 +417,24 @@ class KafkaCluster:
                 raise AssertionError(f"topics not in sync within {timeout_s:g}s: {last!r}")
             await asyncio.sleep(0.5)
 
+    async def create_topic(self, topic: str, partitions: int, replication: int,
+                           timeout_s: float = 60) -> None:
+        """Create ``topic`` through the running nodes, retried (aiokafka sends it to the
+        node metadata names as controller, which may be a node just killed)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            admin = self.admin()
+            try:
+                await admin.start()
+                await admin.create_topics([NewTopic(topic, partitions, replication)])
+                return
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"topic {topic} not created: {exc!r}") from exc
+            finally:
+                await admin.close()
+            await asyncio.sleep(0.5)
+
     async def coordinator(self, group: str) -> int:
         """The node id of ``group``'s coordinator."""
         admin = self.admin()
@@ -428,11 +455,12 @@ class KafkaCluster:
             await admin.close()
         return str(response.to_object()["groups"][0]["state"])
 
-    def active_controller(self) -> int:
+    def active_controller(self) -> int | None:
         """The KRaft leader (active controller) of the newest epoch any running node
-        recorded in its quorum state."""
-        states = [s for n in self.nodes if n.running
-                  if (s := n.quorum_state()) is not None and s.get("leaderId", -1) >= 0]
+        recorded in its quorum state; None while an election is under way."""
+        states = [s for n in self.nodes if n.running if (s := n.quorum_state()) is not None]
         if not states:
-            raise AssertionError("no running node knows the active controller")
-        return int(max(states, key=lambda s: int(s["leaderEpoch"]))["leaderId"])
+            return None
+        newest = max(states, key=lambda s: int(s.get("leaderEpoch", -1)))
+        leader = int(newest.get("leaderId", -1))
+        return leader if leader >= 0 else None

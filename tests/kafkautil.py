@@ -60,9 +60,9 @@ async def produce(bootstrap: str, topic: str, values: Iterable[Any], *,
 
 
 async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """Committed next-offsets of ``group`` per partition (-1 when none). Retriable
-    errors (Apache Kafka creating its offsets topic, a coordinator moving) are retried
-    for up to 30 s."""
+    """Committed next-offsets of ``group`` per partition (-1 when none). Errors (Apache
+    Kafka creating its offsets topic, a coordinator moving or loading) are retried for
+    up to 30 s."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     deadline = time.monotonic() + 30
@@ -71,11 +71,17 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
         while True:
             try:
                 offsets = await admin.list_consumer_group_offsets(group, partitions=tps)
-                break
-            except KafkaError as exc:
-                if not exc.retriable or time.monotonic() > deadline:
+                if set(offsets) >= set(tps):
+                    break
+                # A partition the coordinator answered with an error (offsets of a
+                # group being loaded after a coordinator move) is left out: ask again.
+                if time.monotonic() > deadline:
+                    missing = sorted(set(tps) - set(offsets))
+                    raise AssertionError(f"no committed offsets of {missing}")
+            except KafkaError:  # aiokafka raises a partition's error as the response's
+                if time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
     return {tp.partition: (meta.offset if meta is not None else -1)

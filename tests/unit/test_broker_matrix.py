@@ -40,6 +40,36 @@ def test_every_fault_table_module_runs_on_apache_kafka() -> None:
                        for name, uses in tests.items() if uses), module
 
 
+def test_the_fault_table_names_the_brokers_each_row_was_tested_on() -> None:
+    """The column *brokers* says what the row's tests run on: both brokers for broker
+    tests of the matrix, Apache Kafka for the Kafka-only modules (the cluster)."""
+    doc = (ROOT / "docs/operations.md").read_text(encoding="utf-8")
+    section = doc.split("## What kstage guarantees under faults", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][2:]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        brokers, modules = cells[-2], re.findall(r"`(test_\w+)`", cells[-1])
+        kafka_only = [m for m in modules if "apache_kafka" in _marks(m)]
+        on_both = [m for m in modules if any(_broker_tests(m).values())]
+        if kafka_only:
+            assert "Apache Kafka" in brokers, row
+        if "test_cluster_faults" in modules:
+            assert "3-node" in brokers, row
+        if on_both and not kafka_only:
+            assert brokers.startswith("Tansu, Apache Kafka"), row
+        if not kafka_only and not on_both:
+            assert "Apache Kafka" not in brokers, f"no test of this row runs on it: {row}"
+
+
+def _marks(module: str) -> str:
+    """The module-level ``pytestmark`` source of ``module`` (integration/)."""
+    text = (TESTS / "integration" / f"{module}.py")
+    if not text.exists():
+        return ""
+    found = re.search(r"^pytestmark = (.*)$", text.read_text(encoding="utf-8"), re.M)
+    return found.group(1) if found else ""
+
+
 def test_commit_and_failure_modes_run_on_both_brokers() -> None:
     for module in ("test_commit_modes", "test_failure_modes", "test_partition_retries"):
         tests = _broker_tests(module)
