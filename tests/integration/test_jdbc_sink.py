@@ -249,12 +249,13 @@ async def test_kstage_run_backs_off_during_outages_and_lands_everything(
     once the server is back every event lands in the table (once) and is committed."""
     pg = running
     group, topic = unique("g-jdbc"), unique("jdbc-compaction")
+    table = unique("stg_jdbc_run").replace("-", "_")  # the test runs once per broker
     await create_topic(broker, topic, partitions=2)
     await produce(broker, topic, [event(i) for i in range(40)], partition_of=lambda i: i % 2)
     cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
         "topic": topic, "processor": PROCESSOR.name, "format": "json",
         "options": {"clusters": CLUSTERS},
-        "sink": {"type": "jdbc", "table": "stg_jdbc_run", "url": pg.url, "user": USER,
+        "sink": {"type": "jdbc", "table": table, "url": pg.url, "user": USER,
                  "password": PASSWORD, "jar": JAR}}])
     data = yaml.safe_load(cfg.read_text())
     data["spark"] = {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
@@ -269,7 +270,7 @@ async def test_kstage_run_backs_off_during_outages_and_lands_everything(
     assert read_jsonl(tmp_path / "dead.jsonl") == []
     pg.start()
     await wait_committed(broker, group, topic, {0: 20, 1: 20}, proc)
-    assert len(offsets_in(pg, "stg_jdbc_run")) == 40
+    assert len(offsets_in(pg, table)) == 40
 
     pg.stop()  # 2. down mid-run
     before = proc.output().count(failed)
@@ -286,7 +287,7 @@ async def test_kstage_run_backs_off_during_outages_and_lands_everything(
     assert "cannot create or check the table" in output and PASSWORD not in output
     assert "append of" in output  # the mid-run failures were appends
     assert read_jsonl(tmp_path / "dead.jsonl") == []
-    rows = pg.psql('SELECT _topic, _partition, _offset FROM "stg_jdbc_run"')
+    rows = pg.psql(f'SELECT _topic, _partition, _offset FROM "{table}"')  # noqa: S608
     assert sorted((int(p), int(o)) for _, p, o in rows) == sorted(
         (i % 2, i // 2) for i in range(60))  # each event once
     assert {r[0] for r in rows} == {topic}
@@ -429,7 +430,7 @@ async def test_kstage_run_dead_letters_rows_postgresql_refuses_and_commits(
     """`kstage run` into a table that refuses two rows (a value too long for its
     varchar(7), a duplicate key): both are dead-lettered once with their SQLSTATE, the
     other rows land once and every offset is committed (no endless retry)."""
-    pg, table = running, "stg_jdbc_run_refused"
+    pg, table = running, unique("stg_jdbc_run_refused").replace("-", "_")
     narrow_table(pg, table)
     group, topic = unique("g-jdbc-refused"), unique("jdbc-refused")
     await create_topic(broker, topic, partitions=2)
