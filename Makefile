@@ -38,3 +38,5 @@ test: lint $(KAFKA_STAMP)
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests
 	$(VENV)/bin/pip install -q -e examples/kstage-example-sink
 	$(VENV)/bin/pytest examples/kstage-example-sink/tests
+	$(VENV)/bin/pip install -q -e examples/kstage-example-token-provider
+	$(VENV)/bin/pytest examples/kstage-example-token-provider/tests

@@ -44,6 +44,8 @@ from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr
 
 from actors.errors import FatalError
+from actors.tokens import PREFIX as OAUTH_PREFIX
+from actors.tokens import CachedTokens, TokenError, cached_tokens
 from settings.models import CommitMode, GroupSettings, Settings
 
 logger = logging.getLogger(__name__)
@@ -98,8 +100,10 @@ def supported_keys() -> list[str]:
 
 
 def unsupported_keys(consumer_config: Mapping[str, Any]) -> list[str]:
-    """The keys of ``consumer_config`` that :func:`client_kwargs` refuses, in order."""
-    return [key for key in consumer_config if key not in _KEYS and key not in _SSL_KEYS]
+    """The keys of ``consumer_config`` that :func:`client_kwargs` refuses, in order
+    (``sasl.oauthbearer.*`` keys are the token provider's, checked by it)."""
+    return [key for key in consumer_config if key not in _KEYS and key not in _SSL_KEYS
+            and not key.startswith(OAUTH_PREFIX)]
 
 
 # aiokafka keywords that concern the connection (security, timeouts); the others in
@@ -109,9 +113,12 @@ def unsupported_keys(consumer_config: Mapping[str, Any]) -> list[str]:
 CONNECTION_KEYS = frozenset({
     "security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
     "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name",
-    "request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms",
-    "connections_max_idle_ms",
+    "sasl_oauth_token_provider", "request_timeout_ms", "retry_backoff_ms",
+    "metadata_max_age_ms", "connections_max_idle_ms",
 })
+_PROBE_KEYS = ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
+               "sasl_plain_password", "sasl_kerberos_service_name",
+               "sasl_kerberos_domain_name", "sasl_oauth_token_provider")
 
 
 def connection_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
@@ -130,6 +137,8 @@ def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     ssl_files: dict[str, Any] = {}
     for key, value in consumer_config.items():
+        if key.startswith(OAUTH_PREFIX):
+            continue  # the token provider's: see below
         if key in _KEYS:
             kwargs[_KEYS[key]] = _plain(value)
         elif key in _SSL_KEYS:
@@ -139,6 +148,8 @@ def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
                 f"kafka.consumer_config: key {key!r} is not supported "
                 f"(supported: {', '.join(supported_keys())})"
             )
+    if kwargs.get("sasl_mechanism") == "OAUTHBEARER":
+        kwargs["sasl_oauth_token_provider"] = cached_tokens(consumer_config)
     if ssl_files or str(kwargs.get("security_protocol", "")).upper() in ("SSL", "SASL_SSL"):
         try:
             kwargs["ssl_context"] = create_ssl_context(**ssl_files)
@@ -213,6 +224,10 @@ class GroupMember(Protocol):
         """Ask for the cluster's metadata now (in the background), not only every
         ``metadata.max.age.ms``."""
 
+    async def diagnose(self) -> str | None:
+        """Why the brokers refuse this client, when the reason is a security setting
+        (a refused login, certificate or token); None otherwise (see :func:`diagnose`)."""
+
 
 class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
     """A consumer whose failed start says why when the reason is a security setting,
@@ -220,9 +235,7 @@ class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
 
     def __init__(self, consumer_config: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._probe_kwargs = {k: v for k, v in kwargs.items() if k in (
-            "security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
-            "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name")}
+        self._probe_kwargs = {k: v for k, v in kwargs.items() if k in _PROBE_KEYS}
         self._consumer_config = consumer_config
         self._bootstrap = str(kwargs["bootstrap_servers"])
         self._heartbeat_answered: float | None = None
@@ -267,6 +280,9 @@ class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
     def refresh_metadata(self) -> None:
         self._client.force_metadata_update()  # a future the background task resolves
 
+    async def diagnose(self) -> str | None:
+        return await diagnose(self._bootstrap, self._consumer_config, self._probe_kwargs)
+
 
 async def _tls_probe(host: str, port: int, context: ssl.SSLContext) -> None:
     """A TLS connection and one ApiVersions round trip: the server's verdict on our
@@ -301,13 +317,22 @@ async def diagnose(bootstrap: str, config: dict[str, Any], kwargs: dict[str, Any
     where = f"the broker at {host}:{port}"
     protocol = kwargs.get("security_protocol", "PLAINTEXT")
     context = kwargs.get("ssl_context")
+    tokens = kwargs.get("sasl_oauth_token_provider")
     try:
         async with asyncio.timeout(_PROBE_TIMEOUT_S):
             if context is not None and protocol in ("SSL", "SASL_SSL"):
                 await _tls_probe(host, port, context)
+            if isinstance(tokens, CachedTokens):
+                await tokens.fetch()  # the identity provider's verdict first
             if protocol.startswith("SASL_"):
                 conn = await create_conn(host, port, client_id="kstage-probe", **kwargs)
                 conn.close()
+    except TokenError as exc:
+        if not exc.refused:
+            return None  # the identity provider is out: retried, shown in /readyz
+        return (f"{tokens.provider.describe()} {exc}; check "  # type: ignore[union-attr]
+                f"{_CONFIG}['sasl.oauthbearer.client.id'] and "
+                f"{_CONFIG}['sasl.oauthbearer.client.secret'] (and the scope)")
     except ssl.SSLCertVerificationError as exc:
         return (f"{where}: its TLS certificate failed verification ({exc.verify_message}); "
                 f"check {_setting(config, 'ssl.ca.location')} (the CA that signed the "
@@ -318,6 +343,11 @@ async def diagnose(bootstrap: str, config: dict[str, Any], kwargs: dict[str, Any
                 f"key {_setting(config, 'ssl.key.location')} (missing, expired, or not "
                 "signed by a CA the broker trusts)")
     except SaslAuthenticationFailed as exc:
+        if isinstance(tokens, CachedTokens):
+            return (f"{where} refused the OAUTHBEARER token from "
+                    f"{tokens.provider.describe()} ({exc}); check that the broker trusts "
+                    "its issuer and audience (its JWKS, sasl.oauthbearer.expected.audience) "
+                    f"and {_CONFIG}['sasl.oauthbearer.scope']")
         user = config.get("sasl.username", config.get("sasl.plain.username"))
         return (f"{where} refused the SASL login of user {user!r} with mechanism "
                 f"{kwargs.get('sasl_mechanism')} ({exc}); check "

@@ -113,6 +113,11 @@ class Master:
         reasons = []
         for name in sorted(self._expected):
             worker = running.get(name)
+            if worker is not None and worker["security_problem"]:
+                reasons.append(f"{name}: {worker['security_problem']}; retrying")
+            if worker is not None and worker["token_problem"]:
+                reasons.append(f"{name}: no OAUTHBEARER token: {worker['token_problem']}; "
+                               "retrying")
             if worker is None:
                 reasons.append(f"{name}: not running (starting or restarting)")
             elif not worker["joined"]:

@@ -5,7 +5,8 @@ than the settings model: the processor registry (every processor is built with i
 topic's ``options``, so an unknown option or a wrong type is found here, not by a worker
 that would crash and be restarted), the sinks (each built with its settings and bound to
 its processor, never opened: see :mod:`actors.sinks.checks`), the Kafka client's key
-table, the Avro reader schemas. Each problem is a (path, why) pair:
+table and the OAUTHBEARER token provider's keys, the Avro reader schemas. Each problem
+is a (path, why) pair:
 :func:`settings.loader.load_settings` runs :func:`check` as one of its ``checks`` and
 names the file, the line and the key of each; :func:`resolve_processors` and
 :func:`resolve_sinks` raise the same problems without lines, for callers that build
@@ -20,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from fastavro.schema import SchemaParseException
 from pydantic import ValidationError
 
-from actors import kafka
+from actors import kafka, tokens
 from actors.sinks.checks import sink_problems
 from processors import registry
 from processors.avro import load_schema
@@ -44,7 +45,10 @@ def check(settings: Settings) -> list[Problem]:
     for key in kafka.unsupported_keys(settings.kafka.consumer_config):
         problems.append((("kafka", "consumer_config", key),
                          f"key {key!r} is not supported by kstage's Kafka client "
-                         f"(supported: {', '.join(kafka.supported_keys())})"))
+                         f"(supported: {', '.join(kafka.supported_keys())}, and the "
+                         "token provider's sasl.oauthbearer.* keys)"))
+    for key, why in tokens.options_problems(settings.kafka.consumer_config):
+        problems.append((("kafka", "consumer_config", key), why))
     classes: dict[str, type[Processor]] = {}
     problems.extend(_processor_problems(settings, classes))
     problems.extend(sink_problems(settings, classes))

@@ -6,9 +6,11 @@ loader, its line), never a crash at run time:
 - ``security.protocol`` is case-insensitive (``sasl_ssl`` is ``SASL_SSL``); anything but
   PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL is refused.
 - ``sasl.mechanism`` (or librdkafka's ``sasl.mechanisms``) is case-insensitive and must be
-  one kstage can drive from a file: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI too when
-  the ``gssapi`` package is installed). OAUTHBEARER is refused: aiokafka needs a token
-  provider object for it, which no configuration file can give.
+  one kstage can drive from a file: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER
+  (GSSAPI too when the ``gssapi`` package is installed).
+- OAUTHBEARER needs ``sasl.oauthbearer.method``, the token provider (``oidc``, built in,
+  or a plugin's: :mod:`actors.tokens`, which checks the provider's own keys); the
+  ``sasl.oauthbearer.*`` keys need OAUTHBEARER.
 - ``sasl.*`` keys without a SASL protocol, or ``ssl.*`` keys without a TLS protocol, are
   refused: the client would silently send no credentials or not encrypt at all.
 - PLAIN and SCRAM need ``sasl.username`` and ``sasl.password``.
@@ -32,9 +34,12 @@ _CA, _CERT, _KEY, _KEY_PASSWORD = ("ssl.ca.location", "ssl.certificate.location"
                                    "ssl.key.location", "ssl.key.password")
 
 
+_OAUTH_PREFIX, _METHOD = "sasl.oauthbearer.", "sasl.oauthbearer.method"
+
+
 def supported_mechanisms() -> tuple[str, ...]:
     """SASL mechanisms a configuration file can use here."""
-    base = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    base = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
     return (*base, "GSSAPI") if importlib.util.find_spec("gssapi") else base
 
 
@@ -93,10 +98,8 @@ def check_security(config: dict[str, Any]) -> dict[str, Any]:
         if mechanism in supported:
             out[key] = mechanism
             continue
-        why = (": aiokafka needs a token provider object for it, which a configuration "
-               "file cannot give" if mechanism == "OAUTHBEARER" else
-               ": it needs the gssapi package (pip install gssapi)" if mechanism == "GSSAPI"
-               else "")
+        why = ": it needs the gssapi package (pip install gssapi)" if mechanism == "GSSAPI" \
+            else ""
         problem(key, f"SASL mechanism {out[key]!r} is not supported{why} (supported: "
                 f"{', '.join(supported)})")
         mechanism = ""
@@ -115,6 +118,16 @@ def check_security(config: dict[str, Any]) -> dict[str, Any]:
             if all(out.get(k) is None for k in keys):
                 problem("security.protocol", f"{protocol} with SASL mechanism "
                         f"{mechanism or 'PLAIN (the default)'} needs {keys[0]}")
+    oauth = [k for k in out if k.startswith(_OAUTH_PREFIX)]
+    if mechanism == "OAUTHBEARER" and protocol.startswith("SASL_") and out.get(_METHOD) is None:
+        problem(_MECHANISM_KEYS[0] if out.get(_MECHANISM_KEYS[0]) else _MECHANISM_KEYS[1],
+                f"OAUTHBEARER needs {_METHOD}: the token provider (oidc for OIDC client "
+                "credentials, or a token provider plugin's name)")
+    elif mechanism not in ("OAUTHBEARER", "") and protocol.startswith("SASL_"):
+        used = mechanism or "PLAIN (the default)"
+        for key in oauth:
+            problem(key, f"is set but the SASL mechanism is {used}: set sasl.mechanism: "
+                    "OAUTHBEARER")
     if protocol in ("SSL", "SASL_SSL"):
         _load_files(out, problem)
     if errors:

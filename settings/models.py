@@ -30,12 +30,10 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.kafka_security import check_security
-from settings.secrets import MaskedRepr
+from settings.secrets import MaskedRepr, secret_name
 
 _NO_WHITESPACE = re.compile(r"^\S+$")
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-# consumer_config keys whose values are secrets (SASL/SSL passwords, keys, tokens).
-_SECRET_KEY = re.compile(r"(password|secret|token|\.key$|jaas)", re.IGNORECASE)
 
 
 # One bootstrap address: host:port, the host a name or IPv4 address or a bracketed IPv6.
@@ -91,7 +89,7 @@ class KafkaSettings(_Model):
     @classmethod
     def _hide_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
         return {
-            k: SecretStr(str(v)) if _SECRET_KEY.search(k) and not isinstance(v, SecretStr) else v
+            k: SecretStr(str(v)) if secret_name(k) and not isinstance(v, SecretStr) else v
             for k, v in value.items()
         }
 

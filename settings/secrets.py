@@ -33,6 +33,12 @@ _SECRET_NAME = re.compile(
     r"|(^|[-_.])key$|authorization|cookie",
     re.IGNORECASE,
 )
+# Names of where a secret comes from, what for and by whom: they hold none although a word
+# above matches (``sasl.oauthbearer.scope``, ``sasl.oauthbearer.token.endpoint.url``,
+# ``sasl.oauthbearer.client.id``: OAUTHBEARER's settings; a scope "kafka" masked as a
+# secret masked every "kafka" in kstage's messages).
+_PUBLIC_NAME = re.compile(
+    r"[-_.](url|uri|scope|id|method|mechanisms?|location|extensions)$", re.IGNORECASE)
 # Header names are looser than setting names: masking a harmless header in ``dlq show``
 # costs nothing, printing a session cookie does.
 _SECRET_HEADER = re.compile(
@@ -47,7 +53,8 @@ _MIN_REDACTED = 4
 
 def secret_name(name: object) -> bool:
     """Whether a setting (or mapping key) of this name holds a secret."""
-    return isinstance(name, str) and _SECRET_NAME.search(name) is not None
+    return (isinstance(name, str) and _SECRET_NAME.search(name) is not None
+            and _PUBLIC_NAME.search(name) is None)
 
 
 def secret_path(path: Iterable[object]) -> bool:

@@ -51,6 +51,7 @@ class FakeConsumer:
         self.heartbeats = True  # False: heartbeats go unanswered (actors.kafka.GroupMember)
         self._answered: float | None = None
         self.rejoins = 0
+        self.security_problem: str | None = None  # what diagnose() finds
 
     def _record(self, partition: int, offset: int, value: bytes | None
                 ) -> ConsumerRecord[Any, Any]:
@@ -143,6 +144,9 @@ class FakeConsumer:
 
     def refresh_metadata(self) -> None:
         pass
+
+    async def diagnose(self) -> str | None:
+        return self.security_problem
 
     def pause(self, *tps: TopicPartition) -> None:
         self._paused |= set(tps)

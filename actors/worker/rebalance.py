@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_PROBE_AFTER_S, _PROBE_EVERY_S = 3.0, 10.0  # security probes while the group is out of reach
+
 
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """The rebalance listener of one worker, and the assignment it keeps."""
@@ -59,6 +61,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.assigned_at = time.monotonic()  # the last assignment (a join is a heartbeat)
         self.lost: str | None = None  # why the membership is lost, until the next assignment
         self.topic_missing: str | None = None  # the topic is not in the consumer's metadata
+        # Why the brokers refuse this client (a login, certificate or token refused
+        # mid-run), from a probe while the group is out of reach; None: no such reason.
+        self.security_problem: str | None = None
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.on_revoked(set(revoked))
@@ -84,6 +89,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.unseeded = set(assigned)
         self.assigned_at = time.monotonic()
         self.lost = None
+        self.security_problem = None
         if assigned:
             self.topic_missing = None  # the group leader found its partitions
         self.joined.set()
@@ -129,12 +135,16 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
           heartbeat it answered was *sent*, so the fence comes before any other member
           can be given the partitions;
         - with nothing assigned and the topic unknown to the consumer's metadata, ask
-          for the metadata every second (:meth:`check_topic`)."""
+          for the metadata every second (:meth:`check_topic`);
+        - while the membership is lost or the coordinator out of reach, probe the first
+          broker every ten seconds for a security reason (:attr:`security_problem`: a
+          password rotated, a certificate or token refused), for ``/readyz``."""
         w = self._w
         session_s = w.group.session_timeout_ms / 1000
         limit = session_s - min(w.group.heartbeat_interval_ms / 1000, session_s / 10)
         every = min(0.25, limit / 10)
-        asked = 0.0
+        asked = probed = 0.0
+        out_of_reach: float | None = None  # since when the group is
         while not w.should_stop:
             try:
                 await asyncio.wait_for(w.intake_stopped.wait(), every)
@@ -142,6 +152,14 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 pass
             if w.should_stop:
                 break
+            now = time.monotonic()
+            if self.lost is None and w.coordinator_reachable():
+                out_of_reach = None
+            else:
+                out_of_reach = out_of_reach or now
+                if now - out_of_reach >= _PROBE_AFTER_S and now - probed >= _PROBE_EVERY_S:
+                    probed = now
+                    self.security_problem = await consumer.diagnose()
             if not self.assigned:
                 if self.joined.is_set() and self.check_topic(consumer) \
                         and time.monotonic() - asked >= 1:

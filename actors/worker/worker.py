@@ -49,17 +49,24 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from actors.dead_letter_topic import DeadLetterTopic
 from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
-from actors.kafka import build_consumer, connection_kwargs, coordinator_known
+from actors.kafka import (
+    KafkaSecurityError,
+    build_consumer,
+    connection_kwargs,
+    coordinator_known,
+)
 from actors.metrics import Metrics
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
 from actors.sinks import END, FanOutSink, Fence, SinkBatch, run_fanout
+from actors.tokens import token_errors
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
 from actors.worker.pipeline import BoundSink, RecordPipeline, bound_sinks
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder
+from processors.backoff import backoff_s
 from processors.base import Message, Processor, Row
 from processors.errors import PoisonMessage
 from settings.models import FailureMode, GroupSettings, Settings, TopicSettings
@@ -231,6 +238,8 @@ class Worker:
             "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
             "membership_lost": self.rebalance.lost,
+            "security_problem": self.rebalance.security_problem,
+            "token_problem": "; ".join(token_errors()) or None,
             "topic_missing": self.rebalance.topic_missing,
             "waiting_for": self.waiting_for,
             "sink_error": self.sink_error(),
@@ -240,6 +249,11 @@ class Worker:
             # (latest) or read again (earliest); empty with committed.
             "start_from_counts": self.starts.counts(self.group_id, self.topic.topic),
         }
+
+    def coordinator_reachable(self) -> bool:
+        """Whether the consumer knows its group coordinator (see
+        :func:`actors.kafka.coordinator_known`)."""
+        return self._consumer is None or coordinator_known(self._consumer)
 
     def status(self) -> dict[str, int]:
         """Counters for the status line: processed, failed, commits, in-flight, lag."""
@@ -317,10 +331,8 @@ class Worker:
                     await bound.sink.open()
                     opened.push_async_callback(bound.sink.close)
                 self._sink_open = True
-                consumer = self._consumer = self.committer.consumer = build_consumer(
-                    self.settings, self.group, self._bootstrap, self.topic.topic
-                )
-                await consumer.start()
+                consumer = self._consumer = self.committer.consumer = \
+                    await self._start_consumer()
                 try:
                     consumer.subscribe([self.topic.topic], listener=self.rebalance)
                     logger.info("%s: started, joining group %s", self.label, self.group_id)
@@ -333,6 +345,31 @@ class Worker:
             finally:
                 if self.pipeline.dead_letter_topic is not None:
                     await self.pipeline.dead_letter_topic.close()
+
+    async def _start_consumer(self) -> AIOKafkaConsumer:
+        """A started consumer. The brokers refusing this client's login, certificate or
+        token is a configuration error at the process's start (exit 2: the same settings
+        fail the same way); in a restarted worker it is credentials that stopped working
+        mid-run (a rotated password, a revoked certificate): retried with backoff
+        (0.5 s doubling to 30 s) and named in ``/readyz`` meanwhile."""
+        attempt = 0
+        while True:
+            consumer = build_consumer(self.settings, self.group, self._bootstrap,
+                                      self.topic.topic)
+            try:
+                await consumer.start()
+            except KafkaSecurityError as exc:
+                if self.restarts == 0:
+                    raise
+                self.rebalance.security_problem = str(exc)
+                delay = backoff_s(attempt, 0.5, 30.0)
+                attempt += 1
+                logger.warning("%s: %s; retrying in %.1fs", self.label, exc, delay)
+                if not await self._sleep(delay):
+                    raise
+                continue
+            self.rebalance.security_problem = None
+            return consumer
 
     async def _run_loops(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink]) -> None:
         try:

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 from aiokafka.errors import KafkaConnectionError
+from pydantic import SecretStr
 
 from actors.kafka import build_consumer
 from service.broker import free_port
 from service.cli import main
-from settings import load_settings
+from settings import load_settings, secrets
 from settings.errors import ConfigValidationError
 
 
@@ -46,11 +47,12 @@ async def test_lowercase_protocol_and_mechanism_are_normalised(tmp_path) -> None
 
 
 @pytest.mark.parametrize(("consumer_config", "key", "text"), [
-    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
-      "sasl.username": "u", "sasl.password": "p"}, "sasl.mechanism",
-     "SASL mechanism 'OAUTHBEARER' is not supported: aiokafka needs a token provider object "
-     "for it, which a configuration file cannot give (supported: PLAIN, SCRAM-SHA-256, "
-     "SCRAM-SHA-512"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}, "sasl.mechanism",
+     "OAUTHBEARER needs sasl.oauthbearer.method: the token provider (oidc for OIDC client "
+     "credentials, or a token provider plugin's name)"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "u",
+      "sasl.password": "p", "sasl.oauthbearer.scope": "kafka"}, "sasl.oauthbearer.scope",
+     "is set but the SASL mechanism is SCRAM-SHA-256: set sasl.mechanism: OAUTHBEARER"),
     ({"security.protocol": "TLS"}, "security.protocol",
      "'TLS' is not a security protocol (one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
     ({"sasl.mechanism": "PLAIN", "sasl.username": "u"}, "sasl.username",
@@ -75,6 +77,70 @@ def test_settings_that_cannot_work_are_refused_with_key_and_line(
     # and at run start: refused before anything starts, not a crash loop at run time
     assert main(["run", "-c", str(path)]) == 2
     assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("consumer_config", "key", "text"), [
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "oauthbearer",
+      "sasl.oauthbearer.method": "kerberos-iam"}, "sasl.oauthbearer.method",
+     "unknown token provider 'kerberos-iam' (installed: "),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+      "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "kstage",
+      "sasl.oauthbearer.client.secret": "s3cret-value",
+      "sasl.oauthbearer.token.endpoint.url": "ftp://idp/token"},
+     "sasl.oauthbearer.token.endpoint.url",
+     "Value error, must be an http:// or https:// URL, got 'ftp://idp/token' (token "
+     "provider 'oidc')"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+      "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "kstage",
+      "sasl.oauthbearer.token.endpoint.url": "https://idp/token"},
+     "sasl.oauthbearer.client.secret", "Field required (token provider 'oidc')"),
+])
+def test_token_provider_keys_are_checked_by_validate_and_run(
+        tmp_path, capsys, consumer_config, key, text) -> None:
+    """The provider's own keys are checked with the provider (actors.preflight), so
+    validate and run name them; a missing key is named without a line."""
+    path = config(tmp_path, consumer_config)
+    where = f"line {line_of(path, key)}" if f"{key}:" in path.read_text() else ""
+    assert main(["validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"kafka.consumer_config['{key}']" in err and text in err, err
+    assert where in err
+    assert "s3cret-value" not in err
+    assert main(["run", "-c", str(path)]) == 2
+    assert text in capsys.readouterr().err
+
+
+def test_oauthbearer_with_oidc_validates_and_only_the_client_secret_is_a_secret(
+        tmp_path, capsys) -> None:
+    """The scope, the client id and the endpoint are shown as they are; a scope "kafka"
+    once masked every "kafka" in kstage's messages. The client secret is never shown."""
+    path = config(tmp_path, {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.scope": "kafka",
+        "sasl.oauthbearer.client.id": "kstage-client",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example.com/oauth2/token",
+        "sasl.oauthbearer.client.secret": 987654321})
+    settings = load_settings(path, {})
+    kafka = settings.kafka.consumer_config
+    assert kafka["sasl.oauthbearer.scope"] == "kafka"
+    assert kafka["sasl.oauthbearer.client.id"] == "kstage-client"
+    assert isinstance(kafka["sasl.oauthbearer.client.secret"], SecretStr)
+    assert secrets.secret_values(settings) >= {"987654321"}
+    assert not {"kafka", "kstage-client"} & secrets.secret_values(settings)
+    assert "kafka" in repr(settings.kafka) and "987654321" not in repr(settings.kafka)
+    assert main(["validate", "-c", str(path)]) == 0
+    assert "987654321" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("sasl.oauthbearer.client.secret", True), ("sasl.oauthbearer.scope", False),
+    ("sasl.oauthbearer.client.id", False), ("sasl.oauthbearer.token.endpoint.url", False),
+    ("sasl.oauthbearer.method", False), ("sasl.oauthbearer.extensions", False),
+    ("sasl.password", True), ("ssl.key.password", True), ("ssl.key.location", False),
+    ("bearer_token", True), ("sasl.jaas.config", True), ("api_key", True),
+])
+def test_a_setting_is_a_secret_by_what_it_holds(name: str, secret: bool) -> None:
+    assert secrets.secret_name(name) is secret
 
 
 def test_a_refused_password_is_never_printed(tmp_path, capsys) -> None:
