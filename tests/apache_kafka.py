@@ -178,8 +178,9 @@ class KafkaNode:
                        str(self.config_path), *extra, heap_mb=128),
             capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"formatting Kafka node {self.node_id} failed: "
-                               f"{done.stdout}{done.stderr}")
+            said = f"{done.stdout}{done.stderr}".strip().splitlines()
+            raise RuntimeError(f"formatting Kafka node {self.node_id} failed (exit "
+                               f"{done.returncode}): " + "\n".join(said[-15:]))
 
     def start(self) -> None:
         """Start the JVM; :meth:`wait_listening` waits for its port."""
