@@ -43,8 +43,17 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
      0: every record in the log, producer duplicates included, is landed).
    * ``dead``: dead-lettered messages (none expected: every event is valid).
 
+With ``--cluster`` (JSONL only) the broker is a 3-node Apache Kafka cluster instead
+(KRaft, replication factor 3, ``min.insync.replicas=2``, the producer idempotent with
+``acks=all``; ``make kafka-jars`` fetches its jars): besides the member kills, a node is
+SIGKILLed every ``--broker-interval-s`` seconds, kept down ``--broker-down-s`` seconds,
+restarted, and the next kill waits until every partition is in sync again, until
+``--broker-kills`` kills were made (:func:`chaos_on_cluster`). The high-water marks are
+the cluster's end offsets.
+
 Last lines: the duplicate ratio, then exactly
-``lost=<n> dup=<n> final_lost=<n> final_dup=<n> kills=<k>``. The exit code is 0 when
+``lost=<n> dup=<n> final_lost=<n> final_dup=<n> kills=<k>`` (with ``--cluster``, then
+`` broker_kills=<b>``). The exit code is 0 when
 lost, final_lost and final_dup are 0, every partition drained and every member stopped
 cleanly; 1 otherwise. ``tests/integration/test_chaos.py`` runs a 10-kill JSONL variant.
 """
@@ -96,6 +105,10 @@ class Options:
     seed: int = 1
     drain_timeout_s: float = 180.0
     jsonl_per_slot: bool = False
+    cluster: bool = False
+    broker_kills: int = 30
+    broker_interval_s: float = 10.0
+    broker_down_s: float = 3.0
 
 
 @dataclass
@@ -109,6 +122,7 @@ class Result:
     final_lost: int = 0
     final_dup: int = 0
     kills: int = 0
+    broker_kills: int | None = None  # the cluster mode's
     torn: int = 0
     uncovered: int = 0
     dead: int = 0
@@ -126,8 +140,9 @@ class Result:
                 and self.uncovered == 0 and self.drained and self.clean_exits)
 
     def last_line(self) -> str:
-        return (f"lost={self.lost} dup={self.dup} final_lost={self.final_lost} "
+        line = (f"lost={self.lost} dup={self.dup} final_lost={self.final_lost} "
                 f"final_dup={self.final_dup} kills={self.kills}")
+        return line if self.broker_kills is None else f"{line} broker_kills={self.broker_kills}"
 
 
 # -- the producer -------------------------------------------------------------------------
@@ -135,11 +150,14 @@ class Result:
 class Producer:
     """Writes ``{"id": n, ...}`` events at a steady rate; remembers what the broker acked."""
 
-    def __init__(self, bootstrap: str, partitions: int, rate: float, spark: bool) -> None:
+    def __init__(self, bootstrap: str, partitions: int, rate: float, spark: bool,
+                 acks: int | str = 1, idempotent: bool = False) -> None:
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.rate = rate
         self.spark = spark
+        self.acks = acks
+        self.idempotent = idempotent
         self.acked: dict[int, tuple[int, int]] = {}  # id -> (partition, offset)
         self.failed = 0
         self._stop = asyncio.Event()
@@ -166,7 +184,8 @@ class Producer:
     async def run(self) -> None:
         from aiokafka import AIOKafkaProducer  # noqa: PLC0415
 
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5,
+                                    acks=self.acks, enable_idempotence=self.idempotent)
         await producer.start()
         pending: set[asyncio.Future[Any]] = set()
         try:
@@ -503,6 +522,118 @@ async def chaos(opts: Options, work: Path) -> Result:
     return result
 
 
+# -- the cluster mode ---------------------------------------------------------------------
+
+async def kill_brokers(cluster: Any, opts: Options, rng: random.Random, result: Result,
+                       done: asyncio.Event) -> None:
+    """Kill a random node, keep it down, restart it, wait until everything is in sync
+    (never two down: ``min.insync.replicas=2`` keeps taking writes), until
+    ``opts.broker_kills`` kills or ``done``."""
+    result.broker_kills = 0
+    while result.broker_kills < opts.broker_kills and not done.is_set():
+        await asyncio.sleep(opts.broker_interval_s)
+        node = rng.choice(cluster.nodes)
+        node.kill()
+        result.broker_kills += 1
+        await asyncio.sleep(opts.broker_down_s)
+        node.start()
+        await asyncio.to_thread(node.wait_listening, 120)
+        await cluster.wait_brokers({n.node_id for n in cluster.nodes}, 120)
+        await cluster.wait_in_sync(timeout_s=180)
+        if result.broker_kills % 5 == 0:
+            print(f"broker_kills={result.broker_kills}", flush=True)
+
+
+async def end_offsets(bootstrap: str, partitions: int) -> dict[int, int]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(TOPIC, p) for p in range(partitions)])
+    finally:
+        await consumer.stop()
+    return {tp.partition: offset for tp, offset in ends.items()}
+
+
+async def chaos_on_cluster(opts: Options, work: Path) -> Result:
+    """The chaos run on a 3-node Apache Kafka cluster (see the module doc)."""
+    from tests.apache_kafka import KafkaCluster  # noqa: PLC0415
+
+    for sub in ("out", "dead", "logs"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    result = Result()
+    rng = random.Random(opts.seed)
+    members: list[Member] = []
+    with KafkaCluster(work / "kafka", size=3, heap_mb=256) as cluster:
+        try:
+            await cluster.create_topic(TOPIC, opts.partitions, replication=3)
+            config = write_config(work / "kstage.yml", opts, cluster.bootstrap)
+            # Idempotent: a send retried after a lost acknowledgement (a broker killed
+            # mid-request) must not land twice, or final_dup would count the producer's.
+            producer = Producer(cluster.bootstrap, opts.partitions, opts.rate, False, "all",
+                                idempotent=True)
+            producing = asyncio.create_task(producer.run())
+            members = [Member(slot, config, work, opts.jsonl_per_slot)
+                       for slot in range(opts.processes)]
+            for m in members:
+                m.start()
+            print(f"chaos on a 3-node Apache Kafka cluster: {opts.processes} x kstage run, "
+                  f"{opts.partitions} partitions, {opts.rate:g} events/s, a member kill "
+                  f"every {opts.interval_s:g} s, a broker kill every "
+                  f"{opts.broker_interval_s:g} s; work dir {work}", flush=True)
+            await wait_assigned(members, 90)
+            done = asyncio.Event()
+            brokers = asyncio.create_task(kill_brokers(cluster, opts, rng, result, done))
+            started = time.monotonic()
+            while result.kills < opts.kills or not brokers.done():
+                await asyncio.sleep(opts.interval_s)
+                if producing.done():
+                    raise RuntimeError(f"the producer stopped: {producing.exception()!r}")
+                if brokers.done() and brokers.exception() is not None:
+                    raise RuntimeError(f"killing brokers failed: {brokers.exception()!r}")
+                if result.kills >= opts.kills:
+                    continue
+                victim = rng.choice(members)
+                victim.kill()
+                victim.start()
+                result.kills += 1
+                if result.kills % 10 == 0:
+                    print(f"kills={result.kills} broker_kills={result.broker_kills} "
+                          f"produced={len(producer.acked)} after "
+                          f"{time.monotonic() - started:.0f} s", flush=True)
+            done.set()
+            await brokers
+            producer.stop()
+            await producing
+            result.produced, result.send_failed = len(producer.acked), producer.failed
+            marks = await end_offsets(cluster.bootstrap, opts.partitions)
+            print(f"produced={result.produced} send_failed={result.send_failed}; draining "
+                  f"to high-water {sum(marks.values())}", flush=True)
+            result.drained = await wait_drained(cluster.bootstrap, marks,
+                                                opts.drain_timeout_s, members)
+            codes = await asyncio.gather(*(asyncio.to_thread(m.terminate, 60)
+                                           for m in members))
+            result.clean_exits = all(c == 0 for c in codes)
+            if not result.clean_exits:
+                result.notes.append(f"exit codes after SIGTERM: {codes}")
+            await asyncio.to_thread(tally, opts, work, producer, result)
+            result.uncovered = uncovered(work, marks)
+        finally:
+            for m in members:
+                if m.alive():
+                    m.kill()
+    return result
+
+
+def uncovered(work: Path, marks: dict[int, int]) -> int:
+    """Offsets below the cluster's end offsets in no output (the producer's own marks
+    miss the records of sends whose acknowledgement was lost)."""
+    seen = {(int(r["_partition"]), int(r["_offset"])) for r in read_jsonl_outputs(
+        work, Result())}
+    return sum(1 for p, end in marks.items() for o in range(end) if (p, o) not in seen)
+
+
 def report(result: Result) -> None:
     for note in result.notes[:20]:
         print(f"note: {note}")
@@ -533,23 +664,36 @@ def parse(argv: list[str] | None) -> Options:
                    help="one JSONL file per process slot, appended to by each restart")
     p.add_argument("--work-dir", type=Path, default=None,
                    help="kept after the run (default: a temporary directory, removed)")
+    p.add_argument("--cluster", action="store_true",
+                   help="a 3-node Apache Kafka cluster whose brokers are killed too (jsonl)")
+    p.add_argument("--broker-kills", type=int, default=30,
+                   help="with --cluster: broker SIGKILLs to make (default 30)")
+    p.add_argument("--broker-interval-s", type=float, default=10.0,
+                   help="with --cluster: seconds between a broker's return and the next kill")
+    p.add_argument("--broker-down-s", type=float, default=3.0,
+                   help="with --cluster: seconds a killed broker stays down")
     a = p.parse_args(argv)
+    if a.cluster and a.sink != "jsonl":
+        p.error("--cluster runs the jsonl sink")
     spark = a.sink == "spark"
     return Options(
         sink=a.sink, kills=a.kills if a.kills is not None else (10 if spark else 100),
         processes=a.processes or (2 if spark else 3), partitions=a.partitions,
         interval_s=a.interval_s or (30.0 if spark else 4.0),
         rate=a.rate or (100.0 if spark else 200.0), work_dir=a.work_dir, seed=a.seed,
-        drain_timeout_s=a.drain_timeout_s, jsonl_per_slot=a.jsonl_per_slot)
+        drain_timeout_s=a.drain_timeout_s, jsonl_per_slot=a.jsonl_per_slot,
+        cluster=a.cluster, broker_kills=a.broker_kills,
+        broker_interval_s=a.broker_interval_s, broker_down_s=a.broker_down_s)
 
 
 def run(opts: Options) -> Result:
     """One chaos run (what ``main`` and the CI test call)."""
+    mode = chaos_on_cluster if opts.cluster else chaos
     if opts.work_dir is not None:
         opts.work_dir.mkdir(parents=True, exist_ok=True)
-        return asyncio.run(chaos(opts, opts.work_dir.resolve()))
+        return asyncio.run(mode(opts, opts.work_dir.resolve()))
     with tempfile.TemporaryDirectory(prefix="kstage-chaos-") as tmp:
-        return asyncio.run(chaos(opts, Path(tmp)))
+        return asyncio.run(mode(opts, Path(tmp)))
 
 
 def main(argv: list[str] | None = None) -> int:

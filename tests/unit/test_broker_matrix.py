@@ -49,7 +49,7 @@ def test_the_fault_table_names_the_brokers_each_row_was_tested_on() -> None:
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         brokers, modules = cells[-2], re.findall(r"`(test_\w+)`", cells[-1])
-        kafka_only = [m for m in modules if "apache_kafka" in _marks(m)]
+        kafka_only = [m for m in modules if _runs_on_apache_kafka_alone(m)]
         on_both = [m for m in modules if any(_broker_tests(m).values())]
         if kafka_only:
             assert "Apache Kafka" in brokers, row
@@ -61,13 +61,11 @@ def test_the_fault_table_names_the_brokers_each_row_was_tested_on() -> None:
             assert "Apache Kafka" not in brokers, f"no test of this row runs on it: {row}"
 
 
-def _marks(module: str) -> str:
-    """The module-level ``pytestmark`` source of ``module`` (integration/)."""
-    text = (TESTS / "integration" / f"{module}.py")
-    if not text.exists():
-        return ""
-    found = re.search(r"^pytestmark = (.*)$", text.read_text(encoding="utf-8"), re.M)
-    return found.group(1) if found else ""
+def _runs_on_apache_kafka_alone(module: str) -> bool:
+    """Whether ``module`` (integration/) has tests marked ``apache_kafka`` of its own
+    (a cluster, a secured broker) rather than through the fixture ``broker``."""
+    path = TESTS / "integration" / f"{module}.py"
+    return path.exists() and "pytest.mark.apache_kafka" in path.read_text(encoding="utf-8")
 
 
 def test_commit_and_failure_modes_run_on_both_brokers() -> None:
