@@ -145,31 +145,42 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         every = min(0.25, limit / 10)
         asked = probed = 0.0
         out_of_reach: float | None = None  # since when the group is
-        while not w.should_stop:
-            try:
-                await asyncio.wait_for(w.intake_stopped.wait(), every)
-            except TimeoutError:
-                pass
-            if w.should_stop:
-                break
-            now = time.monotonic()
-            if self.lost is None and w.coordinator_reachable():
-                out_of_reach = None
-            else:
-                out_of_reach = out_of_reach or now
-                if now - out_of_reach >= _PROBE_AFTER_S and now - probed >= _PROBE_EVERY_S:
-                    probed = now
-                    self.security_problem = await consumer.diagnose()
-            if not self.assigned:
-                if self.joined.is_set() and self.check_topic(consumer) \
-                        and time.monotonic() - asked >= 1:
-                    asked = time.monotonic()
-                    consumer.refresh_metadata()
-                continue
-            silent = time.monotonic() - max(self.assigned_at, consumer.last_heartbeat() or 0)
-            if silent >= limit:
-                await self.on_lost(silent)
-                consumer.rejoin()
+        probe: asyncio.Task[None] | None = None
+        async with asyncio.TaskGroup() as probes:  # a probe (up to 10 s) never holds the
+            try:                                   # fence back: it runs beside the loop
+                while not w.should_stop:
+                    try:
+                        await asyncio.wait_for(w.intake_stopped.wait(), every)
+                    except TimeoutError:
+                        pass
+                    if w.should_stop:
+                        break
+                    now = time.monotonic()
+                    if self.lost is None and w.coordinator_reachable():
+                        out_of_reach = None
+                    else:
+                        out_of_reach = out_of_reach or now
+                        if (now - out_of_reach >= _PROBE_AFTER_S
+                                and now - probed >= _PROBE_EVERY_S
+                                and (probe is None or probe.done())):
+                            probed = now
+                            probe = probes.create_task(self._probe(consumer))
+                    if not self.assigned:
+                        if self.joined.is_set() and self.check_topic(consumer) \
+                                and time.monotonic() - asked >= 1:
+                            asked = time.monotonic()
+                            consumer.refresh_metadata()
+                        continue
+                    silent = now - max(self.assigned_at, consumer.last_heartbeat() or 0)
+                    if silent >= limit:
+                        await self.on_lost(silent)
+                        consumer.rejoin()
+            finally:
+                if probe is not None:
+                    probe.cancel()  # a stop does not wait for it
+
+    async def _probe(self, consumer: GroupMember) -> None:
+        self.security_problem = await consumer.diagnose()
 
     def check_topic(self, consumer: GroupMember) -> bool:
         """Whether the worker's topic is missing from the consumer's metadata (and say

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -78,3 +79,36 @@ async def test_answered_heartbeats_keep_the_partitions(
     finally:
         worker.stop_intake()
         await asyncio.wait_for(run, 10)
+
+
+class SlowProbe(FakeConsumer):
+    """A consumer whose coordinator is out of reach and whose security probe hangs (a
+    probe connection to a black-holed broker waits for its timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__(TOPIC, {0: values(*({"i": i} for i in range(2)))})
+        self._coordinator = SimpleNamespace(coordinator_id=None)  # out of reach
+        self.probes = 0
+
+    async def diagnose(self) -> str | None:
+        self.probes += 1
+        await asyncio.sleep(30)
+        return None
+
+
+async def test_a_hanging_security_probe_never_holds_the_fence_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = SlowProbe()
+    worker = make_worker(tmp_path, monkeypatch, consumer, GateSink(),
+                         group_keys={"session_timeout_ms": 6000, "heartbeat_interval_ms": 500})
+    run = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")
+        silent_from = time.monotonic()
+        consumer.heartbeats = False
+        await until(lambda: consumer.probes == 1, "the probe (3 s out of reach)", timeout=10)
+        await until(lambda: consumer.rejoins == 1, "the fence", timeout=10)
+        assert time.monotonic() - silent_from < 7, "the probe held the fence back"
+    finally:
+        worker.stop_intake()
+        await asyncio.wait_for(run, 10)  # the hanging probe does not hold the stop
