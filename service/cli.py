@@ -79,6 +79,17 @@ def _parser() -> argparse.ArgumentParser:
                            "tables (replays and superseded rows dropped; idempotent)")
     merge.add_argument("-c", "--config", default="kstage.yml")
     merge.add_argument("--table", default=None, help="only this staging table")
+    jars = sub.add_parser("jars", help="the JVM jars of the Spark session (Iceberg, JDBC "
+                          "drivers)")
+    jars_sub = jars.add_subparsers(dest="jars_command", required=True)
+    fetch = jars_sub.add_parser("fetch", help="fetch the pinned jars from Maven Central "
+                                "(with mvn when it is installed) into the jar directory")
+    fetch.add_argument("--dir", default=None,
+                       help="jar directory (default: $KSTAGE_JARS_DIR, else "
+                            "~/.cache/kstage/jars)")
+    fetch.add_argument("--repository", default=None, metavar="URL",
+                       help="download from this Maven repository (Maven Central's layout) "
+                            "instead of through mvn")
     broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
     broker.add_argument("--port", type=int, default=9092)
     return parser
@@ -268,8 +279,8 @@ def _merge(path: str, table: str | None) -> int:
     import asyncio  # noqa: PLC0415
 
     from actors.sinks.checks import missing_packages  # noqa: PLC0415
+    from actors.sinks.spark.actor import stop_spark_actors  # noqa: PLC0415
     from actors.sinks.spark.merge import MergeError, merge  # noqa: PLC0415
-    from actors.sinks.spark.sink import stop_spark_actors  # noqa: PLC0415
 
     settings = _load(path)
     configure_logging("WARNING", settings.service.log_format)
@@ -291,6 +302,18 @@ def _merge(path: str, table: str | None) -> int:
         print(f"kstage: {exc}", file=sys.stderr)
         return EXIT_CRASH
     print("\n".join(lines) if lines else f"{path}: no spark sink tables to merge")
+    return EXIT_OK
+
+
+def _jars_fetch(directory: str | None, repository: str | None) -> int:
+    from service.ops.jars import JarsError, fetch  # noqa: PLC0415
+
+    try:
+        result = fetch(Path(directory) if directory else None, repository)
+    except (JarsError, OSError) as exc:
+        print(f"kstage jars fetch: {exc}", file=sys.stderr)
+        return EXIT_CRASH
+    print(result.summary())
     return EXIT_OK
 
 
@@ -321,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _ops(args)
         if args.command == "merge":
             return _merge(args.config, args.table)
+        if args.command == "jars":
+            return _jars_fetch(args.dir, args.repository)
         if args.command == "demo":
             from service.dev.demo import run_demo  # noqa: PLC0415
 

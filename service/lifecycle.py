@@ -233,8 +233,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         if merging is not None:
             merging.cancel()
             await asyncio.gather(merging, return_exceptions=True)
-        if "actors.sinks.spark.sink" in sys.modules:  # only if a spark sink was used
-            await sys.modules["actors.sinks.spark.sink"].stop_spark_actors()
+        if "actors.sinks.spark.actor" in sys.modules:  # only if Spark was used
+            await sys.modules["actors.sinks.spark.actor"].stop_spark_actors()
     return EXIT_OK
 
 

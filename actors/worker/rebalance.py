@@ -3,7 +3,9 @@
 * On assign: the partitions are this worker's; their committed offsets are read later
   (:meth:`Rebalance.seed_committed`, from the fetch task) as the base of their lag. The
   first assignment of the process run applies ``start_from``
-  (:mod:`actors.worker.start_from`).
+  (:mod:`actors.worker.start_from`); otherwise a partition resumes where the topic's
+  tables hold it when that is ahead of its committed offset
+  (:mod:`actors.worker.sink_offsets`).
 * On revoke: in-flight work of the revoked partitions is drained (bounded by half the
   rebalance timeout) and committed, then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
@@ -24,6 +26,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from actors.kafka import rebalance_timeout_ms
+from actors.worker.sink_offsets import resume_from_sinks, revoke_in_sinks
 from actors.worker.start_from import seek_at_start
 
 if TYPE_CHECKING:
@@ -52,9 +55,13 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.on_assigned(set(assigned))
         w = self._w
         consumer = w.committer.consumer
+        started = False
         if (w.group.start_from != "committed" and consumer is not None
                 and w.starts.claim(w.group_id, w.topic.topic)):
             await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
+            started = True
+        if consumer is not None:  # where the tables hold them (start_from's seek stands)
+            await resume_from_sinks(w, consumer, set(assigned), seek=not started)
 
     def live(self, tp: TopicPartition, gen: int) -> bool:
         """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes
@@ -121,6 +128,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             cancelled = tracker.cancel(revoked)
             w.in_flight -= cancelled
             writes = await w.fence.revoke(revoked)
+            # A table's append of the partitions already under way: let it commit before
+            # the new owner reads the table's offsets.
+            await revoke_in_sinks(w, revoked, rebalance_s / 4)
             if cancelled or writes or dropped:
                 logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
                             "write(s) stopped)", w.label, cancelled + dropped, parts, writes)
@@ -128,6 +138,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             # none/auto: kstage does not own the offsets (auto-commit already committed
             # the position): writes under way finish, or their messages would be lost.
             tracker.forget(revoked)
+            await revoke_in_sinks(w, revoked, 0)
         for tp in revoked:
             w.fetcher.fetched_span.pop(tp, None)
         w.room.set()

@@ -51,7 +51,7 @@ from actors.kafka import build_consumer, connection_kwargs, coordinator_known
 from actors.metrics import Metrics
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
-from actors.sinks import END, FanOutSink, Fence, SinkBatch, run_fanout
+from actors.sinks import END, FanOutSink, Fence, Sink, SinkBatch, run_fanout
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
 from actors.worker.pipeline import BoundSink, RecordPipeline, bound_sinks
@@ -183,6 +183,7 @@ class Worker:
                              for named in topic.named_sinks()}
         self.flush_soon: Callable[[], None] | None = None
         self.fence = Fence()
+        self.sinks: list[Sink] = []  # the topic's sinks, once run() built them
         self.process_ended = False
         self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
         self.lanes: dict[TopicPartition, _Lane] = {}  # partitions parked by a retry wait
@@ -302,7 +303,9 @@ class Worker:
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
-                            refuse=self.pipeline.refuser, health=self._sink_health.get)
+                            refuse=self.pipeline.refuser, health=self._sink_health.get,
+                            group=self.group_id)
+        self.sinks = [bound.sink for bound in sinks]
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self.flush_soon = (sinks[0].sink.flush_soon if len(sinks) == 1
                            else functools.partial(_flush_all, sinks))

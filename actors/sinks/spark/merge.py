@@ -75,7 +75,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.sinks.spark.sink import SparkActor, SparkSinkSettings, spark_actor, struct_type
+from actors.sinks.spark.actor import SparkActor, spark_actor
+from actors.sinks.spark.iceberg import struct_type
+from actors.sinks.spark.sink import SparkSinkSettings
 from processors.base import COORDINATE_COLUMNS, Column
 from settings.errors import SettingsError
 from settings.models import Settings

@@ -15,8 +15,8 @@ import logging
 import time
 
 from actors.metrics import Metrics
+from actors.sinks.spark.actor import spark_actor
 from actors.sinks.spark.merge import MergeError, MergeResult, merge_table, plan
-from actors.sinks.spark.sink import spark_actor
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
