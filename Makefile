@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup
+.PHONY: demo test lint setup jars
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -14,14 +14,20 @@ $(STAMP): pyproject.toml .ci/system-deps
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+# The JVM jars of the Spark session (Iceberg runtime, AWS bundle, JDBC drivers), from
+# Maven Central through mvn and the pinned actors/sinks/spark/pom.xml; each checked by its
+# SHA-256. Quick when they are there already.
+jars: $(STAMP)
+	$(VENV)/bin/kstage jars fetch
+
+demo: jars
 	$(VENV)/bin/kstage demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint
+test: lint jars
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

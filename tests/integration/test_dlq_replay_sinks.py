@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from actors.deadletter import dead_letter_line
-from actors.sinks.spark.sink import stop_spark_actors
+from actors.sinks.spark.actor import stop_spark_actors
 from processors.gobblin import GobblinCompactionProcessor
 from service.ops.dlq import replay_async
 from settings.models import Settings
-from tests.integration.test_spark_sink import event
+from tests.gobblin_events import event
 from tests.postgres import JAR, USER, Postgres
 
 pytestmark = pytest.mark.slow

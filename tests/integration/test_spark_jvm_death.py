@@ -48,7 +48,7 @@ from tests.integration.test_spark_exactly_once import (
     config,
     expected,
 )
-from tests.integration.test_spark_sink import events, opened
+from tests.gobblin_events import events, opened
 from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
