@@ -39,6 +39,7 @@ from actors.sinks.spark.sink import SparkActor
 from processors.avro import encode
 from settings import SparkSettings
 from tests.fake_registry import FakeRegistry
+from tests.gobblin_events import events, opened
 from tests.integration.test_spark_exactly_once import (
     SCHEMA,
     TABLE,
@@ -48,7 +49,6 @@ from tests.integration.test_spark_exactly_once import (
     config,
     expected,
 )
-from tests.gobblin_events import events, opened
 from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
