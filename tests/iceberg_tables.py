@@ -11,6 +11,7 @@ from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
 
 NAMESPACE = "kstage"
 
@@ -21,11 +22,20 @@ def catalog(warehouse: Path, name: str = "kstage") -> SqlCatalog:
                       warehouse=f"file://{warehouse}")
 
 
+def _table(warehouse: Path, table: str) -> Table | None:
+    """``table`` of the warehouse's catalog, None while it (or the catalog) does not exist."""
+    if not (warehouse / "catalog.db").exists():
+        return None
+    try:
+        return catalog(warehouse).load_table(f"{NAMESPACE}.{table}")
+    except NoSuchTableError:
+        return None
+
+
 def rows(warehouse: Path, table: str, columns: tuple[str, ...] = ("*",)) -> list[dict[str, Any]]:
     """Every row of ``table`` (empty when it does not exist yet)."""
-    try:
-        loaded = catalog(warehouse).load_table(f"{NAMESPACE}.{table}")
-    except NoSuchTableError:
+    loaded = _table(warehouse, table)
+    if loaded is None:
         return []
     return loaded.scan(selected_fields=columns).to_arrow().to_pylist()
 
@@ -38,9 +48,8 @@ def coordinates(warehouse: Path, table: str) -> Counter[tuple[int, int]]:
 
 def summaries(warehouse: Path, table: str) -> list[dict[str, str]]:
     """The snapshot summaries of ``table``, oldest first."""
-    try:
-        loaded = catalog(warehouse).load_table(f"{NAMESPACE}.{table}")
-    except NoSuchTableError:
+    loaded = _table(warehouse, table)
+    if loaded is None:
         return []
     found = sorted(loaded.snapshots(), key=lambda s: s.timestamp_ms)
     return [dict(s.summary.additional_properties) if s.summary else {} for s in found]
