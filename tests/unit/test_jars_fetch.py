@@ -21,6 +21,7 @@ from actors.sinks.spark.jars import PINNED, jars_dir, sha256
 from service.cli import main
 from service.ops.jars import JarsError, fetch
 
+
 @pytest.fixture
 def repository(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Maven repository on loopback holding the pinned jars: (URL, its directory)."""
