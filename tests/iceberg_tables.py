@@ -12,14 +12,16 @@ from typing import Any
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
+from sqlalchemy.exc import OperationalError
 
 NAMESPACE = "kstage"
 
 
 def catalog(warehouse: Path, name: str = "kstage") -> SqlCatalog:
-    """The warehouse's catalog (the SQLite file kstage's embedded default keeps there)."""
+    """The warehouse's catalog (the SQLite file kstage's embedded default keeps there);
+    pyiceberg never creates the catalog's tables (kstage's Spark catalog does)."""
     return SqlCatalog(name, uri=f"sqlite:///{warehouse / 'catalog.db'}",
-                      warehouse=f"file://{warehouse}")
+                      warehouse=f"file://{warehouse}", init_catalog_tables="false")
 
 
 def _table(warehouse: Path, table: str) -> Table | None:
@@ -28,7 +30,7 @@ def _table(warehouse: Path, table: str) -> Table | None:
         return None
     try:
         return catalog(warehouse).load_table(f"{NAMESPACE}.{table}")
-    except NoSuchTableError:
+    except (NoSuchTableError, OperationalError):  # no table, or no catalog tables yet
         return None
 
 

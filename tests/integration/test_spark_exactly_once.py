@@ -42,7 +42,7 @@ from tests.kafkautil import (
     write_config,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TABLE = "stg_kafka_gobblin_compaction"
 SCHEMA = (SCHEMA_DIR / "wherehows/GobblinTrackingEvent.avsc").read_text()
