@@ -36,7 +36,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark.catalog import dotted, namespace, qualified
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_type
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_schema
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -82,11 +82,9 @@ STAGING_PROPERTIES = {
 
 
 def struct_type(columns: Sequence[Column]) -> Any:
-    """The Spark schema of a staging table with the processor's ``columns``."""
-    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
-
-    return t.StructType([t.StructField(c.name, spark_type(c.type), c.nullable)
-                         for c in (*table_columns((*columns, *COORDINATES)), INGESTED_AT)])
+    """The Spark schema of a staging table with the processor's ``columns`` (Iceberg's
+    column names)."""
+    return spark_schema(table_columns((*columns, *COORDINATES)))
 
 
 def schema_change(existing: dict[str, str], declared: Sequence[Column],
