@@ -168,6 +168,45 @@ async def test_sigkill_between_the_table_commit_and_the_kafka_commit_writes_noth
                 "holds it") in second.output()
 
 
+async def test_a_fan_out_replays_to_its_other_sink_while_the_table_drops_what_it_holds(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """spark + jsonl: after the same SIGKILL the worker cannot resume at the table's
+    offset (the JSONL file needs the replay), so it reads from Kafka's committed offset;
+    the JSONL sink gets every event again (at-least-once), the table none twice."""
+    events, partitions = 1000, 2
+    topic, group = unique("eo-fan"), unique("g-eo-fan")
+    warehouse = tmp_path / "warehouse"
+    with FakeRegistry() as registry:
+        await create_topic(broker, topic, partitions=partitions)
+        await produce_events(broker, registry, topic, 0, events, partitions)
+        cfg = config(tmp_path, broker, group, topic, registry, warehouse, flush_rows=250,
+                     merge_s=None, commit={"mode": "batch", "max_messages": 10**9,
+                                           "max_interval_s": 3600})
+        data = yaml.safe_load(cfg.read_text())
+        (topic_settings,) = data["groups"][0]["topics"]
+        topic_settings["sinks"] = [
+            {"name": "table", "type": "spark"},
+            {"name": "file", "type": "jsonl", "path": str(tmp_path / "out.jsonl")}]
+        del topic_settings["sink"]
+        cfg.write_text(yaml.safe_dump(data))
+        first = kstage(cfg)
+        await wait_until(lambda: first.proc.poll() is not None
+                         or sum(staged(warehouse).values()) >= events, timeout=180,
+                         what="every event in the staging table")
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        assert await total_committed(broker, group, topic, partitions) == 0
+        second = kstage(cfg, "--drain")
+        assert await second.wait(timeout=240) == 0, second.output()
+    rows = staged(warehouse)
+    assert sorted(rows) == expected(events, partitions) and max(rows.values()) == 1
+    lines = Counter((r["_partition"], r["_offset"]) for r in
+                    map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines()))
+    assert sorted(lines) == expected(events, partitions)
+    assert min(lines.values()) == 2  # the file got its replay: written before and after
+    assert "resumes at offset" not in second.output()
+
+
 async def test_repeated_sigkill_while_appending_leaves_every_event_once(
         broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
     events, partitions, kills = 6000, 2, 3
