@@ -142,16 +142,40 @@ def create_staging(spark: Any, settings: SparkSettings, table: str,
     return [c.name for c in added]
 
 
+def table_metadata(spark: Any, settings: SparkSettings, table: str) -> dict[str, Any]:
+    """The table's current Iceberg metadata (its ``metadata.json``: schemas, snapshots
+    and their summaries, refs), loaded fresh from the catalog through Iceberg's Java API in
+    one call: the same for every catalog (a REST catalog may not serve Spark's metadata
+    tables such as ``<table>.snapshots``), and no Spark job."""
+    jvm = spark._jvm
+    loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    text = jvm.org.apache.iceberg.TableMetadataParser.toJson(loaded.operations().current())
+    metadata: dict[str, Any] = json.loads(text)
+    return metadata
+
+
+def current_history(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """The snapshots of the table's current state (the current snapshot and its
+    ancestors), oldest first, each as in ``metadata.json`` (``snapshot-id``,
+    ``summary``, ``timestamp-ms`` ...)."""
+    by_id = {s["snapshot-id"]: s for s in metadata.get("snapshots", ())}
+    chain = []
+    current = metadata.get("current-snapshot-id")
+    while current is not None and current != -1 and current in by_id:
+        snapshot = by_id[current]
+        chain.append(snapshot)
+        current = snapshot.get("parent-snapshot-id")
+    return chain[::-1]
+
+
 def _current_summaries(spark: Any, settings: SparkSettings, table: str, key: str,
                        ) -> list[tuple[int, str]]:
     """``(snapshot id, summary[key])`` of the snapshots in the table's current history
     that carry ``key``."""
-    name = qualified(settings, table)  # checked identifiers; the keys are ours
-    rows = spark.sql(
-        f"SELECT s.snapshot_id AS id, s.summary['{key}'] AS value "  # noqa: S608
-        f"FROM {name}.snapshots s JOIN {name}.history h ON s.snapshot_id = h.snapshot_id "
-        f"WHERE h.is_current_ancestor AND s.summary['{key}'] IS NOT NULL").collect()
-    return [(int(row["id"]), str(row["value"])) for row in rows]
+    return [(int(s["snapshot-id"]), str(s["summary"][key]))
+            for s in current_history(table_metadata(spark, settings, table))
+            if key in s.get("summary", {})]
 
 
 def table_offsets(spark: Any, settings: SparkSettings, table: str,
@@ -200,4 +224,4 @@ def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: s
 __all__ = ["COMMIT_ID", "OFFSETS", "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
            "column_name", "table_columns", "committed_ids",
            "create_staging", "format_offsets", "parse_offsets", "schema_change",
-           "struct_type", "table_offsets"]
+           "current_history", "struct_type", "table_metadata", "table_offsets"]
