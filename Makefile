@@ -2,6 +2,8 @@
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
+# The Iceberg REST catalog server of the tests (tests/rest_catalog.py), by mvn.
+NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
 
 .PHONY: demo test lint setup jars
 
@@ -20,6 +22,11 @@ setup: $(STAMP)
 jars: $(STAMP)
 	$(VENV)/bin/kstage jars fetch
 
+$(NESSIE_JAR): tests/jars/nessie/pom.xml .ci/system-deps
+	bash .ci/system-deps
+	mvn -q -B -f tests/jars/nessie/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/tests/jars/nessie/lib
+	touch $(NESSIE_JAR)
+
 demo: jars
 	$(VENV)/bin/kstage demo
 
@@ -27,7 +34,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint jars
+test: lint jars $(NESSIE_JAR)
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

@@ -188,8 +188,9 @@ async def test_each_append_commits_the_offsets_it_covers_and_assignment_reads_th
         # A batch whose messages made no rows (filtered) is done without an append.
         await sink.write_at([], at(1, 9, 5))
     summaries = await snapshots(spark_actor, table)
+    # Each commit records its own partitions and carries the current snapshot's forward.
     assert [json.loads(s["kstage.offsets"]) for s in summaries] == [
-        {GROUP: {TOPIC: {"0": 10, "1": 4}}}, {GROUP: {TOPIC: {"0": 15}}}]
+        {GROUP: {TOPIC: {"0": 10, "1": 4}}}, {GROUP: {TOPIC: {"0": 15, "1": 4}}}]
     assert all(len(s["kstage.commit-id"]) == 32 for s in summaries)
     other = await opened(spark_actor, table, group="other-group")  # its own offsets
     assert await other.assigned([(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]) == {}

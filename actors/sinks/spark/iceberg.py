@@ -13,10 +13,11 @@ commit (a snapshot) whose summary carries:
   known (a dead JVM, a lost catalog connection) the writer looks it up before writing the
   rows again;
 * ``kstage.writer-id``: the process that committed (``host-pid-uuid8``);
-* ``kstage.offsets``: JSON ``{group: {topic: {partition: offset}}}``, per Kafka partition
-  the append covers, the offset up to which that partition is done in the table (see
-  :mod:`actors.sinks.spark.ledger`). A partition's offset in the table is the highest one
-  any snapshot in the table's current history records (:func:`table_offsets`).
+* ``kstage.offsets``: JSON ``{group: {topic: {partition: offset}}}``: per Kafka partition,
+  the offset up to which that partition is done in the table (see
+  :mod:`actors.sinks.spark.ledger`): the append's own partitions, and those the current
+  snapshot recorded, carried forward (:func:`carried`). A partition's offset in the table
+  is the highest any snapshot of its current history records (:func:`table_offsets`).
 
 Schema changes: at registration the table's columns are compared with the processor's. A
 new nullable column is added with ``ALTER TABLE ... ADD COLUMN`` (Iceberg keeps the data
@@ -178,6 +179,32 @@ def _current_summaries(spark: Any, settings: SparkSettings, table: str, key: str
             if key in s.get("summary", {})]
 
 
+def current_offsets(spark: Any, settings: SparkSettings, table: str,
+                    ) -> dict[tuple[str, str, int], int]:
+    """The offsets the table's current snapshot records (every partition any writer had
+    recorded when it was committed: each append carries the current snapshot's offsets
+    forward, see :func:`carried`)."""
+    loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    snapshot = loaded.currentSnapshot()
+    if snapshot is None:
+        return {}
+    value = snapshot.summary().get(OFFSETS)
+    return parse_offsets(str(value)) if value is not None else {}
+
+
+def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str, int], int],
+            ) -> dict[tuple[str, str, int], int]:
+    """The offsets an append records: the current snapshot's, with this append's own
+    (the higher of each). So the newest snapshot holds every partition's offset, whatever
+    the catalog keeps of the older ones (a REST catalog may serve the current snapshot only;
+    maintenance expires old ones); reading takes the highest over the history there is."""
+    merged = dict(current)
+    for stream, offset in mine.items():
+        merged[stream] = max(merged.get(stream, offset), offset)
+    return merged
+
+
 def table_offsets(spark: Any, settings: SparkSettings, table: str,
                   ) -> dict[tuple[str, str, int], int]:
     """Per (group, topic, partition), the offset up to which the table holds the
@@ -224,4 +251,5 @@ def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: s
 __all__ = ["COMMIT_ID", "OFFSETS", "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
            "column_name", "table_columns", "committed_ids",
            "create_staging", "format_offsets", "parse_offsets", "schema_change",
-           "current_history", "struct_type", "table_metadata", "table_offsets"]
+           "carried", "current_history", "current_offsets", "struct_type",
+           "table_metadata", "table_offsets"]
