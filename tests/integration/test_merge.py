@@ -10,10 +10,13 @@ stay last.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
@@ -30,6 +33,7 @@ from tests.integration.merge_support import (
     GOBBLIN,
     SOCKETS_CLOSED_BY_GC,
     VERSIONS,
+    expected,
     final_rows,
     gobblin_rows,
     gobblin_version,
@@ -42,6 +46,8 @@ from tests.integration.merge_support import (
     version,
     write_config,
 )
+from tests.kafkautil import create_topic, produce, unique
+from tests.kafkautil import write_config as kafka_config
 
 pytestmark = [pytest.mark.slow, SOCKETS_CLOSED_BY_GC]
 
@@ -338,6 +344,53 @@ async def test_a_final_table_of_another_staging_table_is_refused(
                                          "but is not the final table of "
                                          "kstage.kstage.stg_merge_owner"):
         await merge(settings(warehouse, "stg_merge_owner"), actor=actor)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(600)  # a kstage process starts its own JVM on a shared CPU
+async def test_merges_inside_the_service_on_an_interval_and_after_drain(
+        actor: SparkActor, warehouse: Path, broker: str, kstage: Any, tmp_path: Path) -> None:
+    """``merge.interval_s`` in ``kstage run --drain``: both tables are merged on the
+    interval and once more at the end; a table whose merge fails (its final table is
+    another table) is logged at every interval, the others still merge, and the final
+    merge's failure makes the run exit 1."""
+    topics = {name: unique(name) for name in ("svc_a", "svc_b")}
+    values = [{"k1": f"k{i % 7}", "k2": i % 3, "v": f"v{i}", "n": i} for i in range(60)]
+    for topic in topics.values():
+        await create_topic(broker, topic, 2)
+        await produce(broker, topic, values, partition_of=lambda i: i % 2)
+    await sql(actor, "CREATE TABLE kstage.kstage.final_svc_b (x INT) USING iceberg")
+    cfg = kafka_config(tmp_path / "kstage.yml", broker, unique("merge-svc"), [
+        {"topic": topics[name], "processor": VERSIONS.name,
+         "sink": {"type": "spark", "table": f"stg_{name}"}} for name in ("svc_a", "svc_b")])
+    data = yaml.safe_load(cfg.read_text())
+    data["spark"] = {"master": "local[1]", "warehouse": str(warehouse),
+                     "flush_max_interval_s": 0.5, "conf": {"spark.driver.memory": "512m"}}
+    data["merge"] = {"interval_s": 0.5}
+    cfg.write_text(yaml.safe_dump(data))
+
+    service = kstage(cfg, "--drain")
+    assert await service.wait(timeout=500) == 1
+    out = service.output()
+    assert "stopping: the final merge after --drain failed for 1 table(s)" in out
+    refused = ("merge: merge stg_svc_b -> final_svc_b: final table "
+               "kstage.kstage.final_svc_b exists but is not the final table of "
+               "kstage.kstage.stg_svc_b")
+    assert out.count(refused) >= 2, out[-4000:]  # on the interval, and after --drain
+    merged = re.findall(r"merge: stg_svc_a -> final_svc_a: (\d+) staging rows, (\d+) final "
+                        r"rows", out)
+    assert merged and merged[-1] == ("60", "21"), out[-4000:]
+    # each staging row read by one merge (a merge the drain's end cancelled while it ran
+    # finished on the Spark thread without its log line: count its commit instead)
+    commits = await merge_commits(actor, "stg_svc_a")
+    assert sum(int(c[final_table.NEW_ROWS]) for c in commits) == 60
+    staged = await actor.call(lambda spark: [
+        {("_partition" if k == "_kafka_partition" else k): v
+         for k, v in row.asDict().items()}
+        for row in spark.table("kstage.kstage.stg_svc_a").collect()])
+    assert len(staged) == 60
+    assert await final_rows(actor, "stg_svc_a", VERSIONS, ingest=False) == expected(
+        staged, VERSIONS)
 
 
 def test_cli_config_error_exit_2(tmp_path: Path, warehouse: Path,

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -332,3 +333,30 @@ async def test_merge_killed_mid_commit_then_run_again(actor: SparkActor, warehou
     # the rows of both killed merges are in the table once: nothing lost or doubled
     rows = await final_rows(actor, table, ingest=False, partition=False)
     assert len(rows) == len(set(rows)) == len(expected(staged, GOBBLIN))
+
+
+@pytest.mark.timeout(400)  # a kstage merge process starts a JVM
+async def test_kstage_merge_with_its_catalog_down_exits_1_naming_the_table(
+        tmp_path: Path) -> None:
+    """The catalog (PostgreSQL here) does not answer: exit 1, the table and the cause
+    named, the catalog's password never printed."""
+    with socket.socket() as probe:  # a port nothing listens on: the server is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "kstage.yml"
+    config.write_text(
+        "name: merge-down\n"
+        f"spark: {{master: 'local[1]', warehouse: '{tmp_path / 'warehouse'}',\n"
+        "        conf: {spark.driver.memory: 512m},\n"
+        f"        catalog: {{uri: 'jdbc:postgresql://127.0.0.1:{port}/catalog',\n"
+        "                  user: kstage, password: s3cret-pw}}\n"
+        "groups:\n  - topics:\n"
+        f"      - {{topic: t, processor: {VERSIONS.name}, format: json,\n"
+        "         sink: {type: spark, table: stg_down}}\n", encoding="utf-8")
+    merging = KstageMerge(config, "down")
+    assert await asyncio.to_thread(merging.wait, 300) == 1
+    out = merging.output()
+    assert ("kstage: merge stg_down -> final_down failed: org.apache.iceberg.jdbc."
+            f"UncheckedSQLException: Failed to connect: jdbc:postgresql://127.0.0.1:{port}/"
+            "catalog") in out, out[-3000:]
+    assert "s3cret-pw" not in out

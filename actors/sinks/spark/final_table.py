@@ -229,10 +229,11 @@ def last_record(spark: Any, settings: SparkSettings, final: str, table: Any = No
     merged). ``table``: the final table, when already loaded."""
     table = table if table is not None else load(spark, settings, final)
     for snapshot in _ancestors(table):
-        summary = dict(snapshot.summary())
-        merged = summary.get(MERGED_SNAPSHOT)
+        # One call per snapshot passed over (py4j copies a whole map entry by entry).
+        merged = snapshot.summary().get(MERGED_SNAPSHOT)
         if merged is None:
             continue
+        summary = dict(snapshot.summary())
         millis = int(snapshot.timestampMillis())
         return MergeRecord(
             final_table=dotted(settings, final), staging_table=summary.get(MERGED_FROM, ""),
@@ -250,7 +251,7 @@ def find_commit(table: Any, commit_id: str) -> Any:
     """The snapshot of the final table's current history made by the merge attempt
     ``commit_id`` (None: not there)."""
     for snapshot in _ancestors(table):
-        if dict(snapshot.summary()).get(iceberg.COMMIT_ID) == commit_id:
+        if snapshot.summary().get(iceberg.COMMIT_ID) == commit_id:
             return snapshot
     return None
 

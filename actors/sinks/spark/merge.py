@@ -42,7 +42,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark import final_table
-from actors.sinks.spark.actor import SparkActor, short, spark_actor
+from actors.sinks.spark.actor import SparkActor, spark_actor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.final_table import MergeRecord
 from actors.sinks.spark.merge_job import (
@@ -51,6 +51,7 @@ from actors.sinks.spark.merge_job import (
     MergeResult,
     MergeTableError,
     TablePlan,
+    describe,
 )
 from actors.sinks.spark.sink import SparkSinkSettings
 from settings.errors import SettingsError
@@ -181,7 +182,7 @@ async def merge_table(actor: SparkActor, item: TablePlan) -> MergeResult:
         except FatalError as exc:
             raise MergeError(f"{where} failed: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - any Spark/catalog failure fails the merge
-            raise MergeError(f"{where} failed: {short(exc)}") from exc
+            raise MergeError(f"{where} failed: {describe(exc)}") from exc
     result = dataclasses.replace(done, attempts=attempt)
     logger.info("merge: %s in %.1fs%s", result.summary(), time.monotonic() - started,
                 " (whole staging table read)" if result.full_read else "")
@@ -209,7 +210,7 @@ async def merge_records(settings: Settings, actor: SparkActor | None = None,
         return await actor.call(read, retry=True)
     except Exception as exc:  # noqa: BLE001 - any Spark/catalog failure
         raise MergeError(f"merge: cannot read the final tables' merge records: "
-                         f"{short(exc)}") from exc
+                         f"{describe(exc)}") from exc
 
 
 __all__ = ["ATTEMPTS", "MergeConfigError", "MergeError", "MergeRecord", "MergeResult",

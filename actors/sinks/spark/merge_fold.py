@@ -107,15 +107,18 @@ def fold(staging: Any, current: Any, names: Sequence[str], key: Sequence[str],
     from pyspark.sql import functions as f  # noqa: PLC0415
 
     identity = [n for n in names if n != "_ingested_at"]
+    groups = group_columns(names, key)
+    # One shuffle for both windows: rows of one identity are rows of one group.
     union = (staging.select(*columns).withColumn(SOURCE, f.lit(1))
-             .unionByName(current.select(*columns).withColumn(SOURCE, f.lit(0))))
+             .unionByName(current.select(*columns).withColumn(SOURCE, f.lit(0)))
+             .repartition(*groups))
     same = Window.partitionBy(*identity)
     once = same.orderBy(f.col("_ingested_at").asc(), f.col(SOURCE).asc())
     distinct = (union.withColumn("_n", f.row_number().over(once))
                 .withColumn(_COPIES, f.count(f.lit(1)).over(same))
                 .withColumn(_FINALS, f.sum(1 - f.col(SOURCE)).over(same))
                 .filter("_n = 1").drop("_n"))
-    latest = Window.partitionBy(*group_columns(names, key)).orderBy(
+    latest = Window.partitionBy(*groups).orderBy(
         *(_sorted(term) for term in order(names, key)))
     ranked = distinct.withColumn(_RANK, f.row_number().over(latest)).persist()
     try:

@@ -3,19 +3,19 @@ returns: :class:`TablePlan`, :class:`MergeResult`).
 
 :meth:`MergeJob.run` (one attempt; see :mod:`actors.sinks.spark.merge` for the retries):
 
-1. the staging table's current snapshot is the *end* of this merge (appends committed
-   after it wait for the next merge); its ``total-records`` are the staging rows;
-2. the final table is created, or checked (:func:`actors.sinks.spark.final_table.ensure`);
+1. the final table is created, or checked (:func:`actors.sinks.spark.final_table.ensure`);
    its last merge commit gives the *start*, the staging snapshot merged through
-   (:func:`~actors.sinks.spark.final_table.last_record`). Start = end: nothing new, nothing
-   is committed;
+   (:func:`~actors.sinks.spark.final_table.last_record`);
+2. then the staging table's current snapshot is the *end* of this merge (appends
+   committed after it wait for the next merge); its ``total-records`` are the staging
+   rows. Start = end: nothing new, nothing is committed;
 3. the staging rows committed after the start are read by Iceberg's incremental append
    scan (``start-snapshot-id`` exclusive, ``end-snapshot-id`` inclusive: only append
    snapshots, so a compaction's rewrite is not read again). Without a start (first
    merge), or when it is no longer an ancestor of the end (its snapshots expired, the
    table replaced), the whole staging table at the end snapshot is read;
 4. those rows are folded with the final rows of their groups, read at the final table's
-   snapshot of step 2 (:mod:`actors.sinks.spark.merge_fold`);
+   snapshot of step 1 (:mod:`actors.sinks.spark.merge_fold`);
 5. the rows the final table must take are merged by one ``MERGE INTO`` (matched and later
    in the fold's order: update; not matched: insert), whose commit carries the end
    snapshot and the counts in its summary (``spark.sql.iceberg.snapshot-property.*``,
@@ -127,9 +127,13 @@ def conflict(exc: BaseException) -> bool:
     return False
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+def describe(exc: BaseException) -> str:
+    """``exc`` as one short line: its type and first line, or for an error of the JVM
+    (py4j's "An error occurred while calling o66.sql." first) the Java exception's."""
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        return lines[1].removeprefix(":").strip()[:300]
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
 class MergeJob:
@@ -160,7 +164,7 @@ class MergeJob:
         except Exception as exc:  # noqa: BLE001 - Spark's analysis error, reworded
             raise MergeTableError(
                 f"final partition {name!r} = {expression!r} must be an expression over the "
-                f"key columns {list(self.item.key)} only: {_short(exc)}") from exc
+                f"key columns {list(self.item.key)} only: {describe(exc)}") from exc
         return name, expression, kind.simpleString()
 
     def _result(self, **counts: Any) -> MergeResult:
@@ -178,15 +182,17 @@ class MergeJob:
             raise MergeTableError(str(exc)) from exc
         except Exception as exc:
             if conflict(exc):
-                raise MergeConflict(_short(exc)) from exc
+                raise MergeConflict(describe(exc)) from exc
             raise
-        staging = final_table.load(spark, self.settings, self.item.table)
-        end = staging.currentSnapshot()
-        staging_rows = final_table.snapshot_rows(spark, self.settings, self.item.table, end)
+        # The final table first: the staging snapshot it records was current when that
+        # merge read it, so it is an ancestor of the end read after (unless expired).
         target = final_table.load(spark, self.settings, self.item.final_table)
         base = target.currentSnapshot()
         record = final_table.last_record(spark, self.settings, self.item.final_table, target)
         start = record.merged_snapshot_id if record is not None else None
+        staging = final_table.load(spark, self.settings, self.item.table)
+        end = staging.currentSnapshot()
+        staging_rows = final_table.snapshot_rows(spark, self.settings, self.item.table, end)
         if end is None or start == int(end.snapshotId()):
             return self._result(staging_rows=staging_rows, merged_snapshot_id=start,
                                 final_rows=final_table.snapshot_rows(
@@ -279,7 +285,7 @@ class MergeJob:
                                         properties)
         except Exception as exc:
             if conflict(exc):
-                raise MergeConflict(_short(exc)) from exc
+                raise MergeConflict(describe(exc)) from exc
             raise
         finally:
             folded.ranked.unpersist()
@@ -331,4 +337,4 @@ class MergeJob:
 
 
 __all__ = ["CONFLICTS", "PROPERTY_PREFIX", "MergeConflict", "MergeJob", "MergeResult",
-           "MergeTableError", "TablePlan", "conflict"]
+           "MergeTableError", "TablePlan", "conflict", "describe"]
