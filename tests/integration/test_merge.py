@@ -49,7 +49,8 @@ from tests.integration.merge_support import (
 from tests.kafkautil import create_topic, produce, unique
 from tests.kafkautil import write_config as kafka_config
 
-pytestmark = [pytest.mark.slow, SOCKETS_CLOSED_BY_GC]
+# Several merges a test, each a handful of Spark jobs, on a CPU shared with other JVMs.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400), SOCKETS_CLOSED_BY_GC]
 
 
 @pytest.fixture(scope="module")
@@ -195,9 +196,11 @@ async def test_latest_per_key_ties_null_keys_and_keyless(actor: SparkActor,
     assert sorted(r[6] for r in await final_rows(actor, unkeyed, VERSIONS)) == [0, 1, 2, 3]
 
 
-async def test_compacted_and_expired_staging(actor: SparkActor, warehouse: Path) -> None:
-    """A compaction of staging (a replace snapshot) is not read again; once the snapshot
-    merged through expired, the whole table is read and the result is still exact."""
+async def test_compacted_purged_and_expired_staging(actor: SparkActor,
+                                                     warehouse: Path) -> None:
+    """A compaction of staging (a replace snapshot) and a retention delete are not read
+    (only appends are), the final table keeps the rows staging no longer has; once the
+    snapshot merged through expired, the whole table is read and the result is exact."""
     table = "stg_merge_expire"
     cfg = settings(warehouse, table)
     await stage(actor, table, gobblin_rows(0, 4), gobblin_rows(4, 4))
@@ -214,18 +217,56 @@ async def test_compacted_and_expired_staging(actor: SparkActor, warehouse: Path)
     rows2 = await final_rows(actor, table)
     assert set(rows) < set(rows2)
 
+    await sql(actor, f"DELETE FROM {name} WHERE _offset < 4")  # noqa: S608 - retention
+    assert (await snapshots(actor, table))[-1][1] in ("delete", "overwrite")
     await stage(actor, table, gobblin_version(101, 8))
+    [purged] = await merge(cfg, actor=actor)
+    assert counts(purged) == (8, 11, 1, 0, 1) and not purged.full_read
+    rows3 = await final_rows(actor, table)
+    assert {r[column("_offset")] for r in rows3} >= {0, 1, 2, 3}  # kept in the final table
+
+    await stage(actor, table, gobblin_rows(20, 1))
     await sql(actor, f"CALL kstage.system.expire_snapshots(table => '{name}', "
                      "older_than => now(), retain_last => 1)")
     assert len(await snapshots(actor, table)) == 1
-    await stage(actor, table, gobblin_rows(20, 1))
     [full] = await merge(cfg, actor=actor)
     assert full.full_read
-    assert counts(full) == (13, 12, 13, 11, 1)  # every final row read again: replays
-    rows3 = await final_rows(actor, table)
-    latest = [r for r in rows3 if r[column("dataset")] == "/data/tracking/X"]
+    # every staging row read again: those already final are replays
+    assert counts(full) == (9, 12, 9, 7, 1)
+    rows4 = await final_rows(actor, table)
+    latest = [r for r in rows4 if r[column("dataset")] == "/data/tracking/X"]
     assert [r[column("record_count")] for r in latest] == [8]
-    assert set(rows3) - set(rows2) == {r for r in rows3 if r[column("_offset")] in (20, 101)}
+    assert set(rows4) - set(rows3) == {r for r in rows4 if r[column("_offset")] == 20}
+    assert set(rows3) <= set(rows4)
+
+
+async def test_final_table_compacted_and_its_records_expired(actor: SparkActor,
+                                                              warehouse: Path) -> None:
+    """Maintenance of the final table: a compaction is not a merge record; once every
+    record expired the next merge reads the whole staging table, still exact."""
+    table = "stg_merge_final_expire"
+    cfg = settings(warehouse, table, processor=VERSIONS)
+    first = [version("a", 1, "x", 0, timestamp=1), version("b", 1, "y", 1)]
+    second = [version("a", 1, "x2", 2, timestamp=2), version("c", 1, "z", 3)]
+    await stage(actor, table, first, processor=VERSIONS)
+    await merge(cfg, actor=actor)
+    await stage(actor, table, second, processor=VERSIONS)
+    await merge(cfg, actor=actor)
+    final = f"kstage.kstage.{final_name(table)}"
+    await sql(actor, f"CALL kstage.system.rewrite_data_files(table => '{final}', "
+                     "options => map('rewrite-all', 'true'))")
+    assert (await snapshots(actor, final_name(table)))[-1][1] == "replace"
+    [nothing] = await merge(cfg, actor=actor)  # the record is the compaction's parent's
+    assert (nothing.new_rows, nothing.full_read) == (0, False)
+
+    await sql(actor, f"CALL kstage.system.expire_snapshots(table => '{final}', "
+                     "older_than => now(), retain_last => 1)")
+    assert await merge_commits(actor, table) == []
+    [full] = await merge(cfg, actor=actor)
+    assert full.full_read and counts(full) == (4, 3, 4, 3, 1)
+    assert await final_rows(actor, table, VERSIONS, ingest=False) == expected(
+        first + second, VERSIONS)
+    assert len(await merge_commits(actor, table)) == 1  # recorded again (no row changed)
 
 
 async def test_schema_evolution_and_refused_changes(actor: SparkActor, warehouse: Path,

@@ -193,6 +193,11 @@ async def test_a_merge_of_older_rows_never_overwrites_a_later_merge(
     assert (await merge_records_of(actor, table))[-2:] == [str(s2), str(s1)]
     [again] = await merge(settings(warehouse, table, processor=VERSIONS), actor=actor)
     assert (again.new_rows, again.replays_dropped, again.merged_snapshot_id) == (12, 12, s2)
+    # no row changed: the record is a commit of no file
+    _, operation, summary = (await snapshots(actor, final_name(table)))[-1]
+    assert (operation, summary.get("added-data-files", "0")) == ("append", "0")
+    assert summary[final_table.MERGED_SNAPSHOT] == str(s2)
+    assert summary[final_table.NEW_ROWS] == "12"
     assert await final_rows(actor, table, VERSIONS, ingest=False) == expected(staged,
                                                                               VERSIONS)
 
