@@ -4,7 +4,8 @@
   commits only at its interval, an hour): restarted with ``--drain``, it resumes where
   the table holds each partition, so nothing is written twice and the Kafka offsets
   catch up;
-* SIGKILLed again and again while it appends: every event in staging once;
+* SIGKILLed again and again while it appends, then drained with its final merge: every
+  event once in staging and in the final table;
 * two ``kstage run`` processes in one consumer group append to one table at once
   (optimistic commits retried): every event once, both writers in its commits.
 
@@ -45,6 +46,7 @@ from tests.kafkautil import (
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TABLE = "stg_kafka_gobblin_compaction"
+FINAL = "final_kafka_gobblin_compaction"
 SCHEMA = (SCHEMA_DIR / "wherehows/GobblinTrackingEvent.avsc").read_text()
 T0 = 1_717_000_000_000
 
@@ -215,8 +217,9 @@ async def test_repeated_sigkill_while_appending_leaves_every_event_once(
     with FakeRegistry() as registry:
         await create_topic(broker, topic, partitions=partitions)
         await produce_events(broker, registry, topic, 0, events, partitions)
+        # The merge runs once, after the last --drain (its interval is an hour).
         cfg = config(tmp_path, broker, group, topic, registry, warehouse, flush_rows=200,
-                     merge_s=None, commit={"mode": "batch", "max_messages": 300})
+                     merge_s=3600, commit={"mode": "batch", "max_messages": 300})
         for round_ in range(kills):
             proc = kstage(cfg)
             floor = sum(staged(warehouse).values())
@@ -238,6 +241,8 @@ async def test_repeated_sigkill_while_appending_leaves_every_event_once(
     rows = staged(warehouse)
     assert sorted(rows) == expected(events, partitions)
     assert max(rows.values()) == 1, [k for k, n in rows.items() if n > 1][:10]
+    final = iceberg_tables.coordinates(warehouse, FINAL)
+    assert sorted(final) == expected(events, partitions) and max(final.values()) == 1
 
 
 async def test_two_processes_in_one_group_append_to_one_table_exactly_once(
