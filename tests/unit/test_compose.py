@@ -168,6 +168,11 @@ def test_the_catalog_is_the_compose_postgres_and_the_warehouse_its_minio_bucket(
     assert s3.secret_access_key.get_secret_value() == minio["MINIO_ROOT_PASSWORD"]
     assert len(minio["MINIO_ROOT_PASSWORD"]) >= 8  # MinIO refuses a shorter one
     assert "mc mb" in " ".join(services["minio-bucket"]["entrypoint"])
+    # A secret is masked wherever its value shows in a log line: a default one must not
+    # be a word of kstage's logs (a password "kstage" would hide the catalog's name).
+    for secret in (catalog.password, s3.access_key_id, s3.secret_access_key):
+        value = secret.get_secret_value()
+        assert len(value) >= 8 and value not in "kstage.kstage.stg_", value
     # the Spark master the replicas run on
     assert settings.spark.master == "spark://spark-master:7077"
 
