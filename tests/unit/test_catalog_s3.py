@@ -67,6 +67,10 @@ def test_a_postgres_catalog_for_several_hosts() -> None:
     assert conf["spark.sql.catalog.kstage.jdbc.user"] == "kstage"
     assert conf["spark.sql.catalog.kstage.jdbc.password"] == "s3cret"
     assert conf["spark.sql.catalog.kstage.jdbc.schema-version"] == "V1"
+    # connections PostgreSQL ended (a restart) are reconnected, not failed
+    assert conf["spark.sql.catalog.kstage.retryable_status_codes"] == "57P01,57P02,57P03"
+    sqlite = catalog_conf(SparkSettings.model_validate({"catalog": {"uri": "jdbc:sqlite:/c.db"}}))
+    assert "spark.sql.catalog.kstage.retryable_status_codes" not in sqlite
     assert "s3cret" not in repr(settings) and "wJalrXUtnFEMI" not in repr(settings)
 
 
