@@ -28,12 +28,7 @@ from urllib.parse import quote, urlsplit
 import yaml
 
 from actors.sinks.spark import iceberg
-from actors.sinks.spark.catalog import (
-    catalog_conf,
-    catalog_uri,
-    sqlite_file,
-    warehouse_location,
-)
+from actors.sinks.spark.catalog import catalog_uri, sqlite_file, warehouse_location
 from service.broker import free_port
 from settings.models import SparkSettings
 from tests.kafkautil import (
@@ -260,11 +255,3 @@ async def through_outage(broker: str, proc: KstageProcess, topic: str, group: st
     assert await proc.wait(timeout=60) == 0, proc.output()
     assert "sink write failed" in proc.output()
 
-
-def add_catalog(spark: Any, name: str, section: dict[str, Any]) -> None:
-    """Spark thread: register the catalog of a ``spark:`` section in a running session
-    under ``name`` (a process has one session, whose first catalog is its own)."""
-    settings = spark_settings({**section, "catalog": {**section["catalog"], "name": name}})
-    for key, value in catalog_conf(settings).items():
-        if key.startswith(f"spark.sql.catalog.{name}"):
-            spark.conf.set(key, value)
