@@ -108,6 +108,7 @@ async def test_run_drain_lands_every_event_once_on_s3(
     assert await proc.wait(timeout=180) == 0, proc.output()
 
     assert await committed(broker, group, topic, PARTITIONS) == {0: 30, 1: 30}
+    assert S3Server.SECRET_ACCESS_KEY not in proc.output()  # never printed
     pyiceberg = IcebergReader(spark)
     assert_once(pyiceberg, table, topic, events, PARTITIONS)
     assert pyiceberg.offsets(table) == {(group, topic, 0): 30, (group, topic, 1): 30}
