@@ -2,8 +2,10 @@
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
+# The Iceberg REST catalog server of the tests (tests/rest_catalog.py), by mvn.
+NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
 
-.PHONY: demo test lint setup
+.PHONY: demo test lint setup jars
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -14,14 +16,25 @@ $(STAMP): pyproject.toml .ci/system-deps
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+# The JVM jars of the Spark session (Iceberg runtime, AWS bundle, JDBC drivers), from
+# Maven Central through mvn and the pinned actors/sinks/spark/pom.xml; each checked by its
+# SHA-256. Quick when they are there already.
+jars: $(STAMP)
+	$(VENV)/bin/kstage jars fetch
+
+$(NESSIE_JAR): tests/jars/nessie/pom.xml .ci/system-deps
+	bash .ci/system-deps
+	mvn -q -B -f tests/jars/nessie/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/tests/jars/nessie/lib
+	touch $(NESSIE_JAR)
+
+demo: jars
 	$(VENV)/bin/kstage demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint
+test: lint jars $(NESSIE_JAR)
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

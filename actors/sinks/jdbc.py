@@ -78,7 +78,7 @@ from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.sink import SparkTableSink
 from actors.sinks.spark.staging import flush_limits
 from actors.sinks.table.batching import Pending, TableWriter
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_schema
 from actors.sinks.table.rows import check, check_rows
 from processors.base import Column, Row
 from settings.identifiers import IDENTIFIER, QualifiedSqlIdentifier, sql_identifier
@@ -580,12 +580,9 @@ class JdbcTableWriter(TableWriter):
     def _append(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
         """Spark thread: append ``rows`` in one JDBC write of one partition (one
         transaction)."""
-
-        from actors.sinks.spark.iceberg import struct_type  # noqa: PLC0415
-
         self._driver(spark)  # the jar is on this session's classpath
         now = dt.datetime.now(dt.UTC)
-        schema = struct_type(self.columns)
+        schema = spark_schema((*self.columns, *COORDINATES))
         frame = spark.createDataFrame([(*r, now) for r in rows], schema,
                                       verifySchema=False).coalesce(1)
         writer = (frame.write.format("jdbc").mode("append")

@@ -47,6 +47,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.generation = 0
         self.revoked_at: dict[TopicPartition, int] = {}
         self.unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
+        # Assigned partitions paused until the sinks said where their tables hold them
+        # (see on_partitions_assigned); the fetcher does not resume them.
+        self.held: set[TopicPartition] = set()
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.on_revoked(set(revoked))
@@ -55,13 +58,27 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.on_assigned(set(assigned))
         w = self._w
         consumer = w.committer.consumer
-        started = False
-        if (w.group.start_from != "committed" and consumer is not None
-                and w.starts.claim(w.group_id, w.topic.topic)):
-            await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
-            started = True
-        if consumer is not None:  # where the tables hold them (start_from's seek stands)
-            await resume_from_sinks(w, consumer, set(assigned), seek=not started)
+        # A sink that stores offsets is asked where its table holds each partition (a Spark
+        # call) before anything of them is fetched: paused now, before the first await,
+        # or aiokafka fetches from the committed offset meanwhile and those records come
+        # too, beside the ones from the table's offset after the seek.
+        hold = consumer is not None and any(s.capabilities.stores_offsets for s in w.sinks)
+        if hold and consumer is not None and assigned:
+            consumer.pause(*assigned)
+            self.held |= set(assigned)
+        try:
+            started = False
+            if (w.group.start_from != "committed" and consumer is not None
+                    and w.starts.claim(w.group_id, w.topic.topic)):
+                await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
+                started = True
+            if consumer is not None:  # where the tables hold them (start_from's seek stands)
+                await resume_from_sinks(w, consumer, set(assigned), seek=not started)
+        finally:
+            if hold and consumer is not None:
+                self.held -= set(assigned)
+                current = consumer.assignment()
+                consumer.resume(*(tp for tp in assigned if tp in current and tp not in w.lanes))
 
     def live(self, tp: TopicPartition, gen: int) -> bool:
         """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes

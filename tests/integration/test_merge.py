@@ -24,7 +24,7 @@ from actors.sinks.spark.sink import SparkActor
 from processors.base import Message, Row
 from service.cli import main
 from settings.models import Settings, SparkSettings
-from tests.integration.test_spark_sink import PROCESSOR, TOPIC, events, opened
+from tests.gobblin_events import PROCESSOR, TOPIC, events, opened
 
 pytestmark = pytest.mark.slow
 

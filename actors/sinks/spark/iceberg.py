@@ -13,10 +13,11 @@ commit (a snapshot) whose summary carries:
   known (a dead JVM, a lost catalog connection) the writer looks it up before writing the
   rows again;
 * ``kstage.writer-id``: the process that committed (``host-pid-uuid8``);
-* ``kstage.offsets``: JSON ``{group: {topic: {partition: offset}}}``, per Kafka partition
-  the append covers, the offset up to which that partition is done in the table (see
-  :mod:`actors.sinks.spark.ledger`). A partition's offset in the table is the highest one
-  any snapshot in the table's current history records (:func:`table_offsets`).
+* ``kstage.offsets``: JSON ``{group: {topic: {partition: offset}}}``: per Kafka partition,
+  the offset up to which that partition is done in the table (see
+  :mod:`actors.sinks.spark.ledger`): the append's own partitions, and those the current
+  snapshot recorded, carried forward (:func:`carried`). A partition's offset in the table
+  is the highest any snapshot of its current history records (:func:`table_offsets`).
 
 Schema changes: at registration the table's columns are compared with the processor's. A
 new nullable column is added with ``ALTER TABLE ... ADD COLUMN`` (Iceberg keeps the data
@@ -36,7 +37,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark.catalog import dotted, namespace, qualified
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_type
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_schema
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -82,11 +83,9 @@ STAGING_PROPERTIES = {
 
 
 def struct_type(columns: Sequence[Column]) -> Any:
-    """The Spark schema of a staging table with the processor's ``columns``."""
-    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
-
-    return t.StructType([t.StructField(c.name, spark_type(c.type), c.nullable)
-                         for c in (*table_columns((*columns, *COORDINATES)), INGESTED_AT)])
+    """The Spark schema of a staging table with the processor's ``columns`` (Iceberg's
+    column names)."""
+    return spark_schema(table_columns((*columns, *COORDINATES)))
 
 
 def schema_change(existing: dict[str, str], declared: Sequence[Column],
@@ -144,16 +143,66 @@ def create_staging(spark: Any, settings: SparkSettings, table: str,
     return [c.name for c in added]
 
 
+def table_metadata(spark: Any, settings: SparkSettings, table: str) -> dict[str, Any]:
+    """The table's current Iceberg metadata (its ``metadata.json``: schemas, snapshots
+    and their summaries, refs), loaded fresh from the catalog through Iceberg's Java API in
+    one call: the same for every catalog (a REST catalog may not serve Spark's metadata
+    tables such as ``<table>.snapshots``), and no Spark job."""
+    jvm = spark._jvm
+    loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    text = jvm.org.apache.iceberg.TableMetadataParser.toJson(loaded.operations().current())
+    metadata: dict[str, Any] = json.loads(text)
+    return metadata
+
+
+def current_history(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """The snapshots of the table's current state (the current snapshot and its
+    ancestors), oldest first, each as in ``metadata.json`` (``snapshot-id``,
+    ``summary``, ``timestamp-ms`` ...)."""
+    by_id = {s["snapshot-id"]: s for s in metadata.get("snapshots", ())}
+    chain = []
+    current = metadata.get("current-snapshot-id")
+    while current is not None and current != -1 and current in by_id:
+        snapshot = by_id[current]
+        chain.append(snapshot)
+        current = snapshot.get("parent-snapshot-id")
+    return chain[::-1]
+
+
 def _current_summaries(spark: Any, settings: SparkSettings, table: str, key: str,
                        ) -> list[tuple[int, str]]:
     """``(snapshot id, summary[key])`` of the snapshots in the table's current history
     that carry ``key``."""
-    name = qualified(settings, table)  # checked identifiers; the keys are ours
-    rows = spark.sql(
-        f"SELECT s.snapshot_id AS id, s.summary['{key}'] AS value "  # noqa: S608
-        f"FROM {name}.snapshots s JOIN {name}.history h ON s.snapshot_id = h.snapshot_id "
-        f"WHERE h.is_current_ancestor AND s.summary['{key}'] IS NOT NULL").collect()
-    return [(int(row["id"]), str(row["value"])) for row in rows]
+    return [(int(s["snapshot-id"]), str(s["summary"][key]))
+            for s in current_history(table_metadata(spark, settings, table))
+            if key in s.get("summary", {})]
+
+
+def current_offsets(spark: Any, settings: SparkSettings, table: str,
+                    ) -> dict[tuple[str, str, int], int]:
+    """The offsets the table's current snapshot records (every partition any writer had
+    recorded when it was committed: each append carries the current snapshot's offsets
+    forward, see :func:`carried`)."""
+    loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    snapshot = loaded.currentSnapshot()
+    if snapshot is None:
+        return {}
+    value = snapshot.summary().get(OFFSETS)
+    return parse_offsets(str(value)) if value is not None else {}
+
+
+def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str, int], int],
+            ) -> dict[tuple[str, str, int], int]:
+    """The offsets an append records: the current snapshot's, with this append's own
+    (the higher of each). So the newest snapshot holds every partition's offset, whatever
+    the catalog keeps of the older ones (a REST catalog may serve the current snapshot only;
+    maintenance expires old ones); reading takes the highest over the history there is."""
+    merged = dict(current)
+    for stream, offset in mine.items():
+        merged[stream] = max(merged.get(stream, offset), offset)
+    return merged
 
 
 def table_offsets(spark: Any, settings: SparkSettings, table: str,
@@ -202,4 +251,5 @@ def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: s
 __all__ = ["COMMIT_ID", "OFFSETS", "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
            "column_name", "table_columns", "committed_ids",
            "create_staging", "format_offsets", "parse_offsets", "schema_change",
-           "struct_type", "table_offsets"]
+           "carried", "current_history", "current_offsets", "struct_type",
+           "table_metadata", "table_offsets"]

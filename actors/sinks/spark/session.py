@@ -37,6 +37,33 @@ def connection_lost(exc: BaseException) -> bool:
     return False
 
 
+def _close_collect_sockets() -> None:
+    """pyspark 4.1 leaves the socket a ``collect()`` reads from to the garbage collector
+    (a ResourceWarning per call; SPARK-54247, fixed in 4.2, which Iceberg does not run on
+    yet): read the results, then close the socket, as 4.2 does."""
+    import pyspark  # noqa: PLC0415 - pyspark only if used
+    from pyspark import util  # noqa: PLC0415
+    from pyspark.core import context, rdd  # noqa: PLC0415
+    from pyspark.sql.classic import dataframe  # noqa: PLC0415
+    from pyspark.sql.pandas import conversion  # noqa: PLC0415
+
+    if not pyspark.__version__.startswith("4.1.") or getattr(util, "_kstage_closes", False):
+        return
+
+    def load_and_close(sock_info: Any, serializer: Any) -> Any:
+        sockfile, sock = util.local_connect_and_auth(sock_info[0], sock_info[1])
+        sock.settimeout(None)
+        try:
+            return iter(list(serializer.load_stream(sockfile)))
+        finally:
+            sockfile.close()
+            sock.close()
+
+    for module in (util, context, rdd, dataframe, conversion):
+        module._load_from_socket = load_and_close  # type: ignore[attr-defined]
+    util._kstage_closes = True  # type: ignore[attr-defined]
+
+
 def start_session(settings: SparkSettings, writer_id: str) -> Any:
     """Start (or get) the process's SparkSession with kstage's configuration (the Iceberg
     catalog and the jars, see :mod:`actors.sinks.spark.catalog` and
@@ -46,6 +73,8 @@ def start_session(settings: SparkSettings, writer_id: str) -> Any:
         # the operator sets SPARK_LOCAL_IP or spark.driver.host to a reachable address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only if used
+
+    _close_collect_sockets()
 
     # Without the fetched jars (a configuration with JDBC sinks only; `validate` refuses a
     # spark sink without them) the session starts without the Iceberg catalog.

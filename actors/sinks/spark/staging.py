@@ -279,8 +279,10 @@ class StagingWriter(TableWriter):
         writer = (writer.option(f"snapshot-property.{iceberg.COMMIT_ID}", commit_id)
                   .option(f"snapshot-property.{iceberg.WRITER_ID}", self.actor.writer_id))
         if offsets:
+            recorded = iceberg.carried(
+                iceberg.current_offsets(spark, settings, self.table), offsets)
             writer = writer.option(f"snapshot-property.{iceberg.OFFSETS}",
-                                   iceberg.format_offsets(offsets))
+                                   iceberg.format_offsets(recorded))
         try:
             writer.append()
         except Exception as exc:
