@@ -173,8 +173,13 @@ def test_the_catalog_is_the_compose_postgres_and_the_warehouse_its_minio_bucket(
     for secret in (catalog.password, s3.access_key_id, s3.secret_access_key):
         value = secret.get_secret_value()
         assert len(value) >= 8 and value not in "kstage.kstage.stg_", value
-    # the Spark master the replicas run on
+    # the Spark master the replicas run on, with a core for each of the documented three
+    # (an application that gets no executor never runs its appends)
     assert settings.spark.master == "spark://spark-master:7077"
+    worker = services["spark-worker"]["command"]
+    cores = int(worker[worker.index("--cores") + 1])
+    assert "--scale kstage=3" in COMPOSE.read_text()
+    assert cores >= 3 * int(settings.spark.conf["spark.cores.max"]), worker
 
 
 def test_the_kstage_image_fetches_the_pinned_jars() -> None:
