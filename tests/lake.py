@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import gc
 import json
 import signal
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +29,7 @@ from actors.sinks.spark import iceberg
 from actors.sinks.spark.catalog import catalog_uri, sqlite_file, warehouse_location
 from service.broker import free_port
 from settings.models import SparkSettings
+from tests.gobblin_events import compaction
 from tests.kafkautil import (
     KstageProcess,
     committed,
@@ -41,17 +40,7 @@ from tests.kafkautil import (
 )
 
 PROCESSOR = "gobblin_compaction"
-T0 = 1_717_000_000_000
 Coordinate = tuple[str, int, int]  # topic, Kafka partition, offset
-
-
-def compaction(i: int) -> dict[str, Any]:
-    """Gobblin CompactionCompleted event ``i`` (JSON): one row with its own key."""
-    return {"timestamp": T0 + i * 1000, "namespace": "compaction.tracking.events",
-            "name": "CompactionCompleted",
-            "metadata": {"clusterIdentifier": "ltx1-holdemrm01.grid.example.com:8032",
-                         "datasetUrn": f"/data/tracking/Event{i % 7}",
-                         "partition": "2024/05/29/16", "recordCount": str(1000 + i)}}
 
 
 async def produce_events(broker: str, topic: str, start: int, count: int,
@@ -189,17 +178,7 @@ def spark_rows(spark: Any, table: str) -> list[dict[str, Any]]:
     frame = spark.table(table)
     micros = frame.selectExpr(*[f"`{c}`" for c in frame.columns if c != "_ingested_at"],
                               "unix_micros(`_ingested_at`) AS `_ingested_at`")
-    return [normalized(r.asDict()) for r in collected(micros)]
-
-
-def collected(frame: Any) -> list[Any]:
-    """``frame.collect()``, its result socket closed here: pyspark leaves it to the
-    garbage collector, whose ResourceWarning would fail a later test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        rows: list[Any] = frame.collect()
-        gc.collect()
-    return rows
+    return [normalized(r.asDict()) for r in micros.collect()]
 
 
 def as_set(rows: list[dict[str, Any]]) -> set[tuple[tuple[str, Any], ...]]:

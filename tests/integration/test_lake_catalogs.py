@@ -29,7 +29,6 @@ from tests.lake import (
     IcebergReader,
     as_set,
     assert_once,
-    collected,
     lake_config,
     produce_events,
     spark_rows,
@@ -115,8 +114,8 @@ async def test_two_processes_append_one_table_through_a_postgres_catalog(
         (await committed(broker, group, topic, partitions)).items()}
 
     def writers(spark: Any) -> set[str]:
-        rows = collected(spark.table(f"kstage.kstage.{table}.snapshots").selectExpr(
-            f"summary['{iceberg.WRITER_ID}'] AS writer"))
+        rows = spark.table(f"kstage.kstage.{table}.snapshots").selectExpr(
+            f"summary['{iceberg.WRITER_ID}'] AS writer").collect()
         return {r["writer"] for r in rows if r["writer"]}
 
     assert len(await pg_reader.call(writers)) == 2  # both processes committed appends
@@ -139,7 +138,7 @@ async def test_postgres_catalog_down_during_appends_is_retried_and_loses_nothing
                       supervisor={"sink_unready_after_s": 1, "max_backoff_s": 2})
     # The reader's session holds catalog connections from before the restart: they are
     # reconnected (57P01 is retried), not failed, when it reads afterwards.
-    await pg_reader.call(lambda session: collected(session.sql("SHOW NAMESPACES")))
+    await pg_reader.call(lambda session: session.sql("SHOW NAMESPACES").collect())
     await through_outage(broker, kstage(cfg), topic, group, begin=running.stop,
                          end=running.start, unready_within_s=120)
 

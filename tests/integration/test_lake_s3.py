@@ -46,7 +46,6 @@ from tests.lake import (
     IcebergReader,
     as_set,
     assert_once,
-    collected,
     lake_config,
     produce_events,
     spark_rows,
@@ -139,7 +138,7 @@ async def test_a_data_file_above_the_multipart_size_goes_up_in_parts(
         # Random text does not compress: one data file of ~20 MB, in 5 MiB parts.
         spark.sql(f"INSERT INTO {table} SELECT /*+ COALESCE(1) */ id, uuid(), uuid() "  # noqa: S608
                   f"FROM range({rows})")
-        files = collected(spark.table(f"kstage.kstage.{table}.files").select("file_size_in_bytes"))
+        files = spark.table(f"kstage.kstage.{table}.files").select("file_size_in_bytes").collect()
         return spark.table(table).count(), max(f[0] for f in files)
 
     count, largest = await reader.call(write)
@@ -161,7 +160,7 @@ async def metrics(base: str) -> dict[str, float]:
     return totals
 
 
-@pytest.mark.timeout(900)  # the outage must outlast Iceberg's own retries (~3 min)
+@pytest.mark.timeout(900)  # the outage must outlast Iceberg's own retries (2-3.5 min)
 async def test_s3_down_during_appends_is_retried_and_loses_nothing(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], s3: S3Server,
         catalog: dict[str, Any]) -> None:
@@ -179,7 +178,7 @@ async def test_s3_down_during_appends_is_retried_and_loses_nothing(
             proxy.down()
 
         # An append fails only after Iceberg retried reading the table's metadata
-        # (20 times, ~90 s) and the lookup of its commit did the same.
+        # (20 times, ~90 s) and the lookup of its commit failed too.
         await through_outage(broker, kstage(cfg), topic, group, begin=down, end=proxy.up,
                              unready_within_s=400)
         assert proxy.connections > 0
