@@ -16,6 +16,7 @@ from settings.errors import (
 from settings.identifiers import QualifiedSqlIdentifier, SqlIdentifier, sql_identifier
 from settings.loader import load_settings
 from settings.models import (
+    CatalogSettings,
     CommitMode,
     CommitSettings,
     FailureMode,
@@ -25,6 +26,7 @@ from settings.models import (
     KafkaSettings,
     MergeSettings,
     NamedSink,
+    S3Settings,
     SchemaRegistryBasicAuth,
     SchemaRegistrySettings,
     SchemaRegistryTls,
@@ -37,6 +39,7 @@ from settings.models import (
 )
 
 __all__ = [
+    "CatalogSettings",
     "CommitMode",
     "CommitSettings",
     "ConfigFileError",
@@ -49,6 +52,7 @@ __all__ = [
     "MergeSettings",
     "NamedSink",
     "QualifiedSqlIdentifier",
+    "S3Settings",
     "SchemaRegistryBasicAuth",
     "SchemaRegistrySettings",
     "SchemaRegistryTls",

@@ -10,6 +10,17 @@ from processors.gobblin import GobblinCompactionProcessor
 
 PROCESSOR = GobblinCompactionProcessor
 TOPIC = "GobblinTrackingEvent_compaction"
+T0 = 1_717_000_000_000
+
+
+def compaction(i: int) -> dict[str, Any]:
+    """CompactionCompleted event ``i``: its own event time, so its own key (dataset,
+    cluster, log_event_time), and record count ``1000 + i``."""
+    return {"timestamp": T0 + i * 1000, "namespace": "compaction.tracking.events",
+            "name": "CompactionCompleted",
+            "metadata": {"clusterIdentifier": "ltx1-holdemrm01.grid.example.com:8032",
+                         "datasetUrn": f"/data/tracking/Event{i % 7}",
+                         "partition": "2024/05/29/16", "recordCount": str(1000 + i)}}
 
 
 def event(offset: int) -> dict[str, Any]:

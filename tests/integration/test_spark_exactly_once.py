@@ -33,6 +33,7 @@ from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from tests import iceberg_tables
 from tests.fake_registry import FakeRegistry
+from tests.gobblin_events import compaction
 from tests.kafkautil import (
     KstageProcess,
     committed,
@@ -48,16 +49,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 TABLE = "stg_kafka_gobblin_compaction"
 FINAL = "final_kafka_gobblin_compaction"
 SCHEMA = (SCHEMA_DIR / "wherehows/GobblinTrackingEvent.avsc").read_text()
-T0 = 1_717_000_000_000
-
-
-def compaction(i: int) -> dict[str, Any]:
-    """Event ``i``: its own event time, so its own key (dataset, cluster, log_event_time)."""
-    return {"timestamp": T0 + i * 1000, "namespace": "compaction.tracking.events",
-            "name": "CompactionCompleted",
-            "metadata": {"clusterIdentifier": "ltx1-holdemrm01.grid.example.com:8032",
-                         "datasetUrn": f"/data/tracking/Event{i % 7}",
-                         "partition": "2024/05/29/16", "recordCount": str(1000 + i)}}
 
 
 async def produce_events(broker: str, registry: FakeRegistry, topic: str, start: int,

@@ -68,10 +68,22 @@ def _writer_id() -> str:
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+_PY4J_CALL = "An error occurred while calling"
+
+
 def short(exc: BaseException) -> str:
-    """An exception as one short line (its type and its first line)."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+    """An exception as one short line (its type and its first line). For an error of a
+    call into the JVM, whose first line only names the call, the Java exception and its
+    root cause instead (e.g. the catalog's or the object store's refused connection)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith(_PY4J_CALL):
+        java = lines[1].removeprefix(": ")
+        causes = [line.removeprefix("Caused by: ") for line in lines
+                  if line.startswith("Caused by: ")]
+        text = java[:300] + (f" (caused by {causes[-1][:300]})"
+                             if causes and causes[-1] not in java else "")
+        return f"{type(exc).__name__}: {text}"
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
 class SparkJvmDiedError(SinkError):

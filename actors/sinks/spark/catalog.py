@@ -25,6 +25,8 @@ from pathlib import Path
 from settings.models import WAREHOUSE_SCHEMES, SparkSettings
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+RETRYABLE_STATES_KEY = "retryable_status_codes"  # Iceberg's JdbcUtil.RETRYABLE_STATUS_CODES
+RETRYABLE_STATES = "57P01,57P02,57P03"
 SQLITE_OPTIONS = "journal_mode=WAL&busy_timeout=30000"
 """Appended to a SQLite catalog URI without options: WAL lets readers go on during a
 commit, and a commit waits up to 30 s for another process's instead of failing."""
@@ -86,6 +88,12 @@ def catalog_conf(settings: SparkSettings) -> dict[str, str]:
         # The catalog's current table layout (views too); Spark asks for views when it
         # looks a table up, which the older layout refuses.
         conf[f"{prefix}.jdbc.schema-version"] = "V1"
+    if catalog.type == "jdbc" and conf[f"{prefix}.uri"].startswith("jdbc:postgresql:"):
+        # A pooled connection that PostgreSQL ended (a restart: 57P01 admin shutdown,
+        # 57P02 crash shutdown, 57P03 still starting) is reconnected and the statement run
+        # again, as Iceberg does for its own connection SQLSTATEs (08xxx); otherwise every
+        # connection of the pool fails one catalog call after each server restart.
+        conf[f"{prefix}.{RETRYABLE_STATES_KEY}"] = RETRYABLE_STATES
     if catalog.user is not None:
         conf[f"{prefix}.jdbc.user"] = catalog.user
     if catalog.password is not None:
