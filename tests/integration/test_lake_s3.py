@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import sqlite_file
@@ -103,8 +104,11 @@ async def test_run_drain_lands_every_event_once_on_s3(
     await produce_events(broker, topic, 0, events, PARTITIONS)
     spark = spark_section(catalog, flush_max_rows=25)
     cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark)
+    data = yaml.safe_load(cfg.read_text())
+    data["merge"] = {"interval_s": 3600}  # once, after the drain: the final table too
+    cfg.write_text(yaml.safe_dump(data))
     proc = kstage(cfg, "--drain")
-    assert await proc.wait(timeout=180) == 0, proc.output()
+    assert await proc.wait(timeout=240) == 0, proc.output()
 
     assert await committed(broker, group, topic, PARTITIONS) == {0: 30, 1: 30}
     assert S3Server.SECRET_ACCESS_KEY not in proc.output()  # never printed
@@ -119,6 +123,12 @@ async def test_run_drain_lands_every_event_once_on_s3(
     assert len(by_spark) == len(by_pyiceberg) == events
     assert as_set(by_spark) == as_set(by_pyiceberg)
     assert {r["record_count"] for r in by_spark} == {1000 + i for i in range(events)}
+    # And the final table the merge wrote: the same rows for both engines.
+    final = "final_s3_drain"
+    final_by_spark = await reader.call(lambda s: spark_rows(s, final))
+    final_by_pyiceberg = pyiceberg.rows(final)
+    assert len(final_by_spark) == len(final_by_pyiceberg) == events
+    assert as_set(final_by_spark) == as_set(final_by_pyiceberg)
 
     # Every file of the table is in the bucket; nothing of it on local disk.
     keys = s3.objects(bucket_of(catalog))

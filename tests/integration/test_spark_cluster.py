@@ -1,15 +1,16 @@
-"""``spark.master: spark://...``: the Iceberg staging appends on a standalone cluster whose
-warehouse is in object storage.
+"""``spark.master: spark://...``: the Iceberg staging appends and the merge into the final
+table on a standalone cluster whose warehouse is in object storage.
 
 The test starts a Master and one Worker on 127.0.0.1 (:mod:`tests.spark_cluster`, from the
 pip pyspark) and a moto S3 server, produces real-schema Gobblin compaction events
-(Confluent wire format) to the session's broker, and runs ``kstage run --drain`` (a child
-process) with ``spark.master`` the cluster's URL and the warehouse an ``s3://`` bucket.
+(Confluent wire format) to the session's broker, and runs ``kstage run --drain`` then
+``kstage merge`` (child processes) with ``spark.master`` the cluster's URL and the
+warehouse an ``s3://`` bucket.
 Driver and executors share no file system: the executors write the data files to S3
 (the jars reach them through ``spark.jars``), only the driver commits, to its SQLite
-catalog. It checks the staging rows (read by pyiceberg), the offsets in the table and
-in Kafka, that the application ran its tasks on the Worker's executors, that nothing of
-the table was written on local disk, and that no cluster process is left. Never skipped:
+catalog. It checks the staging and final rows (read by pyiceberg), the offsets in the
+table and in Kafka, that the applications ran their tasks on the Worker's executors, that
+nothing of the tables was written on local disk, and that no cluster process is left. Never skipped:
 a missing Java or ``spark-class`` fails it.
 """
 
@@ -17,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 from tests.fake_registry import FakeRegistry
-from tests.kafkautil import committed, create_topic, produce, unique, write_config
+from tests.kafkautil import PLUGINS, committed, create_topic, produce, unique, write_config
 from tests.lake import IcebergReader
 from tests.s3_server import S3Server
 from tests.spark_cluster import SparkCluster, group_members
@@ -38,6 +42,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 EVENTS = 30  # one row each, distinct keys (dataset, cluster, log_event_time)
 VERSIONS = 4  # newer versions of the first events' keys, produced afterwards
 TABLE = "stg_kafka_gobblin_compaction"
+FINAL = "final_kafka_gobblin_compaction"
 
 
 def newer_version(record: dict[str, Any], count: int) -> dict[str, Any]:
@@ -108,8 +113,21 @@ async def test_run_on_a_standalone_cluster_with_an_s3_warehouse(
         # cluster's Spark need not have the driver's Python (docker-compose relies on it)
         assert "PythonRunner" not in logs and "pyspark.daemon" not in logs
 
+        merge = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "service", "merge", "-c", str(cfg)],
+            capture_output=True, text=True, timeout=300, cwd=driver,
+            env={**os.environ, "PYTHONPATH": str(PLUGINS), **cluster.env})
+        assert merge.returncode == 0, merge.stdout + merge.stderr
+        assert merge.stdout.strip().splitlines() == [
+            f"{TABLE} -> {FINAL}: {EVENTS + VERSIONS} staging rows, {EVENTS} final rows "
+            f"(0 replays dropped, {VERSIONS} superseded; {EVENTS + VERSIONS} new since "
+            "last merge)"], merge.stdout + merge.stderr
+        apps = cluster.completed_apps(2)
+        assert len(apps) == 2 and all(a["state"] == "FINISHED" for a in apps), apps
+
         reader = IcebergReader({"catalog": catalog})
         staging, offsets = reader.rows(TABLE), reader.offsets(TABLE)
+        final = reader.rows(FINAL)
         keys = s3.objects(catalog["warehouse"].removeprefix("s3://").split("/")[0])
         pgids = list(cluster.pgids)
     leftovers = {pgid: group_members(pgid) for pgid in pgids}
@@ -127,6 +145,11 @@ async def test_run_on_a_standalone_cluster_with_an_s3_warehouse(
     for row in staging:
         by_time.setdefault(row["log_event_time"], []).append(row["record_count"])
     assert all(7_000_000 + i in by_time[r["timestamp"]] for i, r in enumerate(versions))
+    # The final table: one row per key, the newer version where one came.
+    assert len(final) == EVENTS
+    counts = {row["log_event_time"]: row["record_count"] for row in final}
+    assert all(counts[r["timestamp"]] == 7_000_000 + i for i, r in enumerate(versions))
     # The data files are in the bucket; none on the driver's or the Worker's disk.
     assert any(k.endswith(".parquet") and f"/{TABLE}/data/" in k for k in keys), keys
+    assert any(k.endswith(".parquet") and f"/{FINAL}/data/" in k for k in keys), keys
     assert not list(tmp_path.rglob("*.parquet")), list(tmp_path.rglob("*.parquet"))

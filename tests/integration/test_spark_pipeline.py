@@ -13,6 +13,7 @@ import yaml
 from fastavro import parse_schema
 
 from actors.sinks.spark.actor import spark_actor, stop_spark_actors
+from actors.sinks.spark.merge import final_name
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
@@ -20,6 +21,7 @@ from settings import SparkSettings
 from tests import iceberg_tables
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import committed, create_topic, produce, unique, write_config
+from tests.lake import IcebergReader, as_set, normalized, spark_rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -60,9 +62,10 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
         data["schema_registry"] = {"url": registry.url}
         data["spark"] = {"master": "local[1]", "warehouse": str(warehouse),
                          "flush_max_interval_s": 0.5}
+        data["merge"] = {"interval_s": 3600}  # once, after the drain
         cfg.write_text(yaml.safe_dump(data))
         proc = kstage(cfg, "--drain")
-        assert await proc.wait(timeout=150) == 0, proc.output()
+        assert await proc.wait(timeout=240) == 0, proc.output()
     for processor, (count, _) in CASES.items():
         assert sum((await committed(broker, group, topics[processor], 2)).values()) == count
 
@@ -76,8 +79,19 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
 
     try:
         tables = {p: await actor.call(read(samples[p].table)) for p in CASES}
+        finals = {p: await actor.call(lambda s, p=p: spark_rows(s, final_name(samples[p].table)))
+                  for p in CASES}
     finally:
         await stop_spark_actors()
+    # Another engine, through the same catalog: pyiceberg reads the rows Spark reads, in
+    # the staging and in the final tables.
+    reader = IcebergReader({"warehouse": str(warehouse)})
+    for processor in CASES:
+        table = samples[processor].table
+        assert as_set(reader.rows(table)) == as_set(
+            [normalized(r) for r in tables[processor][0]]), table
+        assert as_set(reader.rows(final_name(table))) == as_set(finals[processor])
+        assert finals[processor], final_name(table)
     for processor, (count, types) in CASES.items():
         rows, dtypes = tables[processor]
         assert len(rows) == count, processor
