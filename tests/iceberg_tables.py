@@ -1,6 +1,7 @@
-"""The Iceberg tables a test's ``kstage`` wrote, read without Spark: pyiceberg through the
-same SQLite JDBC catalog (``<warehouse>/catalog.db``, the embedded default), so a test
-reads what another engine would, and starts no JVM of its own."""
+"""The Iceberg tables a test's ``kstage`` wrote in a local warehouse, read without Spark:
+pyiceberg through the same SQLite JDBC catalog (``<warehouse>/catalog.db``, the embedded
+default; :class:`tests.lake.IcebergReader`), so a test reads what another engine would,
+and starts no JVM of its own."""
 
 from __future__ import annotations
 
@@ -9,52 +10,28 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.table import Table
-from sqlalchemy.exc import OperationalError
-
-NAMESPACE = "kstage"
+from tests.lake import IcebergReader
 
 
-def catalog(warehouse: Path, name: str = "kstage") -> SqlCatalog:
-    """The warehouse's catalog (the SQLite file kstage's embedded default keeps there);
-    pyiceberg never creates the catalog's tables (kstage's Spark catalog does)."""
-    return SqlCatalog(name, uri=f"sqlite:///{warehouse / 'catalog.db'}",
-                      warehouse=f"file://{warehouse}", init_catalog_tables="false")
+def reader(warehouse: Path) -> IcebergReader:
+    """A reader of the embedded default's catalog in ``warehouse``."""
+    return IcebergReader({"warehouse": str(warehouse)})
 
 
-def _table(warehouse: Path, table: str) -> Table | None:
-    """``table`` of the warehouse's catalog, None while it (or the catalog) does not exist."""
-    if not (warehouse / "catalog.db").exists():
-        return None
-    try:
-        return catalog(warehouse).load_table(f"{NAMESPACE}.{table}")
-    except (NoSuchTableError, OperationalError):  # no table, or no catalog tables yet
-        return None
-
-
-def rows(warehouse: Path, table: str, columns: tuple[str, ...] = ("*",)) -> list[dict[str, Any]]:
+def rows(warehouse: Path, table: str) -> list[dict[str, Any]]:
     """Every row of ``table`` (empty when it does not exist yet)."""
-    loaded = _table(warehouse, table)
-    if loaded is None:
-        return []
-    return loaded.scan(selected_fields=columns).to_arrow().to_pylist()
+    return reader(warehouse).rows(table)
 
 
 def coordinates(warehouse: Path, table: str) -> Counter[tuple[int, int]]:
     """How often each (Kafka partition, offset) is in ``table``."""
-    return Counter((r["_kafka_partition"], r["_offset"])
-                   for r in rows(warehouse, table, ("_kafka_partition", "_offset")))
+    return Counter((p, o) for (_, p, o), n in reader(warehouse).coordinates(table).items()
+                   for _ in range(n))
 
 
 def summaries(warehouse: Path, table: str) -> list[dict[str, str]]:
     """The snapshot summaries of ``table``, oldest first."""
-    loaded = _table(warehouse, table)
-    if loaded is None:
-        return []
-    found = sorted(loaded.snapshots(), key=lambda s: s.timestamp_ms)
-    return [dict(s.summary.additional_properties) if s.summary else {} for s in found]
+    return reader(warehouse).summaries(table)
 
 
 def offsets(warehouse: Path, table: str, group: str, topic: str) -> dict[int, int]:

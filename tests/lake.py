@@ -101,13 +101,31 @@ class IcebergReader:
             if s3.access_key_id is not None and s3.secret_access_key is not None:
                 props["s3.access-key-id"] = s3.access_key_id.get_secret_value()
                 props["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
-        self.catalog = SqlCatalog(catalog.name, **props)
+        # pyiceberg never creates the catalog's tables: kstage's Spark catalog does (a
+        # reader polling while kstage starts would race it).
+        self.catalog = SqlCatalog(catalog.name, **props, init_catalog_tables="false")
 
     def _table(self, table: str) -> Any:
         return self.catalog.load_table((self.settings.catalog.namespace, table))
 
     def exists(self, table: str) -> bool:
-        return bool(self.catalog.table_exists((self.settings.catalog.namespace, table)))
+        """Whether the table exists (False while the catalog itself does not yet)."""
+        from sqlalchemy.exc import OperationalError, ProgrammingError  # noqa: PLC0415
+
+        sqlite = sqlite_file(self.settings)
+        if sqlite is not None and not sqlite.exists():
+            return False
+        try:
+            return bool(self.catalog.table_exists((self.settings.catalog.namespace, table)))
+        except (OperationalError, ProgrammingError):  # the catalog's tables not created yet
+            return False
+
+    def summaries(self, table: str) -> list[dict[str, str]]:
+        """The summaries of the table's snapshots, oldest first."""
+        if not self.exists(table):
+            return []
+        found = sorted(self._table(table).snapshots(), key=lambda s: s.timestamp_ms)
+        return [dict(s.summary.additional_properties) if s.summary else {} for s in found]
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         """Every row of the table's current snapshot (``_ingested_at`` in µs)."""
