@@ -16,6 +16,7 @@ Commands::
     kstage dlq show|replay -c FILE [--topic T] [--since TIME] [--json] [--to-kafka]
                               [--from-topic NAME]
     kstage merge -c FILE [--table NAME]   fold the Spark staging tables into final tables
+    kstage tables show|maintain -c FILE [--table NAME] [--json]   the Iceberg tables
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
                            "tables (replays and superseded rows dropped; idempotent)")
     merge.add_argument("-c", "--config", default="kstage.yml")
     merge.add_argument("--table", default=None, help="only this staging table")
+    _add_tables_parsers(sub)
     jars = sub.add_parser("jars", help="the JVM jars of the Spark session (Iceberg, JDBC "
                           "drivers)")
     jars_sub = jars.add_subparsers(dest="jars_command", required=True)
@@ -305,6 +307,61 @@ def _merge(path: str, table: str | None) -> int:
     return EXIT_OK
 
 
+def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``kstage tables show|maintain`` (service.ops.tables)."""
+    tables = sub.add_parser("tables", help="the Iceberg tables of the spark sinks")
+    tables_sub = tables.add_subparsers(dest="tables_command", required=True)
+    show = tables_sub.add_parser("show", help="each staging table and its final table: "
+                                 "snapshots, data files, rows, the Kafka offsets it holds")
+    maintain = tables_sub.add_parser("maintain", help="compact small files, rewrite "
+                                     "manifests, expire snapshots (keeping what offset "
+                                     "recovery and the merge need), remove orphan files")
+    for cmd in (show, maintain):
+        cmd.add_argument("-c", "--config", default="kstage.yml")
+        cmd.add_argument("--table", default=None,
+                         help="only this staging table (and its final table)")
+    show.add_argument("--json", action="store_true", help="print a JSON list of tables")
+
+
+def _tables(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415
+
+    from actors.sinks.checks import missing_packages  # noqa: PLC0415
+    from actors.sinks.spark.actor import stop_spark_actors  # noqa: PLC0415
+    from actors.sinks.spark.jvm_errors import said  # noqa: PLC0415
+    from actors.sinks.spark.maintenance import maintain  # noqa: PLC0415
+    from service.ops import tables  # noqa: PLC0415
+
+    command = args.tables_command
+    settings = _load(args.config)
+    configure_logging("WARNING", settings.service.log_format)
+    missing = missing_packages(["spark"])
+    if missing:
+        print(f"kstage tables {command}: {'; '.join(missing)}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def go() -> int:
+        try:
+            if command == "show":
+                views = await tables.show(settings, args.table)
+                print(tables.render_json(views) if args.json else tables.render(views))
+                return EXIT_OK
+            results = await maintain(settings, tables.kafka_committed(settings), args.table)
+            for result in results:
+                print("\n".join(result.summary(settings.spark.maintenance)))
+            return EXIT_CRASH if any(r.error for r in results) else EXIT_OK
+        finally:
+            await stop_spark_actors()
+
+    try:
+        return asyncio.run(go())
+    except SettingsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Spark or catalog failure: one clear line
+        print(f"kstage tables {command}: {said(exc)}", file=sys.stderr)
+        return EXIT_CRASH
+
+
 def _jars_fetch(directory: str | None, repository: str | None) -> int:
     from service.ops.jars import JarsError, fetch  # noqa: PLC0415
 
@@ -344,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _ops(args)
         if args.command == "merge":
             return _merge(args.config, args.table)
+        if args.command == "tables":
+            return _tables(args)
         if args.command == "jars":
             return _jars_fetch(args.dir, args.repository)
         if args.command == "demo":

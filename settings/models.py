@@ -542,6 +542,34 @@ class CatalogSettings(_Model):
         return self
 
 
+class MaintenanceSettings(_Model):
+    """``spark.maintenance``: what ``kstage tables maintain`` does to each Iceberg table
+    of the spark sinks (staging and final), and how often ``kstage run`` does it."""
+
+    every_s: float | None = Field(
+        None, gt=0, description="Maintain every spark table this often inside `kstage run` "
+        "(on its Spark thread; a failure is logged and retried at the next interval); "
+        "none: only `kstage tables maintain`.")
+    snapshot_max_age_s: float = Field(
+        3600, gt=0, description="Snapshots older than this are expired, except those Kafka "
+        "offset recovery or the merge still needs; younger ones are kept (a reader's query "
+        "planned on one keeps its files).")
+    snapshot_min_keep: int = Field(
+        10, ge=1, description="The newest snapshots of a table kept whatever their age.")
+    target_file_mb: int = Field(
+        128, ge=1, description="Compaction writes data files of about this size (MiB).")
+    min_input_files: int = Field(
+        5, ge=2, description="Compaction rewrites a partition's small files once it has at "
+        "least this many.")
+    orphan_min_age_s: float = Field(
+        86400, ge=86400, description="Files in a table's directory that no snapshot "
+        "references are removed once older than this (at least one day: a write still in "
+        "progress has files no snapshot references yet).")
+    kafka_timeout_s: float = Field(
+        30, gt=0, description="How long maintenance waits for Kafka's committed offsets "
+        "before it expires nothing.")
+
+
 class SparkSettings(_Model):
     """The process-wide ``spark:`` section (one SparkSession per process)."""
 
@@ -581,6 +609,9 @@ class SparkSettings(_Model):
         "stops the process with exit code 1 (its orchestrator restarts it).")
     session_restart_window_s: float = Field(
         600, gt=0, description="Window of max_session_restarts, in seconds.")
+    maintenance: MaintenanceSettings = Field(
+        default_factory=lambda: MaintenanceSettings(),
+        description="Snapshot expiry, compaction and orphan removal of the tables.")
 
     @field_validator("warehouse")
     @classmethod

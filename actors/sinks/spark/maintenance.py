@@ -1,0 +1,280 @@
+"""Maintenance of the Iceberg tables of the spark sinks: ``kstage tables maintain`` and,
+with ``spark.maintenance.every_s``, inside ``kstage run``.
+
+Every append to a staging table is a commit: a snapshot, a manifest list, a manifest and
+a small data file. A day of 1-second flushes is 86,400 of each, and every commit rewrites
+the table's metadata file listing every snapshot. Maintenance, per staging table and then
+its final table, on the process's Spark thread (:class:`SparkActor`), with Iceberg's
+procedures:
+
+1. **compact** small data files (``rewrite_data_files``, binpack): a partition (a day of
+   ``_ingested_at``) with at least ``min_input_files`` files, or more small files than
+   one target file holds, is rewritten into files of about ``target_file_mb``. The old
+   files stay on disk while a kept snapshot still references them;
+2. **rewrite manifests** (``rewrite_manifests``) when the current snapshot has at least
+   ``min_input_files`` of them;
+3. **expire snapshots** (``expire_snapshots``) older than ``snapshot_max_age_s``, keeping
+   the newest ``snapshot_min_keep`` and everything offset recovery and the merge still
+   need (see :mod:`actors.sinks.spark.expiry`; the Kafka offsets are read through the
+   caller's :data:`Committed`). When Kafka's committed offsets cannot be read, no
+   snapshot of a staging table is expired, and the result says why. Files no kept
+   snapshot references (the compacted small files) are deleted here;
+4. **remove orphan files** (``remove_orphan_files``) older than ``orphan_min_age_s``:
+   files in the table's directory that no snapshot references, e.g. what a killed JVM
+   wrote but never committed. Never younger than a day: a running append, merge or
+   compaction has written files its commit does not yet reference.
+
+Appends of other processes may run meanwhile: Iceberg retries a commit that lost the
+race, compaction only replaces files, and expiry keeps every snapshot newer than its bound.
+A failure of one table's maintenance is reported with the table and the other tables are
+still maintained. pyspark is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.sinks.spark import snapshots
+from actors.sinks.spark.actor import SparkActor, short, spark_actor
+from actors.sinks.spark.catalog import dotted
+from actors.sinks.spark.expiry import Bound, Keep, bound, offset_keeps
+from actors.sinks.spark.jvm_errors import explained, said
+from actors.sinks.spark.ledger import Stream
+from actors.sinks.spark.merge import plan
+from settings.models import MaintenanceSettings, Settings, SparkSettings
+
+Committed = Callable[[Collection[Stream]], Awaitable[Mapping[Stream, int | None]]]
+"""Reads Kafka's committed offsets of (group, topic, partition)s (None: nothing
+committed); raises when Kafka cannot be read."""
+
+
+@dataclass(slots=True)
+class Maintained:
+    """What maintenance did to one table.
+
+    Attributes:
+        table: the table (``catalog.namespace.table``); ``role``: staging or final.
+        exists: False when the catalog has no such table (nothing done).
+        files_before, files_after: data files of the current snapshot.
+        compacted, compacted_into: data files rewritten, and the files written.
+        manifests, manifests_into: manifests rewritten, and the manifests written.
+        snapshots_before, expired: snapshots before expiry, and how many expired.
+        deleted_files: data files expiry deleted (no kept snapshot referenced them).
+        kept: the snapshots expiry had to keep, each with why.
+        not_expired: why nothing was expired (when it was not tried).
+        orphans: orphan files removed.
+        error: what failed (the steps before it are done).
+    """
+
+    table: str
+    role: str
+    exists: bool = True
+    files_before: int = 0
+    files_after: int = 0
+    compacted: int = 0
+    compacted_into: int = 0
+    manifests: int = 0
+    manifests_into: int = 0
+    snapshots_before: int = 0
+    expired: int = 0
+    deleted_files: int = 0
+    kept: list[Keep] = field(default_factory=list)
+    not_expired: str = ""
+    orphans: int = 0
+    error: str = ""
+
+    def summary(self, settings: MaintenanceSettings) -> list[str]:
+        """Lines for the operator: what was done, what was kept and why."""
+        head = f"{self.table} ({self.role})"
+        if not self.exists:
+            return [f"{head}: no such table yet (nothing to maintain)"]
+        if self.error:
+            done = [f"compacted {self.compacted} data files into {self.compacted_into}"
+                    ] if self.compacted else []
+            return [f"{head}: " + "; ".join([*done, f"FAILED: {self.error}"])]
+        done = [f"data files {self.files_before} -> {self.files_after}"]
+        if self.compacted:
+            done.append(f"compacted {self.compacted} into {self.compacted_into}")
+        if self.manifests:
+            done.append(f"rewrote {self.manifests} manifests into {self.manifests_into}")
+        if self.not_expired:
+            done.append(f"expired no snapshot: {self.not_expired}")
+        else:
+            done.append(f"expired {self.expired} of {self.snapshots_before} snapshots "
+                        f"(older than {settings.snapshot_max_age_s:g}s, newest "
+                        f"{settings.snapshot_min_keep} kept), deleting "
+                        f"{self.deleted_files} data files")
+        done.append(f"removed {self.orphans} orphan files older than "
+                    f"{settings.orphan_min_age_s:g}s")
+        lines = [f"{head}: " + "; ".join(done)]
+        lines += [f"  kept snapshot {k.snapshot} and newer: {k.why}" for k in self.kept]
+        return lines
+
+
+def _call(spark: Any, settings: SparkSettings, procedure: str, args: str) -> list[Any]:
+    """Spark thread: ``CALL <catalog>.system.<procedure>(<args>)``'s result rows."""
+    rows: list[Any] = spark.sql(
+        f"CALL `{settings.catalog.name}`.system.{procedure}({args})").collect()
+    return rows
+
+
+def compact(spark: Any, settings: SparkSettings, table: str) -> tuple[int, int]:
+    """Spark thread: binpack the table's small data files; (rewritten, written)."""
+    m = settings.maintenance
+    options = (f"map('target-file-size-bytes', '{m.target_file_mb * 1024 * 1024}', "
+               f"'min-input-files', '{m.min_input_files}')")
+    rows = _call(spark, settings, "rewrite_data_files",
+                 f"table => '{dotted(settings, table)}', strategy => 'binpack', "
+                 f"options => {options}")
+    return (int(rows[0]["rewritten_data_files_count"]), int(rows[0]["added_data_files_count"]))
+
+
+def rewrite_manifests(spark: Any, settings: SparkSettings, table: str) -> tuple[int, int]:
+    """Spark thread: rewrite the current snapshot's manifests when it has at least
+    ``min_input_files``; (rewritten, written)."""
+    name = f"`{settings.catalog.name}`.`{settings.catalog.namespace}`.`{table}`"
+    count = int(spark.sql(f"SELECT count(*) AS n FROM {name}.manifests").first()["n"])  # noqa: S608
+    if count < settings.maintenance.min_input_files:
+        return 0, 0
+    rows = _call(spark, settings, "rewrite_manifests", f"table => '{dotted(settings, table)}'")
+    return (int(rows[0]["rewritten_manifests_count"]), int(rows[0]["added_manifests_count"]))
+
+
+def expire(spark: Any, settings: SparkSettings, table: str, where: Bound,
+           ) -> tuple[int, int, int]:
+    """Spark thread: expire the snapshots before ``where``; (snapshots before, snapshots
+    expired, data files deleted)."""
+    name = f"`{settings.catalog.name}`.`{settings.catalog.namespace}`.`{table}`"
+    count = f"SELECT count(*) AS n FROM {name}.snapshots"  # noqa: S608
+    before = int(spark.sql(count).first()["n"])
+    rows = _call(spark, settings, "expire_snapshots",
+                 f"table => '{dotted(settings, table)}', "
+                 f"older_than => timestamp_millis({where.older_than_ms}), "
+                 f"retain_last => {where.retain_last}")
+    after = int(spark.sql(count).first()["n"])
+    return before, before - after, int(rows[0]["deleted_data_files_count"])
+
+
+def remove_orphans(spark: Any, settings: SparkSettings, table: str) -> int:
+    """Spark thread: remove the files no snapshot references, older than
+    ``orphan_min_age_s``; how many."""
+    older_than = int((time.time() - settings.maintenance.orphan_min_age_s) * 1000)
+    return len(_call(spark, settings, "remove_orphan_files",
+                     f"table => '{dotted(settings, table)}', "
+                     f"older_than => timestamp_millis({older_than})"))
+
+
+def _reshape(spark: Any, settings: SparkSettings, table: str, result: Maintained) -> None:
+    """Spark thread: compaction and manifests (nothing to keep for them)."""
+    result.files_before = snapshots.content(spark, settings, table).data_files
+    result.compacted, result.compacted_into = compact(spark, settings, table)
+    result.manifests, result.manifests_into = rewrite_manifests(spark, settings, table)
+
+
+def _finish(spark: Any, settings: SparkSettings, table: str, where: Bound | None,
+            result: Maintained) -> None:
+    """Spark thread: expiry (unless ``where`` is None), orphans, and the files left."""
+    if where is not None:
+        result.kept = list(where.kept)
+        result.snapshots_before, result.expired, result.deleted_files = expire(
+            spark, settings, table, where)
+    result.orphans = remove_orphans(spark, settings, table)
+    result.files_after = snapshots.content(spark, settings, table).data_files
+
+
+async def maintain_pair(actor: SparkActor, staging: str, final: str, committed: Committed,
+                        ) -> list[Maintained]:
+    """Maintain a staging table, then its final table (see the module docstring); a
+    failure is recorded in that table's result."""
+    settings = actor.settings
+    results = [Maintained(dotted(settings, staging), "staging"),
+               Maintained(dotted(settings, final), f"final of {staging}")]
+    merged: int | None = None
+    try:
+        found = await actor.call(explained(lambda spark: (
+            snapshots.exists(spark, settings, staging), snapshots.exists(spark, settings, final))))
+    except Exception as exc:  # noqa: BLE001 - reported per table, never raised
+        for result in results:
+            result.error = f"cannot look the table up in the catalog: {said(exc)}"
+        return results
+    results[0].exists, results[1].exists = found
+    if results[1].exists:
+        try:
+            merged = await _maintain_final(actor, final, results[1])
+        except Exception as exc:  # noqa: BLE001 - reported per table, never raised
+            results[1].error = said(exc)
+    if results[0].exists:
+        try:
+            await _maintain_staging(actor, staging, final if results[1].exists else None,
+                                    merged, committed, results[0])
+        except Exception as exc:  # noqa: BLE001 - reported per table, never raised
+            results[0].error = said(exc)
+    return results
+
+
+async def _maintain_final(actor: SparkActor, final: str, result: Maintained) -> int | None:
+    """The final table: keep its newest merge commit (it records where the next merge
+    starts); returns the staging snapshot that commit merged through."""
+    settings = actor.settings
+
+    def run(spark: Any) -> int | None:
+        _reshape(spark, settings, final, result)
+        history = snapshots.history(spark, settings, final)
+        last = snapshots.merged_through(history)
+        keeps = [] if last is None else [
+            Keep(last.id, f"records the staging snapshot {last.merged} the last merge "
+                          "folded through")]
+        where = bound(history, keeps, int(time.time() * 1000),
+                      settings.maintenance.snapshot_max_age_s,
+                      settings.maintenance.snapshot_min_keep)
+        _finish(spark, settings, final, where, result)
+        return None if last is None else last.merged
+
+    return await actor.call(explained(run))
+
+
+async def _maintain_staging(actor: SparkActor, staging: str, final: str | None,
+                            merged: int | None, committed: Committed,
+                            result: Maintained) -> None:
+    """The staging table: keep what offset recovery and the next merge need."""
+    settings = actor.settings
+
+    def reshape(spark: Any) -> list[snapshots.Snapshot]:
+        _reshape(spark, settings, staging, result)
+        return snapshots.history(spark, settings, staging)
+
+    history = await actor.call(explained(reshape))
+    keeps: list[Keep] = []
+    if merged is not None:
+        keeps.append(Keep(merged, f"the final table {final} merged through it"))
+    where: Bound | None = None
+    streams = snapshots.offsets(history)
+    try:
+        done = await committed(list(streams)) if streams else {}
+    except Exception as exc:  # noqa: BLE001 - any failure: expire nothing
+        result.not_expired = (f"Kafka's committed offsets cannot be read ({short(exc)}), "
+                              "so which snapshots offset recovery needs is unknown")
+    else:
+        keeps += offset_keeps(history, done)
+        where = bound(history, keeps, int(time.time() * 1000),
+                      settings.maintenance.snapshot_max_age_s,
+                      settings.maintenance.snapshot_min_keep)
+    await actor.call(explained(lambda spark: _finish(spark, settings, staging, where, result)))
+
+
+async def maintain(settings: Settings, committed: Committed, table: str | None = None,
+                   actor: SparkActor | None = None) -> list[Maintained]:
+    """Maintain every spark staging table of ``settings`` (only ``table`` when given) and
+    its final table; a table's failure is in its result."""
+    actor = actor or spark_actor(settings.spark)
+    results: list[Maintained] = []
+    for item in plan(settings, table):
+        results += await maintain_pair(actor, item.table, item.final_table, committed)
+    return results
+
+
+__all__ = ["Committed", "Maintained", "compact", "expire", "maintain", "maintain_pair",
+           "remove_orphans", "rewrite_manifests"]
