@@ -17,6 +17,7 @@ Commands::
                               [--from-topic NAME]
     kstage merge -c FILE [--table NAME]   fold the Spark staging tables into final tables
     kstage tables show|maintain -c FILE [--table NAME] [--json]   the Iceberg tables
+    kstage tables migrate -c FILE    import an earlier version's Parquet warehouse
 """
 
 from __future__ import annotations
@@ -115,10 +116,13 @@ def _load(path: str) -> Settings:
 
 def _load_for_run(path: str, warnings: list[str]) -> Settings:
     """Load ``path`` with every check ``run`` makes at start (processors built with their
-    options, Kafka client keys...): ``validate`` and ``run`` refuse the same files."""
+    options, Kafka client keys, no Parquet tables of an earlier version in the
+    warehouse...): ``validate`` and ``run`` refuse the same files."""
     from actors import preflight  # noqa: PLC0415 - keep `processors` light
+    from actors.sinks.spark import legacy  # noqa: PLC0415
 
-    return _remembered(load_settings(path, warnings=warnings, checks=[preflight.check]))
+    return _remembered(load_settings(path, warnings=warnings, checks=[
+        preflight.check, lambda settings: list(legacy.problems(settings, path))]))
 
 
 def _validate(path: str) -> int:
@@ -308,7 +312,7 @@ def _merge(path: str, table: str | None) -> int:
 
 
 def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``kstage tables show|maintain`` (service.ops.tables)."""
+    """``kstage tables show|maintain|migrate`` (service.ops.tables)."""
     tables = sub.add_parser("tables", help="the Iceberg tables of the spark sinks")
     tables_sub = tables.add_subparsers(dest="tables_command", required=True)
     show = tables_sub.add_parser("show", help="each staging table and its final table: "
@@ -316,8 +320,12 @@ def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     maintain = tables_sub.add_parser("maintain", help="compact small files, rewrite "
                                      "manifests, expire snapshots (keeping what offset "
                                      "recovery and the merge need), remove orphan files")
-    for cmd in (show, maintain):
+    migrate = tables_sub.add_parser("migrate", help="import the Parquet tables of an "
+                                    "earlier kstage version into Iceberg (idempotent; the "
+                                    "old directories are moved aside, never deleted)")
+    for cmd in (show, maintain, migrate):
         cmd.add_argument("-c", "--config", default="kstage.yml")
+    for cmd in (show, maintain):
         cmd.add_argument("--table", default=None,
                          help="only this staging table (and its final table)")
     show.add_argument("--json", action="store_true", help="print a JSON list of tables")
@@ -327,9 +335,11 @@ def _tables(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from actors.sinks.checks import missing_packages  # noqa: PLC0415
+    from actors.sinks.spark import legacy  # noqa: PLC0415
     from actors.sinks.spark.actor import stop_spark_actors  # noqa: PLC0415
     from actors.sinks.spark.jvm_errors import said  # noqa: PLC0415
     from actors.sinks.spark.maintenance import maintain  # noqa: PLC0415
+    from actors.sinks.spark.migrate import MigrationError, migrate  # noqa: PLC0415
     from service.ops import tables  # noqa: PLC0415
 
     command = args.tables_command
@@ -339,6 +349,11 @@ def _tables(args: argparse.Namespace) -> int:
     if missing:
         print(f"kstage tables {command}: {'; '.join(missing)}", file=sys.stderr)
         return EXIT_CONFIG
+    if command == "maintain":  # the old directories are not Iceberg's: migrate first
+        found = [why for _, why in legacy.problems(settings, args.config)]
+        if found:
+            print(f"kstage: {args.config}: spark.warehouse: {found[0]}", file=sys.stderr)
+            return EXIT_CONFIG
 
     async def go() -> int:
         try:
@@ -346,15 +361,24 @@ def _tables(args: argparse.Namespace) -> int:
                 views = await tables.show(settings, args.table)
                 print(tables.render_json(views) if args.json else tables.render(views))
                 return EXIT_OK
-            results = await maintain(settings, tables.kafka_committed(settings), args.table)
-            for result in results:
-                print("\n".join(result.summary(settings.spark.maintenance)))
-            return EXIT_CRASH if any(r.error for r in results) else EXIT_OK
+            if command == "maintain":
+                results = await maintain(settings, tables.kafka_committed(settings),
+                                         args.table)
+                for result in results:
+                    print("\n".join(result.summary(settings.spark.maintenance)))
+                return EXIT_CRASH if any(r.error for r in results) else EXIT_OK
+            done = await migrate(settings)
+            print("\n".join(d.summary() for d in done) if done else
+                  f"{args.config}: no tables of an earlier kstage version to migrate")
+            return EXIT_OK
         finally:
             await stop_spark_actors()
 
     try:
         return asyncio.run(go())
+    except MigrationError as exc:
+        print(f"kstage tables migrate: {exc}", file=sys.stderr)
+        return EXIT_CRASH
     except SettingsError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark or catalog failure: one clear line
