@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,6 +269,57 @@ async def test_show_lists_snapshots_files_rows_offsets_and_the_merge(
     assert (final_view["table"], final_view["role"], final_view["staging"]) == (
         f"kstage.kstage.{final}", "final", table)
     assert (final_view["rows"], final_view["merged_snapshot"]) == (2, merged)
+
+
+async def test_maintenance_while_another_session_appends_loses_nothing(
+        actor: SparkActor, broker: str) -> None:
+    """A second SparkSession of the JVM (its own Iceberg catalog instance, as another
+    process has) appends on its own thread while maintenance compacts, rewrites
+    manifests and expires: Iceberg's optimistic commits interleave; every row is there
+    once and the table holds every partition's offset."""
+    table, topic, group = "stg_concurrent", unique("conc"), unique("g-conc")
+    await create_topic(broker, topic, partitions=2)
+    before = [(i % 2, 2 * (i // 2), 2) for i in range(8)]
+    await stage(actor, table, group, topic, before)
+    await commit(broker, group, {TopicPartition(topic, 0): 8, TopicPartition(topic, 1): 8})
+    other = await actor.call(lambda spark: spark.newSession())
+    started, maintained = threading.Event(), threading.Event()
+    during: list[tuple[int, int, int]] = []
+
+    def appends() -> None:
+        """Append until maintenance is over, and once more after."""
+        while len(during) < 200:
+            partition, start = len(during) % 2, 8 + 2 * (len(during) // 2)
+            last = maintained.is_set()
+            append(other, actor.settings, table, group, topic, partition, start, 2)
+            during.append((partition, start, 2))
+            if len(during) == 2:
+                started.set()
+            if last:
+                return
+
+    writer = threading.Thread(target=appends)
+    writer.start()
+    try:
+        await asyncio.to_thread(started.wait, 120)
+        cfg = config(actor, broker, table, topic, group)
+        staging = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))["staging"]
+    finally:
+        maintained.set()
+        await asyncio.to_thread(writer.join, 300)
+    assert not writer.is_alive() and len(during) >= 3
+    assert not staging.error, staging
+    assert staging.compacted >= 2
+
+    def check(spark: Any) -> tuple[list[str], dict[Any, int]]:
+        return ids(spark, actor.settings, table), iceberg.table_offsets(spark, actor.settings,
+                                                                        table)
+
+    rows, held = await actor.call(check)
+    assert rows == expected_ids(topic, before + during)  # every row, once
+    for partition in (0, 1):
+        assert held[(group, topic, partition)] == max(
+            s + n for p, s, n in before + during if p == partition)
 
 
 def test_the_show_command_prints_json_and_refuses_an_unknown_table(

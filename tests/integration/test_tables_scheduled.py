@@ -70,8 +70,10 @@ async def test_a_failed_maintenance_is_counted_and_retried_while_the_service_run
                             f"File {written} does not exist", timeout=240)
     async with httpx.AsyncClient(timeout=5) as client:
         text = (await client.get(f"{base}/metrics")).text
+        ready = (await client.get(f"{base}/readyz")).json()
     failures = metric(text, "kstage_maintenance_failures_total", table)
     assert failures is not None and failures >= 1, text
+    assert ready == {"status": "ready"}  # maintenance is no reason to stop taking work
     # the service goes on: new messages still land
     await produce(broker, topic, ({"k": f"c{i}"} for i in range(5)))
     await wait_until(lambda: len(list(data.rglob("*.parquet"))) >= 2, timeout=60,
