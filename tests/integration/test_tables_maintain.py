@@ -118,11 +118,11 @@ async def test_small_appends_end_as_one_file_with_every_row_once(
         actor: SparkActor, broker: str, warehouse: Path) -> None:
     table, topic, group = "stg_small_files", unique("small"), unique("g-small")
     await create_topic(broker, topic, partitions=2)
-    # 24 one-second flushes of 3 rows, the two partitions in turn
-    appends = [(i % 2, 3 * (i // 2), 3) for i in range(24)]
+    # 16 one-second flushes of 3 rows, the two partitions in turn
+    appends = [(i % 2, 3 * (i // 2), 3) for i in range(16)]
     await stage(actor, table, group, topic, appends)
-    await commit(broker, group, {TopicPartition(topic, 0): 36, TopicPartition(topic, 1): 36})
-    assert len(data_files_on_disk(warehouse, table)) == 24
+    await commit(broker, group, {TopicPartition(topic, 0): 24, TopicPartition(topic, 1): 24})
+    assert len(data_files_on_disk(warehouse, table)) == 16
     # an orphan a dead JVM left two days ago, and one a running append is writing now
     data = warehouse / "kstage" / table / "data"
     old, fresh = data / "orphan-old.parquet", data / "orphan-fresh.parquet"
@@ -135,9 +135,9 @@ async def test_small_appends_end_as_one_file_with_every_row_once(
     staging = by_role(await maintain(settings, kafka_committed(settings), actor=actor))["staging"]
 
     assert not staging.error and not staging.not_expired, staging
-    assert (staging.files_before, staging.compacted, staging.compacted_into) == (24, 24, 1)
+    assert (staging.files_before, staging.compacted, staging.compacted_into) == (16, 16, 1)
     assert staging.files_after == 1 and staging.orphans == 1 and not staging.kept
-    assert staging.expired >= 24 and staging.deleted_files == 24
+    assert staging.expired >= 16 and staging.deleted_files == 16
     assert not old.exists() and fresh.exists()
     on_disk = data_files_on_disk(warehouse, table)
     assert [p.name for p in on_disk if not p.name.startswith("orphan")] != []
@@ -152,7 +152,7 @@ async def test_small_appends_end_as_one_file_with_every_row_once(
     assert rows == expected_ids(topic, appends)  # every row, once
     assert kept <= 2  # the compaction's (and the manifests') snapshot
     # the offsets the expired appends recorded are gone with them; Kafka holds them
-    assert all(offset <= 36 for offset in held.values())
+    assert all(offset <= 24 for offset in held.values())
     # a second run has nothing to compact and changes no row
     again = by_role(await maintain(settings, kafka_committed(settings), actor=actor))
     assert again["staging"].compacted == 0 and again["staging"].files_after == 1
@@ -322,13 +322,22 @@ async def test_maintenance_while_another_session_appends_loses_nothing(
             s + n for p, s, n in before + during if p == partition)
 
 
-def test_the_show_command_prints_json_and_refuses_an_unknown_table(
+def test_the_commands_maintain_and_show_json_and_refuse_an_unknown_table(
         actor: SparkActor, broker: str, warehouse: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Last: the command stops the process's Spark session (the module's too)."""
+    """Last: a command stops the process's Spark session (the module's too)."""
     table, topic, group = "stg_show_cli", unique("showcli"), unique("g-showcli")
+    asyncio.run(create_topic(broker, topic))
     asyncio.run(stage(actor, table, group, topic, [(0, 0, 2)]))
     cfg = tmp_config(warehouse.parent / "show.yml", broker, warehouse, table, topic, group)
+    assert main(["tables", "maintain", "-c", str(cfg)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"kstage.kstage.{table} (staging): data files 1 -> 1; "
+                               "expired 0 of 1 snapshots (older than 3600s, newest 10 kept)")
+    assert lines[1] == f"  kept snapshot {lines[1].split()[2]} and newer: holds {topic}[0] up to " \
+                       f"offset 2, group {group}'s committed offset is none"
+    assert lines[2] == (f"kstage.kstage.final_show_cli (final of {table}): no such table yet "
+                        "(nothing to maintain)")
     assert main(["tables", "show", "-c", str(cfg), "--json"]) == 0
     [staging, final] = json.loads(capsys.readouterr().out)
     assert (staging["rows"], staging["snapshots"], final["exists"]) == (2, 1, False)
