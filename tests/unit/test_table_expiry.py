@@ -3,7 +3,7 @@ the age and count limits, and writers whose clocks disagree (pure: no Spark)."""
 
 from __future__ import annotations
 
-from actors.sinks.spark.expiry import Keep, bound, offset_keeps
+from actors.sinks.spark.expiry import Keep, bound, carried, offset_keeps
 from actors.sinks.spark.snapshots import Snapshot, chain, merged_through, offsets
 
 NOW = 1_800_000_000_000
@@ -83,3 +83,13 @@ def test_chain_follows_the_parents_and_finds_the_merge_commit() -> None:
     found = merged_through(ordered)
     assert found is not None and (found.id, found.merged) == (9, 42)
     assert chain([]) == [] and merged_through(ordered[:1]) is None
+
+
+def test_offsets_only_expired_snapshots_record_are_carried_whole() -> None:
+    h = history((1, {(G, T, 0): 10}), (2, {(G, T, 1): 4}), (3, {(G, T, 0): 12}))
+    everything_but_the_newest = bound(h, [], NOW, max_age_s=1, min_keep=1)
+    assert carried(h, everything_but_the_newest) == {(G, T, 0): 12, (G, T, 1): 4}
+    nothing = bound(h, [], NOW, max_age_s=3600, min_keep=1)
+    assert carried(h, nothing) == {}
+    # partition 1's offset lives on in snapshot 2, kept: nothing to record again
+    assert carried(h, bound(h, [Keep(2, "merge")], NOW, max_age_s=1, min_keep=1)) == {}

@@ -21,6 +21,12 @@ expires only what is older than the oldest of them (:func:`bound`):
   descendants): the next merge reads the appends after it;
 * on a final table, its newest commit recording that staging snapshot.
 
+A partition whose committed offset caught up needs no snapshot, but what the table holds
+is still worth knowing (``kstage tables show``, a rewind that the table should not take
+twice): when expiry would take the last snapshot recording a partition's offset, the
+offsets the table holds are recorded first in one new snapshot, a commit without data
+(:func:`carried`).
+
 Commit times come from each writer's clock; the bound is the oldest commit time of the
 kept part of the history, so a snapshot committed by a host whose clock lags is kept too.
 """
@@ -92,4 +98,13 @@ def bound(history: Sequence[Snapshot], keeps: Iterable[Keep], now_ms: int,
     return Bound(older_than, min_keep, len(history) - retained, kept)
 
 
-__all__ = ["Bound", "Keep", "bound", "offset_keeps"]
+def carried(history: Sequence[Snapshot], where: Bound) -> dict[Stream, int]:
+    """What the table holds per partition when expiring at ``where`` would lose it (only
+    expired snapshots record the partition's offset): then the whole of it, for one new
+    snapshot to record before the expiry; else nothing."""
+    held = offsets(history)
+    kept = offsets(history[:len(history) - where.expires])
+    return held if any(kept.get(s, -1) < o for s, o in held.items()) else {}
+
+
+__all__ = ["Bound", "Keep", "bound", "carried", "offset_keeps"]

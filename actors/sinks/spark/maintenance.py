@@ -17,8 +17,11 @@ procedures:
    the newest ``snapshot_min_keep`` and everything offset recovery and the merge still
    need (see :mod:`actors.sinks.spark.expiry`; the Kafka offsets are read through the
    caller's :data:`Committed`). When Kafka's committed offsets cannot be read, no
-   snapshot of a staging table is expired, and the result says why. Files no kept
-   snapshot references (the compacted small files) are deleted here;
+   snapshot of a staging table is expired, and the result says why. When expiry would
+   take the last snapshot recording a partition's offset, the table's offsets are first
+   committed again in a snapshot of no data (:data:`CARRIED`), so the table still says
+   how far it holds each partition. Files no kept snapshot references (the compacted
+   small files) are deleted here;
 4. **remove orphan files** (``remove_orphan_files``) older than ``orphan_min_age_s``:
    files in the table's directory that no snapshot references, e.g. what a killed JVM
    wrote but never committed. Never younger than a day: a running append, merge or
@@ -37,14 +40,17 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.sinks.spark import snapshots
+from actors.sinks.spark import iceberg, snapshots
 from actors.sinks.spark.actor import SparkActor, short, spark_actor
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.expiry import Bound, Keep, bound, offset_keeps
+from actors.sinks.spark.expiry import Bound, Keep, bound, carried, offset_keeps
 from actors.sinks.spark.jvm_errors import explained, said
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.merge import plan
 from settings.models import MaintenanceSettings, Settings, SparkSettings
+
+CARRIED = "kstage.offsets-carried"
+"""Summary key of maintenance's commit that records the offsets again (no data)."""
 
 Committed = Callable[[Collection[Stream]], Awaitable[Mapping[Stream, int | None]]]
 """Reads Kafka's committed offsets of (group, topic, partition)s (None: nothing
@@ -64,6 +70,8 @@ class Maintained:
         snapshots_before, expired: snapshots before expiry, and how many expired.
         deleted_files: data files expiry deleted (no kept snapshot referenced them).
         kept: the snapshots expiry had to keep, each with why.
+        carried: partitions whose offsets were recorded again in a new snapshot (only
+            expired snapshots recorded them).
         not_expired: why nothing was expired (when it was not tried).
         orphans: orphan files removed.
         error: what failed (the steps before it are done).
@@ -84,6 +92,7 @@ class Maintained:
     kept: list[Keep] = field(default_factory=list)
     not_expired: str = ""
     orphans: int = 0
+    carried: int = 0
     error: str = ""
 
     def summary(self, settings: MaintenanceSettings) -> list[str]:
@@ -100,6 +109,9 @@ class Maintained:
             done.append(f"compacted {self.compacted} into {self.compacted_into}")
         if self.manifests:
             done.append(f"rewrote {self.manifests} manifests into {self.manifests_into}")
+        if self.carried:
+            done.append(f"recorded the offsets of {self.carried} partitions in a new "
+                        "snapshot")
         if self.not_expired:
             done.append(f"expired no snapshot: {self.not_expired}")
         else:
@@ -174,9 +186,22 @@ def _reshape(spark: Any, settings: SparkSettings, table: str, result: Maintained
     result.manifests, result.manifests_into = rewrite_manifests(spark, settings, table)
 
 
+def record_offsets(spark: Any, settings: SparkSettings, table: str,
+                   offsets: dict[Stream, int]) -> None:
+    """Spark thread: commit ``offsets`` (``kstage.offsets``) in a snapshot of no data."""
+    util = spark._jvm.org.apache.iceberg.spark.Spark3Util
+    loaded = util.loadIcebergTable(spark._jsparkSession, dotted(settings, table))
+    loaded.newAppend().set(iceberg.OFFSETS, iceberg.format_offsets(offsets)).set(
+        CARRIED, "true").commit()
+
+
 def _finish(spark: Any, settings: SparkSettings, table: str, where: Bound | None,
-            result: Maintained) -> None:
-    """Spark thread: expiry (unless ``where`` is None), orphans, and the files left."""
+            result: Maintained, carry: dict[Stream, int] | None = None) -> None:
+    """Spark thread: the offsets expiry would lose recorded again (``carry``), expiry
+    (unless ``where`` is None), orphans, and the files left."""
+    if carry:
+        record_offsets(spark, settings, table, carry)
+        result.carried = len(carry)
     if where is not None:
         result.kept = list(where.kept)
         result.snapshots_before, result.expired, result.deleted_files = expire(
@@ -262,7 +287,9 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str | None,
         where = bound(history, keeps, int(time.time() * 1000),
                       settings.maintenance.snapshot_max_age_s,
                       settings.maintenance.snapshot_min_keep)
-    await actor.call(explained(lambda spark: _finish(spark, settings, staging, where, result)))
+    carry = carried(history, where) if where is not None else {}
+    await actor.call(explained(lambda spark: _finish(spark, settings, staging, where, result,
+                                                     carry)))
 
 
 async def maintain(settings: Settings, committed: Committed, table: str | None = None,
@@ -276,5 +303,5 @@ async def maintain(settings: Settings, committed: Committed, table: str | None =
     return results
 
 
-__all__ = ["Committed", "Maintained", "compact", "expire", "maintain", "maintain_pair",
-           "remove_orphans", "rewrite_manifests"]
+__all__ = ["CARRIED", "Committed", "Maintained", "compact", "expire", "maintain",
+           "maintain_pair", "record_offsets", "remove_orphans", "rewrite_manifests"]
