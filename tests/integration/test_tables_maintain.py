@@ -213,6 +213,16 @@ async def test_snapshots_offset_recovery_and_the_merge_need_are_kept(
     assert await actor.call(merged_id) == merged
 
 
+async def test_an_empty_table_is_maintained_without_error(actor: SparkActor,
+                                                           broker: str) -> None:
+    table, topic, group = "stg_empty", unique("empty"), unique("g-empty")
+    await stage(actor, table, group, topic, [])  # created, nothing appended yet
+    cfg = config(actor, broker, table, topic, group)
+    staging = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))["staging"]
+    assert staging.exists and not staging.error, staging
+    assert (staging.files_after, staging.compacted, staging.expired) == (0, 0, 0)
+
+
 async def test_kafka_unreadable_expires_nothing_and_says_why(actor: SparkActor,
                                                              broker: str) -> None:
     table, topic, group = "stg_no_kafka", unique("nokafka"), unique("g-nokafka")
