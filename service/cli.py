@@ -336,9 +336,8 @@ def _tables(args: argparse.Namespace) -> int:
 
     from actors.sinks.checks import missing_packages  # noqa: PLC0415
     from actors.sinks.spark import legacy  # noqa: PLC0415
-    from actors.sinks.spark.actor import stop_spark_actors  # noqa: PLC0415
-    from actors.sinks.spark.jvm_errors import said  # noqa: PLC0415
-    from actors.sinks.spark.maintenance import maintain  # noqa: PLC0415
+    from actors.sinks.spark.actor import short, stop_spark_actors  # noqa: PLC0415
+    from actors.sinks.spark.maintenance import MaintenanceError, maintain  # noqa: PLC0415
     from actors.sinks.spark.migrate import MigrationError, migrate  # noqa: PLC0415
     from service.ops import tables  # noqa: PLC0415
 
@@ -382,7 +381,8 @@ def _tables(args: argparse.Namespace) -> int:
     except SettingsError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark or catalog failure: one clear line
-        print(f"kstage tables {command}: {said(exc)}", file=sys.stderr)
+        said = str(exc) if isinstance(exc, MaintenanceError) else short(exc)
+        print(f"kstage tables {command}: {said}", file=sys.stderr)
         return EXIT_CRASH
 
 

@@ -31,8 +31,7 @@ from fastavro import parse_schema
 
 from actors.master import Master
 from actors.sinks.checks import missing_packages
-from actors.sinks.spark.actor import stop_spark_actors
-from actors.sinks.spark.jvm_errors import said
+from actors.sinks.spark.actor import short, stop_spark_actors
 from actors.sinks.spark.merge import final_name
 from actors.worker import Worker
 from processors.avro import encode
@@ -218,7 +217,7 @@ def run_demo(out: Path, events: int = 500) -> int:
     try:
         views = table_views(settings)
     except Exception as exc:  # noqa: BLE001 - the summary says it and the demo fails
-        print(f"kstage demo: cannot read the tables: {said(exc)}", file=sys.stderr)
+        print(f"kstage demo: cannot read the tables: {short(exc)}", file=sys.stderr)
         views, code = {}, code or 1
     dead = _count_lines(out / "failed_events.log")
     tables = sorted({t.table for t in SAMPLE_TOPICS})

@@ -3,7 +3,8 @@
 * ``show``: per staging table of the configuration's spark sinks and its final table:
   snapshots (how many, the current one and when it was committed), data files, rows,
   bytes, the Kafka offsets a staging table holds per (group, topic, partition), and the
-  staging snapshot a final table was merged through (:func:`describe`, one SparkSession);
+  staging snapshot a final table was merged through (:func:`describe`, one SparkSession,
+  from each table's metadata as the catalog holds it);
 * ``maintain``: :func:`actors.sinks.spark.maintenance.maintain`, with the consumer groups'
   committed offsets read from Kafka (:func:`kafka_committed`, also used by ``kstage
   run``'s scheduled maintenance);
@@ -24,10 +25,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from actors.sinks.spark import snapshots
 from actors.sinks.spark.actor import SparkActor, spark_actor
-from actors.sinks.spark.catalog import dotted, qualified
-from actors.sinks.spark.jvm_errors import explained
+from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
-from actors.sinks.spark.maintenance import Committed
+from actors.sinks.spark.maintenance import Committed, on_spark
 from actors.sinks.spark.merge import TablePlan, plan
 from service.ops.lag import bootstrap_of, committed_offsets, connection_kwargs
 from settings.models import Settings, SparkSettings
@@ -71,14 +71,12 @@ def _view(spark: Any, settings: SparkSettings, table: str, role: str,
     if not snapshots.exists(spark, settings, table):
         view.exists = False
         return view
-    name = qualified(settings, table)
-    view.snapshots = int(spark.sql(f"SELECT count(*) AS n FROM {name}.snapshots")  # noqa: S608
-                         .first()["n"])
     history = snapshots.history(spark, settings, table)
     if history:
         view.current_snapshot, view.current_at = history[0].id, _iso(history[0].committed_ms)
     content = snapshots.content(spark, settings, table)
     view.data_files, view.rows, view.bytes = content.data_files, content.rows, content.bytes
+    view.snapshots = content.snapshots
     view.offsets = [{"group": g, "topic": t, "partition": p, "offset": o}
                     for (g, t, p), o in sorted(snapshots.offsets(history).items())]
     merge = snapshots.merged_through(history)
@@ -102,7 +100,7 @@ async def show(settings: Settings, table: str | None = None,
     table when given)."""
     items = plan(settings, table)
     actor = actor or spark_actor(settings.spark)
-    return await actor.call(explained(lambda spark: describe(spark, settings.spark, items)))
+    return await actor.call(on_spark(lambda spark: describe(spark, settings.spark, items)))
 
 
 def _size(count: int) -> str:

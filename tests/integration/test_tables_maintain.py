@@ -4,8 +4,8 @@ once; the snapshots offset recovery and the merge need are kept; Kafka unreadabl
 nothing; orphan files only past their age.
 
 Staging appends are written as the staging writer writes them (one commit each, with the
-``kstage.offsets`` it covers). One SparkActor (``local[1]``) is shared by the module; each
-test has its own tables, topic and group.
+``kstage.offsets`` it covers and those of the snapshot it follows). One SparkActor
+(``local[1]``) is shared by the module; each test has its own tables, topic and group.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.sinks.spark import iceberg, snapshots
+from actors.sinks.spark import final_table, iceberg, snapshots
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.maintenance import Maintained, maintain
@@ -63,13 +63,15 @@ def config(actor: SparkActor, broker: str, table: str, topic: str, group: str) -
 def append(spark: Any, settings: SparkSettings, table: str, group: str, topic: str,
            partition: int, start: int, count: int) -> None:
     """Spark thread: one staging append of offsets ``start..start+count-1`` of a partition,
-    recording the partition done up to ``start + count``."""
+    recording the partition done up to ``start + count`` and, as the staging writer does,
+    the current snapshot's offsets carried forward."""
     now = dt.datetime.now(dt.UTC)
     rows = [(f"{topic}/{partition}/{o}", topic, partition, o, 0, now)
             for o in range(start, start + count)]
+    offsets = iceberg.carried(iceberg.current_offsets(spark, settings, table),
+                              {(group, topic, partition): start + count})
     (spark.createDataFrame(rows, iceberg.struct_type(COLUMNS)).writeTo(dotted(settings, table))
-     .option(f"snapshot-property.{iceberg.OFFSETS}",
-             iceberg.format_offsets({(group, topic, partition): start + count}))
+     .option(f"snapshot-property.{iceberg.OFFSETS}", iceberg.format_offsets(offsets))
      .append())
 
 
@@ -174,7 +176,7 @@ async def test_snapshots_offset_recovery_and_the_merge_need_are_kept(
         through = snapshots.history(spark, settings, table)[0].id
         spark.sql(f"CREATE TABLE {qualified(settings, final)} (id STRING) USING iceberg")
         (spark.createDataFrame([("merged",)], "id STRING").writeTo(dotted(settings, final))
-         .option(f"snapshot-property.{snapshots.MERGED_SNAPSHOT_ID}", str(through)).append())
+         .option(f"snapshot-property.{final_table.MERGED_SNAPSHOT}", str(through)).append())
         spark.createDataFrame([("later",)], "id STRING").writeTo(dotted(settings, final)).append()
         return int(through)
 
@@ -255,7 +257,7 @@ async def test_show_lists_snapshots_files_rows_offsets_and_the_merge(
         through = snapshots.history(spark, settings, table)[0].id
         spark.sql(f"CREATE TABLE {qualified(settings, final)} (id STRING) USING iceberg")
         (spark.createDataFrame([("a",), ("b",)], "id STRING").writeTo(dotted(settings, final))
-         .option(f"snapshot-property.{snapshots.MERGED_SNAPSHOT_ID}", str(through)).append())
+         .option(f"snapshot-property.{final_table.MERGED_SNAPSHOT}", str(through)).append())
         return int(through)
 
     merged = await actor.call(merge_commit)
@@ -299,6 +301,9 @@ async def test_maintenance_while_another_session_appends_loses_nothing(
 
     def appends() -> None:
         """Append until maintenance is over, and once more after."""
+        # the JVM thread of this Python thread works in the other session (catalog lookups
+        # by name resolve against the thread's active session)
+        other._jvm.org.apache.spark.sql.SparkSession.setActiveSession(other._jsparkSession)
         while len(during) < 200:
             partition, start = len(during) % 2, 8 + 2 * (len(during) // 2)
             last = maintained.is_set()

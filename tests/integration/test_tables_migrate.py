@@ -104,7 +104,7 @@ def test_an_old_warehouse_is_refused_then_migrated_once_with_every_row(
     def no_disk(*args: Any) -> None:
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(migration, "_create_final", no_disk)
+    monkeypatch.setattr(migration, "_partition", no_disk)  # the final table's first step
     assert main(["tables", "migrate", "-c", str(cfg)]) == 1
     assert ("kstage tables migrate: stg_legacy: OSError: No space left on device (nothing of "
             "it was moved aside; run the migration again)") in capsys.readouterr().err

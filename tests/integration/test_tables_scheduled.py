@@ -66,8 +66,10 @@ async def test_a_failed_maintenance_is_counted_and_retried_while_the_service_run
     await produce(broker, topic, ({"k": f"b{i}"} for i in range(5)))  # a second data file
     table = f"kstage.kstage.{TABLE}"
     # the log names the table and the root cause: the lost file
-    await proc.wait_for_log(f"maintenance: {table} (staging): FAILED: FileNotFoundException: "
-                            f"File {written} does not exist", timeout=240)
+    failed = f"maintenance: {table} (staging): FAILED: "
+    await proc.wait_for_log(failed, timeout=240)
+    [line] = [line for line in proc.output().splitlines() if failed in line][:1]
+    assert f"java.io.FileNotFoundException: File {written} does not exist" in line, line
     async with httpx.AsyncClient(timeout=5) as client:
         text = (await client.get(f"{base}/metrics")).text
         ready = (await client.get(f"{base}/readyz")).json()

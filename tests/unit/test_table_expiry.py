@@ -3,8 +3,8 @@ the age and count limits, and writers whose clocks disagree (pure: no Spark)."""
 
 from __future__ import annotations
 
-from actors.sinks.spark.expiry import Keep, bound, carried, offset_keeps
-from actors.sinks.spark.snapshots import Snapshot, chain, merged_through, offsets
+from actors.sinks.spark.expiry import Keep, bound, missing, offset_keeps
+from actors.sinks.spark.snapshots import Snapshot, from_metadata, merged_through, offsets
 
 NOW = 1_800_000_000_000
 G, T = "grp", "topic"
@@ -75,21 +75,31 @@ def test_a_writer_whose_clock_lags_cannot_cut_the_kept_history() -> None:
     assert bound(h, [], NOW, max_age_s=62, min_keep=1).expires == 5
 
 
-def test_chain_follows_the_parents_and_finds_the_merge_commit() -> None:
-    snaps = [Snapshot(7, 3, 30, "append"), Snapshot(3, None, 10, "append"),
-             Snapshot(9, 7, 20, "overwrite", merged=42), Snapshot(11, 9, 40, "replace")]
-    ordered = chain(snaps)
-    assert [s.id for s in ordered] == [11, 9, 7, 3]
-    found = merged_through(ordered)
+def test_the_history_follows_the_parents_from_the_current_snapshot() -> None:
+    metadata = {"current-snapshot-id": 11, "snapshots": [
+        {"snapshot-id": 7, "parent-snapshot-id": 3, "timestamp-ms": 30,
+         "summary": {"operation": "append", "kstage.offsets": '{"g":{"t":{"0":5}}}'}},
+        {"snapshot-id": 3, "timestamp-ms": 10, "summary": {"operation": "append"}},
+        {"snapshot-id": 5, "parent-snapshot-id": 3, "timestamp-ms": 15,  # rolled back
+         "summary": {"operation": "append"}},
+        {"snapshot-id": 9, "parent-snapshot-id": 7, "timestamp-ms": 20,
+         "summary": {"operation": "overwrite", "kstage.merged-snapshot-id": "42"}},
+        {"snapshot-id": 11, "parent-snapshot-id": 9, "timestamp-ms": 40,
+         "summary": {"operation": "replace"}}]}
+    history = from_metadata(metadata)
+    assert [(s.id, s.parent, s.operation) for s in history] == [
+        (11, 9, "replace"), (9, 7, "overwrite"), (7, 3, "append"), (3, None, "append")]
+    assert offsets(history) == {("g", "t", 0): 5}
+    found = merged_through(history)
     assert found is not None and (found.id, found.merged) == (9, 42)
-    assert chain([]) == [] and merged_through(ordered[:1]) is None
+    assert from_metadata({"snapshots": []}) == [] and merged_through(history[-1:]) is None
 
 
-def test_offsets_only_expired_snapshots_record_are_carried_whole() -> None:
-    h = history((1, {(G, T, 0): 10}), (2, {(G, T, 1): 4}), (3, {(G, T, 0): 12}))
-    everything_but_the_newest = bound(h, [], NOW, max_age_s=1, min_keep=1)
-    assert carried(h, everything_but_the_newest) == {(G, T, 0): 12, (G, T, 1): 4}
-    nothing = bound(h, [], NOW, max_age_s=3600, min_keep=1)
-    assert carried(h, nothing) == {}
-    # partition 1's offset lives on in snapshot 2, kept: nothing to record again
-    assert carried(h, bound(h, [Keep(2, "merge")], NOW, max_age_s=1, min_keep=1)) == {}
+def test_the_offsets_are_recorded_again_when_the_current_snapshot_lacks_some() -> None:
+    h = history((1, {(G, T, 0): 10}), (2, {(G, T, 0): 10, (G, T, 1): 4}))
+    assert missing(h) == {}  # the newest append carries every partition
+    compacted = [Snapshot(3, 2, NOW, "replace"), *h]
+    assert missing(compacted) == {(G, T, 0): 10, (G, T, 1): 4}
+    behind = [Snapshot(3, 2, NOW, "append", {(G, T, 1): 5}), *h]
+    assert missing(behind) == {(G, T, 0): 10, (G, T, 1): 5}
+    assert missing([]) == {} and missing([Snapshot(1, None, NOW, "append")]) == {}

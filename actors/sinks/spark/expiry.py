@@ -21,11 +21,12 @@ expires only what is older than the oldest of them (:func:`bound`):
   descendants): the next merge reads the appends after it;
 * on a final table, its newest commit recording that staging snapshot.
 
-A partition whose committed offset caught up needs no snapshot, but what the table holds
-is still worth knowing (``kstage tables show``, a rewind that the table should not take
-twice): when expiry would take the last snapshot recording a partition's offset, the
-offsets the table holds are recorded first in one new snapshot, a commit without data
-(:func:`carried`).
+Every staging append records the offsets of the snapshot it follows with its own, so the
+current snapshot holds every partition's offset (a catalog may serve nothing older).
+Compaction and a manifest rewrite commit snapshots that record none: maintenance then
+commits the offsets the table holds again, in a snapshot of no data, before it expires
+anything (:func:`missing`); the current snapshot holds them all again, and expiry can
+never take the last record of a partition.
 
 Commit times come from each writer's clock; the bound is the oldest commit time of the
 kept part of the history, so a snapshot committed by a host whose clock lags is kept too.
@@ -98,13 +99,15 @@ def bound(history: Sequence[Snapshot], keeps: Iterable[Keep], now_ms: int,
     return Bound(older_than, min_keep, len(history) - retained, kept)
 
 
-def carried(history: Sequence[Snapshot], where: Bound) -> dict[Stream, int]:
-    """What the table holds per partition when expiring at ``where`` would lose it (only
-    expired snapshots record the partition's offset): then the whole of it, for one new
-    snapshot to record before the expiry; else nothing."""
+def missing(history: Sequence[Snapshot]) -> dict[Stream, int]:
+    """What the table holds per partition (all of it) when its current snapshot (the
+    head of ``history``) does not record it all, else nothing: a compaction's or a
+    manifest rewrite's snapshot records no offsets."""
+    if not history:
+        return {}
     held = offsets(history)
-    kept = offsets(history[:len(history) - where.expires])
-    return held if any(kept.get(s, -1) < o for s, o in held.items()) else {}
+    current = history[0].offsets
+    return held if any(current.get(s, -1) < o for s, o in held.items()) else {}
 
 
-__all__ = ["Bound", "Keep", "bound", "carried", "offset_keeps"]
+__all__ = ["Bound", "Keep", "bound", "missing", "offset_keeps"]

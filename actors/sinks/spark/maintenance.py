@@ -17,11 +17,12 @@ procedures:
    the newest ``snapshot_min_keep`` and everything offset recovery and the merge still
    need (see :mod:`actors.sinks.spark.expiry`; the Kafka offsets are read through the
    caller's :data:`Committed`). When Kafka's committed offsets cannot be read, no
-   snapshot of a staging table is expired, and the result says why. When expiry would
-   take the last snapshot recording a partition's offset, the table's offsets are first
-   committed again in a snapshot of no data (:data:`CARRIED`), so the table still says
-   how far it holds each partition. Files no kept snapshot references (the compacted
-   small files) are deleted here;
+   snapshot of a staging table is expired, and the result says why. Before it, when the
+   current snapshot (a compaction's) does not record every partition's offset, the
+   table's offsets are committed again in a snapshot of no data (:data:`CARRIED`): the
+   current snapshot holds them all, as after every append, and expiry cannot take the
+   last record of a partition. Files no kept snapshot references (the compacted small
+   files) are deleted here;
 4. **remove orphan files** (``remove_orphan_files``) older than ``orphan_min_age_s``:
    files in the table's directory that no snapshot references, e.g. what a killed JVM
    wrote but never committed. Never younger than a day: a running append, merge or
@@ -38,16 +39,17 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.sinks.spark import iceberg, snapshots
 from actors.sinks.spark.actor import SparkActor, short, spark_actor
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.expiry import Bound, Keep, bound, carried, offset_keeps
-from actors.sinks.spark.jvm_errors import explained, said
+from actors.sinks.spark.expiry import Bound, Keep, bound, missing, offset_keeps
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.merge import plan
 from settings.models import MaintenanceSettings, Settings, SparkSettings
+
+T = TypeVar("T")
 
 CARRIED = "kstage.offsets-carried"
 """Summary key of maintenance's commit that records the offsets again (no data)."""
@@ -70,8 +72,8 @@ class Maintained:
         snapshots_before, expired: snapshots before expiry, and how many expired.
         deleted_files: data files expiry deleted (no kept snapshot referenced them).
         kept: the snapshots expiry had to keep, each with why.
-        carried: partitions whose offsets were recorded again in a new snapshot (only
-            expired snapshots recorded them).
+        carried: partitions whose offsets were recorded again in a new snapshot (the
+            current one, a compaction's, recorded none).
         not_expired: why nothing was expired (when it was not tried).
         orphans: orphan files removed.
         error: what failed (the steps before it are done).
@@ -126,6 +128,28 @@ class Maintained:
         return lines
 
 
+class MaintenanceError(Exception):
+    """A Spark call of maintenance failed; ``str()`` describes it (see :func:`on_spark`)."""
+
+
+def on_spark(fn: Callable[[Any], T]) -> Callable[[Any], T]:
+    """``fn`` (for the Spark thread) whose failure is described there, while the JVM can
+    still say what the Java exception and its cause were (:func:`short`), as a
+    MaintenanceError chained to it (a dead JVM behind it is still recognised)."""
+    def run(spark: Any) -> T:
+        try:
+            return fn(spark)
+        except MaintenanceError:
+            raise
+        except Exception as exc:
+            raise MaintenanceError(short(exc)) from exc
+    return run
+
+
+def _said(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, MaintenanceError) else short(exc)
+
+
 def _call(spark: Any, settings: SparkSettings, procedure: str, args: str) -> list[Any]:
     """Spark thread: ``CALL <catalog>.system.<procedure>(<args>)``'s result rows."""
     rows: list[Any] = spark.sql(
@@ -147,8 +171,10 @@ def compact(spark: Any, settings: SparkSettings, table: str) -> tuple[int, int]:
 def rewrite_manifests(spark: Any, settings: SparkSettings, table: str) -> tuple[int, int]:
     """Spark thread: rewrite the current snapshot's manifests when it has at least
     ``min_input_files``; (rewritten, written)."""
-    name = f"`{settings.catalog.name}`.`{settings.catalog.namespace}`.`{table}`"
-    count = int(spark.sql(f"SELECT count(*) AS n FROM {name}.manifests").first()["n"])  # noqa: S608
+    loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    current = loaded.currentSnapshot()
+    count = 0 if current is None else int(current.allManifests(loaded.io()).size())
     if count < settings.maintenance.min_input_files:
         return 0, 0
     rows = _call(spark, settings, "rewrite_manifests", f"table => '{dotted(settings, table)}'")
@@ -159,14 +185,12 @@ def expire(spark: Any, settings: SparkSettings, table: str, where: Bound,
            ) -> tuple[int, int, int]:
     """Spark thread: expire the snapshots before ``where``; (snapshots before, snapshots
     expired, data files deleted)."""
-    name = f"`{settings.catalog.name}`.`{settings.catalog.namespace}`.`{table}`"
-    count = f"SELECT count(*) AS n FROM {name}.snapshots"  # noqa: S608
-    before = int(spark.sql(count).first()["n"])
+    before = snapshots.content(spark, settings, table).snapshots
     rows = _call(spark, settings, "expire_snapshots",
                  f"table => '{dotted(settings, table)}', "
                  f"older_than => timestamp_millis({where.older_than_ms}), "
                  f"retain_last => {where.retain_last}")
-    after = int(spark.sql(count).first()["n"])
+    after = snapshots.content(spark, settings, table).snapshots
     return before, before - after, int(rows[0]["deleted_data_files_count"])
 
 
@@ -196,12 +220,8 @@ def record_offsets(spark: Any, settings: SparkSettings, table: str,
 
 
 def _finish(spark: Any, settings: SparkSettings, table: str, where: Bound | None,
-            result: Maintained, carry: dict[Stream, int] | None = None) -> None:
-    """Spark thread: the offsets expiry would lose recorded again (``carry``), expiry
-    (unless ``where`` is None), orphans, and the files left."""
-    if carry:
-        record_offsets(spark, settings, table, carry)
-        result.carried = len(carry)
+            result: Maintained) -> None:
+    """Spark thread: expiry (unless ``where`` is None), orphans, and the files left."""
     if where is not None:
         result.kept = list(where.kept)
         result.snapshots_before, result.expired, result.deleted_files = expire(
@@ -219,24 +239,24 @@ async def maintain_pair(actor: SparkActor, staging: str, final: str, committed: 
                Maintained(dotted(settings, final), f"final of {staging}")]
     merged: int | None = None
     try:
-        found = await actor.call(explained(lambda spark: (
+        found = await actor.call(on_spark(lambda spark: (
             snapshots.exists(spark, settings, staging), snapshots.exists(spark, settings, final))))
     except Exception as exc:  # noqa: BLE001 - reported per table, never raised
         for result in results:
-            result.error = f"cannot look the table up in the catalog: {said(exc)}"
+            result.error = f"cannot look the table up in the catalog: {_said(exc)}"
         return results
     results[0].exists, results[1].exists = found
     if results[1].exists:
         try:
             merged = await _maintain_final(actor, final, results[1])
         except Exception as exc:  # noqa: BLE001 - reported per table, never raised
-            results[1].error = said(exc)
+            results[1].error = _said(exc)
     if results[0].exists:
         try:
             await _maintain_staging(actor, staging, final if results[1].exists else None,
                                     merged, committed, results[0])
         except Exception as exc:  # noqa: BLE001 - reported per table, never raised
-            results[0].error = said(exc)
+            results[0].error = _said(exc)
     return results
 
 
@@ -258,7 +278,7 @@ async def _maintain_final(actor: SparkActor, final: str, result: Maintained) -> 
         _finish(spark, settings, final, where, result)
         return None if last is None else last.merged
 
-    return await actor.call(explained(run))
+    return await actor.call(on_spark(run))
 
 
 async def _maintain_staging(actor: SparkActor, staging: str, final: str | None,
@@ -269,9 +289,15 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str | None,
 
     def reshape(spark: Any) -> list[snapshots.Snapshot]:
         _reshape(spark, settings, staging, result)
-        return snapshots.history(spark, settings, staging)
+        history = snapshots.history(spark, settings, staging)
+        carry = missing(history)
+        if carry:  # the current snapshot must hold every partition's offset
+            record_offsets(spark, settings, staging, carry)
+            result.carried = len(carry)
+            history = snapshots.history(spark, settings, staging)
+        return history
 
-    history = await actor.call(explained(reshape))
+    history = await actor.call(on_spark(reshape))
     keeps: list[Keep] = []
     if merged is not None:
         keeps.append(Keep(merged, f"the final table {final} merged through it"))
@@ -287,9 +313,8 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str | None,
         where = bound(history, keeps, int(time.time() * 1000),
                       settings.maintenance.snapshot_max_age_s,
                       settings.maintenance.snapshot_min_keep)
-    carry = carried(history, where) if where is not None else {}
-    await actor.call(explained(lambda spark: _finish(spark, settings, staging, where, result,
-                                                     carry)))
+    await actor.call(on_spark(lambda spark: _finish(spark, settings, staging, where,
+                                                     result)))
 
 
 async def maintain(settings: Settings, committed: Committed, table: str | None = None,
@@ -303,5 +328,6 @@ async def maintain(settings: Settings, committed: Committed, table: str | None =
     return results
 
 
-__all__ = ["CARRIED", "Committed", "Maintained", "compact", "expire", "maintain",
-           "maintain_pair", "record_offsets", "remove_orphans", "rewrite_manifests"]
+__all__ = ["CARRIED", "Committed", "Maintained", "MaintenanceError", "compact", "expire",
+           "maintain", "maintain_pair", "on_spark", "record_offsets", "remove_orphans",
+           "rewrite_manifests"]

@@ -13,10 +13,11 @@ whose old directory is in the warehouse, on the Spark thread:
    merge had folded into the final table (``_merge_state``'s ``merged_files``), then the
    others, each one commit. Their Kafka offsets are not recorded: Kafka's committed
    offsets cover them (the old version committed after its appends);
-3. the old final table (if any) is appended to the Iceberg final table (created if
-   needed: the same columns, its final partition column too, partitioned by it). When
+3. the old final table (if any) is appended to the Iceberg final table (created, or
+   checked, by the merge's :func:`~actors.sinks.spark.final_table.ensure`: the same
+   columns, its final partition column too, partitioned by it). When
    the merged staging files are the staging table's first commit, the final commit
-   records that snapshot (:data:`~actors.sinks.spark.snapshots.MERGED_SNAPSHOT_ID`), so
+   records that snapshot (:data:`~actors.sinks.spark.final_table.MERGED_SNAPSHOT`), so
    the next merge folds only the rows after it; otherwise the next merge folds the whole
    staging table again, which changes nothing it had merged (exact replays are dropped);
 4. the old directories are moved into ``<warehouse>/_pre_iceberg/`` (the final table
@@ -37,10 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.sinks.spark import iceberg, legacy, snapshots
-from actors.sinks.spark.actor import SparkActor, spark_actor
-from actors.sinks.spark.catalog import dotted, qualified
-from actors.sinks.spark.jvm_errors import root_cause
+from actors.sinks.spark import final_table, iceberg, legacy, snapshots
+from actors.sinks.spark.actor import SparkActor, short, spark_actor
+from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.merge import TablePlan, final_name, plan
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, spark_type
 from processors.base import Column
@@ -51,8 +51,6 @@ logger = logging.getLogger(__name__)
 MIGRATED_FROM = "kstage.migrated-from"
 """Summary key of an import commit: ``<old directory name>#<part>`` (merged, unmerged,
 final)."""
-MERGED_FROM = "kstage.merged-from"
-"""Summary key of a final table's merge commit: the staging table it merged from."""
 OLD_DIRECTORY_COLUMNS = ("ingest_date", "writer_id")
 
 
@@ -110,11 +108,9 @@ def _read_old(spark: Any, directory: Path, files: Sequence[str], columns: Sequen
 
 def _imported(spark: Any, settings: SparkSettings, table: str) -> dict[str, int]:
     """The import commits of a table: ``directory#part`` -> snapshot id."""
-    name = qualified(settings, table)
-    rows = spark.sql(f"SELECT snapshot_id AS id, summary['{MIGRATED_FROM}'] AS part "  # noqa: S608
-                     f"FROM {name}.snapshots WHERE summary['{MIGRATED_FROM}'] IS NOT NULL"
-                     ).collect()
-    return {str(r["part"]): int(r["id"]) for r in rows}
+    metadata = iceberg.table_metadata(spark, settings, table)
+    return {str(s["summary"][MIGRATED_FROM]): int(s["snapshot-id"])
+            for s in metadata.get("snapshots", ()) if MIGRATED_FROM in s.get("summary", {})}
 
 
 def _append(spark: Any, settings: SparkSettings, table: str, frame: Any, marker: str,
@@ -127,62 +123,27 @@ def _append(spark: Any, settings: SparkSettings, table: str, frame: Any, marker:
     for key, value in (properties or {}).items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.append()
-    name = qualified(settings, table)
-    added = spark.sql(f"SELECT summary['added-records'] AS n FROM {name}.snapshots "  # noqa: S608
-                      f"WHERE summary['{MIGRATED_FROM}'] = '{marker}'").first()
-    if added is None or int(added["n"] or 0) != rows:
+    metadata = iceberg.table_metadata(spark, settings, table)
+    added = next((s["summary"].get("added-records") for s in metadata.get("snapshots", ())
+                  if s.get("summary", {}).get(MIGRATED_FROM) == marker), None)
+    if int(added or 0) != rows:
         raise MigrationError(f"{dotted(settings, table)}: the import of {marker} read {rows} "
-                             f"rows but its commit added {None if added is None else added['n']}")
+                             f"rows but its commit added {added}")
     return rows
 
 
-def _final_columns(spark: Any, item: TablePlan) -> tuple[list[Any], Any | None]:
-    """The Spark fields of a final table (the staging columns, then the final partition
-    column if the processor declares one) and that column's expression."""
-    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
-
-    fields = [t.StructField(c.name, spark_type(c.type), c.nullable)
-              for c in _declared(item.columns)]
+def _partition(spark: Any, item: TablePlan) -> tuple[str, str, str] | None:
+    """The final partition of ``item`` as :func:`final_table.ensure` takes it: (name,
+    expression, the Spark type of the expression over the key columns)."""
     if item.partition is None:
-        return fields, None
+        return None
+    from pyspark.sql.types import StructType  # noqa: PLC0415 - pyspark only if used
+
     name, expression = item.partition
-    keys = spark.createDataFrame([], t.StructType([f for f in fields if f.name in item.key]))
+    schema = iceberg.struct_type(item.columns)
+    keys = spark.createDataFrame([], StructType([schema[k] for k in item.key]))
     kind = keys.selectExpr(f"{expression} AS `{name}`").schema[name].dataType
-    return [*fields, t.StructField(name, kind, True)], expression
-
-
-FINAL_PROPERTIES = {
-    "format-version": "2",
-    "write.merge.mode": "copy-on-write",
-    "write.update.mode": "copy-on-write",
-    "write.delete.mode": "copy-on-write",
-    "write.merge.isolation-level": "serializable",
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "100",
-    "commit.retry.num-retries": "10",
-}
-"""The properties of a final table as ``kstage merge`` creates it (copy-on-write merges),
-with ``kstage.staging-table`` and ``kstage.final-partition``, which the merge checks."""
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
-def _create_final(spark: Any, settings: SparkSettings, item: TablePlan, fields: list[Any],
-                  ) -> None:
-    """Create the final table as ``kstage merge`` would: the staging columns, then the
-    final partition column (the table partitioned by it)."""
-    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}"
-                        f"{'' if f.nullable else ' NOT NULL'}" for f in fields)
-    partitioned = (f"PARTITIONED BY (`{item.partition[0]}`) "
-                   if item.partition is not None else "")
-    spec = "" if item.partition is None else f"{item.partition[0]} = {item.partition[1]}"
-    properties = {**FINAL_PROPERTIES, "kstage.staging-table": dotted(settings, item.table),
-                  "kstage.final-partition": spec}
-    text = ", ".join(f"'{k}' = '{_quote(v)}'" for k, v in properties.items())
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(settings, item.final_table)} "
-              f"({columns}) USING iceberg {partitioned}TBLPROPERTIES ({text})")
+    return name, expression, kind.simpleString()
 
 
 class _Job:
@@ -238,7 +199,7 @@ class _Job:
         settings, item = self.settings, self.item
         marker = f"{directory.name}#final"
         name = dotted(settings, item.final_table)
-        fields, expression = _final_columns(spark, item)
+        partition = _partition(spark, item)
         if snapshots.exists(spark, settings, item.final_table):
             if marker in _imported(spark, settings, item.final_table):
                 self.done.append(Migrated(directory.name, name, "final", 0, earlier=True))
@@ -249,15 +210,16 @@ class _Job:
                     f"the old final table {directory} too would hold some rows twice; move "
                     "that directory out of the warehouse (its rows are merged again from "
                     "staging) or drop the Iceberg final table and migrate again")
-        _create_final(spark, settings, item, fields)
+        final_table.ensure(spark, settings, item.final_table, item.table, item.columns,
+                           partition)
         skip = [item.partition[0]] if item.partition is not None else []
         frame = _read_old(spark, directory, legacy.parquet_files(directory), item.columns,
                           skip)
-        if item.partition is not None:
-            frame = frame.withColumn(item.partition[0], f.expr(str(expression)))
+        if partition is not None:
+            frame = frame.withColumn(partition[0], f.expr(partition[1]))
         properties = {} if merged is None else {
-            snapshots.MERGED_SNAPSHOT_ID: str(merged),
-            MERGED_FROM: dotted(settings, item.table)}
+            final_table.MERGED_SNAPSHOT: str(merged),
+            final_table.MERGED_FROM: dotted(settings, item.table)}
         rows = _append(spark, settings, item.final_table, frame, marker, properties)
         self.done.append(Migrated(directory.name, name, "final", rows))
 
@@ -270,7 +232,7 @@ def _explained(job: _Job, item: TablePlan) -> Callable[[Any], list[Migrated]]:
         except MigrationError:
             raise
         except Exception as exc:
-            raise MigrationError(f"{item.table}: {root_cause(exc)} (nothing of it was moved "
+            raise MigrationError(f"{item.table}: {short(exc)} (nothing of it was moved "
                                  "aside; run the migration again)") from exc
     return run
 

@@ -3,13 +3,13 @@
 For ``kstage tables show`` and ``kstage tables maintain``: a table's current history
 (:func:`history`: its snapshots from the current one back through its parents, each with
 its commit time and the kstage summary keys it carries) and its current content
-(:func:`content`: data files, rows, bytes, from ``<table>.files``). Both read the
-metadata tables ``<table>.snapshots``, ``<table>.history`` and ``<table>.files`` through
-Spark, on the Spark thread; pyspark is imported only inside functions.
+(:func:`content`: data files, rows, bytes, from the current snapshot's summary totals).
+Both come from the table's metadata as the catalog holds it now, loaded through Iceberg's
+Java API (:func:`actors.sinks.spark.iceberg.table_metadata`: the same for every catalog,
+a REST catalog too, and no Spark job), on the Spark thread.
 
-Summary keys kstage writes (besides the staging appends' keys of
-:mod:`actors.sinks.spark.iceberg`): :data:`MERGED_SNAPSHOT_ID`, on a final table's merge
-commit, the id of the staging snapshot the merge folded through.
+A final table's merge commits record the staging snapshot they merged through
+(:data:`~actors.sinks.spark.final_table.MERGED_SNAPSHOT`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.sinks.spark import iceberg
-from actors.sinks.spark.catalog import dotted, qualified
+from actors.sinks.spark.catalog import dotted
+from actors.sinks.spark.final_table import MERGED_SNAPSHOT
 from actors.sinks.spark.ledger import Stream
 from settings.models import SparkSettings
-
-MERGED_SNAPSHOT_ID = "kstage.merged-snapshot-id"
-"""Summary key of a final table's merge commit: the staging snapshot merged through."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +48,20 @@ class Snapshot:
 def history(spark: Any, settings: SparkSettings, table: str) -> list[Snapshot]:
     """Spark thread: the table's current history, newest first (the current snapshot,
     its parent, ...); empty for a table without snapshots."""
-    name = qualified(settings, table)  # checked identifiers; the keys are ours
-    rows = spark.sql(
-        "SELECT s.snapshot_id AS id, s.parent_id AS parent, "  # noqa: S608
-        "unix_millis(s.committed_at) AS ms, s.operation AS operation, "
-        f"s.summary['{iceberg.OFFSETS}'] AS offsets, "
-        f"s.summary['{MERGED_SNAPSHOT_ID}'] AS merged, h.made_current_at AS made "
-        f"FROM {name}.snapshots s JOIN {name}.history h ON s.snapshot_id = h.snapshot_id "
-        "WHERE h.is_current_ancestor").collect()
-    return chain([
-        Snapshot(int(r["id"]), None if r["parent"] is None else int(r["parent"]), int(r["ms"]),
-                 str(r["operation"]),
-                 iceberg.parse_offsets(r["offsets"]) if r["offsets"] is not None else {},
-                 _merged_id(r["merged"]))
-        for r in rows])
+    return from_metadata(iceberg.table_metadata(spark, settings, table))
+
+
+def from_metadata(metadata: dict[str, Any]) -> list[Snapshot]:
+    """The current history of a table's metadata (``metadata.json``), newest first."""
+    found = []
+    for s in reversed(iceberg.current_history(metadata)):
+        summary = s.get("summary", {})
+        offsets = summary.get(iceberg.OFFSETS)
+        found.append(Snapshot(int(s["snapshot-id"]), s.get("parent-snapshot-id"),
+                              int(s["timestamp-ms"]), str(summary.get("operation", "")),
+                              iceberg.parse_offsets(offsets) if offsets is not None else {},
+                              _merged_id(summary.get(MERGED_SNAPSHOT))))
+    return found
 
 
 def _merged_id(value: str | None) -> int | None:
@@ -71,24 +69,6 @@ def _merged_id(value: str | None) -> int | None:
         return None if value is None else int(value)
     except ValueError:
         return None  # not kstage's
-
-
-def chain(snapshots: Sequence[Snapshot]) -> list[Snapshot]:
-    """``snapshots`` (a table's current ancestors, in any order) ordered newest first by
-    their parent links: the head is the one no other names as parent."""
-    by_id = {s.id: s for s in snapshots}
-    parents = {s.parent for s in snapshots}
-    heads = [s for s in snapshots if s.id not in parents]
-    if not heads:
-        return []
-    ordered: list[Snapshot] = []
-    seen: set[int] = set()
-    current: Snapshot | None = max(heads, key=lambda s: s.committed_ms)
-    while current is not None and current.id not in seen:
-        ordered.append(current)
-        seen.add(current.id)
-        current = by_id.get(current.parent) if current.parent is not None else None
-    return ordered
 
 
 def offsets(snapshots: Sequence[Snapshot]) -> dict[Stream, int]:
@@ -108,28 +88,36 @@ def merged_through(snapshots: Sequence[Snapshot]) -> Snapshot | None:
 
 @dataclass(frozen=True, slots=True)
 class Content:
-    """A table's current data: data files, rows (deleted rows not counted) and bytes."""
+    """A table's current data and snapshots: data files, rows (deleted rows not counted),
+    bytes, delete files, and how many snapshots the table keeps."""
 
     data_files: int
     rows: int
     bytes: int
     delete_files: int = 0
+    snapshots: int = 0
+
+
+def _total(summary: dict[str, str], key: str) -> int:
+    try:
+        return int(summary.get(key, 0))
+    except ValueError:
+        return 0
 
 
 def content(spark: Any, settings: SparkSettings, table: str) -> Content:
-    """Spark thread: the current snapshot's files (``<table>.files``); rows are counted
-    by a query only when delete files exist (otherwise the files' record counts)."""
-    name = qualified(settings, table)
-    row = spark.sql(
-        "SELECT coalesce(sum(CASE WHEN content = 0 THEN 1 END), 0) AS data, "  # noqa: S608
-        "coalesce(sum(CASE WHEN content = 0 THEN record_count END), 0) AS records, "
-        "coalesce(sum(file_size_in_bytes), 0) AS bytes, "
-        "coalesce(sum(CASE WHEN content <> 0 THEN 1 END), 0) AS deletes "
-        f"FROM {name}.files").first()
-    rows = int(row["records"])
-    if int(row["deletes"]):
+    """Spark thread: the current snapshot's totals (its summary's ``total-*``); rows are
+    counted by a query only when delete files exist."""
+    metadata = iceberg.table_metadata(spark, settings, table)
+    current = iceberg.current_history(metadata)[-1:]
+    summary = current[0].get("summary", {}) if current else {}
+    deletes = _total(summary, "total-delete-files")
+    rows = _total(summary, "total-records")
+    if deletes:
         rows = int(spark.table(dotted(settings, table)).count())
-    return Content(int(row["data"]), rows, int(row["bytes"]), int(row["deletes"]))
+    return Content(_total(summary, "total-data-files"), rows,
+                   _total(summary, "total-files-size"), deletes,
+                   len(metadata.get("snapshots", ())))
 
 
 def exists(spark: Any, settings: SparkSettings, table: str) -> bool:
@@ -137,5 +125,5 @@ def exists(spark: Any, settings: SparkSettings, table: str) -> bool:
     return bool(spark.catalog.tableExists(dotted(settings, table)))
 
 
-__all__ = ["MERGED_SNAPSHOT_ID", "Content", "Snapshot", "chain", "content", "exists",
-           "history", "merged_through", "offsets"]
+__all__ = ["Content", "Snapshot", "content", "exists", "from_metadata", "history",
+           "merged_through", "offsets"]
