@@ -25,7 +25,7 @@ import yaml
 
 from actors.sinks.spark import migrate as migration
 from service.cli import main
-from tests.iceberg_tables import catalog, rows, summaries
+from tests.iceberg_tables import reader, rows, summaries
 from tests.kafkautil import ROOT
 
 pytestmark = pytest.mark.slow
@@ -136,7 +136,7 @@ def test_an_old_warehouse_is_refused_then_migrated_once_with_every_row(
     assert len(final) == 1 and final[0]["kstage.migrated-from"] == "final_legacy#final"
     # the final table is merged through the merged files' commit: the next merge folds
     # only the 4 rows after it
-    first = min(catalog(warehouse).load_table("kstage.stg_legacy").snapshots(),
+    first = min(reader(warehouse).catalog.load_table(("kstage", "stg_legacy")).snapshots(),
                 key=lambda s: s.timestamp_ms)
     assert final[0]["kstage.merged-snapshot-id"] == str(first.snapshot_id)
 

@@ -1,8 +1,12 @@
 """Which snapshots maintenance expires: the offsets recovery needs, the merge's snapshot,
-the age and count limits, and writers whose clocks disagree (pure: no Spark)."""
+the age and count limits, and writers whose clocks disagree; a compaction that raced
+another commit runs again (pure: no Spark)."""
 
 from __future__ import annotations
 
+import pytest
+
+from actors.sinks.spark import maintenance
 from actors.sinks.spark.expiry import Keep, bound, missing, offset_keeps
 from actors.sinks.spark.snapshots import Snapshot, from_metadata, merged_through, offsets
 
@@ -103,3 +107,34 @@ def test_the_offsets_are_recorded_again_when_the_current_snapshot_lacks_some() -
     behind = [Snapshot(3, 2, NOW, "append", {(G, T, 1): 5}), *h]
     assert missing(behind) == {(G, T, 0): 10, (G, T, 1): 5}
     assert missing([]) == {} and missing([Snapshot(1, None, NOW, "append")]) == {}
+
+
+def test_a_step_that_raced_another_commit_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(maintenance.time, "sleep", lambda _s: None)
+    raced = RuntimeError("org.apache.iceberg.exceptions.ValidationException: Deleted "
+                         "manifest m2.avro could not be found in the latest snapshot 7")
+    calls: list[int] = []
+
+    def step() -> tuple[int, int]:
+        calls.append(1)
+        if len(calls) < 3:
+            raise raced
+        return 5, 1
+
+    assert maintenance._again_on_conflict(step, "the manifest rewrite", "t") == (5, 1)
+    assert len(calls) == 3
+
+    def always() -> None:
+        raise raced
+
+    with pytest.raises(RuntimeError, match="ValidationException"):
+        maintenance._again_on_conflict(always, "compaction", "t")
+
+    def broken() -> None:
+        calls.append(1)
+        raise OSError("disk gone")
+
+    calls.clear()
+    with pytest.raises(OSError):  # not a race: not run again
+        maintenance._again_on_conflict(broken, "compaction", "t")
+    assert len(calls) == 1

@@ -29,13 +29,17 @@ procedures:
    compaction has written files its commit does not yet reference.
 
 Appends of other processes may run meanwhile: Iceberg retries a commit that lost the
-race, compaction only replaces files, and expiry keeps every snapshot newer than its bound.
+race, compaction only replaces files (a compaction or manifest rewrite that Iceberg
+refuses because an append changed what it replaces runs again, up to :data:`ATTEMPTS`
+times), and expiry keeps every snapshot newer than its bound.
 A failure of one table's maintenance is reported with the table and the other tables are
 still maintained. pyspark is imported only inside functions.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -47,9 +51,15 @@ from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.expiry import Bound, Keep, bound, missing, offset_keeps
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.merge import plan
+from actors.sinks.spark.merge_job import conflict
 from settings.models import MaintenanceSettings, Settings, SparkSettings
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
+
+ATTEMPTS = 4
+"""How many times compaction or a manifest rewrite runs when its commit raced another."""
 
 CARRIED = "kstage.offsets-carried"
 """Summary key of maintenance's commit that records the offsets again (no data)."""
@@ -203,11 +213,29 @@ def remove_orphans(spark: Any, settings: SparkSettings, table: str) -> int:
                      f"older_than => timestamp_millis({older_than})"))
 
 
+def _again_on_conflict(step: Callable[[], T], what: str, table: str) -> T:
+    """Spark thread: ``step()``, run again (planned anew on the latest snapshot) when
+    Iceberg refused its commit because another commit raced it (an append merging the
+    manifests a manifest rewrite replaces), up to :data:`ATTEMPTS` times."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return step()
+        except Exception as exc:
+            if attempt == ATTEMPTS or not conflict(exc):
+                raise
+            logger.warning("maintenance: %s: %s raced another commit (%s); again (attempt %d "
+                           "of %d)", table, what, short(exc), attempt + 1, ATTEMPTS)
+            time.sleep(random.uniform(0.2, 1.0) * attempt)  # noqa: S311 - a backoff
+    raise AssertionError("not reached")  # pragma: no cover
+
+
 def _reshape(spark: Any, settings: SparkSettings, table: str, result: Maintained) -> None:
     """Spark thread: compaction and manifests (nothing to keep for them)."""
     result.files_before = snapshots.content(spark, settings, table).data_files
-    result.compacted, result.compacted_into = compact(spark, settings, table)
-    result.manifests, result.manifests_into = rewrite_manifests(spark, settings, table)
+    result.compacted, result.compacted_into = _again_on_conflict(
+        lambda: compact(spark, settings, table), "compaction", table)
+    result.manifests, result.manifests_into = _again_on_conflict(
+        lambda: rewrite_manifests(spark, settings, table), "the manifest rewrite", table)
 
 
 def record_offsets(spark: Any, settings: SparkSettings, table: str,
