@@ -24,7 +24,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.sinks.spark import final_table, iceberg, snapshots
+from actors.sinks.spark import final_table, iceberg, maintenance, snapshots
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.maintenance import Maintained, maintain
@@ -223,6 +223,29 @@ async def test_an_empty_table_is_maintained_without_error(actor: SparkActor,
     staging = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))["staging"]
     assert staging.exists and not staging.error, staging
     assert (staging.files_after, staging.compacted, staging.expired) == (0, 0, 0)
+
+
+async def test_an_unreadable_merge_record_expires_no_staging_snapshot(
+        actor: SparkActor, broker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, topic, group = "stg_no_record", unique("norecord"), unique("g-norecord")
+    await stage(actor, table, group, topic, [(0, 0, 2), (0, 2, 2)])
+    settings = actor.settings
+    final = final_name(table)
+    await actor.call(lambda spark: spark.sql(
+        f"CREATE TABLE {qualified(settings, final)} (id STRING) USING iceberg").collect())
+
+    def unreadable(*_args: Any) -> None:
+        raise RuntimeError("the catalog answered 503")
+
+    monkeypatch.setattr(maintenance, "_merged", unreadable)
+    cfg = config(actor, broker, table, topic, group)
+    results = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))
+    staging = results["staging"]
+    assert not staging.error and staging.expired == 0 and staging.compacted == 2
+    assert staging.not_expired == (f"the staging snapshot the final table {final} merged "
+                                   "through cannot be read (RuntimeError: the catalog "
+                                   "answered 503)")
+    assert not results["final"].error  # the final table itself was maintained
 
 
 async def test_kafka_unreadable_expires_nothing_and_says_why(actor: SparkActor,

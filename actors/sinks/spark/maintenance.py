@@ -274,26 +274,37 @@ async def maintain_pair(actor: SparkActor, staging: str, final: str, committed: 
             result.error = f"cannot look the table up in the catalog: {_said(exc)}"
         return results
     results[0].exists, results[1].exists = found
+    unknown = ""  # why the staging snapshot the final table merged through is unknown
     if results[1].exists:
+        try:  # read first, whatever becomes of the final table's own maintenance
+            merged = await actor.call(on_spark(lambda spark: _merged(spark, settings, final)))
+        except Exception as exc:  # noqa: BLE001 - reported per table, never raised
+            unknown = _said(exc)
         try:
-            merged = await _maintain_final(actor, final, results[1])
+            await _maintain_final(actor, final, results[1])
         except Exception as exc:  # noqa: BLE001 - reported per table, never raised
             results[1].error = _said(exc)
     if results[0].exists:
         try:
-            await _maintain_staging(actor, staging, final if results[1].exists else None,
-                                    merged, committed, results[0])
+            await _maintain_staging(actor, staging, final, merged, unknown, committed,
+                                    results[0])
         except Exception as exc:  # noqa: BLE001 - reported per table, never raised
             results[0].error = _said(exc)
     return results
 
 
-async def _maintain_final(actor: SparkActor, final: str, result: Maintained) -> int | None:
+def _merged(spark: Any, settings: SparkSettings, final: str) -> int | None:
+    """Spark thread: the staging snapshot the final table's last merge folded through."""
+    last = snapshots.merged_through(snapshots.history(spark, settings, final))
+    return None if last is None else last.merged
+
+
+async def _maintain_final(actor: SparkActor, final: str, result: Maintained) -> None:
     """The final table: keep its newest merge commit (it records where the next merge
-    starts); returns the staging snapshot that commit merged through."""
+    starts)."""
     settings = actor.settings
 
-    def run(spark: Any) -> int | None:
+    def run(spark: Any) -> None:
         _reshape(spark, settings, final, result)
         history = snapshots.history(spark, settings, final)
         last = snapshots.merged_through(history)
@@ -304,15 +315,14 @@ async def _maintain_final(actor: SparkActor, final: str, result: Maintained) -> 
                       settings.maintenance.snapshot_max_age_s,
                       settings.maintenance.snapshot_min_keep)
         _finish(spark, settings, final, where, result)
-        return None if last is None else last.merged
 
-    return await actor.call(on_spark(run))
+    await actor.call(on_spark(run))
 
 
-async def _maintain_staging(actor: SparkActor, staging: str, final: str | None,
-                            merged: int | None, committed: Committed,
-                            result: Maintained) -> None:
-    """The staging table: keep what offset recovery and the next merge need."""
+async def _maintain_staging(actor: SparkActor, staging: str, final: str, merged: int | None,
+                            unknown: str, committed: Committed, result: Maintained) -> None:
+    """The staging table: keep what offset recovery and the next merge need (nothing is
+    expired when either is ``unknown``)."""
     settings = actor.settings
 
     def reshape(spark: Any) -> list[snapshots.Snapshot]:
@@ -337,10 +347,13 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str | None,
         result.not_expired = (f"Kafka's committed offsets cannot be read ({short(exc)}), "
                               "so which snapshots offset recovery needs is unknown")
     else:
+        if unknown:
+            result.not_expired = (f"the staging snapshot the final table {final} merged "
+                                  f"through cannot be read ({unknown})")
         keeps += offset_keeps(history, done)
-        where = bound(history, keeps, int(time.time() * 1000),
-                      settings.maintenance.snapshot_max_age_s,
-                      settings.maintenance.snapshot_min_keep)
+        where = None if unknown else bound(history, keeps, int(time.time() * 1000),
+                                           settings.maintenance.snapshot_max_age_s,
+                                           settings.maintenance.snapshot_min_keep)
     await actor.call(on_spark(lambda spark: _finish(spark, settings, staging, where,
                                                      result)))
 
