@@ -48,8 +48,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.revoked_at: dict[TopicPartition, int] = {}
         self.unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
         # Assigned partitions paused until the sinks said where their tables hold them
-        # (see on_partitions_assigned); the fetcher does not resume them.
-        self.held: set[TopicPartition] = set()
+        # (see on_partitions_assigned), with the generation of that assignment; the
+        # fetcher does not resume them.
+        self.held: dict[TopicPartition, int] = {}
+        self._resuming: set[asyncio.Task[None]] = set()
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.on_revoked(set(revoked))
@@ -58,27 +60,52 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.on_assigned(set(assigned))
         w = self._w
         consumer = w.committer.consumer
-        # A sink that stores offsets is asked where its table holds each partition (a Spark
-        # call) before anything of them is fetched: paused now, before the first await,
-        # or aiokafka fetches from the committed offset meanwhile and those records come
-        # too, beside the ones from the table's offset after the seek.
-        hold = consumer is not None and any(s.capabilities.stores_offsets for s in w.sinks)
-        if hold and consumer is not None and assigned:
+        # A sink that stores offsets is asked where its table holds each partition before
+        # anything of them is fetched: paused now, before the first await (else aiokafka
+        # fetches from the committed offset meanwhile, and those records come too, beside
+        # the ones from the table's offset). The tables are read off the rebalance (a Spark
+        # call may wait behind an append or a merge): the group's rebalance ends at once,
+        # and the partitions are resumed when their tables answered (:meth:`_resume`).
+        hold = (consumer is not None and bool(assigned)
+                and any(s.capabilities.stores_offsets for s in w.sinks))
+        gen = self.generation
+        if hold and consumer is not None:
             consumer.pause(*assigned)
-            self.held |= set(assigned)
+            self.held.update(dict.fromkeys(assigned, gen))
+        started = False
+        if (w.group.start_from != "committed" and consumer is not None
+                and w.starts.claim(w.group_id, w.topic.topic)):
+            await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
+            started = True
+        if hold and consumer is not None:
+            tg = w.task_group
+            resume = self._resume(consumer, set(assigned), seek=not started, gen=gen)
+            if tg is None:  # not running its loops (a test driving the listener): inline
+                await resume
+            else:
+                task = tg.create_task(resume, name=f"{w.label}:resume")
+                self._resuming.add(task)
+                task.add_done_callback(self._resuming.discard)
+
+    async def _resume(self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition], *,
+                      seek: bool, gen: int) -> None:
+        """Ask the sinks that store offsets where their tables hold ``assigned`` (seek
+        there, see :mod:`actors.worker.sink_offsets`), then resume the partitions still
+        held for generation ``gen``."""
+        w = self._w
         try:
-            started = False
-            if (w.group.start_from != "committed" and consumer is not None
-                    and w.starts.claim(w.group_id, w.topic.topic)):
-                await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
-                started = True
-            if consumer is not None:  # where the tables hold them (start_from's seek stands)
-                await resume_from_sinks(w, consumer, set(assigned), seek=not started)
+            await resume_from_sinks(w, consumer, assigned, seek=seek,
+                                    live=lambda tp: self.held.get(tp) == gen)
+        except Exception as exc:  # noqa: BLE001 - never lose the partitions over it
+            logger.warning("%s: asking the sinks where to resume %s failed (%s); reading "
+                           "from the committed offsets", w.label,
+                           sorted(tp.partition for tp in assigned), exc)
         finally:
-            if hold and consumer is not None:
-                self.held -= set(assigned)
-                current = consumer.assignment()
-                consumer.resume(*(tp for tp in assigned if tp in current and tp not in w.lanes))
+            mine = [tp for tp in assigned if self.held.get(tp) == gen]
+            for tp in mine:
+                del self.held[tp]
+            current = consumer.assignment()
+            consumer.resume(*(tp for tp in mine if tp in current and tp not in w.lanes))
 
     def live(self, tp: TopicPartition, gen: int) -> bool:
         """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes
@@ -108,6 +135,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         committer = w.committer
         tracker = committer.tracker
         self.assigned -= revoked
+        for tp in revoked:
+            self.held.pop(tp, None)
+        for task in list(self._resuming):  # their partitions are being taken away
+            task.cancel()
         if not revoked:
             return
         self.generation += 1

@@ -21,6 +21,7 @@ offsets again at the first write of each partition, before writing anything.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -35,9 +36,12 @@ logger = logging.getLogger(__name__)
 
 
 async def resume_from_sinks(worker: Worker, consumer: AIOKafkaConsumer,
-                            assigned: set[TopicPartition], *, seek: bool) -> None:
+                            assigned: set[TopicPartition], *, seek: bool,
+                            live: Callable[[TopicPartition], bool] = lambda tp: True,
+                            ) -> None:
     """Ask the sinks that store offsets how far they hold ``assigned``; seek where all
-    of the topic's sinks are ahead of the committed offset (only if ``seek``)."""
+    of the topic's sinks are ahead of the committed offset (only if ``seek``, and only
+    partitions still ``live``: this assignment's, not revoked meanwhile)."""
     storing = [s for s in worker.sinks if s.capabilities.stores_offsets]
     if not storing or not assigned:
         return
@@ -66,6 +70,8 @@ async def resume_from_sinks(worker: Worker, consumer: AIOKafkaConsumer,
             committed = await consumer.committed(tp)
             if committed is not None and target <= committed:
                 continue
+            if not live(tp) or tp not in consumer.assignment():
+                continue  # revoked meanwhile: its next assignment asks again
             consumer.seek(tp, target)
         except (KafkaError, IllegalStateError) as exc:
             logger.warning("%s: partition %d: not resumed from the table's offset %d (%s); "

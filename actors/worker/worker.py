@@ -194,6 +194,11 @@ class Worker:
         return f"<Worker {self.label} in_flight={self.in_flight}>"
 
     @property
+    def task_group(self) -> asyncio.TaskGroup | None:
+        """The task group of the worker's loops while they run (None otherwise)."""
+        return self._tg
+
+    @property
     def flowing(self) -> int:
         """Messages in flight, less those held behind retry waits (their partitions are
         paused, so they are bounded): what ``max_in_flight`` limits, so messages waiting
