@@ -1,4 +1,4 @@
-"""What an Iceberg table of kstage holds, read from Iceberg's metadata tables.
+"""What an Iceberg table of kstage holds, read from its metadata.
 
 For ``kstage tables show`` and ``kstage tables maintain``: a table's current history
 (:func:`history`: its snapshots from the current one back through its parents, each with
