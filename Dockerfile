@@ -22,6 +22,12 @@ COPY processors processors
 COPY settings settings
 RUN pip install '.[spark]'   # Spark and JDBC sinks need pyspark + pyarrow
 
+# The pinned JVM jars of the Spark session (Iceberg's Spark runtime and AWS bundle, the
+# SQLite and PostgreSQL JDBC drivers), fetched at build time from Maven Central and
+# checked against their SHA-256 (actors/sinks/spark/jars.py); never at run time.
+ENV KSTAGE_JARS_DIR=/opt/kstage/jars
+RUN kstage jars fetch
+
 # Non-root; /data is the working directory, so relative sink and dead-letter paths
 # (out/..., failed_events.log) are writable, and a named volume mounted there is too.
 RUN useradd --system --uid 10001 --user-group --home-dir /data --shell /usr/sbin/nologin kstage \

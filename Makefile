@@ -5,8 +5,10 @@ STAMP := $(VENV)/.installed
 # Apache Kafka's jars for the tests (tests/apache_kafka.py), from Maven Central by mvn.
 KAFKA_JARS := tests/jars/kafka/lib
 KAFKA_STAMP := $(KAFKA_JARS)/.fetched
+# The Iceberg REST catalog server of the tests (tests/rest_catalog.py), by mvn.
+NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
 
-.PHONY: demo test lint setup kafka-jars
+.PHONY: demo test lint setup jars kafka-jars
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -25,14 +27,25 @@ $(KAFKA_STAMP): tests/jars/kafka/pom.xml .ci/system-deps
 
 kafka-jars: $(KAFKA_STAMP)
 
-demo: $(STAMP)
+# The JVM jars of the Spark session (Iceberg runtime, AWS bundle, JDBC drivers), from
+# Maven Central through mvn and the pinned actors/sinks/spark/pom.xml; each checked by its
+# SHA-256. Quick when they are there already.
+jars: $(STAMP)
+	$(VENV)/bin/kstage jars fetch
+
+$(NESSIE_JAR): tests/jars/nessie/pom.xml .ci/system-deps
+	bash .ci/system-deps
+	mvn -q -B -f tests/jars/nessie/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/tests/jars/nessie/lib
+	touch $(NESSIE_JAR)
+
+demo: jars
 	$(VENV)/bin/kstage demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint $(KAFKA_STAMP)
+test: lint jars $(NESSIE_JAR) $(KAFKA_STAMP)
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

@@ -59,6 +59,13 @@ class Metrics:
         self.merge_final_rows = Gauge(
             "kstage_merge_final_rows", "Rows of the final table after the last merge.",
             ("table",), registry=self.registry)
+        self.maintenance_failures = Counter(
+            "kstage_maintenance_failures", "Scheduled table maintenance runs that failed "
+            "(retried at the next interval).", ("table",), registry=self.registry)
+        self.maintenance_last_success = Gauge(
+            "kstage_maintenance_last_success_timestamp_seconds",
+            "Unix time of the last successful maintenance of the table.", ("table",),
+            registry=self.registry)
 
     def watch(self, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
         """Expose counters and gauges computed from ``snapshot()`` at each scrape."""

@@ -52,7 +52,20 @@ def check(settings: Settings) -> list[Problem]:
     classes: dict[str, type[Processor]] = {}
     problems.extend(_processor_problems(settings, classes))
     problems.extend(sink_problems(settings, classes))
+    problems.extend(_spark_problems(settings))
     return problems
+
+
+def _spark_problems(settings: Settings) -> Iterator[Problem]:
+    """The Iceberg jars, when a spark sink writes a staging table (the merge of
+    ``merge.interval_s`` needs a spark sink too): fetched, or named in ``spark.jars``."""
+    if not any(named.settings.type == "spark" for group in settings.groups
+               for topic in group.topics for named in topic.named_sinks()):
+        return
+    from actors.sinks.spark.jars import jar_problems  # noqa: PLC0415 - only with spark sinks
+
+    for why in jar_problems(settings.spark):
+        yield ("spark", "jars"), why
 
 
 def resolve_processors(settings: Settings) -> dict[str, type[Processor]]:

@@ -16,7 +16,8 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
    (``${OUT}`` in the config): ``out/p<slot>-<n>.jsonl`` for the JSONL sink, or with
    ``--jsonl-per-slot`` one file per slot, ``out/p<slot>.jsonl``, that each restart
    appends to (as a deployment with a fixed path does); the Spark
-   sink writes one warehouse, each process its own ``writer_id`` partition.
+   sink writes one Iceberg staging table in one warehouse (its SQLite catalog), every
+   process appending to it.
 3. every ``--interval-s`` seconds SIGKILLs the process group of a random live process (the
    kstage process and, for Spark, its JVM), waits for it to die and starts it again, until
    ``--kills`` kills were made. The first kill comes once every member was assigned
@@ -29,7 +30,8 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
 
    * ``lost``: produced ids found in no output; ``dup``: occurrences beyond the first
      (all rows of every JSONL file, or every row of the Spark staging table). The
-     duplicate ratio is ``dup / produced``: the at-least-once price of the kills.
+     duplicate ratio is ``dup / produced``: the at-least-once price of the kills (JSONL);
+     the Iceberg staging table is exactly once, so for Spark a ``dup`` fails the run.
    * ``final_lost`` / ``final_dup``: the same, after the deduplication a downstream
      consumer applies. Spark: the final table written by ``kstage merge``. JSONL: the
      rows deduplicated by Kafka coordinates (``_topic, _partition, _offset``, what the
@@ -53,9 +55,10 @@ the cluster's end offsets.
 
 Last lines: the duplicate ratio, then exactly
 ``lost=<n> dup=<n> final_lost=<n> final_dup=<n> kills=<k>`` (with ``--cluster``, then
-`` broker_kills=<b>``). The exit code is 0 when
-lost, final_lost and final_dup are 0, every partition drained and every member stopped
-cleanly; 1 otherwise. ``tests/integration/test_chaos.py`` runs a 10-kill JSONL variant.
+`` broker_kills=<b>``). The exit code is 0 when lost, final_lost and final_dup are 0 (and
+dup, for Spark), every partition drained and every member stopped cleanly; 1 otherwise.
+The tables are read with pyiceberg through the run's catalog.
+``tests/integration/test_chaos.py`` runs a 10-kill JSONL variant.
 """
 
 from __future__ import annotations
@@ -128,6 +131,7 @@ class Result:
     dead: int = 0
     drained: bool = False
     clean_exits: bool = False
+    exactly_once: bool = False  # the sink promises no duplicate (Spark: Iceberg staging)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -137,6 +141,7 @@ class Result:
     @property
     def ok(self) -> bool:
         return (self.lost == 0 and self.final_lost == 0 and self.final_dup == 0
+                and (self.dup == 0 or not self.exactly_once)
                 and self.uncovered == 0 and self.drained and self.clean_exits)
 
     def last_line(self) -> str:
@@ -382,35 +387,25 @@ def read_jsonl_outputs(work: Path, result: Result) -> list[dict[str, Any]]:
     return rows
 
 
-_SPARK_READ = r"""
-import json, os, sys
-from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master("local[1]").appName("kstage-chaos-verify")
-         .config("spark.ui.enabled", "false").config("spark.driver.memory", "512m")
-         .getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-out = {}
-for name in sys.argv[1:]:
-    path = os.path.join(os.environ["WAREHOUSE"], name)
-    if not os.path.isdir(path):
-        out[name] = None
-        continue
-    rows = spark.read.parquet(path).select("dataset", "_partition", "_offset").collect()
-    out[name] = [[r["dataset"], r["_partition"], r["_offset"]] for r in rows]
-spark.stop()
-print("RESULT " + json.dumps(out))
-"""
-
-
 def read_spark_tables(work: Path) -> dict[str, list[list[Any]] | None]:
-    env = {**os.environ, "WAREHOUSE": str(work / "warehouse"), "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run([sys.executable, "-c", _SPARK_READ, SPARK_TABLE, SPARK_FINAL],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"reading the tables failed ({proc.returncode}):\n"
-                           f"{proc.stderr[-3000:]}")
-    tables: dict[str, list[list[Any]] | None] = json.loads(line[len("RESULT "):])
+    """The staging and final tables' (dataset, Kafka partition, offset) rows, read with
+    pyiceberg through the run's SQLite catalog (None: no such table)."""
+    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - dev dependency
+    from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
+
+    warehouse = work / "warehouse"
+    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
+                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
+    tables: dict[str, list[list[Any]] | None] = {}
+    for name in (SPARK_TABLE, SPARK_FINAL):
+        try:
+            table = catalog.load_table(f"kstage.{name}")
+        except NoSuchTableError:
+            tables[name] = None
+            continue
+        rows = table.scan(selected_fields=("dataset", "_kafka_partition", "_offset")
+                          ).to_arrow().to_pylist()
+        tables[name] = [[r["dataset"], r["_kafka_partition"], r["_offset"]] for r in rows]
     return tables
 
 
@@ -429,6 +424,7 @@ def tally(opts: Options, work: Path, producer: Producer, result: Result) -> None
         result.final_lost, result.final_dup = count(Counter(by_coords.values()), produced)
         seen = {(p, o) for _, p, o in by_coords}
     else:
+        result.exactly_once = True
         tables = read_spark_tables(work)
         staging, final = tables[SPARK_TABLE] or [], tables[SPARK_FINAL]
         result.lost, result.dup = count(Counter(spark_id(d) for d, _, _ in staging), produced)

@@ -25,12 +25,14 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
 * raw (the baseline): the loop of (a) below, and per record the same work kstage does
   before its sink: ``fastavro.schemaless_reader`` with the pre-parsed schema, then the
   very ``gobblin_compaction`` processor's ``transform`` (mapping + Kafka coordinates);
-  one ``commit()`` per ``getmany`` batch of 500. It does **not** write Parquet or check
-  column types: that cost is what the 0.5 target allows kstage.
+  one ``commit()`` per ``getmany`` batch of 500. It does **not** write a table or check
+  column types: that cost is what the target ratio allows kstage.
 * kstage: ``gobblin_compaction`` -> ``sink: {type: spark}`` (Spark ``local[2]``,
   ``spark.driver.memory=512m``, a fresh warehouse per run), ``commit: {mode: batch,
   max_messages: 1}``, i.e. a commit after each durable write: a row's offset is
-  committed only after the Parquet append holding it returned. ``flush_max_rows``
+  committed only after the Iceberg commit holding it returned (each append one Iceberg
+  commit with the Kafka offsets it covers, in a SQLite JDBC catalog beside the
+  warehouse). ``flush_max_rows``
   60 000 (``--flush-rows``), ``flush_max_interval_s`` 5 (``--flush-interval-s``),
   ``flush_min_rows`` kstage's default 1 000 (``--flush-min-rows``, for experiments),
   ``max_poll_records`` 500, ``max_in_flight`` ``flush_max_rows`` + 10 000: the sink hands
@@ -44,9 +46,10 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
   **outside** the timed window (assignment -> last commit) and printed per round. The
   first append (JVM warm-up, pyspark's Python workers forked) is inside the window. One
   extra line reports kstage's rate with the start-up added to its window.
-* Checks: besides those below, after all rounds every run's staging table is read back
-  with PySpark (a subprocess): rows == distinct ``_offset`` == N, offsets 0..N-1, one
-  topic and partition, NOT NULL columns filled; and the committed offset is N.
+* Checks: besides those below, after all rounds every run's Iceberg staging table is
+  read back through its catalog with pyiceberg (another engine than the Spark that wrote
+  it): rows == distinct ``_offset`` == N, offsets 0..N-1, one topic and partition, NOT
+  NULL columns filled; and the committed offset is N.
 * Peak RSS: of the kstage Python process, and of the largest ``java`` descendant (Spark's
   driver JVM), both ``VmHWM`` sampled while they live (descendants found by scanning
   ``/proc`` every 0.5 s); pyspark's Python worker processes are listed apart. A
@@ -724,63 +727,54 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
 
 # -- spark: read the staging tables back ------------------------------------------------
 
-_READ_BACK = """
-import json, os, sys
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-from pyspark.sql import SparkSession, functions as F
-spark = (SparkSession.builder.master("local[2]").appName("kstage-bench-verify")
-         .config("spark.ui.enabled", "false").config("spark.driver.memory", "1g")
-         .getOrCreate())
-out = []
-for path in sys.argv[1:]:
-    row = spark.read.parquet(path).agg(
-        F.count("*").alias("rows"), F.countDistinct("_offset").alias("offsets"),
-        F.min("_offset").alias("first"), F.max("_offset").alias("last"),
-        F.collect_set("_topic").alias("topics"), F.collect_set("_partition").alias("parts"),
-        F.count("cluster").alias("cluster"), F.count("dataset").alias("dataset")).first()
-    out.append(row.asDict())
-spark.stop()
-print("READ_BACK " + json.dumps(out))
-"""
+def read_back(warehouse: Path, table: str) -> dict[str, Any]:
+    """What a reader of the Iceberg table sees through the run's catalog (pyiceberg, not
+    the Spark that wrote it): rows, distinct offsets, first and last offset, topics,
+    partitions and the non-null counts of two NOT NULL columns."""
+    import pyarrow.compute as pc  # noqa: PLC0415 - only for the Spark runs
+    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415
+
+    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
+                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
+    data = catalog.load_table(f"kstage.{table}").scan(selected_fields=(
+        "_offset", "_topic", "_kafka_partition", "cluster", "dataset")).to_arrow()
+    offsets = data.column("_offset")
+    return {"rows": data.num_rows, "offsets": len(pc.unique(offsets)),
+            "first": pc.min(offsets).as_py(), "last": pc.max(offsets).as_py(),
+            "topics": pc.unique(data.column("_topic")).to_pylist(),
+            "parts": pc.unique(data.column("_kafka_partition")).to_pylist(),
+            "cluster": data.num_rows - data.column("cluster").null_count,
+            "dataset": data.num_rows - data.column("dataset").null_count}
 
 
-async def read_back(paths: list[str]) -> list[dict[str, Any]]:
-    """What a fresh PySpark process reads from each table directory in ``paths`` (one
-    subprocess): rows, distinct offsets, first and last offset, topics, partitions and
-    the non-null counts of two NOT NULL columns."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _READ_BACK, *paths,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    lines = [ln for ln in out.decode().splitlines() if ln.startswith("READ_BACK ")]
-    if proc.returncode != 0 or len(lines) != 1:
-        raise BenchError(f"spark read-back exited {proc.returncode}:\n"
-                         f"{err.decode(errors='replace')[-3000:]}")
-    got: list[dict[str, Any]] = json.loads(lines[0].removeprefix("READ_BACK "))
-    return got
+def staging_tables(warehouse: Path) -> list[str]:
+    """The tables of the run's catalog (namespace ``kstage``)."""
+    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - only for the Spark runs
+
+    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
+                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
+    return sorted(name for _, name in catalog.list_tables("kstage"))
 
 
 async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:
-    """Read every run's staging table with PySpark (one subprocess, after all rounds) and
+    """Read every run's Iceberg staging table through its catalog (after all rounds) and
     check that it holds exactly one row per event: rows == distinct offsets == n,
     offsets 0..n-1, one topic and partition, NOT NULL columns filled."""
-    paths = []
+    started = time.monotonic()
     for ks in runs:
         assert ks.warehouse is not None
-        tables = [p for p in ks.warehouse.iterdir() if p.is_dir()]
+        tables = staging_tables(ks.warehouse)
         if len(tables) != 1:
             raise BenchError(f"spark: expected one staging table in {ks.warehouse}, "
-                             f"found {[p.name for p in tables]}")
-        paths.append(str(tables[0]))
-    started = time.monotonic()
-    for path, got in zip(paths, await read_back(paths), strict=True):
+                             f"found {tables}")
+        got = await asyncio.to_thread(read_back, ks.warehouse, tables[0])
         want = {"rows": n, "offsets": n, "first": 0, "last": n - 1, "topics": [topic],
                 "parts": [0], "cluster": n, "dataset": n}
         wrong = {k: (got[k], v) for k, v in want.items() if got[k] != v}
         if wrong:
-            raise BenchError(f"spark: staging table {path} does not hold one row per event "
-                             f"(got, expected): {wrong}")
-    print(f"staging tables read back with PySpark: {len(paths)} x {n} rows, offsets "
+            raise BenchError(f"spark: staging table {tables[0]} in {ks.warehouse} does not "
+                             f"hold one row per event (got, expected): {wrong}")
+    print(f"staging tables read back with pyiceberg: {len(runs)} x {n} rows, offsets "
           f"0..{n - 1} each exactly once, committed offset {n} "
           f"({time.monotonic() - started:.1f} s)", flush=True)
 

@@ -16,6 +16,8 @@ Commands::
     kstage dlq show|replay -c FILE [--topic T] [--since TIME] [--json] [--to-kafka]
                               [--from-topic NAME]
     kstage merge -c FILE [--table NAME]   fold the Spark staging tables into final tables
+    kstage tables show|maintain -c FILE [--table NAME] [--json]   the Iceberg tables
+    kstage tables migrate -c FILE    import an earlier version's Parquet warehouse
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ def _parser() -> argparse.ArgumentParser:
                            "tables (replays and superseded rows dropped; idempotent)")
     merge.add_argument("-c", "--config", default="kstage.yml")
     merge.add_argument("--table", default=None, help="only this staging table")
+    _add_tables_parsers(sub)
+    jars = sub.add_parser("jars", help="the JVM jars of the Spark session (Iceberg, JDBC "
+                          "drivers)")
+    jars_sub = jars.add_subparsers(dest="jars_command", required=True)
+    fetch = jars_sub.add_parser("fetch", help="fetch the pinned jars from Maven Central "
+                                "(with mvn when it is installed) into the jar directory")
+    fetch.add_argument("--dir", default=None,
+                       help="jar directory (default: $KSTAGE_JARS_DIR, else "
+                            "~/.cache/kstage/jars)")
+    fetch.add_argument("--repository", default=None, metavar="URL",
+                       help="download from this Maven repository (Maven Central's layout) "
+                            "instead of through mvn")
     broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
     broker.add_argument("--port", type=int, default=9092)
     return parser
@@ -102,10 +116,13 @@ def _load(path: str) -> Settings:
 
 def _load_for_run(path: str, warnings: list[str]) -> Settings:
     """Load ``path`` with every check ``run`` makes at start (processors built with their
-    options, Kafka client keys...): ``validate`` and ``run`` refuse the same files."""
+    options, Kafka client keys, no Parquet tables of an earlier version in the
+    warehouse...): ``validate`` and ``run`` refuse the same files."""
     from actors import preflight  # noqa: PLC0415 - keep `processors` light
+    from actors.sinks.spark import legacy  # noqa: PLC0415
 
-    return _remembered(load_settings(path, warnings=warnings, checks=[preflight.check]))
+    return _remembered(load_settings(path, warnings=warnings, checks=[
+        preflight.check, lambda settings: list(legacy.problems(settings, path))]))
 
 
 def _validate(path: str) -> int:
@@ -268,8 +285,8 @@ def _merge(path: str, table: str | None) -> int:
     import asyncio  # noqa: PLC0415
 
     from actors.sinks.checks import missing_packages  # noqa: PLC0415
+    from actors.sinks.spark.actor import stop_spark_actors  # noqa: PLC0415
     from actors.sinks.spark.merge import MergeError, merge  # noqa: PLC0415
-    from actors.sinks.spark.sink import stop_spark_actors  # noqa: PLC0415
 
     settings = _load(path)
     configure_logging("WARNING", settings.service.log_format)
@@ -291,6 +308,93 @@ def _merge(path: str, table: str | None) -> int:
         print(f"kstage: {exc}", file=sys.stderr)
         return EXIT_CRASH
     print("\n".join(lines) if lines else f"{path}: no spark sink tables to merge")
+    return EXIT_OK
+
+
+def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``kstage tables show|maintain|migrate`` (service.ops.tables)."""
+    tables = sub.add_parser("tables", help="the Iceberg tables of the spark sinks")
+    tables_sub = tables.add_subparsers(dest="tables_command", required=True)
+    show = tables_sub.add_parser("show", help="each staging table and its final table: "
+                                 "snapshots, data files, rows, the Kafka offsets it holds")
+    maintain = tables_sub.add_parser("maintain", help="compact small files, rewrite "
+                                     "manifests, expire snapshots (keeping what offset "
+                                     "recovery and the merge need), remove orphan files")
+    migrate = tables_sub.add_parser("migrate", help="import the Parquet tables of an "
+                                    "earlier kstage version into Iceberg (idempotent; the "
+                                    "old directories are moved aside, never deleted)")
+    for cmd in (show, maintain, migrate):
+        cmd.add_argument("-c", "--config", default="kstage.yml")
+    for cmd in (show, maintain):
+        cmd.add_argument("--table", default=None,
+                         help="only this staging table (and its final table)")
+    show.add_argument("--json", action="store_true", help="print a JSON list of tables")
+
+
+def _tables(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415
+
+    from actors.sinks.checks import missing_packages  # noqa: PLC0415
+    from actors.sinks.spark import legacy  # noqa: PLC0415
+    from actors.sinks.spark.actor import short, stop_spark_actors  # noqa: PLC0415
+    from actors.sinks.spark.maintenance import MaintenanceError, maintain  # noqa: PLC0415
+    from actors.sinks.spark.migrate import MigrationError, migrate  # noqa: PLC0415
+    from service.ops import tables  # noqa: PLC0415
+
+    command = args.tables_command
+    settings = _load(args.config)
+    configure_logging("WARNING", settings.service.log_format)
+    missing = missing_packages(["spark"])
+    if missing:
+        print(f"kstage tables {command}: {'; '.join(missing)}", file=sys.stderr)
+        return EXIT_CONFIG
+    if command == "maintain":  # the old directories are not Iceberg's: migrate first
+        found = [why for _, why in legacy.problems(settings, args.config)]
+        if found:
+            print(f"kstage: {args.config}: spark.warehouse: {found[0]}", file=sys.stderr)
+            return EXIT_CONFIG
+
+    async def go() -> int:
+        try:
+            if command == "show":
+                views = await tables.show(settings, args.table)
+                print(tables.render_json(views) if args.json else tables.render(views))
+                return EXIT_OK
+            if command == "maintain":
+                results = await maintain(settings, tables.kafka_committed(settings),
+                                         args.table)
+                for result in results:
+                    print("\n".join(result.summary(settings.spark.maintenance)))
+                return EXIT_CRASH if any(r.error for r in results) else EXIT_OK
+            done = await migrate(settings)
+            print("\n".join(d.summary() for d in done) if done else
+                  f"{args.config}: no tables of an earlier kstage version to migrate")
+            return EXIT_OK
+        finally:
+            await stop_spark_actors()
+
+    try:
+        return asyncio.run(go())
+    except MigrationError as exc:
+        print(f"kstage tables migrate: {exc}", file=sys.stderr)
+        return EXIT_CRASH
+    except SettingsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Spark or catalog failure: one clear line
+        said = str(exc) if isinstance(exc, MaintenanceError) else short(exc)
+        print(f"kstage tables {command}: {said}", file=sys.stderr)
+        return EXIT_CRASH
+
+
+def _jars_fetch(directory: str | None, repository: str | None) -> int:
+    from service.ops.jars import JarsError, fetch  # noqa: PLC0415
+
+    try:
+        result = fetch(Path(directory) if directory else None, repository)
+    except (JarsError, OSError) as exc:
+        print(f"kstage jars fetch: {exc}", file=sys.stderr)
+        return EXIT_CRASH
+    print(result.summary())
     return EXIT_OK
 
 
@@ -321,6 +425,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _ops(args)
         if args.command == "merge":
             return _merge(args.config, args.table)
+        if args.command == "tables":
+            return _tables(args)
+        if args.command == "jars":
+            return _jars_fetch(args.dir, args.repository)
         if args.command == "demo":
             from service.dev.demo import run_demo  # noqa: PLC0415
 

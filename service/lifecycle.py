@@ -203,6 +203,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
             return EXIT_CONFIG
         merging = asyncio.create_task(merge_loop.merge_periodically(settings, metrics),
                                       name="merge")
+    maintaining = _start_maintenance(settings, bootstrap, metrics)
     signals.install()
     shown = asyncio.create_task(progress(master), name="progress") if progress else None
     try:
@@ -230,12 +231,27 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
             status.stop()
         if shown is not None:
             shown.cancel()
-        if merging is not None:
-            merging.cancel()
-            await asyncio.gather(merging, return_exceptions=True)
-        if "actors.sinks.spark.sink" in sys.modules:  # only if a spark sink was used
-            await sys.modules["actors.sinks.spark.sink"].stop_spark_actors()
+        for task in (merging, maintaining):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if "actors.sinks.spark.actor" in sys.modules:  # only if Spark was used
+            await sys.modules["actors.sinks.spark.actor"].stop_spark_actors()
     return EXIT_OK
+
+
+def _start_maintenance(settings: Settings, bootstrap: str, metrics: Metrics,
+                       ) -> asyncio.Task[None] | None:
+    """The table maintenance of ``spark.maintenance.every_s`` (only with spark sinks)."""
+    if settings.spark.maintenance.every_s is None or not any(
+            named.settings.type == "spark" for group in settings.groups
+            for topic in group.topics for named in topic.named_sinks()):
+        return None
+    from actors.sinks.spark import maintenance_loop  # noqa: PLC0415 - only if used
+    from service.ops.tables import kafka_committed  # noqa: PLC0415
+
+    return asyncio.create_task(maintenance_loop.maintain_periodically(
+        settings, kafka_committed(settings, bootstrap), metrics), name="maintenance")
 
 
 def tune_gc() -> None:

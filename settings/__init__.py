@@ -16,6 +16,7 @@ from settings.errors import (
 from settings.identifiers import QualifiedSqlIdentifier, SqlIdentifier, sql_identifier
 from settings.loader import load_settings
 from settings.models import (
+    CatalogSettings,
     CommitMode,
     CommitSettings,
     FailureMode,
@@ -23,8 +24,10 @@ from settings.models import (
     FilterSettings,
     GroupSettings,
     KafkaSettings,
+    MaintenanceSettings,
     MergeSettings,
     NamedSink,
+    S3Settings,
     SchemaRegistryBasicAuth,
     SchemaRegistrySettings,
     SchemaRegistryTls,
@@ -37,6 +40,7 @@ from settings.models import (
 )
 
 __all__ = [
+    "CatalogSettings",
     "CommitMode",
     "CommitSettings",
     "ConfigFileError",
@@ -46,9 +50,11 @@ __all__ = [
     "FilterSettings",
     "GroupSettings",
     "KafkaSettings",
+    "MaintenanceSettings",
     "MergeSettings",
     "NamedSink",
     "QualifiedSqlIdentifier",
+    "S3Settings",
     "SchemaRegistryBasicAuth",
     "SchemaRegistrySettings",
     "SchemaRegistryTls",

@@ -67,6 +67,23 @@ def secret_header(name: object) -> bool:
     return isinstance(name, str) and _SECRET_HEADER.search(name) is not None
 
 
+# Credentials inside a URL or connection string: the password of ``//user:pass@host``, and
+# the value of a query or property parameter named like a secret (``?password=...``,
+# ``;password=...``); a JDBC catalog's ``uri`` may carry them.
+_URL_PASSWORD = re.compile(r"//[^/:@\s]*:([^/@\s]+)@")
+_URL_PARAMETER = re.compile(r"[?&;]([A-Za-z0-9_.-]+)=([^&;\s]*)")
+
+
+def url_credentials(text: str) -> list[str]:
+    """The credentials a URL or connection string carries (empty for most texts)."""
+    if "=" not in text and "@" not in text:
+        return []
+    found = [m.group(1) for m in _URL_PASSWORD.finditer(text)]
+    found += [m.group(2) for m in _URL_PARAMETER.finditer(text)
+              if secret_name(m.group(1)) and m.group(2)]
+    return found
+
+
 def secret_values(data: Any, path: tuple[object, ...] = ()) -> set[str]:
     """Every scalar value at a secret path of ``data`` (dicts, lists, models), as text.
     YAML aliases can make ``data`` cyclic (``a: &a [*a]``): each container is walked
@@ -81,6 +98,8 @@ def _values(data: Any, inside: bool, active: set[int]) -> Iterator[str]:
     if not isinstance(data, dict | list | tuple) and not hasattr(data, "__pydantic_fields__"):
         if inside and data is not None:
             yield str(data)
+        elif isinstance(data, str):
+            yield from url_credentials(data)
         return
     if id(data) in active:
         return
@@ -110,6 +129,8 @@ def masked(value: Any, path: tuple[object, ...] = (), active: frozenset[int] = f
         return [masked(item, path, inner) for item in value]
     if secret_path(path) and value is not None and not isinstance(value, SecretStr):
         return MASK if not hasattr(value, "__pydantic_fields__") else value
+    if isinstance(value, str):
+        return redact(value, url_credentials(value))
     return value
 
 

@@ -9,7 +9,8 @@ of a shared broker) or ``broker_kind`` (to start a broker of its own with
   every pytest process of the session, stopped by the session's main process at its end.
 
 Every such test runs on both brokers unless :data:`TANSU_ONLY` names its module (or the
-test itself, ``module::test``), with the reason. Tests on Apache Kafka carry the marker
+test itself, ``module::test``), with the reason; :data:`ALSO_ON_KAFKA` names the tests of
+such a module that run on both all the same. Tests on Apache Kafka carry the marker
 ``apache_kafka``: ``pytest -m "not apache_kafka"`` runs the suite on Tansu alone,
 ``pytest -m apache_kafka`` the Apache Kafka half.
 """
@@ -46,7 +47,29 @@ TANSU_ONLY: dict[str, str] = {
     "test_spark_cluster": f"{_SPARK} (a standalone Spark cluster)",
     "test_spark_jvm_death::test_jvm_death_beyond_max_session_restarts_exits_1":
         f"{_SPARK} (the restart limit; the JVM death itself runs on both)",
+    "test_lake_s3": f"{_SPARK} (an S3 warehouse, its server down or slow)",
+    "test_lake_catalogs": f"{_SPARK} (a PostgreSQL catalog shared or down)",
+    "test_rest_catalog": f"{_SPARK} (an Iceberg REST catalog)",
+    "test_merge": f"{_SPARK} (the merge into final tables)",
+    "test_tables_maintain": f"{_SPARK} (table maintenance and its output)",
 }
+
+# Tests of the modules above that run on both brokers all the same: each covers a row of
+# the fault table (docs/operations.md) with a broker in it (a Kafka commit after the
+# table's, a group of two processes, the group's offsets read by maintenance, Kafka
+# commits held back while S3 or the catalog is down).
+ALSO_ON_KAFKA: frozenset[str] = frozenset({
+    "test_spark_exactly_once::test_sigkill_between_the_table_commit_and_the_kafka_commit_"
+    "writes_nothing_twice",
+    "test_spark_exactly_once::test_two_processes_in_one_group_append_to_one_table_"
+    "exactly_once",
+    "test_lake_s3::test_s3_down_during_appends_is_retried_and_loses_nothing",
+    "test_lake_s3::test_s3_slow_slows_appends_with_backpressure_and_loses_nothing",
+    "test_lake_catalogs::test_postgres_catalog_down_during_appends_is_retried_and_loses_"
+    "nothing",
+    "test_tables_maintain::test_kafka_unreadable_expires_nothing_and_says_why",
+    "test_tables_maintain::test_maintenance_while_another_session_appends_loses_nothing",
+})
 
 # The environment variable naming the directory the session's processes share (made by
 # the main process in pytest_configure; xdist workers inherit it).
@@ -60,7 +83,10 @@ _OWNED: list[KafkaCluster] = []
 def kinds_for(module: str, test: str) -> tuple[str, ...]:
     """The brokers test ``test`` (its function name) of ``module`` (its base name) runs
     on."""
-    only = module in TANSU_ONLY or f"{module}::{test}" in TANSU_ONLY
+    key = f"{module}::{test}"
+    if key in ALSO_ON_KAFKA:
+        return BROKER_KINDS
+    only = module in TANSU_ONLY or key in TANSU_ONLY
     return (TANSU,) if only else BROKER_KINDS
 
 

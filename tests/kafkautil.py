@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -185,3 +186,27 @@ async def status_port(proc: KstageProcess, timeout: float = 30) -> int:
     found = re.search(r"status server on port (\d+):", proc.output())
     assert found, proc.output()
     return int(found.group(1))
+
+
+async def readyz(base: str) -> tuple[int, dict[str, Any]]:
+    """``GET base/readyz``: its status and JSON body; (0, {}) while nothing answers."""
+    try:
+        async with httpx.AsyncClient(timeout=5) as client:
+            response = await client.get(f"{base}/readyz")
+    except httpx.TransportError:
+        return 0, {}  # the status server is not up yet
+    return response.status_code, response.json()
+
+
+async def wait_readyz(base: str, proc: KstageProcess, code: int, text: str = "",
+                      timeout: float = 30) -> dict[str, Any]:
+    """The first /readyz answer with ``code`` whose JSON contains ``text``."""
+    deadline = time.monotonic() + timeout
+    seen: tuple[int, dict[str, Any]] = (0, {})
+    while True:
+        seen = await readyz(base)
+        if seen[0] == code and text in json.dumps(seen[1]):
+            return seen[1]
+        assert proc.proc.poll() is None, proc.output()
+        assert time.monotonic() < deadline, f"/readyz never {code} with {text!r}: {seen}"
+        await asyncio.sleep(0.1)

@@ -1,13 +1,23 @@
-"""A real S3-compatible server on loopback (moto's server), for the broker's persistent
-storage: Tansu with ``--storage-engine s3://BUCKET/`` keeps topics, records and committed
-offsets there, so they survive a restart of the broker (ENVIRONMENT.md)."""
+"""A real S3-compatible server on loopback (moto's server):
+
+* for the broker's persistent storage: Tansu with ``--storage-engine s3://BUCKET/``
+  keeps topics, records and committed offsets there, so they survive a restart of the
+  broker (ENVIRONMENT.md);
+* for Iceberg warehouses (``spark.catalog.warehouse: s3://BUCKET/PREFIX``, written through
+  Iceberg's S3FileIO): :meth:`S3Server.new_bucket` makes a bucket per test and
+  :meth:`S3Server.catalog_s3` the ``spark.catalog.s3`` block that reaches it.
+
+moto keeps its objects in memory: a restart loses them. A test that takes the server
+down puts a :class:`tests.tcp_proxy.TcpProxy` in front of it instead."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -34,22 +44,56 @@ class S3Server:
                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT": self.url,
                 "AWS_ALLOW_HTTP": "true"}
 
+    ACCESS_KEY_ID, SECRET_ACCESS_KEY, REGION = "lake-key-id", "lake-secret-key", "us-east-1"
+
+    def new_bucket(self, prefix: str = "lake") -> str:
+        """Create a bucket of a unique name; return its name."""
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        httpx.put(f"{self.url}/{name}", timeout=10).raise_for_status()
+        return name
+
+    def catalog_s3(self, endpoint: str | None = None) -> dict[str, Any]:
+        """``spark.catalog.s3`` for this server (or a proxy of it at ``endpoint``)."""
+        return {"endpoint": endpoint or self.url, "region": self.REGION,
+                "path_style_access": True, "access_key_id": self.ACCESS_KEY_ID,
+                "secret_access_key": self.SECRET_ACCESS_KEY}
+
+    def objects(self, bucket: str) -> list[str]:
+        """The keys in ``bucket`` (ListObjectsV2, every page)."""
+        import xml.etree.ElementTree as ET  # noqa: PLC0415, S405 - our own server's answer
+
+        keys: list[str] = []
+        token: str | None = None
+        while True:
+            params = {"list-type": "2", **({"continuation-token": token} if token else {})}
+            answer = httpx.get(f"{self.url}/{bucket}", params=params, timeout=10)
+            answer.raise_for_status()
+            root = ET.fromstring(answer.content)  # noqa: S314
+            ns = {"s3": root.tag.split("}")[0].strip("{")}
+            keys += [k.text or "" for k in root.findall("s3:Contents/s3:Key", ns)]
+            token = root.findtext("s3:NextContinuationToken", namespaces=ns)
+            if not token:
+                return keys
+
     def __enter__(self) -> S3Server:
         with open(self.log_path, "wb") as out:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                  str(self.port)], stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.put(f"{self.url}/{self.bucket}", timeout=1).raise_for_status()
-                return self
-            except httpx.TransportError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__()
-                    raise RuntimeError(f"the S3 server did not start; see {self.log_path}"
-                                       ) from None
-                time.sleep(0.1)
+        try:
+            while True:
+                try:
+                    httpx.put(f"{self.url}/{self.bucket}", timeout=1).raise_for_status()
+                    return self
+                except httpx.TransportError:
+                    if self._proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the S3 server did not start; see "
+                                           f"{self.log_path}") from None
+                    time.sleep(0.1)
+        except BaseException:
+            self.__exit__()  # a bad bucket name or a start that failed: no server left
+            raise
 
     def __exit__(self, *exc: object) -> None:
         proc, self._proc = self._proc, None

@@ -5,7 +5,14 @@ machinery (:mod:`.table`), Spark staging tables and their merge (:mod:`.spark`) 
 (:mod:`.jdbc`)."""
 
 from actors.errors import PermanentSinkError, SinkError
-from actors.sinks.base import RefuseRows, Sink, SinkCapabilities, SinkContext, SinkSettingsBase
+from actors.sinks.base import (
+    Position,
+    RefuseRows,
+    Sink,
+    SinkCapabilities,
+    SinkContext,
+    SinkSettingsBase,
+)
 from actors.sinks.fanout import FanOutSink, run_fanout
 from actors.sinks.files import JsonlSink, NullSink
 from actors.sinks.registry import ENTRY_POINT_GROUP, SinkTypeError, available, build_sink, load
@@ -23,6 +30,7 @@ __all__ = [
     "Fence",
     "JsonlSink",
     "NullSink",
+    "Position",
     "RefuseRows",
     "Sink",
     "SinkBatch",

@@ -13,7 +13,12 @@ discovered:
   refuses for good (``refuses_rows``);
 - :meth:`Sink.bind` hands the sink a :class:`SinkContext` before :meth:`Sink.open`: the
   processor's columns and table, the process settings, the worker's
-  :class:`~actors.sink_health.SinkHealth` and the dead-letter handler for refused rows.
+  :class:`~actors.sink_health.SinkHealth` and the dead-letter handler for refused rows;
+- a sink that keeps the Kafka offsets of what it holds in its own commits (an Iceberg
+  staging table) declares ``stores_offsets``: the worker then hands it each batch's
+  position (:meth:`Sink.write_at`), tells it of assigned and revoked partitions
+  (:meth:`Sink.assigned`, :meth:`Sink.revoked`), and resumes a partition where every such
+  sink of the topic holds it, when that is ahead of Kafka's committed offset.
 
 Sinks are found by name in the entry-point group ``kstage.sinks``
 (:mod:`actors.sinks.registry`); the built-in ones are registered there too.
@@ -25,7 +30,7 @@ import abc
 import builtins
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from actors.errors import SinkError
 from processors.base import Column, Row
@@ -52,6 +57,22 @@ repr masks values named like secrets (a password in JDBC ``properties``, an
 ``Literal`` of its entry-point name."""
 
 
+class Position(Protocol):
+    """Where a batch of rows comes from, as the worker hands it to :meth:`Sink.write_at`:
+    its partition (``tp.topic``, ``tp.partition``) and the offset after its last
+    message. ``cancelled``: the partition was revoked (the batch is never acked). One
+    object per batch (its retries pass the same one)."""
+
+    @property
+    def tp(self) -> Any: ...
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def cancelled(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SinkCapabilities:
     """What a sink declares about how it may be driven.
@@ -65,12 +86,16 @@ class SinkCapabilities:
             processor that declares none cannot feed it.
         refuses_rows: the sink may refuse single rows for good (a 4xx answer, a
             constraint) and reports them through :attr:`SinkContext.refuse`.
+        stores_offsets: the sink commits, with its rows, how far each Kafka partition is
+            in it (see :meth:`Sink.assigned`); the worker hands it positions
+            (:meth:`Sink.write_at`).
     """
 
     pipelined: bool = False
     max_concurrency: int = 1
     needs_columns: bool = False
     refuses_rows: bool = False
+    stores_offsets: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +104,7 @@ class SinkContext:
 
     Attributes:
         label: the worker's label for log lines (``group/topic``).
+        group: the consumer group id of the worker.
         topic: the topic the rows come from.
         processor: the processor's name.
         columns: the processor's declared columns (empty when it declares none).
@@ -94,6 +120,7 @@ class SinkContext:
     """
 
     label: str = ""
+    group: str = ""
     topic: str = ""
     processor: str = ""
     columns: tuple[Column, ...] = ()
@@ -181,3 +208,23 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     async def write(self, rows: Sequence[Row]) -> None:
         """Durably accept ``rows``; raise SinkError (retried) when that failed."""
+
+    async def write_at(self, rows: Sequence[Row], position: Position) -> None:
+        """:meth:`write` of the rows of one batch, at ``position``; what the worker calls.
+        The default ignores the position; a sink that ``stores_offsets`` commits it."""
+        await self.write(rows)
+
+    async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The worker was assigned ``partitions`` ((topic, partition) pairs): a sink that
+        ``stores_offsets`` returns, per partition it holds, the offset before which every
+        message is in it (done: its rows written, or it had none); the worker resumes
+        there when every sink of the topic is ahead of Kafka's committed offset. Raises
+        SinkError when the sink cannot tell now (the worker then reads from the committed
+        offset, and the sink drops what it holds already). Default: nothing."""
+        return {}
+
+    async def revoked(  # noqa: B027 - optional hook
+            self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
+        """The worker lost ``partitions``: a sink that ``stores_offsets`` waits (at most
+        ``timeout_s``) for its writes of them already under way, so their next owner reads
+        the offsets it committed. Default: nothing."""

@@ -3,15 +3,14 @@
 Settings: a topic's ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://..., user,
 password}`` (:class:`JdbcSinkSettings`); Spark itself is the process-wide ``spark:``
 section, shared with the spark sinks (one SparkSession per process, see
-:mod:`actors.sinks.spark.sink`).
+:mod:`actors.sinks.spark.actor`).
 
 How it works:
 
 * The sink gets the same rows a spark sink gets: the processor's typed ``columns``, then
   ``_topic, _partition, _offset, _timestamp`` and ``_ingested_at`` (UTC, set at flush).
-  There are no ``ingest_date``/``writer_id`` partitions: the database takes concurrent
-  inserts from several processes itself.
-* Every JDBC call runs on the :class:`~actors.sinks.spark.sink.SparkActor`'s one thread. The
+  The database takes concurrent inserts from several processes itself.
+* Every JDBC call runs on the :class:`~actors.sinks.spark.actor.SparkActor`'s one thread. The
   driver jar (``jar``, default Debian's ``/usr/share/java/postgresql.jar``) is added to
   the running session with ``ADD JAR`` when the driver class is not on its classpath
   already (``spark.conf: {spark.jars: ...}`` also works); ``ADD JAR`` also ships it to
@@ -55,7 +54,6 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import re
@@ -76,9 +74,11 @@ from actors.sinks.jdbc_upsert import (
     rows_json,
     upsert_sql,
 )
-from actors.sinks.spark.sink import SparkActor, SparkTableSink, flush_limits
-from actors.sinks.table.batching import TableWriter
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT
+from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.sink import SparkTableSink
+from actors.sinks.spark.staging import flush_limits
+from actors.sinks.table.batching import Pending, TableWriter
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_schema
 from actors.sinks.table.rows import check, check_rows
 from processors.base import Column, Row
 from settings.identifiers import IDENTIFIER, QualifiedSqlIdentifier, sql_identifier
@@ -441,8 +441,8 @@ class JdbcTableWriter(TableWriter):
         logger.info("jdbc sink: table %s %s at %s", self.table,
                     "created" if created else "checked", safe_url(self.url))
 
-    async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
-        parts: list[JdbcPart] = [part for part, _ in batch]
+    async def _flush(self, batch: list[Pending]) -> None:
+        parts: list[JdbcPart] = [item.part for item in batch]
         rows = [(part, row) for part in parts for row in part.rows]
         done = [False] * len(rows)  # written or refused
         error: Exception | None = None
@@ -470,13 +470,13 @@ class JdbcTableWriter(TableWriter):
                     part.rows.append(row)
         if error is None:
             self.flushes += 1
-        for part, future in batch:
-            if future.done():
+        for item in batch:
+            if item.future.done():
                 continue
-            if error is not None and part.rows:
-                future.set_exception(error)
+            if error is not None and item.part.rows:
+                item.future.set_exception(error)
             else:
-                future.set_result(None)
+                item.future.set_result(None)
 
     async def _write_all(self, rows: list[tuple[JdbcPart, tuple[Any, ...]]], done: list[bool],
                          refused: set[int]) -> None:
@@ -580,14 +580,9 @@ class JdbcTableWriter(TableWriter):
     def _append(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
         """Spark thread: append ``rows`` in one JDBC write of one partition (one
         transaction)."""
-        from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
-
-        from actors.sinks.spark.sink import struct_type  # noqa: PLC0415
-
         self._driver(spark)  # the jar is on this session's classpath
         now = dt.datetime.now(dt.UTC)
-        schema = t.StructType([f for f in struct_type(self.columns).fields
-                               if f.name not in ("ingest_date", "writer_id")])
+        schema = spark_schema((*self.columns, *COORDINATES))
         frame = spark.createDataFrame([(*r, now) for r in rows], schema,
                                       verifySchema=False).coalesce(1)
         writer = (frame.write.format("jdbc").mode("append")

@@ -141,7 +141,7 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
     while not batch.entry.cancelled:
         try:
             started = time.monotonic()
-            await sink.write(batch.rows)
+            await sink.write_at(batch.rows, batch.entry)
             if on_write_seconds is not None:
                 on_write_seconds(time.monotonic() - started)
             if health is not None:

@@ -107,8 +107,10 @@ class Fetcher:
                     pass
                 continue
             full_since = None
-            if paused:  # partitions parked by a retry wait stay paused (Worker._park)
-                consumer.resume(*(tp for tp in consumer.paused() if tp not in w.lanes))
+            if paused:  # partitions parked by a retry wait stay paused (Worker._park), and
+                # those whose tables are being asked where to resume (Rebalance.held)
+                consumer.resume(*(tp for tp in consumer.paused()
+                                  if tp not in w.lanes and tp not in rebalance.held))
                 paused = False
             data = await self.poll(consumer, max_records, _POLL_MS)
             if not data:

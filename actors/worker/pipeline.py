@@ -148,18 +148,20 @@ class BoundSink:
 
 def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
                 label: str, refuse: Callable[[NamedSink], RefuseRows],
-                health: Callable[[str], SinkHealth | None] | None = None) -> list[BoundSink]:
+                health: Callable[[str], SinkHealth | None] | None = None,
+                group: str = "") -> list[BoundSink]:
     """The topic's sinks (one for ``sink:``, every one of ``sinks:``), bound as every run
     of a pipeline binds them (the worker, ``dlq replay``): the processor's columns and
     table, the whole settings (e.g. the ``spark:`` section), each sink's health (by its
-    name) and where the rows it refuses go (``refuse(named)``: dead letters naming it)."""
+    name), where the rows it refuses go (``refuse(named)``: dead letters naming it) and
+    the consumer ``group`` of the worker."""
     bound = []
     sinks = topic.named_sinks()
     for named in sinks:
         sink = build_sink(named.settings)
         sink.bind(SinkContext(
             label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
-            topic=topic.topic, processor=topic.processor,
+            group=group, topic=topic.topic, processor=topic.processor,
             columns=tuple(processor_cls.columns), table=processor_cls.table,
             key=tuple(processor_cls.key), settings=settings,
             health=None if health is None else health(named.name), refuse=refuse(named)))

@@ -3,7 +3,9 @@
 * On assign: the partitions are this worker's; their committed offsets are read later
   (:meth:`Rebalance.seed_committed`, from the fetch task) as the base of their lag. The
   first assignment of the process run applies ``start_from``
-  (:mod:`actors.worker.start_from`).
+  (:mod:`actors.worker.start_from`); otherwise a partition resumes where the topic's
+  tables hold it when that is ahead of its committed offset
+  (:mod:`actors.worker.sink_offsets`).
 * On revoke: in-flight work of the revoked partitions is drained (bounded by half the
   rebalance timeout) and committed, then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
@@ -36,6 +38,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from actors.kafka import GroupMember, rebalance_timeout_ms
+from actors.worker.sink_offsets import resume_from_sinks, revoke_in_sinks
 from actors.worker.start_from import seek_at_start
 
 if TYPE_CHECKING:
@@ -64,6 +67,11 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         # Why the brokers refuse this client (a login, certificate or token refused
         # mid-run), from a probe while the group is out of reach; None: no such reason.
         self.security_problem: str | None = None
+        # Assigned partitions paused until the sinks said where their tables hold them
+        # (see on_partitions_assigned), with the generation of that assignment; the
+        # fetcher does not resume them.
+        self.held: dict[TopicPartition, int] = {}
+        self._resuming: set[asyncio.Task[None]] = set()
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.on_revoked(set(revoked))
@@ -72,9 +80,52 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.on_assigned(set(assigned))
         w = self._w
         consumer = w.committer.consumer
+        # A sink that stores offsets is asked where its table holds each partition before
+        # anything of them is fetched: paused now, before the first await (else aiokafka
+        # fetches from the committed offset meanwhile, and those records come too, beside
+        # the ones from the table's offset). The tables are read off the rebalance (a Spark
+        # call may wait behind an append or a merge): the group's rebalance ends at once,
+        # and the partitions are resumed when their tables answered (:meth:`_resume`).
+        hold = (consumer is not None and bool(assigned)
+                and any(s.capabilities.stores_offsets for s in w.sinks))
+        gen = self.generation
+        if hold and consumer is not None:
+            consumer.pause(*assigned)
+            self.held.update(dict.fromkeys(assigned, gen))
+        started = False
         if (w.group.start_from != "committed" and consumer is not None
                 and w.starts.claim(w.group_id, w.topic.topic)):
             await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
+            started = True
+        if hold and consumer is not None:
+            tg = w.task_group
+            resume = self._resume(consumer, set(assigned), seek=not started, gen=gen)
+            if tg is None:  # not running its loops (a test driving the listener): inline
+                await resume
+            else:
+                task = tg.create_task(resume, name=f"{w.label}:resume")
+                self._resuming.add(task)
+                task.add_done_callback(self._resuming.discard)
+
+    async def _resume(self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition], *,
+                      seek: bool, gen: int) -> None:
+        """Ask the sinks that store offsets where their tables hold ``assigned`` (seek
+        there, see :mod:`actors.worker.sink_offsets`), then resume the partitions still
+        held for generation ``gen``."""
+        w = self._w
+        try:
+            await resume_from_sinks(w, consumer, assigned, seek=seek,
+                                    live=lambda tp: self.held.get(tp) == gen)
+        except Exception as exc:  # noqa: BLE001 - never lose the partitions over it
+            logger.warning("%s: asking the sinks where to resume %s failed (%s); reading "
+                           "from the committed offsets", w.label,
+                           sorted(tp.partition for tp in assigned), exc)
+        finally:
+            mine = [tp for tp in assigned if self.held.get(tp) == gen]
+            for tp in mine:
+                del self.held[tp]
+            current = consumer.assignment()
+            consumer.resume(*(tp for tp in mine if tp in current and tp not in w.lanes))
 
     def live(self, tp: TopicPartition, gen: int) -> bool:
         """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes
@@ -203,6 +254,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         w = self._w
         committer = w.committer
         tracker = committer.tracker
+        for tp in tps:
+            self.held.pop(tp, None)
+        for task in list(self._resuming):  # their partitions are being taken away
+            task.cancel()
         self.generation += 1
         for tp in tps:
             self.revoked_at[tp] = self.generation
@@ -218,6 +273,11 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             cancelled = tracker.cancel(tps)
             w.in_flight -= cancelled
             writes = await w.fence.revoke(tps)
+            # A table's append of the partitions already under way: let it commit before
+            # the new owner reads the table's offsets (on a lost membership, not waited
+            # for: the new owner may be reading already, and the table's own offsets keep
+            # a late append from writing what it holds twice).
+            await revoke_in_sinks(w, tps, rebalance_s / 4 if drain else 0)
             if cancelled or writes or dropped:
                 logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
                             "write(s) stopped)", w.label, cancelled + dropped, parts, writes)
@@ -225,6 +285,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             # none/auto: kstage does not own the offsets (auto-commit already committed
             # the position): writes under way finish, or their messages would be lost.
             tracker.forget(tps)
+            await revoke_in_sinks(w, tps, 0)
         for tp in tps:
             w.fetcher.fetched_span.pop(tp, None)
         w.room.set()

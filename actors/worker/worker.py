@@ -58,7 +58,7 @@ from actors.kafka import (
 from actors.metrics import Metrics
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
-from actors.sinks import END, FanOutSink, Fence, SinkBatch, run_fanout
+from actors.sinks import END, FanOutSink, Fence, Sink, SinkBatch, run_fanout
 from actors.tokens import token_errors
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
@@ -192,6 +192,7 @@ class Worker:
                              for named in topic.named_sinks()}
         self.flush_soon: Callable[[], None] | None = None
         self.fence = Fence()
+        self.sinks: list[Sink] = []  # the topic's sinks, once run() built them
         self.process_ended = False
         self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
         self.lanes: dict[TopicPartition, _Lane] = {}  # partitions parked by a retry wait
@@ -200,6 +201,11 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"<Worker {self.label} in_flight={self.in_flight}>"
+
+    @property
+    def task_group(self) -> asyncio.TaskGroup | None:
+        """The task group of the worker's loops while they run (None otherwise)."""
+        return self._tg
 
     @property
     def flowing(self) -> int:
@@ -320,7 +326,9 @@ class Worker:
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
-                            refuse=self.pipeline.refuser, health=self._sink_health.get)
+                            refuse=self.pipeline.refuser, health=self._sink_health.get,
+                            group=self.group_id)
+        self.sinks = [bound.sink for bound in sinks]
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self.flush_soon = (sinks[0].sink.flush_soon if len(sinks) == 1
                            else functools.partial(_flush_all, sinks))

@@ -4,9 +4,11 @@ Starts the embedded broker, writes a ``file://`` schema registry holding the rea
 WhereHows and DataHub schemas, produces sample events of those schemas (plus a few poison
 values) in the Confluent wire format, runs the service until every partition is
 processed and committed (``--drain``) with Spark staging sinks (Spark local mode,
-Parquet tables under ``DIR/warehouse``), merges each staging table into its final table
-(the service's final merge after ``--drain``), and prints what landed where: rows per
-staging and final table (from the merge's records), dead-lettered messages (in the
+Apache Iceberg tables under ``DIR/warehouse`` in the embedded default catalog, a SQLite
+file there), merges each staging table into its final table (the service's final merge
+after ``--drain``, :mod:`actors.sinks.spark.merge`), and prints what landed where: per
+staging and final table its rows and snapshots (read by ``kstage tables show``'s
+:func:`service.ops.tables.show` in a new session), dead-lettered messages (in the
 dead-letter file and in the dead-letter topic :data:`DEAD_LETTER_TOPIC`), the messages
 the ``PlatformEvent_v1`` topic's declared filter kept from its processor (documentation
 changes, :data:`DEMO_FILTER`), throughput.
@@ -29,6 +31,8 @@ from fastavro import parse_schema
 
 from actors.master import Master
 from actors.sinks.checks import missing_packages
+from actors.sinks.spark.actor import short, stop_spark_actors
+from actors.sinks.spark.merge import final_name
 from actors.worker import Worker
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
@@ -41,6 +45,7 @@ from service.dev.samples import (
 )
 from service.lifecycle import EXIT_CONFIG, serve
 from service.ops.dlq import load_topic
+from service.ops.tables import TableView, show
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
@@ -156,13 +161,34 @@ def _count_lines(path: Path) -> int:
         return sum(1 for _ in fh)
 
 
-def merge_records(warehouse: Path) -> dict[str, dict[str, Any]]:
-    """Staging table -> the merge's record of it (``_merge_state/<final>.json``)."""
-    found = {}
-    for path in sorted((warehouse / "_merge_state").glob("*.json")):
-        state = json.loads(path.read_text(encoding="utf-8"))
-        found[state["staging_table"]] = {**state, "final_table": path.stem}
-    return found
+def table_views(settings: Settings) -> dict[str, TableView]:
+    """Table name -> what ``kstage tables show`` says of it (one new Spark session,
+    stopped after)."""
+    async def read() -> list[TableView]:
+        try:
+            return await show(settings)
+        finally:
+            await stop_spark_actors()
+
+    return {view.table.rsplit(".", 1)[-1]: view for view in asyncio.run(read())}
+
+
+def _counts(view: TableView | None) -> tuple[int, int]:
+    """Rows and snapshots of a table (0, 0 when it was not created)."""
+    return (view.rows, view.snapshots) if view is not None and view.exists else (0, 0)
+
+
+def summary_rows(views: dict[str, TableView], tables: list[str]) -> list[tuple[str, ...]]:
+    """The summary's table lines: per staging table, its rows and snapshots and its final
+    table's."""
+    rows: list[tuple[str, ...]] = [
+        ("staging table -> final table", "rows", "snapshots", "final rows", "snapshots")]
+    for table in tables:
+        final = final_name(table)
+        merged = _counts(views.get(final)) != (0, 0)
+        rows.append((f"{table} -> {final if merged else '(not merged)'}",
+                     *map(str, (*_counts(views.get(table)), *_counts(views.get(final))))))
+    return rows
 
 
 def run_demo(out: Path, events: int = 500) -> int:
@@ -188,25 +214,27 @@ def run_demo(out: Path, events: int = 500) -> int:
                                  drain=True, progress=progress_display(produced, workers)))
         elapsed = time.monotonic() - started
         dead_in_topic = len(asyncio.run(load_topic(settings, DEAD_LETTER_TOPIC))[0])
-    merged = merge_records(out / "warehouse")
+    try:
+        views = table_views(settings)
+    except Exception as exc:  # noqa: BLE001 - the summary says it and the demo fails
+        print(f"kstage demo: cannot read the tables: {short(exc)}", file=sys.stderr)
+        views, code = {}, code or 1
     dead = _count_lines(out / "failed_events.log")
     tables = sorted({t.table for t in SAMPLE_TOPICS})
-    rows = [("staging table -> final table", "staging", "final")]
-    rows += [(f"{t} -> {merged[t]['final_table']}" if t in merged else f"{t} -> (not merged)",
-              str(merged.get(t, {}).get("staging_rows", 0)),
-              str(merged.get(t, {}).get("final_rows", 0))) for t in tables]
-    rows += [(f"dead letters ({out / 'failed_events.log'})", str(dead), "")]
-    rows += [(f"dead letters (topic {DEAD_LETTER_TOPIC})", str(dead_in_topic), "")]
+    rows = summary_rows(views, tables)
+    rows += [(f"dead letters ({out / 'failed_events.log'})", str(dead), "", "", "")]
+    rows += [(f"dead letters (topic {DEAD_LETTER_TOPIC})", str(dead_in_topic), "", "", "")]
     filtered = sum(w.stats["filtered"] for w in workers.values() if w.topic.topic == FILTER_TOPIC)
     rows += [(f"filtered ({FILTER_TOPIC}: exclude payload.value.category DOCUMENTATION)",
-              str(filtered), "")]
-    width = max(len(a) for a, _, _ in rows)
-    for name, staging, final in rows:
-        print(f"  {name:<{width}}  {staging:>7}  {final:>6}")
+              str(filtered), "", "", "")]
+    width = max(len(row[0]) for row in rows)
+    for name, *numbers in rows:
+        print(f"  {name:<{width}}  " + "  ".join(
+            f"{n:>{len(head)}}" for n, head in zip(numbers, rows[0][1:], strict=True)).rstrip())
     print(f"{produced} events in {elapsed:.1f}s including the group join, Spark start-up "
-          f"and the merge ({produced / elapsed:.0f} events/s); Parquet tables under "
-          f"{out / 'warehouse'}; exit code {code}")
-    empty = [t for t in tables if not merged.get(t, {}).get("final_rows")]
+          f"and the merge ({produced / elapsed:.0f} events/s); Iceberg tables under "
+          f"{out / 'warehouse'} (catalog {out / 'warehouse' / 'catalog.db'}); exit code {code}")
+    empty = [t for t in tables if not _counts(views.get(final_name(t)))[0]]
     if code == 0 and (empty or dead != 6 or dead_in_topic != 6 or not filtered):
         print(f"UNEXPECTED: empty tables {empty}, {dead} dead letters (expected 6), "
               f"{dead_in_topic} in the dead-letter topic (expected 6), "

@@ -476,7 +476,8 @@ class _Target:
         self.processor = self.pipeline.processor
         self.sinks: dict[str, BoundSink] = {
             bound.name: bound for bound in bound_sinks(settings, topic, cls, label=label,
-                                                       refuse=self.pipeline.refuser)}
+                                                       refuse=self.pipeline.refuser,
+                                                       group=settings.group_id(group))}
         self._opened: set[str] = set()
         self._stack: AsyncExitStack | None = None
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.sinks.spark.sink import SparkActor
+from actors.sinks.spark.actor import SparkActor
 from settings.models import SparkSettings
 from tests.postgres import Postgres, postgres_server
 

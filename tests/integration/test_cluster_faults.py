@@ -72,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                  for i in (1, 2, 3)}
     kafka = KafkaCluster(tmp_path_factory.mktemp("cluster"), size=3, heap_mb=256,
                          listeners=lambda i: [listeners[i]])
-    proxies = {i: TcpProxy(listener.port, listener.advertised_port)
+    proxies = {i: TcpProxy(("127.0.0.1", listener.port), port=listener.advertised_port)
                for i, listener in listeners.items()}
     for proxy in proxies.values():
         proxy.__enter__()

@@ -14,15 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 
 from actors.deadletter import dead_letter_line
-from actors.sinks.spark.sink import stop_spark_actors
+from actors.sinks.spark.actor import stop_spark_actors
 from processors.gobblin import GobblinCompactionProcessor
 from service.ops.dlq import replay_async
 from settings.models import Settings
-from tests.integration.test_spark_sink import event
+from tests import iceberg_tables
+from tests.gobblin_events import event
 from tests.postgres import JAR, USER, Postgres
 
 pytestmark = pytest.mark.slow
@@ -71,9 +71,12 @@ async def test_replay_into_a_spark_sink(tmp_path: Path, spark_stopped: Any) -> N
         result = await replay_async(settings)
     assert [why.split(":")[0] for _, why in result.failed] == ["PoisonMessage"]
     assert [d.record["offset"] for d in result.replayed] == [1, 2, 4]
-    table = pq.read_table(tmp_path / "warehouse" / PROCESSOR.table).to_pylist()
-    assert sorted((r["_topic"], r["_partition"], r["_offset"]) for r in table) == [
+    table = iceberg_tables.rows(tmp_path / "warehouse", PROCESSOR.table)
+    assert sorted((r["_topic"], r["_kafka_partition"], r["_offset"]) for r in table) == [
         (TOPIC, 3, 1), (TOPIC, 3, 2), (TOPIC, 3, 4)]
+    # A replay is not a worker's batch: it records no offsets in the table.
+    assert all("kstage.offsets" not in s
+               for s in iceberg_tables.summaries(tmp_path / "warehouse", PROCESSOR.table))
     assert {r["cluster"] for r in table} == {"ltx1-holdem"}
     marks = (tmp_path / "dead.jsonl.replayed").read_text().splitlines()
     assert [json.loads(m)["offset"] for m in marks] == [1, 2, 4]

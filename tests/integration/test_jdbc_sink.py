@@ -22,11 +22,11 @@ from pydantic import ValidationError
 from actors.errors import FatalError, SinkError
 from actors.sinks import SinkContext, build_sink
 from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql, safe_url
-from actors.sinks.spark.sink import SparkActor
+from actors.sinks.spark.actor import SparkActor
 from processors.base import Column, Row
 from processors.gobblin import GobblinCompactionProcessor
 from settings.models import SinkSettings
-from tests.integration.test_spark_sink import event, events
+from tests.gobblin_events import event, events
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
 from tests.postgres import JAR, USER, Postgres
 

@@ -21,8 +21,9 @@ from actors.errors import FatalError, SinkError
 from actors.sinks import SinkContext
 from actors.sinks.jdbc import JdbcSink, create_table_sql
 from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key, rows_json
-from actors.sinks.spark.sink import SparkActor
+from actors.sinks.spark.actor import SparkActor
 from processors.base import Column, Row
+from tests.gobblin_events import event
 from tests.integration.test_jdbc_sink import (
     CLUSTERS,
     PASSWORD,
@@ -31,7 +32,6 @@ from tests.integration.test_jdbc_sink import (
     refusals,
     settings,
 )
-from tests.integration.test_spark_sink import event
 from tests.kafkautil import committed, create_topic, produce, unique, write_config
 from tests.postgres import JAR, USER, Postgres
 

@@ -1,310 +1,459 @@
-"""``kstage merge`` against a real local SparkSession: replays, versions, idempotence.
+"""``kstage merge`` into Iceberg final tables, against a real local SparkSession.
 
-Staging rows are written by the real SparkSink (processor ``gobblin_compaction``, key
-``dataset, cluster, log_event_time``). One SparkActor (``local[1]``) is shared by the
-module; each test uses its own tables. The CLI test stops the process's SparkContext (the
-CLI shuts Spark down and its session is the module's one): it must stay last.
+Staging rows are written by the real SparkSink (one Iceberg append per batch) from real
+processors' rows (:mod:`tests.integration.merge_support`). One SparkActor (``local[1]``)
+is shared by the module; each test uses its own tables. The CLI test stops the process's
+Spark session (the CLI shuts Spark down and its session is the module's one): it must
+stay last.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
+import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from actors.sinks.spark.merge import MergeConfigError, MergeError, MergeResult, final_name, merge
-from actors.sinks.spark.sink import SparkActor
-from processors.base import Message, Row
+from actors.sinks.spark import final_table
+from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.merge import (
+    MergeConfigError,
+    MergeError,
+    MergeResult,
+    final_name,
+    merge,
+    merge_records,
+)
 from service.cli import main
-from settings.models import Settings, SparkSettings
-from tests.integration.test_spark_sink import PROCESSOR, TOPIC, events, opened
+from tests.integration.merge_support import (
+    GOBBLIN,
+    VERSIONS,
+    expected,
+    final_rows,
+    gobblin_rows,
+    gobblin_version,
+    module_actor,
+    names,
+    settings,
+    snapshots,
+    sql,
+    stage,
+    version,
+    write_config,
+)
+from tests.kafkautil import create_topic, produce, unique
+from tests.kafkautil import write_config as kafka_config
 
-pytestmark = pytest.mark.slow
-
-NAMES = [c.name for c in PROCESSOR.columns] + ["_topic", "_partition", "_offset", "_timestamp",
-                                               "_ingested_at"]
-FINAL_NAMES = [*NAMES, "log_date"]  # GobblinCompactionProcessor.final_partition
+# Several merges a test, each a handful of Spark jobs, on a CPU shared with other JVMs.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("warehouse")
+def actor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkActor]:
+    yield from module_actor(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def actor(warehouse: Path) -> Iterator[SparkActor]:
-    spark = SparkActor(SparkSettings(master="local[1]", warehouse=str(warehouse),
-                                     flush_max_interval_s=0.2))
-    yield spark
-    spark.stop()
+def warehouse(actor: SparkActor) -> Path:
+    return Path(actor.settings.warehouse)
 
 
-def settings(warehouse: Path, *tables: str) -> Settings:
-    topics = [{"topic": f"{TOPIC}_{i}", "processor": PROCESSOR.name,
-               "sink": {"type": "spark", "table": table}} for i, table in enumerate(tables)]
-    return Settings(groups=[{"topics": topics}],
-                    spark=SparkSettings(master="local[1]", warehouse=str(warehouse)))
-
-
-def version(offset: int, record_count: int, partition: int = 0) -> list[Row]:
-    """A CompactionCompleted event of one fixed key (same dataset, cluster, event time)."""
-    processor = PROCESSOR({"clusters": [{"code": "ltx1-holdem", "short_name": "holdem"}]})
-    value = {"timestamp": 1500000000000, "namespace": "compaction.tracking.events",
-             "name": "CompactionCompleted",
-             "metadata": {"clusterIdentifier": "ltx1-holdem", "datasetUrn": "/data/tracking/X",
-                          "partition": "2017/07/14/02", "recordCount": str(record_count)}}
-    message = Message(TOPIC, partition, offset, 1500000000000 + offset, None, value, (), None)
-    return list(processor.transform(message))
-
-
-async def stage(actor: SparkActor, table: str, *batches: list[Row]) -> None:
-    """Write each batch through the SparkSink (one append each, as after a crash replay)."""
-    sink = await opened(actor, table)
-    for rows in batches:
-        await sink.write(rows)
-    await sink.close()
-
-
-async def final_rows(actor: SparkActor, table: str) -> list[tuple[Any, ...]]:
-    """The final table's rows (by table name and by path, which must agree), sorted."""
-    final = final_name(table)
-
-    def read(spark: Any) -> tuple[list[Any], list[Any], list[str]]:
-        by_table = spark.table(final)
-        path = actor.warehouse / final
-        if not list(path.rglob("*.parquet")):  # an empty partitioned table has no files
-            return by_table.collect(), [], by_table.columns
-        by_path = spark.read.parquet(str(path))
-        return by_table.collect(), by_path.collect(), by_path.columns
-
-    by_table, by_path, columns = await actor.call(read)
-    assert columns == FINAL_NAMES  # no ingest_date / writer_id; the final partition last
-    rows = sorted(tuple(r[n] for n in FINAL_NAMES) for r in by_table)
-    assert rows == sorted(tuple(r[n] for n in FINAL_NAMES) for r in by_path)
-    return rows
-
-
-def counts(result: MergeResult) -> tuple[int, int, int, int]:
-    return (result.staging_rows, result.final_rows, result.replays_dropped,
+def counts(result: MergeResult) -> tuple[int, int, int, int, int]:
+    return (result.staging_rows, result.final_rows, result.new_rows, result.replays_dropped,
             result.superseded_dropped)
 
 
-async def test_replays_dropped_latest_version_kept_and_rerun_changes_nothing(
+def column(name: str, processor: type = GOBBLIN) -> int:
+    return names(processor).index(name)
+
+
+async def merge_commits(actor: SparkActor, table: str) -> list[dict[str, str]]:
+    """The summaries of the final table's commits that record a merge, oldest first."""
+    found = await snapshots(actor, final_name(table))
+    return [s for _, _, s in found if final_table.MERGED_SNAPSHOT in s]
+
+
+async def staging_snapshot(actor: SparkActor, table: str) -> int:
+    return (await snapshots(actor, table))[-1][0]
+
+
+async def test_replays_dropped_latest_version_kept_incremental_and_idempotent(
         actor: SparkActor, warehouse: Path) -> None:
     table = "stg_merge_main"
-    base = events(0, 0, 6)  # 6 distinct keys
+    base = gobblin_rows(0, 6)  # 6 distinct keys
     # a crash replays offsets 0-5 (a second append), and one key has 2 versions
-    await stage(actor, table, base, events(0, 0, 6), version(100, 1), version(101, 2))
+    await stage(actor, table, base, gobblin_rows(0, 6), gobblin_version(100, 1),
+                gobblin_version(101, 2))
     cfg = settings(warehouse, table)
 
     [first] = await merge(cfg, actor=actor)
     assert first.table == table and first.final_table == "final_merge_main"
-    assert counts(first) == (14, 7, 6, 1)
-    assert first.new_rows == 14 and not first.skipped
+    assert counts(first) == (14, 7, 14, 6, 1) and first.full_read and not first.skipped
     rows = await final_rows(actor, table)
     assert len(rows) == 7
-    key_of = {n: NAMES.index(n) for n in ("dataset", "cluster", "log_event_time")}
-    assert len({tuple(r[i] for i in key_of.values()) for r in rows}) == 7  # each key once
-    latest = [r for r in rows if r[NAMES.index("dataset")] == "/data/tracking/X"]
-    assert [(r[NAMES.index("record_count")], r[NAMES.index("_offset")]) for r in latest] == [
-        (2, 101)]
-    assert {r[NAMES.index("_offset")] for r in rows} == {0, 1, 2, 3, 4, 5, 101}
+    key = [column(n) for n in GOBBLIN.key]
+    assert len({tuple(r[i] for i in key) for r in rows}) == 7  # each key once
+    latest = [r for r in rows if r[column("dataset")] == "/data/tracking/X"]
+    assert [(r[column("record_count")], r[column("_offset")]) for r in latest] == [(2, 101)]
+    assert {r[column("_offset")] for r in rows} == {0, 1, 2, 3, 4, 5, 101}
+    assert {r[-1].isoformat() for r in rows} == {"2016-07-13", "2017-07-14"}  # log_date
+    staged = await staging_snapshot(actor, table)
+    [commit] = await merge_commits(actor, table)
+    assert first.merged_snapshot_id == staged
+    assert commit[final_table.MERGED_SNAPSHOT] == str(staged)
+    assert commit[final_table.MERGED_FROM] == f"kstage.kstage.{table}"
+    assert (commit[final_table.STAGING_ROWS], commit[final_table.NEW_ROWS]) == ("14", "14")
 
-    state = json.loads((warehouse / "_merge_state" / "final_merge_main.json").read_text())
-    assert state["staging_rows"] == 14 and state["final_rows"] == 7
-    assert state["merged_at"] and state["max_ingested_at"]
-    files = sorted(x.relative_to(warehouse / table).as_posix()
-                   for x in (warehouse / table).rglob("*.parquet"))
-    assert state["merged_files"] == files and len(files) == 4  # one per append
-
-    # re-running changes nothing: same rows (_ingested_at included), nothing new
+    # re-running changes nothing: no new snapshot, same rows (_ingested_at included)
+    before = await snapshots(actor, final_name(table))
     [again] = await merge(cfg, actor=actor)
-    assert counts(again) == (14, 7, 0, 0)
-    assert again.new_rows == 0
-    assert await final_rows(actor, table) == rows
-    state2 = json.loads((warehouse / "_merge_state" / "final_merge_main.json").read_text())
-    assert state2["max_ingested_at"] == state["max_ingested_at"]
-    assert state2["merged_files"] == files
-
-    # a crash after the swap, before the state was written: the files are read again,
-    # their rows are exact replays of final rows, and the final table is unchanged
-    lost = {**state2, "merged_files": []}
-    (warehouse / "_merge_state" / "final_merge_main.json").write_text(json.dumps(lost))
-    [replayed] = await merge(cfg, actor=actor)
-    assert replayed.new_rows == 14
-    assert counts(replayed) == (14, 7, 13, 1)  # all but version 1 replay a final row
+    assert counts(again) == (14, 7, 0, 0, 0) and not again.full_read
+    assert await snapshots(actor, final_name(table)) == before
     assert await final_rows(actor, table) == rows
 
-    # new staging rows (another replay, a newer version, new keys) are folded in
-    await stage(actor, table, version(101, 2), version(102, 3), events(1, 10, 2))
+    # new staging rows (another replay, a newer version, new keys): only the two new
+    # appends are read (incremental), folded against the final rows of their keys
+    await stage(actor, table, gobblin_version(101, 2) + gobblin_version(102, 3),
+                gobblin_rows(10, 2, partition=1))
     [third] = await merge(cfg, actor=actor)
-    assert counts(third) == (18, 9, 1, 1)  # the replay of 101; 101 superseded by 102
-    assert third.new_rows == 4
+    # the replay of 101 (against the final row); the final row of 101 superseded by 102
+    assert counts(third) == (18, 9, 4, 1, 1) and not third.full_read
     rows3 = await final_rows(actor, table)
     assert len(rows3) == 9
-    latest = [r for r in rows3 if r[NAMES.index("dataset")] == "/data/tracking/X"]
-    assert [r[NAMES.index("record_count")] for r in latest] == [3]
+    latest = [r for r in rows3 if r[column("dataset")] == "/data/tracking/X"]
+    assert [r[column("record_count")] for r in latest] == [3]
     # only the superseded version left; every other row kept as it was (_ingested_at too)
-    assert set(rows) - set(rows3) == {r for r in rows if r[NAMES.index("_offset")] == 101}
+    assert set(rows) - set(rows3) == {r for r in rows if r[column("_offset")] == 101}
+    commits = await merge_commits(actor, table)
+    assert [c[final_table.MERGED_SNAPSHOT] for c in commits] == [
+        str(staged), str(await staging_snapshot(actor, table))]
     [fourth] = await merge(cfg, actor=actor)
-    assert counts(fourth) == (18, 9, 0, 0) and fourth.new_rows == 0
+    assert counts(fourth) == (18, 9, 0, 0, 0)
     assert await final_rows(actor, table) == rows3
 
+    records = await merge_records(cfg, actor=actor)
+    assert list(records) == ["final_merge_main"]
+    record = records["final_merge_main"]
+    assert (record.staging_table, record.merged_snapshot_id) == (
+        f"kstage.kstage.{table}", await staging_snapshot(actor, table))
+    assert (record.staging_rows, record.final_rows, record.new_rows) == (18, 9, 4)
 
-async def test_final_rows_survive_when_staging_is_purged(
-        actor: SparkActor, warehouse: Path) -> None:
-    """The merge folds into the existing final table: rows no longer in staging stay."""
-    table = "stg_merge_purged"
-    await stage(actor, table, events(0, 0, 4))
-    cfg = settings(warehouse, table)
-    await merge(cfg, actor=actor)
-    before = await final_rows(actor, table)
-    # staging retention removed the old partitions; new rows arrive
-    shutil.rmtree(warehouse / table)
-    await actor.call(lambda spark: spark.sql(f"DROP TABLE `{table}`"))
-    actor._writers.pop(table)
-    await stage(actor, table, events(0, 4, 2), version(7, 5))
+
+async def test_latest_per_key_ties_null_keys_and_keyless(actor: SparkActor,
+                                                         warehouse: Path) -> None:
+    """The order: _timestamp desc nulls last, _topic, _kafka_partition, _offset desc,
+    then the other columns; NULL key values are one key."""
+    table = "stg_merge_ties"
+    await stage(actor, table, [
+        version("a", 1, "old", 0, timestamp=10),
+        version("a", 1, "new", 1, timestamp=20),  # later timestamp wins
+        version("b", 1, "x", 2, timestamp=None),
+        version("b", 1, "y", 3, timestamp=5),  # a timestamp beats none
+        version("c", 1, "p0", 4, timestamp=30, partition=0),
+        version("c", 1, "p1", 5, timestamp=30, partition=1),  # same time: lower partition
+        version("d", 1, "o4", 6, timestamp=40),
+        version("d", 1, "o7", 7, timestamp=40),  # same time, partition: higher offset
+        version(None, None, "n1", 8, timestamp=50),
+        version(None, None, "n2", 9, timestamp=60),  # NULL, NULL is one key
+        version(None, 1, "m", 10, timestamp=50),  # (NULL, 1) another
+        version("e", None, "z", 11, timestamp=70),
+    ], [version("e", None, "a", 11, timestamp=70)],  # same coordinates, other content:
+        processor=VERSIONS)                             # the smaller content wins
+    cfg = settings(warehouse, table, processor=VERSIONS)
     [result] = await merge(cfg, actor=actor)
-    assert counts(result) == (3, 7, 0, 0)
-    after = await final_rows(actor, table)
-    assert set(before) <= set(after) and len(after) == 7
+    assert counts(result) == (13, 7, 13, 0, 6)
+    got = {(r[0], r[1]): r[2] for r in await final_rows(actor, table, VERSIONS)}
+    assert got == {("a", 1): "new", ("b", 1): "y", ("c", 1): "p0", ("d", 1): "o7",
+                   (None, None): "n2", (None, 1): "m", ("e", None): "a"}
 
-
-async def test_only_partitions_with_staging_rows_are_rewritten_and_swaps_are_repaired(
-        actor: SparkActor, warehouse: Path) -> None:
-    """final_partition = log_date (from the key's log_event_time): a merge rewrites only
-    the dates its staging rows fall into; a swap cut between its renames is undone."""
-    table = "stg_merge_parts"
-    await stage(actor, table, events(0, 0, 4), version(100, 1))  # 2016-07-13, 2017-07-14
-    cfg = settings(warehouse, table)
-    [first] = await merge(cfg, actor=actor)
-    assert counts(first) == (5, 5, 0, 0)
-    final = warehouse / final_name(table)
-    old_day, new_day = final / "log_date=2016-07-13", final / "log_date=2017-07-14"
-    assert sorted(p.name for p in final.iterdir() if p.is_dir()) == [old_day.name,
-                                                                      new_day.name]
-    untouched = {p.name: p.stat().st_mtime_ns for p in old_day.iterdir()}
-
-    # staging retention removed the rows; a newer version of the 2017 key arrives
-    shutil.rmtree(warehouse / table)
-    await actor.call(lambda spark: spark.sql(f"DROP TABLE `{table}`"))
-    actor._writers.pop(table)
-    await stage(actor, table, version(101, 2))
+    # later merges: an older version loses to the final row, a newer one replaces it,
+    # NULL keys match their final rows (null-safe), equal rows change nothing
+    await stage(actor, table, [version("a", 1, "older", 12, timestamp=15),
+                               version(None, None, "n3", 13, timestamp=65),
+                               version(None, 1, "m", 10, timestamp=50)], processor=VERSIONS)
     [second] = await merge(cfg, actor=actor)
-    assert counts(second) == (1, 5, 0, 1)
-    assert {p.name: p.stat().st_mtime_ns for p in old_day.iterdir()} == untouched
-    rows = await final_rows(actor, table)
-    latest = [r for r in rows if r[NAMES.index("dataset")] == "/data/tracking/X"]
-    assert [r[NAMES.index("record_count")] for r in latest] == [2]
+    assert counts(second) == (16, 7, 3, 1, 2)
+    got = {(r[0], r[1]): r[2] for r in await final_rows(actor, table, VERSIONS)}
+    assert got[("a", 1)] == "new" and got[(None, None)] == "n3" and got[(None, 1)] == "m"
 
-    # a crash between "final/p -> .old-parts/p" and ".new/p -> final/p"
-    work = warehouse / "_merge_work"
-    (work / f"{final_name(table)}.old-parts").mkdir(parents=True)
-    os.rename(new_day, work / f"{final_name(table)}.old-parts" / new_day.name)
-    (work / f"{final_name(table)}.new" / new_day.name).mkdir(parents=True)  # half written
-    [third] = await merge(cfg, actor=actor)
-    assert counts(third) == (1, 5, 0, 0)  # version 1 was superseded by the last merge
-    assert await final_rows(actor, table) == rows
-    assert not list(work.glob(f"{final_name(table)}.*"))
+    # without a key every distinct row is kept, replays once
+    unkeyed = "stg_merge_unkeyed"
+    rows = [version("a", 1, "x", 0), version("a", 1, "x", 1), version(None, None, None, 2)]
+    await stage(actor, unkeyed, rows, rows[1:], processor=VERSIONS)
+    keyless = settings(warehouse, unkeyed, processor=VERSIONS)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(VERSIONS, "key", ())
+        [plain] = await merge(keyless, actor=actor)
+        assert counts(plain) == (5, 3, 5, 2, 0)
+        await stage(actor, unkeyed, rows, [version("a", 1, "x", 3)], processor=VERSIONS)
+        [plain2] = await merge(keyless, actor=actor)
+        assert counts(plain2) == (9, 4, 4, 3, 0)
+    assert sorted(r[6] for r in await final_rows(actor, unkeyed, VERSIONS)) == [0, 1, 2, 3]
+
+
+async def test_compacted_purged_and_expired_staging(actor: SparkActor,
+                                                     warehouse: Path) -> None:
+    """A compaction of staging (a replace snapshot) and a retention delete are not read
+    (only appends are), the final table keeps the rows staging no longer has; once the
+    snapshot merged through expired, the whole table is read and the result is exact."""
+    table = "stg_merge_expire"
+    cfg = settings(warehouse, table)
+    await stage(actor, table, gobblin_rows(0, 4), gobblin_rows(4, 4))
+    await merge(cfg, actor=actor)
+    rows = await final_rows(actor, table)
+
+    name = f"kstage.kstage.{table}"
+    await sql(actor, f"CALL kstage.system.rewrite_data_files(table => '{name}', "
+                     "options => map('min-input-files', '2'))")
+    assert (await snapshots(actor, table))[-1][1] == "replace"
+    await stage(actor, table, gobblin_rows(8, 2), gobblin_version(100, 7))
+    [compacted] = await merge(cfg, actor=actor)
+    assert counts(compacted) == (11, 11, 3, 0, 0) and not compacted.full_read
+    rows2 = await final_rows(actor, table)
+    assert set(rows) < set(rows2)
+
+    await sql(actor, f"DELETE FROM {name} WHERE _offset < 4")  # noqa: S608 - retention
+    assert (await snapshots(actor, table))[-1][1] in ("delete", "overwrite")
+    await stage(actor, table, gobblin_version(101, 8))
+    [purged] = await merge(cfg, actor=actor)
+    assert counts(purged) == (8, 11, 1, 0, 1) and not purged.full_read
+    rows3 = await final_rows(actor, table)
+    assert {r[column("_offset")] for r in rows3} >= {0, 1, 2, 3}  # kept in the final table
+
+    await stage(actor, table, gobblin_rows(20, 1))
+    await sql(actor, f"CALL kstage.system.expire_snapshots(table => '{name}', "
+                     "older_than => now(), retain_last => 1)")
+    assert len(await snapshots(actor, table)) == 1
+    [full] = await merge(cfg, actor=actor)
+    assert full.full_read
+    # every staging row read again: those already final are replays
+    assert counts(full) == (9, 12, 9, 7, 1)
+    rows4 = await final_rows(actor, table)
+    latest = [r for r in rows4 if r[column("dataset")] == "/data/tracking/X"]
+    assert [r[column("record_count")] for r in latest] == [8]
+    assert set(rows4) - set(rows3) == {r for r in rows4 if r[column("_offset")] == 20}
+    assert set(rows3) <= set(rows4)
+
+
+async def test_final_table_compacted_and_its_records_expired(actor: SparkActor,
+                                                              warehouse: Path) -> None:
+    """Maintenance of the final table: a compaction is not a merge record; once every
+    record expired the next merge reads the whole staging table, still exact."""
+    table = "stg_merge_final_expire"
+    cfg = settings(warehouse, table, processor=VERSIONS)
+    first = [version("a", 1, "x", 0, timestamp=1), version("b", 1, "y", 1)]
+    second = [version("a", 1, "x2", 2, timestamp=2), version("c", 1, "z", 3)]
+    await stage(actor, table, first, processor=VERSIONS)
+    await merge(cfg, actor=actor)
+    await stage(actor, table, second, processor=VERSIONS)
+    await merge(cfg, actor=actor)
+    final = f"kstage.kstage.{final_name(table)}"
+    await sql(actor, f"CALL kstage.system.rewrite_data_files(table => '{final}', "
+                     "options => map('rewrite-all', 'true'))")
+    assert (await snapshots(actor, final_name(table)))[-1][1] == "replace"
+    [nothing] = await merge(cfg, actor=actor)  # the record is the compaction's parent's
+    assert (nothing.new_rows, nothing.full_read) == (0, False)
+
+    await sql(actor, f"CALL kstage.system.expire_snapshots(table => '{final}', "
+                     "older_than => now(), retain_last => 1)")
+    assert await merge_commits(actor, table) == []
+    [full] = await merge(cfg, actor=actor)
+    assert full.full_read and counts(full) == (4, 3, 4, 3, 1)
+    assert await final_rows(actor, table, VERSIONS, ingest=False) == expected(
+        first + second, VERSIONS)
+    assert len(await merge_commits(actor, table)) == 1  # recorded again (no row changed)
+
+
+async def test_schema_evolution_and_refused_changes(actor: SparkActor, warehouse: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from processors.base import Column
+
+    table = "stg_merge_schema"
+    cfg = settings(warehouse, table, processor=VERSIONS)
+    original = VERSIONS.columns
+    await stage(actor, table, [version("a", 1, "x", 0)], processor=VERSIONS)
+    await merge(cfg, actor=actor)
+
+    # a new nullable column: added to staging by the sink, to the final table by the merge
+    wider = (*original, Column("note"))
+    monkeypatch.setattr(VERSIONS, "columns", wider)
+    actor._tables.pop(table)  # the sink's writer of the old columns
+    await stage(actor, table, [{**version("b", 1, "y", 1), "note": "hi"}], processor=VERSIONS)
+    [result] = await merge(cfg, actor=actor)
+    assert counts(result) == (2, 2, 1, 0, 0)
+    final = f"kstage.kstage.{final_name(table)}"
+    got = await sql(actor, f"SELECT k1, note FROM {final} ORDER BY k1")  # noqa: S608
+    assert [tuple(r) for r in got] == [("a", None), ("b", "hi")]
+
+    # a column removed, a type changed, a new NOT NULL column: refused, table named
+    monkeypatch.setattr(VERSIONS, "columns", (*original[:3], Column("n", "string"),
+                                              Column("note"), Column("id", nullable=False)))
+    with pytest.raises(MergeError) as error:
+        await merge(cfg, actor=actor)
+    text = str(error.value)
+    assert f"final table {final}: the processor does not fit the table" in text
+    assert "column 'n' was bigint, is now declared string" in text
+    assert "new column 'id' is NOT NULL" in text
+    monkeypatch.setattr(VERSIONS, "columns", original)
+    with pytest.raises(MergeError, match=r"column 'note' \(string\) is no longer declared"):
+        await merge(cfg, actor=actor)
+
+    # a final partition declared after the table was created
+    monkeypatch.setattr(VERSIONS, "columns", wider)
+    monkeypatch.setattr(VERSIONS, "final_partition", ("kp", "k2 % 2"))
+    with pytest.raises(MergeError, match="final partition 'kp = k2 % 2' is declared but "
+                                         "the table was created without one"):
+        await merge(cfg, actor=actor)
 
 
 async def test_a_final_partition_must_depend_on_the_key_alone(
         actor: SparkActor, warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    await stage(actor, "stg_merge_badpart", events(0, 0, 1))
-    monkeypatch.setattr(PROCESSOR, "final_partition", ("day", "to_date(partition_name)"))
+    await stage(actor, "stg_merge_badpart", gobblin_rows(0, 1))
+    monkeypatch.setattr(GOBBLIN, "final_partition", ("day", "to_date(partition_name)"))
     with pytest.raises(MergeError, match=r"'day' = 'to_date\(partition_name\)' must be an "
                                          r"expression over the key columns"):
         await merge(settings(warehouse, "stg_merge_badpart"), actor=actor)
-    monkeypatch.setattr(PROCESSOR, "final_partition", ("cluster", "cluster"))
+    monkeypatch.setattr(GOBBLIN, "final_partition", ("cluster", "cluster"))
     with pytest.raises(MergeConfigError, match="final partition column 'cluster' must be a "
                                                "new plain identifier"):
         await merge(settings(warehouse, "stg_merge_badpart"), actor=actor)
 
 
+async def test_only_affected_partitions_are_rewritten(actor: SparkActor,
+                                                      warehouse: Path) -> None:
+    """final_partition log_date: a merge rewrites only the files of the dates its
+    staging rows fall into; the final table is partitioned by identity on it."""
+    table = "stg_merge_parts"
+    await stage(actor, table, gobblin_rows(0, 6, days=3), gobblin_version(100, 1))
+    cfg = settings(warehouse, table)
+    await merge(cfg, actor=actor)
+    final = f"kstage.kstage.{final_name(table)}"
+    query = f"SELECT partition.log_date AS d, file_path FROM {final}.files"  # noqa: S608
+    files = {str(r["d"]): r["file_path"] for r in await sql(actor, query)}
+    assert sorted(files) == ["2016-07-13", "2016-07-14", "2016-07-15", "2017-07-14"]
+
+    await stage(actor, table, gobblin_version(101, 2))
+    [second] = await merge(cfg, actor=actor)
+    assert counts(second) == (8, 7, 1, 0, 1)
+    after = {str(r["d"]): r["file_path"] for r in await sql(actor, query)}
+    assert {d: p for d, p in after.items() if d != "2017-07-14"} == {
+        d: p for d, p in files.items() if d != "2017-07-14"}  # untouched
+    assert after["2017-07-14"] != files["2017-07-14"]
+
+
 async def test_table_filter_skip_and_config_errors(actor: SparkActor, warehouse: Path) -> None:
-    await stage(actor, "stg_merge_a", events(0, 0, 3))
-    await stage(actor, "stg_merge_b", events(0, 0, 2), events(0, 0, 2))
-    (warehouse / "stg_merge_empty").mkdir()  # registered by a sink, nothing appended yet
+    await stage(actor, "stg_merge_a", gobblin_rows(0, 3))
+    await stage(actor, "stg_merge_b", gobblin_rows(0, 2), gobblin_rows(0, 2))
+    await stage(actor, "stg_merge_empty")  # registered by a sink, nothing appended yet
     cfg = settings(warehouse, "stg_merge_a", "stg_merge_b", "other_table", "stg_merge_empty")
 
     [only_b] = await merge(cfg, "stg_merge_b", actor=actor)
     assert (only_b.table, only_b.final_table) == ("stg_merge_b", "final_merge_b")
-    assert counts(only_b) == (4, 2, 2, 0)
-    assert not (warehouse / "final_merge_a").exists()
+    assert counts(only_b) == (4, 2, 4, 2, 0)
+    exists = await actor.call(lambda spark: spark.catalog.tableExists(
+        "kstage.kstage.final_merge_a"))
+    assert not exists
 
     results = await merge(cfg, actor=actor)
     assert [r.table for r in results] == ["stg_merge_a", "stg_merge_b", "other_table",
                                           "stg_merge_empty"]
-    assert counts(results[3]) == (0, 0, 0, 0) and not results[3].skipped
+    assert counts(results[3]) == (0, 0, 0, 0, 0) and not results[3].skipped
     assert await final_rows(actor, "stg_merge_empty") == []
-    assert counts(results[0]) == (3, 3, 0, 0)
-    assert counts(results[1]) == (4, 2, 0, 0)  # merged just before: nothing new
+    assert counts(results[0]) == (3, 3, 3, 0, 0)
+    assert counts(results[1]) == (4, 2, 0, 0, 0)  # merged just before: nothing new
     skipped = results[2]
     assert skipped.skipped and skipped.final_table == "other_table_final"
-    assert "no staging data" in skipped.summary()
+    assert "no staging table kstage.kstage.other_table" in skipped.summary()
 
     with pytest.raises(MergeConfigError, match="'stg_nope' is not fed by a spark sink"):
         await merge(cfg, "stg_nope", actor=actor)
+    with pytest.raises(MergeConfigError, match="its final table final_merge_a is also a "
+                                               "staging table"):
+        await merge(settings(warehouse, "stg_merge_a", "final_merge_a"), actor=actor)
 
 
-async def test_a_table_being_merged_elsewhere_is_skipped(
+async def test_a_final_table_of_another_staging_table_is_refused(
         actor: SparkActor, warehouse: Path) -> None:
-    """Another process holding the table's merge lock: the merge is skipped, untouched."""
-    await stage(actor, "stg_merge_locked", events(0, 0, 2))
-    cfg = settings(warehouse, "stg_merge_locked")
-    lock = warehouse / "_merge_state" / "final_merge_locked.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen(  # flock(1)-like holder in another process
-        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a');"
-         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
-         str(lock)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
-        [skipped] = await merge(cfg, actor=actor)
-        assert skipped.skipped and "another process is merging" in skipped.summary()
-        assert not (warehouse / "final_merge_locked").exists()
-    finally:
-        holder.kill()
-        holder.communicate()
-    [merged] = await merge(cfg, actor=actor)
-    assert counts(merged) == (2, 2, 0, 0)
+    await stage(actor, "stg_merge_owner", gobblin_rows(0, 1))
+    await sql(actor, "CREATE TABLE kstage.kstage.final_merge_owner (x INT) USING iceberg")
+    with pytest.raises(MergeError, match="final table kstage.kstage.final_merge_owner exists "
+                                         "but is not the final table of "
+                                         "kstage.kstage.stg_merge_owner"):
+        await merge(settings(warehouse, "stg_merge_owner"), actor=actor)
 
 
-def write_config(tmp_path: Path, warehouse: Path, table: str) -> str:
-    cfg = tmp_path / "kstage.yml"
-    cfg.write_text(
-        f"name: merge-test\nspark: {{master: 'local[1]', warehouse: '{warehouse}'}}\n"
-        "groups:\n  - topics:\n"
-        f"      - {{topic: {TOPIC}, processor: {PROCESSOR.name}, format: json,\n"
-        f"         sink: {{type: spark, table: {table}}}}}\n", encoding="utf-8")
-    return str(cfg)
+@pytest.mark.kafka
+@pytest.mark.timeout(600)  # a kstage process starts its own JVM on a shared CPU
+async def test_merges_inside_the_service_on_an_interval_and_after_drain(
+        actor: SparkActor, warehouse: Path, broker: str, kstage: Any, tmp_path: Path) -> None:
+    """``merge.interval_s`` in ``kstage run --drain``: both tables are merged on the
+    interval and once more at the end; a table whose merge fails (its final table is
+    another table) is logged at every interval, the others still merge, and the final
+    merge's failure makes the run exit 1."""
+    topics = {name: unique(name) for name in ("svc_a", "svc_b")}
+    values = [{"k1": f"k{i % 7}", "k2": i % 3, "v": f"v{i}", "n": i} for i in range(60)]
+    for topic in topics.values():
+        await create_topic(broker, topic, 2)
+        await produce(broker, topic, values, partition_of=lambda i: i % 2)
+    await sql(actor, "CREATE TABLE kstage.kstage.final_svc_b (x INT) USING iceberg")
+    cfg = kafka_config(tmp_path / "kstage.yml", broker, unique("merge-svc"), [
+        {"topic": topics[name], "processor": VERSIONS.name,
+         "sink": {"type": "spark", "table": f"stg_{name}"}} for name in ("svc_a", "svc_b")])
+    data = yaml.safe_load(cfg.read_text())
+    data["spark"] = {"master": "local[1]", "warehouse": str(warehouse),
+                     "flush_max_interval_s": 0.5, "conf": {"spark.driver.memory": "512m"}}
+    data["merge"] = {"interval_s": 0.5}
+    cfg.write_text(yaml.safe_dump(data))
+
+    service = kstage(cfg, "--drain")
+    assert await service.wait(timeout=500) == 1
+    out = service.output()
+    assert "stopping: the final merge after --drain failed for 1 table(s)" in out
+    refused = ("merge: merge stg_svc_b -> final_svc_b: final table "
+               "kstage.kstage.final_svc_b exists but is not the final table of "
+               "kstage.kstage.stg_svc_b")
+    assert out.count(refused) >= 2, out[-4000:]  # on the interval, and after --drain
+    merged = re.findall(r"merge: stg_svc_a -> final_svc_a: (\d+) staging rows, (\d+) final "
+                        r"rows", out)
+    assert merged and merged[-1] == ("60", "21"), out[-4000:]
+    # each staging row read by one merge (a merge the drain's end cancelled while it ran
+    # finished on the Spark thread without its log line: count its commit instead)
+    commits = await merge_commits(actor, "stg_svc_a")
+    assert sum(int(c[final_table.NEW_ROWS]) for c in commits) == 60
+    staged = await actor.call(lambda spark: [
+        {("_partition" if k == "_kafka_partition" else k): v
+         for k, v in row.asDict().items()}
+        for row in spark.table("kstage.kstage.stg_svc_a").collect()])
+    assert len(staged) == 60
+    assert await final_rows(actor, "stg_svc_a", VERSIONS, ingest=False) == expected(
+        staged, VERSIONS)
 
 
 def test_cli_config_error_exit_2(tmp_path: Path, warehouse: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = write_config(tmp_path, warehouse, "stg_merge_cli")
-    assert main(["merge", "-c", cfg, "--table", "stg_missing"]) == 2
+    cfg = write_config(tmp_path / "kstage.yml", warehouse, "stg_merge_cli")
+    assert main(["merge", "-c", str(cfg), "--table", "stg_missing"]) == 2
     assert "not fed by a spark sink" in capsys.readouterr().err
 
 
 async def test_cli_merge_last(actor: SparkActor, tmp_path: Path, warehouse: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     """Last: the CLI reuses the process's SparkContext and stops it when done."""
-    import asyncio
-
-    await stage(actor, "stg_merge_cli", events(0, 0, 3), events(0, 1, 1))
-    cfg = write_config(tmp_path, warehouse, "stg_merge_cli")
-    code = await asyncio.to_thread(main, ["merge", "-c", cfg, "--table", "stg_merge_cli"])
+    await stage(actor, "stg_merge_cli", gobblin_rows(0, 3), gobblin_rows(1, 1))
+    await stage(actor, "stg_merge_clibad", gobblin_rows(0, 1))
+    await sql(actor, "CREATE TABLE kstage.kstage.final_merge_clibad (x INT) USING iceberg")
+    bad = write_config(tmp_path / "bad.yml", warehouse, "stg_merge_clibad")
+    code = await asyncio.to_thread(main, ["merge", "-c", str(bad)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "merge stg_merge_clibad -> final_merge_clibad: final table" in err
+    cfg = write_config(tmp_path / "kstage.yml", warehouse, "stg_merge_cli")
+    code = await asyncio.to_thread(main, ["merge", "-c", str(cfg), "--table", "stg_merge_cli"])
     assert code == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out == ["stg_merge_cli -> final_merge_cli: 4 staging rows, 3 final rows "
                    "(1 replays dropped, 0 superseded; 4 new since last merge)"]
-    state = json.loads((warehouse / "_merge_state" / "final_merge_cli.json").read_text())
-    assert (state["staging_rows"], state["final_rows"]) == (4, 3)

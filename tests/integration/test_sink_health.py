@@ -13,21 +13,19 @@ import json
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
-import httpx
 import pytest
 
 from service.broker import free_port
 from tests.http_server import HttpTestServer
 from tests.integration.test_http_pipeline import events, run
 from tests.kafkautil import (
-    KstageProcess,
     committed,
     create_topic,
     produce,
     read_jsonl,
     unique,
+    wait_readyz,
     wait_until,
     write_config,
 )
@@ -36,29 +34,6 @@ pytestmark = pytest.mark.kafka
 
 TOKEN = "expired-bearer-t0ken-value"  # noqa: S105 - a fake secret that must not show
 FOREVER = 100_000  # scripted answers: until release()
-
-
-async def readyz(base: str) -> tuple[int, dict[str, Any]]:
-    try:
-        async with httpx.AsyncClient(timeout=5) as client:
-            response = await client.get(f"{base}/readyz")
-    except httpx.TransportError:
-        return 0, {}  # the status server is not up yet
-    return response.status_code, response.json()
-
-
-async def wait_readyz(base: str, proc: KstageProcess, code: int, text: str = "",
-                      timeout: float = 30) -> dict[str, Any]:
-    """The first /readyz answer with ``code`` whose JSON contains ``text``."""
-    deadline = time.monotonic() + timeout
-    seen: tuple[int, dict[str, Any]] = (0, {})
-    while True:
-        seen = await readyz(base)
-        if seen[0] == code and text in json.dumps(seen[1]):
-            return seen[1]
-        assert proc.proc.poll() is None, proc.output()
-        assert time.monotonic() < deadline, f"/readyz never {code} with {text!r}: {seen}"
-        await asyncio.sleep(0.1)
 
 
 def fault_401(api: HttpTestServer) -> None:

@@ -1,25 +1,25 @@
-"""Exactly-once final tables from at-least-once staging, with real processes:
+"""Exactly once in the Iceberg staging table, with real processes and SIGKILL:
 
-* SIGKILL ``kstage run`` while a Spark flush is in progress, restart it with ``--drain``
-  (its final merge runs at the end): every event is in the final table once, staging
-  holds at most the replayed flush twice, nothing is lost;
-* two ``kstage run`` processes in one consumer group write the same staging table and
-  merge it on an interval (one at a time, the other skips): no corruption, no loss, and
-  ``kstage merge`` afterwards changes nothing.
+* ``kstage run`` SIGKILLed after its table commits and before its Kafka commit (Kafka
+  commits only at its interval, an hour): restarted with ``--drain``, it resumes where
+  the table holds each partition, so nothing is written twice and the Kafka offsets
+  catch up;
+* SIGKILLed again and again while it appends, then drained with its final merge: every
+  event once in staging and in the final table;
+* two ``kstage run`` processes in one consumer group append to one table at once
+  (optimistic commits retried): every event once, both writers in its commits.
 
+The staging table is read with pyiceberg through the same catalog (tests/iceberg_tables.py).
 Events are Gobblin CompactionCompleted events (real schema, Confluent wire format) with
-one natural key each, so the final table must hold exactly one row per event.
+one natural key each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,14 +29,12 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from actors.sinks.spark.merge import final_name
-from actors.sinks.spark.sink import SparkActor
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
-from settings import SparkSettings
+from tests import iceberg_tables
 from tests.fake_registry import FakeRegistry
+from tests.gobblin_events import compaction
 from tests.kafkautil import (
-    PLUGINS,
     KstageProcess,
     committed,
     create_topic,
@@ -46,21 +44,11 @@ from tests.kafkautil import (
     write_config,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TABLE = "stg_kafka_gobblin_compaction"
-FINAL = final_name(TABLE)
+FINAL = "final_kafka_gobblin_compaction"
 SCHEMA = (SCHEMA_DIR / "wherehows/GobblinTrackingEvent.avsc").read_text()
-T0 = 1_717_000_000_000
-
-
-def compaction(i: int) -> dict[str, Any]:
-    """Event ``i``: its own event time, so its own key (dataset, cluster, log_event_time)."""
-    return {"timestamp": T0 + i * 1000, "namespace": "compaction.tracking.events",
-            "name": "CompactionCompleted",
-            "metadata": {"clusterIdentifier": "ltx1-holdemrm01.grid.example.com:8032",
-                         "datasetUrn": f"/data/tracking/Event{i % 7}",
-                         "partition": "2024/05/29/16", "recordCount": str(1000 + i)}}
 
 
 async def produce_events(broker: str, registry: FakeRegistry, topic: str, start: int,
@@ -73,7 +61,8 @@ async def produce_events(broker: str, registry: FakeRegistry, topic: str, start:
 
 
 def config(tmp_path: Path, broker: str, group: str, topic: str, registry: FakeRegistry,
-           warehouse: Path, *, flush_rows: int, merge_s: float | None) -> Path:
+           warehouse: Path, *, flush_rows: int, merge_s: float | None,
+           commit: dict[str, Any] | None = None) -> Path:
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "gobblin_compaction", "format": "avro",
                          "sink": {"type": "spark"}}])
@@ -83,8 +72,8 @@ def config(tmp_path: Path, broker: str, group: str, topic: str, registry: FakeRe
                      "flush_max_rows": flush_rows, "flush_max_interval_s": 0.5}
     for group_settings in data["groups"]:
         group_settings["max_poll_records"] = 100
-        # Commit after every durable write: what is replayed is what was being flushed.
-        group_settings["commit"] = {"mode": "batch", "max_messages": 1}
+        # Commit after every durable write, unless the test says otherwise.
+        group_settings["commit"] = commit or {"mode": "batch", "max_messages": 1}
     if merge_s is not None:
         data["merge"] = {"interval_s": merge_s}
     cfg.write_text(yaml.safe_dump(data))
@@ -114,27 +103,6 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def read_tables(warehouse: Path) -> dict[str, Any]:
-    """Staging and final tables' coordinates, read by a fresh Spark session."""
-    actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(warehouse / "_reader")))
-
-    def read(spark: Any) -> dict[str, Any]:
-        staging = spark.read.parquet(str(warehouse / TABLE))
-        final = spark.read.parquet(str(warehouse / FINAL))
-        return {
-            "staging": [(r._partition, r._offset) for r in
-                        staging.select("_partition", "_offset").collect()],
-            "writers": {r.writer_id for r in staging.select("writer_id").distinct().collect()},
-            "final": [(r._partition, r._offset, r.record_count) for r in
-                      final.select("_partition", "_offset", "record_count").collect()],
-        }
-
-    try:
-        return await actor.call(read)
-    finally:
-        actor.stop()
-
-
 def last_assignment(proc: KstageProcess) -> set[int]:
     found = re.findall(r"assigned partitions \[([0-9, ]*)\]", proc.output())
     return {int(p) for p in found[-1].split(",") if p.strip()} if found else set()
@@ -150,70 +118,133 @@ def expected(count: int, partitions: int) -> list[tuple[int, int]]:
     return sorted((i % partitions, i // partitions) for i in range(count))
 
 
-async def test_sigkill_mid_flush_then_restart_and_merge_exactly_once(
+def staged(warehouse: Path) -> Counter[tuple[int, int]]:
+    """How often each (partition, offset) is in the staging table."""
+    return iceberg_tables.coordinates(warehouse, TABLE)
+
+
+async def total_committed(broker: str, group: str, topic: str, partitions: int) -> int:
+    return sum(max(v, 0) for v in (await committed(broker, group, topic, partitions)).values())
+
+
+async def test_sigkill_between_the_table_commit_and_the_kafka_commit_writes_nothing_twice(
         broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
-    events, partitions, flush_rows = 4000, 2, 250
-    topic, group = unique("eo-kill"), unique("g-eo-kill")
+    events, partitions = 2000, 2
+    topic, group = unique("eo-gap"), unique("g-eo-gap")
     warehouse = tmp_path / "warehouse"
-
-    def flushing() -> bool:  # Spark stages a flush in the writer's directory's _temporary
-        return any((warehouse / TABLE).glob("ingest_date=*/writer_id=*/_temporary"))
-
     with FakeRegistry() as registry:
         await create_topic(broker, topic, partitions=partitions)
         await produce_events(broker, registry, topic, 0, events, partitions)
-        cfg = config(tmp_path, broker, group, topic, registry, warehouse,
-                     flush_rows=flush_rows, merge_s=3600)
+        # Kafka commits only every hour: every table commit is ahead of Kafka's.
+        cfg = config(tmp_path, broker, group, topic, registry, warehouse, flush_rows=250,
+                     merge_s=None, commit={"mode": "batch", "max_messages": 10**9,
+                                           "max_interval_s": 3600})
         first = kstage(cfg)
-        # Wait until some flushes were committed, then kill inside the next one.
-        await wait_until(lambda: first.proc.poll() is not None or flushing(),
-                         timeout=120, what="a first flush")
-        start = time.monotonic()
-        while time.monotonic() - start < 120:
-            done = sum((await committed(broker, group, topic, partitions)).values())
-            if done >= flush_rows or first.proc.poll() is not None:
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: first.proc.poll() is not None
+                         or sum(staged(warehouse).values()) >= events, timeout=180,
+                         what="every event in the staging table")
         assert first.proc.poll() is None, first.output()
-        jvms = children(first.proc.pid)
-        deadline = time.monotonic() + 60
-        while not flushing():
-            assert time.monotonic() < deadline, "no flush in progress within 60s"
-            time.sleep(0.002)  # noqa: ASYNC251 - a tight poll, nothing else to run
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait()
-        before = sum((await committed(broker, group, topic, partitions)).values())
-        assert 0 < before < events, f"killed too late or too early: {before} committed"
-        await wait_until(lambda: not any(alive(pid) for pid in jvms), timeout=60,
-                         what="the killed process's Spark JVM to exit")
+        assert await total_committed(broker, group, topic, partitions) == 0
+        assert iceberg_tables.offsets(warehouse, TABLE, group, topic) == {
+            p: events // partitions for p in range(partitions)}
 
         second = kstage(cfg, "--drain")
         assert await second.wait(timeout=240) == 0, second.output()
-    assert "merge: " in second.output() and FINAL in second.output()
-    assert sum((await committed(broker, group, topic, partitions)).values()) == events
-
-    tables = await read_tables(warehouse)
-    staging = Counter(tables["staging"])
-    assert sorted(staging) == expected(events, partitions)  # nothing lost
-    assert max(staging.values()) <= 2  # a replay lands once more, never twice more
-    replayed = sum(staging.values()) - events
-    assert replayed <= flush_rows + 100, f"{replayed} replayed rows: more than one flush"
-    final = tables["final"]
-    assert len(final) == events  # exactly once
-    assert sorted((p, o) for p, o, _ in final) == expected(events, partitions)
-    assert all(count == 1000 + (o * partitions + p) for p, o, count in final)
+        assert await total_committed(broker, group, topic, partitions) == events
+    rows = staged(warehouse)
+    assert sorted(rows) == expected(events, partitions)  # nothing lost
+    assert max(rows.values()) == 1  # nothing twice
+    for p in range(partitions):
+        assert (f"partition {p} resumes at offset {events // partitions}, where the table "
+                "holds it") in second.output()
 
 
-async def test_two_processes_one_group_same_table_merging_on_an_interval(
+async def test_a_fan_out_replays_to_its_other_sink_while_the_table_drops_what_it_holds(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """spark + jsonl: after the same SIGKILL the worker cannot resume at the table's
+    offset (the JSONL file needs the replay), so it reads from Kafka's committed offset;
+    the JSONL sink gets every event again (at-least-once), the table none twice."""
+    events, partitions = 1000, 2
+    topic, group = unique("eo-fan"), unique("g-eo-fan")
+    warehouse = tmp_path / "warehouse"
+    with FakeRegistry() as registry:
+        await create_topic(broker, topic, partitions=partitions)
+        await produce_events(broker, registry, topic, 0, events, partitions)
+        cfg = config(tmp_path, broker, group, topic, registry, warehouse, flush_rows=250,
+                     merge_s=None, commit={"mode": "batch", "max_messages": 10**9,
+                                           "max_interval_s": 3600})
+        data = yaml.safe_load(cfg.read_text())
+        (topic_settings,) = data["groups"][0]["topics"]
+        topic_settings["sinks"] = [
+            {"name": "table", "type": "spark"},
+            {"name": "file", "type": "jsonl", "path": str(tmp_path / "out.jsonl")}]
+        del topic_settings["sink"]
+        cfg.write_text(yaml.safe_dump(data))
+        first = kstage(cfg)
+        await wait_until(lambda: first.proc.poll() is not None
+                         or sum(staged(warehouse).values()) >= events, timeout=180,
+                         what="every event in the staging table")
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        assert await total_committed(broker, group, topic, partitions) == 0
+        second = kstage(cfg, "--drain")
+        assert await second.wait(timeout=240) == 0, second.output()
+    rows = staged(warehouse)
+    assert sorted(rows) == expected(events, partitions) and max(rows.values()) == 1
+    lines = Counter((r["_partition"], r["_offset"]) for r in
+                    map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines()))
+    assert sorted(lines) == expected(events, partitions)
+    assert min(lines.values()) == 2  # the file got its replay: written before and after
+    assert "resumes at offset" not in second.output()
+
+
+async def test_repeated_sigkill_while_appending_leaves_every_event_once(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    events, partitions, kills = 6000, 2, 3
+    topic, group = unique("eo-kill"), unique("g-eo-kill")
+    warehouse = tmp_path / "warehouse"
+    with FakeRegistry() as registry:
+        await create_topic(broker, topic, partitions=partitions)
+        await produce_events(broker, registry, topic, 0, events, partitions)
+        # The merge runs once, after the last --drain (its interval is an hour).
+        cfg = config(tmp_path, broker, group, topic, registry, warehouse, flush_rows=200,
+                     merge_s=3600, commit={"mode": "batch", "max_messages": 300})
+        for round_ in range(kills):
+            proc = kstage(cfg)
+            floor = sum(staged(warehouse).values())
+            # Killed while it appends: once its first append of this round is in.
+            await wait_until(lambda p=proc, f=floor: p.proc.poll() is not None
+                             or sum(staged(warehouse).values()) > f, timeout=180,
+                             what=f"an append in round {round_}")
+            await asyncio.sleep(0.3 * round_)  # somewhere else in the append cycle
+            assert proc.proc.poll() is None, proc.output()
+            jvms = children(proc.proc.pid)
+            proc.proc.send_signal(signal.SIGKILL)
+            proc.proc.wait()
+            await wait_until(lambda j=jvms: not any(alive(pid) for pid in j), timeout=60,
+                             what="the killed process's Spark JVM to exit")
+        assert sum(staged(warehouse).values()) < events, "killed too late: add events"
+        last = kstage(cfg, "--drain")
+        assert await last.wait(timeout=240) == 0, last.output()
+        assert await total_committed(broker, group, topic, partitions) == events
+    rows = staged(warehouse)
+    assert sorted(rows) == expected(events, partitions)
+    assert max(rows.values()) == 1, [k for k, n in rows.items() if n > 1][:10]
+    final = iceberg_tables.coordinates(warehouse, FINAL)
+    assert sorted(final) == expected(events, partitions) and max(final.values()) == 1
+
+
+async def test_two_processes_in_one_group_append_to_one_table_exactly_once(
         broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
     events, partitions = 6000, 4
     topic, group = unique("eo-two"), unique("g-eo-two")
     warehouse = tmp_path / "warehouse"
-    state = warehouse / "_merge_state" / f"{FINAL}.json"
     with FakeRegistry() as registry:
         await create_topic(broker, topic, partitions=partitions)
         cfg = config(tmp_path, broker, group, topic, registry, warehouse,
-                     flush_rows=500, merge_s=2)
+                     flush_rows=300, merge_s=None)
         a, b = kstage(cfg), kstage(cfg)
         try:
             # Both members hold partitions before any event exists: both write.
@@ -222,23 +253,10 @@ async def test_two_processes_one_group_same_table_merging_on_an_interval(
             await a.wait_for_log("registered", timeout=90)
             await b.wait_for_log("registered", timeout=90)
             await produce_events(broker, registry, topic, 0, events, partitions)
-
-            async def all_committed() -> bool:
-                return sum((await committed(broker, group, topic, partitions)).values()) \
-                    == events
-
             deadline = time.monotonic() + 180
-            while not await all_committed():
+            while await total_committed(broker, group, topic, partitions) < events:
                 assert time.monotonic() < deadline, a.output() + b.output()
                 await asyncio.sleep(0.5)
-
-            def merged_all() -> bool:
-                try:
-                    return json.loads(state.read_text())["final_rows"] == events
-                except (OSError, ValueError):
-                    return False
-
-            await wait_until(merged_all, timeout=120, what="a merge holding every event")
             for proc in (a, b):
                 proc.signal(signal.SIGTERM)
             assert await a.wait(timeout=90) == 0, a.output()
@@ -246,20 +264,10 @@ async def test_two_processes_one_group_same_table_merging_on_an_interval(
         finally:
             a.close()
             b.close()
-
-    tables = await read_tables(warehouse)
-    assert len(tables["writers"]) == 2, tables["writers"]
-    assert sorted(set(tables["staging"])) == expected(events, partitions)
-    assert len(tables["final"]) == events
-    assert sorted((p, o) for p, o, _ in tables["final"]) == expected(events, partitions)
+    rows = staged(warehouse)
+    assert sorted(rows) == expected(events, partitions)
+    assert max(rows.values()) == 1
+    writers = {s["kstage.writer-id"] for s in iceberg_tables.summaries(warehouse, TABLE)}
+    assert len(writers) == 2, writers
     logs = a.output() + b.output()
-    assert logs.count(f"merge: {TABLE} -> {FINAL}: ") >= 2  # merged, and more than once
-    # Neither process disturbed the other's appends (no aborted Spark job, no retry).
-    assert "Aborting job" not in logs and "sink write failed" not in logs
-
-    # A merge from the command line afterwards changes nothing.
-    out = subprocess.run([sys.executable, "-m", "service", "merge", "-c", str(cfg)],
-                         capture_output=True, text=True, timeout=180, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": str(PLUGINS)}, check=False)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert f"{events} final rows" in out.stdout and "0 new since last merge" in out.stdout
+    assert "sink write failed" not in logs  # concurrent commits were retried by Iceberg

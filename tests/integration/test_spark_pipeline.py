@@ -1,6 +1,7 @@
 """WhereHows Gobblin and metastore events and DataHub MCL events (real schemas, Confluent
-wire format) through `kstage run --drain` into their Parquet staging tables written by
-Spark, read back with Spark: every event, the declared types, the Kafka coordinates."""
+wire format) through `kstage run --drain` into their Iceberg staging tables written by
+Spark, read back with Spark through the same catalog: every event, the declared types,
+the Kafka coordinates, one commit per append with the offsets it covers."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from actors.sinks.spark.sink import spark_actor, stop_spark_actors
+from actors.sinks.spark.actor import spark_actor, stop_spark_actors
+from actors.sinks.spark.merge import final_name
 from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 from settings import SparkSettings
+from tests import iceberg_tables
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import committed, create_topic, produce, unique, write_config
+from tests.lake import IcebergReader, as_set, normalized, spark_rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -32,9 +36,8 @@ CASES: dict[str, tuple[int, dict[str, str]]] = {
     "datahub_mcp": (15, {"entity_urn": "string", "change_type": "string",
                          "last_observed": "bigint"}),
 }
-COORDINATES = {"_topic": "string", "_partition": "int", "_offset": "bigint",
-               "_timestamp": "bigint", "_ingested_at": "timestamp", "ingest_date": "date",
-               "writer_id": "string"}
+COORDINATES = {"_topic": "string", "_kafka_partition": "int", "_offset": "bigint",
+               "_timestamp": "bigint", "_ingested_at": "timestamp"}
 
 
 async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
@@ -59,32 +62,46 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
         data["schema_registry"] = {"url": registry.url}
         data["spark"] = {"master": "local[1]", "warehouse": str(warehouse),
                          "flush_max_interval_s": 0.5}
+        data["merge"] = {"interval_s": 3600}  # once, after the drain
         cfg.write_text(yaml.safe_dump(data))
         proc = kstage(cfg, "--drain")
-        assert await proc.wait(timeout=150) == 0, proc.output()
+        assert await proc.wait(timeout=240) == 0, proc.output()
     for processor, (count, _) in CASES.items():
         assert sum((await committed(broker, group, topics[processor], 2)).values()) == count
 
-    actor = spark_actor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "reader")))
+    actor = spark_actor(SparkSettings(master="local[1]", warehouse=str(warehouse)))
 
-    def read(path: str) -> Any:
+    def read(name: str) -> Any:
         def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
-            frame = spark.read.parquet(path)
+            frame = spark.table(name)  # the catalog's default namespace: kstage
             return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
         return run
 
     try:
-        tables = {p: await actor.call(read(str(warehouse / samples[p].table))) for p in CASES}
+        tables = {p: await actor.call(read(samples[p].table)) for p in CASES}
+        finals = {p: await actor.call(lambda s, p=p: spark_rows(s, final_name(samples[p].table)))
+                  for p in CASES}
     finally:
         await stop_spark_actors()
+    # Another engine, through the same catalog: pyiceberg reads the rows Spark reads, in
+    # the staging and in the final tables.
+    reader = IcebergReader({"warehouse": str(warehouse)})
+    for processor in CASES:
+        table = samples[processor].table
+        assert as_set(reader.rows(table)) == as_set(
+            [normalized(r) for r in tables[processor][0]]), table
+        assert as_set(reader.rows(final_name(table))) == as_set(finals[processor])
+        assert finals[processor], final_name(table)
     for processor, (count, types) in CASES.items():
         rows, dtypes = tables[processor]
         assert len(rows) == count, processor
-        assert sorted((r["_partition"], r["_offset"]) for r in rows) == sorted(
+        assert sorted((r["_kafka_partition"], r["_offset"]) for r in rows) == sorted(
             (i % 2, i // 2) for i in range(count)), processor
         assert {r["_topic"] for r in rows} == {topics[processor]}
-        assert len({r["writer_id"] for r in rows}) == 1
         assert all(r["_timestamp"] > 0 for r in rows)
+        recorded = iceberg_tables.offsets(warehouse, samples[processor].table, group,
+                                          topics[processor])
+        assert recorded == {0: (count + 1) // 2, 1: count // 2}, processor
         assert {k: dtypes[k] for k in (*types, *COORDINATES)} == {**types, **COORDINATES}
     mcl = tables["datahub_mcl"][0]
     assert all(r["entity_urn"].startswith("urn:li:") and r["aspect_name"] for r in mcl)
@@ -123,8 +140,9 @@ async def test_drain_flushes_the_last_rows_without_waiting_for_the_interval(
         proc = kstage(cfg, "--drain")
         assert await proc.wait(timeout=150) == 0, proc.output()
     assert (await committed(broker, group, topic, 1))[0] == count
-    files = list((warehouse / sample.table).rglob("*.parquet"))
+    files = list((warehouse / "kstage" / sample.table / "data").rglob("*.parquet"))
     assert len(files) == 1, files  # one flush
+    assert len(iceberg_tables.summaries(warehouse, sample.table)) == 1  # one commit
     assert "spark: session started" in proc.output()
     assert "very large size" not in proc.output()
     assert "INFO TaskSetManager" not in proc.output()  # its level stays WARN

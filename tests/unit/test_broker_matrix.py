@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from tests.brokers import BROKER_KINDS, KAFKA, TANSU, TANSU_ONLY, kinds_for
+from tests.brokers import ALSO_ON_KAFKA, BROKER_KINDS, KAFKA, TANSU, TANSU_ONLY, kinds_for
 from tests.kafkautil import ROOT
 
 TESTS = ROOT / "tests"
@@ -34,7 +34,6 @@ def test_every_fault_table_module_runs_on_apache_kafka() -> None:
     assert named, "the fault table names no tests"
     for module in sorted(named):
         tests = _broker_tests(module)
-        assert module not in TANSU_ONLY, f"{module} is in the fault table: not Tansu-only"
         if any(tests.values()):
             assert any(kinds_for(module, name) == BROKER_KINDS
                        for name, uses in tests.items() if uses), module
@@ -85,3 +84,10 @@ def test_every_exception_names_a_broker_test_and_says_why() -> None:
         if name:
             assert tests.get(name), f"{key}: no such broker test"
         assert len(why) > 20, f"{key}: say why it runs on Tansu only"
+
+
+def test_every_test_also_on_kafka_is_a_broker_test_of_a_tansu_only_module() -> None:
+    for key in ALSO_ON_KAFKA:
+        module, _, name = key.partition("::")
+        assert module in TANSU_ONLY, f"{key}: its module runs on both anyway"
+        assert _broker_tests(module).get(name), f"{key}: no such broker test"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing
 
 from actors.sinks.jdbc import create_table_sql
-from actors.sinks.spark.sink import schema_change
+from actors.sinks.spark.iceberg import schema_change
 from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, arrow_type
 from actors.sinks.table.rows import TYPES
 from processors.base import Column, ColumnType

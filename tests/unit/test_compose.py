@@ -3,7 +3,10 @@
 The file is checked with ``docker-compose config`` (the Debian package ``docker-compose``,
 installed by ``.ci/run``), which resolves it exactly as ``docker compose up`` would. Then
 the kstage config it mounts is loaded with the container's environment, and every host it
-names must be a service of the file. No Docker daemon is needed.
+names must be a service of the file: its Iceberg tables have their catalog in the
+compose PostgreSQL and their warehouse in the bucket the compose MinIO gets, the appends
+run on the compose Spark cluster, whose images are of the pinned pyspark's Spark line,
+and the image kstage is built from fetches the pinned jars. No Docker daemon is needed.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +23,7 @@ import pytest
 import yaml
 
 from actors.master import resolve_processors
+from actors.sinks.spark.catalog import warehouse_location
 from settings import load_settings
 from tests.apache_kafka import KAFKA_VERSION
 
@@ -45,15 +50,33 @@ def compose() -> dict[str, Any]:
     return resolved
 
 
+def one_shot(compose: dict[str, Any]) -> set[str]:
+    """Services another one waits for to complete (a setup job, not a server)."""
+    return {name for service in compose["services"].values()
+            for name, cond in service.get("depends_on", {}).items()
+            if cond.get("condition") == "service_completed_successfully"}
+
+
+def pinned_spark_line() -> str:
+    """``4.1`` for the ``spark`` extra's ``pyspark==4.1.4``."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["spark"]
+    [pin] = [req for req in extra if req.startswith("pyspark==")]
+    major, minor, _ = pin.removeprefix("pyspark==").split(".")
+    return f"{major}.{minor}"
+
+
 def test_the_stack_has_every_service(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {"kafka", "schema-registry", "spark-master", "spark-worker",
-                             "postgres", "kstage"}
+                             "postgres", "minio", "minio-bucket", "kstage"}
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert services["schema-registry"]["image"].startswith("confluentinc/cp-schema-registry:")
     assert services["postgres"]["image"] == "postgres:16"
+    assert services["minio"]["image"].startswith("minio/minio:RELEASE.")
     for name, role in (("spark-master", "master.Master"), ("spark-worker", "worker.Worker")):
-        assert services[name]["image"].startswith("apache/spark:")
+        # the Spark line of the pinned pyspark (the Iceberg runtime is built for it)
+        assert services[name]["image"].startswith(f"apache/spark:{pinned_spark_line()}.")
         assert f"org.apache.spark.deploy.{role}" in services[name]["command"]
     assert "spark://spark-master:7077" in services["spark-worker"]["command"]
     assert services["kstage"]["build"]["context"] == str(ROOT)
@@ -72,8 +95,11 @@ def test_kafka_is_single_node_kraft_advertised_to_host_and_network(
 
 
 def test_every_service_has_a_healthcheck_and_a_restart_policy(compose: dict[str, Any]) -> None:
+    jobs = one_shot(compose)
+    assert jobs == {"minio-bucket"}
     for name, service in compose["services"].items():
-        assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+        if name not in jobs:  # a job is done when it exited 0: nothing to probe
+            assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
         assert service.get("restart") in ("always", "unless-stopped", "on-failure"), \
             f"{name} has no restart policy"
 
@@ -82,8 +108,10 @@ def test_kstage_is_scalable(compose: dict[str, Any]) -> None:
     kstage = compose["services"]["kstage"]
     assert "container_name" not in kstage  # --scale needs generated names
     assert "ports" not in kstage  # a fixed host port would clash between replicas
-    assert kstage["depends_on"] == {"kafka": {"condition": "service_healthy"},
-                                    "schema-registry": {"condition": "service_healthy"}}
+    healthy = {"condition": "service_healthy"}
+    assert kstage["depends_on"] == {
+        "kafka": healthy, "schema-registry": healthy, "spark-worker": healthy,
+        "postgres": healthy, "minio-bucket": {"condition": "service_completed_successfully"}}
 
 
 def test_kstage_config_hosts_are_services_of_the_file(
@@ -99,15 +127,70 @@ def test_kstage_config_hosts_are_services_of_the_file(
     hosts = {hostport.rsplit(":", 1)[0] for hostport in settings.kafka.bootstrap.split(",")}
     assert settings.schema_registry is not None
     hosts |= {urlsplit(url).hostname or "" for url in settings.schema_registry.urls}
-    assert hosts == {"kafka", "schema-registry"}
+    spark = settings.spark
+    catalog = spark.catalog
+    assert catalog.uri is not None and catalog.s3 is not None and catalog.s3.endpoint
+    hosts |= {urlsplit(url).hostname or "" for url in (
+        spark.master.replace("spark://", "http://"), catalog.uri.removeprefix("jdbc:"),
+        catalog.s3.endpoint)}
+    assert hosts == {"kafka", "schema-registry", "spark-master", "postgres", "minio"}
     assert hosts <= set(compose["services"]), hosts - set(compose["services"])
     # the bootstrap port is the listener Kafka advertises on the compose network
     assert settings.kafka.bootstrap == "kafka:29092"
-    # every sink and dead-letter file is under the shared /data volume
+    # every topic lands in an Iceberg staging table; dead letters in the shared /data
+    assert {t.sink.type for g in settings.groups for t in g.topics} == {"spark"}
     assert "/data" in mounts
-    paths = [t.sink.path for g in settings.groups for t in g.topics]
-    paths += [g.failure.dead_letter_path for g in settings.groups]
+    paths = [g.failure.dead_letter_path for g in settings.groups]
     assert paths and all(str(p).startswith("/data/") for p in paths), paths
+
+
+def test_the_catalog_is_the_compose_postgres_and_the_warehouse_its_minio_bucket(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    kstage = services["kstage"]
+    mounts = {_mount_target(v): _mount_source(v) for v in kstage["volumes"]}
+    settings = load_settings(Path(mounts[CONFIG_IN_CONTAINER]), environ=kstage["environment"])
+    catalog = settings.spark.catalog
+    postgres = services["postgres"]["environment"]
+    assert catalog.type == "jdbc"
+    assert catalog.uri == f"jdbc:postgresql://postgres:5432/{postgres['POSTGRES_DB']}"
+    assert catalog.user == postgres["POSTGRES_USER"]
+    assert catalog.password is not None
+    assert catalog.password.get_secret_value() == postgres["POSTGRES_PASSWORD"]
+    # the bucket minio-bucket creates, with the credentials MinIO has
+    bucket = services["minio-bucket"]["environment"]["BUCKET"]
+    assert warehouse_location(settings.spark).startswith(f"s3://{bucket}/")
+    minio = services["minio"]["environment"]
+    s3 = catalog.s3
+    assert s3 is not None and s3.path_style_access
+    assert s3.access_key_id is not None and s3.secret_access_key is not None
+    assert s3.access_key_id.get_secret_value() == minio["MINIO_ROOT_USER"]
+    assert s3.secret_access_key.get_secret_value() == minio["MINIO_ROOT_PASSWORD"]
+    assert len(minio["MINIO_ROOT_PASSWORD"]) >= 8  # MinIO refuses a shorter one
+    assert "mc mb" in " ".join(services["minio-bucket"]["entrypoint"])
+    # A secret is masked wherever its value shows in a log line: a default one must not
+    # be a word of kstage's logs (a password "kstage" would hide the catalog's name).
+    for secret in (catalog.password, s3.access_key_id, s3.secret_access_key):
+        value = secret.get_secret_value()
+        assert len(value) >= 8 and value not in "kstage.kstage.stg_", value
+    # the Spark master the replicas run on, with a core for each of the documented three
+    # (an application that gets no executor never runs its appends)
+    assert settings.spark.master == "spark://spark-master:7077"
+    worker = services["spark-worker"]["command"]
+    cores = int(worker[worker.index("--cores") + 1])
+    assert "--scale kstage=3" in COMPOSE.read_text()
+    assert cores >= 3 * int(settings.spark.conf["spark.cores.max"]), worker
+
+
+def test_the_kstage_image_fetches_the_pinned_jars() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    lines = [line.strip() for line in dockerfile.splitlines()]
+    assert "RUN kstage jars fetch" in lines
+    env = [line for line in lines if line.startswith("ENV KSTAGE_JARS_DIR=")]
+    assert env and lines.index(env[0]) < lines.index("RUN kstage jars fetch")
+    # fetched as root before the image drops to its user, into a path it can read
+    assert lines.index("RUN kstage jars fetch") < lines.index("USER kstage")
 
 
 def _port(port: Any) -> str:

@@ -300,13 +300,14 @@ def test_merge_interval_needs_a_spark_sink(tmp_path: Path) -> None:
     assert load_settings(ok).merge.interval_s == 60
 
 
-def test_spark_warehouse_is_a_posix_path_or_file_uri(tmp_path: Path) -> None:
+def test_spark_warehouse_is_a_path_a_file_uri_or_s3(tmp_path: Path) -> None:
     ok = write(tmp_path, "spark: {warehouse: 'file:///data/wh'}\n")
     assert load_settings(ok).spark.warehouse == "/data/wh"
     bad = write(tmp_path, "spark: {warehouse: 'hdfs://nn:8020/wh'}\n")
     [problem] = validation_error(bad).problems
     assert problem.startswith("spark.warehouse (line 1): ")
-    assert "'hdfs://nn:8020/wh': only a local or shared POSIX path" in problem
+    assert ("'hdfs://nn:8020/wh': a warehouse is a local (or shared) path, file://, or "
+            "s3://bucket/prefix") in problem
 
 
 # ------------------------------------------------------------------- environment

@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from actors.sinks.spark.sink import flush_limits
-from actors.sinks.table.batching import TableWriter
+from actors.sinks.spark.staging import flush_limits
+from actors.sinks.table.batching import Pending, TableWriter
 from processors.base import Row
 from settings.models import SparkSettings
 
@@ -34,12 +34,13 @@ class RecordingWriter(TableWriter):
     async def register(self) -> None:
         return None
 
-    async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
-        self.started.append((asyncio.get_running_loop().time(), sum(len(p) for p, _ in batch)))
+    async def _flush(self, batch: list[Pending]) -> None:
+        self.started.append((asyncio.get_running_loop().time(),
+                             sum(len(item.part) for item in batch)))
         self.flushed.set()
         await self.release.wait()
-        for _, future in batch:
-            future.set_result(None)
+        for item in batch:
+            item.future.set_result(None)
 
 
 def rows(n: int) -> list[Row]:

@@ -1,11 +1,12 @@
-"""SparkTableWriter.convert: rows become one Arrow record batch; the column-wise fast path and
+"""StagingWriter.convert: rows become one Arrow record batch; the column-wise fast path and
 the row-by-row path agree."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from actors.sinks.spark.sink import SparkActor, SparkTableWriter
+from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.staging import StagingWriter
 from processors.base import Column, Row
 from settings import SparkSettings
 
@@ -13,9 +14,9 @@ COLUMNS = (Column("name", "string", False), Column("small", "int"), Column("big"
            Column("ratio", "double"), Column("flag", "boolean"), Column("blob", "binary"))
 
 
-def writer(tmp_path: Path) -> SparkTableWriter:
+def writer(tmp_path: Path) -> StagingWriter:
     actor = SparkActor(SparkSettings(warehouse=str(tmp_path)))  # no session is started
-    return SparkTableWriter(actor, "stg_types", COLUMNS)
+    return StagingWriter(actor, "stg_types", COLUMNS)
 
 
 def row(offset: int, **values: object) -> Row:

@@ -4,8 +4,9 @@ The merge runs on the process's SparkActor thread (the one the spark sinks appen
 appends of this process wait while a table is merged: the sinks' writes take longer,
 workers' pipelines fill up and fetching pauses (backpressure; nothing is dropped). A
 failed merge is logged with the table and counted (``kstage_merge_failures``); the next
-interval tries again. Tables are merged one at a time; a table another process is merging
-is skipped (see :mod:`actors.sinks.spark.merge`).
+interval tries again. Tables are merged one at a time. Other processes may merge the
+same tables at the same time (each merge is idempotent and retried when its commit races
+another's, see :mod:`actors.sinks.spark.merge`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import logging
 import time
 
 from actors.metrics import Metrics
+from actors.sinks.spark.actor import spark_actor
 from actors.sinks.spark.merge import MergeError, MergeResult, merge_table, plan
-from actors.sinks.spark.sink import spark_actor
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)

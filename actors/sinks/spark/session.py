@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from actors.sinks.spark.catalog import catalog_conf, is_local, sqlite_file, warehouse_location
+from actors.sinks.spark.jars import fetched_missing, session_jars
 from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -35,15 +37,54 @@ def connection_lost(exc: BaseException) -> bool:
     return False
 
 
-def start_session(settings: SparkSettings, warehouse: Path, writer_id: str) -> Any:
-    """Start (or get) the process's SparkSession with kstage's configuration, then
-    ``settings.conf`` (Spark thread)."""
+def _close_collect_sockets() -> None:
+    """pyspark 4.1 leaves the socket a ``collect()`` reads from to the garbage collector
+    (a ResourceWarning per call; SPARK-54247, fixed in 4.2, which Iceberg does not run on
+    yet): read the results, then close the socket, as 4.2 does."""
+    import pyspark  # noqa: PLC0415 - pyspark only if used
+    from pyspark import util  # noqa: PLC0415
+    from pyspark.core import context, rdd  # noqa: PLC0415
+    from pyspark.sql.classic import dataframe  # noqa: PLC0415
+    from pyspark.sql.pandas import conversion  # noqa: PLC0415
+
+    if not pyspark.__version__.startswith("4.1.") or getattr(util, "_kstage_closes", False):
+        return
+
+    def load_and_close(sock_info: Any, serializer: Any) -> Any:
+        sockfile, sock = util.local_connect_and_auth(sock_info[0], sock_info[1])
+        sock.settimeout(None)
+        try:
+            return iter(list(serializer.load_stream(sockfile)))
+        finally:
+            sockfile.close()
+            sock.close()
+
+    for module in (util, context, rdd, dataframe, conversion):
+        module._load_from_socket = load_and_close  # type: ignore[attr-defined]
+    util._kstage_closes = True  # type: ignore[attr-defined]
+
+
+def start_session(settings: SparkSettings, writer_id: str) -> Any:
+    """Start (or get) the process's SparkSession with kstage's configuration (the Iceberg
+    catalog and the jars, see :mod:`actors.sinks.spark.catalog` and
+    :mod:`actors.sinks.spark.jars`), then ``settings.conf`` (Spark thread)."""
     if settings.master.startswith("local"):
         # One machine: loopback (the hostname may resolve elsewhere). On a cluster
         # the operator sets SPARK_LOCAL_IP or spark.driver.host to a reachable address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only if used
 
+    _close_collect_sockets()
+
+    # Without the fetched jars (a configuration with JDBC sinks only; `validate` refuses a
+    # spark sink without them) the session starts without the Iceberg catalog.
+    iceberg = settings.jars != "fetched" or not fetched_missing()
+    jars = session_jars(settings) if iceberg else []
+    if is_local(settings):
+        Path(warehouse_location(settings)).mkdir(parents=True, exist_ok=True)
+    sqlite = sqlite_file(settings)
+    if sqlite is not None:
+        sqlite.parent.mkdir(parents=True, exist_ok=True)
     conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",  # no progress bars in logs
@@ -53,13 +94,18 @@ def start_session(settings: SparkSettings, warehouse: Path, writer_id: str) -> A
         # One Arrow batch, so one task and one Parquet file, per flush: fewer
         # files in staging, less per-task work on a CPU shared with the workers.
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(settings.flush_max_rows),
-        "spark.sql.warehouse.dir": str(warehouse),
+        **(catalog_conf(settings) if iceberg else {}),
         # Arrow batches go to the JVM as an RDD and are read row by row straight
         # into the Parquet writer. Below this threshold (48 MB by default) Spark
         # would first copy every row on the driver into a LocalRelation and ship
         # the copies in the task (measured: JVM peak RSS 850 -> 640 MB, two files
         # per flush -> one).
         "spark.sql.execution.arrow.localRelationThreshold": "0",
+        **({"spark.jars": ",".join(jars),
+            # The catalog's JDBC driver must be on the driver's own class path
+            # (DriverManager ignores jars added later: "No suitable driver").
+            "spark.driver.extraClassPath": ":".join(
+                j.removeprefix("local:") for j in jars if "://" not in j)} if jars else {}),
         **settings.conf,
     }
     builder = SparkSession.builder.master(settings.master).appName(f"kstage-{writer_id}")

@@ -12,8 +12,12 @@ the interval, and its writer is busy at most about one flush per ``idle_s``), or
 cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
 
 How a flush writes is the subclass's: :meth:`TableWriter._flush` resolves the future of
-every part it was given (a result once the part is durable, the error otherwise). The
-Spark writer is :class:`actors.sinks.spark.sink.SparkTableWriter`, the JDBC one
+every part it was given (a result once the part is durable, the error otherwise). Which of
+the pending parts a flush takes is the subclass's too (:meth:`TableWriter._take`; all of
+them by default): the Spark writer holds back a part whose partition has an earlier batch
+not yet written (:mod:`actors.sinks.spark.ledger`). Each part may carry what it belongs to
+(:class:`Pending`: the worker's batch and its stream). The Spark writer is
+:class:`actors.sinks.spark.staging.StagingWriter`, the JDBC one
 :class:`actors.sinks.jdbc.JdbcTableWriter`.
 """
 
@@ -22,10 +26,27 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column, Row
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """A part waiting for a flush: the rows (:meth:`TableWriter.convert`'s part), the
+    future its writer waits on, and the worker's batch and stream it belongs to (None for a
+    writer used without offsets)."""
+
+    part: Any
+    future: asyncio.Future[None]
+    batch: Any = None
+    stream: Any = None
+    rows: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rows = len(self.part)
 
 
 class TableWriter(abc.ABC):
@@ -54,7 +75,7 @@ class TableWriter(abc.ABC):
         self._all = (*columns, *COORDINATES)
         self._running = 0  # flushes started and not finished
         self._soon = False  # flush what is pending as soon as the running flushes end
-        self._pending: list[tuple[Any, asyncio.Future[None]]] = []
+        self._pending: list[Pending] = []
         self._pending_rows = 0
         self._timer: asyncio.TimerHandle | None = None
         self._first_at = 0.0  # loop time at which the oldest pending part arrived
@@ -77,20 +98,26 @@ class TableWriter(abc.ABC):
         """Create or check the table (before the first write)."""
 
     @abc.abstractmethod
-    async def _flush(self, batch: list[tuple[Any, asyncio.Future[None]]]) -> None:
+    async def _flush(self, batch: list[Pending]) -> None:
         """Write the parts of ``batch`` and resolve each part's future."""
 
-    async def write(self, part: Any) -> None:
+    def _take(self) -> list[Pending]:
+        """The pending parts the next flush writes (removed from the pending list):
+        all of them, unless a subclass holds some back."""
+        taken, self._pending = self._pending, []
+        return taken
+
+    async def write(self, part: Any, *, batch: Any = None, stream: Any = None) -> None:
         """Add a part (rows made by :meth:`convert`) to the next flush and wait until it
-        was written."""
+        was written; ``batch`` and ``stream``: the worker's batch it belongs to."""
         if not len(part):
             return
         loop = asyncio.get_running_loop()
-        item = (part, loop.create_future())
+        item = Pending(part, loop.create_future(), batch, stream)
         if not self._pending:
             self._first_at = loop.time()
         self._pending.append(item)
-        self._pending_rows += len(part)
+        self._pending_rows += item.rows
         if self._pending_rows >= self.max_rows or (
                 not self._running and self._pending_rows >= self.min_rows):
             self._flush_now()
@@ -99,11 +126,11 @@ class TableWriter(abc.ABC):
                 self._timer = loop.call_later(self.max_interval_s, self._flush_now)
             self._idle_later()
         try:
-            await item[1]
+            await item.future
         except asyncio.CancelledError:
             if item in self._pending:  # not taken by a flush yet: drop it
                 self._pending.remove(item)
-                self._pending_rows -= len(part)
+                self._pending_rows -= item.rows
             raise
 
     def flush_soon(self) -> None:
@@ -135,7 +162,10 @@ class TableWriter(abc.ABC):
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        batch, self._pending, self._pending_rows = self._pending, [], 0
+        batch = self._take()
+        self._pending_rows = sum(item.rows for item in self._pending)
+        if self._pending:  # held back: a later flush writes them
+            self._first_at = asyncio.get_running_loop().time()
         if batch:
             task = asyncio.get_running_loop().create_task(self._flush(batch))
             self._tasks.add(task)  # a reference until done

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,5 +84,14 @@ def spark_type(kind: str) -> Any:
     return COLUMN_TYPES[kind].spark(t)
 
 
+def spark_schema(columns: Sequence[Column]) -> Any:
+    """The Spark schema of rows with ``columns`` (the processor's, then the coordinates),
+    then ``_ingested_at``: what a table sink hands Spark."""
+    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
+
+    return t.StructType([t.StructField(c.name, spark_type(c.type), c.nullable)
+                         for c in (*columns, INGESTED_AT)])
+
+
 __all__ = ["COLUMN_TYPES", "COORDINATES", "INGESTED_AT", "INT_RANGE", "ColumnKind",
-           "arrow_type", "spark_type"]
+           "arrow_type", "spark_schema", "spark_type"]

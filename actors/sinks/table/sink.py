@@ -87,6 +87,13 @@ class TableSink(Sink):
             self._writer.flush_soon()
 
     async def write(self, rows: Sequence[Row]) -> None:
+        await self._write(rows)
+
+    async def _write(self, rows: Sequence[Row], batch: Any = None, stream: Any = None,
+                     ) -> int:
+        """Convert ``rows`` (dead-lettering those that do not fit), hand the rest to the
+        table's writer with the worker's ``batch`` and ``stream``, and wait until they are
+        written; returns how many rows were written."""
         if self._writer is None:
             raise SinkError(f"{self.type} sink: write before open")
         failed = self._failed.get(id(rows))
@@ -104,7 +111,7 @@ class TableSink(Sink):
                 # passes this same, emptied list and finds the converted rows in _failed.
                 rows.clear()
         try:
-            await self._writer.write(good)
+            await self._writer.write(good, batch=batch, stream=stream)
         except SinkError:
             self._failed[id(rows)] = (rows, good)  # kept for the retry of this batch
             await self._report_refused(self._writer, good)
@@ -115,6 +122,7 @@ class TableSink(Sink):
         self._failed[id(rows)] = (rows, good)  # a failed dead-letter write is retried
         await self._report_refused(self._writer, good)
         self._failed.pop(id(rows), None)
+        return len(good)
 
     async def _report_refused(self, writer: TableWriter, part: Any) -> None:
         """Dead-letter the rows the table refused while ``part`` was written (e.g. a

@@ -196,3 +196,18 @@ class UnkeyedProcessor(Processor):
 
     def transform(self, message: Message) -> Sequence[Row]:
         return [with_coordinates({"id": str(message.value)}, message)]
+
+
+class VersionsProcessor(Processor):
+    """Rows of versioned values under a nullable two-column key (the merge's tests):
+    a JSON object ``{k1, k2, v, n}`` gives one row of those columns."""
+
+    name = "test_versions"
+    formats = ("json",)
+    table = "stg_versions"
+    key = ("k1", "k2")
+    columns = (Column("k1"), Column("k2", "long"), Column("v"), Column("n", "long"))
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        value = dict(message.value)
+        return [with_coordinates({c.name: value.get(c.name) for c in self.columns}, message)]

@@ -1,0 +1,255 @@
+"""Iceberg staging tables on the Spark thread: create, check the schema, read commits.
+
+A staging table is ``<catalog>.<namespace>.<table>`` in the Iceberg catalog of
+``spark.catalog`` (:mod:`actors.sinks.spark.catalog`): the processor's columns, then
+``_topic, _kafka_partition, _offset, _timestamp, _ingested_at`` (UTC), partitioned by
+``days(_ingested_at)`` (hidden partitioning: filter on ``_ingested_at``). The Kafka
+partition is ``_kafka_partition`` in Iceberg tables (a row's ``_partition`` elsewhere):
+Iceberg reserves ``_partition`` (and :data:`RESERVED`) for its metadata columns and
+refuses to read a table that has a column of that name. Every append is one Iceberg
+commit (a snapshot) whose summary carries:
+
+* ``kstage.commit-id``: unique per append attempt: after a failure whose outcome is not
+  known (a dead JVM, a lost catalog connection) the writer looks it up before writing the
+  rows again;
+* ``kstage.writer-id``: the process that committed (``host-pid-uuid8``);
+* ``kstage.offsets``: JSON ``{group: {topic: {partition: offset}}}``: per Kafka partition,
+  the offset up to which that partition is done in the table (see
+  :mod:`actors.sinks.spark.ledger`): the append's own partitions, and those the current
+  snapshot recorded, carried forward (:func:`carried`). A partition's offset in the table
+  is the highest any snapshot of its current history records (:func:`table_offsets`).
+
+Schema changes: at registration the table's columns are compared with the processor's. A
+new nullable column is added with ``ALTER TABLE ... ADD COLUMN`` (Iceberg keeps the data
+files: older rows read it as NULL); a removed column, a changed type or a new NOT NULL
+column stop the service at start (exit 1) with the table, the column and the change named,
+before anything is written.
+
+Functions taking ``spark`` run on the Spark thread. pyspark is imported only inside them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from actors.errors import FatalError
+from actors.sinks.spark.catalog import dotted, namespace, qualified
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_schema
+from processors.base import Column
+from settings.models import SparkSettings
+
+logger = logging.getLogger(__name__)
+
+COMMIT_ID = "kstage.commit-id"
+WRITER_ID = "kstage.writer-id"
+OFFSETS = "kstage.offsets"
+
+RESERVED = frozenset({
+    "_change_ordinal", "_change_type", "_commit_snapshot_id", "_deleted", "_file",
+    "_last_updated_sequence_number", "_partition", "_pos", "_row_id", "_spec_id"})
+"""Iceberg's metadata column names (``MetadataColumns``): no table column may have one."""
+
+RENAMED = {"_partition": "_kafka_partition"}
+"""A row's coordinate -> its column in an Iceberg table."""
+
+
+def column_name(name: str) -> str:
+    """A row's column ``name`` as an Iceberg table names it."""
+    return RENAMED.get(name, name)
+
+
+def table_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
+    """``columns`` (the processor's, then the coordinates) with their Iceberg names."""
+    return tuple(Column(column_name(c.name), c.type, c.nullable) for c in columns)
+
+
+STAGING_PROPERTIES = {
+    "format-version": "2",
+    # Each commit writes a new metadata file: keep the last 100, delete older ones.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+    # Several processes append to one table: a commit that lost the race is applied
+    # again on the new snapshot (appends never conflict), more often than Iceberg's 4.
+    "commit.retry.num-retries": "30",
+    "commit.retry.min-wait-ms": "20",
+    "commit.retry.max-wait-ms": "2000",
+    # An append is one task's Arrow batch: no shuffle to distribute it.
+    "write.distribution-mode": "none",
+}
+"""Table properties of a staging table kstage creates."""
+
+
+def struct_type(columns: Sequence[Column]) -> Any:
+    """The Spark schema of a staging table with the processor's ``columns`` (Iceberg's
+    column names)."""
+    return spark_schema(table_columns((*columns, *COORDINATES)))
+
+
+def schema_change(existing: dict[str, str], declared: Sequence[Column],
+                  ) -> tuple[list[Column], list[str]]:
+    """Compare a table's columns (name -> Spark simple type string) with the ``declared``
+    ones (coordinates included): the new nullable columns, and one message per change that
+    is not allowed (a column removed, a type changed, a new NOT NULL column)."""
+    declared_types = {c.name: COLUMN_TYPES[c.type].spark_sql.lower()
+                      for c in (*declared, INGESTED_AT)}
+    errors = [f"column {name!r} ({kind}) is no longer declared" for name, kind in
+              existing.items() if name not in declared_types]
+    errors += [f"column {name!r} was {existing[name]}, is now declared {kind}"
+               for name, kind in declared_types.items()
+               if name in existing and existing[name] != kind]
+    added = []
+    for column in declared:
+        if column.name in existing:
+            continue
+        if column.nullable:
+            added.append(column)
+        else:
+            errors.append(f"new column {column.name!r} is NOT NULL but the rows already "
+                          "written have no value for it")
+    return added, errors
+
+
+def _ddl_columns(columns: Iterable[Column]) -> str:
+    return ", ".join(f"`{c.name}` {COLUMN_TYPES[c.type].spark_sql}"
+                     f"{'' if c.nullable else ' NOT NULL'}" for c in columns)
+
+
+def create_staging(spark: Any, settings: SparkSettings, table: str,
+                   columns: Sequence[Column]) -> list[str]:
+    """Create the staging table (and its namespace) if needed, or check the existing
+    one's columns and add the new nullable ones; returns the names of the columns added.
+    FatalError when the processor's columns do not fit the table."""
+    name = qualified(settings, table)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(settings)}")
+    declared = table_columns((*columns, *COORDINATES))
+    if not spark.catalog.tableExists(dotted(settings, table)):
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in STAGING_PROPERTIES.items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({_ddl_columns(declared)}, "
+                  "`_ingested_at` TIMESTAMP NOT NULL) USING iceberg "
+                  f"PARTITIONED BY (days(`_ingested_at`)) TBLPROPERTIES ({props})")
+        return []
+    existing = {f.name: f.dataType.simpleString() for f in spark.table(name).schema}
+    added, errors = schema_change(existing, declared)
+    if errors:
+        raise FatalError(f"spark sink: table {dotted(settings, table)}: the processor's "
+                         "columns do not fit the table: " + "; ".join(errors) + " (only new "
+                         "nullable columns can be added; write to a new table with "
+                         "sink.table, or drop the table)")
+    if added:
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_ddl_columns(added)})")
+    return [c.name for c in added]
+
+
+def table_metadata(spark: Any, settings: SparkSettings, table: str) -> dict[str, Any]:
+    """The table's current Iceberg metadata (its ``metadata.json``: schemas, snapshots
+    and their summaries, refs), loaded fresh from the catalog through Iceberg's Java API in
+    one call: the same for every catalog (a REST catalog may not serve Spark's metadata
+    tables such as ``<table>.snapshots``), and no Spark job."""
+    jvm = spark._jvm
+    loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    text = jvm.org.apache.iceberg.TableMetadataParser.toJson(loaded.operations().current())
+    metadata: dict[str, Any] = json.loads(text)
+    return metadata
+
+
+def current_history(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """The snapshots of the table's current state (the current snapshot and its
+    ancestors), oldest first, each as in ``metadata.json`` (``snapshot-id``,
+    ``summary``, ``timestamp-ms`` ...)."""
+    by_id = {s["snapshot-id"]: s for s in metadata.get("snapshots", ())}
+    chain = []
+    current = metadata.get("current-snapshot-id")
+    while current is not None and current != -1 and current in by_id:
+        snapshot = by_id[current]
+        chain.append(snapshot)
+        current = snapshot.get("parent-snapshot-id")
+    return chain[::-1]
+
+
+def _current_summaries(spark: Any, settings: SparkSettings, table: str, key: str,
+                       ) -> list[tuple[int, str]]:
+    """``(snapshot id, summary[key])`` of the snapshots in the table's current history
+    that carry ``key``."""
+    return [(int(s["snapshot-id"]), str(s["summary"][key]))
+            for s in current_history(table_metadata(spark, settings, table))
+            if key in s.get("summary", {})]
+
+
+def current_offsets(spark: Any, settings: SparkSettings, table: str,
+                    ) -> dict[tuple[str, str, int], int]:
+    """The offsets the table's current snapshot records (every partition any writer had
+    recorded when it was committed: each append carries the current snapshot's offsets
+    forward, see :func:`carried`)."""
+    loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    snapshot = loaded.currentSnapshot()
+    if snapshot is None:
+        return {}
+    value = snapshot.summary().get(OFFSETS)
+    return parse_offsets(str(value)) if value is not None else {}
+
+
+def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str, int], int],
+            ) -> dict[tuple[str, str, int], int]:
+    """The offsets an append records: the current snapshot's, with this append's own
+    (the higher of each). So the newest snapshot holds every partition's offset, whatever
+    the catalog keeps of the older ones (a REST catalog may serve the current snapshot only;
+    maintenance expires old ones); reading takes the highest over the history there is."""
+    merged = dict(current)
+    for stream, offset in mine.items():
+        merged[stream] = max(merged.get(stream, offset), offset)
+    return merged
+
+
+def table_offsets(spark: Any, settings: SparkSettings, table: str,
+                  ) -> dict[tuple[str, str, int], int]:
+    """Per (group, topic, partition), the offset up to which the table holds the
+    partition (the highest any snapshot of its current history records)."""
+    found: dict[tuple[str, str, int], int] = {}
+    for _, value in _current_summaries(spark, settings, table, OFFSETS):
+        for stream, offset in parse_offsets(value).items():
+            found[stream] = max(found.get(stream, offset), offset)
+    return found
+
+
+def parse_offsets(value: str) -> dict[tuple[str, str, int], int]:
+    """``kstage.offsets`` (JSON) as (group, topic, partition) -> offset; a malformed
+    value (not written by kstage) is ignored with a warning."""
+    try:
+        data = json.loads(value)
+        return {(group, topic, int(partition)): int(offset)
+                for group, topics in data.items() for topic, partitions in topics.items()
+                for partition, offset in partitions.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        logger.warning("spark: ignoring a snapshot's %s that is not kstage's: %s", OFFSETS,
+                       exc)
+        return {}
+
+
+def format_offsets(offsets: dict[tuple[str, str, int], int]) -> str:
+    """The ``kstage.offsets`` value of an append covering ``offsets``."""
+    data: dict[str, dict[str, dict[str, int]]] = {}
+    for (group, topic, partition), offset in sorted(offsets.items()):
+        data.setdefault(group, {}).setdefault(topic, {})[str(partition)] = offset
+    return json.dumps(data, separators=(",", ":"))
+
+
+def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: set[str],
+                  ) -> set[str]:
+    """Which of ``commit_ids`` (appends kstage made) are in the table's current
+    history."""
+    if not commit_ids:
+        return set()
+    return {value for _, value in _current_summaries(spark, settings, table, COMMIT_ID)
+            if value in commit_ids}
+
+
+__all__ = ["COMMIT_ID", "OFFSETS", "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
+           "column_name", "table_columns", "committed_ids",
+           "create_staging", "format_offsets", "parse_offsets", "schema_change",
+           "carried", "current_history", "current_offsets", "struct_type",
+           "table_metadata", "table_offsets"]

@@ -1,0 +1,89 @@
+"""A worker whose sink stores Kafka offsets (as an Iceberg table does), with a fake consumer:
+assigned partitions stay paused until the sink said where it holds them, the rebalance does
+not wait for the sink, and the partition resumes there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from actors.sinks import Position, SinkCapabilities
+from processors.base import Row
+from tests.actors.test_worker_fake_consumer import TOPIC, TP, GateSink, make_worker, until, values
+from tests.fake_consumer import FakeConsumer
+
+
+class TableLikeSink(GateSink):
+    """Holds partition 0 up to ``holds``; answers ``assigned`` once released."""
+
+    type = "table-like"
+    capabilities = SinkCapabilities(stores_offsets=True)
+
+    def __init__(self, holds: int) -> None:
+        super().__init__()
+        self.holds = holds
+        self.asked = asyncio.Event()
+        self.answer = asyncio.Event()
+        self.revoked_parts: list[tuple[str, int]] = []
+
+    async def write_at(self, rows: Sequence[Row], position: Position) -> None:
+        await self.write([r for r in rows if int(r["_offset"]) >= self.holds])
+
+    async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        self.asked.set()
+        await self.answer.wait()
+        return {(TP.topic, TP.partition): self.holds} if (TP.topic, TP.partition) in \
+            partitions else {}
+
+    async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
+        self.revoked_parts += partitions
+
+
+async def test_a_partition_waits_paused_for_its_table_then_resumes_where_it_holds_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(10)))},
+                            assign_on_poll=False)
+    sink = TableLikeSink(holds=6)
+    worker = make_worker(tmp_path, monkeypatch, consumer, sink)
+    run = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: consumer.listener is not None and worker.task_group is not None,
+                    "the worker subscribed")
+        # The rebalance ends although the sink has not answered yet ...
+        await asyncio.wait_for(consumer.rebalance(assigned={TP}), 2)
+        assert sink.asked.is_set()
+        await asyncio.sleep(0.5)  # ... and nothing of the partition is fetched meanwhile
+        assert TP in consumer.paused() and sink.written == [] and worker.stats["consumed"] == 0
+        sink.answer.set()
+        await until(lambda: consumer.committed_offsets.get(TP) == 10, "everything committed")
+        assert sink.written == [6, 7, 8, 9]  # resumed where the table holds it
+        assert consumer.commits[0] == {TP: 6}  # that offset is committed at once
+        assert worker.stats["consumed"] == 4  # nothing before it was read
+    finally:
+        worker.stop_intake()
+        await asyncio.wait_for(run, 10)
+
+
+async def test_a_revoke_while_the_table_is_asked_never_seeks_the_next_owners_partition(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(4)))})
+    sink = TableLikeSink(holds=3)
+    worker = make_worker(tmp_path, monkeypatch, consumer, sink)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(sink.asked.wait(), 10)
+        await consumer.rebalance(revoked={TP})  # taken away while the sink is asked
+        assert sink.revoked_parts == [(TP.topic, TP.partition)]
+        assert TP not in worker.rebalance.held
+        sink.asked.clear()
+        sink.answer.set()
+        await consumer.rebalance(assigned={TP})  # back: asked again, answered at once
+        await until(lambda: consumer.committed_offsets.get(TP) == 4, "everything committed")
+        assert sink.written == [3]
+    finally:
+        worker.stop_intake()
+        await asyncio.wait_for(run, 10)
+

@@ -1,0 +1,80 @@
+"""``spark.catalog.type: rest``: kstage's Iceberg tables through a real Iceberg REST catalog
+(Project Nessie on loopback, its warehouse on a moto S3 server; tests/rest_catalog.py).
+
+``kstage run`` appends through the REST catalog, exactly once: SIGKILLed after its table
+commits and before its Kafka commit, it resumes where the table holds each partition; the
+table is read back through the same REST catalog by pyiceberg (not Spark).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from pyiceberg.catalog import load_catalog
+
+from tests.fake_registry import FakeRegistry
+from tests.integration.test_spark_exactly_once import (
+    TABLE,
+    config,
+    expected,
+    produce_events,
+    total_committed,
+)
+from tests.kafkautil import KstageProcess, create_topic, unique, wait_until
+from tests.rest_catalog import RestCatalog
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalog]:
+    with RestCatalog(tmp_path_factory.mktemp("rest")) as catalog:
+        yield catalog
+
+
+def staged(rest: RestCatalog) -> Counter[tuple[int, int]]:
+    """The staging table's (partition, offset) counts, read by pyiceberg through the REST
+    catalog, its files from S3."""
+    catalog = load_catalog("rest", type="rest", uri=rest.uri, **{
+        "s3.endpoint": rest.s3.url, "s3.access-key-id": "kstage",
+        "s3.secret-access-key": "kstage-test", "s3.region": "us-east-1"})
+    if not catalog.table_exists(f"kstage.{TABLE}"):
+        return Counter()
+    rows = catalog.load_table(f"kstage.{TABLE}").scan(
+        selected_fields=("_kafka_partition", "_offset")).to_arrow().to_pylist()
+    return Counter((r["_kafka_partition"], r["_offset"]) for r in rows)
+
+
+async def test_appends_through_a_rest_catalog_exactly_once(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog) -> None:
+    events, partitions = 1000, 2
+    topic, group = unique("rest"), unique("g-rest")
+    with FakeRegistry() as registry:
+        await create_topic(broker, topic, partitions=partitions)
+        await produce_events(broker, registry, topic, 0, events, partitions)
+        cfg = config(tmp_path, broker, group, topic, registry, tmp_path / "unused",
+                     flush_rows=250, merge_s=None,
+                     commit={"mode": "batch", "max_messages": 10**9, "max_interval_s": 3600})
+        data = yaml.safe_load(cfg.read_text())
+        data["spark"] = rest.spark(flush_max_rows=250, flush_max_interval_s=0.5)
+        cfg.write_text(yaml.safe_dump(data))
+        first = kstage(cfg)
+        await wait_until(lambda: first.proc.poll() is not None
+                         or sum(staged(rest).values()) >= events, timeout=240,
+                         what="every event in the staging table")
+        assert first.proc.poll() is None, first.output()
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        assert await total_committed(broker, group, topic, partitions) == 0
+        second = kstage(cfg, "--drain")
+        assert await second.wait(timeout=240) == 0, second.output()
+        assert await total_committed(broker, group, topic, partitions) == events
+    rows = staged(rest)
+    assert sorted(rows) == expected(events, partitions)
+    assert max(rows.values()) == 1
+    assert "partition 0 resumes at offset 500, where the table holds it" in second.output()

@@ -1,0 +1,254 @@
+"""Helpers of the lakehouse tests: ``kstage run`` configurations whose spark sink writes
+Iceberg tables (a local or ``s3://`` warehouse, a SQLite or PostgreSQL catalog), the
+events they consume, and two readers of the tables they write:
+
+* :class:`IcebergReader`: pyiceberg (``SqlCatalog``), an engine that is not Spark, through
+  the same catalog and warehouse as kstage (no JVM: cheap enough to poll);
+* :func:`spark_rows`: a Spark session of the test process (Iceberg's Spark runtime).
+
+Rows of both are compared as sets of full rows (``_ingested_at`` as microseconds since
+the epoch, so neither reader's time zone handling matters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import yaml
+
+from actors.sinks.spark import iceberg
+from actors.sinks.spark.catalog import catalog_uri, sqlite_file, warehouse_location
+from service.broker import free_port
+from settings.models import SparkSettings
+from tests.gobblin_events import compaction
+from tests.kafkautil import (
+    KstageProcess,
+    committed,
+    produce,
+    status_port,
+    wait_readyz,
+    write_config,
+)
+
+PROCESSOR = "gobblin_compaction"
+Coordinate = tuple[str, int, int]  # topic, Kafka partition, offset
+
+
+async def produce_events(broker: str, topic: str, start: int, count: int,
+                         partitions: int) -> None:
+    """Events ``start .. start+count-1``, event ``i`` to partition ``i % partitions``."""
+    await produce(broker, topic, [compaction(i) for i in range(start, start + count)],
+                  partition_of=lambda i: (start + i) % partitions)
+
+
+def expected(topic: str, count: int, partitions: int) -> list[Coordinate]:
+    """The coordinates of events ``0 .. count-1`` produced by :func:`produce_events`
+    in one go or in several calls (one producer per call, in order)."""
+    return sorted((topic, i % partitions, i // partitions) for i in range(count))
+
+
+def spark_section(catalog: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A ``spark:`` section for tests: local[1], small driver, quick flushes."""
+    return {"master": "local[1]", "catalog": catalog, "flush_max_interval_s": 0.5,
+            "flush_idle_s": 0.3, "conf": {"spark.driver.memory": "512m"}, **extra}
+
+
+def lake_config(path: Path, broker: str, group: str, topic: str, table: str,
+                spark: dict[str, Any], **group_keys: Any) -> Path:
+    """A ``kstage run`` configuration: ``topic`` (JSON Gobblin compaction events) into
+    the Iceberg staging table ``table``; status server on a free port."""
+    cfg = write_config(path, broker, group, [{
+        "topic": topic, "processor": PROCESSOR, "format": "json",
+        "sink": {"type": "spark", "table": table}}],
+        service={"http_port": free_port()}, **group_keys)
+    data = yaml.safe_load(cfg.read_text())
+    data["spark"] = spark
+    cfg.write_text(yaml.safe_dump(data))
+    return cfg
+
+
+def spark_settings(spark: dict[str, Any]) -> SparkSettings:
+    return SparkSettings.model_validate(spark)
+
+
+class IcebergReader:
+    """pyiceberg's ``SqlCatalog`` on the catalog and warehouse of a ``spark:`` section
+    (its ``catalog`` block: SQLite or PostgreSQL, local or S3)."""
+
+    def __init__(self, spark: dict[str, Any] | SparkSettings) -> None:
+        from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - dev dependency
+
+        settings = spark if isinstance(spark, SparkSettings) else spark_settings(spark)
+        self.settings = settings
+        catalog = settings.catalog
+        props: dict[str, str] = {"uri": sqlalchemy_url(settings),
+                                 "warehouse": warehouse_location(settings)}
+        s3 = catalog.s3
+        if s3 is not None:
+            props |= {"s3.region": s3.region,
+                      "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
+            if s3.endpoint:
+                props["s3.endpoint"] = s3.endpoint
+            if s3.access_key_id is not None and s3.secret_access_key is not None:
+                props["s3.access-key-id"] = s3.access_key_id.get_secret_value()
+                props["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
+        # pyiceberg never creates the catalog's tables: kstage's Spark catalog does (a
+        # reader polling while kstage starts would race it).
+        self.catalog = SqlCatalog(catalog.name, **props, init_catalog_tables="false")
+
+    def _table(self, table: str) -> Any:
+        return self.catalog.load_table((self.settings.catalog.namespace, table))
+
+    def exists(self, table: str) -> bool:
+        """Whether the table exists (False while the catalog itself does not yet)."""
+        from sqlalchemy.exc import OperationalError, ProgrammingError  # noqa: PLC0415
+
+        sqlite = sqlite_file(self.settings)
+        if sqlite is not None and not sqlite.exists():
+            return False
+        try:
+            return bool(self.catalog.table_exists((self.settings.catalog.namespace, table)))
+        except (OperationalError, ProgrammingError):  # the catalog's tables not created yet
+            return False
+
+    def summaries(self, table: str) -> list[dict[str, str]]:
+        """The summaries of the table's snapshots, oldest first."""
+        if not self.exists(table):
+            return []
+        found = sorted(self._table(table).snapshots(), key=lambda s: s.timestamp_ms)
+        return [dict(s.summary.additional_properties) if s.summary else {} for s in found]
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of the table's current snapshot (``_ingested_at`` in µs)."""
+        if not self.exists(table):
+            return []
+        rows = self._table(table).scan().to_arrow().to_pylist()
+        return [normalized(row) for row in rows]
+
+    def coordinates(self, table: str) -> Counter[Coordinate]:
+        """How often each Kafka coordinate is in the table."""
+        return Counter((r["_topic"], r["_kafka_partition"], r["_offset"])
+                       for r in self.rows(table))
+
+    def offsets(self, table: str) -> dict[tuple[str, str, int], int]:
+        """The Kafka offsets the table holds (the highest ``kstage.offsets`` per
+        partition over the snapshots of its current history)."""
+        if not self.exists(table):
+            return {}
+        found: dict[tuple[str, str, int], int] = {}
+        loaded = self._table(table)
+        current = loaded.current_snapshot()
+        ancestors = []
+        while current is not None:
+            ancestors.append(current)
+            parent = current.parent_snapshot_id
+            current = loaded.snapshot_by_id(parent) if parent is not None else None
+        for snapshot in ancestors:
+            value = snapshot.summary.additional_properties.get(iceberg.OFFSETS) \
+                if snapshot.summary else None
+            for stream, offset in iceberg.parse_offsets(value or "{}").items():
+                found[stream] = max(found.get(stream, offset), offset)
+        return found
+
+    def snapshots(self, table: str) -> int:
+        return len(self._table(table).snapshots()) if self.exists(table) else 0
+
+
+def sqlalchemy_url(settings: SparkSettings) -> str:
+    """The catalog's JDBC URI as SQLAlchemy's (``sqlite:///PATH``,
+    ``postgresql+psycopg2://USER:PASSWORD@HOST:PORT/DB``)."""
+    sqlite = sqlite_file(settings)
+    if sqlite is not None:
+        return f"sqlite:///{sqlite}"
+    uri = catalog_uri(settings)
+    if not uri.startswith("jdbc:postgresql:"):
+        raise ValueError(f"no SQLAlchemy URL for {uri}")
+    parts = urlsplit(uri.removeprefix("jdbc:"))
+    catalog = settings.catalog
+    user = quote(catalog.user or "", safe="")
+    password = catalog.password.get_secret_value() if catalog.password else ""
+    login = f"{user}:{quote(password, safe='')}@" if user else ""
+    return f"postgresql+psycopg2://{login}{parts.netloc}{parts.path}"
+
+
+def normalized(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with ``_ingested_at`` as microseconds since the epoch (UTC)."""
+    ingested = row.get("_ingested_at")
+    if isinstance(ingested, dt.datetime):
+        if ingested.tzinfo is None:  # Spark hands UTC wall times (session time zone)
+            ingested = ingested.replace(tzinfo=dt.UTC)
+        row = {**row, "_ingested_at": round(ingested.timestamp() * 1_000_000)}
+    return row
+
+
+def spark_rows(spark: Any, table: str) -> list[dict[str, Any]]:
+    """Spark thread: every row of ``table`` (in the session's catalog), as
+    :meth:`IcebergReader.rows` gives them."""
+    frame = spark.table(table)
+    micros = frame.selectExpr(*[f"`{c}`" for c in frame.columns if c != "_ingested_at"],
+                              "unix_micros(`_ingested_at`) AS `_ingested_at`")
+    return [normalized(r.asDict()) for r in micros.collect()]
+
+
+def as_set(rows: list[dict[str, Any]]) -> set[tuple[tuple[str, Any], ...]]:
+    """Rows as a set of hashable full rows (every column, by name)."""
+    return {tuple(sorted(row.items())) for row in rows}
+
+
+def assert_once(reader: IcebergReader, table: str, topic: str, count: int,
+                partitions: int) -> None:
+    """Events ``0 .. count-1`` of ``topic`` are each in ``table`` exactly once."""
+    coordinates = reader.coordinates(table)
+    assert sorted(coordinates) == expected(topic, count, partitions)  # none lost
+    assert max(coordinates.values()) == 1, coordinates.most_common(3)  # none twice
+
+
+async def wait_committed(broker: str, group: str, topic: str, partitions: int, total: int,
+                         procs: list[KstageProcess], timeout: float = 180) -> None:
+    """Until ``group`` committed ``total`` offsets of ``topic`` (the processes alive)."""
+    deadline = time.monotonic() + timeout
+    while sum((await committed(broker, group, topic, partitions)).values()) < total:
+        for proc in procs:
+            assert proc.proc.poll() is None, proc.output()
+        assert time.monotonic() < deadline, "\n".join(p.output()[-3000:] for p in procs)
+        await asyncio.sleep(0.2)
+
+
+async def through_outage(broker: str, proc: KstageProcess, topic: str, group: str, *,
+                         begin: Callable[[], Any], end: Callable[[], Any],
+                         unready_within_s: float, events: int = 40,
+                         partitions: int = 2) -> None:
+    """Drive ``proc`` (``kstage run``, 1 s ``sink_unready_after_s``) through an outage of
+    what its table needs: ``events`` events land and are committed; ``begin()`` the
+    outage; as many more are produced: ``/readyz`` turns 503 naming the spark sink within
+    ``unready_within_s`` and nothing more is committed to Kafka; ``end()`` it: everything
+    is committed, ``/readyz`` is 200 again, and ``proc`` stops cleanly (SIGTERM, exit 0)
+    having logged its retries. The caller checks the table."""
+    base = f"http://127.0.0.1:{await status_port(proc, timeout=120)}"
+    await produce_events(broker, topic, 0, events, partitions)
+    await wait_committed(broker, group, topic, partitions, events, [proc])
+    before = await committed(broker, group, topic, partitions)
+
+    begin()
+    await produce_events(broker, topic, events, events, partitions)
+    body = await wait_readyz(base, proc, 503, "sink failing", timeout=unready_within_s)
+    assert "spark sink" in json.dumps(body), body
+    await asyncio.sleep(2)  # the appends keep failing: nothing reaches Kafka
+    assert await committed(broker, group, topic, partitions) == before
+
+    end()
+    await wait_committed(broker, group, topic, partitions, 2 * events, [proc])
+    await wait_readyz(base, proc, 200, timeout=60)
+    proc.signal(signal.SIGTERM)
+    assert await proc.wait(timeout=60) == 0, proc.output()
+    assert "sink write failed" in proc.output()
+
