@@ -167,9 +167,9 @@ _COMMITTED = re.compile(_LOG_TIME + r".*: committed \{", re.MULTILINE)
 # The committed offset of the benchmark's one partition (``{'topic[0]': 12345}``).
 _COMMITTED_AT = re.compile(_LOG_TIME + r".*: committed \{'[^']*\[0\]': (\d+)\}", re.MULTILINE)
 _DRAINED = re.compile(_LOG_TIME + r".*: drained partitions ", re.MULTILINE)
-_REGISTERED = re.compile(_LOG_TIME + r".*spark sink: table \w+ registered at ", re.MULTILINE)
+_REGISTERED = re.compile(_LOG_TIME + r".*spark sink: table [\w.]+ registered$", re.MULTILINE)
 _FIRST_LINE = re.compile(_LOG_TIME)  # kstage's first log line: its imports are done
-_APPENDED = re.compile(_LOG_TIME + r".*spark sink: \w+: appended (\d+) row\(s\)",
+_APPENDED = re.compile(_LOG_TIME + r".*spark sink: [\w.]+: appended (\d+) row\(s\)",
                        re.MULTILINE)
 
 
