@@ -1,16 +1,20 @@
 """The worker: one aiokafka consumer for one (group, topic), end to end.
 
-Its parts, each owning one job (and one task where it has a loop):
+Its parts, each owning one job (and one task where it has a loop), share one flow state
+and never the worker:
 
+* :mod:`actors.worker.flow`: the flow state (inbox, in-flight window, room and progress,
+  retry lanes, the assignment's generations, the fence);
 * :mod:`actors.worker.fetcher`: the fetch loop, the in-flight window, pausing, the poll;
+* :mod:`actors.worker.process`: the process loop and its retry lanes;
 * :mod:`actors.worker.pipeline`: decode → transform → failure policy → rows or
   dead-letter lines (also used by ``dlq replay``, the plugin test kit and the benchmarks);
 * :mod:`actors.worker.committer`: one policy class per commit mode over the offset
   tracker, and the commit task;
 * :mod:`actors.worker.rebalance`: the rebalance listener (assign, revoke with the fence,
   committed offsets, advancing to positions);
-* :mod:`actors.worker.worker`: the :class:`Worker` composing them (process and sink
-  tasks, drain detection, status and readiness).
+* :mod:`actors.worker.worker`: the :class:`Worker` composing them (the sink task, drain
+  detection, status and readiness).
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
 """The fetch task: the consumer's reads, the in-flight window and pausing.
 
-It owns ``getmany``: batches go into the worker's inbox, each tagged with the rebalance
+It owns ``getmany``: batches go into the flow's inbox, each tagged with the rebalance
 generation current when its poll *returned*. When the pipeline is full (``max_in_flight``
 messages not yet acked, or the inbox full) it holds what it fetched, pauses every
 assigned partition once the pipeline stays full, and keeps polling, so the member keeps
 heartbeating and never hits ``max_poll_interval_ms``. A stop gives up a poll held by a
-rebalance (:meth:`Fetcher.give_up`).
+rebalance (:meth:`Fetcher.give_up`, called when the flow's intake stops).
+
+Its collaborators are narrow: the :class:`~actors.worker.flow.Flow`, the rebalance
+listener (committed offsets to seed, positions to advance to), the group's settings and
+the worker's counters.
 """
 
 from __future__ import annotations
@@ -14,16 +18,17 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, NoOffsetForPartitionError
 
 from actors.errors import NoCommittedOffsetError
 from actors.sinks import END
-
-if TYPE_CHECKING:
-    from actors.worker.worker import Worker
+from actors.worker.flow import Flow
+from actors.worker.rebalance import Rebalance
+from settings.models import GroupSettings
 
 logger = logging.getLogger(__name__)
 
@@ -34,15 +39,48 @@ Batch = tuple[TopicPartition, list[Any], int]
 
 
 class Fetcher:
-    """The fetch loop of one worker (see the module doc)."""
+    """The fetch loop of one worker (see the module doc).
 
-    def __init__(self, worker: Worker) -> None:
-        self._w = worker
+    Args:
+        flow: the worker's flow state (the inbox, the in-flight window, the intake).
+        rebalance: the worker's rebalance listener.
+        group: the group's settings (``max_in_flight``, ``max_poll_records``,
+            ``max_poll_interval_ms``).
+        topic: the topic's name (for errors).
+        group_id: the group's id (for errors).
+        stats: the worker's counters (``consumed`` and ``paused`` are counted here).
+        observe_batch: observes the size of each fetched batch (a histogram).
+        on_idle: awaited after an empty poll (``--drain``: is everything done?).
+        label: the worker's name in log lines.
+    """
+
+    def __init__(self, *, flow: Flow, rebalance: Rebalance, group: GroupSettings,
+                 topic: str, group_id: str, stats: dict[str, int],
+                 observe_batch: Callable[[float], None] | None = None,
+                 on_idle: Callable[[], Awaitable[None]] | None = None,
+                 label: str = "") -> None:
+        self.flow = flow
+        self._rebalance = rebalance
+        self._group = group
+        self._topic = topic
+        self._group_id = group_id
+        self._stats = stats
+        self._observe_batch = observe_batch
+        self._on_idle = on_idle
+        self.label = label
+        # The micro-batching sinks flush now (set once they are built): the rows in
+        # flight wait in their next flush while the window is full.
+        self.flush_soon: Callable[[], None] | None = None
         # The fetch task while it awaits getmany (see poll), and whether give_up
         # cancelled it there.
         self._poll_task: asyncio.Task[Any] | None = None
         self._poll_given_up = False
-        self.fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
+        flow.on_stop_intake(self.give_up)
+
+    def __repr__(self) -> str:
+        state = ("polling" if self._poll_task is not None
+                 else "stopped" if self.flow.should_stop else "idle")
+        return f"<Fetcher {self.label} {state}>"
 
     def give_up(self) -> None:
         """A stop: give up the poll under way (if any); see :meth:`poll`."""
@@ -61,66 +99,67 @@ class Fetcher:
         consumer's poll timer, so a slow sink never gets the member evicted. (Pausing at
         once would be costly: aiokafka drops a paused partition's prefetched records.)
         """
-        w = self._w
-        rebalance = w.rebalance
-        max_in_flight = w.group.commit.max_in_flight
-        max_records = w.group.max_poll_records
-        pause_after = min(w.group.max_poll_interval_ms / 4000, 5.0)
+        flow = self.flow
+        rebalance = self._rebalance
+        max_in_flight = self._group.commit.max_in_flight
+        max_records = self._group.max_poll_records
+        pause_after = min(self._group.max_poll_interval_ms / 4000, 5.0)
         backlog: deque[Batch] = deque()
-        inbox = w.inbox
+        inbox = flow.inbox
+        room = flow.room
         paused = False
         full_since: float | None = None
-        while not w.should_stop:
+        while not flow.should_stop:
             if rebalance.unseeded:
                 await rebalance.seed_committed(consumer)
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
-            if backlog and w.flowing < max_in_flight:
+            if backlog and flow.flowing < max_in_flight:
                 # Keep aiokafka's buffer drained so its next fetch request goes out early
                 # (prefetch up to max_in_flight), without blocking: the inbox may free up.
                 data = await self.poll(consumer, max_records, 0)
                 self._fetched(data, backlog)
                 if not data:
-                    w.room.clear()
+                    room.clear()
                     try:
-                        await asyncio.wait_for(w.room.wait(), 0.005)
+                        await asyncio.wait_for(room.wait(), 0.005)
                     except TimeoutError:
                         pass
                 continue
-            if backlog or w.flowing >= max_in_flight:
-                if w.flowing >= max_in_flight and w.flush_soon is not None:
-                    w.flush_soon()  # the rows in flight wait in the sink's next flush
+            if backlog or flow.flowing >= max_in_flight:
+                if flow.flowing >= max_in_flight and self.flush_soon is not None:
+                    self.flush_soon()  # the rows in flight wait in the sink's next flush
                 now = time.monotonic()
                 full_since = full_since or now
                 if not paused and now - full_since >= pause_after:
-                    w.stats["paused"] += 1
+                    self._stats["paused"] += 1
                     paused = True
                     logger.info("%s: pipeline full for %.1fs: pausing partitions",
-                                w.label, now - full_since)
+                                self.label, now - full_since)
                 if paused:
                     consumer.pause(*consumer.assignment())
                     self._fetched(await self.poll(consumer, max_records, 0), backlog)
-                w.room.clear()
+                room.clear()
                 try:
-                    await asyncio.wait_for(w.room.wait(), min(pause_after, 1.0))
+                    await asyncio.wait_for(room.wait(), min(pause_after, 1.0))
                 except TimeoutError:
                     pass
                 continue
             full_since = None
-            if paused:  # partitions parked by a retry wait stay paused (Worker._park), and
-                # those whose tables are being asked where to resume (Rebalance.held)
+            if paused:  # partitions parked by a retry wait stay paused, and those whose
+                # tables are being asked where to resume (Flow.keeps_paused)
                 consumer.resume(*(tp for tp in consumer.paused()
-                                  if tp not in w.lanes and tp not in rebalance.held))
+                                  if not flow.keeps_paused(tp)))
                 paused = False
             data = await self.poll(consumer, max_records, _POLL_MS)
             if not data:
                 await rebalance.advance_to_positions(consumer)
-                if w.drain:
-                    await w.check_drained()
+                if self._on_idle is not None:
+                    await self._on_idle()
                 continue
             self._fetched(data, backlog)
         for item in backlog:  # fetched, never processed: not committed, re-read later
-            w.in_flight -= len(item[1])
+            flow.drop(len(item[1]))
         await inbox.put(END)
 
     def _fetched(self, data: dict[TopicPartition, list[Any]], backlog: deque[Batch]) -> None:
@@ -131,15 +170,14 @@ class Fetcher:
         records. Tagged with the generation it started in, they were dropped as stale
         while the position moved past them, and the next commit skipped them: lost
         (seen in the chaos run: ~100-record gaps after a revoke and reassignment)."""
-        w = self._w
-        gen = w.rebalance.generation
+        flow = self.flow
+        gen = flow.generation
+        observe = self._observe_batch
         for tp, records in data.items():
-            span = self.fetched_span.setdefault(tp, [records[0].offset, 0])
-            span[1] = records[-1].offset + 1
-            w.in_flight += len(records)
-            w.stats["consumed"] += len(records)
-            if w.metrics is not None:
-                w.metrics.batch_size.labels(w.group_id, tp.topic).observe(len(records))
+            flow.fetched(tp, records)
+            self._stats["consumed"] += len(records)
+            if observe is not None:
+                observe(len(records))
             backlog.append((tp, records, gen))
 
     async def poll(self, consumer: AIOKafkaConsumer, max_records: int, timeout_ms: int
@@ -152,8 +190,7 @@ class Fetcher:
         and the cancellation is taken back: no task or future per poll on the hot path
         (the fetch loop polls with ``timeout_ms=0`` many times a second).
         """
-        w = self._w
-        if w.should_stop:
+        if self.flow.should_stop:
             return {}
         task = asyncio.current_task()
         self._poll_task = task
@@ -167,11 +204,11 @@ class Fetcher:
         except NoOffsetForPartitionError as exc:
             parts = ", ".join(str(a) for a in exc.args) or "(unknown)"
             raise NoCommittedOffsetError(
-                f"group {w.group_id!r} has no committed offset for {parts} of topic "
-                f"{w.topic.topic!r} and auto_offset_reset is 'none': refusing to start"
+                f"group {self._group_id!r} has no committed offset for {parts} of topic "
+                f"{self._topic!r} and auto_offset_reset is 'none': refusing to start"
             ) from exc
         except ConsumerStoppedError:
-            w.intake_stopped.set()
+            self.flow.intake_stopped.set()
             return {}
         finally:
             self._poll_task = None

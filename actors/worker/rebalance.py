@@ -11,7 +11,7 @@
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
   before the revoke are dropped, and nothing of the partition is written after the
   revoke returned. Every revoke bumps the generation: work fetched in a generation before
-  its partition's last revoke is stale (:meth:`Rebalance.live`).
+  its partition's last revoke is stale (:meth:`Flow.live <actors.worker.flow.Flow.live>`).
 * On a lost membership (:meth:`Rebalance.watch`): when no heartbeat was answered for
   about ``session_timeout_ms`` (the coordinator may have expired the member and given its
   partitions to another one: a network partition, a coordinator out of reach), the
@@ -32,17 +32,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from actors.kafka import GroupMember, rebalance_timeout_ms
+from actors.kafka import GroupMember, coordinator_known
+from actors.sinks import Sink
+from actors.worker.committer import Committer
+from actors.worker.flow import Flow
 from actors.worker.sink_offsets import resume_from_sinks, revoke_in_sinks
-from actors.worker.start_from import seek_at_start
-
-if TYPE_CHECKING:
-    from actors.worker.worker import Worker
+from actors.worker.start_from import StartRegistry, seek_at_start
+from settings.models import GroupSettings
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +50,41 @@ _PROBE_AFTER_S, _PROBE_EVERY_S = 3.0, 10.0  # security probes while the group is
 
 
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """The rebalance listener of one worker, and the assignment it keeps."""
+    """The rebalance listener of one worker: it keeps the flow's assignment and
+    generations (:class:`~actors.worker.flow.Flow`).
 
-    def __init__(self, worker: Worker) -> None:
-        self._w = worker
-        self.assigned: set[TopicPartition] = set()
+    Args:
+        flow: the worker's flow state.
+        committer: the worker's committer (drained work is committed on revoke).
+        group: the group's settings (``start_from``, session and poll timeouts).
+        topic: the topic's name.
+        group_id: the group's id (the ``start_from`` registry's key).
+        starts: the process run's ``start_from`` registry.
+        rebalance_s: the group's rebalance timeout: a revoke's drain waits at most half
+            of it, its commit a quarter.
+        grace_s: a revoke's drain waits at most this long too (``shutdown_grace_s``).
+        label: the worker's name in log lines.
+
+    The worker sets :attr:`sinks` once it built them (asked on assignment where their
+    tables hold the partitions) and :attr:`tasks` while its loops run (the asking runs
+    there, off the rebalance).
+    """
+
+    def __init__(self, *, flow: Flow, committer: Committer, group: GroupSettings,
+                 topic: str, group_id: str, starts: StartRegistry, rebalance_s: float,
+                 grace_s: float, label: str = "") -> None:
+        self.flow = flow
+        self.committer = committer
+        self.group = group
+        self.topic = topic
+        self.group_id = group_id
+        self.starts = starts
+        self.rebalance_s = rebalance_s
+        self.grace_s = grace_s
+        self.label = label
+        self.sinks: list[Sink] = []
+        self.tasks: asyncio.TaskGroup | None = None
         self.joined = asyncio.Event()
-        # Fencing of revoked partitions: every revoke bumps the generation; work fetched
-        # in a generation before its partition's last revoke is stale and dropped.
-        self.generation = 0
-        self.revoked_at: dict[TopicPartition, int] = {}
         self.unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
         self.assigned_at = time.monotonic()  # the last assignment (a join is a heartbeat)
         self.lost: str | None = None  # why the membership is lost, until the next assignment
@@ -67,19 +92,21 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         # Why the brokers refuse this client (a login, certificate or token refused
         # mid-run), from a probe while the group is out of reach; None: no such reason.
         self.security_problem: str | None = None
-        # Assigned partitions paused until the sinks said where their tables hold them
-        # (see on_partitions_assigned), with the generation of that assignment; the
-        # fetcher does not resume them.
-        self.held: dict[TopicPartition, int] = {}
         self._resuming: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        state = ("lost" if self.lost is not None else "joined" if self.joined.is_set()
+                 else "joining")
+        return (f"<Rebalance {self.label} {state} gen={self.flow.generation} "
+                f"assigned={sorted(tp.partition for tp in self.flow.assigned)}>")
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.on_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.on_assigned(set(assigned))
-        w = self._w
-        consumer = w.committer.consumer
+        flow = self.flow
+        consumer = self.committer.consumer
         # A sink that stores offsets is asked where its table holds each partition before
         # anything of them is fetched: paused now, before the first await (else aiokafka
         # fetches from the committed offset meanwhile, and those records come too, beside
@@ -87,23 +114,27 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         # call may wait behind an append or a merge): the group's rebalance ends at once,
         # and the partitions are resumed when their tables answered (:meth:`_resume`).
         hold = (consumer is not None and bool(assigned)
-                and any(s.capabilities.stores_offsets for s in w.sinks))
-        gen = self.generation
+                and any(s.capabilities.stores_offsets for s in self.sinks))
+        gen = flow.generation
         if hold and consumer is not None:
             consumer.pause(*assigned)
-            self.held.update(dict.fromkeys(assigned, gen))
+            flow.held.update(dict.fromkeys(assigned, gen))
         started = False
-        if (w.group.start_from != "committed" and consumer is not None
-                and w.starts.claim(w.group_id, w.topic.topic)):
-            await seek_at_start(w, consumer, set(assigned))  # first assignment of the run
+        if (self.group.start_from != "committed" and consumer is not None
+                and self.starts.claim(self.group_id, self.topic)):
+            # the first assignment of the run
+            await seek_at_start(
+                consumer, set(assigned), mode=self.group.start_from, label=self.label,
+                counts=self.starts.counts(self.group_id, self.topic),
+                committer=self.committer, unseeded=self.unseeded)
             started = True
         if hold and consumer is not None:
-            tg = w.task_group
+            tg = self.tasks
             resume = self._resume(consumer, set(assigned), seek=not started, gen=gen)
             if tg is None:  # not running its loops (a test driving the listener): inline
                 await resume
             else:
-                task = tg.create_task(resume, name=f"{w.label}:resume")
+                task = tg.create_task(resume, name=f"{self.label}:resume")
                 self._resuming.add(task)
                 task.add_done_callback(self._resuming.discard)
 
@@ -112,31 +143,25 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         """Ask the sinks that store offsets where their tables hold ``assigned`` (seek
         there, see :mod:`actors.worker.sink_offsets`), then resume the partitions still
         held for generation ``gen``."""
-        w = self._w
+        held = self.flow.held
         try:
-            await resume_from_sinks(w, consumer, assigned, seek=seek,
-                                    live=lambda tp: self.held.get(tp) == gen)
+            await resume_from_sinks(self.sinks, consumer, assigned, seek=seek,
+                                    live=lambda tp: held.get(tp) == gen, label=self.label,
+                                    committer=self.committer, unseeded=self.unseeded)
         except Exception as exc:  # noqa: BLE001 - never lose the partitions over it
             logger.warning("%s: asking the sinks where to resume %s failed (%s); reading "
-                           "from the committed offsets", w.label,
+                           "from the committed offsets", self.label,
                            sorted(tp.partition for tp in assigned), exc)
         finally:
-            mine = [tp for tp in assigned if self.held.get(tp) == gen]
+            mine = [tp for tp in assigned if held.get(tp) == gen]
             for tp in mine:
-                del self.held[tp]
+                del held[tp]
             current = consumer.assignment()
-            consumer.resume(*(tp for tp in mine if tp in current and tp not in w.lanes))
-
-    def live(self, tp: TopicPartition, gen: int) -> bool:
-        """Work of ``tp`` fetched in generation ``gen`` is still this worker's (in modes
-        none/auto, where kstage does not own the offsets, as long as ``tp`` is assigned)."""
-        if tp not in self.assigned:
-            return False
-        return (gen >= self.revoked_at.get(tp, 0)
-                or not self._w.committer.owns_offsets)
+            consumer.resume(*(tp for tp in mine
+                              if tp in current and tp not in self.flow.lanes))
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.assigned = assigned
+        self.flow.assigned = assigned
         self.unseeded = set(assigned)
         self.assigned_at = time.monotonic()
         self.lost = None
@@ -145,8 +170,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             self.topic_missing = None  # the group leader found its partitions
         self.joined.set()
         parts = sorted(tp.partition for tp in assigned)
-        logger.info("%s: assigned partitions %s of %s", self._w.label, parts,
-                    self._w.topic.topic)
+        logger.info("%s: assigned partitions %s of %s", self.label, parts, self.topic)
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Drain in-flight work of revoked partitions (bounded), commit it, fence the rest.
@@ -156,10 +180,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         Work not drained by then is cancelled (never written later, never committed):
         the partitions' new owner re-reads it from the committed offset.
         """
-        self.assigned -= revoked
+        self.flow.assigned -= revoked
         if revoked:
             await self._let_go(revoked, drain=True)
-            logger.info("%s: revoked partitions %s", self._w.label,
+            logger.info("%s: revoked partitions %s", self.label,
                         sorted(tp.partition for tp in revoked))
 
     async def on_lost(self, silent_s: float) -> None:
@@ -167,13 +191,13 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         partition is fenced at once, without a drain or a commit: the coordinator may
         have handed it to another member already, whose writes a late one of ours could
         overtake, and a commit now would be of a generation the group left behind."""
-        lost, self.assigned = self.assigned, set()
-        w = self._w
+        flow = self.flow
+        lost, flow.assigned = flow.assigned, set()
         parts = sorted(tp.partition for tp in lost)
         self.lost = (f"lost its group membership: no heartbeat answered for {silent_s:.1f}s "
-                     f"(session_timeout_ms {w.group.session_timeout_ms}); partitions "
+                     f"(session_timeout_ms {self.group.session_timeout_ms}); partitions "
                      f"{parts} fenced, rejoining")
-        logger.warning("%s: %s", w.label, self.lost)
+        logger.warning("%s: %s", self.label, self.lost)
         await self._let_go(lost, drain=False)
 
     async def watch(self, consumer: GroupMember) -> None:
@@ -190,24 +214,24 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         - while the membership is lost or the coordinator out of reach, probe the first
           broker every ten seconds for a security reason (:attr:`security_problem`: a
           password rotated, a certificate or token refused), for ``/readyz``."""
-        w = self._w
-        session_s = w.group.session_timeout_ms / 1000
-        limit = session_s - min(w.group.heartbeat_interval_ms / 1000, session_s / 10)
+        flow = self.flow
+        session_s = self.group.session_timeout_ms / 1000
+        limit = session_s - min(self.group.heartbeat_interval_ms / 1000, session_s / 10)
         every = min(0.25, limit / 10)
         asked = probed = 0.0
         out_of_reach: float | None = None  # since when the group is
         probe: asyncio.Task[None] | None = None
         async with asyncio.TaskGroup() as probes:  # a probe (up to 10 s) never holds the
             try:                                   # fence back: it runs beside the loop
-                while not w.should_stop:
+                while not flow.should_stop:
                     try:
-                        await asyncio.wait_for(w.intake_stopped.wait(), every)
+                        await asyncio.wait_for(flow.intake_stopped.wait(), every)
                     except TimeoutError:
                         pass
-                    if w.should_stop:
+                    if flow.should_stop:
                         break
                     now = time.monotonic()
-                    if self.lost is None and w.coordinator_reachable():
+                    if self.lost is None and coordinator_known(consumer):
                         out_of_reach = None
                     else:
                         out_of_reach = out_of_reach or now
@@ -216,7 +240,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                                 and (probe is None or probe.done())):
                             probed = now
                             probe = probes.create_task(self._probe(consumer))
-                    if not self.assigned:
+                    if not flow.assigned:
                         if self.joined.is_set() and self.check_topic(consumer) \
                                 and time.monotonic() - asked >= 1:
                             asked = time.monotonic()
@@ -236,122 +260,114 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def check_topic(self, consumer: GroupMember) -> bool:
         """Whether the worker's topic is missing from the consumer's metadata (and say
         so, once, and in :attr:`topic_missing` for ``/readyz``)."""
-        w = self._w
-        topic = w.topic.topic
+        topic = self.topic
         if consumer.partitions_for_topic(topic) is not None:
             self.topic_missing = None
             return False
         if self.topic_missing is None:
             self.topic_missing = (f"topic {topic!r} is not in the cluster's metadata (not "
                                   "created yet?); asking again every second")
-            logger.warning("%s: %s", w.label, self.topic_missing)
+            logger.warning("%s: %s", self.label, self.topic_missing)
         return True
 
     async def _let_go(self, tps: set[TopicPartition], *, drain: bool) -> None:
         """``tps`` are no longer this worker's: bump the generation (their fetched work
         is stale), then (kstage owning the offsets) drain and commit if ``drain``, and
         fence whatever is left; else (none/auto) forget them, writes under way finish."""
-        w = self._w
-        committer = w.committer
+        flow = self.flow
+        committer = self.committer
         tracker = committer.tracker
-        for tp in tps:
-            self.held.pop(tp, None)
         for task in list(self._resuming):  # their partitions are being taken away
             task.cancel()
-        self.generation += 1
-        for tp in tps:
-            self.revoked_at[tp] = self.generation
+        flow.let_go(tps)
         self.unseeded -= tps
         parts = sorted(tp.partition for tp in tps)
-        rebalance_s = rebalance_timeout_ms(w.settings, w.group) / 1000
+        rebalance_s = self.rebalance_s
         if committer.owns_offsets:
             # A retry wait of a revoked partition ends now (its messages are re-read by
             # the new owner), not after its backoff.
-            dropped = w.cancel_lanes(tps)
+            dropped = flow.cancel_lanes(tps)
             if drain:
                 await self._drain_and_commit(tps, rebalance_s)
             cancelled = tracker.cancel(tps)
-            w.in_flight -= cancelled
-            writes = await w.fence.revoke(tps)
+            flow.drop(cancelled)
+            writes = await flow.fence.revoke(tps)
             # A table's append of the partitions already under way: let it commit before
             # the new owner reads the table's offsets (on a lost membership, not waited
             # for: the new owner may be reading already, and the table's own offsets keep
             # a late append from writing what it holds twice).
-            await revoke_in_sinks(w, tps, rebalance_s / 4 if drain else 0)
+            await revoke_in_sinks(self.sinks, tps, rebalance_s / 4 if drain else 0)
             if cancelled or writes or dropped:
                 logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "
-                            "write(s) stopped)", w.label, cancelled + dropped, parts, writes)
+                            "write(s) stopped)", self.label, cancelled + dropped, parts,
+                            writes)
         else:
             # none/auto: kstage does not own the offsets (auto-commit already committed
             # the position): writes under way finish, or their messages would be lost.
             tracker.forget(tps)
-            await revoke_in_sinks(w, tps, 0)
-        for tp in tps:
-            w.fetcher.fetched_span.pop(tp, None)
-        w.room.set()
-        w.progress.set()
+            await revoke_in_sinks(self.sinks, tps, 0)
+        flow.forget_spans(tps)
 
     async def _drain_and_commit(self, revoked: set[TopicPartition], rebalance_s: float
                                 ) -> None:
         """Wait for the revoked partitions' in-flight work (at most half the rebalance
         timeout), then commit what the sink acked (at most a quarter of it)."""
-        w = self._w
-        tracker = w.committer.tracker
+        flow = self.flow
+        tracker = self.committer.tracker
         parts = sorted(tp.partition for tp in revoked)
-        timeout = min(w.settings.supervisor.shutdown_grace_s,
-                      w.group.max_poll_interval_ms / 2000, rebalance_s / 2)
+        timeout = min(self.grace_s, self.group.max_poll_interval_ms / 2000, rebalance_s / 2)
 
         def drained() -> bool:
-            return w.current_tp not in revoked and all(
+            return flow.current_tp not in revoked and all(
                 tracker.pending_count(tp) == 0 for tp in revoked)
 
         try:
             async with asyncio.timeout(timeout):
                 while not drained():
-                    w.progress.clear()
-                    await w.progress.wait()
+                    flow.progress.clear()
+                    await flow.progress.wait()
         except TimeoutError:
             logger.warning("%s: revoke: in-flight work of %s not drained within %.1fs; "
-                           "cancelling it: the new owner re-reads it", w.label, parts,
+                           "cancelling it: the new owner re-reads it", self.label, parts,
                            timeout)
         try:
             async with asyncio.timeout(rebalance_s / 4):
-                await w.committer.commit()
+                await self.committer.commit()
         except TimeoutError:
             logger.warning("%s: revoke: commit of %s did not finish within %.1fs",
-                           w.label, parts, rebalance_s / 4)
+                           self.label, parts, rebalance_s / 4)
 
     async def seed_committed(self, consumer: AIOKafkaConsumer) -> None:
         """Read the group's committed offsets of newly assigned partitions: the base of
         their lag until their own work moves it (a restart with nothing to read has lag
         high-water minus committed, as ``kstage lag`` says, not high-water)."""
-        gen = self.generation
+        gen = self.flow.generation
         for tp in sorted(self.unseeded, key=lambda t: t.partition):
             try:
                 offset = await consumer.committed(tp)
             except KafkaError as exc:
-                logger.debug("%s: committed offset of %s not read yet: %s", self._w.label,
+                logger.debug("%s: committed offset of %s not read yet: %s", self.label,
                              tp, exc)
                 return
-            if not self.live(tp, gen) or tp not in self.unseeded:
+            if not self.flow.live(tp, gen) or tp not in self.unseeded:
                 continue  # revoked meanwhile
             self.unseeded.discard(tp)
             if offset is not None:
-                self._w.committer.tracker.seed(tp, offset)
+                self.committer.tracker.seed(tp, offset)
 
     async def advance_to_positions(self, consumer: AIOKafkaConsumer) -> None:
         """A poll came back empty and nothing is in flight: everything before each
         partition's consumer position is done, so the position is committable (it is past
         a transaction's commit marker, one more than the last record + 1)."""
-        w = self._w
-        committer = w.committer
+        flow = self.flow
+        committer = self.committer
         tracker = committer.tracker
-        if (w.in_flight or w.process_ended or w.should_stop
-                or not w.inbox.empty() or not committer.owns_offsets):
+        if (flow.in_flight or flow.process_ended or flow.should_stop
+                or not flow.inbox.empty() or not committer.owns_offsets):
             return
-        gen = self.generation
+        gen = flow.generation
         advanced = False
-        for tp in list(self.assigned):
+        for tp in list(flow.assigned):
             if tracker.pending_count(tp) or tracker.committable(tp) is None:
                 continue  # work pending, or no offset known yet (advance needs one)
             try:
@@ -359,7 +375,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                     position = await consumer.position(tp)
             except (IllegalStateError, KafkaError, TimeoutError):
                 continue  # errors of the partition surface from the next poll
-            if w.in_flight or not self.live(tp, gen) or tp in w.lanes:
+            if flow.in_flight or not flow.live(tp, gen) or tp in flow.lanes:
                 return  # fetched, revoked or parked meanwhile (a lane that threw stays)
             advanced = tracker.advance(tp, position) or advanced
         if advanced and committer.policy.per_message:

@@ -21,31 +21,31 @@ offsets again at the first write of each partition, before writing anything.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from actors.errors import FatalError, SinkError
-
-if TYPE_CHECKING:
-    from actors.worker.worker import Worker
+from actors.sinks import Sink
+from actors.worker.committer import Committer
 
 logger = logging.getLogger(__name__)
 
 
-async def resume_from_sinks(worker: Worker, consumer: AIOKafkaConsumer,
+async def resume_from_sinks(sinks: Sequence[Sink], consumer: AIOKafkaConsumer,
                             assigned: set[TopicPartition], *, seek: bool,
+                            committer: Committer, unseeded: set[TopicPartition],
                             live: Callable[[TopicPartition], bool] = lambda tp: True,
-                            ) -> None:
-    """Ask the sinks that store offsets how far they hold ``assigned``; seek where all
-    of the topic's sinks are ahead of the committed offset (only if ``seek``, and only
-    partitions still ``live``: this assignment's, not revoked meanwhile)."""
-    storing = [s for s in worker.sinks if s.capabilities.stores_offsets]
+                            label: str = "") -> None:
+    """Ask the ``sinks`` (the topic's) that store offsets how far they hold
+    ``assigned``; seek where all of them are ahead of the committed offset (only if
+    ``seek``, and only partitions still ``live``: this assignment's, not revoked
+    meanwhile), commit there with ``committer`` and take the partition out of
+    ``unseeded`` (its committed offset known)."""
+    storing = [s for s in sinks if s.capabilities.stores_offsets]
     if not storing or not assigned:
         return
-    label = worker.label
     parts = sorted((tp.topic, tp.partition) for tp in assigned)
     held: list[dict[tuple[str, int], int]] = []
     for sink in storing:
@@ -57,9 +57,9 @@ async def resume_from_sinks(worker: Worker, consumer: AIOKafkaConsumer,
                            "drops the rows it holds already", label, sink.type, exc,
                            [p for _, p in parts])
             return
-    if not seek or len(storing) != len(worker.sinks):
+    if not seek or len(storing) != len(sinks):
         return
-    tracker = worker.committer.tracker
+    tracker = committer.tracker
     sought = False
     for tp in sorted(assigned, key=lambda t: t.partition):
         offsets = [h.get((tp.topic, tp.partition)) for h in held]
@@ -80,20 +80,20 @@ async def resume_from_sinks(worker: Worker, consumer: AIOKafkaConsumer,
             continue
         logger.info("%s: partition %d resumes at offset %d, where the table holds it "
                     "(Kafka's committed offset: %s)", label, tp.partition, target, committed)
-        if worker.committer.owns_offsets:
+        if committer.owns_offsets:
             tracker.start_at(tp, target, committed)
-            worker.rebalance.unseeded.discard(tp)
+            unseeded.discard(tp)
             sought = True
     if sought:
-        await worker.committer.commit()
+        await committer.commit()
 
 
-async def revoke_in_sinks(worker: Worker, revoked: set[TopicPartition], within_s: float,
-                          ) -> None:
+async def revoke_in_sinks(sinks: Sequence[Sink], revoked: set[TopicPartition],
+                          within_s: float) -> None:
     """Tell the sinks that store offsets that ``revoked`` left this worker: each waits
     (up to ``within_s``) for its writes of them under way, then forgets them."""
     parts = sorted((tp.topic, tp.partition) for tp in revoked)
-    for sink in worker.sinks:
+    for sink in sinks:
         if sink.capabilities.stores_offsets and parts:
             await sink.revoked(parts, within_s)
 

@@ -16,13 +16,11 @@ member left) continue from their committed offsets.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-if TYPE_CHECKING:
-    from actors.worker.worker import Worker
+from actors.worker.committer import Committer
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +31,9 @@ class StartRegistry:
 
     def __init__(self) -> None:
         self._applied: dict[tuple[str, str], dict[int, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"<StartRegistry applied={sorted(self._applied)}>"
 
     def claim(self, group_id: str, topic: str) -> bool:
         """True the first time only: this assignment is the start of the process run."""
@@ -47,26 +48,27 @@ class StartRegistry:
         return self._applied.get((group_id, topic), {})
 
 
-async def seek_at_start(worker: Worker, consumer: AIOKafkaConsumer,
-                        assigned: set[TopicPartition]) -> None:
-    """Seek the partitions of the run's first assignment (see the module doc); called
-    from the rebalance listener before anything of them was fetched.
+async def seek_at_start(consumer: AIOKafkaConsumer, assigned: set[TopicPartition], *,
+                        mode: str, label: str, counts: dict[int, int],
+                        committer: Committer, unseeded: set[TopicPartition]) -> None:
+    """Seek the partitions of the run's first assignment to ``mode`` (``latest`` or
+    ``earliest``; see the module doc); called from the rebalance listener before
+    anything of them was fetched. ``counts`` takes the messages skipped or read again
+    per partition (the :class:`StartRegistry`'s); a sought partition's offset is
+    committed by ``committer`` and leaves ``unseeded`` (its committed offset known).
 
     ``seek_to_end``/``seek_to_beginning`` must be the first await here: they mark the
     positions for reset (and drop prefetched records) before the fetcher can resolve the
     committed offsets. A seek or offset lookup that fails leaves the partitions at their
     committed offsets (read again, never lost), logged as an error.
     """
-    mode = worker.group.start_from
-    label = worker.label
     if not assigned:
         logger.info("%s: start_from %s: no partition assigned at start; partitions "
                     "assigned later continue from their committed offsets", label, mode)
         return
     tps = sorted(assigned, key=lambda t: t.partition)
-    counts = worker.starts.counts(worker.group_id, worker.topic.topic)
-    tracker = worker.committer.tracker
-    owns = worker.committer.owns_offsets
+    tracker = committer.tracker
+    owns = committer.owns_offsets
     try:
         if mode == "latest":
             await consumer.seek_to_end(*tps)
@@ -97,13 +99,13 @@ async def seek_at_start(worker: Worker, consumer: AIOKafkaConsumer,
                 # old offset (latest: the skipped backlog stays skipped, also for a
                 # member this partition moves to; earliest: the re-read is not cut short).
                 tracker.start_at(tp, position, committed)
-                worker.rebalance.unseeded.discard(tp)
+                unseeded.discard(tp)
     except (KafkaError, IllegalStateError) as exc:
         logger.error("%s: start_from %s: seeking %s failed (%s: %s); they continue from "
                      "their committed offsets", label, mode,
                      [tp.partition for tp in tps], type(exc).__name__, exc)
         return
-    await worker.committer.commit()
+    await committer.commit()
 
 
 __all__ = ["StartRegistry", "seek_at_start"]

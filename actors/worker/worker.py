@@ -8,12 +8,15 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
 
 * **fetch** (:class:`~actors.worker.fetcher.Fetcher`) owns the consumer's reads, the
   in-flight window and pausing.
-* **process** (here) takes batches in offset order through the record pipeline
-  (:class:`~actors.worker.pipeline.RecordPipeline`: decode, transform, failure policy)
-  and hands each partition batch to the sink as a :class:`SinkBatch`, tracked by the
-  offset tracker. A message whose retries wait (``failure.mode: retry``) parks its
-  partition: paused, it goes on in a lane task of its own, in order, while the other
-  partitions keep flowing; a revoke of the partition cancels the wait at once.
+* **process** (:class:`~actors.worker.process.ProcessLoop`) takes batches in offset
+  order through the record pipeline (:class:`~actors.worker.pipeline.RecordPipeline`:
+  decode, transform, failure policy) and hands each partition batch to the sink as a
+  :class:`SinkBatch`, tracked by the offset tracker; retry waits park a partition in a
+  lane of its own.
+
+The parts share one flow state (:class:`~actors.worker.flow.Flow`: the inbox, the
+in-flight window, room and progress, the retry lanes, the assignment's generations and
+the fence); none of them gets the worker.
 * **sink** (:func:`actors.sinks.run_sink`, one per sink of the topic, fed by
   :func:`actors.sinks.run_fanout`) writes batches in order and acks them; a batch is
   acked to the commit task once every sink acked it.
@@ -28,7 +31,7 @@ of the partition is written after the revoke returned. A lost membership (no hea
 answered for a session) fences every partition at once, without a drain or a commit, and
 rejoins: a fifth task, the membership watch (:meth:`Rebalance.watch`).
 
-Stopping: :meth:`Worker.stop_intake` ends the fetch loop; the END sentinel then flows
+Stopping: :meth:`Worker.stop_intake` (the flow's) ends the fetch loop; the END sentinel then flows
 down the pipeline, every loop finishes its queue, and a final commit follows (phase 1).
 Cancelling :meth:`Worker.run` (phase 2) abandons work in progress: only what the sink
 had already acked is committed, never the cancelled work.
@@ -47,33 +50,33 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from actors.dead_letter_topic import DeadLetterTopic
-from actors.errors import MessageFailedError
-from actors.failure import FailurePolicy, Outcome, Sleep
+from actors.failure import FailurePolicy, Sleep
 from actors.kafka import (
     KafkaSecurityError,
     build_consumer,
     connection_kwargs,
     coordinator_known,
+    rebalance_timeout_ms,
 )
 from actors.metrics import Metrics
-from actors.offsets import Entry
 from actors.sink_health import SinkHealth
-from actors.sinks import END, FanOutSink, Fence, Sink, SinkBatch, run_fanout
+from actors.sinks import FanOutSink, Sink, SinkBatch, run_fanout
 from actors.tokens import token_errors
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
+from actors.worker.flow import Flow
 from actors.worker.pipeline import BoundSink, RecordPipeline, bound_sinks
+from actors.worker.process import ProcessLoop
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder
 from processors.backoff import backoff_s
-from processors.base import Message, Processor, Row
-from processors.errors import PoisonMessage
-from settings.models import FailureMode, GroupSettings, Settings, TopicSettings
+from processors.base import Processor
+from settings.models import GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
 
-_INBOX_BATCHES = 2
+_OUTBOX_BATCHES = 2
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -90,24 +93,6 @@ def _flush_all(sinks: list[BoundSink]) -> None:
     """Every sink of a fan-out flushes soon (see :meth:`Sink.flush_soon`)."""
     for bound in sinks:
         bound.sink.flush_soon()
-
-
-class _Lane:
-    """A partition parked by a retry wait (``failure.mode: retry``): its own task works
-    through the failing message's retries, the rest of its batch and the batches fetched
-    for the partition meanwhile (``queue``), in order, while the process loop goes on with
-    the other partitions. ``held``: its messages not yet shipped nor dropped (counted in
-    the worker's ``in_flight``). ``dead``: stopped (abandoned or thrown): later batches of
-    the partition are dropped, never processed past the message."""
-
-    __slots__ = ("dead", "gen", "held", "queue", "task")
-
-    def __init__(self, gen: int, held: int) -> None:
-        self.gen = gen
-        self.held = held
-        self.queue: list[list[Any]] = []
-        self.task: asyncio.Task[None] | None = None
-        self.dead = False
 
 
 class Worker:
@@ -163,27 +148,33 @@ class Worker:
         self.restarts = incarnation
         self.committer = Committer(group.commit, label=self.label, stats=self.stats,
                                    metrics=metrics, metric_labels=(self.group_id, topic.topic))
+        self.flow = flow = Flow(owns_offsets=self.committer.owns_offsets, label=self.label)
         failure = topic.failure or group.failure
         self.pipeline = RecordPipeline(
             topic=topic, processor=None, group_id=self.group_id, label=self.label,
-            failure=FailurePolicy(failure, sleep or self._sleep),
-            sleep=self._sleep, avro=avro, avro_keys=avro_keys,
+            failure=FailurePolicy(failure, sleep or flow.sleep),
+            sleep=flow.sleep, avro=avro, avro_keys=avro_keys,
             savepoints=self.committer.policy.savepoints, stats=self.stats,
             dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(
                 failure.dead_letter_topic, bootstrap, f"{settings.kafka.client_id}-dlq",
                 connection_kwargs(settings.kafka.consumer_config)))
-        self.rebalance = Rebalance(self)
-        self.fetcher = Fetcher(self)
-        self._wait_for_ack = group.commit.wait_for_ack
-        self.inbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
-        self.outbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
-        self.intake_stopped = asyncio.Event()
-        self.progress = asyncio.Event()
-        self.room = asyncio.Event()  # set when the inbox or max_in_flight frees up
+        self.rebalance = Rebalance(
+            flow=flow, committer=self.committer, group=group, topic=topic.topic,
+            group_id=self.group_id, starts=self.starts,
+            rebalance_s=rebalance_timeout_ms(settings, group) / 1000,
+            grace_s=settings.supervisor.shutdown_grace_s, label=self.label)
+        self.fetcher = Fetcher(
+            flow=flow, rebalance=self.rebalance, group=group, topic=topic.topic,
+            group_id=self.group_id, stats=self.stats,
+            observe_batch=None if metrics is None
+            else metrics.batch_size.labels(self.group_id, topic.topic).observe,
+            on_idle=self.check_drained if drain else None, label=self.label)
+        self.outbox: asyncio.Queue[Any] = asyncio.Queue(_OUTBOX_BATCHES)
         self._sink_done = asyncio.Event()
-        self.current_tp: TopicPartition | None = None
-        self._current_gen = 0
-        self.in_flight = 0
+        self.process = ProcessLoop(
+            flow=flow, pipeline=self.pipeline, committer=self.committer,
+            outbox=self.outbox, sink_done=self._sink_done, stats=self.stats,
+            wait_for_ack=group.commit.wait_for_ack, label=self.label)
         self._drained_reported = False
         self._consumer: AIOKafkaConsumer | None = None
         self._sink_open = False
@@ -191,30 +182,27 @@ class Worker:
         self._sink_health = {named.name: SinkHealth(settings.supervisor.sink_unready_after_s)
                              for named in topic.named_sinks()}
         self.flush_soon: Callable[[], None] | None = None
-        self.fence = Fence()
         self.sinks: list[Sink] = []  # the topic's sinks, once run() built them
-        self.process_ended = False
         self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
-        self.lanes: dict[TopicPartition, _Lane] = {}  # partitions parked by a retry wait
-        self._lane_failure: MessageFailedError | None = None
         self._tg: asyncio.TaskGroup | None = None
 
     def __repr__(self) -> str:
-        return f"<Worker {self.label} in_flight={self.in_flight}>"
+        flow = self.flow
+        state = ("stopping" if flow.should_stop else "running" if self._tg is not None
+                 else "idle")
+        return (f"<Worker {self.label} {state} assigned="
+                f"{sorted(tp.partition for tp in flow.assigned)} gen={flow.generation} "
+                f"in_flight={flow.in_flight} lanes={len(flow.lanes)}>")
+
+    @property
+    def in_flight(self) -> int:
+        """Messages fetched and not yet acked or dropped (the flow's)."""
+        return self.flow.in_flight
 
     @property
     def task_group(self) -> asyncio.TaskGroup | None:
         """The task group of the worker's loops while they run (None otherwise)."""
         return self._tg
-
-    @property
-    def flowing(self) -> int:
-        """Messages in flight, less those held behind retry waits (their partitions are
-        paused, so they are bounded): what ``max_in_flight`` limits, so messages waiting
-        on one partition never stop the others."""
-        if not self.lanes:
-            return self.in_flight
-        return self.in_flight - sum(lane.held for lane in self.lanes.values())
 
     @property
     def waiting_for(self) -> str | None:
@@ -231,7 +219,7 @@ class Worker:
         consumer = self._consumer
         tracker = self.committer.tracker
         partitions = []
-        for tp in sorted(self.rebalance.assigned, key=lambda t: t.partition):
+        for tp in sorted(self.flow.assigned, key=lambda t: t.partition):
             hw = consumer.highwater(tp) if consumer is not None else None
             partitions.append({"partition": tp.partition,
                                "committed": tracker.committed(tp),
@@ -266,7 +254,7 @@ class Worker:
         lag = 0
         consumer = self._consumer
         if consumer is not None:
-            for tp in self.rebalance.assigned:
+            for tp in self.flow.assigned:
                 lag += self._lag(tp, consumer.highwater(tp)) or 0
         return {**self.stats, "in_flight": self.in_flight, "lag": lag}
 
@@ -292,7 +280,7 @@ class Worker:
         if not pending and not (commits and tracker.to_commit()):
             return []
         parts = []
-        spans = sorted(self.fetcher.fetched_span.items(), key=lambda item: item[0].partition)
+        spans = sorted(self.flow.fetched_span.items(), key=lambda item: item[0].partition)
         for tp, (first, end) in (spans if commits else ()):
             committed = tracker.committed(tp)
             start = first if committed is None else max(committed, first)
@@ -306,20 +294,11 @@ class Worker:
 
     def stop_intake(self) -> None:
         """Phase 1 of a stop: fetch no more; drain, commit and return from :meth:`run`."""
-        self.intake_stopped.set()
-        self.fetcher.give_up()
+        self.flow.stop_intake()
 
     @property
     def should_stop(self) -> bool:
-        return self.intake_stopped.is_set()
-
-    async def _sleep(self, seconds: float) -> bool:
-        """Sleep that ends early on stop; returns False when interrupted."""
-        try:
-            await asyncio.wait_for(self.intake_stopped.wait(), seconds)
-        except TimeoutError:
-            return True
-        return False
+        return self.flow.should_stop
 
     async def run(self) -> None:
         """Run until stopped (returns) or crashed (raises). Cancel to abort."""
@@ -328,10 +307,11 @@ class Worker:
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
                             refuse=self.pipeline.refuser, health=self._sink_health.get,
                             group=self.group_id)
-        self.sinks = [bound.sink for bound in sinks]
+        self.sinks = self.rebalance.sinks = [bound.sink for bound in sinks]
         # A micro-batching sink flushes early when this worker cannot send it more rows.
-        self.flush_soon = (sinks[0].sink.flush_soon if len(sinks) == 1
-                           else functools.partial(_flush_all, sinks))
+        self.flush_soon = self.fetcher.flush_soon = (
+            sinks[0].sink.flush_soon if len(sinks) == 1
+            else functools.partial(_flush_all, sinks))
         await processor.start()
         try:
             async with contextlib.AsyncExitStack() as opened:  # closes the sinks it opened
@@ -373,7 +353,7 @@ class Worker:
                 delay = backoff_s(attempt, 0.5, 30.0)
                 attempt += 1
                 logger.warning("%s: %s; retrying in %.1fs", self.label, exc, delay)
-                if not await self._sleep(delay):
+                if not await self.flow.sleep(delay):
                     raise
                 continue
             self.rebalance.security_problem = None
@@ -382,9 +362,9 @@ class Worker:
     async def _run_loops(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink]) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
-                self._tg = tg
+                self._tg = self.rebalance.tasks = tg
                 tg.create_task(self.fetcher.run(consumer), name=f"{self.label}:fetch")
-                tg.create_task(self._process_loop(), name=f"{self.label}:process")
+                tg.create_task(self.process.run(consumer, tg), name=f"{self.label}:process")
                 tg.create_task(self._sink_loop(sinks), name=f"{self.label}:sink")
                 tg.create_task(self.committer.run(self._sink_done),
                                name=f"{self.label}:commit")
@@ -416,273 +396,6 @@ class Worker:
             logger.warning("%s: consumer did not stop within 10s", self.label)
         logger.info("%s: stopped (%s)", self.label, self.stats)
 
-    # -- process ---------------------------------------------------------------------
-
-    async def _process_loop(self) -> None:
-        failure: MessageFailedError | None = None
-        live = self.rebalance.live
-        ended = False
-        try:
-            while True:
-                item = await self.inbox.get()
-                self.room.set()
-                if item is END:
-                    break
-                tp, records, gen = item
-                if not live(tp, gen):  # revoked while queued: the new owner re-reads
-                    self.in_flight -= len(records)
-                    self.room.set()
-                    continue
-                lane = self.lanes.get(tp)
-                if lane is not None:  # parked by a retry wait: behind it, in order
-                    if lane.dead:  # never processed past the abandoned message
-                        self.in_flight -= len(records)
-                        self.room.set()
-                    else:
-                        lane.queue.append(records)
-                        lane.held += len(records)
-                    continue
-                if self._wait_for_ack and self.committer.lock.locked():
-                    async with self.committer.lock:  # layline's wait_for_ack: no overlap
-                        pass
-                self.current_tp, self._current_gen = tp, gen
-                try:
-                    if self.committer.policy.per_message:
-                        finished = await self._process_each(tp, records)
-                    else:
-                        finished = await self._process_batch(tp, records)
-                finally:
-                    self.current_tp = None
-                    self.progress.set()
-                if not finished:
-                    break
-            ended = True
-        except MessageFailedError as exc:
-            failure = exc
-        finally:
-            running = [lane.task for lane in self.lanes.values()
-                       if lane.task is not None and not lane.task.done()]
-            if failure is not None or not ended:  # thrown or aborted: lanes abandoned
-                for task in running:
-                    task.cancel()
-            if running:  # a stop ends their waits: they ship what they finished
-                await asyncio.wait(running)
-        failure = failure or self._lane_failure
-        self.process_ended = True  # no position is committable from now on
-        # Normal end, abandon or throw: the sink finishes what it was given first.
-        await self.outbox.put(END)
-        if failure is not None:
-            # throw: commit the work before the failed message, never the message itself.
-            await self._sink_done.wait()
-            await self.committer.commit()
-            raise failure
-
-    async def _process_batch(self, tp: TopicPartition, records: list[Any], *,
-                             lane: _Lane | None = None,
-                             failed: Exception | None = None) -> bool:
-        """Process one partition batch; False when processing must stop (abandon).
-
-        The rows go to the sink as one entry, split after every message whose processor
-        asked for a savepoint (savepoint mode), so a savepoint commits exactly up to it.
-        A message that fails with retries ahead parks its partition (:meth:`_park`): the
-        rest of the batch goes on in the partition's lane. In a lane (``lane``; ``failed``:
-        the error of ``records[0]``'s first attempt) retries wait in place.
-        """
-        rows: list[Row] = []
-        start = 0  # index of the first record not yet shipped
-        pipeline = self.pipeline
-        gen = self._current_gen if lane is None else lane.gen
-        if not await pipeline.fetch_schemas(records):
-            self._drop(len(records), lane)
-            return False
-        sync = pipeline.sync
-        transform = pipeline.processor.transform
-        decode = pipeline.decode
-        keeps = pipeline.keeps if pipeline.filter is not None else None
-        for i, rec in enumerate(records):
-            savepoint = False
-            try:
-                if failed is not None and i == 0:
-                    raise failed
-                if sync:  # hot path: no coroutine per message
-                    value = decode(rec.value)
-                    if keeps is not None and not keeps(value):
-                        continue  # filtered: no rows; its offset is shipped with the batch
-                    rows.extend(transform(Message(  # type: ignore[arg-type]
-                        rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
-                        value, rec.headers, rec.value)))
-                else:
-                    out, savepoint = await pipeline.transform(rec)
-                    rows.extend(out)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
-                if lane is None and self._parks(exc):
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
-                    self.stats["processed"] += i
-                    self._park(tp, records[i:], exc)
-                    return True
-                try:
-                    outcome, result = await pipeline.on_failure(rec, exc)
-                except MessageFailedError:
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
-                                     gen=gen, lane=lane)
-                    self._drop(len(records) - i, lane)
-                    raise
-                if outcome is Outcome.ABANDONED:
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
-                                     gen=gen, lane=lane)
-                    self._drop(len(records) - i, lane)
-                    return False
-                if outcome is Outcome.RECOVERED:
-                    rows.extend(result[0])
-                    savepoint = result[1]
-            if savepoint:
-                await self._ship(tp, rows, rec.offset + 1, i + 1 - start, savepoint=True,
-                                 gen=gen, lane=lane)
-                rows, start = [], i + 1
-        self.stats["processed"] += len(records)
-        if start < len(records):
-            await self._ship(tp, rows, records[-1].offset + 1, len(records) - start,
-                             savepoint=False, gen=gen, lane=lane)
-        return True
-
-    # -- retry lanes -----------------------------------------------------------------
-
-    def _parks(self, exc: Exception) -> bool:
-        """A failure whose retries wait in the partition's own lane (retry mode, not
-        poison, retries configured), so the other partitions keep flowing."""
-        failure = self.pipeline.failure
-        return (failure.settings.mode is FailureMode.RETRY and bool(failure.delays_s)
-                and not isinstance(exc, PoisonMessage) and self._tg is not None)
-
-    def _park(self, tp: TopicPartition, records: list[Any], exc: Exception) -> None:
-        """Pause ``tp`` and hand ``records`` (the first failed with ``exc``) to a lane."""
-        tg = self._tg
-        if tg is None:  # not running (see _parks)
-            raise RuntimeError(f"{self.label}: no task group for a retry lane")
-        if self.committer.owns_offsets and not self.rebalance.live(tp, self._current_gen):
-            self._drop(len(records), None)  # revoked meanwhile: the new owner re-reads
-            return
-        lane = self.lanes[tp] = _Lane(self._current_gen, len(records))
-        consumer = self._consumer
-        if consumer is not None and tp in consumer.assignment():
-            consumer.pause(tp)  # nothing more of it is fetched while it waits
-        lane.task = tg.create_task(self._run_lane(tp, lane, records, exc),
-                                   name=f"{self.label}:retry:{tp.partition}")
-
-    async def _run_lane(self, tp: TopicPartition, lane: _Lane, records: list[Any],
-                        exc: Exception) -> None:
-        process = self._process_each if self.committer.policy.per_message \
-            else self._process_batch
-        try:
-            finished = await process(tp, records, lane=lane, failed=exc)
-            while finished and lane.queue:
-                finished = await process(tp, lane.queue.pop(0), lane=lane)
-        except MessageFailedError as failure:
-            # throw after the retries: the worker stops; what was done before is committed
-            finished = False
-            self._lane_failure = self._lane_failure or failure
-            self.stop_intake()
-        if not finished:
-            lane.dead = True
-            self._drop(lane.held, lane)
-            return
-        if self.lanes.get(tp) is lane:
-            del self.lanes[tp]
-        consumer = self._consumer
-        if (consumer is not None and tp in self.rebalance.assigned
-                and tp in consumer.paused()):
-            consumer.resume(tp)
-
-    def cancel_lanes(self, revoked: set[TopicPartition]) -> int:
-        """A revoke: the revoked partitions' retry waits end now, their held messages
-        are dropped (never written nor committed here: the new owner re-reads them).
-        Returns how many messages were dropped."""
-        dropped = 0
-        for tp in revoked & self.lanes.keys():
-            lane = self.lanes.pop(tp)
-            if lane.task is not None:
-                lane.task.cancel()
-            dropped += lane.held
-            self._drop(lane.held, lane)
-            lane.dead = True
-        return dropped
-
-    def _drop(self, count: int, lane: _Lane | None) -> None:
-        """``count`` messages leave flight unshipped (abandoned, revoked)."""
-        self.in_flight -= count
-        if lane is not None:
-            lane.held -= count
-        self.room.set()
-
-    async def _process_each(self, tp: TopicPartition, records: list[Any], *,
-                            lane: _Lane | None = None,
-                            failed: Exception | None = None) -> bool:
-        """per_message mode: write, await the ack and commit after every message.
-
-        A message that fails with retries ahead parks its partition as in
-        :meth:`_process_batch`; in its lane (``failed``: the error of ``records[0]``'s
-        first attempt) the retries wait in place and each message is still committed
-        before the next.
-        """
-        pipeline = self.pipeline
-        gen = self._current_gen if lane is None else lane.gen
-        if not await pipeline.fetch_schemas(records):
-            self._drop(len(records), lane)
-            return False
-        for i, rec in enumerate(records):
-            try:
-                if failed is not None and i == 0:
-                    raise failed
-                rows, _ = await pipeline.transform(rec)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
-                if lane is None and self._parks(exc):
-                    self._park(tp, records[i:], exc)
-                    return True
-                try:
-                    outcome, result = await pipeline.on_failure(rec, exc)
-                except MessageFailedError:
-                    self._drop(len(records) - i, lane)
-                    raise
-                if outcome is Outcome.ABANDONED:
-                    self._drop(len(records) - i, lane)
-                    return False
-                rows = result[0] if outcome is Outcome.RECOVERED else ()
-            self.stats["processed"] += 1
-            batch = await self._ship(tp, list(rows), rec.offset + 1, 1, savepoint=True,
-                                     gen=gen, lane=lane)
-            while not (batch.entry.done or batch.entry.cancelled):
-                self.progress.clear()
-                await self.progress.wait()
-            await self.committer.commit()
-        return True
-
-    async def _ship(
-        self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
-        savepoint: bool, gen: int | None = None, lane: _Lane | None = None,
-    ) -> SinkBatch:
-        if lane is not None:
-            lane.held -= count  # from here on the entry (or the fence) accounts for them
-        if self.rebalance.live(tp, self._current_gen if gen is None else gen):
-            entry = self.committer.tracker.add(tp, next_offset, count, savepoint=savepoint)
-        elif not self.committer.owns_offsets:
-            # Revoked meanwhile, offsets not kstage's (auto-commit may have committed
-            # them): the rows are still written, untracked.
-            entry = Entry(tp, next_offset, count, savepoint)
-        else:
-            # Revoked while this batch was processed (e.g. during long retry waits): the
-            # partition and its messages belong to its new owner now, which re-reads
-            # them: never written here (a late write could overtake newer ones).
-            self.in_flight -= count
-            self.room.set()
-            return SinkBatch(rows, Entry(tp, next_offset, count, savepoint, cancelled=True))
-        batch = SinkBatch(rows, entry)
-        await self.outbox.put(batch)
-        return batch
-
     # -- sink and acks ---------------------------------------------------------------
 
     async def _sink_loop(self, sinks: list[BoundSink]) -> None:
@@ -693,7 +406,7 @@ class Worker:
                             None if metric is None else metric.labels(
                                 self.group_id, self.topic.topic, bound.name).observe)
                  for bound in sinks],
-                self.outbox, self._on_ack, label=self.label, fence=self.fence)
+                self.outbox, self._on_ack, label=self.label, fence=self.flow.fence)
         finally:
             self._sink_done.set()
             self.committer.due.set()
@@ -712,9 +425,7 @@ class Worker:
         if entry.cancelled:  # fenced on revoke: counted out of flight there
             return
         self.committer.on_ack(entry)
-        self.in_flight -= entry.count
-        self.room.set()
-        self.progress.set()
+        self.flow.acked(entry.count)
 
     # -- drain -----------------------------------------------------------------------
 
@@ -722,17 +433,18 @@ class Worker:
         """``--drain``: all assigned partitions processed and committed up to high-water."""
         consumer = self._consumer
         tracker = self.committer.tracker
+        flow = self.flow
         if (self._drained_reported or consumer is None
                 or not self.rebalance.joined.is_set() or self.rebalance.lost is not None):
             return
-        if self.in_flight or not self.inbox.empty():
+        if flow.in_flight or not flow.inbox.empty():
             if self.flush_soon is not None:
                 # A poll came back empty: the rows waiting in the sink's next flush are
                 # the last ones for now. --drain ends with them, so flush them now
                 # rather than after the sink's interval (flush_max_interval_s).
                 self.flush_soon()
             return
-        for tp in self.rebalance.assigned:
+        for tp in flow.assigned:
             hw = consumer.highwater(tp)
             if hw is None:
                 return
@@ -740,7 +452,7 @@ class Worker:
                 position = await consumer.position(tp)
             except IllegalStateError:
                 return
-            if position < hw or tracker.pending_count(tp) or tp in self.lanes:
+            if position < hw or tracker.pending_count(tp) or tp in flow.lanes:
                 return  # a retry lane (waiting, or abandoned by a throw) holds it
             tracker.advance(tp, position)  # past a transaction marker: commit it
         await self.committer.commit()
@@ -748,7 +460,7 @@ class Worker:
             return  # commit failed: try again on the next empty poll
         self._drained_reported = True
         logger.info("%s: drained partitions %s", self.label,
-                    sorted(tp.partition for tp in self.rebalance.assigned))
+                    sorted(tp.partition for tp in flow.assigned))
         if self._on_drained is not None:
             self._on_drained(self)
 

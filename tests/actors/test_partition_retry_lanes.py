@@ -84,7 +84,7 @@ def make_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeC
     monkeypatch.setattr("actors.worker.pipeline.build_sink", lambda _settings: sink)
     worker = Worker(settings=settings, group=group, topic=group.topics[0],
                     processor_cls=FailingRows, bootstrap="127.0.0.1:9", sleep=sleep)
-    sleep.stopped = worker.intake_stopped
+    sleep.stopped = worker.flow.intake_stopped
     return worker
 
 
@@ -114,7 +114,7 @@ async def test_a_retry_wait_holds_only_its_partition_in_order(
     assert [o for p, o in sink.rows if p == 1] == [0, 1, 2], sink.rows
     dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
     assert [(d["partition"], d["offset"], d["attempts"]) for d in dead] == [(0, 1, 2)]
-    assert worker.in_flight == 0 and not worker.lanes and consumer.paused() == set()
+    assert worker.in_flight == 0 and not worker.flow.lanes and consumer.paused() == set()
     assert worker.stats["processed"] == 7
 
 
@@ -130,7 +130,7 @@ async def test_a_revoke_ends_the_retry_wait_at_once(
         await until(lambda: consumer.committed_offsets.get(TP1) == 1, "partition 1 committed")
         # Never released: the revoke itself must end the wait (the drain bound is 1 s).
         await asyncio.wait_for(consumer.rebalance(revoked={TP0}), 0.5)
-        assert not worker.lanes and worker.in_flight == 0
+        assert not worker.flow.lanes and worker.in_flight == 0
         assert consumer.committed_offsets.get(TP0) == 1, "committed past the waiting message"
         await consumer.rebalance(assigned={TP0})  # back: re-read from offset 1, wait again
         await until(lambda: len(sleep.calls) == 2, "the message retried again")

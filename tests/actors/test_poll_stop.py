@@ -108,9 +108,9 @@ async def test_records_of_a_poll_that_waited_out_a_reassignment_are_live(
         await w.rebalance.on_revoked({TP})
         w.rebalance.on_assigned({TP})
         consumer.release.set()
-        tp, records, gen = await asyncio.wait_for(w.inbox.get(), 5)
+        tp, records, gen = await asyncio.wait_for(w.flow.inbox.get(), 5)
         assert (tp, len(records)) == (TP, 3)
-        assert w.rebalance.live(tp, gen), "live records of the new assignment taken for stale"
+        assert w.flow.live(tp, gen), "live records of the new assignment taken for stale"
     finally:
         w.stop_intake()
         await asyncio.wait_for(fetch, 5)

@@ -77,7 +77,7 @@ async def test_a_revoke_while_the_table_is_asked_never_seeks_the_next_owners_par
         await asyncio.wait_for(sink.asked.wait(), 10)
         await consumer.rebalance(revoked={TP})  # taken away while the sink is asked
         assert sink.revoked_parts == [(TP.topic, TP.partition)]
-        assert TP not in worker.rebalance.held
+        assert TP not in worker.flow.held
         sink.asked.clear()
         sink.answer.set()
         await consumer.rebalance(assigned={TP})  # back: asked again, answered at once

@@ -193,7 +193,7 @@ async def test_a_rebalance_within_the_run_does_not_seek_again(broker, tmp_path):
         assert worker_of(master).snapshot()["start_from_counts"] == {0: 3, 1: 3}
         await other.start()
         await wait_until(lambda: len(other.assignment()) == 1
-                         and len(worker_of(master).rebalance.assigned) == 1, timeout=60,
+                         and len(worker_of(master).flow.assigned) == 1, timeout=60,
                          what="the second member's share")
         (held,) = other.assignment()
         # Produced while the second member holds the partition (it reads nothing).
@@ -201,7 +201,7 @@ async def test_a_rebalance_within_the_run_does_not_seek_again(broker, tmp_path):
             await produce_each(broker, topic, [{"i": i, "p": partition, "new": True}
                                                for i in range(3, 5)], partition)
         await other.stop()  # leaves: the worker gets both partitions back
-        await wait_until(lambda: len(worker_of(master).rebalance.assigned) == 2, timeout=60,
+        await wait_until(lambda: len(worker_of(master).flow.assigned) == 2, timeout=60,
                          what="the partition back")
         await wait_until(lambda: len(rows(tmp_path, "out")) == 4, timeout=60,
                          what="the new rows of both partitions")

@@ -1,0 +1,202 @@
+"""The flow state of one worker: what was fetched, what is in flight, and whose it is.
+
+One small object, shared by the worker's parts the way aiokafka's fetcher, coordinator
+and consumer share one ``SubscriptionState``: the fetcher
+(:class:`~actors.worker.fetcher.Fetcher`), the rebalance listener
+(:class:`~actors.worker.rebalance.Rebalance`), the ``start_from`` seek and the process
+loop (:class:`~actors.worker.process.ProcessLoop`) each get the :class:`Flow` and a few
+narrow collaborators, never the :class:`~actors.worker.Worker`. Every change of the
+in-flight count goes through one of its methods:
+
+* :meth:`Flow.fetched`: a poll returned records (in flight from now on);
+* :meth:`Flow.acked`: every sink acked a batch (out of flight, progress);
+* :meth:`Flow.drop`: messages leave flight unwritten (revoked, abandoned, stale).
+
+It also holds the intake switch (:meth:`Flow.stop_intake`, :attr:`Flow.should_stop`, an
+interruptible :meth:`Flow.sleep`), the assignment and its generations (:meth:`Flow.live`:
+work fetched in a generation before its partition's last revoke is stale), the fence of
+revoked partitions' writes, the partitions parked by retry waits (:class:`Lane`) and
+those held paused until the sinks that store offsets said where to resume them.
+
+It owns no task and does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from actors.sinks import Fence
+
+_INBOX_BATCHES = 2
+
+
+class Lane:
+    """A partition parked by a retry wait (``failure.mode: retry``): its own task works
+    through the failing message's retries, the rest of its batch and the batches fetched
+    for the partition meanwhile (``queue``), in order, while the process loop goes on with
+    the other partitions.
+
+    Attributes:
+        gen: the generation of the batch that parked it.
+        held: its messages not yet shipped nor dropped (counted in ``in_flight``).
+        dead: stopped (abandoned or thrown): later batches of the partition are dropped,
+            never processed past the message.
+    """
+
+    __slots__ = ("dead", "gen", "held", "queue", "task")
+
+    def __init__(self, gen: int, held: int) -> None:
+        self.gen = gen
+        self.held = held
+        self.queue: list[list[Any]] = []
+        self.task: asyncio.Task[None] | None = None
+        self.dead = False
+
+    def __repr__(self) -> str:
+        state = "dead" if self.dead else "waiting"
+        return f"<Lane {state} gen={self.gen} held={self.held} queued={len(self.queue)}>"
+
+
+class Flow:
+    """The flow state of one worker (see the module doc).
+
+    Args:
+        owns_offsets: kstage commits the offsets (not ``none``/``auto``): work of a
+            revoked partition is stale from the revoke on, even if it comes back.
+        label: the worker's name, for ``repr``.
+    """
+
+    def __init__(self, *, owns_offsets: bool, label: str = "") -> None:
+        self.label = label
+        self.owns_offsets = owns_offsets
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
+        self.in_flight = 0
+        self.room = asyncio.Event()  # set when the inbox or the in-flight window frees up
+        self.progress = asyncio.Event()  # set when a batch was acked, dropped or processed
+        self.intake_stopped = asyncio.Event()
+        self._on_stop: list[Callable[[], None]] = []
+        # The assignment and its generations: every revoke bumps the generation; work
+        # fetched in a generation before its partition's last revoke is stale.
+        self.assigned: set[TopicPartition] = set()
+        self.generation = 0
+        self.revoked_at: dict[TopicPartition, int] = {}
+        self.fence = Fence()
+        self.lanes: dict[TopicPartition, Lane] = {}  # partitions parked by a retry wait
+        # Assigned partitions paused until the sinks said where their tables hold them,
+        # with the generation of that assignment (the fetcher does not resume them).
+        self.held: dict[TopicPartition, int] = {}
+        self.fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
+        self.current_tp: TopicPartition | None = None  # the partition being processed
+        self.current_gen = 0  # the generation of its batch
+        self.process_ended = False  # no position is committable from then on
+
+    def __repr__(self) -> str:
+        state = "stopping" if self.should_stop else "flowing"
+        parts = sorted(tp.partition for tp in self.assigned)
+        return (f"<Flow {self.label} {state} gen={self.generation} assigned={parts} "
+                f"in_flight={self.in_flight} lanes={len(self.lanes)} held={len(self.held)}>")
+
+    # -- intake ------------------------------------------------------------------------
+
+    @property
+    def should_stop(self) -> bool:
+        """Intake stopped: fetch no more, finish what is queued."""
+        return self.intake_stopped.is_set()
+
+    def on_stop_intake(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when intake stops (the fetcher gives up its poll)."""
+        self._on_stop.append(callback)
+
+    def stop_intake(self) -> None:
+        """Fetch no more (phase 1 of a stop, or a lane that threw)."""
+        self.intake_stopped.set()
+        for callback in self._on_stop:
+            callback()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep that ends early when intake stops; False when interrupted."""
+        try:
+            await asyncio.wait_for(self.intake_stopped.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    # -- the in-flight window ----------------------------------------------------------
+
+    def fetched(self, tp: TopicPartition, records: Sequence[Any]) -> None:
+        """A poll returned ``records`` of ``tp``: in flight until acked or dropped."""
+        span = self.fetched_span.setdefault(tp, [records[0].offset, 0])
+        span[1] = records[-1].offset + 1
+        self.in_flight += len(records)
+
+    def acked(self, count: int) -> None:
+        """Every sink acked a batch of ``count`` messages."""
+        self.in_flight -= count
+        self.room.set()
+        self.progress.set()
+
+    def drop(self, count: int, lane: Lane | None = None) -> None:
+        """``count`` messages leave flight unshipped (abandoned, revoked, stale)."""
+        self.in_flight -= count
+        if lane is not None:
+            lane.held -= count
+        self.room.set()
+
+    @property
+    def flowing(self) -> int:
+        """Messages in flight, less those held behind retry waits (their partitions are
+        paused, so they are bounded): what ``max_in_flight`` limits, so messages waiting
+        on one partition never stop the others."""
+        if not self.lanes:
+            return self.in_flight
+        return self.in_flight - sum(lane.held for lane in self.lanes.values())
+
+    def keeps_paused(self, tp: TopicPartition) -> bool:
+        """``tp`` stays paused when the fetcher resumes: parked by a retry wait, or held
+        until the sinks said where to resume it."""
+        return tp in self.lanes or tp in self.held
+
+    # -- the assignment and its generations --------------------------------------------
+
+    def live(self, tp: TopicPartition, gen: int) -> bool:
+        """Work of ``tp`` fetched in generation ``gen`` is still this worker's (where
+        kstage does not own the offsets, as long as ``tp`` is assigned)."""
+        if tp not in self.assigned:
+            return False
+        return gen >= self.revoked_at.get(tp, 0) or not self.owns_offsets
+
+    def let_go(self, tps: set[TopicPartition]) -> None:
+        """``tps`` are no longer this worker's: bump the generation (their fetched work
+        is stale) and forget what was held or fetched of them."""
+        self.generation += 1
+        for tp in tps:
+            self.revoked_at[tp] = self.generation
+            self.held.pop(tp, None)
+
+    def forget_spans(self, tps: set[TopicPartition]) -> None:
+        """The fetched spans of ``tps`` are no longer this worker's to report."""
+        for tp in tps:
+            self.fetched_span.pop(tp, None)
+        self.room.set()
+        self.progress.set()
+
+    def cancel_lanes(self, revoked: set[TopicPartition]) -> int:
+        """A revoke: the revoked partitions' retry waits end now, their held messages
+        are dropped (never written nor committed here: the new owner re-reads them).
+        Returns how many messages were dropped."""
+        dropped = 0
+        for tp in revoked & self.lanes.keys():
+            lane = self.lanes.pop(tp)
+            if lane.task is not None:
+                lane.task.cancel()
+            dropped += lane.held
+            self.drop(lane.held, lane)
+            lane.dead = True
+        return dropped
+
+
+__all__ = ["Flow", "Lane"]

@@ -1,0 +1,319 @@
+"""The process loop of one worker, and its retry lanes.
+
+It takes batches from the flow's inbox in offset order, walks each through the record
+pipeline (:class:`~actors.worker.pipeline.RecordPipeline`: decode, filter, transform,
+failure policy) and ships each partition batch to the sinks as a
+:class:`~actors.sinks.SinkBatch`, tracked by the offset tracker. A message whose retries
+wait (``failure.mode: retry``) parks its partition: paused, it goes on in a lane task of
+its own, in order, while the other partitions keep flowing; a revoke of the partition
+cancels the wait at once (:meth:`Flow.cancel_lanes <actors.worker.flow.Flow.cancel_lanes>`).
+
+Its collaborators are narrow: the :class:`~actors.worker.flow.Flow`, the pipeline, the
+committer, the outbox to the sinks and the worker's counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from actors.errors import MessageFailedError
+from actors.failure import Outcome
+from actors.offsets import Entry
+from actors.sinks import END, SinkBatch
+from actors.worker.committer import Committer
+from actors.worker.flow import Flow, Lane
+from actors.worker.pipeline import RecordPipeline
+from processors.base import Message, Row
+from processors.errors import PoisonMessage
+from settings.models import FailureMode
+
+logger = logging.getLogger(__name__)
+
+
+class ProcessLoop:
+    """The process task of one worker (see the module doc).
+
+    Args:
+        flow: the worker's flow state (inbox, in-flight window, lanes, generations).
+        pipeline: the topic's record pipeline, its processor in use.
+        committer: the worker's committer (its tracker takes every shipped entry).
+        outbox: where shipped batches go to the sinks (END last).
+        sink_done: set once the sinks finished their queue (a throw commits after it).
+        stats: the worker's counters (``processed`` is counted here).
+        wait_for_ack: never process while a commit is under way.
+        label: the worker's name in log lines and task names.
+    """
+
+    def __init__(self, *, flow: Flow, pipeline: RecordPipeline, committer: Committer,
+                 outbox: asyncio.Queue[Any], sink_done: asyncio.Event,
+                 stats: dict[str, int], wait_for_ack: bool = False, label: str = "") -> None:
+        self.flow = flow
+        self.pipeline = pipeline
+        self.committer = committer
+        self.outbox = outbox
+        self._sink_done = sink_done
+        self.stats = stats
+        self._wait_for_ack = wait_for_ack
+        self.label = label
+        self._consumer: AIOKafkaConsumer | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._lane_failure: MessageFailedError | None = None
+
+    def __repr__(self) -> str:
+        state = ("ended" if self.flow.process_ended
+                 else "running" if self._tg is not None else "idle")
+        return f"<ProcessLoop {self.label} {state} lanes={len(self.flow.lanes)}>"
+
+    async def run(self, consumer: AIOKafkaConsumer | None, tg: asyncio.TaskGroup) -> None:
+        """Process the inbox until END (or an abandon, or a throw: raised after the
+        work before the failed message is committed); retry lanes run in ``tg``."""
+        self._consumer, self._tg = consumer, tg
+        failure: MessageFailedError | None = None
+        flow = self.flow
+        live = flow.live
+        ended = False
+        try:
+            while True:
+                item = await flow.inbox.get()
+                flow.room.set()
+                if item is END:
+                    break
+                tp, records, gen = item
+                if not live(tp, gen):  # revoked while queued: the new owner re-reads
+                    flow.drop(len(records))
+                    continue
+                lane = flow.lanes.get(tp)
+                if lane is not None:  # parked by a retry wait: behind it, in order
+                    if lane.dead:  # never processed past the abandoned message
+                        flow.drop(len(records))
+                    else:
+                        lane.queue.append(records)
+                        lane.held += len(records)
+                    continue
+                if self._wait_for_ack and self.committer.lock.locked():
+                    async with self.committer.lock:  # layline's wait_for_ack: no overlap
+                        pass
+                flow.current_tp, flow.current_gen = tp, gen
+                try:
+                    if self.committer.policy.per_message:
+                        finished = await self._process_each(tp, records)
+                    else:
+                        finished = await self._process_batch(tp, records)
+                finally:
+                    flow.current_tp = None
+                    flow.progress.set()
+                if not finished:
+                    break
+            ended = True
+        except MessageFailedError as exc:
+            failure = exc
+        finally:
+            running = [lane.task for lane in flow.lanes.values()
+                       if lane.task is not None and not lane.task.done()]
+            if failure is not None or not ended:  # thrown or aborted: lanes abandoned
+                for task in running:
+                    task.cancel()
+            if running:  # a stop ends their waits: they ship what they finished
+                await asyncio.wait(running)
+        failure = failure or self._lane_failure
+        flow.process_ended = True  # no position is committable from now on
+        # Normal end, abandon or throw: the sink finishes what it was given first.
+        await self.outbox.put(END)
+        if failure is not None:
+            # throw: commit the work before the failed message, never the message itself.
+            await self._sink_done.wait()
+            await self.committer.commit()
+            raise failure
+
+    async def _process_batch(self, tp: TopicPartition, records: list[Any], *,
+                             lane: Lane | None = None,
+                             failed: Exception | None = None) -> bool:
+        """Process one partition batch; False when processing must stop (abandon).
+
+        The rows go to the sink as one entry, split after every message whose processor
+        asked for a savepoint (savepoint mode), so a savepoint commits exactly up to it.
+        A message that fails with retries ahead parks its partition (:meth:`_park`): the
+        rest of the batch goes on in the partition's lane. In a lane (``lane``; ``failed``:
+        the error of ``records[0]``'s first attempt) retries wait in place.
+        """
+        rows: list[Row] = []
+        start = 0  # index of the first record not yet shipped
+        pipeline = self.pipeline
+        gen = self.flow.current_gen if lane is None else lane.gen
+        if not await pipeline.fetch_schemas(records):
+            self.flow.drop(len(records), lane)
+            return False
+        sync = pipeline.sync
+        transform = pipeline.processor.transform
+        decode = pipeline.decode
+        keeps = pipeline.keeps if pipeline.filter is not None else None
+        for i, rec in enumerate(records):
+            savepoint = False
+            try:
+                if failed is not None and i == 0:
+                    raise failed
+                if sync:  # hot path: no coroutine per message
+                    value = decode(rec.value)
+                    if keeps is not None and not keeps(value):
+                        continue  # filtered: no rows; its offset is shipped with the batch
+                    rows.extend(transform(Message(  # type: ignore[arg-type]
+                        rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
+                        value, rec.headers, rec.value)))
+                else:
+                    out, savepoint = await pipeline.transform(rec)
+                    rows.extend(out)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+                if lane is None and self._parks(exc):
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
+                    self.stats["processed"] += i
+                    self._park(tp, records[i:], exc)
+                    return True
+                try:
+                    outcome, result = await pipeline.on_failure(rec, exc)
+                except MessageFailedError:
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
+                                     gen=gen, lane=lane)
+                    self.flow.drop(len(records) - i, lane)
+                    raise
+                if outcome is Outcome.ABANDONED:
+                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
+                                     gen=gen, lane=lane)
+                    self.flow.drop(len(records) - i, lane)
+                    return False
+                if outcome is Outcome.RECOVERED:
+                    rows.extend(result[0])
+                    savepoint = result[1]
+            if savepoint:
+                await self._ship(tp, rows, rec.offset + 1, i + 1 - start, savepoint=True,
+                                 gen=gen, lane=lane)
+                rows, start = [], i + 1
+        self.stats["processed"] += len(records)
+        if start < len(records):
+            await self._ship(tp, rows, records[-1].offset + 1, len(records) - start,
+                             savepoint=False, gen=gen, lane=lane)
+        return True
+
+    # -- retry lanes -----------------------------------------------------------------
+
+    def _parks(self, exc: Exception) -> bool:
+        """A failure whose retries wait in the partition's own lane (retry mode, not
+        poison, retries configured), so the other partitions keep flowing."""
+        failure = self.pipeline.failure
+        return (failure.settings.mode is FailureMode.RETRY and bool(failure.delays_s)
+                and not isinstance(exc, PoisonMessage) and self._tg is not None)
+
+    def _park(self, tp: TopicPartition, records: list[Any], exc: Exception) -> None:
+        """Pause ``tp`` and hand ``records`` (the first failed with ``exc``) to a lane."""
+        tg = self._tg
+        if tg is None:  # not running (see _parks)
+            raise RuntimeError(f"{self.label}: no task group for a retry lane")
+        flow = self.flow
+        if self.committer.owns_offsets and not flow.live(tp, flow.current_gen):
+            self.flow.drop(len(records), None)  # revoked meanwhile: the new owner re-reads
+            return
+        lane = flow.lanes[tp] = Lane(flow.current_gen, len(records))
+        consumer = self._consumer
+        if consumer is not None and tp in consumer.assignment():
+            consumer.pause(tp)  # nothing more of it is fetched while it waits
+        lane.task = tg.create_task(self._run_lane(tp, lane, records, exc),
+                                   name=f"{self.label}:retry:{tp.partition}")
+
+    async def _run_lane(self, tp: TopicPartition, lane: Lane, records: list[Any],
+                        exc: Exception) -> None:
+        process = self._process_each if self.committer.policy.per_message \
+            else self._process_batch
+        try:
+            finished = await process(tp, records, lane=lane, failed=exc)
+            while finished and lane.queue:
+                finished = await process(tp, lane.queue.pop(0), lane=lane)
+        except MessageFailedError as failure:
+            # throw after the retries: the worker stops; what was done before is committed
+            finished = False
+            self._lane_failure = self._lane_failure or failure
+            self.flow.stop_intake()
+        if not finished:
+            lane.dead = True
+            self.flow.drop(lane.held, lane)
+            return
+        if self.flow.lanes.get(tp) is lane:
+            del self.flow.lanes[tp]
+        consumer = self._consumer
+        if (consumer is not None and tp in self.flow.assigned
+                and tp in consumer.paused()):
+            consumer.resume(tp)
+
+    async def _process_each(self, tp: TopicPartition, records: list[Any], *,
+                            lane: Lane | None = None,
+                            failed: Exception | None = None) -> bool:
+        """per_message mode: write, await the ack and commit after every message.
+
+        A message that fails with retries ahead parks its partition as in
+        :meth:`_process_batch`; in its lane (``failed``: the error of ``records[0]``'s
+        first attempt) the retries wait in place and each message is still committed
+        before the next.
+        """
+        pipeline = self.pipeline
+        gen = self.flow.current_gen if lane is None else lane.gen
+        if not await pipeline.fetch_schemas(records):
+            self.flow.drop(len(records), lane)
+            return False
+        for i, rec in enumerate(records):
+            try:
+                if failed is not None and i == 0:
+                    raise failed
+                rows, _ = await pipeline.transform(rec)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+                if lane is None and self._parks(exc):
+                    self._park(tp, records[i:], exc)
+                    return True
+                try:
+                    outcome, result = await pipeline.on_failure(rec, exc)
+                except MessageFailedError:
+                    self.flow.drop(len(records) - i, lane)
+                    raise
+                if outcome is Outcome.ABANDONED:
+                    self.flow.drop(len(records) - i, lane)
+                    return False
+                rows = result[0] if outcome is Outcome.RECOVERED else ()
+            self.stats["processed"] += 1
+            batch = await self._ship(tp, list(rows), rec.offset + 1, 1, savepoint=True,
+                                     gen=gen, lane=lane)
+            while not (batch.entry.done or batch.entry.cancelled):
+                self.flow.progress.clear()
+                await self.flow.progress.wait()
+            await self.committer.commit()
+        return True
+
+    async def _ship(
+        self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
+        savepoint: bool, gen: int | None = None, lane: Lane | None = None,
+    ) -> SinkBatch:
+        if lane is not None:
+            lane.held -= count  # from here on the entry (or the fence) accounts for them
+        if self.flow.live(tp, self.flow.current_gen if gen is None else gen):
+            entry = self.committer.tracker.add(tp, next_offset, count, savepoint=savepoint)
+        elif not self.committer.owns_offsets:
+            # Revoked meanwhile, offsets not kstage's (auto-commit may have committed
+            # them): the rows are still written, untracked.
+            entry = Entry(tp, next_offset, count, savepoint)
+        else:
+            # Revoked while this batch was processed (e.g. during long retry waits): the
+            # partition and its messages belong to its new owner now, which re-reads
+            # them: never written here (a late write could overtake newer ones).
+            self.flow.drop(count)
+            return SinkBatch(rows, Entry(tp, next_offset, count, savepoint, cancelled=True))
+        batch = SinkBatch(rows, entry)
+        await self.outbox.put(batch)
+        return batch
+
+
+
+__all__ = ["ProcessLoop"]

@@ -1,0 +1,79 @@
+"""The package edges the architecture promises (docs/architecture.md): no import cycle
+inside ``actors/`` (imports under ``TYPE_CHECKING`` count too), and the worker's parts
+never import the worker."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of ``package`` it imports (whether at
+    the top, in a function or under ``TYPE_CHECKING``)."""
+    modules = {_module(p): p for p in (ROOT / package).rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                found = resolve(target)
+                if found is not None and found != name:
+                    out.add(found)
+        edges[name] = out
+    return edges
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``edges`` (None: there is none)."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_no_import_cycle_inside_actors() -> None:
+    cycle = _cycle(_imports("actors"))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def test_the_worker_parts_never_import_the_worker() -> None:
+    edges = _imports("actors")
+    importers = sorted(name for name, out in edges.items()
+                       if "actors.worker.worker" in out and name != "actors.worker")
+    assert importers == [], importers
+
