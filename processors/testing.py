@@ -212,27 +212,28 @@ async def arun_processor(processor: Processor | type[Processor],
         instance = processor
     else:
         instance = processor(options)
-    # The worker's own transform step (awaited when async); imported here: the pure
-    # helpers of this module must not pull in aiokafka or the actors.
+    # The worker's own walk (filter, transform awaited when async); imported here: the
+    # pure helpers of this module must not pull in aiokafka or the actors.
     from actors.worker.pipeline import RecordPipeline  # noqa: PLC0415
+    from actors.worker.records import Collect  # noqa: PLC0415
     from settings.models import FilterSettings  # noqa: PLC0415
 
     pipeline = RecordPipeline.for_processor(
-        instance, filter=None if filter is None else FilterSettings.model_validate(filter))
+        instance, filter=None if filter is None else FilterSettings.model_validate(filter),
+        decoded=True)
     batch = [messages] if isinstance(messages, Message) else list(messages)
-    rows: list[Row] = []
+    route = Collect()
     await instance.start()
     try:
-        for msg in batch:
+        for msg in batch:  # one walk each: a failure names its message
             try:
-                out, _ = await pipeline.transform_message(msg)
+                await pipeline.walk([msg], route, policy=False)
             except Exception as exc:
                 exc.add_note(_where(instance, msg))
                 raise
-            rows.extend(out)
     finally:
         await instance.stop()
-    return rows
+    return route.rows
 
 
 def run_processor(processor: Processor | type[Processor],

@@ -7,8 +7,9 @@ and never the worker:
   retry lanes, the assignment's generations, the fence);
 * :mod:`actors.worker.fetcher`: the fetch loop, the in-flight window, pausing, the poll;
 * :mod:`actors.worker.process`: the process loop and its retry lanes;
-* :mod:`actors.worker.pipeline`: decode → transform → failure policy → rows or
-  dead-letter lines (also used by ``dlq replay``, the plugin test kit and the benchmarks);
+* :mod:`actors.worker.pipeline`: one walk per batch, decode → transform → failure policy
+  → rows or dead-letter lines (also walked by ``dlq replay``, the plugin test kit and the
+  benchmarks), over :mod:`actors.worker.records` and :mod:`actors.worker.dead_letters`;
 * :mod:`actors.worker.committer`: one policy class per commit mode over the offset
   tracker, and the commit task;
 * :mod:`actors.worker.rebalance`: the rebalance listener (assign, revoke with the fence,

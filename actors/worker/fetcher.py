@@ -18,11 +18,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import ConsumerStoppedError, NoOffsetForPartitionError
+from aiokafka.errors import ConsumerStoppedError, IllegalStateError, NoOffsetForPartitionError
 
 from actors.errors import NoCommittedOffsetError
 from actors.sinks import END
@@ -50,14 +50,16 @@ class Fetcher:
         group_id: the group's id (for errors).
         stats: the worker's counters (``consumed`` and ``paused`` are counted here).
         observe_batch: observes the size of each fetched batch (a histogram).
-        on_idle: awaited after an empty poll (``--drain``: is everything done?).
+        on_drained: ``--drain``: after each empty poll, check whether every assigned
+            partition is processed and committed up to its high-water mark; call this
+            once when it is (None: no check).
         label: the worker's name in log lines.
     """
 
     def __init__(self, *, flow: Flow, rebalance: Rebalance, group: GroupSettings,
                  topic: str, group_id: str, stats: dict[str, int],
                  observe_batch: Callable[[float], None] | None = None,
-                 on_idle: Callable[[], Awaitable[None]] | None = None,
+                 on_drained: Callable[[], None] | None = None,
                  label: str = "") -> None:
         self.flow = flow
         self._rebalance = rebalance
@@ -66,7 +68,8 @@ class Fetcher:
         self._group_id = group_id
         self._stats = stats
         self._observe_batch = observe_batch
-        self._on_idle = on_idle
+        self._on_drained = on_drained
+        self._drained = False
         self.label = label
         # The micro-batching sinks flush now (set once they are built): the rows in
         # flight wait in their next flush while the window is full.
@@ -154,8 +157,8 @@ class Fetcher:
             data = await self.poll(consumer, max_records, _POLL_MS)
             if not data:
                 await rebalance.advance_to_positions(consumer)
-                if self._on_idle is not None:
-                    await self._on_idle()
+                if self._on_drained is not None:
+                    await self._check_drained(consumer)
                 continue
             self._fetched(data, backlog)
         for item in backlog:  # fetched, never processed: not committed, re-read later
@@ -213,6 +216,44 @@ class Fetcher:
         finally:
             self._poll_task = None
             self._poll_given_up = False
+
+    # -- drain -----------------------------------------------------------------------
+
+    async def _check_drained(self, consumer: AIOKafkaConsumer) -> None:
+        """``--drain``: all assigned partitions processed and committed up to high-water
+        (then ``on_drained``, once)."""
+        rebalance = self._rebalance
+        committer = rebalance.committer
+        tracker = committer.tracker
+        flow = self.flow
+        if self._drained or not rebalance.joined.is_set() or rebalance.lost is not None:
+            return
+        if flow.in_flight or not flow.inbox.empty():
+            if self.flush_soon is not None:
+                # A poll came back empty: the rows waiting in the sink's next flush are
+                # the last ones for now. --drain ends with them, so flush them now
+                # rather than after the sink's interval (flush_max_interval_s).
+                self.flush_soon()
+            return
+        for tp in flow.assigned:
+            hw = consumer.highwater(tp)
+            if hw is None:
+                return
+            try:
+                position = await consumer.position(tp)
+            except IllegalStateError:
+                return
+            if position < hw or tracker.pending_count(tp) or tp in flow.lanes:
+                return  # a retry lane (waiting, or abandoned by a throw) holds it
+            tracker.advance(tp, position)  # past a transaction marker: commit it
+        await committer.commit()
+        if committer.uncommitted():
+            return  # commit failed: try again on the next empty poll
+        self._drained = True
+        logger.info("%s: drained partitions %s", self.label,
+                    sorted(tp.partition for tp in flow.assigned))
+        if self._on_drained is not None:
+            self._on_drained()
 
 
 __all__ = ["Batch", "Fetcher"]

@@ -1,186 +1,61 @@
 """The record pipeline: decode → transform → failure policy → rows or a dead-letter line.
 
-One walk, used by the worker, by ``kstage dlq replay``, by the plugin test kit
-(:mod:`processors.testing`) and by the benchmarks, so they cannot drift apart:
+One walk of a batch (:meth:`RecordPipeline.walk`), called by the worker's process loop,
+by ``kstage dlq replay``, by the plugin test kit (:mod:`processors.testing`) and by the
+benchmarks, so they cannot drift apart. The walk takes a partition batch in offset order
+and sends what it made to a :class:`~actors.worker.records.Route`:
 
-* :meth:`RecordPipeline.fetch_schemas` loads the Avro writer schemas a batch needs (the
+* the Avro writer schemas the batch needs are loaded first (:meth:`fetch_schemas`, the
   only registry I/O), waiting out an unreachable registry or a 404 window (worker);
-  :meth:`RecordPipeline.load_schemas` asks once and raises (replay, tools).
-* :meth:`RecordPipeline.message` decodes a record (key and value, per the topic's
-  ``format``/``key_format``) into the :class:`~processors.base.Message` a processor sees.
-* :meth:`RecordPipeline.transform` runs the topic's declared filter on it
-  (:mod:`actors.worker.filters`; a filtered message gives no rows, :data:`FILTERED`, and
-  counts in ``filtered``), then the processor (awaited when async), and says whether the
-  message is a savepoint.
-* :meth:`RecordPipeline.on_failure` applies the topic's failure policy to a record whose
-  processing raised: retried, dead-lettered (durably, retried on a full disk), thrown, or
-  abandoned on stop. :meth:`RecordPipeline.refuse` dead-letters rows a sink refused.
-* :meth:`RecordPipeline.process` walks a batch and returns what became of each record:
-  pure enough to test without Kafka (records in, rows and outcomes out).
-
-Records are anything with the attributes of aiokafka's ``ConsumerRecord`` (``topic,
-partition, offset, timestamp, key, value, headers``); :class:`Record` is a plain one.
+  :meth:`load_schemas` asks once and raises (tools);
+* each record is decoded (key and value, per the topic's ``format``/``key_format``) into
+  the :class:`~processors.base.Message` a processor sees, passed through the topic's
+  declared filter (:mod:`actors.worker.filters`; a filtered message gives no rows and
+  counts in ``filtered``) and transformed (awaited when async). The hot path (sync
+  transform, no savepoints, keys as bytes) runs these steps inline, with no coroutine
+  per message;
+* a record whose processing raised goes to the topic's failure policy
+  (:meth:`on_failure`): retried, dead-lettered (durably, retried on a full disk: see
+  :mod:`actors.worker.dead_letters`), thrown, or abandoned on stop; a failure whose
+  retries wait apart parks the rest of the batch (the route's lane);
+* rows are shipped as one span per batch, split after every savepoint, or after every
+  message when the commit policy says so (``per_message``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
-
-from aiokafka.errors import KafkaError
+from typing import Any
 
 from actors.dead_letter_topic import DeadLetterTopic
-from actors.deadletter import DeadLetterFile, dead_letter_line
-from actors.decoding import DECODERS, KEY_DECODERS
-from actors.errors import PermanentSinkError
+from actors.deadletter import dead_letter_line
+from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
-from actors.sink_health import SinkHealth
-from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
+from actors.worker.dead_letters import DeadLetters
 from actors.worker.filters import EventFilter
+from actors.worker.records import FILTERED, RecordLike, Route, key_decoder, value_decoder
 from processors.avro import AvroDecoder
 from processors.backoff import backoff_s
 from processors.base import Message, Processor, Row
 from processors.errors import PoisonMessage, ProcessorError
 from processors.schema_registry import SchemaNotFoundYet
-from settings.models import (
-    FailureMode,
-    FailureSettings,
-    FilterSettings,
-    NamedSink,
-    Settings,
-    TopicSettings,
-)
+from settings.models import FailureMode, FailureSettings, FilterSettings, TopicSettings
 
 logger = logging.getLogger(__name__)
 
-_DEAD_LETTER_BACKOFF_S = (0.5, 30.0)  # retry waits of a failed dead-letter write
 _SCHEMA_BACKOFF_S = (0.5, 30.0)  # retry waits of schemas the registry cannot give yet
-
-
-class RecordLike(Protocol):
-    """What the pipeline reads of a record (aiokafka's ``ConsumerRecord`` has it)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A record not read from Kafka (a dead-letter line, a test, a benchmark)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes | None]] = ()
-
-
-class _Filtered(tuple[Row, ...]):
-    """The type of :data:`FILTERED`."""
-
-    __slots__ = ()
-
-
-FILTERED: Sequence[Row] = _Filtered()
-"""The rows of a message the topic's filter kept from the processor (empty; tell it
-apart from a processor's ``[]`` with ``is``)."""
-
-
-@dataclass(slots=True)
-class Processed:
-    """What became of one record: its rows (none when dead-lettered or filtered), the
-    failure policy's outcome (None: transformed at the first attempt), whether it is a
-    savepoint, whether the topic's filter kept it from the processor."""
-
-    offset: int
-    rows: Sequence[Row] = ()
-    outcome: Outcome | None = None
-    savepoint: bool = False
-    filtered: bool = False
 
 
 class _DeadLetterAbandoned(Exception):
     """The worker stopped while a dead-letter write was being retried."""
 
 
-async def _sleep_on(seconds: float) -> bool:
-    """A wait no stop interrupts (the sink drains until the stop's abort cancels it)."""
-    await asyncio.sleep(seconds)
-    return True
-
-
 async def no_wait(seconds: float) -> bool:
     """For tools: a wait that gives up at once (the caller reports the failure)."""
     return False
-
-
-@dataclass(frozen=True, slots=True)
-class BoundSink:
-    """One of a topic's sinks, built and bound (not opened): its name and settings
-    (:class:`~settings.models.NamedSink`) and the sink."""
-
-    named: NamedSink
-    sink: Sink
-
-    @property
-    def name(self) -> str:
-        return self.named.name
-
-
-def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
-                label: str, refuse: Callable[[NamedSink], RefuseRows],
-                health: Callable[[str], SinkHealth | None] | None = None,
-                group: str = "") -> list[BoundSink]:
-    """The topic's sinks (one for ``sink:``, every one of ``sinks:``), bound as every run
-    of a pipeline binds them (the worker, ``dlq replay``): the processor's columns and
-    table, the whole settings (e.g. the ``spark:`` section), each sink's health (by its
-    name), where the rows it refuses go (``refuse(named)``: dead letters naming it) and
-    the consumer ``group`` of the worker."""
-    bound = []
-    sinks = topic.named_sinks()
-    for named in sinks:
-        sink = build_sink(named.settings)
-        sink.bind(SinkContext(
-            label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
-            group=group, topic=topic.topic, processor=topic.processor,
-            columns=tuple(processor_cls.columns), table=processor_cls.table,
-            key=tuple(processor_cls.key), settings=settings,
-            health=None if health is None else health(named.name), refuse=refuse(named)))
-        bound.append(BoundSink(named, sink))
-    return bound
-
-
-def value_decoder(topic: TopicSettings, avro: AvroDecoder | None
-                  ) -> Callable[[bytes | None], Any]:
-    """The decoder of the topic's ``format`` (Avro: ``avro``, which needs a registry)."""
-    return avro.decode if avro is not None else DECODERS[topic.format]
-
-
-def key_decoder(topic: TopicSettings, avro_keys: AvroDecoder | None
-                ) -> Callable[[bytes | None], Any] | None:
-    """The decoder of the topic's ``key_format``; None: keys stay bytes."""
-    if avro_keys is not None:
-        return avro_keys.decode
-    return None if topic.key_format == "bytes" else KEY_DECODERS[topic.key_format]
 
 
 class RecordPipeline:
@@ -197,8 +72,8 @@ class RecordPipeline:
         avro, avro_keys: decoders of ``format: avro`` values and ``key_format: avro`` keys
             (ignored unless the topic's format says avro).
         savepoints: the commit mode asks processors for savepoints.
-        stats: counters to update (``processed`` is the caller's; ``failed``,
-            ``retried``, ``dead_lettered`` and ``filtered`` are counted here).
+        stats: counters to update (``processed``, ``failed``, ``retried``,
+            ``dead_lettered`` and ``filtered``).
         dead_letter_topic: also produce dead letters to this topic (after the file, if
             ``dead_letter_path`` names one).
     """
@@ -219,21 +94,22 @@ class RecordPipeline:
         self.decode = value_decoder(topic, self.avro)
         self.decode_key = key_decoder(topic, self.avro_keys)
         self.savepoints = savepoints
+        self.decoded = False  # the records are Messages already (the plugin test kit)
         self.filter = self.compile_filter(topic.filter)
         self.processor: Processor = None  # type: ignore[assignment]  # set by use()
         self.async_transform = False
         if processor is not None:
             self.use(processor)
-        path = failure.settings.dead_letter_path
-        self.dead_letters = DeadLetterFile(path) if path is not None else None
-        self.dead_letter_topic = dead_letter_topic
         self.stats = stats if stats is not None else {}
-        for name in ("failed", "retried", "dead_lettered", "filtered"):
+        for name in ("processed", "failed", "retried", "dead_lettered", "filtered"):
             self.stats.setdefault(name, 0)
+        self.dead_letters = DeadLetters(
+            topic=topic, group_id=group_id, label=self.label, stats=self.stats,
+            places=failure.settings.dead_letter_places(),
+            path=failure.settings.dead_letter_path, dead_letter_topic=dead_letter_topic)
         # Why processing waits instead of progressing (e.g. a registry 404 window), for
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
-        self.dead_letter_error: str | None = None  # why the last dead-letter write failed
 
     @staticmethod
     def compile_filter(settings: FilterSettings | None) -> EventFilter | None:
@@ -245,17 +121,21 @@ class RecordPipeline:
     @classmethod
     def for_processor(cls, processor: Processor, *, topic: str = "topic",
                       decode: Callable[[bytes | None], Any] | None = None,
-                      filter: FilterSettings | None = None) -> RecordPipeline:  # noqa: A002
+                      filter: FilterSettings | None = None,  # noqa: A002
+                      decoded: bool = False) -> RecordPipeline:
         """A pipeline for ``processor`` alone, outside any configuration (the plugin test
         kit, benchmarks): ``format: json`` values unless ``decode`` is given, keys as
-        bytes, the topic's ``filter`` if given, failures thrown (:meth:`handle` raises
-        ``MessageFailedError``)."""
+        bytes, the topic's ``filter`` if given, failures thrown (``MessageFailedError``;
+        a walk with ``policy=False`` raises them as they are). ``decoded``: the records
+        walked are :class:`~processors.base.Message` objects already, walked as they
+        are."""
         settings = TopicSettings.model_construct(topic=topic, processor=processor.name,
                                                  filter=filter)
         failure = FailurePolicy(FailureSettings(mode=FailureMode.THROW), no_wait)
         pipeline = cls(topic=settings, processor=processor, failure=failure, group_id="")
         if decode is not None:
             pipeline.decode = decode
+        pipeline.decoded = decoded
         return pipeline
 
     def use(self, processor: Processor) -> None:
@@ -274,12 +154,15 @@ class RecordPipeline:
     @property
     def sync(self) -> bool:
         """The hot path applies: no coroutine per message (sync transform, no savepoints,
-        keys not decoded; the worker applies :meth:`keeps` itself)."""
-        return not self.async_transform and not self.savepoints and self.decode_key is None
+        keys not decoded)."""
+        return (not self.async_transform and not self.savepoints and self.decode_key is None
+                and not self.decoded)
 
     # -- decode ----------------------------------------------------------------------
 
     def message(self, rec: RecordLike) -> Message:
+        if self.decoded:
+            return rec  # type: ignore[return-value]  # a Message already (for_processor)
         key = rec.key if self.decode_key is None else self.decode_key(rec.key)
         return Message(
             rec.topic, rec.partition, rec.offset, rec.timestamp, key,
@@ -365,15 +248,116 @@ class RecordPipeline:
                        self.label, sid, where, more, exc.waited_s, wait, exc.remaining_s)
         return wait
 
-    # -- transform -------------------------------------------------------------------
+    # -- the walk --------------------------------------------------------------------
 
-    def rows_of(self, rec: RecordLike) -> Sequence[Row]:
-        """Decode, filter and transform ``rec`` synchronously: the hot path, only for a
-        pipeline that is :attr:`sync` (the worker inlines the same calls per record)."""
-        msg = self.message(rec)
-        if not self.keeps(msg.value):
-            return FILTERED
-        return self.processor.transform(msg)  # type: ignore[return-value]
+    async def walk(self, records: Sequence[RecordLike], route: Route, *, each: bool = False,
+                   failed: Exception | None = None, policy: bool = True) -> bool:
+        """Walk one partition batch, in offset order, to ``route`` (see the module doc).
+
+        Args:
+            records: the batch (one partition's, in offset order).
+            route: where the rows go (:meth:`Route.ship`), how many messages leave
+                unshipped (:meth:`Route.drop`), and whether and where a failure waits out
+                its retries apart (:meth:`Route.parks`, :meth:`Route.park`).
+            each: ship after every message (the ``per_message`` commit policy); else one
+                span per batch, split after each savepoint.
+            failed: the error of ``records[0]``'s first attempt (a parked batch walked
+                again in its lane: its retries wait in place).
+            policy: apply the failure policy; False (tools): a failure is raised as it is.
+
+        Returns:
+            False when processing must stop: a stop abandoned the batch (the rest was
+            dropped); True otherwise (walked to the end, or the rest parked).
+
+        Raises:
+            MessageFailedError: the policy says throw (what came before was shipped, the
+                rest dropped).
+        """
+        if not await self.fetch_schemas(records):
+            route.drop(len(records))
+            return False
+        stats = self.stats
+        hot = self.sync and not each
+        n = len(records)
+        rows: list[Row] = []
+        start = i = 0  # the first record not shipped; the record at hand
+        while i < n:
+            savepoint = False
+            exc: Exception | None = None
+            if failed is not None and i == 0:
+                exc = failed
+            elif hot:
+                i, exc = self._rows_into(records, i, rows)
+                if exc is None:
+                    break
+            else:
+                try:
+                    out, savepoint = await self.transform(records[i])
+                    rows.extend(out)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - every processor error goes to policy
+                    exc = error
+            if exc is not None:
+                if not policy:
+                    raise exc
+                rec = records[i]
+                parked = route.parks(exc)
+                thrown: MessageFailedError | None = None
+                outcome: Outcome | None = None
+                result: Any = None
+                if not parked:
+                    try:
+                        outcome, result = await self.on_failure(rec, exc)
+                    except MessageFailedError as error:
+                        thrown = error
+                if parked or thrown is not None or outcome is Outcome.ABANDONED:
+                    if not each:  # what came before the failed message
+                        stats["processed"] += i - start
+                        await route.ship(rows, rec.offset, i - start, False)
+                    if parked:
+                        route.park(records[i:], exc)
+                        return True
+                    route.drop(n - i)
+                    if thrown is not None:
+                        raise thrown
+                    return False
+                if outcome is Outcome.RECOVERED:
+                    rows.extend(result[0])
+                    savepoint = result[1]
+            i += 1
+            if savepoint or each:
+                stats["processed"] += i - start
+                await route.ship(rows, records[i - 1].offset + 1, i - start, True)
+                rows, start = [], i
+        if start < n:
+            stats["processed"] += n - start
+            await route.ship(rows, records[-1].offset + 1, n - start, False)
+        return True
+
+    def _rows_into(self, records: Sequence[RecordLike], i: int, rows: list[Row]
+                   ) -> tuple[int, Exception | None]:
+        """The hot path: decode, filter and transform ``records[i:]`` into ``rows``,
+        inline; stops at the first record that raises: (its index, the error), else
+        (``len(records)``, None)."""
+        decode = self.decode
+        transform = self.processor.transform
+        keeps = self.keeps if self.filter is not None else None
+        extend = rows.extend
+        n = at = len(records)
+        try:
+            for at in range(i, n):
+                rec = records[at]
+                value = decode(rec.value)
+                if keeps is None or keeps(value):
+                    extend(transform(Message(  # type: ignore[arg-type]
+                        rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
+                        value, rec.headers, rec.value)))  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
+            return at, exc
+        return n, None
+
+    # -- transform -------------------------------------------------------------------
 
     async def transform_message(self, msg: Message) -> tuple[Sequence[Row], bool]:
         """The processor's rows for ``msg`` (awaited when async), and whether ``msg`` is a
@@ -391,35 +375,6 @@ class RecordPipeline:
         """Decode ``rec`` and transform it; see :meth:`transform_message`."""
         return await self.transform_message(self.message(rec))
 
-    async def handle(self, rec: RecordLike) -> Processed:
-        """Transform ``rec``; when that raises, apply the failure policy.
-
-        Raises:
-            MessageFailedError: the policy says throw.
-        """
-        try:
-            out, savepoint = await self.transform(rec)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
-            outcome, result = await self.on_failure(rec, exc)
-            if outcome is Outcome.RECOVERED:
-                return Processed(rec.offset, result[0], outcome, result[1])
-            return Processed(rec.offset, (), outcome)
-        return Processed(rec.offset, out, None, savepoint, filtered=out is FILTERED)
-
-    async def process(self, records: Sequence[RecordLike]) -> list[Processed]:
-        """Schemas, then :meth:`handle` for each record in order, until one is abandoned
-        (its entry is the last). Returns [] when a stop ended the schema wait."""
-        if not await self.fetch_schemas(records):
-            return []
-        done: list[Processed] = []
-        for rec in records:
-            done.append(await self.handle(rec))
-            if done[-1].outcome is Outcome.ABANDONED:
-                break
-        return done
-
     # -- failure policy and dead letters ---------------------------------------------
 
     async def on_failure(self, rec: RecordLike, exc: BaseException) -> tuple[Outcome, Any]:
@@ -432,7 +387,7 @@ class RecordPipeline:
         describe = f"{self.group_id}: {rec.topic}[{rec.partition}]@{rec.offset}"
 
         async def dead_letter(error: BaseException, attempts: int) -> None:
-            if not await self.write_dead_letter(dead_letter_line(
+            if not await self.dead_letters.write(dead_letter_line(
                 group=self.group_id, topic=rec.topic, partition=rec.partition,
                 offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
                 headers=rec.headers, processor=self.topic.processor, exc=error,
@@ -452,89 +407,7 @@ class RecordPipeline:
         finally:
             self.stats["retried"] += self.failure.retries - retries_before
 
-    def refuser(self, sink: NamedSink) -> RefuseRows:
-        """The dead-letter handler of the rows ``sink`` refuses for good (see
-        :meth:`refuse`)."""
-        async def refuse(rows: list[Row], status: int, body_head: str) -> None:
-            await self.refuse(rows, status, body_head, sink=sink)
-        return refuse
-
-    async def refuse(self, rows: list[Row], status: int, body_head: str, *,
-                     sink: NamedSink | None = None) -> None:
-        """A sink refused rows for good (e.g. HTTP 4xx): dead-letter each, durably, so the
-        partition moves on and nothing is lost. Each dead letter names the sink
-        (``sink``: its name, ``sink_type``): ``dlq replay`` offers the row to that sink
-        only, the topic's other sinks had it already. ``sink``: the topic's only sink
-        when not given."""
-        if sink is None:
-            sink = self.topic.named_sinks()[0]
-        kind = sink.settings.type
-        what = ("could not send the rows" if status == 0  # e.g. a URL template field missing
-                else f"answered {status}")
-        named = f"{kind} sink" if sink.name == kind else f"{kind} sink {sink.name!r}"
-        error = PermanentSinkError(f"{named} {what}: {body_head[:200]}")
-        for row in rows:
-            self.stats["failed"] += 1
-            # The batch is not acked until every line is written: retried until then, or
-            # until the stop's abort cancels the sink (then nothing of it is committed).
-            await self.write_dead_letter(dead_letter_line(
-                group=self.group_id, topic=str(row.get("_topic", self.topic.topic)),
-                partition=int(row.get("_partition", -1)), offset=int(row.get("_offset", -1)),
-                timestamp=int(row.get("_timestamp", 0)), key=None,
-                value=json.dumps(row, default=str).encode(), headers=(),
-                processor=self.topic.processor, exc=error, attempts=1,
-                extra={"sink": sink.name, "sink_type": kind, "status": status,
-                       "response_body": body_head},
-            ), _sleep_on)
-        logger.warning("%s: %d row(s) refused by sink %r with status %d; dead-lettered to %s",
-                       self.label, len(rows), sink.name, status,
-                       self.failure.settings.dead_letter_places())
-
-    async def write_dead_letter(self, line: str, sleep: Sleep) -> bool:
-        """Write one dead-letter line durably, then (when configured) produce it to the
-        dead-letter topic and wait for ``acks=all``; False if ``sleep`` is interrupted
-        first.
-
-        A failed write (a full disk: ENOSPC, EFBIG; EIO; a broker outage) is not a fact
-        about the message: it is retried with backoff, never skipped, and shown as
-        :attr:`dead_letter_error` until a write succeeds. The message stays uncommitted.
-        The file goes first: it is local, and an operator sees the failure with ``kstage
-        dlq show`` while the broker is out; the topic is retried alone after that.
-        """
-        if self.dead_letters is not None and not await self._retried(
-                self.dead_letters.write, line, sleep,
-                f"the dead-letter file {self.dead_letters.path}"):
-            return False
-        if self.dead_letter_topic is not None and not await self._retried(
-                self.dead_letter_topic.write, line, sleep,
-                f"the dead-letter topic {self.dead_letter_topic.topic}"):
-            return False
-        self.stats["dead_lettered"] += 1
-        return True
-
-    async def _retried(self, write: Callable[[str], Any], line: str, sleep: Sleep,
-                       where: str) -> bool:
-        """``await write(line)`` until it succeeds (True) or ``sleep`` is interrupted."""
-        attempt = 0
-        while True:
-            try:
-                await write(line)
-            except (OSError, KafkaError) as exc:
-                delay = backoff_s(attempt, *_DEAD_LETTER_BACKOFF_S)
-                why = exc if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-                self.dead_letter_error = f"cannot write {where}: {why}"
-                logger.warning("%s: %s; retrying in %.1fs", self.label,
-                               self.dead_letter_error, delay)
-                if not await sleep(delay):
-                    return False
-                attempt += 1
-                continue
-            if self.dead_letter_error is not None:
-                logger.info("%s: %s is writable again", self.label, where)
-                self.dead_letter_error = None
-            return True
 
 
-__all__ = ["FILTERED", "BoundSink", "Processed", "Record", "RecordLike", "RecordPipeline",
-           "bound_sinks",
-           "key_decoder", "no_wait", "value_decoder"]
+
+__all__ = ["RecordPipeline", "no_wait"]

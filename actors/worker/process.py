@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.errors import MessageFailedError
-from actors.failure import Outcome
 from actors.offsets import Entry
 from actors.sinks import END, SinkBatch
 from actors.worker.committer import Committer
 from actors.worker.flow import Flow, Lane
 from actors.worker.pipeline import RecordPipeline
-from processors.base import Message, Row
+from processors.base import Row
 from processors.errors import PoisonMessage
 from settings.models import FailureMode
 
@@ -62,6 +62,8 @@ class ProcessLoop:
         self._consumer: AIOKafkaConsumer | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._lane_failure: MessageFailedError | None = None
+        # per_message: the commit policy ships, awaits the ack and commits after each one
+        self._each = committer.policy.per_message
 
     def __repr__(self) -> str:
         state = ("ended" if self.flow.process_ended
@@ -99,10 +101,7 @@ class ProcessLoop:
                         pass
                 flow.current_tp, flow.current_gen = tp, gen
                 try:
-                    if self.committer.policy.per_message:
-                        finished = await self._process_each(tp, records)
-                    else:
-                        finished = await self._process_batch(tp, records)
+                    finished = await self._walk(tp, records)
                 finally:
                     flow.current_tp = None
                     flow.progress.set()
@@ -129,75 +128,13 @@ class ProcessLoop:
             await self.committer.commit()
             raise failure
 
-    async def _process_batch(self, tp: TopicPartition, records: list[Any], *,
-                             lane: Lane | None = None,
-                             failed: Exception | None = None) -> bool:
-        """Process one partition batch; False when processing must stop (abandon).
-
-        The rows go to the sink as one entry, split after every message whose processor
-        asked for a savepoint (savepoint mode), so a savepoint commits exactly up to it.
-        A message that fails with retries ahead parks its partition (:meth:`_park`): the
-        rest of the batch goes on in the partition's lane. In a lane (``lane``; ``failed``:
-        the error of ``records[0]``'s first attempt) retries wait in place.
-        """
-        rows: list[Row] = []
-        start = 0  # index of the first record not yet shipped
-        pipeline = self.pipeline
-        gen = self.flow.current_gen if lane is None else lane.gen
-        if not await pipeline.fetch_schemas(records):
-            self.flow.drop(len(records), lane)
-            return False
-        sync = pipeline.sync
-        transform = pipeline.processor.transform
-        decode = pipeline.decode
-        keeps = pipeline.keeps if pipeline.filter is not None else None
-        for i, rec in enumerate(records):
-            savepoint = False
-            try:
-                if failed is not None and i == 0:
-                    raise failed
-                if sync:  # hot path: no coroutine per message
-                    value = decode(rec.value)
-                    if keeps is not None and not keeps(value):
-                        continue  # filtered: no rows; its offset is shipped with the batch
-                    rows.extend(transform(Message(  # type: ignore[arg-type]
-                        rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key,
-                        value, rec.headers, rec.value)))
-                else:
-                    out, savepoint = await pipeline.transform(rec)
-                    rows.extend(out)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
-                if lane is None and self._parks(exc):
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False)
-                    self.stats["processed"] += i
-                    self._park(tp, records[i:], exc)
-                    return True
-                try:
-                    outcome, result = await pipeline.on_failure(rec, exc)
-                except MessageFailedError:
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
-                                     gen=gen, lane=lane)
-                    self.flow.drop(len(records) - i, lane)
-                    raise
-                if outcome is Outcome.ABANDONED:
-                    await self._ship(tp, rows, rec.offset, i - start, savepoint=False,
-                                     gen=gen, lane=lane)
-                    self.flow.drop(len(records) - i, lane)
-                    return False
-                if outcome is Outcome.RECOVERED:
-                    rows.extend(result[0])
-                    savepoint = result[1]
-            if savepoint:
-                await self._ship(tp, rows, rec.offset + 1, i + 1 - start, savepoint=True,
-                                 gen=gen, lane=lane)
-                rows, start = [], i + 1
-        self.stats["processed"] += len(records)
-        if start < len(records):
-            await self._ship(tp, rows, records[-1].offset + 1, len(records) - start,
-                             savepoint=False, gen=gen, lane=lane)
-        return True
+    async def _walk(self, tp: TopicPartition, records: list[Any], *,
+                    lane: Lane | None = None, failed: Exception | None = None) -> bool:
+        """Walk one partition batch through the pipeline to the sinks; False when
+        processing must stop (abandon). In a lane (``lane``; ``failed``: the error of
+        ``records[0]``'s first attempt) retries wait in place."""
+        route = _Route(self, tp, self.flow.current_gen if lane is None else lane.gen, lane)
+        return await self.pipeline.walk(records, route, each=self._each, failed=failed)
 
     # -- retry lanes -----------------------------------------------------------------
 
@@ -226,12 +163,10 @@ class ProcessLoop:
 
     async def _run_lane(self, tp: TopicPartition, lane: Lane, records: list[Any],
                         exc: Exception) -> None:
-        process = self._process_each if self.committer.policy.per_message \
-            else self._process_batch
         try:
-            finished = await process(tp, records, lane=lane, failed=exc)
+            finished = await self._walk(tp, records, lane=lane, failed=exc)
             while finished and lane.queue:
-                finished = await process(tp, lane.queue.pop(0), lane=lane)
+                finished = await self._walk(tp, lane.queue.pop(0), lane=lane)
         except MessageFailedError as failure:
             # throw after the retries: the worker stops; what was done before is committed
             finished = False
@@ -247,50 +182,6 @@ class ProcessLoop:
         if (consumer is not None and tp in self.flow.assigned
                 and tp in consumer.paused()):
             consumer.resume(tp)
-
-    async def _process_each(self, tp: TopicPartition, records: list[Any], *,
-                            lane: Lane | None = None,
-                            failed: Exception | None = None) -> bool:
-        """per_message mode: write, await the ack and commit after every message.
-
-        A message that fails with retries ahead parks its partition as in
-        :meth:`_process_batch`; in its lane (``failed``: the error of ``records[0]``'s
-        first attempt) the retries wait in place and each message is still committed
-        before the next.
-        """
-        pipeline = self.pipeline
-        gen = self.flow.current_gen if lane is None else lane.gen
-        if not await pipeline.fetch_schemas(records):
-            self.flow.drop(len(records), lane)
-            return False
-        for i, rec in enumerate(records):
-            try:
-                if failed is not None and i == 0:
-                    raise failed
-                rows, _ = await pipeline.transform(rec)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
-                if lane is None and self._parks(exc):
-                    self._park(tp, records[i:], exc)
-                    return True
-                try:
-                    outcome, result = await pipeline.on_failure(rec, exc)
-                except MessageFailedError:
-                    self.flow.drop(len(records) - i, lane)
-                    raise
-                if outcome is Outcome.ABANDONED:
-                    self.flow.drop(len(records) - i, lane)
-                    return False
-                rows = result[0] if outcome is Outcome.RECOVERED else ()
-            self.stats["processed"] += 1
-            batch = await self._ship(tp, list(rows), rec.offset + 1, 1, savepoint=True,
-                                     gen=gen, lane=lane)
-            while not (batch.entry.done or batch.entry.cancelled):
-                self.flow.progress.clear()
-                await self.flow.progress.wait()
-            await self.committer.commit()
-        return True
 
     async def _ship(
         self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
@@ -314,6 +205,40 @@ class ProcessLoop:
         await self.outbox.put(batch)
         return batch
 
+
+
+
+class _Route:
+    """Where a walk of one partition batch goes (:class:`~actors.worker.records.Route`):
+    to the sinks through the outbox, tracked (``per_message``: each message acked and
+    committed before the next); a failure whose retries wait parks the partition."""
+
+    __slots__ = ("_gen", "_lane", "_loop", "_tp")
+
+    def __init__(self, loop: ProcessLoop, tp: TopicPartition, gen: int,
+                 lane: Lane | None) -> None:
+        self._loop, self._tp, self._gen, self._lane = loop, tp, gen, lane
+
+    async def ship(self, rows: list[Row], next_offset: int, count: int,
+                   savepoint: bool) -> None:
+        loop = self._loop
+        batch = await loop._ship(self._tp, rows, next_offset, count, savepoint=savepoint,
+                                 gen=self._gen, lane=self._lane)
+        if loop._each:  # per_message: acked and committed before the next message
+            progress = loop.flow.progress
+            while not (batch.entry.done or batch.entry.cancelled):
+                progress.clear()
+                await progress.wait()
+            await loop.committer.commit()
+
+    def drop(self, count: int) -> None:
+        self._loop.flow.drop(count, self._lane)
+
+    def parks(self, exc: Exception) -> bool:
+        return self._lane is None and self._loop._parks(exc)
+
+    def park(self, rest: Sequence[Any], exc: Exception) -> None:
+        self._loop._park(self._tp, list(rest), exc)
 
 
 __all__ = ["ProcessLoop"]

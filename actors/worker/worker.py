@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from actors.dead_letter_topic import DeadLetterTopic
 from actors.failure import FailurePolicy, Sleep
@@ -62,10 +62,11 @@ from actors.metrics import Metrics
 from actors.sink_health import SinkHealth
 from actors.sinks import FanOutSink, Sink, SinkBatch, run_fanout
 from actors.tokens import token_errors
+from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
 from actors.worker.flow import Flow
-from actors.worker.pipeline import BoundSink, RecordPipeline, bound_sinks
+from actors.worker.pipeline import RecordPipeline
 from actors.worker.process import ProcessLoop
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
@@ -140,7 +141,6 @@ class Worker:
         self._processor_cls = processor_cls
         self._bootstrap = bootstrap
         self.drain = drain
-        self._on_drained = on_drained
         self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
                       "dead_lettered": 0, "filtered": 0, "committed": 0, "paused": 0}
         self.metrics = metrics
@@ -168,14 +168,14 @@ class Worker:
             group_id=self.group_id, stats=self.stats,
             observe_batch=None if metrics is None
             else metrics.batch_size.labels(self.group_id, topic.topic).observe,
-            on_idle=self.check_drained if drain else None, label=self.label)
+            on_drained=None if not drain else (lambda: None) if on_drained is None
+            else functools.partial(on_drained, self), label=self.label)
         self.outbox: asyncio.Queue[Any] = asyncio.Queue(_OUTBOX_BATCHES)
         self._sink_done = asyncio.Event()
         self.process = ProcessLoop(
             flow=flow, pipeline=self.pipeline, committer=self.committer,
             outbox=self.outbox, sink_done=self._sink_done, stats=self.stats,
             wait_for_ack=group.commit.wait_for_ack, label=self.label)
-        self._drained_reported = False
         self._consumer: AIOKafkaConsumer | None = None
         self._sink_open = False
         # Each sink's health, by name (a topic's sinks: one, or several for a fan-out).
@@ -212,7 +212,7 @@ class Worker:
     @property
     def dead_letter_error(self) -> str | None:
         """Why the last dead-letter write failed (None: it did not)."""
-        return self.pipeline.dead_letter_error
+        return self.pipeline.dead_letters.error
 
     def snapshot(self) -> dict[str, Any]:
         """State for metrics and readiness; call on the event loop."""
@@ -305,7 +305,7 @@ class Worker:
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
-                            refuse=self.pipeline.refuser, health=self._sink_health.get,
+                            refuse=self.pipeline.dead_letters.refuser, health=self._sink_health.get,
                             group=self.group_id)
         self.sinks = self.rebalance.sinks = [bound.sink for bound in sinks]
         # A micro-batching sink flushes early when this worker cannot send it more rows.
@@ -331,8 +331,8 @@ class Worker:
             try:
                 await processor.stop()
             finally:
-                if self.pipeline.dead_letter_topic is not None:
-                    await self.pipeline.dead_letter_topic.close()
+                if self.pipeline.dead_letters.dead_letter_topic is not None:
+                    await self.pipeline.dead_letters.dead_letter_topic.close()
 
     async def _start_consumer(self) -> AIOKafkaConsumer:
         """A started consumer. The brokers refusing this client's login, certificate or
@@ -426,43 +426,6 @@ class Worker:
             return
         self.committer.on_ack(entry)
         self.flow.acked(entry.count)
-
-    # -- drain -----------------------------------------------------------------------
-
-    async def check_drained(self) -> None:
-        """``--drain``: all assigned partitions processed and committed up to high-water."""
-        consumer = self._consumer
-        tracker = self.committer.tracker
-        flow = self.flow
-        if (self._drained_reported or consumer is None
-                or not self.rebalance.joined.is_set() or self.rebalance.lost is not None):
-            return
-        if flow.in_flight or not flow.inbox.empty():
-            if self.flush_soon is not None:
-                # A poll came back empty: the rows waiting in the sink's next flush are
-                # the last ones for now. --drain ends with them, so flush them now
-                # rather than after the sink's interval (flush_max_interval_s).
-                self.flush_soon()
-            return
-        for tp in flow.assigned:
-            hw = consumer.highwater(tp)
-            if hw is None:
-                return
-            try:
-                position = await consumer.position(tp)
-            except IllegalStateError:
-                return
-            if position < hw or tracker.pending_count(tp) or tp in flow.lanes:
-                return  # a retry lane (waiting, or abandoned by a throw) holds it
-            tracker.advance(tp, position)  # past a transaction marker: commit it
-        await self.committer.commit()
-        if self.committer.uncommitted():
-            return  # commit failed: try again on the next empty poll
-        self._drained_reported = True
-        logger.info("%s: drained partitions %s", self.label,
-                    sorted(tp.partition for tp in flow.assigned))
-        if self._on_drained is not None:
-            self._on_drained(self)
 
 
 __all__ = ["Worker"]

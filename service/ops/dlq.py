@@ -64,7 +64,9 @@ from actors.appends import fsync_dir, torn_tail, write_all
 from actors.dead_letter_topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
 from actors.deadletter import FILE_MODE
 from actors.failure import FailurePolicy
-from actors.worker.pipeline import FILTERED, BoundSink, Record, RecordPipeline, bound_sinks, no_wait
+from actors.worker.bound import BoundSink, bound_sinks
+from actors.worker.pipeline import RecordPipeline, no_wait
+from actors.worker.records import Collect, Record
 from processors.avro import AvroDecoder, load_schema
 from processors.base import Processor
 from service.ops.lag import (
@@ -462,21 +464,22 @@ class _Target:
         self._started = self._open = False
         reader = load_schema(topic.reader_schema) if topic.reader_schema else None
         label = f"dlq replay {settings.group_id(group)}/{topic.topic}"
-        # Failures are not retried here: a line that fails again stays unreplayed.
+        # Failures are not retried here (a walk without the policy raises them): a line
+        # that fails again stays unreplayed.
+        failure = topic.failure or group.failure
         self.pipeline = RecordPipeline(
             topic=topic, processor=cls(topic.options), group_id=settings.group_id(group),
-            label=label, failure=FailurePolicy(topic.failure or group.failure, no_wait),
+            label=label, failure=FailurePolicy(failure, no_wait),
             avro=AvroDecoder(registry, id_type, reader) if registry is not None else None,
-            avro_keys=AvroDecoder(registry, id_type) if registry is not None else None)
-        failure = topic.failure or group.failure
-        if failure.dead_letter_topic is not None:  # rows the sink refuses again go there too
-            self.pipeline.dead_letter_topic = DeadLetterTopic(
+            avro_keys=AvroDecoder(registry, id_type) if registry is not None else None,
+            # rows the sinks refuse again go to the dead-letter topic too
+            dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(
                 failure.dead_letter_topic, bootstrap_of(settings),
-                f"{settings.kafka.client_id}-dlq", connection_kwargs(settings))
+                f"{settings.kafka.client_id}-dlq", connection_kwargs(settings)))
         self.processor = self.pipeline.processor
         self.sinks: dict[str, BoundSink] = {
             bound.name: bound for bound in bound_sinks(settings, topic, cls, label=label,
-                                                       refuse=self.pipeline.refuser,
+                                                       refuse=self.pipeline.dead_letters.refuser,
                                                        group=settings.group_id(group))}
         self._opened: set[str] = set()
         self._stack: AsyncExitStack | None = None
@@ -489,8 +492,8 @@ class _Target:
             await self.processor.start()
             self._started = True
             stack.push_async_callback(self.processor.stop)
-            if self.pipeline.dead_letter_topic is not None:
-                stack.push_async_callback(self.pipeline.dead_letter_topic.close)
+            if self.pipeline.dead_letters.dead_letter_topic is not None:
+                stack.push_async_callback(self.pipeline.dead_letters.dead_letter_topic.close)
 
     async def _sink(self, name: str) -> BoundSink:
         """The sink ``name``, opened on first use (closed by the stack of :meth:`start`)."""
@@ -517,12 +520,15 @@ class _Target:
         record = Record(str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
                         int(rec.get("timestamp") or 0), key, value,
                         tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()))
-        await self.pipeline.load_schemas([record])
-        rows, _ = await self.pipeline.transform(record)
-        if rows is FILTERED:
+        await self.pipeline.load_schemas([record])  # raises what the registry answered
+        stats = self.pipeline.stats
+        filtered = stats["filtered"]
+        route = Collect()
+        await self.pipeline.walk([record], route, policy=False)
+        if stats["filtered"] > filtered:  # the topic's filter keeps it out: no write
             return None
         for name in self.sinks:  # each its own list: a sink may empty the one it gets
-            await self._write(await self._sink(name), list(rows))
+            await self._write(await self._sink(name), list(route.rows))
         return None
 
     async def _write(self, bound: BoundSink, rows: list[Any]) -> None:

@@ -33,7 +33,7 @@ def fan_out_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: Fa
     settings = load_settings(cfg)
     group = settings.groups[0]
     patch_consumer(monkeypatch, consumer)
-    monkeypatch.setattr("actors.worker.pipeline.build_sink",
+    monkeypatch.setattr("actors.worker.bound.build_sink",
                         lambda named: sinks[named.path])  # type: ignore[attr-defined]
     return Worker(settings=settings, group=group, topic=group.topics[0],
                   processor_cls=JsonRowsProcessor, bootstrap="127.0.0.1:9")

@@ -81,7 +81,7 @@ def make_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeC
     settings = load_settings(cfg)
     group = settings.groups[0]
     patch_consumer(monkeypatch, consumer)
-    monkeypatch.setattr("actors.worker.pipeline.build_sink", lambda _settings: sink)
+    monkeypatch.setattr("actors.worker.bound.build_sink", lambda _settings: sink)
     worker = Worker(settings=settings, group=group, topic=group.topics[0],
                     processor_cls=FailingRows, bootstrap="127.0.0.1:9", sleep=sleep)
     sleep.stopped = worker.flow.intake_stopped

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from actors.failure import FailurePolicy
 from actors.worker.filters import EventFilter, lookup
-from actors.worker.pipeline import FILTERED, Record, RecordPipeline
+from actors.worker.pipeline import RecordPipeline
+from actors.worker.records import FILTERED, Collect, Record
 from processors.json_rows import JsonRowsProcessor
 from processors.testing import message, run_processor
 from settings.models import FailureSettings, FilterSettings, TopicSettings
@@ -100,13 +101,14 @@ async def test_the_pipeline_filters_between_decode_and_transform(tmp_path: Path)
     p = _pipeline(tmp_path, {"include": {"kind": ["keep"]}})
     values = [b'{"kind": "keep", "n": 0}', b'{"kind": "drop", "n": 1}', b"{not json",
               b'{"kind": "keep", "n": 3}', b"{}"]
-    done = await p.process([Record("t", 0, o, 0, None, v) for o, v in enumerate(values)])
-    assert [d.offset for d in done] == [0, 1, 2, 3, 4]  # every offset is accounted for
-    assert [[r["n"] for r in d.rows] for d in done] == [[0], [], [], [3], []]
-    assert [d.filtered for d in done] == [False, True, False, False, True]
+    route = Collect()
+    await p.walk([Record("t", 0, o, 0, None, v) for o, v in enumerate(values)], route)
+    assert route.spans == [(5, 5, False)]  # every offset is accounted for
+    assert [r["n"] for r in route.rows] == [0, 3]
     # undecodable values are poison as before: a filter cannot judge them
     assert (p.stats["filtered"], p.stats["dead_lettered"]) == (2, 1)
-    assert p.rows_of(Record("t", 0, 9, 0, None, b'{"kind": "x"}')) is FILTERED
+    out, _ = await p.transform(Record("t", 0, 9, 0, None, b'{"kind": "x"}'))
+    assert out is FILTERED
     assert p.stats["filtered"] == 3
 
 

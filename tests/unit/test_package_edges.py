@@ -1,6 +1,6 @@
 """The package edges the architecture promises (docs/architecture.md): no import cycle
-inside ``actors/`` (imports under ``TYPE_CHECKING`` count too), and the worker's parts
-never import the worker."""
+inside ``actors/`` (imports under ``TYPE_CHECKING`` count too), the worker's parts never
+import the worker, and no module of ``actors/worker/`` grows past ~450 lines."""
 
 from __future__ import annotations
 
@@ -77,3 +77,9 @@ def test_the_worker_parts_never_import_the_worker() -> None:
                        if "actors.worker.worker" in out and name != "actors.worker")
     assert importers == [], importers
 
+
+
+def test_no_worker_module_is_over_450_lines() -> None:
+    sizes = {p.name: len(p.read_text().splitlines())
+             for p in (ROOT / "actors" / "worker").glob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 450} == {}

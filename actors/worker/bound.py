@@ -1,0 +1,51 @@
+"""A topic's sinks, built and bound as every run of a pipeline binds them (the worker,
+``dlq replay``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from actors.sink_health import SinkHealth
+from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
+from processors.base import Processor
+from settings.models import NamedSink, Settings, TopicSettings
+
+
+@dataclass(frozen=True, slots=True)
+class BoundSink:
+    """One of a topic's sinks, built and bound (not opened): its name and settings
+    (:class:`~settings.models.NamedSink`) and the sink."""
+
+    named: NamedSink
+    sink: Sink
+
+    @property
+    def name(self) -> str:
+        return self.named.name
+
+
+def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
+                label: str, refuse: Callable[[NamedSink], RefuseRows],
+                health: Callable[[str], SinkHealth | None] | None = None,
+                group: str = "") -> list[BoundSink]:
+    """The topic's sinks (one for ``sink:``, every one of ``sinks:``), bound as every run
+    of a pipeline binds them (the worker, ``dlq replay``): the processor's columns and
+    table, the whole settings (e.g. the ``spark:`` section), each sink's health (by its
+    name), where the rows it refuses go (``refuse(named)``: dead letters naming it) and
+    the consumer ``group`` of the worker."""
+    bound = []
+    sinks = topic.named_sinks()
+    for named in sinks:
+        sink = build_sink(named.settings)
+        sink.bind(SinkContext(
+            label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
+            group=group, topic=topic.topic, processor=topic.processor,
+            columns=tuple(processor_cls.columns), table=processor_cls.table,
+            key=tuple(processor_cls.key), settings=settings,
+            health=None if health is None else health(named.name), refuse=refuse(named)))
+        bound.append(BoundSink(named, sink))
+    return bound
+
+
+__all__ = ["BoundSink", "bound_sinks"]
