@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from fastavro.schema import SchemaParseException
 from pydantic import ValidationError
@@ -30,6 +31,7 @@ from processors.errors import RegistryError
 from settings.identifiers import sql_identifier
 from settings.loader import ConfigPath, dotted_key
 from settings.models import Settings
+from settings.suggest import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,33 @@ def check(settings: Settings) -> list[Problem]:
     problems.extend(sink_problems(settings, classes))
     problems.extend(_spark_problems(settings))
     return problems
+
+
+def check_names(data: Mapping[str, Any]) -> list[Problem]:
+    """The unknown processor names of a raw configuration mapping that the settings
+    model refused (:func:`settings.loader.load_settings` runs it as a name check), so
+    one pass of ``kstage validate`` names them beside the model's problems."""
+    problems: list[Problem] = []
+    groups = data.get("groups")
+    installed = registry.available()
+    for gi, group in enumerate(groups if isinstance(groups, list) else ()):
+        topics = group.get("topics") if isinstance(group, dict) else None
+        for ti, topic in enumerate(topics if isinstance(topics, list) else ()):
+            name = topic.get("processor") if isinstance(topic, dict) else None
+            if isinstance(name, str) and name not in installed:
+                try:
+                    registry.load(name)
+                except RegistryError as exc:
+                    problems.append((("groups", gi, "topics", ti, "processor"),
+                                     _unknown(name, exc)))
+    return problems
+
+
+def _unknown(name: str, exc: RegistryError) -> str:
+    """Why processor ``name`` cannot be loaded; a near miss of an installed name ends
+    with "did you mean"."""
+    installed = registry.available()
+    return str(exc) + ("" if name in installed else did_you_mean(name, installed))
 
 
 def _spark_problems(settings: Settings) -> Iterator[Problem]:
@@ -105,7 +134,7 @@ def _processor_problems(settings: Settings,
                     cls = classes[topic.processor] = registry.load(topic.processor)
                 except RegistryError as exc:
                     broken.add(topic.processor)
-                    yield (*where, "processor"), str(exc)
+                    yield (*where, "processor"), _unknown(topic.processor, exc)
                     continue
                 if cls.table:
                     try:

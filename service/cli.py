@@ -43,10 +43,44 @@ from settings.secrets import remember, secret_values
 
 logger = logging.getLogger(__name__)
 
+_ABOUT = """\
+kstage consumes Kafka topics and lands every event in staging tables (Spark and
+Iceberg), JSONL files, JDBC tables or HTTP APIs. One worker per topic decodes each
+message, maps it with the topic's processor and writes the rows to the topic's sinks;
+an offset is committed only after the sinks durably accepted its rows, and a message
+that cannot be processed is dead-lettered, never lost."""
+
+_COMMANDS = """\
+commands:
+  run the service
+    run         consume the configured topics until stopped (--drain: until caught up)
+    broker      run the embedded Kafka-compatible broker, for trying kstage out
+    demo        run a sample job on the embedded broker and summarise what landed
+  check a configuration
+    validate    report every problem of a config file at once (file, line, key)
+    processors  list the installed processors (new NAME: start a processor plugin)
+    schemas     check that each Avro topic's reader can read its writer schema
+    config      translate a WhereHows or DataHub consumer config into kstage's
+  operate a deployment
+    lag         committed offset, high-water mark and lag of each partition
+    offsets     move a consumer group's committed offsets
+    dlq         show dead-lettered messages, or replay them once fixed
+  tables (spark sinks)
+    merge       fold the staging tables into their final tables
+    tables      show, maintain or migrate the Iceberg tables
+    jars        fetch the JVM jars the Spark session needs
+
+Start with `kstage demo`, then `kstage validate -c kstage.yml` and
+`kstage run -c kstage.yml`. `kstage COMMAND --help` says more about each command.
+Exit codes: 0 done, 1 crashed or a check failed, 2 a configuration problem."""
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kstage", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="kstage", description=_ABOUT, epilog=_COMMANDS,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below")
     run = sub.add_parser("run", help="run the service")
     run.add_argument("-c", "--config", default="kstage.yml", help="YAML config file")
     run.add_argument("--drain", action="store_true",
@@ -95,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
                             "instead of through mvn")
     broker = sub.add_parser("broker", help="run the embedded broker in the foreground")
     broker.add_argument("--port", type=int, default=9092)
+    # Each command's one line says what it is for on its own help page; kstage --help
+    # lists the commands once, grouped by purpose (_COMMANDS), not again in add order.
+    for action in sub._choices_actions:
+        command = sub.choices[action.dest]
+        command.description = command.description or action.help
+    sub._choices_actions.clear()
     return parser
 
 
@@ -122,7 +162,8 @@ def _load_for_run(path: str, warnings: list[str]) -> Settings:
     from actors.sinks.spark import legacy  # noqa: PLC0415
 
     return _remembered(load_settings(path, warnings=warnings, checks=[
-        preflight.check, lambda settings: list(legacy.problems(settings, path))]))
+        preflight.check, lambda settings: list(legacy.problems(settings, path))],
+        name_checks=[preflight.check_names]))
 
 
 def _validate(path: str) -> int:

@@ -43,11 +43,13 @@ Steps of :func:`load_settings`:
 5. Checks the caller passes (``checks``: what ``run`` refuses at start beyond the model,
    e.g. processor options, which need the processor registry this package does not
    import) run on the validated settings and give (path, message) pairs, located the
-   same way.
+   same way. When the model refuses the file, the caller's ``name_checks`` (e.g. unknown
+   processor names) still run on the raw mapping, so one pass names every problem.
 6. Validation reports every problem at once in a
    :class:`~settings.errors.ConfigValidationError`, one line per problem such as
    ``groups[0].topics[1].processor (line 17): Field required``, or ``(from environment)``
-   when the value came from a ``KSTAGE_*`` variable.
+   when the value came from a ``KSTAGE_*`` variable; a near miss (a typo'd key, a value
+   outside a fixed set) ends with ``; did you mean 'x'?`` (:mod:`settings.suggest`).
 
 Secrets: problem lines never contain input values (pydantic's messages for the built-in
 checks do not echo the input; only the name checks of ``models.py`` quote their
@@ -78,6 +80,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from settings.errors import ConfigFileError, ConfigValidationError, UndefinedVariableError
 from settings.models import Settings
 from settings.secrets import redact, secret_name, secret_values
+from settings.suggest import did_you_mean, keys_at, quoted
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,8 @@ PathKey = str | int
 ConfigPath = tuple[PathKey, ...]
 Check = Callable[[Settings], Iterable[tuple[ConfigPath, str]]]
 """A check of valid settings: yields (path of the offending key, why) per problem."""
+NameCheck = Callable[[Mapping[str, Any]], Iterable[tuple[ConfigPath, str]]]
+"""A check of the raw mapping, run when the model refused it (names, e.g. processors)."""
 
 _REF = re.compile(
     r"\$(?:(?P<escape>\$)"
@@ -110,6 +115,7 @@ _build: Callable[..., Settings] = Settings
 def load_settings(
     path: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *,
     warnings: list[str] | None = None, checks: Iterable[Check] = (),
+    name_checks: Iterable[NameCheck] = (),
 ) -> Settings:
     """Read, expand and validate the configuration file at ``path``.
 
@@ -118,6 +124,8 @@ def load_settings(
     ``warnings``, if given, receives one line per valid but risky setting
     (:meth:`Settings.risks`), naming file, key and line like a problem. ``checks`` run
     on the validated settings; their problems are raised like validation problems.
+    ``name_checks`` run on the raw mapping when the model refuses it, their problems
+    listed with the model's (those at a path the model already names are left out).
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     source = str(path)
@@ -144,9 +152,16 @@ def load_settings(
     except ValidationError as exc:
         merged = _deep_merge(file_data, env_data)
         hidden = secret_values(merged) | substituted.secrets
-        problems = [redact(_problem(err, merged, lines, env_data), hidden)
-                    for err in exc.errors()]
-        raise ConfigValidationError(source, problems) from _without_inputs(exc)
+        errors = exc.errors()
+        found_at = [(_clean_loc(tuple(err["loc"]), merged),
+                     redact(_problem(err, merged, lines, env_data), hidden)) for err in errors]
+        named = {path for path, _ in found_at}
+        found_at += [(tuple(path), redact(_located(tuple(path), why, lines, env_data), hidden))
+                     for check in name_checks for path, why in check(merged)
+                     if tuple(path) not in named]
+        found_at.sort(key=lambda item: _line_of(item[0], lines) or 0)  # in file order
+        raise ConfigValidationError(source, [problem for _, problem in found_at]) \
+            from _without_inputs(exc)
     found = [(tuple(path), why) for check in checks for path, why in check(settings)]
     if found:
         merged = _deep_merge(file_data, env_data)
@@ -435,7 +450,22 @@ def _problem(
     message: str = err["msg"]
     if err["type"] == "value_error":
         message = message.removeprefix("Value error, ")
+    elif err["type"] == "extra_forbidden" and path and isinstance(path[-1], str):
+        message += did_you_mean(path[-1], keys_at(Settings, path[:-1], data))
+    elif err["type"] in ("enum", "literal_error"):
+        message += did_you_mean(_value_at(path, data),
+                                quoted(str((err.get("ctx") or {}).get("expected", ""))))
     return _located(path, message, lines, env_data)
+
+
+def _value_at(path: ConfigPath, data: Any) -> Any:
+    """The value at ``path`` of ``data`` (None: not there)."""
+    for part in path:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
 
 
 def _located(

@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from settings.identifiers import SqlIdentifier
 from settings.kafka_security import check_security
 from settings.secrets import MaskedRepr, secret_name
+from settings.suggest import did_you_mean
 
 _NO_WHITESPACE = re.compile(r"^\S+$")
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -229,7 +230,8 @@ class SinkSettings(_Model):
         model = sink_settings_model(name) if isinstance(name, str) else None
         if model is None:
             installed = ", ".join(sorted(sink_entry_points()))
-            _sink_type_error(name, f"unknown sink type {name!r} (installed: {installed})")
+            _sink_type_error(name, f"unknown sink type {name!r} (installed: {installed})"
+                             + did_you_mean(name, sink_entry_points()))
         return model.model_validate(data)
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from actors.sinks.base import Sink, SinkSettingsBase
 from settings.models import SINK_TYPES, sink_entry_points
+from settings.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = SINK_TYPES
 
@@ -39,7 +40,8 @@ def load(name: str) -> type[Sink]:
     """
     ep = sink_entry_points().get(name)
     if ep is None:
-        raise SinkTypeError(f"unknown sink type {name!r} (installed: {', '.join(available())})")
+        raise SinkTypeError(f"unknown sink type {name!r} (installed: {', '.join(available())})"
+                            + did_you_mean(name, available()))
     try:
         cls = ep.load()
     except ImportError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import main
+from service.cli import main, parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,3 +183,14 @@ def test_python_dash_m_service_runs_the_cli(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert f"kstage: {path}:" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_help_says_what_kstage_and_each_command_are_for(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "kstage consumes Kafka topics" in out
+    assert "``" not in out and ":class:" not in out, "no reStructuredText in the help"
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
+    assert listed == set(parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]

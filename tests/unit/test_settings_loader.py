@@ -275,7 +275,7 @@ def test_unknown_key_is_reported(tmp_path: Path) -> None:
     err = validation_error(path)
 
     assert err.problems == [
-        "kafka.bootstrp (line 4): Extra inputs are not permitted",
+        "kafka.bootstrp (line 4): Extra inputs are not permitted; did you mean 'bootstrap'?",
         "extra (line 5): Extra inputs are not permitted",
     ]
 
@@ -384,7 +384,8 @@ supervisor: {max_restarts: -1}
 """
     err = validation_error(write(tmp_path, broken), {"SR_PASSWORD": hidden})
     assert err.problems == [
-        "kafka.consumer_confg (line 5): Extra inputs are not permitted",
+        "kafka.consumer_confg (line 5): Extra inputs are not permitted; did you mean "
+        "'consumer_config'?",
         "supervisor.max_restarts (line 6): Input should be greater than or equal to 0",
     ]
     assert hidden not in str(err)

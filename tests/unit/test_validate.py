@@ -315,3 +315,29 @@ def test_malformed_topic_filter(tmp_path: Path, capsys: pytest.CaptureFixture[st
           {filter_yaml}
 """)
     assert only(lines, path, key, line).startswith(why)
+
+
+def test_validate_names_every_problem_in_one_pass_with_near_misses(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong commit mode does not hide an unknown processor (both are named, with the
+    sink type and the keys, in file order), and near misses say what was meant."""
+    path, lines = validate(tmp_path, capsys, """\
+groups:
+  - group_id: g
+    commit:
+      mode: per_mesage
+      max_in_flght: 10
+    topics:
+      - topic: t
+        processor: json_row
+        sink:
+          type: jsnl
+          path: out.jsonl
+""")
+    assert [line.split(": ", 3)[2] for line in lines] == [
+        "groups[0].commit.mode (line 4)", "groups[0].commit.max_in_flght (line 5)",
+        "groups[0].topics[0].processor (line 8)", "groups[0].topics[0].sink.type (line 10)"]
+    assert all(line.startswith(f"kstage: {path}: ") for line in lines), lines
+    assert [line.rsplit("; ", 1)[1] for line in lines] == [
+        "did you mean 'per_message'?", "did you mean 'max_in_flight'?",
+        "did you mean 'json_rows'?", "did you mean 'jsonl'?"]
