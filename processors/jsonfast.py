@@ -28,7 +28,12 @@ from typing import Any
 
 import orjson
 
-_BIG_INT = re.compile(rb"\d{19}")  # may not fit 64 bits: orjson would read a float
+# An integer of 19 or more digits may not fit 64 bits: orjson would read a float. Found
+# as a run of 19 '0's once every ASCII digit is mapped to '0' and every other byte to 'x'
+# (the same test as re.search(rb"\d{19}"), ~10x faster: on 1 KB events the regex took
+# 8.5 us, more than orjson's parse and twice json.loads of the raw benchmark loop).
+_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x78 for byte in range(256))
+_BIG_INT = b"0" * 19
 # floats under 1e-4, which orjson writes its own way (0.00001, 1e-7; Python: 1e-05,
 # 1e-07), and any exponent (json's way for 1e16 and up): left to json
 _ODD_FLOAT = re.compile(rb"0\.0000|\de[-+]")
@@ -54,7 +59,7 @@ class _Fallback(Exception):  # noqa: N818 - control flow, never escapes this mod
 def loads(data: bytes | str) -> Any:
     """``json.loads(data)``: the same value, or the same ``ValueError``."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if _BIG_INT.search(raw) is None:
+    if _BIG_INT not in raw.translate(_DIGITS):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
