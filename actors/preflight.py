@@ -91,7 +91,7 @@ def _spark_problems(settings: Settings) -> Iterator[Problem]:
     if not any(named.settings.type == "spark" for group in settings.groups
                for topic in group.topics for named in topic.named_sinks()):
         return
-    from actors.sinks.spark.jars import jar_problems  # noqa: PLC0415 - only with spark sinks
+    from actors.sinks.spark.jars import jar_problems  # only with spark sinks
 
     for why in jar_problems(settings.spark):
         yield ("spark", "jars"), why

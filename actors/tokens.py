@@ -126,7 +126,7 @@ def provider_class(method: str) -> type[TokenProvider]:
                          f"{', '.join(targets)}")
     try:
         cls = eps[0].load()
-    except Exception as exc:  # noqa: BLE001 - any import failure is a registry problem
+    except Exception as exc:  # any import failure is a registry problem
         raise ValueError(f"token provider {method!r} ({eps[0].value}) failed to import: "
                          f"{exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, TokenProvider)):

@@ -187,7 +187,7 @@ class Producer:
         self._stop.set()
 
     async def run(self) -> None:
-        from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+        from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5,
                                     acks=self.acks, enable_idempotence=self.idempotent)
@@ -325,7 +325,7 @@ async def wait_assigned(members: list[Member], timeout_s: float) -> None:
 
 async def committed(admin: Any, partitions: int) -> dict[int, int]:
     """The group's committed next-offset per partition (0 when none)."""
-    from aiokafka import TopicPartition  # noqa: PLC0415
+    from aiokafka import TopicPartition
 
     tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
     offsets = await admin.list_consumer_group_offsets(GROUP, partitions=tps)
@@ -335,7 +335,7 @@ async def committed(admin: Any, partitions: int) -> dict[int, int]:
 
 async def wait_drained(bootstrap: str, marks: dict[int, int], timeout_s: float,
                        members: list[Member]) -> bool:
-    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
+    from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -390,8 +390,8 @@ def read_jsonl_outputs(work: Path, result: Result) -> list[dict[str, Any]]:
 def read_spark_tables(work: Path) -> dict[str, list[list[Any]] | None]:
     """The staging and final tables' (dataset, Kafka partition, offset) rows, read with
     pyiceberg through the run's SQLite catalog (None: no such table)."""
-    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - dev dependency
-    from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
+    from pyiceberg.catalog.sql import SqlCatalog  # dev dependency
+    from pyiceberg.exceptions import NoSuchTableError
 
     warehouse = work / "warehouse"
     catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
@@ -441,9 +441,9 @@ def tally(opts: Options, work: Path, producer: Producer, result: Result) -> None
 # -- the run ------------------------------------------------------------------------------
 
 async def chaos(opts: Options, work: Path) -> Result:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from service.broker import EmbeddedBroker  # noqa: PLC0415
+    from service.broker import EmbeddedBroker
 
     for sub in ("out", "dead", "logs"):
         (work / sub).mkdir(parents=True, exist_ok=True)
@@ -541,7 +541,7 @@ async def kill_brokers(cluster: Any, opts: Options, rng: random.Random, result: 
 
 
 async def end_offsets(bootstrap: str, partitions: int) -> dict[int, int]:
-    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+    from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await consumer.start()
@@ -554,7 +554,7 @@ async def end_offsets(bootstrap: str, partitions: int) -> dict[int, int]:
 
 async def chaos_on_cluster(opts: Options, work: Path) -> Result:
     """The chaos run on a 3-node Apache Kafka cluster (see the module doc)."""
-    from tests.apache_kafka import KafkaCluster  # noqa: PLC0415
+    from tests.apache_kafka import KafkaCluster
 
     for sub in ("out", "dead", "logs"):
         (work / sub).mkdir(parents=True, exist_ok=True)

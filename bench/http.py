@@ -51,7 +51,7 @@ class _Stats:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         now = time.time()
         if self.path == "/reset":
@@ -64,7 +64,7 @@ class _Handler(BaseHTTPRequestHandler):
             _Stats.events += len(data) if isinstance(data, list) else 1
         self._reply(b"")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._reply(json.dumps({"requests": _Stats.requests, "events": _Stats.events,
                                 "first": _Stats.first, "last": _Stats.last}).encode())
 
@@ -74,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 

@@ -153,11 +153,11 @@ class GobblinEvents:
     """Gobblin compaction events whose ``timestamp`` is the stamp (ms)."""
 
     def __init__(self, count: int) -> None:
-        from fastavro import parse_schema  # noqa: PLC0415 - only for the Spark sink
+        from fastavro import parse_schema  # only for the Spark sink
 
-        from processors.avro import encode  # noqa: PLC0415
-        from processors.base import SCHEMA_DIR  # noqa: PLC0415
-        from service.dev.samples import SAMPLE_TOPICS, sample_records  # noqa: PLC0415
+        from processors.avro import encode
+        from processors.base import SCHEMA_DIR
+        from service.dev.samples import SAMPLE_TOPICS, sample_records
 
         sample = next(t for t in SAMPLE_TOPICS if t.processor == "gobblin_compaction")
         self.schema = parse_schema(json.loads((SCHEMA_DIR / sample.schema_file).read_text()))
@@ -209,10 +209,10 @@ class IcebergReader:
         self._catalog: Any = None
 
     def poll(self) -> None:
-        import pyarrow.parquet as pq  # noqa: PLC0415 - only for the Spark sink
-        from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415
-        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
-        from pyiceberg.manifest import ManifestEntryStatus  # noqa: PLC0415
+        import pyarrow.parquet as pq  # only for the Spark sink
+        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.manifest import ManifestEntryStatus
 
         if self._catalog is None:
             if not (self.warehouse / "catalog.db").exists():
@@ -339,7 +339,7 @@ def produce_paced(bootstrap: str, topic: str, n: int, rate: float,
     which made the load generator, not the consumer, the bound on the two cores. The
     stamp is taken before the linger, so the wait counts in every latency.
     """
-    from confluent_kafka import KafkaException, Producer  # noqa: PLC0415 - dev dependency
+    from confluent_kafka import KafkaException, Producer  # dev dependency
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
     failed: list[str] = []
@@ -483,7 +483,7 @@ async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Na
     if args.rate is None:
         topic = unique("latency-max")
         await create_topic(bootstrap, topic)
-        from throughput import produce  # noqa: PLC0415
+        from throughput import produce
 
         await produce(bootstrap, topic, work.values)
         work.values = []

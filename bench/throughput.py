@@ -448,7 +448,7 @@ def _import_stdlib_http() -> None:
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     try:
-        import http.server  # noqa: F401, PLC0415
+        import http.server  # noqa: F401
     finally:
         sys.path[:] = saved
 
@@ -743,8 +743,8 @@ def read_back(warehouse: Path, table: str) -> dict[str, Any]:
     """What a reader of the Iceberg table sees through the run's catalog (pyiceberg, not
     the Spark that wrote it): rows, distinct offsets, first and last offset, topics,
     partitions and the non-null counts of two NOT NULL columns."""
-    import pyarrow.compute as pc  # noqa: PLC0415 - only for the Spark runs
-    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415
+    import pyarrow.compute as pc  # only for the Spark runs
+    from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
                          warehouse=f"file://{warehouse}", init_catalog_tables="false")
@@ -761,7 +761,7 @@ def read_back(warehouse: Path, table: str) -> dict[str, Any]:
 
 def staging_tables(warehouse: Path) -> list[str]:
     """The tables of the run's catalog (namespace ``kstage``)."""
-    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - only for the Spark runs
+    from pyiceberg.catalog.sql import SqlCatalog  # only for the Spark runs
 
     catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
                          warehouse=f"file://{warehouse}", init_catalog_tables="false")

@@ -144,7 +144,7 @@ class AvroDecoder:
             SchemaNotFoundYet: the registry answered 404 for the id, and its first 404
                 was less than ``not_found_retry_s`` ago (retriable; nothing cached).
         """
-        from processors.schema_registry import SchemaNotFound  # noqa: PLC0415 - avoid cycle
+        from processors.schema_registry import SchemaNotFound  # avoid cycle
 
         sid = self.schema_id(id_bytes)
         try:
@@ -173,7 +173,7 @@ class AvroDecoder:
         Only a registry's HTTP 404 is retried: an impossible id, or one missing from a
         ``file://`` directory's index (read once at start), cannot appear later.
         """
-        from processors.schema_registry import SchemaNotFoundYet  # noqa: PLC0415 - cycle
+        from processors.schema_registry import SchemaNotFoundYet  # cycle
 
         window = self.not_found_retry_s
         if getattr(exc, "status_code", None) != 404 or window <= 0:
@@ -224,7 +224,7 @@ class AvroDecoder:
         fo.seek(end)
         try:
             return schemaless_reader(fo, writer, self._reader)
-        except Exception as exc:  # noqa: BLE001 - fastavro raises many types on bad bodies
+        except Exception as exc:  # fastavro raises many types on bad bodies
             raise poison(
                 f"undecodable Avro body for schema id {self.schema_id(id_bytes)} "
                 f"({type(exc).__name__}: {exc})", raw, self.schema_id(id_bytes)) from exc
@@ -232,7 +232,7 @@ class AvroDecoder:
 
 def encode(schema: Any, schema_id: int | str, record: Any, id_type: str = "int") -> bytes:
     """Encode ``record`` in the wire format (for producers, tools and tests)."""
-    from fastavro import schemaless_writer  # noqa: PLC0415
+    from fastavro import schemaless_writer
 
     if id_type == "uuid":
         header = bytes([MAGIC]) + bytes.fromhex(str(schema_id))

@@ -59,7 +59,7 @@ def fast_decoder(schema: Any) -> FastDecode | None:
     schema), or None where fastavro must decode (see the module's docstring)."""
     if _has_logical_type(schema):
         return None
-    import cavro  # noqa: PLC0415 - numpy comes with it: only when a schema is used
+    import cavro  # numpy comes with it: only when a schema is used
 
     try:
         codec = cavro.Schema(json.dumps(_widened(schema)),

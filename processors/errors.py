@@ -28,7 +28,7 @@ class PoisonMessage(ProcessorError):
     ``details`` holds extra fields for the dead-letter line (e.g. schema id, first bytes).
     """
 
-    details: dict[str, Any] = {}  # noqa: RUF012 - replaced per instance, never mutated
+    details: dict[str, Any] = {}  # replaced per instance, never mutated
 
 
 class RegistryError(ProcessorError):

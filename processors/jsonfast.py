@@ -52,7 +52,7 @@ def bytes_as_base64(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-class _Fallback(Exception):  # noqa: N818 - control flow, never escapes this module
+class _Fallback(Exception):  # control flow, never escapes this module
     """orjson met a value ``json`` writes differently: use ``json``."""
 
 

@@ -47,7 +47,7 @@ def load(name: str) -> type[Processor]:
         )
     try:
         cls = eps[0].load()
-    except Exception as exc:  # noqa: BLE001 - any import failure is a registry problem
+    except Exception as exc:  # any import failure is a registry problem
         raise RegistryError(f"processor {name!r} ({eps[0].value}) failed to import: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, Processor)):
         raise RegistryError(f"processor {name!r} ({eps[0].value}) is not a Processor subclass")

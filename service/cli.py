@@ -158,8 +158,8 @@ def _load_for_run(path: str, warnings: list[str]) -> Settings:
     """Load ``path`` with every check ``run`` makes at start (processors built with their
     options, Kafka client keys, no Parquet tables of an earlier version in the
     warehouse...): ``validate`` and ``run`` refuse the same files."""
-    from actors import preflight  # noqa: PLC0415 - keep `processors` light
-    from actors.sinks.spark import legacy  # noqa: PLC0415
+    from actors import preflight  # keep `processors` light
+    from actors.sinks.spark import legacy
 
     return _remembered(load_settings(path, warnings=warnings, checks=[
         preflight.check, lambda settings: list(legacy.problems(settings, path))],
@@ -201,7 +201,7 @@ def _processors(path: str | None) -> int:
 
 
 def _new_plugin(name: str, directory: str) -> int:
-    from service.dev.scaffold import ScaffoldError, scaffold  # noqa: PLC0415
+    from service.dev.scaffold import ScaffoldError, scaffold
 
     try:
         files = scaffold(name, directory)
@@ -216,9 +216,9 @@ def _new_plugin(name: str, directory: str) -> int:
 
 
 def _schemas_check(path: str) -> int:
-    import asyncio  # noqa: PLC0415
+    import asyncio
 
-    from service.ops.schemas import check  # noqa: PLC0415
+    from service.ops.schemas import check
 
     settings = _load(path)
     results = asyncio.run(check(settings))
@@ -231,7 +231,7 @@ def _schemas_check(path: str) -> int:
 
 
 def _config(kind: str, path: str, output: str | None) -> int:
-    from service.dev.translate import TranslationError, translate_file  # noqa: PLC0415
+    from service.dev.translate import TranslationError, translate_file
 
     try:
         text = translate_file(kind, path)
@@ -290,25 +290,25 @@ def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _ops(args: argparse.Namespace) -> int:
-    from aiokafka.errors import KafkaError  # noqa: PLC0415 - keep other commands light
+    from aiokafka.errors import KafkaError  # keep other commands light
 
-    from service.ops.lag import OpsError  # noqa: PLC0415
+    from service.ops.lag import OpsError
 
     settings = _load(args.config)
     configure_logging("WARNING", settings.service.log_format)
     try:
         if args.command == "lag":
-            from service.ops.lag import lag, render_json, render_table  # noqa: PLC0415
+            from service.ops.lag import lag, render_json, render_table
 
             rows = lag(settings)
             print(render_json(rows) if args.json else render_table(rows))
             return EXIT_OK
         if args.command == "offsets":
-            from service.ops.offsets import render, reset  # noqa: PLC0415
+            from service.ops.offsets import render, reset
 
             print(render(reset(settings, args.group, args.to, args.dry_run)))
             return EXIT_OK
-        from service.ops import dlq  # noqa: PLC0415
+        from service.ops import dlq
 
         if args.dlq_command == "show":
             letters, unreadable = dlq.show(settings, args.topic, args.since, args.from_topic)
@@ -323,11 +323,11 @@ def _ops(args: argparse.Namespace) -> int:
 
 
 def _merge(path: str, table: str | None) -> int:
-    import asyncio  # noqa: PLC0415
+    import asyncio
 
-    from actors.sinks.checks import missing_packages  # noqa: PLC0415
-    from actors.sinks.spark.actor import stop_spark_actors  # noqa: PLC0415
-    from actors.sinks.spark.merge import MergeError, merge  # noqa: PLC0415
+    from actors.sinks.checks import missing_packages
+    from actors.sinks.spark.actor import stop_spark_actors
+    from actors.sinks.spark.merge import MergeError, merge
 
     settings = _load(path)
     configure_logging("WARNING", settings.service.log_format)
@@ -373,14 +373,14 @@ def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _tables(args: argparse.Namespace) -> int:
-    import asyncio  # noqa: PLC0415
+    import asyncio
 
-    from actors.sinks.checks import missing_packages  # noqa: PLC0415
-    from actors.sinks.spark import legacy  # noqa: PLC0415
-    from actors.sinks.spark.actor import short, stop_spark_actors  # noqa: PLC0415
-    from actors.sinks.spark.maintenance import MaintenanceError, maintain  # noqa: PLC0415
-    from actors.sinks.spark.migrate import MigrationError, migrate  # noqa: PLC0415
-    from service.ops import tables  # noqa: PLC0415
+    from actors.sinks.checks import missing_packages
+    from actors.sinks.spark import legacy
+    from actors.sinks.spark.actor import short, stop_spark_actors
+    from actors.sinks.spark.maintenance import MaintenanceError, maintain
+    from actors.sinks.spark.migrate import MigrationError, migrate
+    from service.ops import tables
 
     command = args.tables_command
     settings = _load(args.config)
@@ -428,7 +428,7 @@ def _tables(args: argparse.Namespace) -> int:
 
 
 def _jars_fetch(directory: str | None, repository: str | None) -> int:
-    from service.ops.jars import JarsError, fetch  # noqa: PLC0415
+    from service.ops.jars import JarsError, fetch
 
     try:
         result = fetch(Path(directory) if directory else None, repository)
@@ -471,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "jars":
             return _jars_fetch(args.dir, args.repository)
         if args.command == "demo":
-            from service.dev.demo import run_demo  # noqa: PLC0415
+            from service.dev.demo import run_demo
 
             configure_logging("ERROR")
             return run_demo(Path(args.dir), args.events)
@@ -483,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(settings.service.log_level, settings.service.log_format)
         for warning in warnings:
             logger.warning("%s", warning)
-        from service.lifecycle import run  # noqa: PLC0415
+        from service.lifecycle import run
 
         return run(settings, drain=args.drain)
     except ConfigValidationError as exc:  # one line per problem, each naming the file

@@ -140,7 +140,7 @@ def bind_status_server(master: Master, metrics: Metrics, loop: asyncio.AbstractE
 
 def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:  # http.server's naming
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 try:
@@ -162,7 +162,7 @@ def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             logger.debug("status %s", format % args)
 
     return Handler

@@ -189,9 +189,9 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
 
     merging: asyncio.Task[None] | None = None
     if settings.merge.interval_s is not None:
-        from actors.sinks.spark import merge_loop  # noqa: PLC0415 - loads the merge only if used
-        from actors.sinks.spark.merge import plan  # noqa: PLC0415
-        from settings.errors import SettingsError  # noqa: PLC0415
+        from actors.sinks.spark import merge_loop  # loads the merge only if used
+        from actors.sinks.spark.merge import plan
+        from settings.errors import SettingsError
 
         try:
             plan(settings)
@@ -247,8 +247,8 @@ def _start_maintenance(settings: Settings, bootstrap: str, metrics: Metrics,
             named.settings.type == "spark" for group in settings.groups
             for topic in group.topics for named in topic.named_sinks()):
         return None
-    from actors.sinks.spark import maintenance_loop  # noqa: PLC0415 - only if used
-    from service.ops.tables import kafka_committed  # noqa: PLC0415
+    from actors.sinks.spark import maintenance_loop  # only if used
+    from service.ops.tables import kafka_committed
 
     return asyncio.create_task(maintenance_loop.maintain_periodically(
         settings, kafka_committed(settings, bootstrap), metrics), name="maintenance")

@@ -88,7 +88,7 @@ class Py4jRootFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == "root" and self._PATH in record.pathname:
             if record.exc_info and record.exc_info[1] is not None:
-                from actors.sinks.spark.session import connection_lost  # noqa: PLC0415
+                from actors.sinks.spark.session import connection_lost
 
                 if connection_lost(record.exc_info[1]):
                     return False

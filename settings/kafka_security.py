@@ -77,7 +77,7 @@ def check_security(config: dict[str, Any]) -> dict[str, Any]:
 
     def problem(key: str, message: str) -> None:
         errors.append(InitErrorDetails(
-            type=PydanticCustomError("value_error", message),  # noqa: PGH003 - literal text
+            type=PydanticCustomError("value_error", message),  # literal text
             loc=(key,), input=None))
 
     protocol = "PLAINTEXT"

@@ -173,7 +173,7 @@ class KafkaNode:
 
     def format(self, cluster_id: str, *extra: str) -> None:
         """``kafka-storage format`` of this node's log directory (extra: ``--add-scram``)."""
-        done = subprocess.run(  # noqa: S603 - fixed command
+        done = subprocess.run(  # fixed command
             self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
                        str(self.config_path), *extra, heap_mb=128),
             capture_output=True, text=True, timeout=120, check=False)
@@ -189,7 +189,7 @@ class KafkaNode:
         with open(self.log_path, "ab") as out:
             out.write(f"\n===== start {time.strftime('%H:%M:%S')} =====\n".encode())
             out.flush()
-            self._proc = subprocess.Popen(  # noqa: S603 - fixed command
+            self._proc = subprocess.Popen(  # fixed command
                 self._java("kafka.Kafka", str(self.config_path), heap_mb=self.heap_mb),
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -378,7 +378,7 @@ class KafkaCluster:
             try:
                 await self.coordinator("kstage-tests-warm-up")
                 return
-            except Exception as exc:  # noqa: BLE001 - retriable while it is created
+            except Exception as exc:  # retriable while it is created
                 if time.monotonic() > deadline:
                     raise AssertionError(f"no group coordinator within {timeout_s:g}s: "
                                          f"{exc!r}") from exc
@@ -429,7 +429,7 @@ class KafkaCluster:
                 await admin.start()
                 await admin.create_topics([NewTopic(topic, partitions, replication)])
                 return
-            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            except Exception as exc:  # retried until the deadline
                 if time.monotonic() > deadline:
                     raise AssertionError(f"topic {topic} not created: {exc!r}") from exc
             finally:

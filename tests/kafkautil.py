@@ -129,7 +129,7 @@ class KstageProcess:
                  log: Path | None = None) -> None:
         self.log = log or config.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
         full_env = {**os.environ, "PYTHONPATH": str(PLUGINS), **(env or {})}
-        self._fh = open(self.log, "wb")  # noqa: SIM115
+        self._fh = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "run", "-c", str(config), *args],
             stdout=self._fh, stderr=subprocess.STDOUT, env=full_env, cwd=config.parent,

@@ -85,7 +85,7 @@ class IcebergReader:
     (its ``catalog`` block: SQLite or PostgreSQL, local or S3)."""
 
     def __init__(self, spark: dict[str, Any] | SparkSettings) -> None:
-        from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - dev dependency
+        from pyiceberg.catalog.sql import SqlCatalog  # dev dependency
 
         settings = spark if isinstance(spark, SparkSettings) else spark_settings(spark)
         self.settings = settings
@@ -110,7 +110,7 @@ class IcebergReader:
 
     def exists(self, table: str) -> bool:
         """Whether the table exists (False while the catalog itself does not yet)."""
-        from sqlalchemy.exc import OperationalError, ProgrammingError  # noqa: PLC0415
+        from sqlalchemy.exc import OperationalError, ProgrammingError
 
         sqlite = sqlite_file(self.settings)
         if sqlite is not None and not sqlite.exists():

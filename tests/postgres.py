@@ -111,7 +111,7 @@ class Postgres:
         """A psql session holding an ACCESS EXCLUSIVE lock on ``table`` (every other
         access to it waits) until the server stops; returns once the lock is held."""
         psql = self.bin / "psql"
-        proc = subprocess.Popen(self._cmd(  # noqa: S603 - our own server, fixed arguments
+        proc = subprocess.Popen(self._cmd(  # our own server, fixed arguments
             str(psql) if psql.exists() else "psql", "-X", "-q", "-h", "127.0.0.1", "-p",
             str(self.port), "-U", "postgres", "-d", DATABASE, "-c",
             f'BEGIN; LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600);'),

@@ -39,7 +39,7 @@ def free_port() -> int:
 
 def spark_home() -> Path:
     """The pip pyspark's package directory (it holds ``bin/spark-class`` and ``jars``)."""
-    import pyspark  # noqa: PLC0415 - only when a cluster is wanted
+    import pyspark  # only when a cluster is wanted
 
     return Path(pyspark.__file__).resolve().parent
 
@@ -76,7 +76,7 @@ class SparkCluster:
             raise ClusterError(f"{spark_class} is missing or not executable")
         env = {**os.environ, **self.env, "SPARK_HOME": str(home),
                "SPARK_DAEMON_MEMORY": "256m", "SPARK_WORKER_DIR": str(self.work_dir)}
-        fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        fh = open(log, "wb")  # closed in stop()
         proc = subprocess.Popen([str(spark_class), *args], stdout=fh,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=self.root, start_new_session=True)

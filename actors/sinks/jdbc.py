@@ -434,7 +434,7 @@ class JdbcTableWriter(TableWriter):
             created = await self.actor.call(self._ensure_table)
         except (SinkError, FatalError):
             raise
-        except Exception as exc:  # noqa: BLE001 - connection/SQL failures are retriable
+        except Exception as exc:  # connection/SQL failures are retriable
             raise SinkError(f"{self.where}: cannot create or check the table: "
                             f"{_short(exc)}") from exc
         self._registered = True

@@ -121,7 +121,7 @@ class RecordPipeline:
     @classmethod
     def for_processor(cls, processor: Processor, *, topic: str = "topic",
                       decode: Callable[[bytes | None], Any] | None = None,
-                      filter: FilterSettings | None = None,  # noqa: A002
+                      filter: FilterSettings | None = None,
                       decoded: bool = False) -> RecordPipeline:
         """A pipeline for ``processor`` alone, outside any configuration (the plugin test
         kit, benchmarks): ``format: json`` values unless ``decode`` is given, keys as

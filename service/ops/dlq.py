@@ -239,7 +239,7 @@ _READ_TIMEOUT_S = 60.0  # reading a dead-letter topic to its end
 async def _topic_consumer(settings: Settings, dlq_topic: str) -> Any:
     """A consumer of every partition of ``dlq_topic`` that joins no group and commits
     only when told (the replay's bookkeeping), started."""
-    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
+    from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_of(settings),
                                 client_id=f"{settings.kafka.client_id}-dlq",
@@ -549,12 +549,12 @@ Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
 
 async def _processor_handler(settings: Settings, stack: AsyncExitStack,
                              result: ReplayResult | None = None) -> Handler:
-    from actors.master import resolve_processors  # noqa: PLC0415 - loads plugins
+    from actors.master import resolve_processors  # loads plugins
 
     classes = resolve_processors(settings)
     registry: Any = None
     if settings.schema_registry is not None:
-        from processors.schema_registry import registry_from_settings  # noqa: PLC0415
+        from processors.schema_registry import registry_from_settings
 
         registry = await stack.enter_async_context(
             registry_from_settings(settings.schema_registry))
@@ -587,7 +587,7 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
 
 
 async def _kafka_handler(settings: Settings, stack: AsyncExitStack) -> Handler:
-    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+    from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap_of(settings),
                                 client_id=f"{settings.kafka.client_id}-replay",
@@ -647,7 +647,7 @@ async def replay_topic_async(settings: Settings, dlq_topic: str, *, to_kafka: bo
                              progress_stream: IO[str] | None = None) -> ReplayResult:
     """Replay every record of dead-letter topic ``dlq_topic`` past the replay group's
     committed offset, in order per partition; see the module doc."""
-    from aiokafka import TopicPartition  # noqa: PLC0415
+    from aiokafka import TopicPartition
 
     consumer = await _topic_consumer(settings, dlq_topic)
     try:

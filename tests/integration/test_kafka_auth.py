@@ -50,10 +50,10 @@ from tests.tls_certs import Pki, make_pki
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.apache_kafka]
 
 EVENTS = 20
-USER, PASSWORD = "alice", "alice-scram-secret-1"  # noqa: S105 - test credentials
-WRONG_PASSWORD = "not-" + "alices-password"  # noqa: S105 - split: not in a traceback line
-CLIENT, CLIENT_SECRET = "kstage-client", "oidc-client-secret-7f3a"  # noqa: S105
-WRONG_SECRET = "wrong-" + "oidc-secret"  # noqa: S105
+USER, PASSWORD = "alice", "alice-scram-secret-1"  # test credentials
+WRONG_PASSWORD = "not-" + "alices-password"  # split: not in a traceback line
+CLIENT, CLIENT_SECRET = "kstage-client", "oidc-client-secret-7f3a"
+WRONG_SECRET = "wrong-" + "oidc-secret"
 REAUTH_MS = 5000  # a login's session on the broker (and at most a token's lifetime)
 _OAUTH_HANDLER = "org.apache.kafka.common.security.oauthbearer"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule required;"

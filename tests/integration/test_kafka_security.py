@@ -103,7 +103,7 @@ def secure_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     broker_port, proxy_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("secure-broker") / "broker.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(  # noqa: S603 - fixed binary, no shell
+        proc = subprocess.Popen(  # fixed binary, no shell
             [broker_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{broker_port}",
              "--advertised-listener-url", f"tcp://127.0.0.1:{proxy_port}",
              "--storage-engine", "memory://tansu/"],

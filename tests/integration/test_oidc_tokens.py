@@ -17,7 +17,7 @@ from actors.tokens import CachedTokens, TokenError
 from service.broker import free_port
 from tests.oidc_server import OidcServer
 
-SECRET = "client-" + "secret-9c1"  # noqa: S105 - a test credential
+SECRET = "client-" + "secret-9c1"  # a test credential
 
 
 def provider(url: str, secret: str = SECRET) -> OidcTokenProvider:

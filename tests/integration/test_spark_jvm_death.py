@@ -111,7 +111,7 @@ async def kill_jvm_mid_flush(proc: KstageProcess, warehouse: Path) -> int:
     while not flushing():
         assert proc.proc.poll() is None, proc.output()
         assert time.monotonic() < deadline, "no flush in progress within 60s"
-        time.sleep(0.002)  # noqa: ASYNC251 - a tight poll, nothing else to run
+        time.sleep(0.002)  # a tight poll, nothing else to run
     os.kill(jvm, signal.SIGKILL)
     await wait_until(lambda: not alive(jvm), timeout=30, what="the Spark JVM to exit")
     return jvm

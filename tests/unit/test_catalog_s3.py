@@ -106,7 +106,7 @@ def test_validate_refuses_an_object_store_it_cannot_reach(
 
 
 def test_a_failed_jvm_call_is_shown_by_its_java_exception_and_root_cause() -> None:
-    class Py4JJavaError(Exception):  # noqa: N818 - py4j's name; its str() as py4j gives it
+    class Py4JJavaError(Exception):  # py4j's name; its str() as py4j gives it
         pass
 
     error = Py4JJavaError(

@@ -137,7 +137,7 @@ def test_the_catalog_becomes_spark_conf(tmp_path: Path) -> None:
 
 def test_the_pinned_jars_are_the_poms(tmp_path: Path, jars: Path) -> None:
     """One pin, two readers: pom.xml (for mvn) and PINNED (checksums, file names)."""
-    import xml.etree.ElementTree as ET  # noqa: S405 - our own file
+    import xml.etree.ElementTree as ET  # our own file
 
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     root = ET.parse(pom_path()).getroot()  # noqa: S314 - our own file

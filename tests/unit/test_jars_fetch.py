@@ -48,7 +48,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
     def translate_path(self, path: str) -> str:
         return super().translate_path(path.removeprefix("/maven2"))
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         return None
 
 

@@ -28,7 +28,7 @@ from settings import SettingsError, load_settings, secrets
 from settings.models import Settings
 
 SECRET = "98765432123"  # noqa: S105 - a test value, printed nowhere
-TOKEN = "tok-" + "5b1e7c9d2a"  # noqa: S105 - a test value, split like NOT_AN_INT
+TOKEN = "tok-" + "5b1e7c9d2a"  # a test value, split like NOT_AN_INT
 NOT_AN_INT = "five" + "-hundred-thousand"  # split: a traceback shows this line's source
 MARK = "__SECRET__"
 JDBC = {"type": "jdbc", "url": "jdbc:postgresql://db:5432/staging", "user": "kstage"}

@@ -212,9 +212,9 @@ def test_merge_without_pyspark_says_which_extra_in_one_line(tmp_path: Path) -> N
 
 
 def test_settings_built_in_code_are_checked_by_the_master() -> None:
-    from actors.master import Master  # noqa: PLC0415
-    from processors.errors import RegistryError  # noqa: PLC0415
-    from settings import Settings  # noqa: PLC0415
+    from actors.master import Master
+    from processors.errors import RegistryError
+    from settings import Settings
 
     settings = Settings(groups=[{"topics": [{"topic": "t", "processor": "json_rows",
                                              "sink": {"type": "spark", "table": "t"}}]}])
@@ -228,9 +228,9 @@ def test_settings_built_in_code_are_checked_by_the_master() -> None:
 def test_an_upsert_key_must_be_among_the_processor_columns() -> None:
     """A key naming a column the processor does not declare is refused by ``check``; a
     key made of its columns, and append without a key, are fine."""
-    from actors.sinks import SinkContext, build_sink  # noqa: PLC0415
-    from actors.sinks.jdbc import JdbcSinkSettings  # noqa: PLC0415
-    from processors.base import Column  # noqa: PLC0415
+    from actors.sinks import SinkContext, build_sink
+    from actors.sinks.jdbc import JdbcSinkSettings
+    from processors.base import Column
 
     def problems(mode: str, key: tuple[str, ...]) -> list[tuple[tuple[str, ...], str]]:
         sink = build_sink(JdbcSinkSettings.model_validate(

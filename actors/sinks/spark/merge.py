@@ -85,7 +85,7 @@ def final_name(table: str) -> str:
 
 def plan(settings: Settings, table: str | None = None) -> list[TablePlan]:
     """The staging tables of ``settings``' spark sinks (only ``table`` when given)."""
-    from actors.master import resolve_processors  # noqa: PLC0415 - loads the processors
+    from actors.master import resolve_processors  # loads the processors
 
     classes = resolve_processors(settings)
     found: dict[str, TablePlan] = {}
@@ -181,7 +181,7 @@ async def merge_table(actor: SparkActor, item: TablePlan) -> MergeResult:
             raise MergeError(f"{where}: {exc}") from exc
         except FatalError as exc:
             raise MergeError(f"{where} failed: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - any Spark/catalog failure fails the merge
+        except Exception as exc:  # any Spark/catalog failure fails the merge
             raise MergeError(f"{where} failed: {describe(exc)}") from exc
     result = dataclasses.replace(done, attempts=attempt)
     logger.info("merge: %s in %.1fs%s", result.summary(), time.monotonic() - started,
@@ -208,7 +208,7 @@ async def merge_records(settings: Settings, actor: SparkActor | None = None,
 
     try:
         return await actor.call(read, retry=True)
-    except Exception as exc:  # noqa: BLE001 - any Spark/catalog failure
+    except Exception as exc:  # any Spark/catalog failure
         raise MergeError(f"merge: cannot read the final tables' merge records: "
                          f"{describe(exc)}") from exc
 

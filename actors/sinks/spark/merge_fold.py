@@ -51,7 +51,7 @@ def group_columns(names: Sequence[str], key: Sequence[str]) -> list[str]:
 
 
 def _sorted(term: OrderTerm) -> Any:
-    from pyspark.sql import functions as f  # noqa: PLC0415 - pyspark only if used
+    from pyspark.sql import functions as f  # pyspark only if used
 
     name, descending, nulls_first = term
     column = f.col(name)
@@ -103,8 +103,8 @@ def fold(staging: Any, current: Any, names: Sequence[str], key: Sequence[str],
     """Fold the new ``staging`` rows with the ``current`` final rows of their groups
     (both with every final column, ``columns``; ``names``: the columns but the final
     partition one)."""
-    from pyspark.sql import Window  # noqa: PLC0415 - pyspark only if used
-    from pyspark.sql import functions as f  # noqa: PLC0415
+    from pyspark.sql import Window  # pyspark only if used
+    from pyspark.sql import functions as f
 
     identity = [n for n in names if n != "_ingested_at"]
     groups = group_columns(names, key)

@@ -53,7 +53,7 @@ CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException",
 """Iceberg's refusals of a commit that raced another: the merge runs again."""
 
 
-class MergeConflict(Exception):  # noqa: N818 - a signal to run the merge again
+class MergeConflict(Exception):  # a signal to run the merge again
     """The final table's commit raced another one (the merge runs again)."""
 
 
@@ -154,14 +154,14 @@ class MergeJob:
         expression is not one over the key columns alone."""
         if self.item.partition is None:
             return None
-        from pyspark.sql.types import StructType  # noqa: PLC0415 - pyspark only if used
+        from pyspark.sql.types import StructType  # pyspark only if used
 
         name, expression = self.item.partition
         schema = iceberg.struct_type(self.item.columns)
         keys = spark.createDataFrame([], StructType([schema[k] for k in self.item.key]))
         try:
             kind = keys.selectExpr(f"{expression} AS `{name}`").schema[name].dataType
-        except Exception as exc:  # noqa: BLE001 - Spark's analysis error, reworded
+        except Exception as exc:  # Spark's analysis error, reworded
             raise MergeTableError(
                 f"final partition {name!r} = {expression!r} must be an expression over the "
                 f"key columns {list(self.item.key)} only: {describe(exc)}") from exc
@@ -210,7 +210,7 @@ class MergeJob:
     def _conform(self, frame: Any, partition: tuple[str, str, str] | None) -> Any:
         """``frame`` with the final columns in order: a processor column the table has
         not got yet (added since) reads as NULL."""
-        from pyspark.sql import functions as f  # noqa: PLC0415 - pyspark only if used
+        from pyspark.sql import functions as f  # pyspark only if used
 
         schema = iceberg.struct_type(self.item.columns)
         have = set(frame.columns)
@@ -239,7 +239,7 @@ class MergeJob:
     def _current(self, spark: Any, base: Any, rows: Any, partition: tuple[str, str, str] | None,
                  ) -> Any:
         """The final rows (at snapshot ``base``) of the groups ``rows`` hold."""
-        from pyspark.sql import functions as f  # noqa: PLC0415 - pyspark only if used
+        from pyspark.sql import functions as f  # pyspark only if used
 
         if base is None:
             return self._conform(spark.createDataFrame([], rows.schema), partition)

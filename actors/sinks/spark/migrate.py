@@ -86,7 +86,7 @@ def _read_old(spark: Any, directory: Path, files: Sequence[str], columns: Sequen
     table's ``columns`` (processor + coordinates + ``_ingested_at``): ``_partition``
     renamed, directory columns (and ``skip``) dropped, columns the files lack NULL.
     MigrationError when the files hold a column that is not declared or of another type."""
-    from pyspark.sql import functions as f  # noqa: PLC0415 - pyspark only if used
+    from pyspark.sql import functions as f  # pyspark only if used
 
     frame = spark.read.option("mergeSchema", "true").parquet(
         *(str(directory / name) for name in files))
@@ -137,7 +137,7 @@ def _partition(spark: Any, item: TablePlan) -> tuple[str, str, str] | None:
     expression, the Spark type of the expression over the key columns)."""
     if item.partition is None:
         return None
-    from pyspark.sql.types import StructType  # noqa: PLC0415 - pyspark only if used
+    from pyspark.sql.types import StructType  # pyspark only if used
 
     name, expression = item.partition
     schema = iceberg.struct_type(item.columns)
@@ -194,7 +194,7 @@ class _Job:
         return merged if history and history[-1].id == merged else None
 
     def _final(self, spark: Any, directory: Path, merged: int | None) -> None:
-        from pyspark.sql import functions as f  # noqa: PLC0415 - pyspark only if used
+        from pyspark.sql import functions as f  # pyspark only if used
 
         settings, item = self.settings, self.item
         marker = f"{directory.name}#final"

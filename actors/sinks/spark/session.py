@@ -23,7 +23,7 @@ EXIT_WAIT_S = 2.0  # how long a lost connection waits for the JVM to be seen exi
 
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it was raised from) is a lost py4j/socket connection."""
-    from py4j.protocol import (  # type: ignore[import-untyped]  # noqa: PLC0415
+    from py4j.protocol import (  # type: ignore[import-untyped]
         Py4JNetworkError,  # pyspark only if used
     )
 
@@ -41,11 +41,11 @@ def _close_collect_sockets() -> None:
     """pyspark 4.1 leaves the socket a ``collect()`` reads from to the garbage collector
     (a ResourceWarning per call; SPARK-54247, fixed in 4.2, which Iceberg does not run on
     yet): read the results, then close the socket, as 4.2 does."""
-    import pyspark  # noqa: PLC0415 - pyspark only if used
-    from pyspark import util  # noqa: PLC0415
-    from pyspark.core import context, rdd  # noqa: PLC0415
-    from pyspark.sql.classic import dataframe  # noqa: PLC0415
-    from pyspark.sql.pandas import conversion  # noqa: PLC0415
+    import pyspark  # pyspark only if used
+    from pyspark import util
+    from pyspark.core import context, rdd
+    from pyspark.sql.classic import dataframe
+    from pyspark.sql.pandas import conversion
 
     if not pyspark.__version__.startswith("4.1.") or getattr(util, "_kstage_closes", False):
         return
@@ -72,7 +72,7 @@ def start_session(settings: SparkSettings, writer_id: str) -> Any:
         # One machine: loopback (the hostname may resolve elsewhere). On a cluster
         # the operator sets SPARK_LOCAL_IP or spark.driver.host to a reachable address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only if used
+    from pyspark.sql import SparkSession  # pyspark only if used
 
     _close_collect_sockets()
 
@@ -119,8 +119,8 @@ def start_session(settings: SparkSettings, writer_id: str) -> Any:
 def discard_session(spark: Any, proc: Any) -> None:
     """Forget ``spark``, whose JVM (``proc``) is gone: no call into it (py4j would log a
     traceback for every refused connection); the next session starts a new JVM."""
-    from pyspark import SparkContext  # noqa: PLC0415 - pyspark only if used
-    from pyspark.sql import SparkSession, SQLContext  # noqa: PLC0415
+    from pyspark import SparkContext  # pyspark only if used
+    from pyspark.sql import SparkSession, SQLContext
 
     context = spark.sparkContext
     gateway = SparkContext._gateway

@@ -115,7 +115,7 @@ class StagingWriter(TableWriter):
             await self.actor.call(self.register_in)
         except (SinkError, FatalError):
             raise
-        except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
+        except Exception as exc:  # any Spark failure is a retriable sink error
             raise SinkError(f"spark sink {self.name}: cannot register the table: "
                             f"{short(exc)}") from exc
         self._registered = True
@@ -133,7 +133,7 @@ class StagingWriter(TableWriter):
                 spark, self.actor.settings, self.table), retry=True)
         except (SinkError, FatalError):
             raise
-        except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
+        except Exception as exc:  # any Spark failure is a retriable sink error
             raise SinkError(f"spark sink {self.name}: cannot read the Kafka offsets the "
                             f"table holds: {short(exc)}") from exc
         floors = {stream: offset for stream, offset in found.items() if stream in wanted}
@@ -298,7 +298,7 @@ class StagingWriter(TableWriter):
                       time.monotonic() - started)
 
 
-class _Unsure(Exception):  # noqa: N818 - an internal signal, not an error type
+class _Unsure(Exception):  # an internal signal, not an error type
     """The append failed and the catalog could not say whether it was committed."""
 
 

@@ -72,14 +72,14 @@ INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 @functools.cache
 def arrow_type(kind: str) -> Any:
     """The Arrow type of a column type (cached: every write asks once per column)."""
-    import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
+    import pyarrow as pa  # only with the spark extra
 
     return COLUMN_TYPES[kind].arrow(pa)
 
 
 def spark_type(kind: str) -> Any:
     """The Spark type of a column type."""
-    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
+    from pyspark.sql import types as t  # pyspark only if used
 
     return COLUMN_TYPES[kind].spark(t)
 
@@ -87,7 +87,7 @@ def spark_type(kind: str) -> Any:
 def spark_schema(columns: Sequence[Column]) -> Any:
     """The Spark schema of rows with ``columns`` (the processor's, then the coordinates),
     then ``_ingested_at``: what a table sink hands Spark."""
-    from pyspark.sql import types as t  # noqa: PLC0415 - pyspark only if used
+    from pyspark.sql import types as t  # pyspark only if used
 
     return t.StructType([t.StructField(c.name, spark_type(c.type), c.nullable)
                          for c in (*columns, INGESTED_AT)])

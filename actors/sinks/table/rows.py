@@ -98,7 +98,7 @@ def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
     Fast path: each column's values are gathered and checked as a whole (the set of
     their types, the range of their ints) and handed to Arrow at once; only a batch with
     a value that does not fit is checked row by row, to name the rows."""
-    import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
+    import pyarrow as pa  # only with the spark extra
 
     names = [c.name for c in columns]
     values = [[row.get(name) for row in rows] for name in names]
@@ -115,7 +115,7 @@ def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime) -> Any:
     """The (one or more) batches of :func:`record_batch` as one contiguous
     ``pyarrow.Table`` (one chunk: Spark makes a task, and a file, of each), with
     ``_ingested_at`` added."""
-    import pyarrow as pa  # noqa: PLC0415 - only with the spark extra
+    import pyarrow as pa  # only with the spark extra
 
     table = pa.Table.from_batches(batches).combine_chunks()
     stamp = arrow_type("timestamp")
