@@ -1,7 +1,8 @@
 """kstage configuration: the typed settings model, its YAML loader and its errors.
 
 Use :func:`load_settings` to read a YAML file (with ``${VAR}`` expansion and ``KSTAGE_*``
-overrides) into a validated :class:`Settings`. This package imports neither pyspark nor
+overrides) into a validated :class:`Settings`, or :func:`settings_from` to validate a mapping
+the same way (tests, code). This package imports neither pyspark nor
 aiokafka, so any part of kstage can depend on it.
 """
 
@@ -14,7 +15,7 @@ from settings.errors import (
     UndefinedVariableError,
 )
 from settings.identifiers import QualifiedSqlIdentifier, SqlIdentifier, sql_identifier
-from settings.loader import load_settings
+from settings.loader import load_settings, settings_from
 from settings.models import (
     CatalogSettings,
     CommitMode,
@@ -68,5 +69,6 @@ __all__ = [
     "TopicSettings",
     "UndefinedVariableError",
     "load_settings",
+    "settings_from",
     "sql_identifier",
 ]

@@ -131,7 +131,32 @@ def load_settings(
     source = str(path)
     substituted = _Substituted()
     file_data, lines = _read_yaml(path, source, env, substituted)
+    return _validated(source, file_data, lines, env, substituted, warnings=warnings,
+                      checks=checks, name_checks=name_checks)
 
+
+def settings_from(
+    data: Mapping[str, Any], environ: Mapping[str, str] | None = None, *,
+    warnings: list[str] | None = None, checks: Iterable[Check] = (),
+    name_checks: Iterable[NameCheck] = (), source: str = "<settings>",
+) -> Settings:
+    """Validate ``data`` (the mapping a configuration file holds) as
+    :func:`load_settings` validates a file: the same model, checks and problem lines
+    (named by ``source``, without line numbers; no ``${VAR}`` expansion). ``environ``
+    supplies ``KSTAGE_*`` overrides; default: none (a test's settings do not depend on
+    the environment it runs in)."""
+    return _validated(source, dict(data), {}, {} if environ is None else environ,
+                      _Substituted(), warnings=warnings, checks=checks,
+                      name_checks=name_checks)
+
+
+def _validated(
+    source: str, file_data: dict[str, Any], lines: dict[ConfigPath, int],
+    env: Mapping[str, str], substituted: _Substituted, *, warnings: list[str] | None,
+    checks: Iterable[Check], name_checks: Iterable[NameCheck],
+) -> Settings:
+    """The settings of ``file_data`` (a file's mapping, its ``lines``) with the
+    ``KSTAGE_*`` overrides of ``env``; see :func:`load_settings`."""
     env_source = _MappingEnvSource(Settings, env)
     try:
         env_data = _secrets_as_text(env_source(), False)

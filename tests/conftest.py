@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from tests.brokers import (
     shared_apache_kafka,
     stop_shared,
 )
-from tests.kafkautil import PLUGINS, KstageProcess
+from tests.kafkautil import PLUGINS, KstageProcess, create_topic, unique
 
 # Test processors are a real plugin distribution (dist-info + entry points) on sys.path.
 if str(PLUGINS) not in sys.path:
@@ -92,6 +93,24 @@ def broker(broker_kind: str, request: pytest.FixtureRequest) -> str:
     name = "tansu_broker" if broker_kind == TANSU else "apache_kafka_broker"
     bootstrap: str = request.getfixturevalue(name)
     return bootstrap
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """A topic created for one test on its broker, and a group id no other test uses."""
+
+    bootstrap: str
+    topic: str
+    group: str
+
+
+@pytest.fixture
+async def fresh(broker: str, request: pytest.FixtureRequest) -> Fresh:
+    """A fresh topic (one partition; ``@pytest.mark.parametrize("fresh", [N],
+    indirect=True)`` for N) created on ``broker``, and a fresh group id."""
+    topic, group = unique("t"), unique("g")
+    await create_topic(broker, topic, getattr(request, "param", 1))
+    return Fresh(broker, topic, group)
 
 
 @pytest.fixture(autouse=True)

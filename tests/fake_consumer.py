@@ -6,7 +6,7 @@ marks and committed offsets. Rebalances are driven by the test: :meth:`FakeConsu
 rebalance` calls the worker's listener as aiokafka's coordinator would (revoked first,
 then assigned), and ``getmany`` holds while one is under way, as aiokafka's does.
 
-Use :func:`patch_consumer` to make :func:`actors.kafka.build_consumer` return it.
+A worker takes it as its ``consumer_factory`` (:func:`tests.kit.make_worker`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import asyncio
 import time
 from typing import Any
 
-import pytest
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
@@ -173,9 +172,3 @@ class FakeConsumer:
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         self.commits.append(dict(offsets))
         self.committed_offsets.update(offsets)
-
-
-def patch_consumer(monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer) -> None:
-    """Make workers build ``consumer`` instead of an aiokafka consumer."""
-    monkeypatch.setattr("actors.worker.worker.build_consumer",
-                        lambda *args, **kwargs: consumer)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from actors.sink_health import SinkHealth
 from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
 from processors.base import Processor
-from settings.models import NamedSink, Settings, TopicSettings
+from settings.models import NamedSink, Settings, SinkSettings, TopicSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,16 +28,18 @@ class BoundSink:
 def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Processor], *,
                 label: str, refuse: Callable[[NamedSink], RefuseRows],
                 health: Callable[[str], SinkHealth | None] | None = None,
-                group: str = "") -> list[BoundSink]:
+                group: str = "", build: Callable[[SinkSettings], Sink] = build_sink,
+                ) -> list[BoundSink]:
     """The topic's sinks (one for ``sink:``, every one of ``sinks:``), bound as every run
     of a pipeline binds them (the worker, ``dlq replay``): the processor's columns and
     table, the whole settings (e.g. the ``spark:`` section), each sink's health (by its
     name), where the rows it refuses go (``refuse(named)``: dead letters naming it) and
-    the consumer ``group`` of the worker."""
+    the consumer ``group`` of the worker. ``build`` makes each sink from its settings
+    (:func:`~actors.sinks.build_sink`; a test passes its own)."""
     bound = []
     sinks = topic.named_sinks()
     for named in sinks:
-        sink = build_sink(named.settings)
+        sink = build(named.settings)
         sink.bind(SinkContext(
             label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
             group=group, topic=topic.topic, processor=topic.processor,

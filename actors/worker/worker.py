@@ -60,7 +60,7 @@ from actors.kafka import (
 )
 from actors.metrics import Metrics
 from actors.sink_health import SinkHealth
-from actors.sinks import FanOutSink, Sink, SinkBatch, run_fanout
+from actors.sinks import FanOutSink, Sink, SinkBatch, build_sink, run_fanout
 from actors.tokens import token_errors
 from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.committer import Committer
@@ -73,11 +73,14 @@ from actors.worker.start_from import StartRegistry
 from processors.avro import AvroDecoder
 from processors.backoff import backoff_s
 from processors.base import Processor
-from settings.models import GroupSettings, Settings, TopicSettings
+from settings.models import GroupSettings, Settings, SinkSettings, TopicSettings
 
 logger = logging.getLogger(__name__)
 
 _OUTBOX_BATCHES = 2
+
+ConsumerFactory = Callable[[Settings, GroupSettings, str, str], AIOKafkaConsumer]
+"""Builds a worker's unstarted consumer: (settings, group, bootstrap, client suffix)."""
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -114,6 +117,10 @@ class Worker:
         metrics: histograms to observe (batch sizes, sink writes, commits).
         starts: the process run's ``start_from`` registry (the master's, shared by
             every incarnation; a fresh one by default).
+        consumer_factory: builds the (unstarted) consumer, called as
+            :func:`~actors.kafka.build_consumer` is (the default); a test hands a fake.
+        sink_factory: builds each of the topic's sinks from its settings, as
+            :func:`~actors.sinks.build_sink` does (the default); a test hands its own.
     """
 
     def __init__(
@@ -132,6 +139,8 @@ class Worker:
         avro_keys: AvroDecoder | None = None,
         metrics: Metrics | None = None,
         starts: StartRegistry | None = None,
+        consumer_factory: ConsumerFactory = build_consumer,
+        sink_factory: Callable[[SinkSettings], Sink] = build_sink,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -140,6 +149,8 @@ class Worker:
         self.label = f"{self.group_id}/{topic.topic}#{incarnation}"
         self._processor_cls = processor_cls
         self._bootstrap = bootstrap
+        self._consumer_factory = consumer_factory
+        self._sink_factory = sink_factory
         self.drain = drain
         self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
                       "dead_lettered": 0, "filtered": 0, "committed": 0, "paused": 0}
@@ -305,6 +316,7 @@ class Worker:
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
+                            build=self._sink_factory,
                             refuse=self.pipeline.dead_letters.refuser, health=self._sink_health.get,
                             group=self.group_id)
         self.sinks = self.rebalance.sinks = [bound.sink for bound in sinks]
@@ -342,7 +354,7 @@ class Worker:
         (0.5 s doubling to 30 s) and named in ``/readyz`` meanwhile."""
         attempt = 0
         while True:
-            consumer = build_consumer(self.settings, self.group, self._bootstrap,
+            consumer = self._consumer_factory(self.settings, self.group, self._bootstrap,
                                       self.topic.topic)
             try:
                 await consumer.start()

@@ -6,44 +6,34 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from actors.worker import Worker
-from processors.json_rows import JsonRowsProcessor
-from settings import load_settings
-from tests.actors.test_worker_fake_consumer import (
+from tests.fake_consumer import FakeConsumer
+from tests.kit import (
     TOPIC,
     TP,
-    GateSink,
+    RecordingSink,
+    make_worker,
     stop_in_phase_two,
     until,
     values,
+    worker_settings,
 )
-from tests.fake_consumer import FakeConsumer, patch_consumer
-from tests.kafkautil import write_config
 
 
-def fan_out_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer,
-                   sinks: dict[str, GateSink]) -> Worker:
-    cfg = write_config(tmp_path / "kstage.yml", "127.0.0.1:9", "g-fan",
-                       [{"topic": TOPIC, "processor": "json_rows",
-                         "sinks": [{"type": "jsonl", "path": name} for name in sinks]}],
-                       commit={"mode": "batch", "max_messages": 1, "max_interval_s": 0.2},
-                       supervisor={"shutdown_grace_s": 1}, max_poll_records=2)
-    settings = load_settings(cfg)
-    group = settings.groups[0]
-    patch_consumer(monkeypatch, consumer)
-    monkeypatch.setattr("actors.worker.bound.build_sink",
-                        lambda named: sinks[named.path])  # type: ignore[attr-defined]
-    return Worker(settings=settings, group=group, topic=group.topics[0],
-                  processor_cls=JsonRowsProcessor, bootstrap="127.0.0.1:9")
+def fan_out_worker(tmp_path: Path, consumer: FakeConsumer,
+                   sinks: dict[str, RecordingSink]) -> Worker:
+    """A worker whose topic fans out to ``sinks`` (by name: jsonl sinks of that path)."""
+    settings = worker_settings(tmp_path, topic={
+        "sinks": [{"type": "jsonl", "path": name} for name in sinks]})
+    return make_worker(settings, consumer,
+                       lambda named: sinks[named.path])  # type: ignore[attr-defined]
 
 
 async def test_a_revoke_while_one_sink_hangs_commits_what_every_sink_acked(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(6)))})
-    fast, slow = GateSink(), GateSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]
-    worker = fan_out_worker(tmp_path, monkeypatch, consumer, {"fast": fast, "slow": slow})
+    fast, slow = RecordingSink(), RecordingSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]
+    worker = fan_out_worker(tmp_path, consumer, {"fast": fast, "slow": slow})
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(slow.held.wait(), 10)
@@ -67,10 +57,10 @@ async def test_a_revoke_while_one_sink_hangs_commits_what_every_sink_acked(
 
 
 async def test_a_stop_while_one_sink_hangs_commits_nothing_that_sink_lacks(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(4)))})
-    fast, slow = GateSink(), GateSink(hold=2)
-    worker = fan_out_worker(tmp_path, monkeypatch, consumer, {"fast": fast, "slow": slow})
+    fast, slow = RecordingSink(), RecordingSink(hold=2)
+    worker = fan_out_worker(tmp_path, consumer, {"fast": fast, "slow": slow})
     run = asyncio.create_task(worker.run())
     await asyncio.wait_for(slow.held.wait(), 10)
     await until(lambda: fast.written == [0, 1, 2, 3], "the fast sink wrote all")

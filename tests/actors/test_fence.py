@@ -4,42 +4,23 @@ write (with their retries), never written or acked afterwards."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 from aiokafka import TopicPartition
 
-from actors.errors import SinkError
-from actors.offsets import Entry
-from actors.sinks import END, Fence, Sink, SinkBatch, SinkCapabilities, run_sink
-from processors.base import Row
+from actors.sinks import END, Fence, SinkBatch, SinkCapabilities, run_sink
+from tests.kit import RecordingSink, batch
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
-class HangingSink(Sink):
+def hanging_sink(concurrency: int = 1, pipelined: bool = False) -> RecordingSink:
     """Writes of partition 0 fail and are retried until released; partition 1 writes."""
-
-    def __init__(self, concurrency: int = 1, pipelined: bool = False) -> None:
-        self.capabilities = SinkCapabilities(max_concurrency=concurrency, pipelined=pipelined)
-        self.attempts: list[int] = []
-        self.written: list[int] = []
-        self.attempted = asyncio.Event()
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        n = int(rows[0]["n"])
-        self.attempts.append(n)
-        self.attempted.set()
-        if rows[0]["p"] == 0:
-            await asyncio.sleep(0.01)
-            raise SinkError("down")
-        self.written.append(n)
+    return RecordingSink(key="n", fails=lambda rows: rows[0]["p"] == 0,
+                         capabilities=SinkCapabilities(max_concurrency=concurrency,
+                                                       pipelined=pipelined))
 
 
-def batch(tp: TopicPartition, n: int) -> SinkBatch:
-    return SinkBatch([{"n": n, "p": tp.partition}], Entry(tp, n + 1, 1))
-
-
-async def run_case(sink: HangingSink) -> list[int]:
+async def run_case(sink: RecordingSink) -> list[int]:
     fence = Fence()
     mailbox: asyncio.Queue[SinkBatch] = asyncio.Queue()
     acked: list[int] = []
@@ -62,15 +43,15 @@ async def run_case(sink: HangingSink) -> list[int]:
 
 
 async def test_fence_cancels_the_retrying_write_and_drops_queued_batches() -> None:
-    assert await run_case(HangingSink()) == [3]
+    assert await run_case(hanging_sink()) == [3]
 
 
 async def test_fence_with_partition_lanes() -> None:
-    assert await run_case(HangingSink(concurrency=4)) == [3]
+    assert await run_case(hanging_sink(concurrency=4)) == [3]
 
 
 async def test_fence_with_a_pipelined_sink() -> None:
-    sink = HangingSink(pipelined=True)
+    sink = hanging_sink(pipelined=True)
     fence = Fence()
     mailbox: asyncio.Queue[SinkBatch] = asyncio.Queue()
     acked: list[int] = []

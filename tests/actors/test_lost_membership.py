@@ -9,26 +9,17 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
-from tests.actors.test_worker_fake_consumer import (
-    TOPIC,
-    TP,
-    GateSink,
-    make_worker,
-    until,
-    values,
-)
 from tests.fake_consumer import FakeConsumer
+from tests.kit import TOPIC, TP, RecordingSink, make_worker, until, values, worker_settings
 
 SESSION = {"session_timeout_ms": 1000, "heartbeat_interval_ms": 100}
 
 
 async def test_silent_heartbeats_fence_the_hanging_write_and_rejoin(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(6)))})
-    sink = GateSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]: the second write hangs
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, group_keys=SESSION)
+    sink = RecordingSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]: the second write hangs
+    worker = make_worker(worker_settings(tmp_path, **SESSION), consumer, sink)
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(sink.held.wait(), 10)
@@ -66,10 +57,10 @@ async def test_silent_heartbeats_fence_the_hanging_write_and_rejoin(
 
 
 async def test_answered_heartbeats_keep_the_partitions(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(4)))})
-    sink = GateSink()
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, group_keys=SESSION)
+    sink = RecordingSink()
+    worker = make_worker(worker_settings(tmp_path, **SESSION), consumer, sink)
     run = asyncio.create_task(worker.run())
     try:
         await until(lambda: consumer.committed_offsets.get(TP) == 4, "everything committed")
@@ -97,10 +88,11 @@ class SlowProbe(FakeConsumer):
 
 
 async def test_a_hanging_security_probe_never_holds_the_fence_back(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = SlowProbe()
-    worker = make_worker(tmp_path, monkeypatch, consumer, GateSink(),
-                         group_keys={"session_timeout_ms": 6000, "heartbeat_interval_ms": 500})
+    worker = make_worker(
+        worker_settings(tmp_path, session_timeout_ms=6000, heartbeat_interval_ms=500),
+        consumer, RecordingSink())
     run = asyncio.create_task(worker.run())
     try:
         await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")

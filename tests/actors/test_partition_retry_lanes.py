@@ -17,10 +17,8 @@ from aiokafka import TopicPartition
 from actors.worker import Worker
 from processors.base import Message, Row
 from processors.json_rows import JsonRowsProcessor
-from settings import load_settings
-from tests.actors.test_worker_fake_consumer import GateSink, until, values
-from tests.fake_consumer import FakeConsumer, patch_consumer
-from tests.kafkautil import write_config
+from tests.fake_consumer import FakeConsumer
+from tests.kit import RecordingSink, make_worker, until, values, worker_settings
 
 TOPIC = "t"
 TP0, TP1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -57,44 +55,29 @@ class HeldSleep:
         return not self.stopped.is_set()
 
 
-class PartSink(GateSink):
-    """Records (partition, offset) of every row it wrote."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[tuple[int, int]] = []
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        await super().write(rows)
-        self.rows.extend((int(r["_partition"]), int(r["_offset"])) for r in rows)
+def parts(sink: RecordingSink) -> list[tuple[int, int]]:
+    """(partition, offset) of every row ``sink`` wrote."""
+    return [(int(r["_partition"]), int(r["_offset"])) for r in sink.rows]
 
 
-def make_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer,
-                sink: GateSink, sleep: HeldSleep, **commit: Any) -> Worker:
-    cfg = write_config(tmp_path / "kstage.yml", "127.0.0.1:9", "g-fake",
-                       [{"topic": TOPIC, "processor": "json_rows"}],
-                       commit={"mode": "batch", "max_messages": 1, "max_interval_s": 0.2,
-                               **commit},
-                       failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": 600_000,
-                                "max_backoff_ms": 600_000, "then": "continue"},
-                       supervisor={"shutdown_grace_s": 1}, max_poll_records=10)
-    settings = load_settings(cfg)
-    group = settings.groups[0]
-    patch_consumer(monkeypatch, consumer)
-    monkeypatch.setattr("actors.worker.bound.build_sink", lambda _settings: sink)
-    worker = Worker(settings=settings, group=group, topic=group.topics[0],
-                    processor_cls=FailingRows, bootstrap="127.0.0.1:9", sleep=sleep)
+def lane_worker(tmp_path: Path, consumer: FakeConsumer, sink: RecordingSink,
+                sleep: HeldSleep, **commit: Any) -> Worker:
+    settings = worker_settings(
+        tmp_path, commit=commit, max_poll_records=10,
+        failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": 600_000,
+                 "max_backoff_ms": 600_000, "then": "continue"})
+    worker = make_worker(settings, consumer, sink, processor_cls=FailingRows, sleep=sleep)
     sleep.stopped = worker.flow.intake_stopped
     return worker
 
 
 @pytest.mark.parametrize("mode", ["batch", "per_message"])
 async def test_a_retry_wait_holds_only_its_partition_in_order(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+        tmp_path: Path, mode: str) -> None:
     consumer = FakeConsumer(TOPIC, {0: values({"i": 0}, {"fail": True}, {"i": 2}),
                                     1: values({"i": 10}, {"i": 11})})
-    sink, sleep = PartSink(), HeldSleep()
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, sleep, mode=mode)
+    sink, sleep = RecordingSink(), HeldSleep()
+    worker = lane_worker(tmp_path, consumer, sink, sleep, mode=mode)
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(sleep.waiting.wait(), 10)
@@ -110,8 +93,8 @@ async def test_a_retry_wait_holds_only_its_partition_in_order(
     finally:
         worker.stop_intake()
         await asyncio.wait_for(run, 10)
-    assert [o for p, o in sink.rows if p == 0] == [0, 2, 3], sink.rows
-    assert [o for p, o in sink.rows if p == 1] == [0, 1, 2], sink.rows
+    assert [o for p, o in parts(sink) if p == 0] == [0, 2, 3], parts(sink)
+    assert [o for p, o in parts(sink) if p == 1] == [0, 1, 2], parts(sink)
     dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
     assert [(d["partition"], d["offset"], d["attempts"]) for d in dead] == [(0, 1, 2)]
     assert worker.in_flight == 0 and not worker.flow.lanes and consumer.paused() == set()
@@ -119,11 +102,11 @@ async def test_a_retry_wait_holds_only_its_partition_in_order(
 
 
 async def test_a_revoke_ends_the_retry_wait_at_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values({"i": 0}, {"fail": True}, {"i": 2}),
                                     1: values({"i": 10})})
-    sink, sleep = PartSink(), HeldSleep()
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, sleep)
+    sink, sleep = RecordingSink(), HeldSleep()
+    worker = lane_worker(tmp_path, consumer, sink, sleep)
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(sleep.waiting.wait(), 10)
@@ -144,13 +127,13 @@ async def test_a_revoke_ends_the_retry_wait_at_once(
 
 
 async def test_messages_held_behind_a_retry_wait_do_not_fill_the_pipeline(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """The waiting partition holds more messages than ``max_in_flight``: they are
     bounded (the partition is paused), so they do not stop the other partition."""
     consumer = FakeConsumer(TOPIC, {0: values({"fail": True}, *({"i": i} for i in range(5))),
                                     1: []})
-    sink, sleep = PartSink(), HeldSleep()
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, sleep, max_in_flight=3)
+    sink, sleep = RecordingSink(), HeldSleep()
+    worker = lane_worker(tmp_path, consumer, sink, sleep, max_in_flight=3)
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(sleep.waiting.wait(), 10)
@@ -162,5 +145,5 @@ async def test_messages_held_behind_a_retry_wait_do_not_fill_the_pipeline(
     finally:
         worker.stop_intake()
         await asyncio.wait_for(run, 10)
-    assert [o for p, o in sink.rows if p == 0] == [1, 2, 3, 4, 5]
+    assert [o for p, o in parts(sink) if p == 0] == [1, 2, 3, 4, 5]
     assert worker.in_flight == 0

@@ -8,15 +8,13 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from actors.sinks import Position, SinkCapabilities
 from processors.base import Row
-from tests.actors.test_worker_fake_consumer import TOPIC, TP, GateSink, make_worker, until, values
 from tests.fake_consumer import FakeConsumer
+from tests.kit import TOPIC, TP, RecordingSink, make_worker, until, values, worker_settings
 
 
-class TableLikeSink(GateSink):
+class TableLikeSink(RecordingSink):
     """Holds partition 0 up to ``holds``; answers ``assigned`` once released."""
 
     type = "table-like"
@@ -43,11 +41,11 @@ class TableLikeSink(GateSink):
 
 
 async def test_a_partition_waits_paused_for_its_table_then_resumes_where_it_holds_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(10)))},
                             assign_on_poll=False)
     sink = TableLikeSink(holds=6)
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink)
+    worker = make_worker(worker_settings(tmp_path), consumer, sink)
     run = asyncio.create_task(worker.run())
     try:
         await until(lambda: consumer.listener is not None and worker.task_group is not None,
@@ -68,10 +66,10 @@ async def test_a_partition_waits_paused_for_its_table_then_resumes_where_it_hold
 
 
 async def test_a_revoke_while_the_table_is_asked_never_seeks_the_next_owners_partition(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(4)))})
     sink = TableLikeSink(holds=3)
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink)
+    worker = make_worker(worker_settings(tmp_path), consumer, sink)
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(sink.asked.wait(), 10)

@@ -5,90 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-import pytest
-from aiokafka import TopicPartition
-
-from actors.sinks import Sink
-from actors.worker import Worker
-from processors.base import Row
-from processors.json_rows import JsonRowsProcessor
-from settings import load_settings
-from tests.fake_consumer import FakeConsumer, patch_consumer
-from tests.kafkautil import write_config
-
-TOPIC = "t"
-TP = TopicPartition(TOPIC, 0)
-
-
-class GateSink(Sink):
-    """Records what it wrote; its ``hold``-th write waits until released."""
-
-    type = "gate"
-
-    def __init__(self, hold: int | None = None) -> None:
-        self.written: list[int] = []
-        self.writes = 0
-        self.hold = hold
-        self.held, self.release = asyncio.Event(), asyncio.Event()
-
-    async def write(self, rows: Sequence[Row]) -> None:
-        self.writes += 1
-        if self.writes == self.hold:
-            self.held.set()
-            await self.release.wait()
-        self.written.extend(int(r["_offset"]) for r in rows)
-
-
-def make_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer: FakeConsumer,
-                sink: GateSink, *, group_keys: dict[str, Any] | None = None,
-                **kwargs: Any) -> Worker:
-    cfg = write_config(tmp_path / "kstage.yml", "127.0.0.1:9", "g-fake",
-                       [{"topic": TOPIC, "processor": "json_rows"}],
-                       commit={"mode": "batch", "max_messages": 1, "max_interval_s": 0.2},
-                       supervisor={"shutdown_grace_s": 1}, max_poll_records=2,
-                       **(group_keys or {}))
-    settings = load_settings(cfg)
-    group = settings.groups[0]
-    patch_consumer(monkeypatch, consumer)
-    monkeypatch.setattr("actors.worker.bound.build_sink", lambda _settings: sink)
-    return Worker(settings=settings, group=group, topic=group.topics[0],
-                  processor_cls=JsonRowsProcessor, bootstrap="127.0.0.1:9", **kwargs)
-
-
-async def until(predicate: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    """Wait (bounded) until ``predicate`` holds."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
-async def stop_in_phase_two(worker: Worker, run: asyncio.Task[None]) -> None:
-    """A two-phase stop during a write that hangs: phase 1 (stop intake) must keep
-    waiting for it; phase 2 cancels the worker."""
-    worker.stop_intake()
-    await asyncio.wait([run], timeout=0.5)
-    assert not run.done(), "phase 1 waits for the write under way"
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
-
-
-def values(*items: Any) -> list[bytes | None]:
-    return [v if isinstance(v, bytes) else json.dumps(v).encode() for v in items]
+from tests.fake_consumer import FakeConsumer
+from tests.kit import (
+    TOPIC,
+    TP,
+    RecordingSink,
+    make_worker,
+    stop_in_phase_two,
+    until,
+    values,
+    worker_settings,
+)
 
 
 async def test_a_revoke_mid_batch_commits_only_the_acked_prefix_and_loses_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(6)))})
-    sink = GateSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]: the second write hangs
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink)
+    sink = RecordingSink(hold=2)  # batches [0, 1] [2, 3] [4, 5]: the second write hangs
+    worker = make_worker(worker_settings(tmp_path), consumer, sink)
     run = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(sink.held.wait(), 10)
@@ -111,11 +47,11 @@ async def test_a_revoke_mid_batch_commits_only_the_acked_prefix_and_loses_nothin
 
 
 async def test_a_poison_record_is_dead_lettered_and_the_offset_moves_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = FakeConsumer(TOPIC, {0: values({"i": 0}, b"{not json", {"i": 2})})
-    sink = GateSink()
+    sink = RecordingSink()
     drained = asyncio.Event()
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, drain=True,
+    worker = make_worker(worker_settings(tmp_path), consumer, sink, drain=True,
                          on_drained=lambda _: drained.set())
     run = asyncio.create_task(worker.run())
     try:
@@ -132,12 +68,12 @@ async def test_a_poison_record_is_dead_lettered_and_the_offset_moves_on(
 
 
 async def test_a_stop_while_a_write_hangs_commits_nothing_of_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """Phase 2 of a stop (cancelling run) abandons the hanging write: only acked work
     is committed, and the worker names what it abandoned."""
     consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(4)))})
-    sink = GateSink(hold=2)
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink)
+    sink = RecordingSink(hold=2)
+    worker = make_worker(worker_settings(tmp_path), consumer, sink)
     run = asyncio.create_task(worker.run())
     await asyncio.wait_for(sink.held.wait(), 10)
     await until(lambda: consumer.committed_offsets.get(TP) == 2, "the first commit")

@@ -11,15 +11,8 @@ from pathlib import Path
 import pytest
 
 from actors.kafka import KafkaSecurityError
-from tests.actors.test_worker_fake_consumer import (
-    TOPIC,
-    TP,
-    GateSink,
-    make_worker,
-    until,
-    values,
-)
 from tests.fake_consumer import FakeConsumer
+from tests.kit import TOPIC, TP, RecordingSink, make_worker, until, values, worker_settings
 
 REFUSED = "the broker at 127.0.0.1:9 refused the SASL login of user 'kstage'"
 
@@ -41,10 +34,10 @@ class RefusingConsumer(FakeConsumer):
 
 
 async def test_a_restarted_worker_retries_a_refused_login_and_says_so(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = RefusingConsumer(refusals=2)
-    sink = GateSink()
-    worker = make_worker(tmp_path, monkeypatch, consumer, sink, incarnation=1)
+    sink = RecordingSink()
+    worker = make_worker(worker_settings(tmp_path), consumer, sink, incarnation=1)
     run = asyncio.create_task(worker.run())
     try:
         await until(lambda: consumer.attempts == 2, "the second refused start")
@@ -58,9 +51,9 @@ async def test_a_restarted_worker_retries_a_refused_login_and_says_so(
 
 
 async def test_a_refused_login_at_the_process_start_is_a_configuration_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     consumer = RefusingConsumer(refusals=1)
-    worker = make_worker(tmp_path, monkeypatch, consumer, GateSink())
+    worker = make_worker(worker_settings(tmp_path), consumer, RecordingSink())
     with pytest.raises(KafkaSecurityError, match="refused the SASL login"):
         await asyncio.wait_for(worker.run(), 10)
     assert consumer.attempts == 1

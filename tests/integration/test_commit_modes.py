@@ -13,15 +13,15 @@ from actors.errors import EscalationError
 from actors.master import Master
 from actors.worker import Worker
 from settings import load_settings
+from tests.conftest import Fresh
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
 
 pytestmark = pytest.mark.kafka
 
 
-async def run_drained(broker: str, tmp_path: Path, processor: str, values: list[Any],
+async def run_drained(fresh: Fresh, tmp_path: Path, processor: str, values: list[Any],
                       **cfg: Any) -> tuple[str, str, Master]:
-    topic, group = unique("mode"), unique("g-mode")
-    await create_topic(broker, topic)
+    broker, topic, group = fresh.bootstrap, fresh.topic, fresh.group
     await produce(broker, topic, values)
     options = cfg.pop("options", {})
     path = write_config(tmp_path / f"{topic}.yml", broker, group,
@@ -39,32 +39,32 @@ def worker_of(master: Master) -> Worker:
     return child
 
 
-async def test_per_message_commits_after_every_message(broker, tmp_path):
+async def test_per_message_commits_after_every_message(fresh, broker, tmp_path):
     topic, group, master = await run_drained(
-        broker, tmp_path, "json_rows", [{"i": i} for i in range(5)],
+        fresh, tmp_path, "json_rows", [{"i": i} for i in range(5)],
         commit={"mode": "per_message"})
     assert worker_of(master).stats["committed"] == 5
     assert (await committed(broker, group, topic, 1))[0] == 5
     assert len(read_jsonl(tmp_path / f"{topic}.jsonl")) == 5
 
 
-async def test_savepoint_commits_only_where_asked(broker, tmp_path):
+async def test_savepoint_commits_only_where_asked(fresh, broker, tmp_path):
     values = [{"i": i, "savepoint": i == 4} for i in range(10)]
-    topic, group, master = await run_drained(broker, tmp_path, "test_savepoint", values,
+    topic, group, master = await run_drained(fresh, tmp_path, "test_savepoint", values,
                                              commit={"mode": "savepoint"})
     assert len(read_jsonl(tmp_path / f"{topic}.jsonl")) == 10
     assert (await committed(broker, group, topic, 1))[0] == 5, "next offset after the savepoint"
 
 
-async def test_none_never_commits(broker, tmp_path):
-    topic, group, _ = await run_drained(broker, tmp_path, "json_rows",
+async def test_none_never_commits(fresh, broker, tmp_path):
+    topic, group, _ = await run_drained(fresh, tmp_path, "json_rows",
                                         [{"i": i} for i in range(3)], commit={"mode": "none"})
     assert len(read_jsonl(tmp_path / f"{topic}.jsonl")) == 3
     assert (await committed(broker, group, topic, 1))[0] == -1
 
 
-async def test_auto_commits_through_kafka_autocommit(broker, tmp_path):
-    topic, group, _ = await run_drained(broker, tmp_path, "json_rows",
+async def test_auto_commits_through_kafka_autocommit(fresh, broker, tmp_path):
+    topic, group, _ = await run_drained(fresh, tmp_path, "json_rows",
                                         [{"i": i} for i in range(3)],
                                         commit={"mode": "auto", "max_interval_s": 0.2})
     assert (await committed(broker, group, topic, 1))[0] == 3
@@ -85,9 +85,9 @@ async def test_run_warns_at_start_that_auto_can_lose_data(broker, tmp_path, ksta
     assert await proc.wait() == 0, proc.output()
 
 
-async def test_batch_wait_for_ack_commits_everything(broker, tmp_path):
+async def test_batch_wait_for_ack_commits_everything(fresh, broker, tmp_path):
     topic, group, master = await run_drained(
-        broker, tmp_path, "json_rows", [{"i": i} for i in range(250)],
+        fresh, tmp_path, "json_rows", [{"i": i} for i in range(250)],
         commit={"mode": "batch", "max_messages": 50, "max_interval_s": 60, "wait_for_ack": True},
         max_poll_records=25)
     assert (await committed(broker, group, topic, 1))[0] == 250
@@ -96,13 +96,13 @@ async def test_batch_wait_for_ack_commits_everything(broker, tmp_path):
     assert worker_of(master).stats["committed"] >= 2
 
 
-async def test_slow_processing_pauses_partitions_without_eviction(broker, tmp_path, caplog):
+async def test_slow_processing_pauses_partitions_without_eviction(fresh, broker, tmp_path, caplog):
     """Processing (6.4 s) takes far longer than max_poll_interval_ms (1.5 s), and the
     pipeline stays full longer than the pause threshold: partitions are paused, polling
     goes on, and the member is never evicted."""
     caplog.set_level("INFO", logger="actors.worker")
     topic, group, master = await run_drained(
-        broker, tmp_path, "test_slow", [{"i": i} for i in range(8)],
+        fresh, tmp_path, "test_slow", [{"i": i} for i in range(8)],
         options={"delay_s": 0.8}, max_poll_interval_ms=1500, max_poll_records=1,
         commit={"mode": "batch", "max_in_flight": 2, "max_messages": 1})
     worker = worker_of(master)

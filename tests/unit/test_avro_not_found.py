@@ -169,7 +169,7 @@ async def test_an_impossible_id_is_poison_at_once_even_with_a_window(
 # ------------------------------------------------------------------------- worker
 
 
-def make_worker(tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
+def avro_worker(tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
                 clock: Clock) -> tuple[Worker, list[float]]:
     settings = Settings.model_validate({
         "name": "t",
@@ -206,7 +206,7 @@ async def test_worker_waits_out_a_404_window_with_capped_backoff_and_shows_why(
 ) -> None:
     known = registry.register("e-value", json.dumps(EVENT))
     clock = Clock()
-    worker, waits = make_worker(tmp_path, registry, client, clock)
+    worker, waits = avro_worker(tmp_path, registry, client, clock)
     shown: list[str | None] = []
 
     async def sleep(seconds: float) -> bool:
@@ -234,7 +234,7 @@ async def test_worker_stops_waiting_when_the_window_ends(
     tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
 ) -> None:
     clock = Clock()
-    worker, waits = make_worker(tmp_path, registry, client, clock)
+    worker, waits = avro_worker(tmp_path, registry, client, clock)
     worker.pipeline.sleep = advancing_sleep(clock, waits)
     batch = records([value(1), value(4)])  # id 4 is unknown; id 1 gets known later
     register_until(registry, 1)
@@ -250,7 +250,7 @@ async def test_many_unknown_ids_in_a_batch_wait_one_window_not_one_each(
     tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
 ) -> None:
     clock = Clock()
-    worker, waits = make_worker(tmp_path, registry, client, clock)
+    worker, waits = avro_worker(tmp_path, registry, client, clock)
     worker.pipeline.sleep = advancing_sleep(clock, waits)
     batch = records([value(sid) for sid in (11, 12, 13, 14)])  # garbage ids, say
     assert await worker.pipeline.fetch_schemas(batch) is True
@@ -267,7 +267,7 @@ async def test_a_stop_during_the_wait_abandons_the_batch(
 ) -> None:
     known = registry.register("e-value", json.dumps(EVENT))
     registry.start_reloading()
-    worker, _ = make_worker(tmp_path, registry, client, Clock())
+    worker, _ = avro_worker(tmp_path, registry, client, Clock())
     task = asyncio.create_task(worker.pipeline.fetch_schemas(records([value(known)])))
     async with asyncio.timeout(10):
         while worker.snapshot()["waiting_for"] is None:
