@@ -15,6 +15,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.failure import Sleep
+from actors.lifecycle import Lifecycle
 from actors.metrics import Metrics
 from actors.preflight import resolve_processors as resolve_processors  # re-exported
 from actors.preflight import resolve_sinks
@@ -51,6 +52,7 @@ class Master:
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()
+        self.lifecycle = Lifecycle("master")
         # start_from applies once per process run, not per worker incarnation.
         self._starts = StartRegistry()
         factories = [
@@ -59,6 +61,10 @@ class Master:
         ]
         self.supervisor = OneForOneSupervisor(factories, settings.supervisor)
         self._expected = {name for name, _ in factories}
+
+    def __repr__(self) -> str:
+        return (f"<Master {self.lifecycle} workers={len(self._expected)} "
+                f"drained={len(self._drained)} restarts={self.supervisor.restarts}>")
 
     def _factory(self, group: GroupSettings, topic: TopicSettings) -> ChildFactory:
         reader = load_schema(topic.reader_schema) if topic.reader_schema else None
@@ -89,7 +95,7 @@ class Master:
         self._drained.add(f"{worker.group_id}/{worker.topic.topic}")
         if self._drained >= self._expected:
             logger.info("every worker drained its partitions: stopping")
-            self.request_stop()
+            self.stop()
 
     async def _status_loop(self) -> None:
         """Log one status line per worker every ``service.status_interval_s``."""
@@ -145,12 +151,23 @@ class Master:
         """True once every worker drained its partitions (``--drain``)."""
         return bool(self._expected) and self._drained >= self._expected
 
-    def request_stop(self) -> None:
-        """Begin the graceful two-phase stop (idempotent)."""
+    def stop(self) -> None:
+        """Begin the graceful two-phase stop (idempotent; see :mod:`actors.lifecycle`)."""
+        self.lifecycle.stopping()
         self._stop_requested.set()
 
     async def run(self) -> None:
-        """Run until stopped; raises FatalError on throw, escalation or a fatal start error."""
+        """Run until stopped; raises FatalError on throw, escalation or a fatal start
+        error. Runs once."""
+        self.lifecycle.start()
+        try:
+            await self._run()
+        except BaseException as exc:
+            self.lifecycle.ended(crashed=not isinstance(exc, asyncio.CancelledError))
+            raise
+        self.lifecycle.ended()
+
+    async def _run(self) -> None:
         if not self.settings.groups:
             raise FatalError("no consumer groups configured: nothing to do")
         if self.settings.schema_registry is None:
@@ -196,7 +213,7 @@ class Master:
         try:
             await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
             if not run.done():
-                await self.supervisor.shutdown()
+                self.supervisor.stop()
             await run
             if self.supervisor.cancelled:
                 self._report_cancelled()

@@ -7,7 +7,8 @@ the other children and raises :class:`~actors.errors.EscalationError`. A
 :class:`~actors.errors.FatalError` from a child (failure mode ``throw``, no committed
 offset with ``auto_offset_reset: none``) is never restarted; it stops everything too.
 
-Stop, in two phases (see :meth:`OneForOneSupervisor.shutdown`):
+Stop, in two phases (:meth:`OneForOneSupervisor.stop` asks, :meth:`~OneForOneSupervisor.run`
+carries them out; the vocabulary is :mod:`actors.lifecycle`'s):
 
 1. ask every child to stop intake, drain and commit; wait ``shutdown_grace_s``;
 2. cancel whatever is left and wait ``abort_grace_s``; then name the stragglers.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from actors.errors import EscalationError, FatalError
+from actors.lifecycle import Lifecycle
 from processors.backoff import Jitter, backoff_s
 from settings.models import SupervisorSettings
 
@@ -36,7 +38,7 @@ class Child(Protocol):
 
     async def run(self) -> None: ...
 
-    def stop_intake(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 ChildFactory = Callable[[int], Child]
@@ -97,7 +99,8 @@ class OneForOneSupervisor:
         self.policy = policy or RestartPolicy(settings)
         self._slots = [_Slot(f, name) for name, f in factories]
         self._sleep = sleep
-        self._stopping = False
+        self._stopping = False  # the two phases began
+        self.lifecycle = Lifecycle("supervisor")
         self._wakeup = asyncio.Event()
         self.restarts = 0
         self.cancelled: list[str] = []
@@ -105,7 +108,13 @@ class OneForOneSupervisor:
 
     def __repr__(self) -> str:
         live = sum(1 for s in self._slots if s.task and not s.task.done())
-        return f"<OneForOneSupervisor children={len(self._slots)} live={live}>"
+        return (f"<OneForOneSupervisor {self.lifecycle} children={len(self._slots)} "
+                f"live={live} restarts={self.restarts}>")
+
+    @property
+    def _stop_asked(self) -> bool:
+        """A stop was asked or began: no child is (re)started any more."""
+        return self._stopping or self.lifecycle.stopping_or_done
 
     @property
     def children(self) -> list[Child]:
@@ -115,7 +124,7 @@ class OneForOneSupervisor:
     async def _run_child(self, slot: _Slot, delay: float) -> None:
         if delay:
             await self._sleep(delay)
-            if self._stopping:
+            if self._stop_asked:
                 return
         child = slot.child = slot.factory(slot.incarnation)
         await child.run()
@@ -124,10 +133,27 @@ class OneForOneSupervisor:
         slot.task = asyncio.create_task(self._run_child(slot, delay), name=slot.name)
         slot.task.add_done_callback(lambda _: self._wakeup.set())
 
+    def stop(self) -> None:
+        """Phase 1 of a stop (idempotent): :meth:`run` asks every child to stop, waits
+        ``shutdown_grace_s``, cancels what is left (phase 2), waits ``abort_grace_s`` and
+        names the stragglers, then returns."""
+        self.lifecycle.stopping()
+        self._wakeup.set()
+
     async def run(self) -> None:
-        """Supervise until every child has finished (after :meth:`shutdown`) or a crash
-        escalates; raises the escalation or fatal error in that case."""
-        if self._stopping:  # shutdown() came first: nothing to start
+        """Supervise until stopped (:meth:`stop`; every child has finished or been
+        abandoned) or a crash escalates; raises the escalation or fatal error then."""
+        self.lifecycle.start()
+        try:
+            await self._supervise()
+        except BaseException as exc:
+            self.lifecycle.ended(crashed=not isinstance(exc, asyncio.CancelledError))
+            raise
+        self.lifecycle.ended()
+
+    async def _supervise(self) -> None:
+        if self.lifecycle.stopping_or_done:  # stop() came first: nothing to start
+            self._stopping = True
             return
         for slot in self._slots:
             self._launch(slot)
@@ -146,8 +172,9 @@ class OneForOneSupervisor:
                     logger.info("%s: finished", slot.name)
                     continue
                 self._on_crash(slot, exc)
-            if self.crash_reason is not None and not self._stopping:
-                await self.shutdown()
+            if (self.crash_reason is not None or self.lifecycle.stopping_or_done) \
+                    and not self._stopping:
+                await self._shutdown()
             if all(s.task is None for s in self._slots):
                 if self.crash_reason is not None:
                     raise self.crash_reason
@@ -159,7 +186,7 @@ class OneForOneSupervisor:
             self.crash_reason = self.crash_reason or exc
             return
         logger.error("%s crashed: %s: %s", slot.name, type(exc).__name__, exc, exc_info=exc)
-        if self._stopping:
+        if self._stop_asked:
             return
         if not self.policy.record_crash():
             msg = (f"{slot.name}: more than {self.settings.max_restarts} crashes within "
@@ -169,13 +196,13 @@ class OneForOneSupervisor:
             self.crash_reason = self.crash_reason or EscalationError(msg)
             return
         delay = self.policy.delay_s()
-        slot.child = None  # the dead incarnation must not receive stop_intake
+        slot.child = None  # the dead incarnation must not be asked to stop
         slot.incarnation += 1
         self.restarts += 1
         logger.warning("%s: restarting in %.2fs (restart %d)", slot.name, delay, self.restarts)
         self._launch(slot, delay)
 
-    async def shutdown(self) -> None:
+    async def _shutdown(self) -> None:
         """Two-phase stop of every child; returns when all are gone or abandoned."""
         if self._stopping:
             return
@@ -183,7 +210,7 @@ class OneForOneSupervisor:
         live = [s for s in self._slots if s.task is not None and not s.task.done()]
         for slot in live:
             if slot.child is not None:
-                slot.child.stop_intake()
+                slot.child.stop()
             else:  # still waiting out a restart backoff: nothing to drain
                 assert slot.task is not None  # noqa: S101
                 slot.task.cancel()

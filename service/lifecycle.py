@@ -183,7 +183,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
 
     def request_stop() -> None:
         signals.stop_seen.set()
-        master.request_stop()
+        master.stop()
 
     signals = _SignalWatch(loop, settings, request_stop, abort)
 

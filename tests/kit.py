@@ -181,7 +181,7 @@ async def until(predicate: Callable[[], object], what: str, timeout: float = 10)
 async def stop_in_phase_two(worker: Worker, run: asyncio.Task[None]) -> None:
     """A two-phase stop during a write that hangs: phase 1 (stop intake) must keep
     waiting for it; phase 2 cancels the worker."""
-    worker.stop_intake()
+    worker.stop()
     await asyncio.wait([run], timeout=0.5)
     assert not run.done(), "phase 1 waits for the write under way"
     run.cancel()

@@ -5,7 +5,7 @@ generation current when its poll *returned*. When the pipeline is full (``max_in
 messages not yet acked, or the inbox full) it holds what it fetched, pauses every
 assigned partition once the pipeline stays full, and keeps polling, so the member keeps
 heartbeating and never hits ``max_poll_interval_ms``. A stop gives up a poll held by a
-rebalance (:meth:`Fetcher.give_up`, called when the flow's intake stops).
+rebalance (:meth:`Fetcher._give_up`, called when the flow's intake stops).
 
 Its collaborators are narrow: the :class:`~actors.worker.flow.Flow`, the rebalance
 listener (committed offsets to seed, positions to advance to), the group's settings and
@@ -74,18 +74,18 @@ class Fetcher:
         # The micro-batching sinks flush now (set once they are built): the rows in
         # flight wait in their next flush while the window is full.
         self.flush_soon: Callable[[], None] | None = None
-        # The fetch task while it awaits getmany (see poll), and whether give_up
+        # The fetch task while it awaits getmany (see poll), and whether _give_up
         # cancelled it there.
         self._poll_task: asyncio.Task[Any] | None = None
         self._poll_given_up = False
-        flow.on_stop_intake(self.give_up)
+        flow.on_stop_intake(self._give_up)
 
     def __repr__(self) -> str:
         state = ("polling" if self._poll_task is not None
                  else "stopped" if self.flow.should_stop else "idle")
         return f"<Fetcher {self.label} {state}>"
 
-    def give_up(self) -> None:
+    def _give_up(self) -> None:
         """A stop: give up the poll under way (if any); see :meth:`poll`."""
         if self._poll_task is not None and not self._poll_given_up:
             self._poll_given_up = True  # poll takes this cancellation back
@@ -189,7 +189,7 @@ class Fetcher:
         getmany waits for the new assignment whatever its timeout (up to the rebalance
         timeout of Kafka), and a stop must not wait for a rejoin it does not need.
 
-        :meth:`give_up` cancels the fetch task while it awaits here (and only here),
+        :meth:`_give_up` cancels the fetch task while it awaits here (and only here),
         and the cancellation is taken back: no task or future per poll on the hot path
         (the fetch loop polls with ``timeout_ms=0`` many times a second).
         """

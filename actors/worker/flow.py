@@ -29,6 +29,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from actors.offsets import OffsetTracker
 from actors.sinks import Fence
 
 _INBOX_BATCHES = 2
@@ -183,6 +184,25 @@ class Flow:
             self.fetched_span.pop(tp, None)
         self.room.set()
         self.progress.set()
+
+    def abandoned(self, tracker: OffsetTracker) -> list[str]:
+        """The work fetched but not committed (per ``tracker``), per partition (empty:
+        nothing), for a stop that had to cancel the worker; its new owner or next start
+        re-reads it."""
+        commits = self.owns_offsets
+        pending = self.in_flight > 0 or tracker.pending_count() > 0
+        if not pending and not (commits and tracker.to_commit()):
+            return []
+        parts = []
+        spans = sorted(self.fetched_span.items(), key=lambda item: item[0].partition)
+        for tp, (first, end) in (spans if commits else ()):
+            committed = tracker.committed(tp)
+            start = first if committed is None else max(committed, first)
+            if end > start:
+                parts.append(f"{tp.topic}[{tp.partition}] offsets {start}-{end - 1}")
+        if self.in_flight > 0:
+            parts.append(f"{self.in_flight} message(s) in flight")
+        return parts or ["acked work whose commit failed"]
 
     def cancel_lanes(self, revoked: set[TopicPartition]) -> int:
         """A revoke: the revoked partitions' retry waits end now, their held messages

@@ -31,8 +31,9 @@ of the partition is written after the revoke returned. A lost membership (no hea
 answered for a session) fences every partition at once, without a drain or a commit, and
 rejoins: a fifth task, the membership watch (:meth:`Rebalance.watch`).
 
-Stopping: :meth:`Worker.stop_intake` (the flow's) ends the fetch loop; the END sentinel then flows
-down the pipeline, every loop finishes its queue, and a final commit follows (phase 1).
+Stopping (:mod:`actors.lifecycle`): :meth:`Worker.stop` ends the fetch loop; the END
+sentinel then flows down the pipeline, every loop finishes its queue, and a final commit
+follows (phase 1).
 Cancelling :meth:`Worker.run` (phase 2) abandons work in progress: only what the sink
 had already acked is committed, never the cancelled work.
 """
@@ -58,6 +59,7 @@ from actors.kafka import (
     coordinator_known,
     rebalance_timeout_ms,
 )
+from actors.lifecycle import Lifecycle
 from actors.metrics import Metrics
 from actors.sink_health import SinkHealth
 from actors.sinks import FanOutSink, Sink, SinkBatch, build_sink, run_fanout
@@ -160,6 +162,7 @@ class Worker:
         self.committer = Committer(group.commit, label=self.label, stats=self.stats,
                                    metrics=metrics, metric_labels=(self.group_id, topic.topic))
         self.flow = flow = Flow(owns_offsets=self.committer.owns_offsets, label=self.label)
+        self.lifecycle = Lifecycle(self.label)
         failure = topic.failure or group.failure
         self.pipeline = RecordPipeline(
             topic=topic, processor=None, group_id=self.group_id, label=self.label,
@@ -199,9 +202,7 @@ class Worker:
 
     def __repr__(self) -> str:
         flow = self.flow
-        state = ("stopping" if flow.should_stop else "running" if self._tg is not None
-                 else "idle")
-        return (f"<Worker {self.label} {state} assigned="
+        return (f"<Worker {self.label} {self.lifecycle} assigned="
                 f"{sorted(tp.partition for tp in flow.assigned)} gen={flow.generation} "
                 f"in_flight={flow.in_flight} lanes={len(flow.lanes)}>")
 
@@ -284,27 +285,15 @@ class Worker:
 
     def abandoned(self) -> list[str]:
         """The work fetched but not committed, per partition (empty: nothing), for a stop
-        that had to cancel this worker; its new owner or next start re-reads it."""
-        tracker = self.committer.tracker
-        commits = self.committer.owns_offsets
-        pending = self.in_flight > 0 or tracker.pending_count() > 0
-        if not pending and not (commits and tracker.to_commit()):
-            return []
-        parts = []
-        spans = sorted(self.flow.fetched_span.items(), key=lambda item: item[0].partition)
-        for tp, (first, end) in (spans if commits else ()):
-            committed = tracker.committed(tp)
-            start = first if committed is None else max(committed, first)
-            if end > start:
-                parts.append(f"{tp.topic}[{tp.partition}] offsets {start}-{end - 1}")
-        if self.in_flight > 0:
-            parts.append(f"{self.in_flight} message(s) in flight")
-        return parts or ["acked work whose commit failed"]
+        that had to cancel this worker (see :meth:`Flow.abandoned`)."""
+        return self.flow.abandoned(self.committer.tracker)
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def stop_intake(self) -> None:
-        """Phase 1 of a stop: fetch no more; drain, commit and return from :meth:`run`."""
+    def stop(self) -> None:
+        """Phase 1 of a stop: fetch no more; drain, commit and return from :meth:`run`
+        (see :mod:`actors.lifecycle`)."""
+        self.lifecycle.stopping()
         self.flow.stop_intake()
 
     @property
@@ -312,7 +301,17 @@ class Worker:
         return self.flow.should_stop
 
     async def run(self) -> None:
-        """Run until stopped (returns) or crashed (raises). Cancel to abort."""
+        """Run until stopped (returns) or crashed (raises); cancel it to abort (phase 2
+        of a stop). Runs once."""
+        self.lifecycle.start()
+        try:
+            await self._run()
+        except BaseException as exc:
+            self.lifecycle.ended(crashed=not isinstance(exc, asyncio.CancelledError))
+            raise
+        self.lifecycle.ended()
+
+    async def _run(self) -> None:
         processor = self._processor_cls(self.topic.options)
         self.pipeline.use(processor)
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,

@@ -51,7 +51,7 @@ async def test_a_revoke_while_one_sink_hangs_commits_what_every_sink_acked(
         assert slow.written == [0, 1, 2, 3, 4, 5], "lost or written twice"
         assert fast.written == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5], "re-read: at-least-once"
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
     assert consumer.committed_offsets == {TP: 6} and worker.abandoned() == []
 

@@ -51,7 +51,7 @@ async def test_silent_heartbeats_fence_the_hanging_write_and_rejoin(
         await until(lambda: consumer.committed_offsets.get(TP) == 6, "everything committed")
         assert sink.written == [0, 1, 2, 3, 4, 5], "lost or written twice"
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
     assert consumer.rejoins == 1
 
@@ -68,7 +68,7 @@ async def test_answered_heartbeats_keep_the_partitions(
         assert consumer.rejoins == 0 and worker.snapshot()["membership_lost"] is None
         assert [p["partition"] for p in worker.snapshot()["partitions"]] == [0]
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
 
 
@@ -102,5 +102,5 @@ async def test_a_hanging_security_probe_never_holds_the_fence_back(
         await until(lambda: consumer.rejoins == 1, "the fence", timeout=10)
         assert time.monotonic() - silent_from < 7, "the probe held the fence back"
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)  # the hanging probe does not hold the stop

@@ -91,7 +91,7 @@ async def test_a_retry_wait_holds_only_its_partition_in_order(
         sleep.release.set()  # the retry fails again: dead-lettered, then in order
         await until(lambda: consumer.committed_offsets.get(TP0) == 4, "partition 0 going on")
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
     assert [o for p, o in parts(sink) if p == 0] == [0, 2, 3], parts(sink)
     assert [o for p, o in parts(sink) if p == 1] == [0, 1, 2], parts(sink)
@@ -118,7 +118,7 @@ async def test_a_revoke_ends_the_retry_wait_at_once(
         await consumer.rebalance(assigned={TP0})  # back: re-read from offset 1, wait again
         await until(lambda: len(sleep.calls) == 2, "the message retried again")
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
     assert consumer.committed_offsets == {TP0: 1, TP1: 1}, "a stop abandons the wait"
     assert not (tmp_path / "dead.jsonl").exists()
@@ -143,7 +143,7 @@ async def test_messages_held_behind_a_retry_wait_do_not_fill_the_pipeline(
         sleep.release.set()
         await until(lambda: consumer.committed_offsets.get(TP0) == 6, "partition 0 going on")
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
     assert [o for p, o in parts(sink) if p == 0] == [1, 2, 3, 4, 5]
     assert worker.in_flight == 0

@@ -1,7 +1,7 @@
 """A stop gives up a poll that waits for a rebalance; other cancellations go through.
 
 aiokafka's ``getmany`` waits for a new assignment while the group rebalances, whatever
-its timeout (up to the rebalance timeout on Kafka). ``Worker.stop_intake`` cancels the
+its timeout (up to the rebalance timeout on Kafka). ``Worker.stop`` cancels the
 fetch task while it awaits there and ``Fetcher.poll`` takes that cancellation back (no task or
 future per poll on the hot path)."""
 
@@ -41,11 +41,11 @@ def worker(tmp_path: Path) -> Worker:
                   processor_cls=JsonRowsProcessor, bootstrap="127.0.0.1:9")
 
 
-async def test_stop_intake_gives_up_a_poll_held_by_a_rebalance(tmp_path: Path) -> None:
+async def test_stop_gives_up_a_poll_held_by_a_rebalance(tmp_path: Path) -> None:
     w, consumer = worker(tmp_path), RebalancingConsumer()
     poll = asyncio.create_task(w.fetcher.poll(consumer, 10, 0))  # type: ignore[arg-type]
     await asyncio.wait_for(consumer.entered.wait(), 5)
-    w.stop_intake()
+    w.stop()
     await asyncio.wait([poll], timeout=5)  # (wait_for would cancel it at its timeout)
     assert poll.done(), "the poll still waits for the rebalance after the stop"
     assert poll.result() == {}
@@ -112,5 +112,5 @@ async def test_records_of_a_poll_that_waited_out_a_reassignment_are_live(
         assert (tp, len(records)) == (TP, 3)
         assert w.flow.live(tp, gen), "live records of the new assignment taken for stale"
     finally:
-        w.stop_intake()
+        w.stop()
         await asyncio.wait_for(fetch, 5)

@@ -61,7 +61,7 @@ async def test_a_partition_waits_paused_for_its_table_then_resumes_where_it_hold
         assert consumer.commits[0] == {TP: 6}  # that offset is committed at once
         assert worker.stats["consumed"] == 4  # nothing before it was read
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
 
 
@@ -82,6 +82,6 @@ async def test_a_revoke_while_the_table_is_asked_never_seeks_the_next_owners_par
         await until(lambda: consumer.committed_offsets.get(TP) == 4, "everything committed")
         assert sink.written == [3]
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
 

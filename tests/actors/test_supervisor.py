@@ -1,7 +1,7 @@
 """Tests of actors.supervisor: one-for-one restarts, backoff, escalation and two-phase stop.
 
 Children are counting fakes (no Kafka). Their behaviour is scripted per family: crash a
-number of times then run until stopped, ignore ``stop_intake`` (a hang), swallow
+number of times then run until stopped, ignore ``stop`` (a hang), swallow
 cancellation, or raise a :class:`FatalError`. Backoff waits go through a fake ``sleep``
 that records the delays and moves a fake clock, so nothing waits for real except the
 tiny grace periods of the shutdown tests.
@@ -68,7 +68,7 @@ class FakeChild:
         self.task: asyncio.Task[object] | None = None
         self._stop = asyncio.Event()
 
-    def stop_intake(self) -> None:
+    def stop(self) -> None:
         self.stop_calls += 1
         if not self.family.ignore_stop:
             self._stop.set()
@@ -175,7 +175,7 @@ async def test_crashed_child_is_replaced_by_a_new_instance_from_the_factory() ->
         assert sup.restarts == 3
         assert len(fake.sleeps) == 3
         assert sup.children == [fam.instances[-1]]
-        await sup.shutdown()
+        sup.stop()
         await runner
     assert runner.result() is None
     assert [c.stop_calls for c in fam.instances] == [0, 0, 0, 1]  # only the live one
@@ -195,7 +195,7 @@ async def test_only_the_crashed_child_is_restarted() -> None:
         assert steady.incarnations == [0]
         assert flaky.incarnations == [0, 1, 2]
         assert sup.restarts == 2
-        await sup.shutdown()
+        sup.stop()
         await runner
     assert steady.instances[0].stop_calls == 1
     assert steady.instances[0].finished
@@ -208,7 +208,7 @@ async def test_backoff_delays_are_capped_exponential_with_equal_jitter() -> None
     sup = make_supervisor([fam], settings, fake)
     async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
         await fam.running.wait()
-        await sup.shutdown()
+        sup.stop()
         await runner
 
     caps = expected_caps(settings, 6)
@@ -230,7 +230,7 @@ async def test_backoff_is_deterministic_for_a_seed() -> None:
         sup = make_supervisor([fam], settings, fake, seed=7)
         async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
             await fam.running.wait()
-            await sup.shutdown()
+            sup.stop()
             await runner
         runs.append(fake.sleeps)
     assert len(runs[0]) == 4
@@ -269,7 +269,7 @@ async def test_crashes_spread_beyond_the_window_do_not_escalate() -> None:
         await fam.running.wait()
         assert fam.incarnations == [0, 1, 2, 3, 4, 5, 6]
         assert sup.restarts == 6
-        await sup.shutdown()
+        sup.stop()
         await runner
     assert runner.result() is None
     assert sup.crash_reason is None
@@ -325,7 +325,7 @@ async def test_shutdown_phase_one_children_that_drain_are_not_cancelled() -> Non
         await a.running.wait()
         await b.running.wait()
         started = time.monotonic()
-        await sup.shutdown()
+        sup.stop()
         await runner
         elapsed = time.monotonic() - started
     assert elapsed < 1.0  # did not wait out the 5 s grace
@@ -343,13 +343,13 @@ async def test_shutdown_is_idempotent() -> None:
     sup = make_supervisor([fam], settings, fake)
     async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
         await fam.running.wait()
-        await sup.shutdown()
-        await sup.shutdown()
+        sup.stop()
+        sup.stop()
         await runner
     assert fam.instances[0].stop_calls == 1
 
 
-async def test_shutdown_phase_two_cancels_a_child_ignoring_stop_intake() -> None:
+async def test_shutdown_phase_two_cancels_a_child_ignoring_stop() -> None:
     settings = make_settings(shutdown_grace_s=0.05, abort_grace_s=2.0)
     fake = FakeTime()
     good = Family("good")
@@ -359,7 +359,7 @@ async def test_shutdown_phase_two_cancels_a_child_ignoring_stop_intake() -> None
         await good.running.wait()
         await hung.running.wait()
         started = time.monotonic()
-        await sup.shutdown()
+        sup.stop()
         await runner
         elapsed = time.monotonic() - started
     assert runner.result() is None
@@ -383,7 +383,7 @@ async def test_shutdown_abandons_a_child_that_swallows_cancellation() -> None:
             await good.running.wait()
             await stubborn.running.wait()
             started = time.monotonic()
-            await sup.shutdown()
+            sup.stop()
             await runner
             elapsed = time.monotonic() - started
         assert runner.result() is None
@@ -419,7 +419,7 @@ async def test_shutdown_during_restart_backoff_does_not_wait_for_the_grace() -> 
     async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
         await backing_off.wait()
         started = time.monotonic()
-        await sup.shutdown()
+        sup.stop()
         await runner
         elapsed = time.monotonic() - started
     assert fam.incarnations == [0]  # never restarted

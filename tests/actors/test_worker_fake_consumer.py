@@ -40,7 +40,7 @@ async def test_a_revoke_mid_batch_commits_only_the_acked_prefix_and_loses_nothin
         await until(lambda: consumer.committed_offsets.get(TP) == 6, "everything committed")
         assert sink.written == [0, 1, 2, 3, 4, 5], "lost or written twice"
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
     assert consumer.committed_offsets == {TP: 6} and consumer.stopped
     assert worker.abandoned() == []
@@ -57,7 +57,7 @@ async def test_a_poison_record_is_dead_lettered_and_the_offset_moves_on(
     try:
         await asyncio.wait_for(drained.wait(), 10)
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
     assert consumer.committed_offsets == {TP: 3}
     assert sink.written == [0, 2]

@@ -46,7 +46,7 @@ async def test_a_restarted_worker_retries_a_refused_login_and_says_so(
         assert worker.snapshot()["security_problem"] is None
         assert consumer.attempts == 3 and sink.written == [0, 1, 2, 3]
     finally:
-        worker.stop_intake()
+        worker.stop()
         await asyncio.wait_for(run, 10)
 
 

@@ -113,7 +113,7 @@ async def test_a_stop_while_the_disk_is_full_leaves_the_poison_uncommitted(
     run = asyncio.create_task(master.run())
     try:
         await wait_blocked(master, run)
-        master.request_stop()
+        master.stop()
         await asyncio.wait_for(run, 30)
     finally:
         await cancel(run)

@@ -114,7 +114,7 @@ async def test_a_down_sink_holds_the_commit_back_and_nothing_is_lost(
             assert (await committed(broker, group, topic, 1))[0] == 10
             assert master.readiness() == []
         finally:
-            master.request_stop()
+            master.stop()
             await asyncio.wait_for(run, 60)
     rows = [r["i"] for r in read_jsonl(tmp_path / "out.jsonl")]
     assert rows == list(range(10)), "the jsonl sink wrote each row once, in order"

@@ -72,7 +72,7 @@ async def test_a_404_window_after_a_registry_restart_loses_and_dead_letters_noth
             registry.finish_reloading()
             await asyncio.wait_for(asyncio.shield(run), 90)
         finally:
-            master.request_stop()
+            master.stop()
             await asyncio.wait_for(run, 60)
     assert not (tmp_path / "dead.jsonl").exists(), (tmp_path / "dead.jsonl").read_text()
     rows = read_jsonl(tmp_path / "out.jsonl")
@@ -105,7 +105,7 @@ async def test_an_id_unknown_beyond_the_window_is_dead_lettered_and_not_remember
             await wait_for(lambda: master.snapshot()[0]["partitions"][0]["committed"] == 4,
                            "commit of all four")
         finally:
-            master.request_stop()
+            master.stop()
             await asyncio.wait_for(run, 60)
     dead = read_jsonl(dead_path)
     assert [d["offset"] for d in dead] == [0, 1, 2]

@@ -111,7 +111,7 @@ async def test_latest_skips_the_backlog_only_at_start(broker, tmp_path, caplog):
         await produce_each(broker, topic, [{"i": i, "phase": "new"} for i in range(3)])
         await wait_until(lambda: len(rows(tmp_path, "second")) == 3, what="the new rows")
     finally:
-        master.request_stop()
+        master.stop()
         await asyncio.wait_for(run, 30)
     assert {r["phase"] for r in rows(tmp_path, "second")} == {"new"}
     assert (await committed(broker, group, topic, 1))[0] == 15
@@ -165,7 +165,7 @@ async def test_a_restarted_worker_does_not_seek_again(broker, tmp_path, caplog):
                          what="the new rows, after the restart")
         await wait_until(lambda: committed_of(master) == 7, what="the commit of 7")
     finally:
-        master.request_stop()
+        master.stop()
         await asyncio.wait_for(run, 30)
     assert master.supervisor.restarts == 1
     assert [r["i"] for r in rows(tmp_path, "out")] == [0, 1, 2]
@@ -209,7 +209,7 @@ async def test_a_rebalance_within_the_run_does_not_seek_again(broker, tmp_path):
                          what="the commit of the partition that came back")
     finally:
         await other.stop()
-        master.request_stop()
+        master.stop()
         await asyncio.wait_for(run, 30)
     assert sorted((r["p"], r["i"]) for r in rows(tmp_path, "out")) == [
         (0, 3), (0, 4), (1, 3), (1, 4)]

@@ -272,7 +272,7 @@ async def test_a_stop_during_the_wait_abandons_the_batch(
     async with asyncio.timeout(10):
         while worker.snapshot()["waiting_for"] is None:
             await asyncio.sleep(0.01)
-    worker.stop_intake()
+    worker.stop()
     async with asyncio.timeout(10):
         assert await task is False
     assert worker.snapshot()["waiting_for"] is None
