@@ -18,6 +18,9 @@ Each actor keeps its :class:`State` in a :class:`Lifecycle` and shows it in its 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 
 
@@ -65,6 +68,18 @@ class Lifecycle:
     def ended(self, crashed: bool = False) -> None:
         """``run()`` returned (or raised: ``crashed``)."""
         self.state = State.CRASHED if crashed else State.STOPPED
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Around the body of ``run()``: :meth:`start` before, :meth:`ended` after
+        (crashed when it raised anything but a cancellation: an abort ends a run)."""
+        self.start()
+        try:
+            yield
+        except BaseException as exc:
+            self.ended(crashed=not isinstance(exc, asyncio.CancelledError))
+            raise
+        self.ended()
 
     @property
     def stopping_or_done(self) -> bool:

@@ -159,13 +159,8 @@ class Master:
     async def run(self) -> None:
         """Run until stopped; raises FatalError on throw, escalation or a fatal start
         error. Runs once."""
-        self.lifecycle.start()
-        try:
+        with self.lifecycle.running():
             await self._run()
-        except BaseException as exc:
-            self.lifecycle.ended(crashed=not isinstance(exc, asyncio.CancelledError))
-            raise
-        self.lifecycle.ended()
 
     async def _run(self) -> None:
         if not self.settings.groups:

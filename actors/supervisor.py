@@ -143,13 +143,8 @@ class OneForOneSupervisor:
     async def run(self) -> None:
         """Supervise until stopped (:meth:`stop`; every child has finished or been
         abandoned) or a crash escalates; raises the escalation or fatal error then."""
-        self.lifecycle.start()
-        try:
+        with self.lifecycle.running():
             await self._supervise()
-        except BaseException as exc:
-            self.lifecycle.ended(crashed=not isinstance(exc, asyncio.CancelledError))
-            raise
-        self.lifecycle.ended()
 
     async def _supervise(self) -> None:
         if self.lifecycle.stopping_or_done:  # stop() came first: nothing to start

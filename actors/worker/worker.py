@@ -303,13 +303,8 @@ class Worker:
     async def run(self) -> None:
         """Run until stopped (returns) or crashed (raises); cancel it to abort (phase 2
         of a stop). Runs once."""
-        self.lifecycle.start()
-        try:
+        with self.lifecycle.running():
             await self._run()
-        except BaseException as exc:
-            self.lifecycle.ended(crashed=not isinstance(exc, asyncio.CancelledError))
-            raise
-        self.lifecycle.ended()
 
     async def _run(self) -> None:
         processor = self._processor_cls(self.topic.options)
