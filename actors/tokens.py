@@ -39,12 +39,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any, ClassVar
 
 from aiokafka.abc import AbstractTokenProvider
 from aiokafka.errors import KafkaConnectionError
 from pydantic import BaseModel, SecretStr, ValidationError
+
+from settings.plugins import DuplicatePlugin, pick, registered
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +105,7 @@ class TokenProvider(ABC):
 
 
 def _entry_points() -> dict[str, list[EntryPoint]]:
-    found: dict[str, list[EntryPoint]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, []).append(ep)
-    return found
+    return registered(ENTRY_POINT_GROUP)
 
 
 def available() -> list[str]:
@@ -116,21 +115,20 @@ def available() -> list[str]:
 
 def provider_class(method: str) -> type[TokenProvider]:
     """The provider registered as ``method``; ValueError naming the installed ones."""
-    eps = _entry_points().get(method)
-    if not eps:
+    try:
+        ep = pick(_entry_points().get(method), method, "token provider")
+    except DuplicatePlugin as exc:
+        raise ValueError(str(exc)) from None
+    if ep is None:
         raise ValueError(f"unknown token provider {method!r} (installed: "
                          f"{', '.join(available()) or 'none'})")
-    targets = sorted({ep.value for ep in eps})
-    if len(targets) > 1:
-        raise ValueError(f"token provider {method!r} is registered more than once: "
-                         f"{', '.join(targets)}")
     try:
-        cls = eps[0].load()
+        cls = ep.load()
     except Exception as exc:  # any import failure is a registry problem
-        raise ValueError(f"token provider {method!r} ({eps[0].value}) failed to import: "
+        raise ValueError(f"token provider {method!r} ({ep.value}) failed to import: "
                          f"{exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, TokenProvider)):
-        raise ValueError(f"token provider {method!r} ({eps[0].value}) is not a "
+        raise ValueError(f"token provider {method!r} ({ep.value}) is not a "
                          "TokenProvider subclass")
     return cls
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 
 from processors.base import Processor
 from processors.errors import RegistryError
@@ -19,10 +19,10 @@ ENTRY_POINT_GROUP = "kstage.processors"
 
 
 def _entry_points() -> dict[str, list[EntryPoint]]:
-    found: dict[str, list[EntryPoint]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, []).append(ep)
-    return found
+    # imported here: importing `processors` must not import `settings`
+    from settings.plugins import registered
+
+    return registered(ENTRY_POINT_GROUP)
 
 
 def available() -> dict[str, str]:
@@ -36,21 +36,22 @@ def load(name: str) -> type[Processor]:
     Raises:
         RegistryError: the name is unknown, registered twice, or not a Processor.
     """
-    eps = _entry_points().get(name)
-    if not eps:
-        known = ", ".join(sorted(_entry_points())) or "none"
-        raise RegistryError(f"unknown processor {name!r} (installed: {known})")
-    targets = sorted({ep.value for ep in eps})
-    if len(targets) > 1:
-        raise RegistryError(
-            f"processor {name!r} is registered more than once: {', '.join(targets)}"
-        )
+    from settings.plugins import DuplicatePlugin, pick  # see _entry_points
+
+    found = _entry_points()
     try:
-        cls = eps[0].load()
+        ep = pick(found.get(name), name, "processor")
+    except DuplicatePlugin as exc:
+        raise RegistryError(str(exc)) from None
+    if ep is None:
+        known = ", ".join(found) or "none"
+        raise RegistryError(f"unknown processor {name!r} (installed: {known})")
+    try:
+        cls = ep.load()
     except Exception as exc:  # any import failure is a registry problem
-        raise RegistryError(f"processor {name!r} ({eps[0].value}) failed to import: {exc}") from exc
+        raise RegistryError(f"processor {name!r} ({ep.value}) failed to import: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, Processor)):
-        raise RegistryError(f"processor {name!r} ({eps[0].value}) is not a Processor subclass")
+        raise RegistryError(f"processor {name!r} ({ep.value}) is not a Processor subclass")
     return cls
 
 

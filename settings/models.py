@@ -11,7 +11,7 @@ import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.identifiers import SqlIdentifier
 from settings.kafka_security import check_security
+from settings.plugins import DuplicatePlugin, pick, registered
 from settings.secrets import MaskedRepr, secret_name
 from settings.suggest import did_you_mean
 
@@ -236,9 +237,19 @@ class SinkSettings(_Model):
 
 
 @functools.cache
-def sink_entry_points() -> dict[str, EntryPoint]:
-    """The installed sink types: entry-point name -> entry point (not loaded)."""
-    return {ep.name: ep for ep in entry_points(group=SINK_TYPES)}
+def sink_entry_points() -> dict[str, list[EntryPoint]]:
+    """The installed sink types: name -> its entry points, not loaded (several targets:
+    a duplicate, refused by :func:`sink_entry_point`)."""
+    return registered(SINK_TYPES)
+
+
+def sink_entry_point(name: str) -> EntryPoint | None:
+    """The entry point of sink type ``name`` (None: not installed).
+
+    Raises:
+        DuplicatePlugin: two installed distributions register ``name`` differently.
+    """
+    return pick(sink_entry_points().get(name), name, "sink type")
 
 
 def sink_settings_model(name: str) -> type[SinkSettings] | None:
@@ -246,7 +257,10 @@ def sink_settings_model(name: str) -> type[SinkSettings] | None:
     installed). Imports the sink's module, at validation time only: importing
     ``settings`` imports no sink. Raises a ValidationError at ``type`` when the module
     cannot be imported or its class declares no settings model."""
-    ep = sink_entry_points().get(name)
+    try:
+        ep = sink_entry_point(name)
+    except DuplicatePlugin as exc:
+        _sink_type_error(name, str(exc))
     if ep is None:
         return None
     try:

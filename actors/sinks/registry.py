@@ -16,7 +16,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from actors.sinks.base import Sink, SinkSettingsBase
-from settings.models import SINK_TYPES, sink_entry_points
+from settings.models import SINK_TYPES, sink_entry_point, sink_entry_points
+from settings.plugins import DuplicatePlugin
 from settings.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = SINK_TYPES
@@ -38,7 +39,10 @@ def load(name: str) -> type[Sink]:
         SinkTypeError: not installed (the message lists the known types), its module
             fails to import (e.g. a missing optional library), or it is not a Sink.
     """
-    ep = sink_entry_points().get(name)
+    try:
+        ep = sink_entry_point(name)
+    except DuplicatePlugin as exc:
+        raise SinkTypeError(str(exc)) from None
     if ep is None:
         raise SinkTypeError(f"unknown sink type {name!r} (installed: {', '.join(available())})"
                             + did_you_mean(name, available()))

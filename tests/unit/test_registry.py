@@ -12,11 +12,12 @@ from settings import load_settings
 from settings.errors import ConfigValidationError
 
 
-def add_distribution(root: Path, name: str, entry_points: str) -> None:
+def add_distribution(root: Path, name: str, entry_points: str,
+                     group: str = "kstage.processors") -> None:
     info = root / f"{name}-1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[kstage.processors]\n{entry_points}\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{entry_points}\n")
 
 
 def test_builtins_are_found_through_entry_points() -> None:
@@ -58,3 +59,25 @@ def test_a_topic_twice_in_one_group_is_a_config_error(tmp_path) -> None:
                    "      - {topic: t, processor: log}\n")
     with pytest.raises(ConfigValidationError, match="topic 't' appears twice in group 'svc'"):
         load_settings(cfg, environ={})
+
+
+def test_a_sink_type_registered_twice_is_refused_by_the_same_loader(tmp_path, monkeypatch) -> None:
+    """Sinks go through the processors' loader (settings/plugins.py): a duplicate name is
+    refused where it is used, in the settings and by the sink registry alike."""
+    from actors.sinks import registry as sinks
+    from settings import settings_from
+    from settings.models import sink_entry_points
+
+    add_distribution(tmp_path, "evil_sink", "jsonl = evil_sink:Sink", group="kstage.sinks")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sink_entry_points.cache_clear()
+    try:
+        with pytest.raises(sinks.SinkTypeError, match="sink type 'jsonl' is registered more "
+                                                      "than once: actors.sinks.files"):
+            sinks.load("jsonl")
+        with pytest.raises(ConfigValidationError, match="registered more than once"):
+            settings_from({"groups": [{"group_id": "g", "topics": [{
+                "topic": "t", "processor": "json_rows",
+                "sink": {"type": "jsonl", "path": "out.jsonl"}}]}]})
+    finally:
+        sink_entry_points.cache_clear()
