@@ -464,7 +464,6 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
 
     _import_stdlib_http()
     from actors.worker.pipeline import RecordPipeline
-    from actors.worker.records import Collect
     from processors.avro import encode
     from processors.base import SCHEMA_DIR
     from processors.gobblin import GobblinCompactionProcessor
@@ -492,7 +491,7 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
     pipeline = RecordPipeline.for_processor(GobblinCompactionProcessor({}), decode=raw_decode)
 
     async def raw_handle(records: list[Any]) -> None:
-        await pipeline.walk(records, Collect())
+        await pipeline.rows(records)
 
     return Workload(
         "Avro Gobblin compaction", values, raw_decode, format="avro", raw_handle=raw_handle,

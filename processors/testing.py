@@ -215,25 +215,24 @@ async def arun_processor(processor: Processor | type[Processor],
     # The worker's own walk (filter, transform awaited when async); imported here: the
     # pure helpers of this module must not pull in aiokafka or the actors.
     from actors.worker.pipeline import RecordPipeline
-    from actors.worker.records import Collect
     from settings.models import FilterSettings
 
     pipeline = RecordPipeline.for_processor(
         instance, filter=None if filter is None else FilterSettings.model_validate(filter),
         decoded=True)
     batch = [messages] if isinstance(messages, Message) else list(messages)
-    route = Collect()
+    rows: list[Row] = []
     await instance.start()
     try:
         for msg in batch:  # one walk each: a failure names its message
             try:
-                await pipeline.walk([msg], route, policy=False)
+                rows += await pipeline.rows([msg], policy=False)
             except Exception as exc:
                 exc.add_note(_where(instance, msg))
                 raise
     finally:
         await instance.stop()
-    return route.rows
+    return rows
 
 
 def run_processor(processor: Processor | type[Processor],

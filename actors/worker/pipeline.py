@@ -36,7 +36,14 @@ from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.worker.dead_letters import DeadLetters
 from actors.worker.filters import EventFilter
-from actors.worker.records import FILTERED, RecordLike, Route, key_decoder, value_decoder
+from actors.worker.records import (
+    FILTERED,
+    Collect,
+    RecordLike,
+    Route,
+    key_decoder,
+    value_decoder,
+)
 from processors.avro import AvroDecoder
 from processors.backoff import backoff_s
 from processors.base import Message, Processor, Row
@@ -334,6 +341,13 @@ class RecordPipeline:
             stats["processed"] += n - start
             await route.ship(rows, records[-1].offset + 1, n - start, False)
         return True
+
+    async def rows(self, records: Sequence[RecordLike], *, policy: bool = True) -> list[Row]:
+        """The rows of ``records``: one :meth:`walk` to a :class:`Collect` (tools, the
+        plugin test kit, the benchmarks)."""
+        route = Collect()
+        await self.walk(records, route, policy=policy)
+        return route.rows
 
     def _rows_into(self, records: Sequence[RecordLike], i: int, rows: list[Row]
                    ) -> tuple[int, Exception | None]:
