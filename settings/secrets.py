@@ -13,7 +13,7 @@ and models added later.
 * :func:`secret_values` collects the values at secret paths of loaded data;
   :func:`redact` masks them in a text (problem lines of ``validate``, log lines).
 * :func:`remember` / :func:`redact_known`: the process's secrets, masked from every log
-  line (``service.logs``) and dead-letter line (``actors.deadletter``) as a last guard.
+  line (``service.logs``) and dead-letter line (``actors.deadletters``) as a last guard.
 * :func:`secret_header` tells which message header values ``kstage dlq show`` masks.
 """
 

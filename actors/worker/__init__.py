@@ -9,7 +9,7 @@ and never the worker:
 * :mod:`actors.worker.process`: the process loop and its retry lanes;
 * :mod:`actors.worker.pipeline`: one walk per batch, decode → transform → failure policy
   → rows or dead-letter lines (also walked by ``dlq replay``, the plugin test kit and the
-  benchmarks), over :mod:`actors.worker.records` and :mod:`actors.worker.dead_letters`;
+  benchmarks), over :mod:`actors.worker.records` and :mod:`actors.deadletters`;
 * :mod:`actors.worker.committer`: one policy class per commit mode over the offset
   tracker, and the commit task;
 * :mod:`actors.worker.rebalance`: the rebalance listener (assign, revoke with the fence,

@@ -16,7 +16,7 @@ and sends what it made to a :class:`~actors.worker.records.Route`:
   per message;
 * a record whose processing raised goes to the topic's failure policy
   (:meth:`on_failure`): retried, dead-lettered (durably, retried on a full disk: see
-  :mod:`actors.worker.dead_letters`), thrown, or abandoned on stop; a failure whose
+  :mod:`actors.deadletters`), thrown, or abandoned on stop; a failure whose
   retries wait apart parks the rest of the batch (the route's lane);
 * rows are shipped as one span per batch, split after every savepoint, or after every
   message when the commit policy says so (``per_message``).
@@ -30,11 +30,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from actors.dead_letter_topic import DeadLetterTopic
-from actors.deadletter import dead_letter_line
+from actors.deadletters.file import dead_letter_line
+from actors.deadletters.topic import DeadLetterTopic
+from actors.deadletters.writer import DeadLetters
 from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
-from actors.worker.dead_letters import DeadLetters
 from actors.worker.filters import EventFilter
 from actors.worker.records import (
     FILTERED,

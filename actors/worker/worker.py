@@ -50,7 +50,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from actors.dead_letter_topic import DeadLetterTopic
+from actors.deadletters.topic import DeadLetterTopic
 from actors.failure import FailurePolicy, Sleep
 from actors.kafka import (
     KafkaSecurityError,

@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
-from actors.dead_letter_topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
-from actors.deadletter import FILE_MODE
+from actors.deadletters.file import FILE_MODE
+from actors.deadletters.topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
 from actors.failure import FailurePolicy
 from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.pipeline import RecordPipeline, no_wait

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from actors.deadletter import dead_letter_line
+from actors.deadletters.file import dead_letter_line
 from actors.sinks.spark.actor import stop_spark_actors
 from processors.gobblin import GobblinCompactionProcessor
 from service.ops.dlq import replay_async

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from actors.deadletter import dead_letter_line
+from actors.deadletters.file import dead_letter_line
 from actors.master import Master
 from processors.avro import encode
 from service.ops.dlq import Progress, replay_async

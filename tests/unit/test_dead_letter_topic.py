@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.dead_letter_topic import topic_record
-from actors.deadletter import dead_letter_line
+from actors.deadletters.file import dead_letter_line
+from actors.deadletters.topic import topic_record
 from service.cli import main
 from settings import secrets
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.deadletter import DeadLetterFile, dead_letter_line
+from actors.deadletters.file import DeadLetterFile, dead_letter_line
 from service.ops import dlq
 from settings import load_settings
 from tests.kafkautil import ROOT
@@ -43,7 +43,7 @@ async def test_a_short_write_leaves_no_partial_line_and_raises(tmp_path):
     limit = path.stat().st_size + 100
     result = child(f"""
         import asyncio, errno, resource, signal
-        from actors.deadletter import DeadLetterFile
+        from actors.deadletters.file import DeadLetterFile
         from tests.unit.test_deadletter import line
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.deadletter import DeadLetterFile, dead_letter_line
+from actors.deadletters.file import DeadLetterFile, dead_letter_line
 from service.cli import main
 from service.ops import dlq
 from settings import load_settings

@@ -136,7 +136,7 @@ def test_the_filtered_count_is_a_metric() -> None:
 def test_dlq_replay_applies_the_filter_and_marks_filtered_lines_done(tmp_path: Path) -> None:
     """A replay does what the service would do with the message now: a line the topic's
     filter keeps out gives no rows and is marked replayed, not retried forever."""
-    from actors.deadletter import dead_letter_line
+    from actors.deadletters.file import dead_letter_line
     from service.ops import dlq
     from settings import load_settings
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from actors.deadletter import dead_letter_line
+from actors.deadletters.file import dead_letter_line
 from actors.sinks.registry import settings_for
 from service import cli
 from service.cli import main

@@ -15,8 +15,8 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from actors.dead_letter_topic import DeadLetterTopic
-from actors.deadletter import DeadLetterFile, dead_letter_line
+from actors.deadletters.file import DeadLetterFile, dead_letter_line
+from actors.deadletters.topic import DeadLetterTopic
 from actors.errors import PermanentSinkError
 from actors.failure import Sleep
 from actors.sinks import RefuseRows
