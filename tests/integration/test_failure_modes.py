@@ -23,9 +23,9 @@ from tests.kafkautil import (
 pytestmark = pytest.mark.kafka
 
 
-async def test_throw_exits_nonzero_and_leaves_failed_offset_uncommitted(broker, tmp_path, kstage):
-    topic, group = unique("throw"), unique("g-throw")
-    await create_topic(broker, topic)
+async def test_throw_exits_nonzero_and_leaves_failed_offset_uncommitted(
+        fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, {"i": 1}, {"i": 2, "fail": True}, {"i": 3}])
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "test_flaky",
@@ -39,9 +39,8 @@ async def test_throw_exits_nonzero_and_leaves_failed_offset_uncommitted(broker, 
     assert not (tmp_path / "dead.jsonl").exists()
 
 
-async def test_continue_dead_letters_and_moves_on(broker, tmp_path, kstage):
-    topic, group = unique("cont"), unique("g-cont")
-    await create_topic(broker, topic)
+async def test_continue_dead_letters_and_moves_on(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, b"\xffnot json", {"i": 2, "fail": True}, {"i": 3}])
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "test_flaky",
@@ -64,10 +63,9 @@ async def test_continue_dead_letters_and_moves_on(broker, tmp_path, kstage):
     assert (await committed(broker, group, topic, 1))[0] == 4, "partition moved on"
 
 
-async def test_retry_follows_schedule_then_recovers_or_dead_letters(broker, tmp_path):
+async def test_retry_follows_schedule_then_recovers_or_dead_letters(fresh, broker, tmp_path):
     """In-process, with a fake clock: the waits are recorded, not slept."""
-    topic, group = unique("retry"), unique("g-retry")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0, "fail": True}, {"i": 1}])
     waits: list[float] = []
 
@@ -104,9 +102,8 @@ async def test_retry_follows_schedule_then_recovers_or_dead_letters(broker, tmp_
     assert [(d["topic"], d["offset"], d["attempts"]) for d in dead] == [(topic2, 0, 4)]
 
 
-async def test_hanging_processor_is_cancelled_and_not_committed(broker, tmp_path, kstage):
-    topic, group = unique("hang"), unique("g-hang")
-    await create_topic(broker, topic)
+async def test_hanging_processor_is_cancelled_and_not_committed(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, {"i": 1}, {"i": 2, "hang": True}, {"i": 3}])
     marker = tmp_path / "hanging"
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
@@ -128,9 +125,9 @@ async def test_hanging_processor_is_cancelled_and_not_committed(broker, tmp_path
     assert (await committed(broker, group, topic, 1))[0] == 2
 
 
-async def test_offset_reset_none_refuses_to_start(broker, tmp_path, kstage):
-    topic, group = unique("none"), unique("g-none")
-    await create_topic(broker, topic, partitions=2)
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_offset_reset_none_refuses_to_start(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}])
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "json_rows"}],
@@ -142,9 +139,8 @@ async def test_offset_reset_none_refuses_to_start(broker, tmp_path, kstage):
     assert topic in out and "refusing to start" in out
 
 
-async def test_second_sigint_aborts_at_once(broker, tmp_path, kstage):
-    topic, group = unique("abort"), unique("g-abort")
-    await create_topic(broker, topic)
+async def test_second_sigint_aborts_at_once(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, {"i": 1, "hang": True}])
     marker = tmp_path / "hanging"
     cfg = write_config(tmp_path / "kstage.yml", broker, group,

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import Fresh
 from tests.kafkautil import (
     KstageProcess,
     committed,
-    create_topic,
     produce,
     read_jsonl,
-    unique,
     wait_until,
     write_config,
 )
@@ -54,14 +53,14 @@ def logged_at(output: str, text: str) -> datetime:
 
 
 @pytest.mark.parametrize("commit_mode", ["batch", "per_message"])
+@pytest.mark.parametrize("fresh", [2], indirect=True)
 async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
-        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
+        fresh: Fresh, broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
         commit_mode: str) -> None:
     """In both commit modes that own the offsets: per_message commits every message
     before the next, and its retry wait still holds only the failing partition."""
     backoff_s = 25
-    topic, group = unique("lane"), unique("g-lane")
-    await create_topic(broker, topic, partitions=2)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, {"i": 1, "fail": True}, {"i": 2}],
                   partition_of=lambda i: 0)
     cfg = write_config(
@@ -100,12 +99,12 @@ async def test_retry_wait_blocks_only_its_partition_then_dead_letters_in_order(
 
 
 @pytest.mark.parametrize("commit_mode", ["batch", "per_message"])
+@pytest.mark.parametrize("fresh", [2], indirect=True)
 async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
-        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
+        fresh: Fresh, broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
         commit_mode: str) -> None:
     rebalance_timeout_s = 40  # before: the revoke waited out the retry, up to 20 s
-    topic, group = unique("lane-rev"), unique("g-lane-rev")
-    await create_topic(broker, topic, partitions=2)
+    topic, group = fresh.topic, fresh.group
     cfg = write_config(
         tmp_path / "kstage.yml", broker, group,
         [{"topic": topic, "processor": "test_flaky",
@@ -161,14 +160,14 @@ async def test_revoke_cancels_a_retry_wait_at_once_and_commits_nothing_past_it(
 
 
 @pytest.mark.parametrize("commit_mode", ["batch", "per_message"])
+@pytest.mark.parametrize("fresh", [2], indirect=True)
 async def test_retries_then_throw_stop_the_worker_without_committing_the_message(
-        broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
+        fresh: Fresh, broker: str, tmp_path: Path, kstage: Callable[..., KstageProcess],
         commit_mode: str) -> None:
     """``then: throw`` after the retries of a parked partition: the run fails as before,
     the other partition's work is committed, the failed message and what follows it on
     its partition are not."""
-    topic, group = unique("lane-throw"), unique("g-lane-throw")
-    await create_topic(broker, topic, partitions=2)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, {"i": 1, "fail": True}, {"i": 2}],
                   partition_of=lambda i: 0)
     await produce(broker, topic, [{"i": 10}, {"i": 11}], partition_of=lambda i: 1)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.http_server import HttpTestServer
-from tests.kafkautil import committed, create_topic, produce, unique, wait_until, write_config
+from tests.kafkautil import committed, produce, wait_until, write_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -35,10 +35,10 @@ def logged_at(output: str, text: str) -> datetime:
     raise AssertionError(f"no {text!r} in:\n{output}")
 
 
+@pytest.mark.parametrize("fresh", [2], indirect=True)
 async def test_revoke_fences_a_hanging_write_within_the_rebalance_timeout(
-        broker, tmp_path: Path, kstage):
-    topic, group = unique("fence"), unique("g-fence")
-    await create_topic(broker, topic, partitions=2)
+        fresh, broker, tmp_path: Path, kstage):
+    topic, group = fresh.topic, fresh.group
     cfg = write_config(
         tmp_path / "kstage.yml", broker, group,
         [{"topic": topic, "processor": "json_rows",

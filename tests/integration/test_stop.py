@@ -14,11 +14,9 @@ import pytest
 from service.broker import free_port
 from tests.kafkautil import (
     committed,
-    create_topic,
     produce,
     read_jsonl,
     status_port,
-    unique,
     wait_until,
     write_config,
 )
@@ -26,10 +24,10 @@ from tests.kafkautil import (
 pytestmark = pytest.mark.kafka
 
 
-async def test_sigterm_stops_a_process_whose_processor_blocks_the_loop(broker, tmp_path, kstage):
+async def test_sigterm_stops_a_process_whose_processor_blocks_the_loop(
+        fresh, broker, tmp_path, kstage):
     """time.sleep in transform: the loop never runs again, the watchdog still fires."""
-    topic, group = unique("block"), unique("g-block")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, {"i": 1, "block": True}])
     marker = tmp_path / "blocking"
     port = free_port()
@@ -68,10 +66,10 @@ async def test_sigterm_stops_a_process_whose_processor_blocks_the_loop(broker, t
     assert (await committed(broker, group, topic, 1))[0] in (-1, 1), "blocked work uncommitted"
 
 
-async def test_sigterm_right_after_a_revoke_exits_0(broker, tmp_path: Path, kstage):
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_sigterm_right_after_a_revoke_exits_0(fresh, broker, tmp_path: Path, kstage):
     """A stop while the partitions are revoked (rejoin held by the broker) abandons nothing."""
-    topic, group = unique("idle"), unique("g-idle")
-    await create_topic(broker, topic, partitions=2)
+    topic, group = fresh.topic, fresh.group
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "json_rows",
                          "sink": {"type": "jsonl", "path": "${OUT}"}}],
