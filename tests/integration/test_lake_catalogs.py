@@ -127,9 +127,9 @@ async def test_two_processes_append_one_table_through_a_postgres_catalog(
 
 @pytest.mark.timeout(400)
 async def test_postgres_catalog_down_during_appends_is_retried_and_loses_nothing(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess], running: Postgres,
-        s3: S3Server, pg_reader: SparkActor) -> None:
-    table = "stg_pg_down"
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        running: Postgres, s3: S3Server, pg_reader: SparkActor) -> None:
+    table = f"stg_pg_down_{broker_kind}"  # the module's catalog: one table per broker
     topic, group = unique("lake-pg-down"), unique("g-lake-pg-down")
     spark = spark_section(pg_catalog(running, str(tmp_path / "warehouse"), s3))
     spark["catalog"].pop("s3")  # a local warehouse

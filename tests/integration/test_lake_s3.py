@@ -172,9 +172,9 @@ async def metrics(base: str) -> dict[str, float]:
 
 @pytest.mark.timeout(900)  # the outage must outlast Iceberg's own retries (2-3.5 min)
 async def test_s3_down_during_appends_is_retried_and_loses_nothing(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess], s3: S3Server,
-        catalog: dict[str, Any]) -> None:
-    table = "stg_s3_down"
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        s3: S3Server, catalog: dict[str, Any]) -> None:
+    table = f"stg_s3_down_{broker_kind}"  # the module's catalog: one table per broker
     topic, group = unique("lake-s3-down"), unique("g-lake-s3-down")
     await create_topic(broker, topic, partitions=PARTITIONS)
     direct = IcebergReader(spark_section(catalog))  # moto itself, not the proxy
@@ -199,9 +199,9 @@ async def test_s3_down_during_appends_is_retried_and_loses_nothing(
 
 @pytest.mark.timeout(600)
 async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess], s3: S3Server,
-        catalog: dict[str, Any]) -> None:
-    table, events, max_in_flight = "stg_s3_slow", 600, 100
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        s3: S3Server, catalog: dict[str, Any]) -> None:
+    table, events, max_in_flight = f"stg_s3_slow_{broker_kind}", 600, 100
     topic, group = unique("lake-s3-slow"), unique("g-lake-s3-slow")
     await create_topic(broker, topic, partitions=PARTITIONS)
     with TcpProxy(("127.0.0.1", s3.port), delay_s=0.05) as proxy:

@@ -248,9 +248,10 @@ async def test_an_unreadable_merge_record_expires_no_staging_snapshot(
     assert not results["final"].error  # the final table itself was maintained
 
 
-async def test_kafka_unreadable_expires_nothing_and_says_why(actor: SparkActor,
-                                                             broker: str) -> None:
-    table, topic, group = "stg_no_kafka", unique("nokafka"), unique("g-nokafka")
+async def test_kafka_unreadable_expires_nothing_and_says_why(
+        actor: SparkActor, broker: str, broker_kind: str) -> None:
+    # the module's warehouse: one table per broker
+    table, topic, group = f"stg_no_kafka_{broker_kind}", unique("nokafka"), unique("g-nokafka")
     await stage(actor, table, group, topic, [(0, 0, 2), (0, 2, 2), (0, 4, 2)])
     cfg = config(actor, broker, table, topic, group)
     cfg = cfg.model_copy(update={"spark": cfg.spark.model_copy(update={
@@ -308,12 +309,12 @@ async def test_show_lists_snapshots_files_rows_offsets_and_the_merge(
 
 
 async def test_maintenance_while_another_session_appends_loses_nothing(
-        actor: SparkActor, broker: str) -> None:
+        actor: SparkActor, broker: str, broker_kind: str) -> None:
     """A second SparkSession of the JVM (its own Iceberg catalog instance, as another
     process has) appends on its own thread while maintenance compacts, rewrites
     manifests and expires: Iceberg's optimistic commits interleave; every row is there
     once and the table holds every partition's offset."""
-    table, topic, group = "stg_concurrent", unique("conc"), unique("g-conc")
+    table, topic, group = f"stg_concurrent_{broker_kind}", unique("conc"), unique("g-conc")
     await create_topic(broker, topic, partitions=2)
     before = [(i % 2, 2 * (i // 2), 2) for i in range(8)]
     await stage(actor, table, group, topic, before)
