@@ -32,6 +32,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
+from pyspark import SparkContext
 
 from actors.errors import FatalError, SinkError
 from actors.sinks.spark.actor import SparkActor
@@ -254,3 +255,37 @@ async def test_replacement_session_and_giving_up_when_no_jvm_can_start(
             await actor.call(lambda spark: None)
     finally:
         await actor.astop()
+
+
+async def test_a_session_that_fails_to_stop_is_forgotten_and_the_next_one_is_new(
+        tmp_path: Path) -> None:
+    """``stop()`` of a session that raises (a JVM half gone) kills the JVM and clears
+    pyspark's class-level session, context and gateway: the next session of the process
+    starts a new JVM and writes (before, it reused the stale context and failed with
+    refused connections)."""
+    def stopping_fails(spark: object) -> int | None:
+        def boom() -> None:
+            raise RuntimeError("injected: the session did not stop")
+        spark.stop = boom  # type: ignore[attr-defined]
+        return None
+
+    actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
+                                     flush_max_interval_s=0.2))
+    sink = await opened(actor, "stg_stop_fails")
+    await sink.write(events(0, 0, 4))
+    first = actor.jvm_pid
+    assert first is not None
+    await actor.call(stopping_fails)
+    await actor.astop()
+    assert not alive(first)
+    assert SparkContext._active_spark_context is None and SparkContext._gateway is None
+
+    again = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
+                                     flush_max_interval_s=0.2))
+    try:
+        sink = await opened(again, "stg_stop_fails")
+        await sink.write(events(0, 4, 4))
+        assert again.jvm_pid not in (None, first)
+        assert await again.call(lambda spark: spark.table("stg_stop_fails").count()) == 8
+    finally:
+        await again.astop()

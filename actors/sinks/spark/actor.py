@@ -285,7 +285,17 @@ class SparkActor:
         try:
             self._spark.stop()
         except Exception as exc:  # noqa: BLE001 - stopping must not fail the shutdown
-            logger.warning("spark: the session did not stop cleanly: %s", short(exc))
+            # pyspark keeps the session, its context and gateway in class attributes:
+            # left set, the next session of this process (a restarted worker, another
+            # actor) would reuse them and fail on a JVM that is gone or half stopped.
+            proc = self._proc
+            logger.warning("spark: the session did not stop cleanly (%s); its JVM (pid %s) "
+                           "is killed and the session forgotten", short(exc),
+                           getattr(proc, "pid", None))
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            self._discard_session()
         self._spark = None
         self._proc = None
         logger.info("spark: session stopped")
