@@ -176,10 +176,36 @@ class GobblinEvents:
         return orjson.dumps(record)
 
 
+class MclEvents:
+    """DataHub MetadataChangeLogs (those of bench/decode.py) whose ``created.time`` is the
+    stamp (ms, mapped to ``created_time``)."""
+
+    def __init__(self, count: int) -> None:
+        import random  # noqa: PLC0415
+
+        from decode import mcl  # noqa: PLC0415
+        from fastavro import parse_schema  # noqa: PLC0415
+
+        from processors.avro import encode  # noqa: PLC0415
+        from processors.base import SCHEMA_DIR  # noqa: PLC0415
+
+        text = (SCHEMA_DIR / "datahub/MetadataChangeLog.avsc").read_text()
+        self.schema = parse_schema(json.loads(text))
+        rng = random.Random(1)
+        self.records = [mcl(i, rng) for i in range(count)]
+        self.encode = encode
+
+    def value(self, i: int, stamp: float) -> bytes:
+        record = self.records[i]
+        record["created"]["time"] = int(stamp * 1000)
+        return self.encode(self.schema, 1, record)
+
+
 EVENTS: dict[str, Callable[[int], Callable[[int, float], bytes]]] = {
     "jsonl": lambda n: JsonlEvents().value,
     "gobblin": lambda n: GobblinEvents(n).value,
     "gobblin-json": lambda n: GobblinEvents(n).json_value,
+    "mcl": lambda n: MclEvents(n).value,
 }
 """The events :func:`produce_apart` can send, by name: ``n`` -> ``value(i, stamp)``."""
 
@@ -215,8 +241,9 @@ class IcebergReader:
     engine would): ``seen[offset] = (wall clock, stamp)`` of the rows of every data file
     a snapshot added since the last poll."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, stamp_column: str = "log_event_time") -> None:
         self.table = table
+        self.stamp_column = stamp_column  # the event's stamp, epoch ms
         self.warehouse = Path()
         self.seen: dict[int, tuple[float, float]] = {}
         self._snapshots: set[int] = set()
@@ -252,9 +279,9 @@ class IcebergReader:
                     if entry.status != ManifestEntryStatus.ADDED:
                         continue
                     path = entry.data_file.file_path.removeprefix("file:")
-                    data = pq.read_table(path, columns=["_offset", "log_event_time"])
+                    data = pq.read_table(path, columns=["_offset", self.stamp_column])
                     for offset, stamp_ms in zip(data.column("_offset").to_pylist(),
-                                                data.column("log_event_time").to_pylist(),
+                                                data.column(self.stamp_column).to_pylist(),
                                                 strict=True):
                         self.seen.setdefault(offset, (now, stamp_ms / 1000))
 

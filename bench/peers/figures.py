@@ -27,6 +27,7 @@ class Figures:
     n: int = 0
     window_s: float = 0.0
     cpu_s: float = 0.0
+    jvm_cpu_s: float = 0.0  # the part of cpu_s its JVMs used
     rss_mb: float = 0.0
     data_files: int = 0
     rate: float = 0.0  # the freshness run's events/s
@@ -56,7 +57,8 @@ def line(f: Figures) -> str:
     """One system's figures on one line."""
     return (f"{f.system}: {f.events_s:.0f} events/s ({f.n} in {f.window_s:.2f} s), freshness "
             f"p50 {f.p50_ms:.0f} ms p99 {f.p99_ms:.0f} ms ({f.fresh_n} events at "
-            f"{f.rate:.0f}/s), CPU {f.cpu_100k:.1f} s/100k, peak RSS {f.rss_mb:.0f} MB, "
+            f"{f.rate:.0f}/s), CPU {f.cpu_100k:.1f} s/100k (JVM "
+            f"{f.jvm_cpu_s / f.n * 100_000:.1f}), peak RSS {f.rss_mb:.0f} MB, "
             f"{f.files_100k:.1f} data files/100k; {f.settings}")
 
 

@@ -91,9 +91,13 @@ def latencies(reader: IcebergReader) -> list[float]:
 
 
 async def kstage_figures(bootstrap: str, workdir: Path, topic: str, n: int, work: Workload,
-                         fresh_s: float, table: str) -> tuple[Figures, Path]:
-    """kstage's throughput run on ``topic`` (a backlog of ``n`` events), then its
-    freshness run at half its rate for ``fresh_s``; its figures and its warehouse."""
+                         fresh_s: float, table: str, fresh_work: Workload | None = None,
+                         events: str = "gobblin", stamp_column: str = "log_event_time"
+                         ) -> tuple[Figures, Path]:
+    """kstage's throughput run on ``topic`` (a backlog of ``n`` events, ``work``), then
+    its freshness run at half its rate for ``fresh_s`` (``fresh_work``, default the
+    Gobblin one with the ``spark:`` defaults; paced ``events`` whose stamp lands in
+    ``stamp_column``); its figures and its warehouse."""
     ks = await run_kstage(bootstrap, topic, n, workdir, work, work.processor)
     assert ks.warehouse is not None
     log = (ks.warehouse.parent / "kstage.log").read_text(errors="replace")
@@ -101,13 +105,13 @@ async def kstage_figures(bootstrap: str, workdir: Path, topic: str, n: int, work
     files, full_at = check_landed(ks.warehouse, table, n, "kstage")
     fig = Figures("kstage", "flush_max_rows 60000 for throughput, the spark: defaults "
                   "for freshness", n=n, window_s=full_at - start,
-                  cpu_s=ks.window_cpu_s[0] + ks.window_cpu_s[1],
+                  cpu_s=ks.window_cpu_s[0] + ks.window_cpu_s[1], jvm_cpu_s=ks.window_cpu_s[1],
                   rss_mb=(ks.peak_rss_kb + ks.jvm_peak_rss_kb) / 1024, data_files=files)
     fig.rate = fig.events_s / 2
     fig.fresh_n = max(200, round(fig.rate * fresh_s))
-    reader = IcebergReader(table)
-    await latency_run(bootstrap, workdir, spark_latency_workload(workdir, 0), fig.fresh_n,
-                      fig.rate, "gobblin", reader, SPARK_POLL_S)
+    reader = IcebergReader(table, stamp_column)
+    await latency_run(bootstrap, workdir, fresh_work or spark_latency_workload(workdir, 0),
+                      fig.fresh_n, fig.rate, events, reader, SPARK_POLL_S)
     lat = latencies(reader)
     fig.p50_ms, fig.p99_ms = percentile(lat, 0.5), percentile(lat, 0.99)
     return fig, ks.warehouse
@@ -163,7 +167,8 @@ async def run_until_rows(cmd: list[str], log_path: Path, what: str, warehouse: P
 
 async def freshness(bootstrap: str, workdir: Path, what: str, table: str, events: str,
                     n: int, rate: float, ready: re.Pattern[str],
-                    start: Callable[[str, Path, Path], list[str]]) -> list[float]:
+                    start: Callable[[str, Path, Path], list[str]],
+                    stamp_column: str = "log_event_time") -> list[float]:
     """A peer's freshness run: on a new topic, ``start(topic, run_dir, warehouse)``
     gives the command of the peer (its table made or making itself in ``warehouse``);
     once its log matches ``ready``, ``n`` ``events`` are produced at ``rate`` per s and
@@ -173,7 +178,7 @@ async def freshness(bootstrap: str, workdir: Path, what: str, table: str, events
     await create_topic(bootstrap, topic)
     run_dir = workdir / topic
     run_dir.mkdir()
-    reader = IcebergReader(table)
+    reader = IcebergReader(table, stamp_column)
     reader.warehouse = run_dir / "warehouse"
     cmd = start(topic, run_dir, reader.warehouse)
     log_path = run_dir / f"{what}.log"

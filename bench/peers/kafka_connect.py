@@ -99,10 +99,11 @@ async def connect_figures(bootstrap: str, workdir: Path, topic: str, n: int,
         raise BenchError(f"kafka connect: no assignment line; log {run_dir}/connect.log")
     start = dt.datetime.strptime(assigned.group(1), "%Y-%m-%dT%H:%M:%S,%f").timestamp()
     files, full_at = check_landed(warehouse, TABLE, n, "kafka connect")
+    cpu, jvm = tree.cpu_between(start, full_at)
     fig = Figures("kafka_connect", f"JSON converter, built-in SMTs; commit interval "
                   f"{args.commit_interval_ms} ms for throughput, "
                   f"{args.fresh_commit_interval_ms} ms for freshness", n=n,
-                  window_s=full_at - start, cpu_s=tree.cpu_between(start, full_at),
+                  window_s=full_at - start, cpu_s=cpu, jvm_cpu_s=jvm,
                   rss_mb=tree.peak_rss_mb(), data_files=files)
     fig.rate = fig.events_s / 2
     fig.fresh_n = max(200, round(fig.rate * args.fresh_s))

@@ -33,13 +33,14 @@ class ProcessTree:
     cpu_s: dict[int, float] = field(default_factory=dict)  # last reading per process
     peak_kb: dict[int, int] = field(default_factory=dict)
     comm: dict[int, str] = field(default_factory=dict)
-    timeline: list[tuple[float, float]] = field(default_factory=list)  # (wall, tree CPU)
+    # (wall clock, CPU s of the whole tree, of its java processes)
+    timeline: list[tuple[float, float, float]] = field(default_factory=list)
     _samples: int = 0
 
     def sample(self) -> None:
         if self._samples % SCAN_EVERY == 0:
             self.comm.update(_descendants(self.pid))
-            self.comm.setdefault(self.pid, "root")
+            self.comm.setdefault(self.pid, _comm(self.pid))
         self._samples += 1
         for pid in self.comm:
             cpu = _cpu_s(pid)
@@ -48,20 +49,30 @@ class ProcessTree:
             kb = _peak_rss_kb(pid)
             if kb is not None:
                 self.peak_kb[pid] = max(self.peak_kb.get(pid, 0), kb)
-        self.timeline.append((time.time(), sum(self.cpu_s.values())))
+        java = sum(cpu for pid, cpu in self.cpu_s.items() if self.comm.get(pid) == "java")
+        self.timeline.append((time.time(), sum(self.cpu_s.values()), java))
 
-    def cpu_between(self, start: float, end: float) -> float:
-        """CPU seconds of the whole tree between two wall-clock times (nearest samples)."""
-        def at(when: float) -> float:
-            return min(self.timeline, key=lambda s: abs(s[0] - when))[1]
+    def cpu_between(self, start: float, end: float) -> tuple[float, float]:
+        """CPU seconds of the whole tree and of its JVMs between two wall-clock times
+        (the nearest samples)."""
+        def at(when: float) -> tuple[float, float, float]:
+            return min(self.timeline, key=lambda s: abs(s[0] - when))
 
-        return at(end) - at(start)
+        first, last = at(start), at(end)
+        return last[1] - first[1], last[2] - first[2]
 
     def peak_rss_mb(self) -> float:
         """The sum of the peak RSS of the tree's Python and Java processes."""
         counted = [kb for pid, kb in self.peak_kb.items()
                    if pid == self.pid or self.comm.get(pid, "").startswith(("python", "java"))]
         return sum(counted) / 1024
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "gone"
 
 
 async def sample_until(tree: ProcessTree, done: asyncio.Future[object],

@@ -2,7 +2,7 @@
 driver JVM started by pyspark, as a data engineer would run it.
 
     python bench/peers/spark_streaming_job.py --bootstrap HOST:PORT --topic T \\
-        --warehouse DIR --checkpoint DIR --mode throughput|freshness [--mapping gobblin]
+        --warehouse DIR --checkpoint DIR --mode throughput|freshness [--mapping gobblin|mcl]
 
 * Session: kstage's own (:func:`actors.sinks.spark.session.start_session`: the same
   SQLite JDBC Iceberg catalog beside a local warehouse, ``local[2]``,
@@ -33,19 +33,25 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from _paths import spark_jars
-from spark_mappings import GOBBLIN_COMPACTION
+from spark_mappings import GOBBLIN_COMPACTION, datahub_mcl
 
 from actors.sinks.spark.iceberg import create_staging
 from actors.sinks.spark.jars import session_jars
 from actors.sinks.spark.session import start_session
-from processors.base import SCHEMA_DIR
+from processors.base import SCHEMA_DIR, Processor
+from processors.datahub_mcl import DatahubMclProcessor
 from processors.gobblin import GobblinCompactionProcessor
 from settings.models import SparkSettings
 
-MAPPINGS = {"gobblin": GobblinCompactionProcessor}
+# kstage's processor (its table and columns, its reader schema) -> the Spark SQL mapping
+MAPPINGS: dict[str, tuple[type[Processor], Callable[[str], str]]] = {
+    "gobblin": (GobblinCompactionProcessor, lambda schema: GOBBLIN_COMPACTION),
+    "mcl": (DatahubMclProcessor, datahub_mcl),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mapping", choices=sorted(MAPPINGS), default="gobblin")
     args = parser.parse_args(argv)
 
-    processor = MAPPINGS[args.mapping]
+    processor, mapping = MAPPINGS[args.mapping]
     settings = SparkSettings(master="local[2]", warehouse=str(args.warehouse))
     jars = [*session_jars(settings), *spark_jars()]
     settings = settings.model_copy(update={"conf": {
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         from_avro(expr("substr(value, 6)"), schema).alias("e"),
         "topic", "partition", "offset", "timestamp")
     decoded.createOrReplaceTempView("decoded")
-    mapped = spark.sql(GOBBLIN_COMPACTION)
+    mapped = spark.sql(mapping(schema))
     writer = (mapped.writeStream.format("iceberg").outputMode("append")
               .option("checkpointLocation", str(args.checkpoint))
               .option("fanout-enabled", "true"))

@@ -21,8 +21,8 @@ from tests.kafkautil import ROOT
 pytestmark = [pytest.mark.slow]
 
 _FIGURES = (r"{}: \d+ events/s \(3000 in [\d.]+ s\), freshness p50 -?\d+ ms p99 -?\d+ ms "
-            r"\(\d+ events at \d+/s\), CPU [\d.]+ s/100k, peak RSS \d+ MB, [\d.]+ data "
-            r"files/100k; ")
+            r"\(\d+ events at \d+/s\), CPU [\d.]+ s/100k \(JVM [\d.]+\), peak RSS \d+ MB, "
+            r"[\d.]+ data files/100k; ")
 _RATIOS = r"kstage/{}: events_s=[\d.]+ p99=-?[\d.]+ cpu=[\d.]+ rss=[\d.]+ files=[\d.]+"
 
 
