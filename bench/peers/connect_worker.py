@@ -109,7 +109,8 @@ def command(run_dir: Path, bootstrap: str, topic: str, warehouse: Path, table: s
     }
     lib("iceberg-sink")  # fetched, or say what to run
     connector = {
-        "name": f"iceberg-{topic}",
+        # The connector's name is its consumer group's (connect-<name>): one per run.
+        "name": f"iceberg-{run_dir.name}",
         "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector",
         "tasks.max": "1",
         "topics": topic,
@@ -121,7 +122,7 @@ def command(run_dir: Path, bootstrap: str, topic: str, warehouse: Path, table: s
                                "?journal_mode=WAL&busy_timeout=30000",
         "iceberg.catalog.warehouse": str(warehouse),
         "iceberg.catalog.jdbc.schema-version": "V1",
-        "iceberg.control.topic": f"control-{topic}",
+        "iceberg.control.topic": f"control-{run_dir.name}",
         "iceberg.control.commit.interval-ms": str(commit_interval_ms),
     }
     (run_dir / "worker.properties").write_text(_properties(worker))

@@ -10,14 +10,24 @@ Per system (:class:`Figures`), from its throughput run (a backlog of ``n`` event
 * ``rss_mb``: the sum of the peak RSS of its Python and Java processes over the run;
 * ``files_100k``: data files in its table per 100 000 events;
 
-and, from its freshness run at half of its ``events_s``: ``p50_ms`` / ``p99_ms``,
-producer send (the stamp) to the row visible to a pyiceberg reader of the table.
+and, from its freshness run at half of its ``events_s`` (:class:`Pace`): ``p50_ms`` /
+``p99_ms``, producer send (the stamp) to the row visible to a pyiceberg reader of the
+table, of the events after the warm-up.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A freshness run: ``warm_s`` of events at the rate (a fresh process's JIT warm-up,
+    not counted), then ``seconds`` of events whose latencies count."""
+
+    seconds: float
+    warm_s: float
 
 
 @dataclass
@@ -31,7 +41,8 @@ class Figures:
     rss_mb: float = 0.0
     data_files: int = 0
     rate: float = 0.0  # the freshness run's events/s
-    fresh_n: int = 0
+    warm_n: int = 0  # its first events, not counted
+    fresh_n: int = 0  # the events counted after them
     p50_ms: float = 0.0
     p99_ms: float = 0.0
 
@@ -47,6 +58,20 @@ class Figures:
     def files_100k(self) -> float:
         return self.data_files / self.n * 100_000
 
+    def plan(self, pace: Pace) -> int:
+        """Set the freshness run's rate (half of ``events_s``) and sizes; the events to
+        produce."""
+        self.rate = self.events_s / 2
+        self.warm_n = round(self.rate * pace.warm_s)
+        self.fresh_n = max(200, round(self.rate * pace.seconds))
+        return self.warm_n + self.fresh_n
+
+    def measure(self, seen: dict[int, tuple[float, float]]) -> None:
+        """p50/p99 of the events after the warm-up: ``seen[offset] = (visible, stamp)``."""
+        counted = [(at - stamp) * 1000 for offset, (at, stamp) in seen.items()
+                   if offset >= self.warm_n]
+        self.p50_ms, self.p99_ms = percentile(counted, 0.5), percentile(counted, 0.99)
+
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -57,7 +82,7 @@ def line(f: Figures) -> str:
     """One system's figures on one line."""
     return (f"{f.system}: {f.events_s:.0f} events/s ({f.n} in {f.window_s:.2f} s), freshness "
             f"p50 {f.p50_ms:.0f} ms p99 {f.p99_ms:.0f} ms ({f.fresh_n} events at "
-            f"{f.rate:.0f}/s), CPU {f.cpu_100k:.1f} s/100k (JVM "
+            f"{f.rate:.0f}/s after {f.warm_n} of warm-up), CPU {f.cpu_100k:.1f} s/100k (JVM "
             f"{f.jvm_cpu_s / f.n * 100_000:.1f}), peak RSS {f.rss_mb:.0f} MB, "
             f"{f.files_100k:.1f} data files/100k; {f.settings}")
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import throughput
-from figures import Figures, percentile
+from figures import Figures, Pace
 from latency import (
     SPARK_POLL_S,
     START_TIMEOUT_S,
@@ -86,16 +86,12 @@ def check_layout(reference: Path, warehouse: Path, table: str, what: str) -> Non
         raise BenchError(f"{what}: table {table} is not kstage's layout: {got} != {want}")
 
 
-def latencies(reader: IcebergReader) -> list[float]:
-    return [(at - stamp) * 1000 for at, stamp in reader.seen.values()]
-
-
 async def kstage_figures(bootstrap: str, workdir: Path, topic: str, n: int, work: Workload,
-                         fresh_s: float, table: str, fresh_work: Workload | None = None,
+                         pace: Pace, table: str, fresh_work: Workload | None = None,
                          events: str = "gobblin", stamp_column: str = "log_event_time"
                          ) -> tuple[Figures, Path]:
     """kstage's throughput run on ``topic`` (a backlog of ``n`` events, ``work``), then
-    its freshness run at half its rate for ``fresh_s`` (``fresh_work``, default the
+    its freshness run at half its rate (``pace``; ``fresh_work``, default the
     Gobblin one with the ``spark:`` defaults; paced ``events`` whose stamp lands in
     ``stamp_column``); its figures and its warehouse."""
     ks = await run_kstage(bootstrap, topic, n, workdir, work, work.processor)
@@ -107,13 +103,11 @@ async def kstage_figures(bootstrap: str, workdir: Path, topic: str, n: int, work
                   "for freshness", n=n, window_s=full_at - start,
                   cpu_s=ks.window_cpu_s[0] + ks.window_cpu_s[1], jvm_cpu_s=ks.window_cpu_s[1],
                   rss_mb=(ks.peak_rss_kb + ks.jvm_peak_rss_kb) / 1024, data_files=files)
-    fig.rate = fig.events_s / 2
-    fig.fresh_n = max(200, round(fig.rate * fresh_s))
+    total = fig.plan(pace)
     reader = IcebergReader(table, stamp_column)
     await latency_run(bootstrap, workdir, fresh_work or spark_latency_workload(workdir, 0),
-                      fig.fresh_n, fig.rate, events, reader, SPARK_POLL_S)
-    lat = latencies(reader)
-    fig.p50_ms, fig.p99_ms = percentile(lat, 0.5), percentile(lat, 0.99)
+                      total, fig.rate, events, reader, SPARK_POLL_S)
+    fig.measure(reader.seen)
     return fig, ks.warehouse
 
 
@@ -168,12 +162,13 @@ async def run_until_rows(cmd: list[str], log_path: Path, what: str, warehouse: P
 async def freshness(bootstrap: str, workdir: Path, what: str, table: str, events: str,
                     n: int, rate: float, ready: re.Pattern[str],
                     start: Callable[[str, Path, Path], list[str]],
-                    stamp_column: str = "log_event_time") -> list[float]:
+                    stamp_column: str = "log_event_time"
+                    ) -> dict[int, tuple[float, float]]:
     """A peer's freshness run: on a new topic, ``start(topic, run_dir, warehouse)``
     gives the command of the peer (its table made or making itself in ``warehouse``);
     once its log matches ``ready``, ``n`` ``events`` are produced at ``rate`` per s and
-    the table polled until every row is visible; then the peer gets SIGTERM. The
-    latencies (ms)."""
+    the table polled until every row is visible; then the peer gets SIGTERM. What the
+    reader saw: ``{offset: (visible, stamp)}``."""
     topic = unique(f"fresh-{what}")
     await create_topic(bootstrap, topic)
     run_dir = workdir / topic
@@ -193,4 +188,4 @@ async def freshness(bootstrap: str, workdir: Path, what: str, table: str, events
         await stop_group(proc)
     if sorted(reader.seen) != list(range(n)):
         raise BenchError(f"{what}: rows seen are not offsets 0..{n - 1}; log {log_path}")
-    return latencies(reader)
+    return reader.seen

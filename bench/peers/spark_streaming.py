@@ -20,6 +20,10 @@ same 2 cores: N WhereHows Gobblin compaction events (the Avro events of
    warehouse), then its freshness run with its freshness trigger (the default: the
    next micro-batch as soon as one ends) at half of its own rate.
 
+Each freshness run starts a fresh process and sends ``--warm-s`` of events at the rate
+before the ``--fresh-s`` whose latencies count (a fresh JVM spends its first seconds
+compiling).
+
 ``--mapping mcl`` does the same with a mapping that needs code in kstage: N DataHub
 MetadataChangeLogs (those of ``bench/throughput.py --format avro``) through kstage's
 ``datahub_mcl`` processor, and through Spark SQL generated from the MCL schema (the
@@ -44,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _paths import ROOT, spark_jars
-from figures import Figures, line, load, percentile, ratios
+from figures import Figures, Pace, line, load, ratios
 from harness import (
     apache_kafka,
     check_landed,
@@ -108,7 +112,7 @@ def job(topic: str, run_dir: Path, warehouse: Path, bootstrap: str, mode: str,
 
 
 async def spark_figures(bootstrap: str, workdir: Path, topic: str, n: int,
-                        fresh_s: float, mapping: str) -> tuple[Figures, Path]:
+                        pace: Pace, mapping: str) -> tuple[Figures, Path]:
     """Spark Structured Streaming's throughput run on ``topic``, then its freshness run
     at half its rate; its figures and the throughput run's warehouse."""
     run_dir = workdir / "spark-throughput"
@@ -128,25 +132,24 @@ async def spark_figures(bootstrap: str, workdir: Path, topic: str, n: int,
                   "freshness: the default trigger", n=n, window_s=full_at - start,
                   cpu_s=cpu, jvm_cpu_s=jvm, rss_mb=tree.peak_rss_mb(),
                   data_files=files)
-    fig.rate = fig.events_s / 2
-    fig.fresh_n = max(200, round(fig.rate * fresh_s))
-    lat = await freshness(bootstrap, workdir, "spark_streaming", table,
-                          MAPPINGS[mapping].events, fig.fresh_n, fig.rate, _READY,
+    total = fig.plan(pace)
+    seen = await freshness(bootstrap, workdir, "spark_streaming", table,
+                          MAPPINGS[mapping].events, total, fig.rate, _READY,
                           lambda t, d, w: job(t, d, w, bootstrap, "freshness", mapping),
                           MAPPINGS[mapping].stamp_column)
-    fig.p50_ms, fig.p99_ms = percentile(lat, 0.5), percentile(lat, 0.99)
+    fig.measure(seen)
     return fig, warehouse
 
 
-async def bench(bootstrap: str, workdir: Path, n: int, fresh_s: float, mapping: str
+async def bench(bootstrap: str, workdir: Path, n: int, pace: Pace, mapping: str
                 ) -> list[Figures]:
     work, fresh = workloads(mapping, n, workdir)
     m = MAPPINGS[mapping]
     topic, _ = await produce_workload(bootstrap, work)
-    kstage, kstage_wh = await kstage_figures(bootstrap, workdir, topic, n, work, fresh_s,
+    kstage, kstage_wh = await kstage_figures(bootstrap, workdir, topic, n, work, pace,
                                              m.table, fresh, m.events, m.stamp_column)
     print(line(kstage), flush=True)
-    spark, spark_wh = await spark_figures(bootstrap, workdir, topic, n, fresh_s, mapping)
+    spark, spark_wh = await spark_figures(bootstrap, workdir, topic, n, pace, mapping)
     check_layout(kstage_wh, spark_wh, m.table, "spark streaming")
     print(line(spark), flush=True)
     return [kstage, spark]
@@ -161,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="events of the throughput runs (default 200 000)")
     parser.add_argument("--fresh-s", type=float, default=30.0,
                         help="length of each freshness run, in s of events (default 30)")
+    parser.add_argument("--warm-s", type=float, default=10.0,
+                        help="s of events at the same rate before those, not counted "
+                             "(default 10: a fresh JVM's warm-up)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
@@ -169,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with apache_kafka(workdir) as bootstrap:
             kstage, spark = asyncio.run(bench(bootstrap, workdir, args.messages,
-                                              args.fresh_s, args.mapping))
+                                              Pace(args.fresh_s, args.warm_s), args.mapping))
     except BaseException:
         print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
         raise
