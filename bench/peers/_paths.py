@@ -35,6 +35,24 @@ def lib(name: str) -> Path:
     return path
 
 
+def check_jars(*sets: str) -> None:
+    """Every jar a peer benchmark needs is there, else :class:`JarsMissing` naming the
+    command that fetches it: ``sets`` of ``make peer-jars``, Apache Kafka's (``make
+    kafka-jars``) and kstage's own Spark jars (``kstage jars fetch``)."""
+    from actors.sinks.spark.jars import FETCH_COMMAND, fetched_missing  # noqa: PLC0415
+    from tests.apache_kafka import KafkaJarsMissing, classpath  # noqa: PLC0415
+
+    for name in sets:
+        lib(name)
+    try:
+        classpath()
+    except KafkaJarsMissing as exc:
+        raise JarsMissing(str(exc)) from None
+    if fetched_missing():
+        raise JarsMissing(f"kstage's Spark jars are missing ({', '.join(fetched_missing())})"
+                          f": run `{FETCH_COMMAND}` (or `make jars`)")
+
+
 def spark_jars() -> list[str]:
     """The Kafka source and spark-avro jars for the Spark session (``spark.jars``)."""
     return sorted(str(p) for p in lib("spark").glob("*.jar"))

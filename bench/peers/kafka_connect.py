@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 import orjson
-from _paths import lib
+from _paths import check_jars
 from connect_worker import command
 from figures import Figures, Pace, line, load, ratios
 from harness import (
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
-    lib("connect"), lib("iceberg-sink")  # say what to run when they are missing
+    check_jars("connect", "iceberg-sink")  # says what to run when jars are missing
     workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-connect-"))
     try:
         with apache_kafka(workdir) as bootstrap:

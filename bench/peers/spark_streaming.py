@@ -47,7 +47,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from _paths import ROOT, spark_jars
+from _paths import ROOT, check_jars
 from figures import Figures, Pace, line, load, ratios
 from harness import (
     apache_kafka,
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
-    spark_jars()  # says what to run when they are missing, before anything starts
+    check_jars("spark")  # says what to run when jars are missing, before anything starts
     workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-spark-"))
     try:
         with apache_kafka(workdir) as bootstrap:
