@@ -21,7 +21,11 @@ bench/peers/kafka_connect.py starts it: its configuration files and its command.
   Every event of the benchmark passes kstage's filter, so none is needed.
 * Sink: ``iceberg.tables`` kstage's staging table (made beforehand with kstage's layout,
   bench/peers/tables.create_like), the SQLite JDBC catalog of the run's warehouse, a
-  control topic of its own, ``iceberg.control.commit.interval-ms`` as given.
+  control topic of its own, ``iceberg.control.commit.interval-ms`` and
+  ``iceberg.control.commit.timeout-ms`` as given. The timeout matters for freshness: the
+  sink starts its commit worker (and its control-topic consumer, reading from the end)
+  only with the first records, so a commit request sent before that is never answered
+  and the coordinator waits the whole timeout (default 30 s) before the next one.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ def _properties(values: dict[str, str]) -> str:
 
 
 def command(run_dir: Path, bootstrap: str, topic: str, warehouse: Path, table: str,
-            commit_interval_ms: int) -> list[str]:
+            commit_interval_ms: int, commit_timeout_ms: int = 30_000) -> list[str]:
     """Write the worker's and the connector's properties into ``run_dir``; the worker's
     command line."""
     worker = {
@@ -124,6 +128,7 @@ def command(run_dir: Path, bootstrap: str, topic: str, warehouse: Path, table: s
         "iceberg.catalog.jdbc.schema-version": "V1",
         "iceberg.control.topic": f"control-{run_dir.name}",
         "iceberg.control.commit.interval-ms": str(commit_interval_ms),
+        "iceberg.control.commit.timeout-ms": str(commit_timeout_ms),
     }
     (run_dir / "worker.properties").write_text(_properties(worker))
     (run_dir / "connector.properties").write_text(_properties(connector))

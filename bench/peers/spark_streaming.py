@@ -53,11 +53,11 @@ from harness import (
     apache_kafka,
     check_landed,
     check_layout,
+    fresh_workload,
     freshness,
     kstage_figures,
     run_to_exit,
 )
-from latency import spark_latency_workload
 from throughput import BenchError, Workload, avro_workload, produce_workload, spark_workload
 
 from processors.datahub_mcl import DatahubMclProcessor
@@ -96,7 +96,7 @@ def mcl_workload(n: int, workdir: Path, like: Workload) -> Workload:
 def workloads(mapping: str, n: int, workdir: Path) -> tuple[Workload, Workload]:
     """kstage's throughput workload (``n`` events) and its freshness one."""
     work = spark_workload(n if mapping == "gobblin" else 0, workdir)
-    fresh = spark_latency_workload(workdir, 0)
+    fresh = fresh_workload(workdir)
     if mapping == "mcl":
         work, fresh = mcl_workload(n, workdir, work), mcl_workload(0, workdir, fresh)
     return work, fresh
