@@ -8,7 +8,7 @@ KAFKA_STAMP := $(KAFKA_JARS)/.fetched
 # The Iceberg REST catalog server of the tests (tests/rest_catalog.py), by mvn.
 NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
 
-.PHONY: demo test lint setup jars kafka-jars
+.PHONY: demo test lint setup jars kafka-jars peer-jars
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -26,6 +26,19 @@ $(KAFKA_STAMP): tests/jars/kafka/pom.xml .ci/system-deps
 	touch $(KAFKA_STAMP)
 
 kafka-jars: $(KAFKA_STAMP)
+
+# The peers of bench/peers/ (Spark's Kafka source and Avro functions; Kafka Connect and
+# Apache Iceberg's sink connector), from Maven Central by mvn, one pinned POM per set.
+PEER_SETS := spark connect iceberg-sink
+PEER_STAMPS := $(PEER_SETS:%=bench/peers/jars/%/lib/.fetched)
+
+bench/peers/jars/%/lib/.fetched: bench/peers/jars/%/pom.xml .ci/system-deps
+	bash .ci/system-deps
+	rm -rf bench/peers/jars/$*/lib
+	mvn -q -B -f bench/peers/jars/$*/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/bench/peers/jars/$*/lib
+	touch $@
+
+peer-jars: $(PEER_STAMPS)
 
 # The JVM jars of the Spark session (Iceberg runtime, AWS bundle, JDBC drivers), from
 # Maven Central through mvn and the pinned actors/sinks/spark/pom.xml; each checked by its
@@ -45,7 +58,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint jars $(NESSIE_JAR) $(KAFKA_STAMP)
+test: lint jars $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS)
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

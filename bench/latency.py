@@ -169,6 +169,46 @@ class GobblinEvents:
         record["timestamp"] = int(stamp * 1000)
         return self.encode(self.schema, 1, record)
 
+    def json_value(self, i: int, stamp: float) -> bytes:
+        """The same event as a JSON object (for consumers without an Avro converter)."""
+        record = self.records[i]
+        record["timestamp"] = int(stamp * 1000)
+        return orjson.dumps(record)
+
+
+class MclEvents:
+    """DataHub MetadataChangeLogs (those of bench/decode.py) whose ``created.time`` is the
+    stamp (ms, mapped to ``created_time``)."""
+
+    def __init__(self, count: int) -> None:
+        import random  # noqa: PLC0415
+
+        from decode import mcl  # noqa: PLC0415
+        from fastavro import parse_schema  # noqa: PLC0415
+
+        from processors.avro import encode  # noqa: PLC0415
+        from processors.base import SCHEMA_DIR  # noqa: PLC0415
+
+        text = (SCHEMA_DIR / "datahub/MetadataChangeLog.avsc").read_text()
+        self.schema = parse_schema(json.loads(text))
+        rng = random.Random(1)
+        self.records = [mcl(i, rng) for i in range(count)]
+        self.encode = encode
+
+    def value(self, i: int, stamp: float) -> bytes:
+        record = self.records[i]
+        record["created"]["time"] = int(stamp * 1000)
+        return self.encode(self.schema, 1, record)
+
+
+EVENTS: dict[str, Callable[[int], Callable[[int, float], bytes]]] = {
+    "jsonl": lambda n: JsonlEvents().value,
+    "gobblin": lambda n: GobblinEvents(n).value,
+    "gobblin-json": lambda n: GobblinEvents(n).json_value,
+    "mcl": lambda n: MclEvents(n).value,
+}
+"""The events :func:`produce_apart` can send, by name: ``n`` -> ``value(i, stamp)``."""
+
 
 # -- the readers -----------------------------------------------------------------------
 
@@ -201,8 +241,9 @@ class IcebergReader:
     engine would): ``seen[offset] = (wall clock, stamp)`` of the rows of every data file
     a snapshot added since the last poll."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, stamp_column: str = "log_event_time") -> None:
         self.table = table
+        self.stamp_column = stamp_column  # the event's stamp, epoch ms
         self.warehouse = Path()
         self.seen: dict[int, tuple[float, float]] = {}
         self._snapshots: set[int] = set()
@@ -238,9 +279,9 @@ class IcebergReader:
                     if entry.status != ManifestEntryStatus.ADDED:
                         continue
                     path = entry.data_file.file_path.removeprefix("file:")
-                    data = pq.read_table(path, columns=["_offset", "log_event_time"])
+                    data = pq.read_table(path, columns=["_offset", self.stamp_column])
                     for offset, stamp_ms in zip(data.column("_offset").to_pylist(),
-                                                data.column("log_event_time").to_pylist(),
+                                                data.column(self.stamp_column).to_pylist(),
                                                 strict=True):
                         self.seen.setdefault(offset, (now, stamp_ms / 1000))
 
@@ -300,7 +341,7 @@ async def _wait_for_log(log: Path, pattern: re.Pattern[str], proc: Any,
 def _produce_main(bootstrap: str, topic: str, n: int, rate: float, events: str,
                   worst: Any) -> None:
     """The producer process: builds its events, then :func:`produce_paced`."""
-    value = JsonlEvents().value if events == "jsonl" else GobblinEvents(n).value
+    value = EVENTS[events](n)
     started = time.process_time()
     worst[0] = produce_paced(bootstrap, topic, n, rate, value)
     worst[1] = time.process_time() - started
@@ -308,8 +349,8 @@ def _produce_main(bootstrap: str, topic: str, n: int, rate: float, events: str,
 
 async def produce_apart(bootstrap: str, topic: str, n: int, rate: float, events: str
                         ) -> tuple[float, float]:
-    """:func:`produce_paced` in a process of its own (``events``: ``jsonl`` or
-    ``gobblin``), so that it neither slows the reader down nor waits for it; the worst
+    """:func:`produce_paced` in a process of its own (``events``: a name of
+    :data:`EVENTS`), so that it neither slows the reader down nor waits for it; the worst
     lag behind the schedule, in ms, and the CPU seconds it used producing."""
     context = multiprocessing.get_context("spawn")
     worst = context.Array("d", [-1.0, 0.0])
@@ -400,20 +441,8 @@ async def latency_run(bootstrap: str, workdir: Path, work: Workload, n: int, rat
         await _wait_for_log(log_path, _ASSIGNED, proc, START_TIMEOUT_S)
         producing = asyncio.ensure_future(produce_apart(bootstrap, topic, n, rate, events))
         cpu_at = _cpu_now(proc.pid)
-        deadline: float | None = None
-        while len(reader.seen) < n:
-            reader.poll()
-            if producing.done():
-                producing.result()  # raises if the producer failed
-                deadline = deadline or time.monotonic() + VISIBLE_TIMEOUT_S
-                if time.monotonic() > deadline:
-                    raise BenchError(f"{len(reader.seen)} of {n} rows visible "
-                                     f"{VISIBLE_TIMEOUT_S:.0f} s after the last event; "
-                                     f"log {log_path}")
-            if proc.returncode is not None:
-                raise BenchError(f"kstage exited {proc.returncode}; log {log_path}")
-            await asyncio.sleep(poll_s)
-        worst, producer_cpu = await producing
+        worst, producer_cpu = await await_visible(proc, reader, producing, n, poll_s,
+                                                  log_path)
         cpu = [b - a for a, b in zip(cpu_at, _cpu_now(proc.pid), strict=True)]
     finally:
         if proc.returncode is None:
@@ -428,6 +457,29 @@ async def latency_run(bootstrap: str, workdir: Path, work: Workload, n: int, rat
     if sorted(reader.seen) != list(range(n)):
         raise BenchError(f"rows seen are not ids/offsets 0..{n - 1}; log {log_path}")
     return Visible(reader.seen, worst, (producer_cpu, *cpu))
+
+
+async def await_visible(proc: Any, reader: JsonlReader | IcebergReader,
+                        producing: asyncio.Future[tuple[float, float]], n: int,
+                        poll_s: float, log_path: Path, what: str = "kstage"
+                        ) -> tuple[float, float]:
+    """Poll ``reader`` every ``poll_s`` until ``n`` rows are visible, while ``producing``
+    (:func:`produce_apart`) sends them and ``proc`` (the system under test, an asyncio
+    subprocess) runs; what the producer returned."""
+    deadline: float | None = None
+    while len(reader.seen) < n:
+        reader.poll()
+        if producing.done():
+            producing.result()  # raises if the producer failed
+            deadline = deadline or time.monotonic() + VISIBLE_TIMEOUT_S
+            if time.monotonic() > deadline:
+                raise BenchError(f"{what}: {len(reader.seen)} of {n} rows visible "
+                                 f"{VISIBLE_TIMEOUT_S:.0f} s after the last event; "
+                                 f"log {log_path}")
+        if proc.returncode is not None:
+            raise BenchError(f"{what} exited {proc.returncode}; log {log_path}")
+        await asyncio.sleep(poll_s)
+    return await producing
 
 
 @dataclass
@@ -459,6 +511,22 @@ async def verify_spark(reader: IcebergReader, n: int) -> None:
           f"0..{n - 1} once each", flush=True)
 
 
+def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = None
+                           ) -> Workload:
+    """The Gobblin workload of ``n`` events (see :func:`throughput.spark_workload`, its
+    registry in a new directory of ``workdir``) with the ``spark:`` defaults (unlike the
+    throughput benchmark's) and the group's (``max_in_flight`` 10 000)."""
+    sink_dir = workdir / f"spark-{len(os.listdir(workdir))}"
+    sink_dir.mkdir()
+    work = spark_workload(n, sink_dir)
+    spark: dict[str, Any] = {"master": "local[2]", "conf": {"spark.driver.memory": "512m"}}
+    if flush_idle_s is not None:
+        spark["flush_idle_s"] = flush_idle_s
+    work.spark = spark
+    work.group_config = {}
+    return work
+
+
 async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Namespace
                      ) -> SinkRun:
     if sink == "jsonl":
@@ -468,15 +536,8 @@ async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Na
         target_ms = JSONL_TARGET_MS
     else:
         max_n = args.max_messages or 30_000
-        sink_dir = workdir / f"spark-{len(os.listdir(workdir))}"
-        sink_dir.mkdir()
-        work = spark_workload(max_n if args.rate is None else 0, sink_dir)
-        spark: dict[str, Any] = {"master": "local[2]",
-                                 "conf": {"spark.driver.memory": "512m"}}
-        if args.flush_idle_s is not None:
-            spark["flush_idle_s"] = args.flush_idle_s
-        work.spark = spark  # the spark: defaults, unlike the throughput benchmark
-        work.group_config = {}  # the group's defaults (max_in_flight 10 000)
+        work = spark_latency_workload(workdir, max_n if args.rate is None else 0,
+                                      args.flush_idle_s)
         target_ms = SPARK_TARGET_MS
     work.group_config["fetch_max_wait_ms"] = args.fetch_max_wait_ms
     max_rate = None

@@ -1,0 +1,105 @@
+"""The figures of one system, its report line, and the last line: kstage's ratios.
+
+Per system (:class:`Figures`), from its throughput run (a backlog of ``n`` events):
+
+* ``events_s``: rows counted in its table over its window, from its start of processing
+  (kstage and Kafka Connect: the consumer's partition assignment; Spark Structured
+  Streaming: the trigger of its first micro-batch) to the commit of the first snapshot
+  holding all ``n`` rows (the snapshot's ``timestamp-ms``);
+* ``cpu_100k``: CPU seconds of all its processes in that window, per 100 000 events;
+* ``rss_mb``: the sum of the peak RSS of its Python and Java processes over the run;
+* ``files_100k``: data files in its table per 100 000 events;
+
+and, from its freshness run at half of its ``events_s`` (:class:`Pace`): ``p50_ms`` /
+``p99_ms``, producer send (the stamp) to the row visible to a pyiceberg reader of the
+table, of the events after the warm-up.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A freshness run: ``warm_s`` of events at the rate (a fresh process's JIT warm-up,
+    not counted), then ``seconds`` of events whose latencies count."""
+
+    seconds: float
+    warm_s: float
+
+
+@dataclass
+class Figures:
+    system: str
+    settings: str  # what was tuned, for the report
+    n: int = 0
+    window_s: float = 0.0
+    cpu_s: float = 0.0
+    jvm_cpu_s: float = 0.0  # the part of cpu_s its JVMs used
+    rss_mb: float = 0.0
+    data_files: int = 0
+    rate: float = 0.0  # the freshness run's events/s
+    warm_n: int = 0  # its first events, not counted
+    fresh_n: int = 0  # the events counted after them
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+
+    @property
+    def events_s(self) -> float:
+        return self.n / self.window_s
+
+    @property
+    def cpu_100k(self) -> float:
+        return self.cpu_s / self.n * 100_000
+
+    @property
+    def files_100k(self) -> float:
+        return self.data_files / self.n * 100_000
+
+    def plan(self, pace: Pace) -> int:
+        """Set the freshness run's rate (half of ``events_s``) and sizes; the events to
+        produce."""
+        self.rate = self.events_s / 2
+        self.warm_n = round(self.rate * pace.warm_s)
+        self.fresh_n = max(200, round(self.rate * pace.seconds))
+        return self.warm_n + self.fresh_n
+
+    def measure(self, seen: dict[int, tuple[float, float]]) -> None:
+        """p50/p99 of the events after the warm-up: ``seen[offset] = (visible, stamp)``."""
+        counted = [(at - stamp) * 1000 for offset, (at, stamp) in seen.items()
+                   if offset >= self.warm_n]
+        self.p50_ms, self.p99_ms = percentile(counted, 0.5), percentile(counted, 0.99)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def line(f: Figures) -> str:
+    """One system's figures on one line."""
+    return (f"{f.system}: {f.events_s:.0f} events/s ({f.n} in {f.window_s:.2f} s), freshness "
+            f"p50 {f.p50_ms:.0f} ms p99 {f.p99_ms:.0f} ms ({f.fresh_n} events at "
+            f"{f.rate:.0f}/s after {f.warm_n} of warm-up), CPU {f.cpu_100k:.1f} s/100k (JVM "
+            f"{f.jvm_cpu_s / f.n * 100_000:.1f}), peak RSS {f.rss_mb:.0f} MB, "
+            f"{f.files_100k:.1f} data files/100k; {f.settings}")
+
+
+def load() -> str:
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+
+
+def ratios(kstage: Figures, peers: list[Figures]) -> str:
+    """The last line: kstage's figure over each peer's (throughput: higher is better for
+    kstage; freshness, CPU, RSS, files: lower is)."""
+    parts = []
+    for peer in peers:
+        parts.append(
+            f"kstage/{peer.system}: events_s={kstage.events_s / peer.events_s:.2f} "
+            f"p99={kstage.p99_ms / peer.p99_ms:.2f} "
+            f"cpu={kstage.cpu_100k / peer.cpu_100k:.2f} "
+            f"rss={kstage.rss_mb / peer.rss_mb:.2f} "
+            f"files={kstage.files_100k / peer.files_100k:.2f}")
+    return "; ".join(parts)

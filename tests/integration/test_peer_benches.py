@@ -1,0 +1,54 @@
+"""The peer benchmarks' short variants run to their last line (no figure is asserted: they
+depend on the machine's load).
+
+``bench/peers/spark_streaming.py`` and ``bench/peers/kafka_connect.py`` each start an
+Apache Kafka broker (tests/apache_kafka.py), run kstage and a peer (Spark Structured
+Streaming; Kafka Connect with Iceberg's sink) over the same 3 000 events (and 3 s of
+paced ones), read every table back with pyiceberg and compare its layout with kstage's.
+They need the jars of ``make kafka-jars peer-jars`` and ``kstage jars fetch`` (``make
+test`` fetches them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+
+import pytest
+
+from tests.kafkautil import ROOT
+
+pytestmark = [pytest.mark.slow]
+
+_FIGURES = (r"{}: \d+ events/s \(3000 in [\d.]+ s\), freshness p50 -?\d+ ms p99 -?\d+ ms "
+            r"\(\d+ events at \d+/s after \d+ of warm-up\), CPU [\d.]+ s/100k \(JVM [\d.]+\), "
+            r"peak RSS \d+ MB, [\d.]+ data files/100k; ")
+_RATIOS = r"kstage/{}: events_s=[\d.]+ p99=-?[\d.]+ cpu=[\d.]+ rss=[\d.]+ files=[\d.]+"
+
+
+async def _run(script: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bench" / "peers" / script), "--messages", "3000",
+        "--fresh-s", "2", "--warm-s", "1", cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 280)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text
+    return text
+
+
+@pytest.mark.timeout(300)
+async def test_the_short_spark_streaming_run_prints_both_systems_and_the_ratios() -> None:
+    text = await _run("spark_streaming.py")
+    for system in ("kstage", "spark_streaming"):
+        assert re.search("^" + _FIGURES.format(system), text, re.MULTILINE), text
+    assert re.fullmatch(_RATIOS.format("spark_streaming"), text.strip().splitlines()[-1]), text
+
+
+@pytest.mark.timeout(300)
+async def test_the_short_kafka_connect_run_prints_both_systems_and_the_ratios() -> None:
+    text = await _run("kafka_connect.py")
+    for system in ("kstage", "kafka_connect"):
+        assert re.search("^" + _FIGURES.format(system), text, re.MULTILINE), text
+    assert re.fullmatch(_RATIOS.format("kafka_connect"), text.strip().splitlines()[-1]), text
