@@ -181,13 +181,13 @@ class MclEvents:
     stamp (ms, mapped to ``created_time``)."""
 
     def __init__(self, count: int) -> None:
-        import random  # noqa: PLC0415
+        import random
 
-        from decode import mcl  # noqa: PLC0415
-        from fastavro import parse_schema  # noqa: PLC0415
+        from decode import mcl
+        from fastavro import parse_schema
 
-        from processors.avro import encode  # noqa: PLC0415
-        from processors.base import SCHEMA_DIR  # noqa: PLC0415
+        from processors.avro import encode
+        from processors.base import SCHEMA_DIR
 
         text = (SCHEMA_DIR / "datahub/MetadataChangeLog.avsc").read_text()
         self.schema = parse_schema(json.loads(text))

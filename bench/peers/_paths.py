@@ -39,8 +39,8 @@ def check_jars(*sets: str) -> None:
     """Every jar a peer benchmark needs is there, else :class:`JarsMissing` naming the
     command that fetches it: ``sets`` of ``make peer-jars``, Apache Kafka's (``make
     kafka-jars``) and kstage's own Spark jars (``kstage jars fetch``)."""
-    from actors.sinks.spark.jars import FETCH_COMMAND, fetched_missing  # noqa: PLC0415
-    from tests.apache_kafka import KafkaJarsMissing, classpath  # noqa: PLC0415
+    from actors.sinks.spark.jars import FETCH_COMMAND, fetched_missing
+    from tests.apache_kafka import KafkaJarsMissing, classpath
 
     for name in sets:
         lib(name)

@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = start_session(settings, "spark-streaming-peer")
     create_staging(spark, settings, processor.table, processor.columns)
 
-    from pyspark.sql.avro.functions import from_avro  # noqa: PLC0415
-    from pyspark.sql.functions import expr  # noqa: PLC0415
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import expr
 
     source = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", args.bootstrap)

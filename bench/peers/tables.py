@@ -24,7 +24,7 @@ NAMESPACE = "kstage"  # kstage's default catalog name and namespace
 
 def catalog(warehouse: Path, create: bool = False) -> Any:
     """The run's SQLite JDBC catalog (``create``: make its tables if the file is new)."""
-    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - dev dependency
+    from pyiceberg.catalog.sql import SqlCatalog
 
     return SqlCatalog(NAMESPACE, uri=f"sqlite:///{warehouse / 'catalog.db'}",
                       warehouse=f"file://{warehouse}",
@@ -46,7 +46,7 @@ class Landed:
 
 def landed(warehouse: Path, table: str, n: int) -> Landed:
     """Read ``table`` back: see :class:`Landed`."""
-    import pyarrow.compute as pc  # noqa: PLC0415 - dev dependency
+    import pyarrow.compute as pc
 
     tbl = catalog(warehouse).load_table(f"{NAMESPACE}.{table}")
     offsets = tbl.scan(selected_fields=("_offset",)).to_arrow().column("_offset")
