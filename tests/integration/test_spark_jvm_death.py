@@ -27,6 +27,7 @@ import traceback
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -35,7 +36,7 @@ from fastavro import parse_schema
 from pyspark import SparkContext
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.actor import SparkActor, SparkJvmDiedError
 from processors.avro import encode
 from settings import SparkSettings
 from tests import iceberg_tables
@@ -289,3 +290,29 @@ async def test_a_session_that_fails_to_stop_is_forgotten_and_the_next_one_is_new
         assert await again.call(lambda spark: spark.table("stg_stop_fails").count()) == 8
     finally:
         await again.astop()
+
+
+async def test_a_jvm_out_of_heap_exits_and_is_replaced(tmp_path: Path) -> None:
+    """A JVM that runs out of heap exits (``-XX:+ExitOnOutOfMemoryError``) rather than
+    failing every later call: the call that ran out fails retriably and the next write
+    runs in a new JVM, every row once."""
+    actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
+                                     flush_max_interval_s=0.2))
+
+    def out_of_heap(spark: Any) -> None:
+        jvm = spark._jvm  # 8 GB of longs in a 512 MB heap
+        jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Long.TYPE, 2**30)
+
+    try:
+        sink = await opened(actor, "stg_out_of_heap")
+        await sink.write(events(0, 0, 4))
+        first = actor.jvm_pid
+        assert first is not None
+        with pytest.raises(SparkJvmDiedError):
+            await actor.call(out_of_heap)
+        assert not alive(first)
+        await sink.write(events(0, 4, 4))
+        assert actor.jvm_pid not in (None, first)
+        assert await actor.call(lambda spark: spark.table("stg_out_of_heap").count()) == 8
+    finally:
+        await actor.astop()

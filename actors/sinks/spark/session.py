@@ -101,6 +101,10 @@ def start_session(settings: SparkSettings, writer_id: str) -> Any:
         # the copies in the task (measured: JVM peak RSS 850 -> 640 MB, two files
         # per flush -> one).
         "spark.sql.execution.arrow.localRelationThreshold": "0",
+        # A JVM that ran out of heap is left half broken (every later call failed, seen
+        # at 15k MCL/s with 512 MB): let it exit, so the session is replaced as after
+        # any JVM death (the interrupted append looked up by its commit id).
+        "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
         **({"spark.jars": ",".join(jars),
             # The catalog's JDBC driver must be on the driver's own class path
             # (DriverManager ignores jars added later: "No suitable driver").
