@@ -1,7 +1,9 @@
-"""Fixtures shared by the integration modules that write to PostgreSQL through Spark."""
+"""Fixtures shared by the integration modules: PostgreSQL, the Spark session the JDBC
+sinks write through, and a check that no module leaves a Spark session running."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +11,20 @@ import pytest
 from actors.sinks.spark.actor import SparkActor
 from settings.models import SparkSettings
 from tests.postgres import Postgres, postgres_server
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_spark_session_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the module (its own fixtures stopped): no SparkContext of pyspark still runs.
+    pyspark has one per process; a session left running would be handed to the next
+    module's actor, which kstage refuses."""
+    yield
+    pyspark = sys.modules.get("pyspark")
+    context = pyspark.SparkContext._active_spark_context if pyspark else None
+    if context is not None:
+        context.stop()
+        pytest.fail(f"{request.module.__name__} left a Spark session running "
+                    f"(app {context.appName!r}): stop its SparkActor", pytrace=False)
 
 
 @pytest.fixture(scope="module")

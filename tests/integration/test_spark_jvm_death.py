@@ -27,6 +27,7 @@ import traceback
 import warnings
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from pyspark import SparkContext
 
 from actors.errors import FatalError, SinkError
 from actors.sinks.spark.actor import SparkActor, SparkJvmDiedError
+from actors.sinks.spark.session import discard_session
 from processors.avro import encode
 from settings import SparkSettings
 from tests import iceberg_tables
@@ -263,7 +265,10 @@ async def test_a_session_that_fails_to_stop_is_forgotten_and_the_next_one_is_new
     """``stop()`` of a session that raises (a JVM half gone) kills the JVM and clears
     pyspark's class-level session, context and gateway: the next session of the process
     starts a new JVM and writes (before, it reused the stale context and failed with
-    refused connections)."""
+    refused connections). While the first runs, a second actor's session is refused
+    (before, the two shared one JVM: a CI run's in-process replacement test got another
+    module's leftover session, and each actor replaced the killed JVM under the other:
+    "SparkSession does not exist in the JVM", rows in the wrong session)."""
     def stopping_fails(spark: object) -> int | None:
         def boom() -> None:
             raise RuntimeError("injected: the session did not stop")
@@ -276,13 +281,23 @@ async def test_a_session_that_fails_to_stop_is_forgotten_and_the_next_one_is_new
     await sink.write(events(0, 0, 4))
     first = actor.jvm_pid
     assert first is not None
+    again = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
+                                     flush_max_interval_s=0.2))
+    # While one actor's session runs, another's is refused (pyspark would hand it the
+    # running one, catalog and jars ignored, and both would replace its JVM on a death).
+    with pytest.raises(FatalError, match=rf"a Spark session already runs in this process "
+                       rf"\(app 'kstage-{actor.writer_id}', master 'local\[1\]', JVM pid "
+                       rf"{first}\) and is not this actor's \({again.writer_id}"):
+        await opened(again, "stg_stop_fails")
+    # Forgetting a session that is not pyspark's current one leaves the current one be.
+    await actor.call(lambda spark: discard_session(
+        SimpleNamespace(sparkContext=SimpleNamespace(), _jvm=object()), None))
+    assert await actor.call(lambda spark: spark.table("stg_stop_fails").count()) == 4
     await actor.call(stopping_fails)
     await actor.astop()
     assert not alive(first)
     assert SparkContext._active_spark_context is None and SparkContext._gateway is None
 
-    again = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
-                                     flush_max_interval_s=0.2))
     try:
         sink = await opened(again, "stg_stop_fails")
         await sink.write(events(0, 4, 4))

@@ -39,6 +39,7 @@ from actors.sinks.spark.session import (
     EXIT_WAIT_S,
     connection_lost,
     discard_session,
+    other_session,
     start_session,
 )
 from actors.sinks.table.columns import COORDINATES
@@ -146,7 +147,17 @@ class SparkActor:
         return self._spark
 
     def _start_session(self) -> None:
-        """Spark thread: start the SparkSession (a new JVM when none runs)."""
+        """Spark thread: start the SparkSession (a new JVM); FatalError when another
+        actor's session runs in this process: pyspark would hand that one out, with this
+        actor's catalog, jars and memory settings silently ignored, and a death of its JVM
+        seen by both actors, each replacing it under the other."""
+        other = other_session()
+        if other is not None:
+            raise FatalError(
+                f"spark: a Spark session already runs in this process ({other}) and is not "
+                f"this actor's ({self.writer_id}, master {self.settings.master}): pyspark "
+                "allows one per process, so kstage has one SparkActor per process (one "
+                "spark: section); stop the other actor first")
         self._spark = start_session(self.settings, self.writer_id)
         self._proc = getattr(self._spark.sparkContext._gateway, "proc", None)
         logger.info("spark: session started (master %s, writer id %s, JVM pid %s)",

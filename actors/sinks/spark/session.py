@@ -120,21 +120,40 @@ def start_session(settings: SparkSettings, writer_id: str) -> Any:
     return spark
 
 
+def other_session() -> str | None:
+    """What describes the SparkContext already running in this process, if any (pyspark
+    allows one per process, shared by every ``getOrCreate``), else None."""
+    from pyspark import SparkContext  # pyspark only if used
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return None
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return (f"app {context.appName!r}, master {context.master!r}, JVM pid "
+            f"{getattr(proc, 'pid', 'unknown')}")
+
+
 def discard_session(spark: Any, proc: Any) -> None:
     """Forget ``spark``, whose JVM (``proc``) is gone: no call into it (py4j would log a
-    traceback for every refused connection); the next session starts a new JVM."""
+    traceback for every refused connection); the next session starts a new JVM. pyspark's
+    class-level session, context and gateway are cleared only while they are still this
+    session's (never another session's that started since)."""
     from pyspark import SparkContext  # pyspark only if used
     from pyspark.sql import SparkSession, SQLContext
 
     context = spark.sparkContext
-    gateway = SparkContext._gateway
-    with SparkContext._lock:
-        SparkContext._active_spark_context = None
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-    SparkSession._instantiatedSession = None
-    SparkSession._activeSession = None
-    SQLContext._instantiatedContext = None
+    owned = SparkContext._jvm is spark._jvm
+    gateway = SparkContext._gateway if owned else None
+    if owned:
+        with SparkContext._lock:
+            SparkContext._active_spark_context = None
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        SQLContext._instantiatedContext = None
+    if SparkSession._instantiatedSession is spark:
+        SparkSession._instantiatedSession = None
+    if SparkSession._activeSession is spark:
+        SparkSession._activeSession = None
     context._jsc = None
     server = getattr(context, "_accumulatorServer", None)
     context._accumulatorServer = None
