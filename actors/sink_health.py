@@ -8,7 +8,8 @@ attempt. :meth:`SinkHealth.reason` turns it into the text ``/readyz`` shows.
 
 Failures are tracked per key (a partition, ``(topic, partition)``): a partition whose
 writes keep failing is not hidden by another partition whose writes go through. A key
-is failing from the start of its first failed attempt until its next success.
+is failing from the start of its first failed attempt until its next success, or until
+the partition is taken from the worker (its write is fenced: the new owner retries it).
 
 The worker is not ready while some key has been failing for at least ``unready_after_s``
 seconds, or at once when its last failure was a credentials error (an expired token
@@ -19,7 +20,7 @@ them (the HTTP sink masks its tokens and shows URLs without their query).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 _REASON_CHARS = 300
@@ -67,6 +68,13 @@ class SinkHealth:
     def succeeded(self, key: Hashable) -> None:
         """A write (or one request of it) of ``key``'s rows went through."""
         self._failing.pop(key, None)
+
+    def forget(self, keys: Iterable[Hashable]) -> None:
+        """``keys`` are no longer this worker's (revoked, or fenced on a lost membership):
+        their failing writes were cancelled and are retried by the new owner, so they no
+        longer make this worker unready."""
+        for key in keys:
+            self._failing.pop(key, None)
 
     @property
     def failing_since(self) -> float | None:

@@ -10,8 +10,10 @@
   rebalance timeout) and committed, then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
   before the revoke are dropped, and nothing of the partition is written after the
-  revoke returned. Every revoke bumps the generation: work fetched in a generation before
-  its partition's last revoke is stale (:meth:`Flow.live <actors.worker.flow.Flow.live>`).
+  revoke returned; its failing writes no longer make ``/readyz`` answer 503 (the sink
+  health forgets them: the new owner retries them). Every revoke bumps the generation:
+  work fetched in a generation before its partition's last revoke is stale
+  (:meth:`Flow.live <actors.worker.flow.Flow.live>`).
 * On a lost membership (:meth:`Rebalance.watch`): when no heartbeat was answered for
   about ``session_timeout_ms`` (the coordinator may have expired the member and given its
   partitions to another one: a network partition, a coordinator out of reach), the
@@ -32,11 +34,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from actors.kafka import GroupMember, coordinator_known
+from actors.sink_health import SinkHealth
 from actors.sinks import Sink
 from actors.worker.committer import Committer
 from actors.worker.flow import Flow
@@ -63,6 +67,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         rebalance_s: the group's rebalance timeout: a revoke's drain waits at most half
             of it, its commit a quarter.
         grace_s: a revoke's drain waits at most this long too (``shutdown_grace_s``).
+        healths: the worker's sink healths: a fenced partition's failing writes are
+            forgotten there (the new owner retries them; /readyz stays about this
+            worker's own partitions).
         label: the worker's name in log lines.
 
     The worker sets :attr:`sinks` once it built them (asked on assignment where their
@@ -72,7 +79,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def __init__(self, *, flow: Flow, committer: Committer, group: GroupSettings,
                  topic: str, group_id: str, starts: StartRegistry, rebalance_s: float,
-                 grace_s: float, label: str = "") -> None:
+                 grace_s: float, healths: Sequence[SinkHealth] = (), label: str = "",
+                 ) -> None:
         self.flow = flow
         self.committer = committer
         self.group = group
@@ -81,6 +89,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.starts = starts
         self.rebalance_s = rebalance_s
         self.grace_s = grace_s
+        self.healths = healths
         self.label = label
         self.sinks: list[Sink] = []
         self.tasks: asyncio.TaskGroup | None = None
@@ -292,6 +301,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             cancelled = tracker.cancel(tps)
             flow.drop(cancelled)
             writes = await flow.fence.revoke(tps)
+            for health in self.healths:
+                health.forget((tp.topic, tp.partition) for tp in tps)
             # A table's append of the partitions already under way: let it commit before
             # the new owner reads the table's offsets (on a lost membership, not waited
             # for: the new owner may be reading already, and the table's own offsets keep

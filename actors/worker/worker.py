@@ -172,11 +172,15 @@ class Worker:
             dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(
                 failure.dead_letter_topic, bootstrap, f"{settings.kafka.client_id}-dlq",
                 connection_kwargs(settings.kafka.consumer_config)))
+        # Each sink's health, by name (a topic's sinks: one, or several for a fan-out).
+        self._sink_health = {named.name: SinkHealth(settings.supervisor.sink_unready_after_s)
+                             for named in topic.named_sinks()}
         self.rebalance = Rebalance(
             flow=flow, committer=self.committer, group=group, topic=topic.topic,
             group_id=self.group_id, starts=self.starts,
             rebalance_s=rebalance_timeout_ms(settings, group) / 1000,
-            grace_s=settings.supervisor.shutdown_grace_s, label=self.label)
+            grace_s=settings.supervisor.shutdown_grace_s,
+            healths=list(self._sink_health.values()), label=self.label)
         self.fetcher = Fetcher(
             flow=flow, rebalance=self.rebalance, group=group, topic=topic.topic,
             group_id=self.group_id, stats=self.stats,
@@ -192,9 +196,6 @@ class Worker:
             wait_for_ack=group.commit.wait_for_ack, label=self.label)
         self._consumer: AIOKafkaConsumer | None = None
         self._sink_open = False
-        # Each sink's health, by name (a topic's sinks: one, or several for a fan-out).
-        self._sink_health = {named.name: SinkHealth(settings.supervisor.sink_unready_after_s)
-                             for named in topic.named_sinks()}
         self.flush_soon: Callable[[], None] | None = None
         self.sinks: list[Sink] = []  # the topic's sinks, once run() built them
         self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)

@@ -1,7 +1,8 @@
 """A revoke during a hanging sink write, on the real broker and a real HTTP server: the
 revoke ends within the rebalance timeout (the member is not dropped), the revoked
-partition's write is cancelled and never delivered later, its new owner delivers it,
-and committed offsets never move backwards."""
+partition's write is cancelled and never delivered later (nor held against the old
+owner's ``/readyz``), its new owner delivers it, and committed offsets never move
+backwards."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from service.broker import free_port
 from tests.http_server import HttpTestServer
-from tests.kafkautil import committed, produce, wait_until, write_config
+from tests.kafkautil import committed, produce, readyz, status_port, wait_until, write_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 REBALANCE_TIMEOUT_S = 12
+UNREADY_AFTER_S = 3
 
 
 def assigned(output: str) -> list[list[int]]:
@@ -44,7 +47,8 @@ async def test_revoke_fences_a_hanging_write_within_the_rebalance_timeout(
         [{"topic": topic, "processor": "json_rows",
           "sink": {"type": "http", "url": "${URL}", "timeout_s": 2, "min_backoff_s": 0.1,
                    "max_backoff_s": 0.5}}],
-        supervisor={"shutdown_grace_s": 30})
+        supervisor={"shutdown_grace_s": 30, "sink_unready_after_s": UNREADY_AFTER_S},
+        service={"http_port": free_port()})
     config = yaml.safe_load(cfg.read_text())
     config["kafka"]["consumer_config"] = {"rebalance.timeout.ms": REBALANCE_TIMEOUT_S * 1000}
     cfg.write_text(yaml.safe_dump(config))
@@ -100,6 +104,13 @@ async def test_revoke_fences_a_hanging_write_within_the_rebalance_timeout(
                              what="A delivering the partition it kept")
             await wait_until(lambda: sum(history[-1].values()) == 10, timeout=30,
                              what="every offset committed")
+            # A's failing writes of the moved partition were fenced: they no longer make A
+            # unready once past the threshold (before, /readyz said "sink failing" for
+            # good, seen in a cluster run after a cut-off member rejoined).
+            await asyncio.sleep(UNREADY_AFTER_S + 1)
+            base = f"http://127.0.0.1:{await status_port(a)}"
+            status, body = await readyz(base)
+            assert status == 200, body
         finally:
             watching = False
             await watcher

@@ -52,3 +52,17 @@ def test_long_errors_are_cut() -> None:
     health.failed("k", "x" * 5000)
     reason = health.reason() or ""
     assert len(reason) < 400 and reason.endswith("...")
+
+
+def test_forgotten_keys_no_longer_make_it_unready() -> None:
+    """A partition taken from the worker (revoked, or fenced on a lost membership): its
+    failing write was cancelled; the worker's readiness is about its own partitions."""
+    clock = Clock()
+    health = SinkHealth(1, clock)
+    health.failed(("t", 0), "ReadTimeout")
+    health.failed(("t", 1), "answered HTTP 503")
+    clock.now += 5
+    health.forget([("t", 0)])
+    assert "HTTP 503" in (health.reason() or "")
+    health.forget(iter([("t", 1), ("t", 7)]))
+    assert health.reason() is None and health.failing_since is None
