@@ -1,8 +1,8 @@
 """The record pipeline: decode → transform → failure policy → rows or a dead-letter line.
 
 One walk of a batch (:meth:`RecordPipeline.walk`), called by the worker's process loop,
-by ``kstage dlq replay``, by the plugin test kit (:mod:`processors.testing`) and by the
-benchmarks, so they cannot drift apart. The walk takes a partition batch in offset order
+by ``kstage dlq replay``, by the plugin test kit's runners (:mod:`service.testing`) and
+by the benchmarks, so they cannot drift apart. The walk takes a partition batch in offset order
 and sends what it made to a :class:`~actors.worker.records.Route`:
 
 * the Avro writer schemas the batch needs are loaded first (:meth:`fetch_schemas`, the
