@@ -13,6 +13,9 @@ import asyncio
 import logging
 from typing import Any
 
+from actors.codecs.avro import AvroDecoder, load_schema
+from actors.codecs.registries import registry_from_settings
+from actors.codecs.schema_registry import SchemaRegistry
 from actors.errors import FatalError
 from actors.failure import Sleep
 from actors.lifecycle import Lifecycle
@@ -22,8 +25,6 @@ from actors.preflight import resolve_sinks
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
 from actors.worker.start_from import StartRegistry
-from processors.avro import AvroDecoder, load_schema
-from processors.schema_registry import SchemaRegistry, registry_from_settings
 from settings.models import GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)

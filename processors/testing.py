@@ -26,10 +26,9 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from fastavro import parse_schema, schemaless_reader
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.validation import ValidationError, validate
 
-from processors.avro import encode
 from processors.base import SCHEMA_DIR, Message
 
 __all__ = [
@@ -117,13 +116,18 @@ def _unknown_fields(sent: Any, decoded: Any, path: str = "") -> list[str]:
 
 
 def _encode_avro(schema: Any, record: Any, schema_id: int) -> bytes:
-    """Validate ``record`` strictly, then encode it in the wire format.
+    """Validate ``record`` strictly, then encode it in the Confluent wire format (what
+    :func:`actors.codecs.avro.encode` writes for an ``int`` id, written here so the kit
+    needs no actors).
 
     fastavro's ``strict`` catches missing fields, but its writer silently drops unknown
     ones; a typo in a test record must be an error, not a row that quietly lacks a field.
     """
     validate(record, schema, raise_errors=True, strict=True)
-    raw = encode(schema, schema_id, record)
+    out = BytesIO()
+    out.write(b"\x00" + schema_id.to_bytes(4, "big"))  # magic byte, 4-byte schema id
+    schemaless_writer(out, schema, record)
+    raw = out.getvalue()
     unknown = _unknown_fields(record, _decode_avro(raw, schema, schema))
     if unknown:
         raise ValidationError(  # type: ignore[no-untyped-call]  # fastavro is untyped

@@ -50,6 +50,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from actors.backoff import backoff_s
+from actors.codecs.avro import AvroDecoder
 from actors.deadletters.topic import DeadLetterTopic
 from actors.failure import FailurePolicy, Sleep
 from actors.kafka import (
@@ -72,8 +74,6 @@ from actors.worker.pipeline import RecordPipeline
 from actors.worker.process import ProcessLoop
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
-from processors.avro import AvroDecoder
-from processors.backoff import backoff_s
 from processors.base import Processor
 from settings.models import GroupSettings, Settings, SinkSettings, TopicSettings
 

@@ -29,12 +29,12 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
+from actors.codecs.avro import encode
 from actors.master import Master
 from actors.sinks.checks import missing_packages
 from actors.sinks.spark.actor import short, stop_spark_actors
 from actors.sinks.spark.merge import final_name
 from actors.worker import Worker
-from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker
 from service.dev.samples import (

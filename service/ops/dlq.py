@@ -61,13 +61,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
+from actors.codecs.avro import AvroDecoder, load_schema
 from actors.deadletters.file import FILE_MODE
 from actors.deadletters.topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
 from actors.failure import FailurePolicy
 from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.pipeline import RecordPipeline, no_wait
 from actors.worker.records import Collect, Record
-from processors.avro import AvroDecoder, load_schema
 from processors.base import Processor
 from service.ops.lag import (
     OpsError,
@@ -554,7 +554,7 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
     classes = resolve_processors(settings)
     registry: Any = None
     if settings.schema_registry is not None:
-        from processors.schema_registry import registry_from_settings
+        from actors.codecs.registries import registry_from_settings
 
         registry = await stack.enter_async_context(
             registry_from_settings(settings.schema_registry))

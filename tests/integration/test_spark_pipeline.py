@@ -12,9 +12,9 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
+from actors.codecs.avro import encode
 from actors.sinks.spark.actor import spark_actor, stop_spark_actors
 from actors.sinks.spark.merge import final_name
-from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 from settings import SparkSettings

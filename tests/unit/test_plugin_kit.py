@@ -14,8 +14,8 @@ import pytest
 from fastavro.validation import ValidationError
 
 import processors.testing as kit
+from actors.codecs.avro import MAGIC, encode
 from processors import PoisonMessage, Processor, registry
-from processors.avro import MAGIC
 from processors.datahub_mcl import DatahubMclProcessor
 from processors.json_rows import JsonRowsProcessor
 from processors.testing import DEFAULT_TIMESTAMP, avro_message, message, messages
@@ -57,6 +57,7 @@ def test_avro_message_is_what_decoding_yields() -> None:
     record = dh.mcl()
     msg = avro_message(dh.MCL, record, topic="MetadataChangeLog_Versioned_v1", offset=4)
     assert msg.raw is not None and msg.raw[0] == MAGIC and msg.raw[1:5] == b"\0\0\0\1"
+    assert msg.raw == encode(kit._parse(dh.MCL)[0], 1, record)  # the codec's own bytes
     assert msg.value["aspect"]["value"] == record["aspect"]["value"]  # bytes stay bytes
     assert msg.value["changeType"] == "UPSERT"  # enum symbol as str
     expected = dh.mcl_message(record)  # the datahub tests' own builder agrees
