@@ -38,6 +38,10 @@ class Master:
         bootstrap: resolved bootstrap servers (the embedded broker's, if any).
         drain: stop once every worker drained its partitions.
         retry_sleep: interruptible sleep for failure-policy retries (tests).
+
+    Attributes:
+        processors: the configuration's processor classes by name, resolved once here
+            (the service's merge and maintenance loops plan their tables with them).
     """
 
     def __init__(self, settings: Settings, bootstrap: str, *, drain: bool = False,
@@ -48,8 +52,8 @@ class Master:
         self.bootstrap = bootstrap
         self.drain = drain
         self._retry_sleep = retry_sleep
-        self._classes = resolve_processors(settings)
-        resolve_sinks(settings, self._classes)  # what the sinks would refuse at open
+        self.processors = resolve_processors(settings)
+        resolve_sinks(settings, self.processors)  # what the sinks would refuse at open
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()
@@ -84,7 +88,7 @@ class Master:
                                         not_found_retry_s=retry_s)
             return Worker(
                 settings=self.settings, group=group, topic=topic,
-                processor_cls=self._classes[topic.processor], bootstrap=self.bootstrap,
+                processor_cls=self.processors[topic.processor], bootstrap=self.bootstrap,
                 drain=self.drain, on_drained=self._worker_drained,
                 sleep=self._retry_sleep, incarnation=incarnation,
                 avro=avro, avro_keys=avro_keys, metrics=self.metrics,

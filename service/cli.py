@@ -325,6 +325,7 @@ def _ops(args: argparse.Namespace) -> int:
 def _merge(path: str, table: str | None) -> int:
     import asyncio
 
+    from actors.preflight import resolve_processors
     from actors.sinks.checks import missing_packages
     from actors.sinks.spark.actor import stop_spark_actors
     from actors.sinks.spark.merge import MergeError, merge
@@ -339,7 +340,8 @@ def _merge(path: str, table: str | None) -> int:
 
     async def go() -> list[str]:
         try:
-            return [r.summary() for r in await merge(settings, table)]
+            processors = resolve_processors(settings)
+            return [r.summary() for r in await merge(settings, processors, table)]
         finally:
             await stop_spark_actors()
 
@@ -375,6 +377,7 @@ def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 def _tables(args: argparse.Namespace) -> int:
     import asyncio
 
+    from actors.preflight import resolve_processors
     from actors.sinks.checks import missing_packages
     from actors.sinks.spark import legacy
     from actors.sinks.spark.actor import short, stop_spark_actors
@@ -397,17 +400,18 @@ def _tables(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         try:
+            processors = resolve_processors(settings)
             if command == "show":
-                views = await tables.show(settings, args.table)
+                views = await tables.show(settings, processors, args.table)
                 print(tables.render_json(views) if args.json else tables.render(views))
                 return EXIT_OK
             if command == "maintain":
-                results = await maintain(settings, tables.kafka_committed(settings),
-                                         args.table)
+                results = await maintain(settings, processors,
+                                         tables.kafka_committed(settings), args.table)
                 for result in results:
                     print("\n".join(result.summary(settings.spark.maintenance)))
                 return EXIT_CRASH if any(r.error for r in results) else EXIT_OK
-            done = await migrate(settings)
+            done = await migrate(settings, processors)
             print("\n".join(d.summary() for d in done) if done else
                   f"{args.config}: no tables of an earlier kstage version to migrate")
             return EXIT_OK

@@ -194,16 +194,17 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         from settings.errors import SettingsError
 
         try:
-            plan(settings)
+            plan(settings, master.processors)
         except SettingsError as exc:
             logger.critical("merge: %s", exc)
             if status is not None:
                 beat.cancel()
                 status.stop()
             return EXIT_CONFIG
-        merging = asyncio.create_task(merge_loop.merge_periodically(settings, metrics),
+        merging = asyncio.create_task(merge_loop.merge_periodically(settings, master.processors,
+                                                                   metrics),
                                       name="merge")
-    maintaining = _start_maintenance(settings, bootstrap, metrics)
+    maintaining = _start_maintenance(master, metrics)
     signals.install()
     shown = asyncio.create_task(progress(master), name="progress") if progress else None
     try:
@@ -211,7 +212,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         if merging is not None and master.drained:
             merging.cancel()
             await asyncio.gather(merging, return_exceptions=True)
-            _, failed = await merge_loop.merge_all(settings, metrics)
+            _, failed = await merge_loop.merge_all(settings, master.processors, metrics)
             if failed:
                 logger.critical("stopping: the final merge after --drain failed for %d "
                                 "table(s)", failed)
@@ -240,9 +241,9 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
     return EXIT_OK
 
 
-def _start_maintenance(settings: Settings, bootstrap: str, metrics: Metrics,
-                       ) -> asyncio.Task[None] | None:
+def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
     """The table maintenance of ``spark.maintenance.every_s`` (only with spark sinks)."""
+    settings = master.settings
     if settings.spark.maintenance.every_s is None or not any(
             named.settings.type == "spark" for group in settings.groups
             for topic in group.topics for named in topic.named_sinks()):
@@ -251,7 +252,8 @@ def _start_maintenance(settings: Settings, bootstrap: str, metrics: Metrics,
     from service.ops.tables import kafka_committed
 
     return asyncio.create_task(maintenance_loop.maintain_periodically(
-        settings, kafka_committed(settings, bootstrap), metrics), name="maintenance")
+        settings, master.processors, kafka_committed(settings, master.bootstrap), metrics),
+        name="maintenance")
 
 
 def tune_gc() -> None:

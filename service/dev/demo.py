@@ -31,6 +31,7 @@ from fastavro import parse_schema
 
 from actors.codecs.avro import encode
 from actors.master import Master
+from actors.preflight import resolve_processors
 from actors.sinks.checks import missing_packages
 from actors.sinks.spark.actor import short, stop_spark_actors
 from actors.sinks.spark.merge import final_name
@@ -166,7 +167,7 @@ def table_views(settings: Settings) -> dict[str, TableView]:
     stopped after)."""
     async def read() -> list[TableView]:
         try:
-            return await show(settings)
+            return await show(settings, resolve_processors(settings))
         finally:
             await stop_spark_actors()
 

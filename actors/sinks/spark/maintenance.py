@@ -52,6 +52,7 @@ from actors.sinks.spark.expiry import Bound, Keep, bound, missing, offset_keeps
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.merge import plan
 from actors.sinks.spark.merge_job import conflict
+from processors.base import Processor
 from settings.models import MaintenanceSettings, Settings, SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -358,13 +359,15 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str, merged:
                                                      result)))
 
 
-async def maintain(settings: Settings, committed: Committed, table: str | None = None,
+async def maintain(settings: Settings, processors: Mapping[str, type[Processor]],
+                   committed: Committed, table: str | None = None,
                    actor: SparkActor | None = None) -> list[Maintained]:
     """Maintain every spark staging table of ``settings`` (only ``table`` when given) and
-    its final table; a table's failure is in its result."""
+    its final table (``processors`` as for :func:`~actors.sinks.spark.merge.plan`); a
+    table's failure is in its result."""
     actor = actor or spark_actor(settings.spark)
     results: list[Maintained] = []
-    for item in plan(settings, table):
+    for item in plan(settings, processors, table):
         results += await maintain_pair(actor, item.table, item.final_table, committed)
     return results
 

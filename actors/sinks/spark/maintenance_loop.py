@@ -15,19 +15,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 from actors.metrics import Metrics
 from actors.sinks.spark.maintenance import Committed, Maintained, maintain
+from processors.base import Processor
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
 
 
-async def maintain_all(settings: Settings, committed: Committed,
-                       metrics: Metrics | None = None) -> list[Maintained]:
+async def maintain_all(settings: Settings, processors: Mapping[str, type[Processor]],
+                       committed: Committed, metrics: Metrics | None = None,
+                       ) -> list[Maintained]:
     """Maintain every spark table once; failures are logged and counted, never raised."""
     try:
-        results = await maintain(settings, committed)
+        results = await maintain(settings, processors, committed)
     except Exception as exc:  # noqa: BLE001 - the service goes on; the next interval retries
         logger.error("maintenance: failed before any table: %s: %s", type(exc).__name__, exc)
         if metrics is not None:
@@ -52,8 +55,9 @@ async def maintain_all(settings: Settings, committed: Committed,
     return results
 
 
-async def maintain_periodically(settings: Settings, committed: Committed,
-                                metrics: Metrics | None = None) -> None:
+async def maintain_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
+                                committed: Committed, metrics: Metrics | None = None,
+                                ) -> None:
     """Maintain every ``spark.maintenance.every_s`` seconds until cancelled."""
     every = settings.spark.maintenance.every_s
     if every is None:
@@ -61,7 +65,7 @@ async def maintain_periodically(settings: Settings, committed: Committed,
     logger.info("maintenance: every %gs of the spark staging and final tables", every)
     while True:
         await asyncio.sleep(every)
-        await maintain_all(settings, committed, metrics)
+        await maintain_all(settings, processors, committed, metrics)
 
 
 __all__ = ["maintain_all", "maintain_periodically"]

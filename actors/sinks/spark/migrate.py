@@ -33,7 +33,7 @@ columns are unknown). pyspark is imported only inside functions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from actors.sinks.spark.actor import SparkActor, short, spark_actor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.merge import TablePlan, final_name, plan
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, spark_type
-from processors.base import Column
+from processors.base import Column, Processor
 from settings.models import Settings, SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -237,16 +237,18 @@ def _explained(job: _Job, item: TablePlan) -> Callable[[Any], list[Migrated]]:
     return run
 
 
-async def migrate(settings: Settings, actor: SparkActor | None = None) -> list[Migrated]:
+async def migrate(settings: Settings, processors: Mapping[str, type[Processor]],
+                  actor: SparkActor | None = None) -> list[Migrated]:
     """Import the old directories of the warehouse of ``settings`` into their Iceberg
-    tables and move them aside (see the module docstring); [] when there are none.
+    tables and move them aside (see the module docstring; ``processors`` as for
+    :func:`~actors.sinks.spark.merge.plan`); [] when there are none.
     MigrationError when one cannot be migrated (nothing of it is moved)."""
     found = legacy.find(settings.spark)
     if found is None:
         return []
     legacy.repair(found.root)
     found = legacy.find(settings.spark) or found
-    items = plan(settings)
+    items = plan(settings, processors)
     known = {i.table for i in items} | {i.final_table for i in items}
     unknown = [p.name for p in (*found.staging, *found.finals) if p.name not in known]
     if unknown:
