@@ -447,10 +447,12 @@ def test_cli_config_error_exit_2(tmp_path: Path, warehouse: Path,
 
 async def test_cli_merge_last(actor: SparkActor, tmp_path: Path, warehouse: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
-    """Last: the CLI reuses the process's SparkContext and stops it when done."""
+    """Last: the CLI runs its own SparkActor (stopped when done), so the module's is
+    stopped first: a process runs one Spark session at a time."""
     await stage(actor, "stg_merge_cli", gobblin_rows(0, 3), gobblin_rows(1, 1))
     await stage(actor, "stg_merge_clibad", gobblin_rows(0, 1))
     await sql(actor, "CREATE TABLE kstage.kstage.final_merge_clibad (x INT) USING iceberg")
+    await actor.astop()
     bad = write_config(tmp_path / "bad.yml", warehouse, "stg_merge_clibad")
     code = await asyncio.to_thread(main, ["merge", "-c", str(bad)])
     assert code == 1

@@ -374,10 +374,12 @@ async def test_maintenance_while_another_session_appends_loses_nothing(
 def test_the_commands_maintain_and_show_json_and_refuse_an_unknown_table(
         actor: SparkActor, broker: str, warehouse: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Last: a command stops the process's Spark session (the module's too)."""
+    """Last: each command runs its own SparkActor (stopped when done), so the module's is
+    stopped first: a process runs one Spark session at a time."""
     table, topic, group = "stg_show_cli", unique("showcli"), unique("g-showcli")
     asyncio.run(create_topic(broker, topic))
     asyncio.run(stage(actor, table, group, topic, [(0, 0, 2)]))
+    actor.stop()
     cfg = tmp_config(warehouse.parent / "show.yml", broker, warehouse, table, topic, group)
     assert main(["tables", "maintain", "-c", str(cfg)]) == 0
     lines = capsys.readouterr().out.splitlines()
