@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from actors.sinks.spark import snapshots
-from actors.sinks.spark.actor import SparkActor, spark_actor
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.maintenance import Committed, on_spark
@@ -96,12 +96,11 @@ def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
 
 
 async def show(settings: Settings, processors: Mapping[str, type[Processor]],
-               table: str | None = None, actor: SparkActor | None = None,
-               ) -> list[TableView]:
+               table: str | None = None, *, actor: SparkActor) -> list[TableView]:
     """The views of the configuration's spark tables (only ``table`` and its final
-    table when given; ``processors`` as for :func:`~actors.sinks.spark.merge.plan`)."""
+    table when given; ``processors`` as for :func:`~actors.sinks.spark.merge.plan`),
+    read on ``actor`` (the process's)."""
     items = plan(settings, processors, table)
-    actor = actor or spark_actor(settings.spark)
     return await actor.call(on_spark(lambda spark: describe(spark, settings.spark, items)))
 
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark import final_table
-from actors.sinks.spark.actor import SparkActor, spark_actor
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.final_table import MergeRecord
 from actors.sinks.spark.merge_job import (
@@ -152,12 +152,11 @@ def _check_names(found: dict[str, TablePlan]) -> None:
 
 
 async def merge(settings: Settings, processors: Mapping[str, type[Processor]],
-                table: str | None = None, actor: SparkActor | None = None,
-                ) -> list[MergeResult]:
+                table: str | None = None, *, actor: SparkActor) -> list[MergeResult]:
     """Merge every spark staging table of ``settings`` (or only ``table``) into its final
-    table (``processors`` as for :func:`plan`); see the module docstring. Raises
-    MergeConfigError for configuration problems, MergeError when a merge fails."""
-    actor = actor or spark_actor(settings.spark)
+    table on ``actor`` (the process's) (``processors`` as for :func:`plan`); see the
+    module docstring. Raises MergeConfigError for configuration problems, MergeError when
+    a merge fails."""
     return [await merge_table(actor, item) for item in plan(settings, processors, table)]
 
 
@@ -195,11 +194,10 @@ async def merge_table(actor: SparkActor, item: TablePlan) -> MergeResult:
 
 
 async def merge_records(settings: Settings, processors: Mapping[str, type[Processor]],
-                        actor: SparkActor | None = None) -> dict[str, MergeRecord]:
+                        *, actor: SparkActor) -> dict[str, MergeRecord]:
     """Per final table (its name), what its last merge recorded in the table's commits:
     the staging snapshot merged through, the staging and final rows, the counts (final
     tables not merged yet are left out). MergeError when the catalog cannot be read."""
-    actor = actor or spark_actor(settings.spark)
     items = plan(settings, processors)
 
     def read(spark: Any) -> dict[str, MergeRecord]:
