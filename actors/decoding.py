@@ -1,6 +1,6 @@
 """Decoding of message values and keys for the ``json``, ``bytes`` and ``string`` formats.
 
-(``avro`` is decoded by :class:`processors.avro.AvroDecoder`, which needs a registry.)
+(``avro`` is decoded by :class:`actors.codecs.avro.AvroDecoder`, which needs a registry.)
 Every decoder raises :class:`~processors.errors.PoisonMessage` for input it cannot
 decode, so bad input is classified, never guessed.
 """

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import Any
 
+from actors.backoff import linear_delays_s
 from actors.errors import MessageFailedError
-from processors.backoff import linear_delays_s
 from processors.errors import PoisonMessage
 from settings.models import FailureMode, FailureSettings
 

@@ -13,17 +13,19 @@ import asyncio
 import logging
 from typing import Any
 
+from actors.codecs.avro import AvroDecoder, load_schema
+from actors.codecs.registries import registry_from_settings
+from actors.codecs.schema_registry import SchemaRegistry
 from actors.errors import FatalError
 from actors.failure import Sleep
 from actors.lifecycle import Lifecycle
 from actors.metrics import Metrics
 from actors.preflight import resolve_processors as resolve_processors  # re-exported
 from actors.preflight import resolve_sinks
+from actors.resources import Resources
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
 from actors.worker.start_from import StartRegistry
-from processors.avro import AvroDecoder, load_schema
-from processors.schema_registry import SchemaRegistry, registry_from_settings
 from settings.models import GroupSettings, Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
@@ -37,18 +39,29 @@ class Master:
         bootstrap: resolved bootstrap servers (the embedded broker's, if any).
         drain: stop once every worker drained its partitions.
         retry_sleep: interruptible sleep for failure-policy retries (tests).
+        resources: the process's shared resources (the SparkActor), made and closed by
+            the caller (``kstage run``'s lifecycle: they outlive the master); without
+            them the master makes its own and closes them when ``run()`` ends.
+
+    Attributes:
+        processors: the configuration's processor classes by name, resolved once here
+            (the service's merge and maintenance loops plan their tables with them).
+        resources: the resources its workers' sinks share.
     """
 
     def __init__(self, settings: Settings, bootstrap: str, *, drain: bool = False,
-                 retry_sleep: Sleep | None = None, metrics: Metrics | None = None) -> None:
+                 retry_sleep: Sleep | None = None, metrics: Metrics | None = None,
+                 resources: Resources | None = None) -> None:
         """Resolve processors and reader schemas (RegistryError lists every problem)."""
         self.metrics = metrics
         self.settings = settings
         self.bootstrap = bootstrap
         self.drain = drain
         self._retry_sleep = retry_sleep
-        self._classes = resolve_processors(settings)
-        resolve_sinks(settings, self._classes)  # what the sinks would refuse at open
+        self._owns_resources = resources is None
+        self.resources = resources if resources is not None else Resources(settings.spark)
+        self.processors = resolve_processors(settings)
+        resolve_sinks(settings, self.processors)  # what the sinks would refuse at open
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
         self._stop_requested = asyncio.Event()
@@ -83,11 +96,11 @@ class Master:
                                         not_found_retry_s=retry_s)
             return Worker(
                 settings=self.settings, group=group, topic=topic,
-                processor_cls=self._classes[topic.processor], bootstrap=self.bootstrap,
+                processor_cls=self.processors[topic.processor], bootstrap=self.bootstrap,
                 drain=self.drain, on_drained=self._worker_drained,
                 sleep=self._retry_sleep, incarnation=incarnation,
                 avro=avro, avro_keys=avro_keys, metrics=self.metrics,
-                starts=self._starts,
+                starts=self._starts, resources=self.resources,
             )
         return make
 
@@ -159,8 +172,12 @@ class Master:
     async def run(self) -> None:
         """Run until stopped; raises FatalError on throw, escalation or a fatal start
         error. Runs once."""
-        with self.lifecycle.running():
-            await self._run()
+        try:
+            with self.lifecycle.running():
+                await self._run()
+        finally:
+            if self._owns_resources:
+                await self.resources.close()
 
     async def _run(self) -> None:
         if not self.settings.groups:

@@ -23,9 +23,9 @@ from fastavro.schema import SchemaParseException
 from pydantic import ValidationError
 
 from actors import kafka, tokens
+from actors.codecs.avro import load_schema
 from actors.sinks.checks import sink_problems
 from processors import registry
-from processors.avro import load_schema
 from processors.base import Processor
 from processors.errors import RegistryError
 from settings.identifiers import sql_identifier

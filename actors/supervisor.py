@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from actors.backoff import Jitter, backoff_s
 from actors.errors import EscalationError, FatalError
 from actors.lifecycle import Lifecycle
-from processors.backoff import Jitter, backoff_s
 from settings.models import SupervisorSettings
 
 logger = logging.getLogger(__name__)

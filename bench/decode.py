@@ -27,7 +27,7 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader
 
-from processors.avro import AvroDecoder, encode
+from actors.codecs.avro import AvroDecoder, encode
 from processors.base import SCHEMA_DIR
 
 SCHEMA_ID = 7

@@ -155,7 +155,7 @@ class GobblinEvents:
     def __init__(self, count: int) -> None:
         from fastavro import parse_schema  # only for the Spark sink
 
-        from processors.avro import encode
+        from actors.codecs.avro import encode
         from processors.base import SCHEMA_DIR
         from service.dev.samples import SAMPLE_TOPICS, sample_records
 
@@ -186,7 +186,7 @@ class MclEvents:
         from decode import mcl
         from fastavro import parse_schema
 
-        from processors.avro import encode
+        from actors.codecs.avro import encode
         from processors.base import SCHEMA_DIR
 
         text = (SCHEMA_DIR / "datahub/MetadataChangeLog.avsc").read_text()

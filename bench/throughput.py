@@ -410,7 +410,7 @@ def avro_workload(n: int, workdir: Path) -> Workload:
     from decode import mcl  # bench/decode.py: the same MCL events as the decode benchmark
     from fastavro import parse_schema, schemaless_reader
 
-    from processors.avro import encode
+    from actors.codecs.avro import encode
     from processors.base import SCHEMA_DIR
 
     text = (SCHEMA_DIR / "datahub/MetadataChangeLog.avsc").read_text()
@@ -463,8 +463,8 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
     from fastavro import parse_schema, schemaless_reader
 
     _import_stdlib_http()
+    from actors.codecs.avro import encode
     from actors.worker.pipeline import RecordPipeline
-    from processors.avro import encode
     from processors.base import SCHEMA_DIR
     from processors.gobblin import GobblinCompactionProcessor
     from service.dev.samples import SAMPLE_TOPICS, sample_records

@@ -325,8 +325,9 @@ def _ops(args: argparse.Namespace) -> int:
 def _merge(path: str, table: str | None) -> int:
     import asyncio
 
+    from actors.preflight import resolve_processors
+    from actors.resources import Resources
     from actors.sinks.checks import missing_packages
-    from actors.sinks.spark.actor import stop_spark_actors
     from actors.sinks.spark.merge import MergeError, merge
 
     settings = _load(path)
@@ -338,10 +339,10 @@ def _merge(path: str, table: str | None) -> int:
         return EXIT_CONFIG
 
     async def go() -> list[str]:
-        try:
-            return [r.summary() for r in await merge(settings, table)]
-        finally:
-            await stop_spark_actors()
+        async with Resources(settings.spark) as resources:  # stops the SparkActor after
+            processors = resolve_processors(settings)
+            return [r.summary() for r in await merge(settings, processors, table,
+                                                     actor=resources.spark())]
 
     try:
         lines = asyncio.run(go())
@@ -375,9 +376,11 @@ def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 def _tables(args: argparse.Namespace) -> int:
     import asyncio
 
+    from actors.preflight import resolve_processors
+    from actors.resources import Resources
     from actors.sinks.checks import missing_packages
     from actors.sinks.spark import legacy
-    from actors.sinks.spark.actor import short, stop_spark_actors
+    from actors.sinks.spark.actor import short
     from actors.sinks.spark.maintenance import MaintenanceError, maintain
     from actors.sinks.spark.migrate import MigrationError, migrate
     from service.ops import tables
@@ -396,23 +399,23 @@ def _tables(args: argparse.Namespace) -> int:
             return EXIT_CONFIG
 
     async def go() -> int:
-        try:
+        async with Resources(settings.spark) as resources:  # stops the SparkActor after
+            processors, actor = resolve_processors(settings), resources.spark()
             if command == "show":
-                views = await tables.show(settings, args.table)
+                views = await tables.show(settings, processors, args.table, actor=actor)
                 print(tables.render_json(views) if args.json else tables.render(views))
                 return EXIT_OK
             if command == "maintain":
-                results = await maintain(settings, tables.kafka_committed(settings),
-                                         args.table)
+                results = await maintain(settings, processors,
+                                         tables.kafka_committed(settings), args.table,
+                                         actor=actor)
                 for result in results:
                     print("\n".join(result.summary(settings.spark.maintenance)))
                 return EXIT_CRASH if any(r.error for r in results) else EXIT_OK
-            done = await migrate(settings)
+            done = await migrate(settings, processors, actor=actor)
             print("\n".join(d.summary() for d in done) if done else
                   f"{args.config}: no tables of an earlier kstage version to migrate")
             return EXIT_OK
-        finally:
-            await stop_spark_actors()
 
     try:
         return asyncio.run(go())

@@ -31,6 +31,7 @@ from actors.errors import FatalError
 from actors.kafka import KafkaSecurityError
 from actors.master import Master
 from actors.metrics import Metrics
+from actors.resources import Resources
 from processors.errors import RegistryError
 from service.broker import EmbeddedBroker
 from service.http import StatusServer, bind_status_server
@@ -153,10 +154,15 @@ def _exit_now(code: int) -> None:
 async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
                 progress: Callable[[Master], Coroutine[Any, Any, None]] | None = None) -> int:
     """Run the master (and the status server) until it stops; map the outcome to an exit
-    code. ``progress(master)`` runs beside it (the demo's progress display)."""
+    code. ``progress(master)`` runs beside it (the demo's progress display).
+
+    The process's resources (the SparkActor) are made here and closed when the service
+    stops: they outlive the master, whose workers' sinks use them, for the final merge."""
     metrics = Metrics()
+    resources = Resources(settings.spark)
     try:  # builds every processor with its options: what it refuses is configuration
-        master = Master(settings, bootstrap, drain=drain, metrics=metrics)
+        master = Master(settings, bootstrap, drain=drain, metrics=metrics,
+                        resources=resources)
     except RegistryError as exc:
         for problem in str(exc).splitlines():
             logger.critical("configuration: %s", problem)
@@ -194,16 +200,16 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         from settings.errors import SettingsError
 
         try:
-            plan(settings)
+            plan(settings, master.processors)
         except SettingsError as exc:
             logger.critical("merge: %s", exc)
             if status is not None:
                 beat.cancel()
                 status.stop()
             return EXIT_CONFIG
-        merging = asyncio.create_task(merge_loop.merge_periodically(settings, metrics),
-                                      name="merge")
-    maintaining = _start_maintenance(settings, bootstrap, metrics)
+        merging = asyncio.create_task(merge_loop.merge_periodically(
+            settings, master.processors, resources.spark(), metrics), name="merge")
+    maintaining = _start_maintenance(master, metrics)
     signals.install()
     shown = asyncio.create_task(progress(master), name="progress") if progress else None
     try:
@@ -211,7 +217,8 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
         if merging is not None and master.drained:
             merging.cancel()
             await asyncio.gather(merging, return_exceptions=True)
-            _, failed = await merge_loop.merge_all(settings, metrics)
+            _, failed = await merge_loop.merge_all(settings, master.processors,
+                                                   resources.spark(), metrics)
             if failed:
                 logger.critical("stopping: the final merge after --drain failed for %d "
                                 "table(s)", failed)
@@ -235,14 +242,13 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        if "actors.sinks.spark.actor" in sys.modules:  # only if Spark was used
-            await sys.modules["actors.sinks.spark.actor"].stop_spark_actors()
+        await resources.close()  # the SparkActor, if one was made
     return EXIT_OK
 
 
-def _start_maintenance(settings: Settings, bootstrap: str, metrics: Metrics,
-                       ) -> asyncio.Task[None] | None:
+def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
     """The table maintenance of ``spark.maintenance.every_s`` (only with spark sinks)."""
+    settings = master.settings
     if settings.spark.maintenance.every_s is None or not any(
             named.settings.type == "spark" for group in settings.groups
             for topic in group.topics for named in topic.named_sinks()):
@@ -251,7 +257,8 @@ def _start_maintenance(settings: Settings, bootstrap: str, metrics: Metrics,
     from service.ops.tables import kafka_committed
 
     return asyncio.create_task(maintenance_loop.maintain_periodically(
-        settings, kafka_committed(settings, bootstrap), metrics), name="maintenance")
+        settings, master.processors, kafka_committed(settings, master.bootstrap),
+        master.resources.spark(), metrics), name="maintenance")
 
 
 def tune_gc() -> None:

@@ -12,7 +12,8 @@ worker builder, one bounded wait.
 
 Integration tests get a fresh topic and group from the ``fresh`` fixture
 (``tests/conftest.py``). docs/plugins.md shows how a plugin's own tests use the kit of
-:mod:`processors.testing`; this one is for tests of the worker itself.
+:mod:`processors.testing` and :mod:`service.testing`; this one is for tests of the worker
+itself.
 """
 
 from __future__ import annotations

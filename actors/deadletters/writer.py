@@ -15,12 +15,12 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from actors.backoff import backoff_s
 from actors.deadletters.file import DeadLetterFile, dead_letter_line
 from actors.deadletters.topic import DeadLetterTopic
 from actors.errors import PermanentSinkError
 from actors.failure import Sleep
 from actors.sinks import RefuseRows
-from processors.backoff import backoff_s
 from processors.base import Row
 from settings.models import NamedSink, TopicSettings
 

@@ -37,6 +37,7 @@ from processors.base import Column, Row
 from settings.models import SinkSettings
 
 if TYPE_CHECKING:
+    from actors.resources import Resources
     from actors.sink_health import SinkHealth
     from settings.models import Settings
 
@@ -113,6 +114,9 @@ class SinkContext:
             <processors.base.Processor.key>`; empty when it declares none).
         settings: the process settings (a sink reads its process-wide section, e.g.
             ``spark:``); None in tests that build a sink alone.
+        resources: the process's shared resources (the SparkActor the spark and jdbc
+            sinks write with), owned by whoever runs the worker; None in tests that
+            build a sink alone.
         health: the worker's sink health; a sink that retries inside ``write`` reports
             each failed attempt there, keyed ``(topic, partition)``.
         refuse: dead-letters rows the sink refuses for good; None: a refusal raises
@@ -127,6 +131,7 @@ class SinkContext:
     table: str = ""
     key: tuple[str, ...] = ()
     settings: Settings | None = None
+    resources: Resources | None = None
     health: SinkHealth | None = None
     refuse: RefuseRows | None = None
 

@@ -75,13 +75,13 @@ from urllib.parse import quote, urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from actors.backoff import Jitter, backoff_s
+from actors.codecs.schema_registry import Sleep, describe_transport_error
+from actors.codecs.schema_registry import _retry_after as retry_after_s
 from actors.errors import SinkAuthError, SinkError
 from actors.sinks.base import Sink, SinkCapabilities, SinkSettingsBase
-from processors.backoff import Jitter, backoff_s
 from processors.base import Row
 from processors.jsonfast import dumps_compact
-from processors.schema_registry import Sleep, describe_transport_error
-from processors.schema_registry import _retry_after as retry_after_s
 
 logger = logging.getLogger(__name__)
 

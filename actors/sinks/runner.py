@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from actors import backoff
 from actors.errors import SinkError
 from actors.offsets import Entry
 from actors.sink_health import SinkHealth
 from actors.sinks.base import Sink
-from processors import backoff
 from processors.base import Row
 
 logger = logging.getLogger(__name__)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from actors.resources import Resources
 from actors.sink_health import SinkHealth
 from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
 from processors.base import Processor
@@ -29,12 +30,13 @@ def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Pr
                 label: str, refuse: Callable[[NamedSink], RefuseRows],
                 health: Callable[[str], SinkHealth | None] | None = None,
                 group: str = "", build: Callable[[SinkSettings], Sink] = build_sink,
-                ) -> list[BoundSink]:
+                resources: Resources | None = None) -> list[BoundSink]:
     """The topic's sinks (one for ``sink:``, every one of ``sinks:``), bound as every run
     of a pipeline binds them (the worker, ``dlq replay``): the processor's columns and
     table, the whole settings (e.g. the ``spark:`` section), each sink's health (by its
     name), where the rows it refuses go (``refuse(named)``: dead letters naming it) and
-    the consumer ``group`` of the worker. ``build`` makes each sink from its settings
+    the consumer ``group`` of the worker and the process's ``resources`` (the SparkActor
+    of the spark and jdbc sinks). ``build`` makes each sink from its settings
     (:func:`~actors.sinks.build_sink`; a test passes its own)."""
     bound = []
     sinks = topic.named_sinks()
@@ -44,7 +46,7 @@ def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Pr
             label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
             group=group, topic=topic.topic, processor=topic.processor,
             columns=tuple(processor_cls.columns), table=processor_cls.table,
-            key=tuple(processor_cls.key), settings=settings,
+            key=tuple(processor_cls.key), settings=settings, resources=resources,
             health=None if health is None else health(named.name), refuse=refuse(named)))
         bound.append(BoundSink(named, sink))
     return bound

@@ -1,8 +1,8 @@
 """The record pipeline: decode → transform → failure policy → rows or a dead-letter line.
 
 One walk of a batch (:meth:`RecordPipeline.walk`), called by the worker's process loop,
-by ``kstage dlq replay``, by the plugin test kit (:mod:`processors.testing`) and by the
-benchmarks, so they cannot drift apart. The walk takes a partition batch in offset order
+by ``kstage dlq replay``, by the plugin test kit's runners (:mod:`service.testing`) and
+by the benchmarks, so they cannot drift apart. The walk takes a partition batch in offset order
 and sends what it made to a :class:`~actors.worker.records.Route`:
 
 * the Avro writer schemas the batch needs are loaded first (:meth:`fetch_schemas`, the
@@ -30,6 +30,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from actors.backoff import backoff_s
+from actors.codecs.avro import AvroDecoder
+from actors.codecs.schema_registry import SchemaNotFoundYet
 from actors.deadletters.file import dead_letter_line
 from actors.deadletters.topic import DeadLetterTopic
 from actors.deadletters.writer import DeadLetters
@@ -44,11 +47,8 @@ from actors.worker.records import (
     key_decoder,
     value_decoder,
 )
-from processors.avro import AvroDecoder
-from processors.backoff import backoff_s
 from processors.base import Message, Processor, Row
 from processors.errors import PoisonMessage, ProcessorError
-from processors.schema_registry import SchemaNotFoundYet
 from settings.models import FailureMode, FailureSettings, FilterSettings, TopicSettings
 
 logger = logging.getLogger(__name__)

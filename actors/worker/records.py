@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from actors.codecs.avro import AvroDecoder
 from actors.decoding import DECODERS, KEY_DECODERS
-from processors.avro import AvroDecoder
 from processors.base import Row
 from settings.models import TopicSettings
 

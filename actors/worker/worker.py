@@ -50,6 +50,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from actors.backoff import backoff_s
+from actors.codecs.avro import AvroDecoder
 from actors.deadletters.topic import DeadLetterTopic
 from actors.failure import FailurePolicy, Sleep
 from actors.kafka import (
@@ -61,6 +63,7 @@ from actors.kafka import (
 )
 from actors.lifecycle import Lifecycle
 from actors.metrics import Metrics
+from actors.resources import Resources
 from actors.sink_health import SinkHealth
 from actors.sinks import FanOutSink, Sink, SinkBatch, build_sink, run_fanout
 from actors.tokens import token_errors
@@ -72,8 +75,6 @@ from actors.worker.pipeline import RecordPipeline
 from actors.worker.process import ProcessLoop
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
-from processors.avro import AvroDecoder
-from processors.backoff import backoff_s
 from processors.base import Processor
 from settings.models import GroupSettings, Settings, SinkSettings, TopicSettings
 
@@ -123,6 +124,8 @@ class Worker:
             :func:`~actors.kafka.build_consumer` is (the default); a test hands a fake.
         sink_factory: builds each of the topic's sinks from its settings, as
             :func:`~actors.sinks.build_sink` does (the default); a test hands its own.
+        resources: the process's shared resources, handed to its sinks (the SparkActor
+            of the spark and jdbc sinks); the master's.
     """
 
     def __init__(
@@ -143,6 +146,7 @@ class Worker:
         starts: StartRegistry | None = None,
         consumer_factory: ConsumerFactory = build_consumer,
         sink_factory: Callable[[SinkSettings], Sink] = build_sink,
+        resources: Resources | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -153,6 +157,7 @@ class Worker:
         self._bootstrap = bootstrap
         self._consumer_factory = consumer_factory
         self._sink_factory = sink_factory
+        self._resources = resources
         self.drain = drain
         self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
                       "dead_lettered": 0, "filtered": 0, "committed": 0, "paused": 0}
@@ -313,7 +318,7 @@ class Worker:
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
                             build=self._sink_factory,
                             refuse=self.pipeline.dead_letters.refuser, health=self._sink_health.get,
-                            group=self.group_id)
+                            group=self.group_id, resources=self._resources)
         self.sinks = self.rebalance.sinks = [bound.sink for bound in sinks]
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self.flush_soon = self.fetcher.flush_soon = (

@@ -29,12 +29,14 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
+from actors.codecs.avro import encode
 from actors.master import Master
+from actors.preflight import resolve_processors
+from actors.resources import Resources
 from actors.sinks.checks import missing_packages
-from actors.sinks.spark.actor import short, stop_spark_actors
+from actors.sinks.spark.actor import short
 from actors.sinks.spark.merge import final_name
 from actors.worker import Worker
-from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker
 from service.dev.samples import (
@@ -165,10 +167,8 @@ def table_views(settings: Settings) -> dict[str, TableView]:
     """Table name -> what ``kstage tables show`` says of it (one new Spark session,
     stopped after)."""
     async def read() -> list[TableView]:
-        try:
-            return await show(settings)
-        finally:
-            await stop_spark_actors()
+        async with Resources(settings.spark) as resources:  # stops the SparkActor after
+            return await show(settings, resolve_processors(settings), actor=resources.spark())
 
     return {view.table.rsplit(".", 1)[-1]: view for view in asyncio.run(read())}
 

@@ -2,7 +2,7 @@
 
 :data:`SAMPLE_TOPICS`: one topic per event type a built-in processor reads (Metastore has
 two). :func:`sample_records`: dicts valid for a topic's writer schema (under
-:data:`processors.base.SCHEMA_DIR`, ready for :func:`processors.avro.encode`) that its
+:data:`processors.base.SCHEMA_DIR`, ready for :func:`actors.codecs.avro.encode`) that its
 processor turns into rows, imitating WhereHows' Gobblin/Hive Metastore producers,
 DataHub and DataHub's SDK emitter (proposals). :func:`poison_values`: wire values the
 decoder must dead-letter. Deterministic for a seed (``random.Random``; no clock, no
@@ -377,7 +377,7 @@ _MAKERS: dict[tuple[str, str], Callable[[random.Random, int], Record]] = dict(zi
 def sample_records(topic: SampleTopic, count: int, seed: int = 0) -> list[Record]:
     """``count`` realistic records for ``topic``, valid for its writer schema.
 
-    Each is a dict for ``fastavro``/:func:`processors.avro.encode` (bytes for ``bytes``
+    Each is a dict for ``fastavro``/:func:`actors.codecs.avro.encode` (bytes for ``bytes``
     and ``fixed`` fields) that ``topic.processor`` turns into at least one row. Event
     timestamps start at a seed-dependent time within 30 days after :data:`T0` and
     increase by 1-120 s per record. The same (topic, count, seed) gives the same records.
@@ -446,7 +446,7 @@ def poison_values(count: int) -> list[bytes]:
        short (the cut varies: the first 127 truncated values all differ).
 
     With a registry that serves the MetadataChangeLog schema as id 1 and nothing as 999,
-    :meth:`processors.avro.AvroDecoder.decode` raises PoisonMessage for each; fixing the
+    :meth:`actors.codecs.avro.AvroDecoder.decode` raises PoisonMessage for each; fixing the
     one defect (magic byte, id) gives a value that decodes to a valid MCL.
     """
     if count < 0:

@@ -8,7 +8,7 @@ own tests once installed::
     NAME/__init__.py
     NAME/processor.py       NAMEProcessor (CamelCase): JSON object -> row, with options,
                             declared table/columns/key, PoisonMessage on bad input
-    tests/test_processor.py tests with processors.testing (no broker)
+    tests/test_processor.py tests with processors.testing and service.testing (no broker)
 
 The templates are the ``*.tmpl`` files under ``service/dev/templates/plugin/`` (package data),
 filled in with :class:`string.Template` (``${name}``, ``${cls}``, ``${dist}``,

@@ -61,13 +61,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
+from actors.codecs.avro import AvroDecoder, load_schema
 from actors.deadletters.file import FILE_MODE
 from actors.deadletters.topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
 from actors.failure import FailurePolicy
+from actors.resources import Resources
 from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.pipeline import RecordPipeline, no_wait
 from actors.worker.records import Collect, Record
-from processors.avro import AvroDecoder, load_schema
 from processors.base import Processor
 from service.ops.lag import (
     OpsError,
@@ -460,7 +461,8 @@ class _Target:
     first use."""
 
     def __init__(self, settings: Settings, group: GroupSettings, topic: TopicSettings,
-                 cls: type[Processor], registry: Any, id_type: str) -> None:
+                 cls: type[Processor], registry: Any, id_type: str,
+                 resources: Resources) -> None:
         self._started = self._open = False
         reader = load_schema(topic.reader_schema) if topic.reader_schema else None
         label = f"dlq replay {settings.group_id(group)}/{topic.topic}"
@@ -480,7 +482,8 @@ class _Target:
         self.sinks: dict[str, BoundSink] = {
             bound.name: bound for bound in bound_sinks(settings, topic, cls, label=label,
                                                        refuse=self.pipeline.dead_letters.refuser,
-                                                       group=settings.group_id(group))}
+                                                       group=settings.group_id(group),
+                                                       resources=resources)}
         self._opened: set[str] = set()
         self._stack: AsyncExitStack | None = None
 
@@ -552,9 +555,12 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
     from actors.master import resolve_processors  # loads plugins
 
     classes = resolve_processors(settings)
+    # The replay's SparkActor (spark and jdbc sinks), stopped after the sinks are closed.
+    resources = Resources(settings.spark)
+    stack.push_async_callback(resources.close)
     registry: Any = None
     if settings.schema_registry is not None:
-        from processors.schema_registry import registry_from_settings
+        from actors.codecs.registries import registry_from_settings
 
         registry = await stack.enter_async_context(
             registry_from_settings(settings.schema_registry))
@@ -575,7 +581,7 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
         group, topic = found
         if id(topic) not in targets:
             targets[id(topic)] = _Target(settings, group, topic, classes[topic.processor],
-                                         registry, id_type)
+                                         registry, id_type, resources)
         target = targets[id(topic)]
         await target.start(stack)
         filtered = target.pipeline.stats["filtered"]

@@ -17,11 +17,11 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.utils import generate_many
 
+from actors.codecs.avro import load_schema
+from actors.codecs.registries import registry_from_settings
 from actors.master import resolve_processors
-from processors.avro import load_schema
 from processors.base import SCHEMA_DIR
 from processors.errors import ProcessorError
-from processors.schema_registry import registry_from_settings
 from settings.models import Settings
 
 _SAMPLES = 25

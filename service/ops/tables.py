@@ -24,11 +24,12 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from actors.sinks.spark import snapshots
-from actors.sinks.spark.actor import SparkActor, spark_actor
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.maintenance import Committed, on_spark
 from actors.sinks.spark.merge import TablePlan, plan
+from processors.base import Processor
 from service.ops.lag import bootstrap_of, committed_offsets, connection_kwargs
 from settings.models import Settings, SparkSettings
 
@@ -94,12 +95,12 @@ def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
     return views
 
 
-async def show(settings: Settings, table: str | None = None,
-               actor: SparkActor | None = None) -> list[TableView]:
+async def show(settings: Settings, processors: Mapping[str, type[Processor]],
+               table: str | None = None, *, actor: SparkActor) -> list[TableView]:
     """The views of the configuration's spark tables (only ``table`` and its final
-    table when given)."""
-    items = plan(settings, table)
-    actor = actor or spark_actor(settings.spark)
+    table when given; ``processors`` as for :func:`~actors.sinks.spark.merge.plan`),
+    read on ``actor`` (the process's)."""
+    items = plan(settings, processors, table)
     return await actor.call(on_spark(lambda spark: describe(spark, settings.spark, items)))
 
 

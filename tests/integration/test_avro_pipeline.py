@@ -17,10 +17,10 @@ import pytest
 from fastavro import parse_schema
 from fastavro import schemaless_writer as write
 
+from actors.codecs.avro import MAGIC
 from actors.master import Master
 from actors.sinks.files import _default
 from processors import COORDINATE_COLUMNS, SCHEMA_DIR, Message, Processor
-from processors.avro import MAGIC
 from settings import load_settings
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config

@@ -14,7 +14,7 @@ import yaml
 from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
-from processors.avro import encode
+from actors.codecs.avro import encode
 from processors.base import SCHEMA_DIR
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import (

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from actors.deadletters.file import dead_letter_line
-from actors.sinks.spark.actor import stop_spark_actors
 from processors.gobblin import GobblinCompactionProcessor
 from service.ops.dlq import replay_async
 from settings.models import Settings
@@ -30,14 +29,6 @@ pytestmark = pytest.mark.slow
 PROCESSOR = GobblinCompactionProcessor
 TOPIC = "GobblinTrackingEvent_compaction"
 CLUSTERS = [{"code": "ltx1-holdem", "short_name": "holdem"}]
-
-
-@pytest.fixture
-async def spark_stopped() -> Any:
-    """The replay uses the process's SparkActor for the config's ``spark:`` section: stop
-    it after the test (one SparkContext per JVM, and each test has its own warehouse)."""
-    yield
-    await stop_spark_actors()
 
 
 def dead_letters(path: Path, offsets: list[int], bad: int | None = None) -> None:
@@ -64,7 +55,7 @@ def config(tmp_path: Path, sink: dict[str, Any]) -> Settings:
     })
 
 
-async def test_replay_into_a_spark_sink(tmp_path: Path, spark_stopped: Any) -> None:
+async def test_replay_into_a_spark_sink(tmp_path: Path) -> None:
     dead_letters(tmp_path / "dead.jsonl", [1, 2, 3, 4], bad=3)
     settings = config(tmp_path, {"type": "spark"})
     async with asyncio.timeout(120):
@@ -82,8 +73,7 @@ async def test_replay_into_a_spark_sink(tmp_path: Path, spark_stopped: Any) -> N
     assert [json.loads(m)["offset"] for m in marks] == [1, 2, 4]
 
 
-async def test_replay_into_a_jdbc_sink(tmp_path: Path, pg: Postgres,
-                                       spark_stopped: Any) -> None:
+async def test_replay_into_a_jdbc_sink(tmp_path: Path, pg: Postgres) -> None:
     dead_letters(tmp_path / "dead.jsonl", [5, 6, 7])
     settings = config(tmp_path, {"type": "jdbc", "table": "stg_dlq_replay", "url": pg.url,
                                  "user": USER, "password": "secret", "jar": JAR})

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from actors.preflight import resolve_processors
 from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.merge import (
@@ -90,7 +91,7 @@ async def test_replays_dropped_latest_version_kept_incremental_and_idempotent(
                 gobblin_version(101, 2))
     cfg = settings(warehouse, table)
 
-    [first] = await merge(cfg, actor=actor)
+    [first] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert first.table == table and first.final_table == "final_merge_main"
     assert counts(first) == (14, 7, 14, 6, 1) and first.full_read and not first.skipped
     rows = await final_rows(actor, table)
@@ -110,7 +111,7 @@ async def test_replays_dropped_latest_version_kept_incremental_and_idempotent(
 
     # re-running changes nothing: no new snapshot, same rows (_ingested_at included)
     before = await snapshots(actor, final_name(table))
-    [again] = await merge(cfg, actor=actor)
+    [again] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(again) == (14, 7, 0, 0, 0) and not again.full_read
     assert await snapshots(actor, final_name(table)) == before
     assert await final_rows(actor, table) == rows
@@ -119,7 +120,7 @@ async def test_replays_dropped_latest_version_kept_incremental_and_idempotent(
     # appends are read (incremental), folded against the final rows of their keys
     await stage(actor, table, gobblin_version(101, 2) + gobblin_version(102, 3),
                 gobblin_rows(10, 2, partition=1))
-    [third] = await merge(cfg, actor=actor)
+    [third] = await merge(cfg, resolve_processors(cfg), actor=actor)
     # the replay of 101 (against the final row); the final row of 101 superseded by 102
     assert counts(third) == (18, 9, 4, 1, 1) and not third.full_read
     rows3 = await final_rows(actor, table)
@@ -131,11 +132,11 @@ async def test_replays_dropped_latest_version_kept_incremental_and_idempotent(
     commits = await merge_commits(actor, table)
     assert [c[final_table.MERGED_SNAPSHOT] for c in commits] == [
         str(staged), str(await staging_snapshot(actor, table))]
-    [fourth] = await merge(cfg, actor=actor)
+    [fourth] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(fourth) == (18, 9, 0, 0, 0)
     assert await final_rows(actor, table) == rows3
 
-    records = await merge_records(cfg, actor=actor)
+    records = await merge_records(cfg, resolve_processors(cfg), actor=actor)
     assert list(records) == ["final_merge_main"]
     record = records["final_merge_main"]
     assert (record.staging_table, record.merged_snapshot_id) == (
@@ -164,7 +165,7 @@ async def test_latest_per_key_ties_null_keys_and_keyless(actor: SparkActor,
     ], [version("e", None, "a", 11, timestamp=70)],  # same coordinates, other content:
         processor=VERSIONS)                             # the smaller content wins
     cfg = settings(warehouse, table, processor=VERSIONS)
-    [result] = await merge(cfg, actor=actor)
+    [result] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(result) == (13, 7, 13, 0, 6)
     got = {(r[0], r[1]): r[2] for r in await final_rows(actor, table, VERSIONS)}
     assert got == {("a", 1): "new", ("b", 1): "y", ("c", 1): "p0", ("d", 1): "o7",
@@ -175,7 +176,7 @@ async def test_latest_per_key_ties_null_keys_and_keyless(actor: SparkActor,
     await stage(actor, table, [version("a", 1, "older", 12, timestamp=15),
                                version(None, None, "n3", 13, timestamp=65),
                                version(None, 1, "m", 10, timestamp=50)], processor=VERSIONS)
-    [second] = await merge(cfg, actor=actor)
+    [second] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(second) == (16, 7, 3, 1, 2)
     got = {(r[0], r[1]): r[2] for r in await final_rows(actor, table, VERSIONS)}
     assert got[("a", 1)] == "new" and got[(None, None)] == "n3" and got[(None, 1)] == "m"
@@ -187,10 +188,10 @@ async def test_latest_per_key_ties_null_keys_and_keyless(actor: SparkActor,
     keyless = settings(warehouse, unkeyed, processor=VERSIONS)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(VERSIONS, "key", ())
-        [plain] = await merge(keyless, actor=actor)
+        [plain] = await merge(keyless, resolve_processors(keyless), actor=actor)
         assert counts(plain) == (5, 3, 5, 2, 0)
         await stage(actor, unkeyed, rows, [version("a", 1, "x", 3)], processor=VERSIONS)
-        [plain2] = await merge(keyless, actor=actor)
+        [plain2] = await merge(keyless, resolve_processors(keyless), actor=actor)
         assert counts(plain2) == (9, 4, 4, 3, 0)
     assert sorted(r[6] for r in await final_rows(actor, unkeyed, VERSIONS)) == [0, 1, 2, 3]
 
@@ -203,7 +204,7 @@ async def test_compacted_purged_and_expired_staging(actor: SparkActor,
     table = "stg_merge_expire"
     cfg = settings(warehouse, table)
     await stage(actor, table, gobblin_rows(0, 4), gobblin_rows(4, 4))
-    await merge(cfg, actor=actor)
+    await merge(cfg, resolve_processors(cfg), actor=actor)
     rows = await final_rows(actor, table)
 
     name = f"kstage.kstage.{table}"
@@ -211,7 +212,7 @@ async def test_compacted_purged_and_expired_staging(actor: SparkActor,
                      "options => map('min-input-files', '2'))")
     assert (await snapshots(actor, table))[-1][1] == "replace"
     await stage(actor, table, gobblin_rows(8, 2), gobblin_version(100, 7))
-    [compacted] = await merge(cfg, actor=actor)
+    [compacted] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(compacted) == (11, 11, 3, 0, 0) and not compacted.full_read
     rows2 = await final_rows(actor, table)
     assert set(rows) < set(rows2)
@@ -219,7 +220,7 @@ async def test_compacted_purged_and_expired_staging(actor: SparkActor,
     await sql(actor, f"DELETE FROM {name} WHERE _offset < 4")  # noqa: S608 - retention
     assert (await snapshots(actor, table))[-1][1] in ("delete", "overwrite")
     await stage(actor, table, gobblin_version(101, 8))
-    [purged] = await merge(cfg, actor=actor)
+    [purged] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(purged) == (8, 11, 1, 0, 1) and not purged.full_read
     rows3 = await final_rows(actor, table)
     assert {r[column("_offset")] for r in rows3} >= {0, 1, 2, 3}  # kept in the final table
@@ -228,7 +229,7 @@ async def test_compacted_purged_and_expired_staging(actor: SparkActor,
     await sql(actor, f"CALL kstage.system.expire_snapshots(table => '{name}', "
                      "older_than => now(), retain_last => 1)")
     assert len(await snapshots(actor, table)) == 1
-    [full] = await merge(cfg, actor=actor)
+    [full] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert full.full_read
     # every staging row read again: those already final are replays
     assert counts(full) == (9, 12, 9, 7, 1)
@@ -248,20 +249,21 @@ async def test_final_table_compacted_and_its_records_expired(actor: SparkActor,
     first = [version("a", 1, "x", 0, timestamp=1), version("b", 1, "y", 1)]
     second = [version("a", 1, "x2", 2, timestamp=2), version("c", 1, "z", 3)]
     await stage(actor, table, first, processor=VERSIONS)
-    await merge(cfg, actor=actor)
+    await merge(cfg, resolve_processors(cfg), actor=actor)
     await stage(actor, table, second, processor=VERSIONS)
-    await merge(cfg, actor=actor)
+    await merge(cfg, resolve_processors(cfg), actor=actor)
     final = f"kstage.kstage.{final_name(table)}"
     await sql(actor, f"CALL kstage.system.rewrite_data_files(table => '{final}', "
                      "options => map('rewrite-all', 'true'))")
     assert (await snapshots(actor, final_name(table)))[-1][1] == "replace"
-    [nothing] = await merge(cfg, actor=actor)  # the record is the compaction's parent's
+    # the record is the compaction's parent's
+    [nothing] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert (nothing.new_rows, nothing.full_read) == (0, False)
 
     await sql(actor, f"CALL kstage.system.expire_snapshots(table => '{final}', "
                      "older_than => now(), retain_last => 1)")
     assert await merge_commits(actor, table) == []
-    [full] = await merge(cfg, actor=actor)
+    [full] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert full.full_read and counts(full) == (4, 3, 4, 3, 1)
     assert await final_rows(actor, table, VERSIONS, ingest=False) == expected(
         first + second, VERSIONS)
@@ -276,14 +278,14 @@ async def test_schema_evolution_and_refused_changes(actor: SparkActor, warehouse
     cfg = settings(warehouse, table, processor=VERSIONS)
     original = VERSIONS.columns
     await stage(actor, table, [version("a", 1, "x", 0)], processor=VERSIONS)
-    await merge(cfg, actor=actor)
+    await merge(cfg, resolve_processors(cfg), actor=actor)
 
     # a new nullable column: added to staging by the sink, to the final table by the merge
     wider = (*original, Column("note"))
     monkeypatch.setattr(VERSIONS, "columns", wider)
     actor._tables.pop(table)  # the sink's writer of the old columns
     await stage(actor, table, [{**version("b", 1, "y", 1), "note": "hi"}], processor=VERSIONS)
-    [result] = await merge(cfg, actor=actor)
+    [result] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(result) == (2, 2, 1, 0, 0)
     final = f"kstage.kstage.{final_name(table)}"
     got = await sql(actor, f"SELECT k1, note FROM {final} ORDER BY k1")  # noqa: S608
@@ -293,34 +295,35 @@ async def test_schema_evolution_and_refused_changes(actor: SparkActor, warehouse
     monkeypatch.setattr(VERSIONS, "columns", (*original[:3], Column("n", "string"),
                                               Column("note"), Column("id", nullable=False)))
     with pytest.raises(MergeError) as error:
-        await merge(cfg, actor=actor)
+        await merge(cfg, resolve_processors(cfg), actor=actor)
     text = str(error.value)
     assert f"final table {final}: the processor does not fit the table" in text
     assert "column 'n' was bigint, is now declared string" in text
     assert "new column 'id' is NOT NULL" in text
     monkeypatch.setattr(VERSIONS, "columns", original)
     with pytest.raises(MergeError, match=r"column 'note' \(string\) is no longer declared"):
-        await merge(cfg, actor=actor)
+        await merge(cfg, resolve_processors(cfg), actor=actor)
 
     # a final partition declared after the table was created
     monkeypatch.setattr(VERSIONS, "columns", wider)
     monkeypatch.setattr(VERSIONS, "final_partition", ("kp", "k2 % 2"))
     with pytest.raises(MergeError, match="final partition 'kp = k2 % 2' is declared but "
                                          "the table was created without one"):
-        await merge(cfg, actor=actor)
+        await merge(cfg, resolve_processors(cfg), actor=actor)
 
 
 async def test_a_final_partition_must_depend_on_the_key_alone(
         actor: SparkActor, warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     await stage(actor, "stg_merge_badpart", gobblin_rows(0, 1))
+    cfg = settings(warehouse, "stg_merge_badpart")
     monkeypatch.setattr(GOBBLIN, "final_partition", ("day", "to_date(partition_name)"))
     with pytest.raises(MergeError, match=r"'day' = 'to_date\(partition_name\)' must be an "
                                          r"expression over the key columns"):
-        await merge(settings(warehouse, "stg_merge_badpart"), actor=actor)
+        await merge(cfg, resolve_processors(cfg), actor=actor)
     monkeypatch.setattr(GOBBLIN, "final_partition", ("cluster", "cluster"))
     with pytest.raises(MergeConfigError, match="final partition column 'cluster' must be a "
                                                "new plain identifier"):
-        await merge(settings(warehouse, "stg_merge_badpart"), actor=actor)
+        await merge(cfg, resolve_processors(cfg), actor=actor)
 
 
 async def test_only_affected_partitions_are_rewritten(actor: SparkActor,
@@ -330,14 +333,14 @@ async def test_only_affected_partitions_are_rewritten(actor: SparkActor,
     table = "stg_merge_parts"
     await stage(actor, table, gobblin_rows(0, 6, days=3), gobblin_version(100, 1))
     cfg = settings(warehouse, table)
-    await merge(cfg, actor=actor)
+    await merge(cfg, resolve_processors(cfg), actor=actor)
     final = f"kstage.kstage.{final_name(table)}"
     query = f"SELECT partition.log_date AS d, file_path FROM {final}.files"  # noqa: S608
     files = {str(r["d"]): r["file_path"] for r in await sql(actor, query)}
     assert sorted(files) == ["2016-07-13", "2016-07-14", "2016-07-15", "2017-07-14"]
 
     await stage(actor, table, gobblin_version(101, 2))
-    [second] = await merge(cfg, actor=actor)
+    [second] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert counts(second) == (8, 7, 1, 0, 1)
     after = {str(r["d"]): r["file_path"] for r in await sql(actor, query)}
     assert {d: p for d, p in after.items() if d != "2017-07-14"} == {
@@ -351,14 +354,14 @@ async def test_table_filter_skip_and_config_errors(actor: SparkActor, warehouse:
     await stage(actor, "stg_merge_empty")  # registered by a sink, nothing appended yet
     cfg = settings(warehouse, "stg_merge_a", "stg_merge_b", "other_table", "stg_merge_empty")
 
-    [only_b] = await merge(cfg, "stg_merge_b", actor=actor)
+    [only_b] = await merge(cfg, resolve_processors(cfg), "stg_merge_b", actor=actor)
     assert (only_b.table, only_b.final_table) == ("stg_merge_b", "final_merge_b")
     assert counts(only_b) == (4, 2, 4, 2, 0)
     exists = await actor.call(lambda spark: spark.catalog.tableExists(
         "kstage.kstage.final_merge_a"))
     assert not exists
 
-    results = await merge(cfg, actor=actor)
+    results = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert [r.table for r in results] == ["stg_merge_a", "stg_merge_b", "other_table",
                                           "stg_merge_empty"]
     assert counts(results[3]) == (0, 0, 0, 0, 0) and not results[3].skipped
@@ -370,10 +373,11 @@ async def test_table_filter_skip_and_config_errors(actor: SparkActor, warehouse:
     assert "no staging table kstage.kstage.other_table" in skipped.summary()
 
     with pytest.raises(MergeConfigError, match="'stg_nope' is not fed by a spark sink"):
-        await merge(cfg, "stg_nope", actor=actor)
+        await merge(cfg, resolve_processors(cfg), "stg_nope", actor=actor)
     with pytest.raises(MergeConfigError, match="its final table final_merge_a is also a "
                                                "staging table"):
-        await merge(settings(warehouse, "stg_merge_a", "final_merge_a"), actor=actor)
+        clash = settings(warehouse, "stg_merge_a", "final_merge_a")
+        await merge(clash, resolve_processors(clash), actor=actor)
 
 
 async def test_a_final_table_of_another_staging_table_is_refused(
@@ -383,7 +387,8 @@ async def test_a_final_table_of_another_staging_table_is_refused(
     with pytest.raises(MergeError, match="final table kstage.kstage.final_merge_owner exists "
                                          "but is not the final table of "
                                          "kstage.kstage.stg_merge_owner"):
-        await merge(settings(warehouse, "stg_merge_owner"), actor=actor)
+        cfg = settings(warehouse, "stg_merge_owner")
+        await merge(cfg, resolve_processors(cfg), actor=actor)
 
 
 @pytest.mark.kafka
@@ -442,8 +447,8 @@ def test_cli_config_error_exit_2(tmp_path: Path, warehouse: Path,
 
 async def test_cli_merge_last(actor: SparkActor, tmp_path: Path, warehouse: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
-    """Last: the module's session is stopped first (one Spark session per process, see
-    ``test_spark_jvm_death``); the CLI starts its own and stops it when done."""
+    """Last: the CLI runs its own SparkActor (stopped when done), so the module's is
+    stopped first: a process runs one Spark session at a time."""
     await stage(actor, "stg_merge_cli", gobblin_rows(0, 3), gobblin_rows(1, 1))
     await stage(actor, "stg_merge_clibad", gobblin_rows(0, 1))
     await sql(actor, "CREATE TABLE kstage.kstage.final_merge_clibad (x INT) USING iceberg")

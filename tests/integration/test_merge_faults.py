@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from actors.preflight import resolve_processors
 from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.merge import MergeResult, final_name, merge, merge_table, plan
@@ -129,8 +130,9 @@ async def test_two_merges_racing_commit_once_and_the_loser_merges_again(
     table = "stg_race"
     staged = versions(0) + versions(1) + versions(0)  # a replay of round 0
     await stage(actor, table, versions(0), versions(1), versions(0), processor=VERSIONS)
-    [item] = plan(settings(warehouse, table, processor=VERSIONS))
-    await merge(settings(warehouse, table, processor=VERSIONS), actor=actor)  # creates it
+    cfg = settings(warehouse, table, processor=VERSIONS)
+    [item] = plan(cfg, resolve_processors(cfg))
+    await merge(cfg, resolve_processors(cfg), actor=actor)  # creates it
     await stage(actor, table, versions(2), processor=VERSIONS)
     staged += versions(2)
 
@@ -165,7 +167,8 @@ async def test_a_merge_of_older_rows_never_overwrites_a_later_merge(
     lose to B's (the statement checks the fold's order against the row it finds)."""
     table = "stg_stale"
     await stage(actor, table, versions(0), processor=VERSIONS)
-    [item] = plan(settings(warehouse, table, processor=VERSIONS))
+    cfg = settings(warehouse, table, processor=VERSIONS)
+    [item] = plan(cfg, resolve_processors(cfg))
     ready, go = threading.Event(), threading.Event()
 
     def hold(writer: str) -> None:
@@ -190,7 +193,7 @@ async def test_a_merge_of_older_rows_never_overwrites_a_later_merge(
                                                                               VERSIONS)
     # A recorded s1 last: the next merge reads (s1, s2] again, and changes nothing
     assert (await merge_records_of(actor, table))[-2:] == [str(s2), str(s1)]
-    [again] = await merge(settings(warehouse, table, processor=VERSIONS), actor=actor)
+    [again] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert (again.new_rows, again.replays_dropped, again.merged_snapshot_id) == (12, 12, s2)
     # no row changed: the record is a commit of no file
     _, operation, summary = (await snapshots(actor, final_name(table)))[-1]
@@ -303,7 +306,7 @@ async def test_merge_killed_mid_commit_then_run_again(actor: SparkActor, warehou
 
     await add(gobblin_rows(0, 10, days=10))
     cfg = settings(warehouse, table)
-    await merge(cfg, actor=actor)
+    await merge(cfg, resolve_processors(cfg), actor=actor)
     config = write_config(tmp_path / "kstage.yml", warehouse, table)
     root = warehouse / "kstage" / final
 
@@ -318,7 +321,7 @@ async def test_merge_killed_mid_commit_then_run_again(actor: SparkActor, warehou
     query = f"SELECT file_path FROM kstage.kstage.{final}.all_files"  # noqa: S608
     referenced = await actor.call(lambda spark: {r[0] for r in spark.sql(query).collect()})
     assert str(written) not in referenced and f"file:{written}" not in referenced
-    [again] = await merge(cfg, actor=actor)
+    [again] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert again.new_rows == 66 and again.attempts == 1
     assert await final_rows(actor, table, ingest=False, partition=False) == expected(
         staged, GOBBLIN)
@@ -330,7 +333,7 @@ async def test_merge_killed_mid_commit_then_run_again(actor: SparkActor, warehou
                      before)
     landed = [s for s in await merge_records_of(actor, table)
               if s == str((await snapshots(actor, table))[-1][0])]
-    [last] = await merge(cfg, actor=actor)
+    [last] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert last.new_rows == (0 if landed else 21)
     assert await final_rows(actor, table, ingest=False, partition=False) == expected(
         staged, GOBBLIN)

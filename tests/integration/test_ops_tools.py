@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from actors.codecs.avro import encode
 from actors.deadletters.file import dead_letter_line
 from actors.master import Master
-from processors.avro import encode
 from service.ops.dlq import Progress, replay_async
 from service.ops.lag import OpsError
 from settings import load_settings

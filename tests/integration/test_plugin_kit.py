@@ -12,8 +12,9 @@ import pytest
 
 from processors import COORDINATE_COLUMNS, registry
 from processors.datahub_mcl import DatahubMclProcessor
-from processors.testing import arun_processor, avro_message, run_pipeline
+from processors.testing import avro_message
 from service.cli import main
+from service.testing import arun_processor, run_pipeline
 from tests.kafkautil import create_topic, produce, read_jsonl, unique, write_config
 from tests.unit import test_processors_datahub as dh
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.codecs.avro import encode
 from actors.master import Master
-from processors.avro import encode
 from settings import load_settings
 from tests.fake_registry import FakeRegistry
 from tests.integration.test_avro_pipeline import registry_yaml

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from processors.avro import encode
+from actors.codecs.avro import encode
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 from tests.fake_registry import FakeRegistry

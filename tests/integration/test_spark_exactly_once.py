@@ -29,7 +29,7 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from processors.avro import encode
+from actors.codecs.avro import encode
 from processors.base import SCHEMA_DIR
 from tests import iceberg_tables
 from tests.fake_registry import FakeRegistry

@@ -36,10 +36,10 @@ from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 from pyspark import SparkContext
 
+from actors.codecs.avro import encode
 from actors.errors import FatalError, SinkError
 from actors.sinks.spark.actor import SparkActor, SparkJvmDiedError
 from actors.sinks.spark.session import discard_session
-from processors.avro import encode
 from settings import SparkSettings
 from tests import iceberg_tables
 from tests.fake_registry import FakeRegistry

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from fastavro import parse_schema
 
-from actors.sinks.spark.actor import spark_actor, stop_spark_actors
+from actors.codecs.avro import encode
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.merge import final_name
-from processors.avro import encode
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 from settings import SparkSettings
@@ -69,7 +69,7 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
     for processor, (count, _) in CASES.items():
         assert sum((await committed(broker, group, topics[processor], 2)).values()) == count
 
-    actor = spark_actor(SparkSettings(master="local[1]", warehouse=str(warehouse)))
+    actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(warehouse)))
 
     def read(name: str) -> Any:
         def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -82,7 +82,7 @@ async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
         finals = {p: await actor.call(lambda s, p=p: spark_rows(s, final_name(samples[p].table)))
                   for p in CASES}
     finally:
-        await stop_spark_actors()
+        await actor.astop()
     # Another engine, through the same catalog: pyiceberg reads the rows Spark reads, in
     # the staging and in the final tables.
     reader = IcebergReader({"warehouse": str(warehouse)})

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from actors.preflight import resolve_processors
 from actors.sinks.spark import final_table, iceberg, maintenance, snapshots
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
@@ -134,7 +135,8 @@ async def test_small_appends_end_as_one_file_with_every_row_once(
     os.utime(old, (two_days_ago, two_days_ago))
     settings = config(actor, broker, table, topic, group)
 
-    staging = by_role(await maintain(settings, kafka_committed(settings), actor=actor))["staging"]
+    staging = by_role(await maintain(settings, resolve_processors(settings),
+                                     kafka_committed(settings), actor=actor))["staging"]
 
     assert not staging.error and not staging.not_expired, staging
     assert (staging.files_before, staging.compacted, staging.compacted_into) == (16, 16, 1)
@@ -157,7 +159,8 @@ async def test_small_appends_end_as_one_file_with_every_row_once(
     assert staging.carried == 2 and kept <= 2
     assert held == {(group, topic, 0): 24, (group, topic, 1): 24}
     # a second run has nothing to compact and changes no row
-    again = by_role(await maintain(settings, kafka_committed(settings), actor=actor))
+    again = by_role(await maintain(settings, resolve_processors(settings),
+                                   kafka_committed(settings), actor=actor))
     assert again["staging"].compacted == 0 and again["staging"].files_after == 1
     assert (await actor.call(check))[0] == rows
 
@@ -187,7 +190,8 @@ async def test_snapshots_offset_recovery_and_the_merge_need_are_kept(
     await commit(broker, group, {TopicPartition(topic, 0): 15, TopicPartition(topic, 1): 10})
     cfg = config(actor, broker, table, topic, group)
 
-    results = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))
+    results = by_role(await maintain(cfg, resolve_processors(cfg),
+                                     kafka_committed(cfg), actor=actor))
 
     staging = results["staging"]
     assert not staging.error and not staging.not_expired, staging
@@ -220,7 +224,8 @@ async def test_an_empty_table_is_maintained_without_error(actor: SparkActor,
     table, topic, group = "stg_empty", unique("empty"), unique("g-empty")
     await stage(actor, table, group, topic, [])  # created, nothing appended yet
     cfg = config(actor, broker, table, topic, group)
-    staging = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))["staging"]
+    staging = by_role(await maintain(cfg, resolve_processors(cfg),
+                                     kafka_committed(cfg), actor=actor))["staging"]
     assert staging.exists and not staging.error, staging
     assert (staging.files_after, staging.compacted, staging.expired) == (0, 0, 0)
 
@@ -239,7 +244,8 @@ async def test_an_unreadable_merge_record_expires_no_staging_snapshot(
 
     monkeypatch.setattr(maintenance, "_merged", unreadable)
     cfg = config(actor, broker, table, topic, group)
-    results = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))
+    results = by_role(await maintain(cfg, resolve_processors(cfg),
+                                     kafka_committed(cfg), actor=actor))
     staging = results["staging"]
     assert not staging.error and staging.expired == 0 and staging.compacted == 2
     assert staging.not_expired == (f"the staging snapshot the final table {final} merged "
@@ -258,7 +264,8 @@ async def test_kafka_unreadable_expires_nothing_and_says_why(
         "maintenance": cfg.spark.maintenance.model_copy(update={"kafka_timeout_s": 5})})})
     closed = "127.0.0.1:1"  # nothing listens there
 
-    staging = by_role(await maintain(cfg, kafka_committed(cfg, closed), actor=actor))["staging"]
+    staging = by_role(await maintain(cfg, resolve_processors(cfg),
+                                     kafka_committed(cfg, closed), actor=actor))["staging"]
 
     assert not staging.error and staging.expired == 0
     assert staging.not_expired.startswith("Kafka's committed offsets cannot be read (")
@@ -286,7 +293,8 @@ async def test_show_lists_snapshots_files_rows_offsets_and_the_merge(
 
     merged = await actor.call(merge_commit)
 
-    text = render(await show(config(actor, broker, table, topic, group), table, actor=actor))
+    cfg = config(actor, broker, table, topic, group)
+    text = render(await show(cfg, resolve_processors(cfg), table, actor=actor))
     assert f"kstage.kstage.{table} (staging)\n  snapshots   3, current {merged} committed " in text
     assert "  data files  3 (" in text and "), 9 rows" in text
     assert f"  offsets     group {group} {topic}[0] up to 7\n" in text
@@ -295,7 +303,7 @@ async def test_show_lists_snapshots_files_rows_offsets_and_the_merge(
     assert f"  merged through staging snapshot {merged}" in text
 
     [staging, final_view] = json.loads(render_json(await show(
-        config(actor, broker, table, topic, group), actor=actor)))
+        cfg, resolve_processors(cfg), actor=actor)))
     assert (staging["table"], staging["role"], staging["exists"]) == (
         f"kstage.kstage.{table}", "staging", True)
     assert (staging["snapshots"], staging["data_files"], staging["rows"]) == (3, 3, 9)
@@ -343,7 +351,8 @@ async def test_maintenance_while_another_session_appends_loses_nothing(
     try:
         await asyncio.to_thread(started.wait, 120)
         cfg = config(actor, broker, table, topic, group)
-        staging = by_role(await maintain(cfg, kafka_committed(cfg), actor=actor))["staging"]
+        staging = by_role(await maintain(cfg, resolve_processors(cfg),
+                                         kafka_committed(cfg), actor=actor))["staging"]
     finally:
         maintained.set()
         await asyncio.to_thread(writer.join, 300)
@@ -365,8 +374,8 @@ async def test_maintenance_while_another_session_appends_loses_nothing(
 def test_the_commands_maintain_and_show_json_and_refuse_an_unknown_table(
         actor: SparkActor, broker: str, warehouse: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Last: the module's session is stopped first (one Spark session per process, see
-    ``test_spark_jvm_death``); each command starts its own and stops it when done."""
+    """Last: each command runs its own SparkActor (stopped when done), so the module's is
+    stopped first: a process runs one Spark session at a time."""
     table, topic, group = "stg_show_cli", unique("showcli"), unique("g-showcli")
     asyncio.run(create_topic(broker, topic))
     asyncio.run(stage(actor, table, group, topic, [(0, 0, 2)]))

@@ -19,8 +19,8 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.utils import generate_many
 
-from processors.avro import AvroDecoder, encode
-from processors.avro_fast import fast_decoder
+from actors.codecs.avro import AvroDecoder, encode
+from actors.codecs.avro_fast import fast_decoder
 from processors.base import SCHEMA_DIR
 from processors.errors import PoisonMessage
 

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from aiokafka import ConsumerRecord
 
+from actors.codecs.avro import AvroDecoder, encode
+from actors.codecs.schema_registry import SchemaNotFoundYet, SchemaRegistryClient
 from actors.worker import Worker
-from processors.avro import AvroDecoder, encode
 from processors.errors import PoisonMessage
 from processors.log import LogProcessor
-from processors.schema_registry import SchemaNotFoundYet, SchemaRegistryClient
 from settings import SchemaRegistrySettings, Settings
 from tests.fake_registry import FakeRegistry
 

@@ -1,4 +1,4 @@
-"""processors.backoff: capped exponential waits with no, full or equal jitter, and the
+"""actors.backoff: capped exponential waits with no, full or equal jitter, and the
 failure policy's linear schedule. Each caller's former formula is written out here once,
 and the helper must reproduce it exactly (same floats), so moving a caller onto the
 helper changes no wait."""
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from processors.backoff import Jitter, backoff_s, linear_delays_s
+from actors.backoff import Jitter, backoff_s, linear_delays_s
 
 
 def doubling(lo: float, hi: float, n: int) -> list[float]:
@@ -47,7 +47,7 @@ def test_full_jitter_scales_the_capped_wait() -> None:
 
 
 def test_full_jitter_equals_the_http_clients_formula() -> None:
-    """processors/schema_registry.py and actors/http_sink.py computed
+    """actors/codecs/schema_registry.py and actors/http_sink.py computed
     ``jitter() * min(cap, min_backoff_s * 2.0 ** min(attempt, 60))``."""
     draws = random.Random(7)  # noqa: S311 - test data
     for _ in range(500):

@@ -15,7 +15,8 @@ from actors.worker.filters import EventFilter, lookup
 from actors.worker.pipeline import RecordPipeline
 from actors.worker.records import FILTERED, Collect, Record
 from processors.json_rows import JsonRowsProcessor
-from processors.testing import message, run_processor
+from processors.testing import message
+from service.testing import run_processor
 from settings.models import FailureSettings, FilterSettings, TopicSettings
 
 MCL = {"entityType": "dataset", "aspectName": "status", "changeType": "UPSERT",

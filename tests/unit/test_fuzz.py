@@ -30,11 +30,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from actors.codecs.avro import ID_SIZES, AvroDecoder, encode
+from actors.codecs.schema_registry import SchemaNotFound
 from actors.decoding import DECODERS, KEY_DECODERS
 from actors.sinks.http import _RowError, _UrlTemplate
-from processors.avro import ID_SIZES, AvroDecoder, encode
 from processors.errors import PoisonMessage
-from processors.schema_registry import SchemaNotFound
 from settings import ConfigFileError, Settings, SettingsError, load_settings
 
 FUZZ = settings(max_examples=200, deadline=timedelta(seconds=2), database=None,

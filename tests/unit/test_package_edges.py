@@ -83,3 +83,36 @@ def test_no_worker_module_is_over_450_lines() -> None:
     sizes = {p.name: len(p.read_text().splitlines())
              for p in (ROOT / "actors" / "worker").glob("*.py")}
     assert {name: n for name, n in sizes.items() if n > 450} == {}
+
+
+FLOORS = {"settings": 0, "processors": 1, "actors": 2, "service": 3}
+"""The product's floors, lowest first: a package imports only its own floor or lower ones."""
+
+
+def _upward_imports() -> list[str]:
+    """``file:line imports module`` for every import of a product module (at the top, in a
+    function or under ``TYPE_CHECKING``) that reaches a higher floor than its own."""
+    found = []
+    for package, floor in FLOORS.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            here = _module(path).split(".")
+            if path.name != "__init__.py":
+                here = here[:-1]  # the package a relative import starts from
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom):
+                    base = here[:len(here) - node.level + 1] if node.level else []
+                    targets = [".".join([*base, node.module or ""]).rstrip(".")]
+                elif isinstance(node, ast.Import):
+                    targets = [alias.name for alias in node.names]
+                else:
+                    continue
+                for target in targets:
+                    if FLOORS.get(target.partition(".")[0], -1) > floor:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+    return found
+
+
+def test_no_upward_import() -> None:
+    upward = _upward_imports()
+    assert upward == [], "upward imports (settings → processors → actors → service):\n" \
+        + "\n".join(upward)

@@ -1,4 +1,5 @@
-"""The plugin kit without a broker: ``processors.testing`` helpers and ``processors new``."""
+"""The plugin kit without a broker: the ``processors.testing`` helpers, ``service.testing``'s
+``run_processor`` and ``processors new``."""
 
 from __future__ import annotations
 
@@ -13,20 +14,15 @@ import pytest
 from fastavro.validation import ValidationError
 
 import processors.testing as kit
+from actors.codecs.avro import MAGIC, encode
 from processors import PoisonMessage, Processor, registry
-from processors.avro import MAGIC
 from processors.datahub_mcl import DatahubMclProcessor
 from processors.json_rows import JsonRowsProcessor
-from processors.testing import (
-    DEFAULT_TIMESTAMP,
-    arun_processor,
-    avro_message,
-    message,
-    messages,
-    run_processor,
-)
+from processors.testing import DEFAULT_TIMESTAMP, avro_message, message, messages
+from service import testing as runners
 from service.cli import main
 from service.dev.scaffold import PluginNames
+from service.testing import arun_processor, run_processor
 from tests.unit import test_processors_datahub as dh
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +57,7 @@ def test_avro_message_is_what_decoding_yields() -> None:
     record = dh.mcl()
     msg = avro_message(dh.MCL, record, topic="MetadataChangeLog_Versioned_v1", offset=4)
     assert msg.raw is not None and msg.raw[0] == MAGIC and msg.raw[1:5] == b"\0\0\0\1"
+    assert msg.raw == encode(kit._parse(dh.MCL)[0], 1, record)  # the codec's own bytes
     assert msg.value["aspect"]["value"] == record["aspect"]["value"]  # bytes stay bytes
     assert msg.value["changeType"] == "UPSERT"  # enum symbol as str
     expected = dh.mcl_message(record)  # the datahub tests' own builder agrees
@@ -169,12 +166,17 @@ async def test_run_processor_in_a_loop_points_to_arun_processor() -> None:
     assert await arun_processor(JsonRowsProcessor, [message({"a": 1})]) != []
 
 
-def test_testing_all_is_exact_and_imports_stay_light() -> None:
-    defined = {n for n, v in vars(kit).items()
-               if not n.startswith("_") and getattr(v, "__module__", None) == kit.__name__}
-    assert set(kit.__all__) == defined | {"DEFAULT_TIMESTAMP", "SchemaLike"}
-    code = ("import processors.testing, sys; bad = {'aiokafka', 'pyspark', 'pytest', 'actors'}"
-            " & set(sys.modules); assert not bad, bad")
+@pytest.mark.parametrize(("module", "constants", "heavy"), [
+    (kit, {"DEFAULT_TIMESTAMP", "SchemaLike"}, "'aiokafka', 'pyspark', 'pytest', 'actors'"),
+    (runners, set(), "'pyspark', 'pytest'"),
+])
+def test_testing_all_is_exact_and_imports_stay_light(module: Any, constants: set[str],
+                                                     heavy: str) -> None:
+    defined = {n for n, v in vars(module).items()
+               if not n.startswith("_") and getattr(v, "__module__", None) == module.__name__}
+    assert set(module.__all__) == defined | constants
+    code = (f"import {module.__name__}, sys; bad = {{{heavy}}} & set(sys.modules); "
+            "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr

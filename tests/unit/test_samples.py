@@ -13,11 +13,11 @@ import pytest
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import validate
 
-from processors.avro import AvroDecoder
+from actors.codecs.avro import AvroDecoder
+from actors.codecs.schema_registry import SchemaNotFound
 from processors.base import SCHEMA_DIR, Message, Row
 from processors.errors import PoisonMessage
 from processors.registry import load
-from processors.schema_registry import SchemaNotFound
 from service.dev.samples import (
     POISON_SCHEMA_ID,
     SAMPLE_TOPICS,

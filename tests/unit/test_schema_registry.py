@@ -1,4 +1,4 @@
-"""Tests of processors.schema_registry and schema_files against the fake registry server.
+"""Tests of actors.codecs.schema_registry and schema_files against the fake registry server.
 
 The fake (tests/fake_registry.py) is a real HTTP server on 127.0.0.1, so these run the real
 httpx transport; backoff waits go through an injected recorder instead of sleeping.
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from processors.errors import PoisonMessage, ProcessorError
-from processors.schema_files import FileSchemaRegistry
-from processors.schema_registry import (
+from actors.codecs.registries import registry_from_settings
+from actors.codecs.schema_files import FileSchemaRegistry
+from actors.codecs.schema_registry import (
     RegistryRequestError,
     RegistryUnavailable,
     SchemaNotFound,
@@ -31,8 +31,8 @@ from processors.schema_registry import (
     SchemaVersion,
     _tls_verify,
     normalize_schema_id,
-    registry_from_settings,
 )
+from processors.errors import PoisonMessage, ProcessorError
 from settings import (
     ConfigValidationError,
     SchemaRegistrySettings,

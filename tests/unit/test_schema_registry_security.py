@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from processors.schema_registry import RegistryUnavailable, SchemaRegistryClient
+from actors.codecs.schema_registry import RegistryUnavailable, SchemaRegistryClient
 from settings import SchemaRegistrySettings
 from tests.fake_registry import FakeRegistry
 from tests.http_server import HttpTestServer

@@ -2,9 +2,9 @@
 
 Every Spark call runs on the actor's single background thread (a one-thread executor),
 never on the event loop; the session is created lazily on that thread (with the Iceberg
-catalog and the jars, :mod:`actors.sinks.spark.session`). One actor per process:
-:func:`spark_actor` returns it (a registry keyed by the settings);
-:func:`stop_spark_actors` stops them at shutdown.
+catalog and the jars, :mod:`actors.sinks.spark.session`). One actor per process, held
+by the process's :class:`~actors.resources.Resources` (its owner stops it at shutdown); a
+second actor's session is refused while one runs.
 
 A dead JVM (killed, out of memory) is seen by its process having exited, before a call or
 when a call fails: the session is dropped without calling into it, a new session (new
@@ -324,26 +324,4 @@ class SparkActor:
         await asyncio.to_thread(self.stop)
 
 
-_ACTORS: dict[str, SparkActor] = {}
-
-
-def spark_actor(settings: SparkSettings | None = None) -> SparkActor:
-    """The process's SparkActor for ``settings`` (created on first use)."""
-    settings = settings or SparkSettings()
-    key = settings.model_dump_json()
-    actor = _ACTORS.get(key)
-    if actor is None or actor._stopped:
-        actor = _ACTORS[key] = SparkActor(settings)
-    return actor
-
-
-async def stop_spark_actors() -> None:
-    """Stop every actor :func:`spark_actor` created (call once at process shutdown)."""
-    actors = list(_ACTORS.values())
-    _ACTORS.clear()
-    for actor in actors:
-        await actor.astop()
-
-
-__all__ = ["Registered", "SparkActor", "SparkJvmDiedError", "short", "spark_actor",
-           "stop_spark_actors"]
+__all__ = ["Registered", "SparkActor", "SparkJvmDiedError", "short"]

@@ -46,12 +46,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from actors.sinks.spark import iceberg, snapshots
-from actors.sinks.spark.actor import SparkActor, short, spark_actor
+from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.expiry import Bound, Keep, bound, missing, offset_keeps
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.merge import plan
 from actors.sinks.spark.merge_job import conflict
+from processors.base import Processor
 from settings.models import MaintenanceSettings, Settings, SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -358,13 +359,14 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str, merged:
                                                      result)))
 
 
-async def maintain(settings: Settings, committed: Committed, table: str | None = None,
-                   actor: SparkActor | None = None) -> list[Maintained]:
+async def maintain(settings: Settings, processors: Mapping[str, type[Processor]],
+                   committed: Committed, table: str | None = None, *,
+                   actor: SparkActor) -> list[Maintained]:
     """Maintain every spark staging table of ``settings`` (only ``table`` when given) and
-    its final table; a table's failure is in its result."""
-    actor = actor or spark_actor(settings.spark)
+    its final table on ``actor`` (the process's; ``processors`` as for
+    :func:`~actors.sinks.spark.merge.plan`); a table's failure is in its result."""
     results: list[Maintained] = []
-    for item in plan(settings, table):
+    for item in plan(settings, processors, table):
         results += await maintain_pair(actor, item.table, item.final_table, committed)
     return results
 

@@ -1,13 +1,14 @@
 """Table maintenance inside the service: every ``spark.maintenance.every_s``.
 
 It runs on the process's SparkActor thread (the one the spark sinks append on, like the
-merge loop), so the sinks' appends wait while a table is compacted or its snapshots
-expired: workers' pipelines fill up and fetching pauses (backpressure; nothing is
-dropped). A table whose maintenance fails is logged with the table and what failed,
-counted (``kstage_maintenance_failures``) and tried again at the next interval; the
-loop itself never stops the service. A table whose snapshots could not be expired
-because Kafka's committed offsets could not be read is logged as a warning (the rest of
-its maintenance was done; expiry is tried again at the next interval).
+merge loop; passed in by the owner of the process's resources), so the sinks' appends
+wait while a table is compacted or its snapshots expired: workers' pipelines fill up and
+fetching pauses (backpressure; nothing is dropped). A table whose maintenance fails is
+logged with the table and what failed, counted (``kstage_maintenance_failures``) and
+tried again at the next interval; the loop itself never stops the service. A table whose
+snapshots could not be expired because Kafka's committed offsets could not be read is
+logged as a warning (the rest of its maintenance was done; expiry is tried again at the
+next interval).
 """
 
 from __future__ import annotations
@@ -15,19 +16,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 from actors.metrics import Metrics
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.maintenance import Committed, Maintained, maintain
+from processors.base import Processor
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
 
 
-async def maintain_all(settings: Settings, committed: Committed,
+async def maintain_all(settings: Settings, processors: Mapping[str, type[Processor]],
+                       committed: Committed, actor: SparkActor,
                        metrics: Metrics | None = None) -> list[Maintained]:
     """Maintain every spark table once; failures are logged and counted, never raised."""
     try:
-        results = await maintain(settings, committed)
+        results = await maintain(settings, processors, committed, actor=actor)
     except Exception as exc:  # noqa: BLE001 - the service goes on; the next interval retries
         logger.error("maintenance: failed before any table: %s: %s", type(exc).__name__, exc)
         if metrics is not None:
@@ -52,7 +57,8 @@ async def maintain_all(settings: Settings, committed: Committed,
     return results
 
 
-async def maintain_periodically(settings: Settings, committed: Committed,
+async def maintain_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
+                                committed: Committed, actor: SparkActor,
                                 metrics: Metrics | None = None) -> None:
     """Maintain every ``spark.maintenance.every_s`` seconds until cancelled."""
     every = settings.spark.maintenance.every_s
@@ -61,7 +67,7 @@ async def maintain_periodically(settings: Settings, committed: Committed,
     logger.info("maintenance: every %gs of the spark staging and final tables", every)
     while True:
         await asyncio.sleep(every)
-        await maintain_all(settings, committed, metrics)
+        await maintain_all(settings, processors, committed, actor, metrics)
 
 
 __all__ = ["maintain_all", "maintain_periodically"]

@@ -38,11 +38,12 @@ import logging
 import random
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark import final_table
-from actors.sinks.spark.actor import SparkActor, spark_actor
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.final_table import MergeRecord
 from actors.sinks.spark.merge_job import (
@@ -54,6 +55,7 @@ from actors.sinks.spark.merge_job import (
     describe,
 )
 from actors.sinks.spark.sink import SparkSinkSettings
+from processors.base import Processor
 from settings.errors import SettingsError
 from settings.models import Settings
 
@@ -83,17 +85,19 @@ def final_name(table: str) -> str:
     return f"{table}_final"
 
 
-def plan(settings: Settings, table: str | None = None) -> list[TablePlan]:
-    """The staging tables of ``settings``' spark sinks (only ``table`` when given)."""
-    from actors.master import resolve_processors  # loads the processors
+def plan(settings: Settings, processors: Mapping[str, type[Processor]],
+         table: str | None = None) -> list[TablePlan]:
+    """The staging tables of ``settings``' spark sinks (only ``table`` when given).
 
-    classes = resolve_processors(settings)
+    ``processors``: the configuration's processor classes by name, as the caller resolved
+    them (:func:`actors.preflight.resolve_processors`, or the running master's).
+    """
     found: dict[str, TablePlan] = {}
     for group in settings.groups:
         for topic, sink in ((t, n.settings) for t in group.topics for n in t.named_sinks()):
             if not isinstance(sink, SparkSinkSettings):
                 continue
-            cls = classes[topic.processor]
+            cls = processors[topic.processor]
             name = sink.table or cls.table
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
@@ -147,13 +151,13 @@ def _check_names(found: dict[str, TablePlan]) -> None:
                                    "sink.table")
 
 
-async def merge(settings: Settings, table: str | None = None,
-                actor: SparkActor | None = None) -> list[MergeResult]:
+async def merge(settings: Settings, processors: Mapping[str, type[Processor]],
+                table: str | None = None, *, actor: SparkActor) -> list[MergeResult]:
     """Merge every spark staging table of ``settings`` (or only ``table``) into its final
-    table; see the module docstring. Raises MergeConfigError (or the processor registry's
-    error) for configuration problems, MergeError when a merge fails."""
-    actor = actor or spark_actor(settings.spark)
-    return [await merge_table(actor, item) for item in plan(settings, table)]
+    table on ``actor`` (the process's) (``processors`` as for :func:`plan`); see the
+    module docstring. Raises MergeConfigError for configuration problems, MergeError when
+    a merge fails."""
+    return [await merge_table(actor, item) for item in plan(settings, processors, table)]
 
 
 async def merge_table(actor: SparkActor, item: TablePlan) -> MergeResult:
@@ -189,13 +193,12 @@ async def merge_table(actor: SparkActor, item: TablePlan) -> MergeResult:
     return result
 
 
-async def merge_records(settings: Settings, actor: SparkActor | None = None,
-                        ) -> dict[str, MergeRecord]:
+async def merge_records(settings: Settings, processors: Mapping[str, type[Processor]],
+                        *, actor: SparkActor) -> dict[str, MergeRecord]:
     """Per final table (its name), what its last merge recorded in the table's commits:
     the staging snapshot merged through, the staging and final rows, the counts (final
     tables not merged yet are left out). MergeError when the catalog cannot be read."""
-    actor = actor or spark_actor(settings.spark)
-    items = plan(settings)
+    items = plan(settings, processors)
 
     def read(spark: Any) -> dict[str, MergeRecord]:
         found = {}

@@ -33,17 +33,17 @@ columns are unknown). pyspark is imported only inside functions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from actors.sinks.spark import final_table, iceberg, legacy, snapshots
-from actors.sinks.spark.actor import SparkActor, short, spark_actor
+from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.merge import TablePlan, final_name, plan
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, spark_type
-from processors.base import Column
+from processors.base import Column, Processor
 from settings.models import Settings, SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -237,16 +237,18 @@ def _explained(job: _Job, item: TablePlan) -> Callable[[Any], list[Migrated]]:
     return run
 
 
-async def migrate(settings: Settings, actor: SparkActor | None = None) -> list[Migrated]:
+async def migrate(settings: Settings, processors: Mapping[str, type[Processor]], *,
+                  actor: SparkActor) -> list[Migrated]:
     """Import the old directories of the warehouse of ``settings`` into their Iceberg
-    tables and move them aside (see the module docstring); [] when there are none.
+    tables on ``actor`` (the process's) and move them aside (see the module docstring;
+    ``processors`` as for :func:`~actors.sinks.spark.merge.plan`); [] when there are none.
     MigrationError when one cannot be migrated (nothing of it is moved)."""
     found = legacy.find(settings.spark)
     if found is None:
         return []
     legacy.repair(found.root)
     found = legacy.find(settings.spark) or found
-    items = plan(settings)
+    items = plan(settings, processors)
     known = {i.table for i in items} | {i.final_table for i in items}
     unknown = [p.name for p in (*found.staging, *found.finals) if p.name not in known]
     if unknown:
@@ -254,7 +256,6 @@ async def migrate(settings: Settings, actor: SparkActor | None = None) -> list[M
             f"{found.root}: {', '.join(unknown)}: no spark sink of the configuration writes "
             "these tables, so their columns are unknown: add their topics (with their "
             "processors) to the configuration, or move the directories out of the warehouse")
-    actor = actor or spark_actor(settings.spark)
     done: list[Migrated] = []
     for item in items:
         if (found.root / item.table) in found.staging or (

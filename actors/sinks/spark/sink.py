@@ -27,16 +27,16 @@ from typing import Any, Literal
 from pydantic import Field
 
 from actors.errors import FatalError, SinkError
+from actors.resources import Resources
 from actors.sinks.base import Position, Problem, SinkCapabilities, SinkContext, SinkSettingsBase
 from actors.sinks.spark import iceberg
-from actors.sinks.spark.actor import SparkActor, spark_actor
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.staging import StagingWriter
 from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.sink import TableSink
 from processors.base import Column, Row
 from settings.identifiers import SqlIdentifier, sql_identifier
-from settings.models import SparkSettings
 
 
 class SparkSinkSettings(SinkSettingsBase):
@@ -53,24 +53,27 @@ class SparkSinkSettings(SinkSettingsBase):
 
 class SparkTableSink(TableSink):
     """A table sink whose writes run on the process's :class:`SparkActor` (the Spark and
-    the JDBC sinks): the actor passed in, or the one of the ``spark:`` section given at
+    the JDBC sinks): the actor passed in, or the one of the process's resources given at
     :meth:`bind`."""
 
     def __init__(self, settings: Any, actor: SparkActor | None = None,
                  columns: Sequence[Column] = (), table: str | None = None) -> None:
         super().__init__(settings, columns, table)
         self._actor = actor
-        self._spark_settings: SparkSettings | None = None
+        self._resources: Resources | None = None
 
     def bind(self, context: SinkContext) -> None:
-        """Also take the ``spark:`` section (used when no actor was passed)."""
+        """Also take the process's resources (their SparkActor, when none was passed)."""
         super().bind(context)
-        self._spark_settings = context.settings.spark if context.settings else None
+        self._resources = context.resources
 
     def _spark(self) -> SparkActor:
-        """The actor passed in, or the process's one for the ``spark:`` section."""
+        """The actor passed in, or the process's one (from the resources at bind)."""
         if self._actor is None:
-            self._actor = spark_actor(self._spark_settings)
+            if self._resources is None:
+                raise FatalError(f"{self.type} sink: no SparkActor: pass one, or bind the "
+                                 "sink with the process's resources (SinkContext.resources)")
+            self._actor = self._resources.spark()
         return self._actor
 
 

@@ -1,4 +1,5 @@
-"""Unit tests of the ``clicks`` processor with ``processors.testing``: no broker, no I/O."""
+"""Unit tests of the ``clicks`` processor with ``processors.testing`` and
+``service.testing.run_processor``: no broker, no I/O."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from typing import Any
 
 import pytest
 from processors import COORDINATE_COLUMNS, PoisonMessage, registry
-from processors.testing import DEFAULT_TIMESTAMP, message, messages, run_processor
+from processors.testing import DEFAULT_TIMESTAMP, message, messages
 from pydantic import ValidationError
+from service.testing import run_processor
 
 from kstage_clicks import ClicksProcessor
 

@@ -7,7 +7,7 @@ lines: this checks the entry point, the options, decoding and the failure policy
 
 from __future__ import annotations
 
-from processors.testing import run_pipeline
+from service.testing import run_pipeline
 
 
 def page_view(event_id: str, **fields: object) -> dict[str, object]:

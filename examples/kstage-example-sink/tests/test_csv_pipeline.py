@@ -2,7 +2,7 @@
 ``sink:`` settings checked against the sink's model.
 
 The broker is kstage's embedded one (``service.broker.EmbeddedBroker``, as
-``processors.testing.run_pipeline`` starts it); events are produced to a fresh topic with
+``service.testing.run_pipeline`` starts it); events are produced to a fresh topic with
 three partitions and consumed by the built-in ``json_rows`` processor.
 """
 

@@ -14,9 +14,8 @@ waits ``min(max_s, min_s * 2**n)``, then jittered as its caller needs:
 evenly from ``min_s`` to ``max_s`` (layline's retry schedule).
 
 The random source is a parameter (``rand``, returning a float in ``[0, 1)``) so tests
-pass a fixed or seeded one. This module imports nothing of kstage, so every package
-(``actors``, ``processors``, ``service``) may use it without an import cycle; it lives in
-``processors`` because that is the lowest package that never imports ``settings``.
+pass a fixed or seeded one. This module imports nothing of kstage, so any module of
+``actors`` or ``service`` may use it without an import cycle.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Decoding is split so the per-message hot path never awaits:
 * :meth:`AvroDecoder.missing` finds the schema ids of a batch that are not cached yet;
 * :meth:`AvroDecoder.fetch` loads one id from the registry (the only I/O), parses and
   caches it (ids are immutable: forever). A registry's 404 for an id is retriable
-  (:class:`~processors.schema_registry.SchemaNotFoundYet`) until ``not_found_retry_s``
+  (:class:`~actors.codecs.schema_registry.SchemaNotFoundYet`) until ``not_found_retry_s``
   have passed since the id's first 404: registries answer 404 for ids that exist while
   they reload them (Karapace after a restart), and an id a producer used is almost never
   truly unknown. Only then is the id unknown (poison), and that verdict is kept for the
@@ -17,7 +17,7 @@ Decoding is split so the per-message hot path never awaits:
   a later message with the id asks the registry again (issue 11);
 * :meth:`AvroDecoder.decode` is synchronous: header check, cached-schema lookup by the
   raw id bytes (no int conversion), then cavro's decode where it gives fastavro's
-  results, else ``fastavro.schemaless_reader`` (:mod:`processors.avro_fast`).
+  results, else ``fastavro.schemaless_reader`` (:mod:`actors.codecs.avro_fast`).
 
 Bad input is classified, never guessed: a wrong magic byte, a short header, an unknown
 schema id or a truncated/undecodable body raise :class:`PoisonMessage` carrying the
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from fastavro import parse_schema, schemaless_reader
 
-from processors.avro_fast import FastDecode, fast_decoder
+from actors.codecs.avro_fast import FastDecode, fast_decoder
 from processors.errors import PoisonMessage
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class AvroDecoder:
         # (a schema that does not parse: forever; an unknown id: see _unknown)
         self._schemas: dict[bytes, Any] = {}
         # raw id bytes -> cavro's decode of the writer schema, where it gives fastavro's
-        # results and no reader schema asks for resolution (processors/avro_fast.py)
+        # results and no reader schema asks for resolution (actors/codecs/avro_fast.py)
         self._fast: dict[bytes, FastDecode] = {}
         # ids whose entry in _schemas is an unknown-id verdict: dropped by the next
         # missing(), so no negative result outlives the batch that asked for it
@@ -144,7 +144,7 @@ class AvroDecoder:
             SchemaNotFoundYet: the registry answered 404 for the id, and its first 404
                 was less than ``not_found_retry_s`` ago (retriable; nothing cached).
         """
-        from processors.schema_registry import SchemaNotFound  # avoid cycle
+        from actors.codecs.schema_registry import SchemaNotFound  # avoid cycle
 
         sid = self.schema_id(id_bytes)
         try:
@@ -173,7 +173,7 @@ class AvroDecoder:
         Only a registry's HTTP 404 is retried: an impossible id, or one missing from a
         ``file://`` directory's index (read once at start), cannot appear later.
         """
-        from processors.schema_registry import SchemaNotFoundYet  # cycle
+        from actors.codecs.schema_registry import SchemaNotFoundYet  # cycle
 
         window = self.not_found_retry_s
         if getattr(exc, "status_code", None) != 404 or window <= 0:

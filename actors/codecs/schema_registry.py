@@ -12,13 +12,14 @@ This module is responsible for fetching Avro writer schemas for the decoders, ro
 * schemas by id are immutable: cached forever, and concurrent lookups of one id share a
   single request (single-flight). A not-found id is *not* cached: a registry follower
   may lag behind the leader that assigned the id, so a later lookup can succeed (the
-  caller, e.g. :class:`processors.avro.AvroDecoder`, decides whether to remember it).
+  caller, e.g. :class:`actors.codecs.avro.AvroDecoder`, decides whether to remember it).
 
 Id types (the bytes after the magic byte): ``int``/``long`` ids use Confluent's
 ``GET /schemas/ids/{id}`` (JSON ``{"schema": ...}``); ``uuid`` ids (32 lowercase hex)
 use WhereHows' ``GET /schemas/id=<hex>``, answering the plain schema text. Schema
 references are not resolved. ``file://DIR`` serves ``.avsc`` files instead
-(:mod:`processors.schema_files`, :func:`registry_from_settings`). Secrets are read from
+(:mod:`actors.codecs.schema_files`; :func:`actors.codecs.registries.registry_from_settings`
+builds the one a configuration names). Secrets are read from
 their ``SecretStr`` only to build the HTTP client; never logged, in reprs or errors.
 
 Errors (added under :mod:`processors.errors`)::
@@ -29,7 +30,7 @@ Errors (added under :mod:`processors.errors`)::
         ├── RegistryRequestError    any other 4xx (401, 403, 422, ...) or a malformed answer
         ├── SchemaNotFound          404 for an id/subject/version; also a PoisonMessage
         └── SchemaNotFoundYet       404 for an id still inside its retry window: retriable
-                                    (raised by :meth:`processors.avro.AvroDecoder.fetch`)
+                                    (raised by :meth:`actors.codecs.avro.AvroDecoder.fetch`)
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from urllib.parse import quote
 
 import httpx
 
-from processors.backoff import Jitter, backoff_s
+from actors.backoff import Jitter, backoff_s
 from processors.errors import PoisonMessage, ProcessorError
 
 if TYPE_CHECKING:
@@ -433,21 +434,6 @@ class SchemaRegistryClient:
         if retry_after is not None:
             return min(retry_after, cap)
         return backoff_s(attempt, self._settings.min_backoff_s, cap, Jitter.FULL, self._jitter)
-
-
-def registry_from_settings(
-    settings: SchemaRegistrySettings,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    sleep: Sleep = asyncio.sleep,
-) -> SchemaRegistry:
-    """The registry the settings name: a :class:`FileSchemaRegistry` for ``file://DIR``,
-    else a :class:`SchemaRegistryClient` (not started: ``async with`` it)."""
-    if settings.file_dir is not None:
-        from processors.schema_files import FileSchemaRegistry  # cycle
-
-        return FileSchemaRegistry(settings.file_dir, id_type=settings.id_type)
-    return SchemaRegistryClient(settings, transport=transport, sleep=sleep)
 
 
 # -------------------------------------------------------------------- helpers

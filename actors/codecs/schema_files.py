@@ -2,7 +2,7 @@
 
 This module is responsible for serving writer schemas without a registry server (air-gapped
 deployments, replays of archived topics, tests), through the same read interface as
-:class:`processors.schema_registry.SchemaRegistryClient`.
+:class:`actors.codecs.schema_registry.SchemaRegistryClient`.
 
 The directory holds the schema files and an index, ``DIR/index.json``, that maps each
 schema id (the one in the messages' wire-format header) to its subject and file::
@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from processors.schema_registry import (
+from actors.codecs.schema_registry import (
     IdType,
     RegistryRequestError,
     SchemaId,
