@@ -8,7 +8,7 @@ KAFKA_STAMP := $(KAFKA_JARS)/.fetched
 # The Iceberg REST catalog server of the tests (tests/rest_catalog.py), by mvn.
 NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
 
-.PHONY: demo test lint setup jars kafka-jars peer-jars
+.PHONY: demo test lint setup jars kafka-jars peer-jars tools
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -51,6 +51,35 @@ $(NESSIE_JAR): tests/jars/nessie/pom.xml .ci/system-deps
 	mvn -q -B -f tests/jars/nessie/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/tests/jars/nessie/lib
 	touch $(NESSIE_JAR)
 
+# The Helm chart's checks (tests/unit/test_helm_chart.py): helm and kubeconform built from
+# the Go module proxy by `go install` into .tools/bin, and the CRDs of the chart's optional
+# objects (KEDA's ScaledObject, prometheus-operator's ServiceMonitor) from those projects'
+# Go modules into .tools/crds, with the source of KEDA's kafka scaler (the names of its
+# trigger metadata). One stamp per set of versions: quick when they are there.
+GO ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
+TOOLS := .tools
+HELM_VERSION := v3.22.0
+KUBECONFORM_VERSION := v0.8.0
+KEDA_VERSION := v2.21.0
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+TOOLS_STAMP := $(TOOLS)/.installed-helm-$(HELM_VERSION)-kubeconform-$(KUBECONFORM_VERSION)-keda-$(KEDA_VERSION)-prometheus-operator-$(PROMETHEUS_OPERATOR_VERSION)
+# The directory of a module in Go's module cache (downloaded from the proxy when missing).
+go_module_dir = $$($(GO) mod download -json $(1) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')
+
+$(TOOLS_STAMP):
+	rm -rf $(TOOLS)/bin $(TOOLS)/crds $(TOOLS)/.installed-*
+	mkdir -p $(TOOLS)/bin $(TOOLS)/crds
+	GOBIN=$(CURDIR)/$(TOOLS)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(CURDIR)/$(TOOLS)/bin $(GO) install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+	keda=$(call go_module_dir,github.com/kedacore/keda/v2@$(KEDA_VERSION)) \
+	  && install -m 644 "$$keda/config/crd/bases/keda.sh_scaledobjects.yaml" $(TOOLS)/crds/ \
+	  && install -m 644 "$$keda/pkg/scalers/kafka_scaler.go" $(TOOLS)/crds/keda_kafka_scaler.go
+	operator=$(call go_module_dir,github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION)) \
+	  && install -m 644 "$$operator/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" $(TOOLS)/crds/
+	touch $@
+
+tools: $(TOOLS_STAMP)
+
 demo: jars
 	$(VENV)/bin/kstage demo
 
@@ -58,7 +87,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint jars $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS)
+test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS)
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

@@ -13,6 +13,10 @@
 * Every row of the peer comparison (``docs/comparison.md``) gives each project a verdict
   and links each peer's cell to that peer's own documentation.
 
+A ``yaml`` block whose first line is ``# docs-test: helm-values FILE`` holds values of the
+Helm chart, not a kstage configuration: ``tests/unit/test_helm_chart.py`` writes it to FILE
+and runs the page's ``helm`` commands with it (its ``config`` must pass ``kstage validate``).
+
 A block that cannot be checked says so visibly with a line ``# docs-test: skip REASON``,
 a whole configuration whose processor is not installed while the suite runs with
 ``# docs-test: settings-only REASON`` (the settings model and sinks are still checked, the
@@ -45,6 +49,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_LANGS = {"bash", "sh", "shell", "console", "text"}
 SKIP = re.compile(r"#\s*docs-test:\s*skip\b\s*(?P<reason>.*)$", re.MULTILINE)
 SETTINGS_ONLY = re.compile(r"#\s*docs-test:\s*settings-only\b\s*(?P<reason>.*)$", re.MULTILINE)
+HELM_VALUES = re.compile(r"\A#\s*docs-test:\s*helm-values\s+(?P<file>\S+)\s*$", re.MULTILINE)
 MAX_SKIPS = 3
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w+-]*)\s*$")
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<default>:-[^}]*)?\}")
@@ -88,7 +93,13 @@ def _all_blocks() -> list[Block]:
 
 
 def _yaml_blocks() -> list[Block]:
-    return [b for b in _all_blocks() if b.lang in ("yaml", "yml") and not SKIP.search(b.text)]
+    return [b for b in _all_blocks() if b.lang in ("yaml", "yml") and not SKIP.search(b.text)
+            and not HELM_VALUES.match(b.text)]
+
+
+def helm_values_blocks() -> list[Block]:
+    """The blocks of the Helm chart's values (checked by tests/unit/test_helm_chart.py)."""
+    return [b for b in _all_blocks() if b.lang in ("yaml", "yml") and HELM_VALUES.match(b.text)]
 
 
 def _dummy_environment(text: str) -> dict[str, str]:
