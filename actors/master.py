@@ -16,9 +16,11 @@ from typing import Any
 from actors.codecs.avro import AvroDecoder, load_schema
 from actors.codecs.registries import registry_from_settings
 from actors.codecs.schema_registry import SchemaRegistry
+from actors.control import TopicControl
 from actors.errors import FatalError
 from actors.failure import Sleep
 from actors.lifecycle import Lifecycle
+from actors.liveness import StallWatch
 from actors.metrics import Metrics
 from actors.preflight import resolve_processors as resolve_processors  # re-exported
 from actors.preflight import resolve_sinks
@@ -27,6 +29,7 @@ from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
 from actors.worker.start_from import StartRegistry
 from settings.models import GroupSettings, Settings, TopicSettings
+from settings.suggest import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,10 @@ class Master:
         resolve_sinks(settings, self.processors)  # what the sinks would refuse at open
         self._drained: set[str] = set()
         self._registry: SchemaRegistry | None = None
+        # What operators asked of each topic (the control API), kept across restarts.
+        self.controls = {c.name: c for c in (TopicControl(settings.group_id(g), t.topic)
+                                             for g in settings.groups for t in g.topics)}
+        self.stalls = StallWatch(settings.service.stall_after_s)
         self._stop_requested = asyncio.Event()
         self.lifecycle = Lifecycle("master")
         # start_from applies once per process run, not per worker incarnation.
@@ -101,6 +108,7 @@ class Master:
                 sleep=self._retry_sleep, incarnation=incarnation,
                 avro=avro, avro_keys=avro_keys, metrics=self.metrics,
                 starts=self._starts, resources=self.resources,
+                control=self.controls[f"{self.settings.group_id(group)}/{topic.topic}"],
             )
         return make
 
@@ -122,7 +130,56 @@ class Master:
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every running worker's state (metrics, readiness); call on the event loop."""
-        return [c.snapshot() for c in self.supervisor.children if isinstance(c, Worker)]
+        workers = [c.snapshot() for c in self.supervisor.children if isinstance(c, Worker)]
+        for worker in workers:
+            worker["stalled_partitions"] = self.stalls.stalled(worker["group"],
+                                                               worker["topic"])
+        return workers
+
+    async def _watch_stalls(self) -> None:
+        """Feed the stall watch the workers' state once a second (see
+        :mod:`actors.liveness`)."""
+        while True:
+            await asyncio.sleep(1)
+            self.stalls.update(c.snapshot() for c in self.supervisor.children
+                               if isinstance(c, Worker))
+
+    def liveness(self) -> list[str]:
+        """Why the process is alive but stuck (empty: it is not); call on the event loop."""
+        return self.stalls.reasons()
+
+    def control(self, group: str, topic: str) -> TopicControl:
+        """The operator state of ``group/topic``; LookupError naming the known ones."""
+        name = f"{group}/{topic}"
+        found = self.controls.get(name)
+        if found is None:
+            hint = did_you_mean(name, self.controls)
+            raise LookupError(f"no topic {topic!r} in group {group!r} here{hint}; this "
+                              f"process runs {', '.join(sorted(self.controls))}")
+        return found
+
+    def restart(self, group: str, topic: str) -> None:
+        """Restart the worker of ``group/topic`` (it drains and commits first)."""
+        self.supervisor.restart(self.control(group, topic).name)
+
+    def status(self) -> dict[str, Any]:
+        """Every group, topic and partition with its state, for ``GET /status``; call on
+        the event loop."""
+        running = {f"{w['group']}/{w['topic']}": w for w in self.snapshot()}
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for name, control in sorted(self.controls.items()):
+            worker = running.get(name)
+            entry: dict[str, Any] = {
+                "topic": control.topic, "paused": control.paused, "paused_at": control.paused_at,
+                "paused_by": control.paused_by, "running": worker is not None,
+                "restarts": 0 if worker is None else worker["restarts"],
+                "partitions": [] if worker is None else worker["partitions"],
+            }
+            if worker is not None and worker["sink_error"]:
+                entry["error"] = worker["sink_error"]
+            groups.setdefault(control.group, []).append(entry)
+        return {"groups": [{"group": g, "topics": t} for g, t in groups.items()],
+                "live": not self.liveness(), "stalled": self.liveness()}
 
     def readiness(self) -> list[str]:
         """Why the service is not ready (empty when every worker has joined its group,
@@ -222,6 +279,7 @@ class Master:
         run = asyncio.create_task(self.supervisor.run(), name="supervisor")
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-request")
         status = asyncio.create_task(self._status_loop(), name="status")
+        stalls = asyncio.create_task(self._watch_stalls(), name="stall-watch")
         try:
             await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
             if not run.done():
@@ -232,5 +290,6 @@ class Master:
         finally:
             stop.cancel()
             status.cancel()
+            stalls.cancel()
             if not run.done():
                 run.cancel()

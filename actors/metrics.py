@@ -97,6 +97,13 @@ class _SnapshotCollector(Collector):
                                    "Partitions currently paused.", labels=_LABELS)
         in_flight = GaugeMetricFamily("kstage_in_flight_messages",
                                       "Messages fetched but not yet durable.", labels=_LABELS)
+        topic_paused = GaugeMetricFamily(
+            "kstage_topic_paused", "1 while an operator has the topic paused (the control "
+            "API), else 0.", labels=_LABELS)
+        stalled = GaugeMetricFamily(
+            "kstage_stalled_partitions", "Partitions with lag whose offset has not moved for "
+            "service.stall_after_s, neither paused nor retrying (/healthz 503).",
+            labels=_LABELS)
         for w in workers:
             labels = [w["group"], w["topic"]]
             for key, family in counters.items():
@@ -104,6 +111,8 @@ class _SnapshotCollector(Collector):
             restarts.add_metric(labels, w["restarts"])
             paused.add_metric(labels, w["paused_partitions"])
             in_flight.add_metric(labels, w["in_flight"])
+            topic_paused.add_metric(labels, 1 if w.get("paused") else 0)
+            stalled.add_metric(labels, w.get("stalled_partitions", 0))
             for p in w["partitions"]:
                 plabels = [*labels, str(p["partition"])]
                 if p["committed"] is not None:
@@ -113,4 +122,5 @@ class _SnapshotCollector(Collector):
                 if p["lag"] is not None:  # unknown (no offset yet) is not shown as a backlog
                     lag.add_metric(plabels, p["lag"])
         yield from counters.values()
-        yield from (restarts, committed, high_water, lag, paused, in_flight)
+        yield from (restarts, committed, high_water, lag, paused, in_flight, topic_paused,
+                    stalled)

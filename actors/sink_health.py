@@ -76,6 +76,10 @@ class SinkHealth:
         for key in keys:
             self._failing.pop(key, None)
 
+    def failures(self) -> dict[Hashable, tuple[float, str]]:
+        """Every key failing now: the monotonic start of its failure and its last error."""
+        return {key: (state.since, state.error) for key, state in self._failing.items()}
+
     @property
     def failing_since(self) -> float | None:
         """Monotonic start of the oldest failure still going on, None when healthy."""

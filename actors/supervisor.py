@@ -52,6 +52,7 @@ class _Slot:
     incarnation: int = 0
     child: Child | None = None
     task: asyncio.Task[None] | None = None
+    restart: bool = False  # an operator asked for a restart: start again when it ends
 
 
 @dataclass
@@ -133,6 +134,30 @@ class OneForOneSupervisor:
         slot.task = asyncio.create_task(self._run_child(slot, delay), name=slot.name)
         slot.task.add_done_callback(lambda _: self._wakeup.set())
 
+    def restart(self, name: str) -> None:
+        """Restart the child ``name`` (an operator's request): it is asked to stop as in
+        phase 1 (drain, commit), cancelled if it has not ended within
+        ``shutdown_grace_s``, then started afresh at once; not counted as a crash.
+        KeyError for an unknown name; nothing happens once a stop began."""
+        slot = next((s for s in self._slots if s.name == name), None)
+        if slot is None:
+            raise KeyError(name)
+        if self._stop_asked or slot.restart:
+            return
+        slot.restart = True
+        if slot.task is None or slot.task.done() or slot.child is None:
+            slot.restart = False  # not running (a restart backoff): it starts anyway
+            return
+        slot.child.stop()
+        task = slot.task
+
+        def overdue() -> None:
+            if not task.done():
+                logger.warning("%s: did not stop within the shutdown grace of %gs for the "
+                               "restart; cancelling it", name, self.settings.shutdown_grace_s)
+                task.cancel()
+        asyncio.get_running_loop().call_later(self.settings.shutdown_grace_s, overdue)
+
     def stop(self) -> None:
         """Phase 1 of a stop (idempotent): :meth:`run` asks every child to stop, waits
         ``shutdown_grace_s``, cancels what is left (phase 2), waits ``abort_grace_s`` and
@@ -160,6 +185,9 @@ class OneForOneSupervisor:
                 if task is None or not task.done():
                     continue
                 slot.task = None
+                if slot.restart:
+                    self._restarted(slot, task)
+                    continue
                 if task.cancelled():
                     continue
                 exc = task.exception()
@@ -174,6 +202,26 @@ class OneForOneSupervisor:
                 if self.crash_reason is not None:
                     raise self.crash_reason
                 return
+
+    def _restarted(self, slot: _Slot, task: asyncio.Task[None]) -> None:
+        """``slot``'s child ended for an operator's restart: start the next incarnation
+        (a crash meanwhile is reported as one, and restarts the same way)."""
+        slot.restart = False
+        exc = None if task.cancelled() else task.exception()
+        if isinstance(exc, FatalError):
+            self._on_crash(slot, exc)
+            return
+        if exc is not None:
+            logger.error("%s crashed while stopping for a restart: %s: %s", slot.name,
+                         type(exc).__name__, exc, exc_info=exc)
+        if self._stop_asked:
+            return
+        slot.child = None
+        slot.incarnation += 1
+        self.restarts += 1
+        logger.warning("%s: restarting at the operator's request (restart %d)", slot.name,
+                       self.restarts)
+        self._launch(slot)
 
     def _on_crash(self, slot: _Slot, exc: BaseException) -> None:
         if isinstance(exc, FatalError):

@@ -23,6 +23,7 @@ Commands::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -65,6 +66,7 @@ commands:
     lag         committed offset, high-water mark and lag of each partition
     offsets     move a consumer group's committed offsets
     dlq         show dead-lettered messages, or replay them once fixed
+    ctl         status, pause, resume or restart the topics of a running process
   tables (spark sinks)
     merge       fold the staging tables into their final tables
     tables      show, maintain or migrate the Iceberg tables
@@ -250,7 +252,7 @@ def _config(kind: str, path: str, output: str | None) -> int:
     return EXIT_OK
 
 
-_OPS_COMMANDS = ("lag", "offsets", "dlq")
+_OPS_COMMANDS = ("lag", "offsets", "dlq", "ctl")
 
 
 def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -267,6 +269,25 @@ def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     reset.add_argument("--to", required=True,
                        help="earliest | latest | ISO-8601 time (UTC if no zone) | offset")
     reset.add_argument("--dry-run", action="store_true", help="report, commit nothing")
+    ctl = sub.add_parser("ctl", help="the control API of a running kstage run "
+                         "(service.control_token)")
+    ctl_sub = ctl.add_subparsers(dest="ctl_command", required=True)
+    for name, what in (("status", "every group, topic and partition with its state, "
+                                  "offsets, lag and last error"),
+                       ("pause", "pause a topic's partitions (membership kept)"),
+                       ("resume", "resume a paused topic"),
+                       ("restart", "restart a topic's worker (it commits first)")):
+        cmd = ctl_sub.add_parser(name, help=what)
+        cmd.add_argument("-c", "--config", default="kstage.yml")
+        cmd.add_argument("--url", default=None,
+                         help="the process's status server (default: the config's "
+                              "service.http_host and http_port)")
+        if name == "status":
+            cmd.add_argument("--json", action="store_true", help="print the JSON answer")
+        else:
+            cmd.add_argument("--topic", required=True)
+            cmd.add_argument("--group", default=None,
+                             help="the group (needed when several groups consume the topic)")
     dlq = sub.add_parser("dlq", help="dead-letter tools")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
     for name, what in (("show", "list dead-lettered messages"),
@@ -307,6 +328,16 @@ def _ops(args: argparse.Namespace) -> int:
             from service.ops.offsets import render, reset
 
             print(render(reset(settings, args.group, args.to, args.dry_run)))
+            return EXIT_OK
+        if args.command == "ctl":
+            from service.ops import ctl
+
+            if args.ctl_command == "status":
+                status = ctl.call(settings, "GET", "/status", args.url)
+                print(json.dumps(status, indent=2) if args.json
+                      else "\n".join(ctl.status_lines(status)))
+                return EXIT_OK
+            print(ctl.act(settings, args.ctl_command, args.topic, args.group, args.url))
             return EXIT_OK
         from service.ops import dlq
 

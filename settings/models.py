@@ -681,6 +681,18 @@ class ServiceSettings(_Model):
         description="Ports tried from http_port up when it is taken (processes sharing one "
                     "config on one host get http_port, +1, +2 ...); then any free port.",
     )
+    control_token: SecretStr | None = Field(
+        None, min_length=16,
+        description="Bearer token of the control API on the status server (GET /status, "
+                    "POST /groups/{group}/topics/{topic}/pause|resume|restart; never "
+                    "printed); none: the control endpoints are off (404). At least 16 "
+                    "characters.")
+    stall_after_s: float = Field(
+        600, gt=0,
+        description="/healthz answers 503 when a worker's fetch loop has not run for this long, "
+                    "or a partition with lag, neither paused nor retrying, has not committed "
+                    "for this long (a consumer alive but stuck: let the orchestrator restart "
+                    "it). Longer than a rebalance may take (max_poll_interval_ms).")
 
 
 class Settings(BaseSettings):

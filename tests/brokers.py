@@ -52,6 +52,8 @@ TANSU_ONLY: dict[str, str] = {
     "test_rest_catalog": f"{_SPARK} (an Iceberg REST catalog)",
     "test_merge": f"{_SPARK} (the merge into final tables)",
     "test_tables_maintain": f"{_SPARK} (table maintenance and its output)",
+    "test_control_api::test_a_write_that_hangs_with_lag_behind_it_fails_liveness_until_it_moves":
+        "kstage's own stall watch over a hanging HTTP write; the broker only feeds it",
 }
 
 # Tests of the modules above that run on both brokers all the same: each covers a row of

@@ -43,8 +43,11 @@ async def create_topic(bootstrap: str, topic: str, partitions: int = 1,
 
 
 async def produce(bootstrap: str, topic: str, values: Iterable[Any], *,
-                  partition_of: Callable[[int], int] | None = None) -> int:
-    """Produce JSON values (bytes are sent as they are); returns the count."""
+                  partition_of: Callable[[int], int] | None = None,
+                  one_per_batch: bool = False) -> int:
+    """Produce JSON values (bytes are sent as they are); returns the count.
+    ``one_per_batch``: each waits for its ack, a record batch of its own (Tansu's end
+    offsets are right only then: ../shared/ENVIRONMENT.md)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     n = 0
@@ -52,7 +55,9 @@ async def produce(bootstrap: str, topic: str, values: Iterable[Any], *,
         for i, value in enumerate(values):
             raw = value if isinstance(value, bytes) else json.dumps(value).encode()
             part = partition_of(i) if partition_of else None
-            await producer.send(topic, raw, key=str(i).encode(), partition=part)
+            sent = await producer.send(topic, raw, key=str(i).encode(), partition=part)
+            if one_per_batch:
+                await sent
             n += 1
         await producer.flush()
     finally:

@@ -22,7 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import ConsumerStoppedError, IllegalStateError, NoOffsetForPartitionError
+from aiokafka.errors import (
+    ConsumerStoppedError,
+    IllegalStateError,
+    KafkaError,
+    NoOffsetForPartitionError,
+)
 
 from actors.errors import NoCommittedOffsetError
 from actors.sinks import END
@@ -33,6 +38,7 @@ from settings.models import GroupSettings
 logger = logging.getLogger(__name__)
 
 _POLL_MS = 200  # getmany timeout: bounds how late a stop or a drain check is noticed
+_END_OFFSETS_EVERY_S = 2.0  # how often a paused topic's end offsets are asked for
 
 Batch = tuple[TopicPartition, list[Any], int]
 """A partition's fetched records and the generation they were fetched in."""
@@ -78,6 +84,12 @@ class Fetcher:
         # cancelled it there.
         self._poll_task: asyncio.Task[Any] | None = None
         self._poll_given_up = False
+        # The fetch loop's last turn or poll (liveness): it turns at least every second
+        # (a poll, or a wait for room in the pipeline); a poll may wait out a rebalance.
+        self.turned_at = time.monotonic()
+        # End offsets asked while paused by an operator (no fetch: no high-water mark).
+        self.end_offsets: dict[TopicPartition, int] = {}
+        self._end_offsets_at = 0.0
         flow.on_stop_intake(self._give_up)
 
     def __repr__(self) -> str:
@@ -111,10 +123,25 @@ class Fetcher:
         inbox = flow.inbox
         room = flow.room
         paused = False
+        operator_paused = False
         full_since: float | None = None
         while not flow.should_stop:
+            self.turned_at = time.monotonic()
             if rebalance.unseeded:
                 await rebalance.seed_committed(consumer)
+            if flow.paused_by_operator:  # before any poll; again for a new assignment
+                if not operator_paused:
+                    operator_paused = True
+                    logger.warning("%s: paused by the operator: fetching nothing until "
+                                   "resumed", self.label)
+                consumer.pause(*consumer.assignment())
+                await self._end_offsets(consumer)
+            elif operator_paused:
+                operator_paused = False
+                self.end_offsets.clear()
+                consumer.resume(*(tp for tp in consumer.paused()
+                                  if not flow.keeps_paused(tp)))
+                logger.warning("%s: resumed by the operator", self.label)
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
             if backlog and flow.flowing < max_in_flight:
@@ -165,6 +192,20 @@ class Fetcher:
             flow.drop(len(item[1]))
         await inbox.put(END)
 
+    async def _end_offsets(self, consumer: AIOKafkaConsumer) -> None:
+        """While paused by an operator, nothing is fetched, so aiokafka learns no
+        high-water mark: ask for the end offsets every few seconds instead (the lag of
+        ``/status`` and ``/metrics`` stays true)."""
+        now = time.monotonic()
+        if now - self._end_offsets_at < _END_OFFSETS_EVERY_S:
+            return
+        self._end_offsets_at = now
+        assigned = list(consumer.assignment())
+        try:
+            self.end_offsets = await consumer.end_offsets(assigned) if assigned else {}
+        except KafkaError as exc:
+            logger.debug("%s: end offsets of the paused partitions: %s", self.label, exc)
+
     def _fetched(self, data: dict[TopicPartition, list[Any]], backlog: deque[Batch]) -> None:
         """Queue fetched batches, tagged with the generation current when their poll
         *returned*: aiokafka's getmany waits out a rebalance and then returns records of
@@ -195,6 +236,7 @@ class Fetcher:
         """
         if self.flow.should_stop:
             return {}
+        self.turned_at = time.monotonic()
         task = asyncio.current_task()
         self._poll_task = task
         try:

@@ -16,7 +16,8 @@ It also holds the intake switch (:meth:`Flow.stop_intake`, :attr:`Flow.should_st
 interruptible :meth:`Flow.sleep`), the assignment and its generations (:meth:`Flow.live`:
 work fetched in a generation before its partition's last revoke is stale), the fence of
 revoked partitions' writes, the partitions parked by retry waits (:class:`Lane`) and
-those held paused until the sinks that store offsets said where to resume them.
+those held paused until the sinks that store offsets said where to resume them, and the
+topic's operator pause (:mod:`actors.control`).
 
 It owns no task and does no I/O.
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from actors.control import TopicControl
 from actors.offsets import OffsetTracker
 from actors.sinks import Fence
 
@@ -68,11 +70,15 @@ class Flow:
     Args:
         owns_offsets: kstage commits the offsets (not ``none``/``auto``): work of a
             revoked partition is stale from the revoke on, even if it comes back.
+        control: the topic's operator state (:mod:`actors.control`): while paused, every
+            assigned partition stays paused.
         label: the worker's name, for ``repr``.
     """
 
-    def __init__(self, *, owns_offsets: bool, label: str = "") -> None:
+    def __init__(self, *, owns_offsets: bool, control: TopicControl | None = None,
+                 label: str = "") -> None:
         self.label = label
+        self.control = control  # the operator's pause (the master's; None: never paused)
         self.owns_offsets = owns_offsets
         self.inbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
         self.in_flight = 0
@@ -156,10 +162,15 @@ class Flow:
             return self.in_flight
         return self.in_flight - sum(lane.held for lane in self.lanes.values())
 
+    @property
+    def paused_by_operator(self) -> bool:
+        """An operator paused the topic (the control API): fetch nothing of it."""
+        return self.control is not None and self.control.paused
+
     def keeps_paused(self, tp: TopicPartition) -> bool:
-        """``tp`` stays paused when the fetcher resumes: parked by a retry wait, or held
-        until the sinks said where to resume it."""
-        return tp in self.lanes or tp in self.held
+        """``tp`` stays paused when the fetcher resumes: parked by a retry wait, held
+        until the sinks said where to resume it, or the topic paused by an operator."""
+        return tp in self.lanes or tp in self.held or self.paused_by_operator
 
     # -- the assignment and its generations --------------------------------------------
 

@@ -180,7 +180,7 @@ class ProcessLoop:
             del self.flow.lanes[tp]
         consumer = self._consumer
         if (consumer is not None and tp in self.flow.assigned
-                and tp in consumer.paused()):
+                and tp in consumer.paused() and not self.flow.keeps_paused(tp)):
             consumer.resume(tp)
 
     async def _ship(

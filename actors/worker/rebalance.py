@@ -128,6 +128,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         if hold and consumer is not None:
             consumer.pause(*assigned)
             flow.held.update(dict.fromkeys(assigned, gen))
+        elif flow.paused_by_operator and consumer is not None:
+            consumer.pause(*assigned)  # before the first await, as above
         started = False
         if (self.group.start_from != "committed" and consumer is not None
                 and self.starts.claim(self.group_id, self.topic)):
@@ -167,7 +169,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 del held[tp]
             current = consumer.assignment()
             consumer.resume(*(tp for tp in mine
-                              if tp in current and tp not in self.flow.lanes))
+                              if tp in current and not self.flow.keeps_paused(tp)))
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.flow.assigned = assigned

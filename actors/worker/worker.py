@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,7 @@ from aiokafka.errors import KafkaError
 
 from actors.backoff import backoff_s
 from actors.codecs.avro import AvroDecoder
+from actors.control import TopicControl
 from actors.deadletters.topic import DeadLetterTopic
 from actors.failure import FailurePolicy, Sleep
 from actors.kafka import (
@@ -126,6 +128,8 @@ class Worker:
             :func:`~actors.sinks.build_sink` does (the default); a test hands its own.
         resources: the process's shared resources, handed to its sinks (the SparkActor
             of the spark and jdbc sinks); the master's.
+        control: the topic's operator state, the master's (survives restarts): while
+            paused, nothing more is fetched (:mod:`actors.control`).
     """
 
     def __init__(
@@ -147,6 +151,7 @@ class Worker:
         consumer_factory: ConsumerFactory = build_consumer,
         sink_factory: Callable[[SinkSettings], Sink] = build_sink,
         resources: Resources | None = None,
+        control: TopicControl | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -166,7 +171,8 @@ class Worker:
         self.restarts = incarnation
         self.committer = Committer(group.commit, label=self.label, stats=self.stats,
                                    metrics=metrics, metric_labels=(self.group_id, topic.topic))
-        self.flow = flow = Flow(owns_offsets=self.committer.owns_offsets, label=self.label)
+        self.flow = flow = Flow(owns_offsets=self.committer.owns_offsets, control=control,
+                                label=self.label)
         self.lifecycle = Lifecycle(self.label)
         failure = topic.failure or group.failure
         self.pipeline = RecordPipeline(
@@ -237,12 +243,24 @@ class Worker:
         consumer = self._consumer
         tracker = self.committer.tracker
         partitions = []
+        control = self.flow.control
+        failing = self.failing_partitions()
         for tp in sorted(self.flow.assigned, key=lambda t: t.partition):
-            hw = consumer.highwater(tp) if consumer is not None else None
+            hw = self._high_water(tp)
+            state = ("paused" if control is not None and control.paused
+                     else "retrying" if tp in self.flow.lanes or tp.partition in failing
+                     else "running")
             partitions.append({"partition": tp.partition,
                                "committed": tracker.committed(tp),
-                               "high_water": hw, "lag": self._lag(tp, hw)})
+                               "high_water": hw, "lag": self._lag(tp, hw),
+                               "state": state, "failing": failing.get(tp.partition)})
         return {
+            "paused": control is not None and control.paused,
+            "paused_at": None if control is None else control.paused_at,
+            "paused_by": None if control is None else control.paused_by,
+            # Not counted before the first assignment: the group join is /readyz's.
+            "fetch_idle_s": time.monotonic() - self.fetcher.turned_at
+            if self.rebalance.joined.is_set() else 0.0,
             "group": self.group_id, "topic": self.topic.topic, "label": self.label,
             "stats": dict(self.stats), "restarts": self.restarts,
             "in_flight": self.in_flight, "partitions": partitions,
@@ -273,8 +291,16 @@ class Worker:
         consumer = self._consumer
         if consumer is not None:
             for tp in self.flow.assigned:
-                lag += self._lag(tp, consumer.highwater(tp)) or 0
+                lag += self._lag(tp, self._high_water(tp)) or 0
         return {**self.stats, "in_flight": self.in_flight, "lag": lag}
+
+    def _high_water(self, tp: TopicPartition) -> int | None:
+        """The partition's high-water mark as fetched, else its end offset as asked
+        while the topic is paused by an operator (nothing fetched); None: unknown."""
+        consumer = self._consumer
+        hw = consumer.highwater(tp) if consumer is not None else None
+        end = self.fetcher.end_offsets.get(tp)  # fresher than the last fetch's, if asked
+        return hw if end is None else max(end, hw or 0)
 
     def _lag(self, tp: TopicPartition, high_water: int | None) -> int | None:
         """The one definition of lag (also ``kstage lag``'s): high-water minus the
@@ -422,6 +448,18 @@ class Worker:
         finally:
             self._sink_done.set()
             self.committer.due.set()
+
+    def failing_partitions(self) -> dict[int, dict[str, Any]]:
+        """The partitions whose sink writes fail now: the last error (naming the sink of a
+        fan-out) and since when (wall clock), for ``/status``."""
+        failing: dict[int, dict[str, Any]] = {}
+        skew = time.time() - time.monotonic()
+        for name, health in self._sink_health.items():
+            for key, (since, error) in health.failures().items():
+                if isinstance(key, tuple) and key[0] == self.topic.topic:
+                    shown = f"sink {name!r}: {error}" if len(self._sink_health) > 1 else error
+                    failing[key[1]] = {"error": shown, "since": since + skew}
+        return failing
 
     def sink_error(self) -> str | None:
         """Why the sinks are not ready (None: they are); each failing sink of a fan-out

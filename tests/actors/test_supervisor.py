@@ -426,3 +426,49 @@ async def test_shutdown_during_restart_backoff_does_not_wait_for_the_grace() -> 
     assert sup.cancelled == []  # nothing was running, so nothing had to be cancelled
     assert elapsed < settings.shutdown_grace_s
     assert fam.instances[0].stop_calls == 0  # the crashed incarnation is gone: not asked
+
+
+# ------------------------------------------------------------ an operator's restart
+
+
+async def test_an_operators_restart_stops_the_child_then_starts_it_at_once() -> None:
+    """The control API's restart: the child is asked to stop (drain, commit), and once it
+    ended a new incarnation starts with no backoff and no crash counted; the other
+    children are left alone."""
+    settings = make_settings(max_restarts=0)  # a crash counted would escalate
+    fake = FakeTime()
+    target, other = Family("target"), Family("other")
+    sup = make_supervisor([target, other], settings, fake)
+    async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
+        await target.running.wait()
+        await other.running.wait()
+        target.running.clear()
+        sup.restart("target")
+        sup.restart("target")  # asked twice meanwhile: one restart
+        await target.running.wait()
+        assert target.incarnations == [0, 1]
+        assert target.instances[0].stop_calls == 1 and target.instances[0].finished
+        assert fake.sleeps == [] and sup.restarts == 1
+        assert other.incarnations == [0] and other.instances[0].stop_calls == 0
+        with pytest.raises(KeyError):
+            sup.restart("nope")
+        sup.stop()
+        await runner
+    assert runner.result() is None
+
+
+async def test_a_child_that_ignores_the_restart_is_cancelled_after_the_grace() -> None:
+    settings = make_settings(shutdown_grace_s=0.05)
+    fake = FakeTime()
+    stuck = Family("stuck", ignore_stop=True)
+    sup = make_supervisor([stuck], settings, fake)
+    async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
+        await stuck.running.wait()
+        stuck.running.clear()
+        sup.restart("stuck")
+        await stuck.running.wait()
+        assert stuck.incarnations == [0, 1]
+        assert stuck.instances[0].cancels == 1 and not stuck.instances[0].finished
+        stuck.ignore_stop = False
+        sup.stop()
+        await runner

@@ -21,11 +21,18 @@ from settings.models import ServiceSettings
 
 
 class _Master:
+    def __init__(self) -> None:
+        self.controls: dict[str, Any] = {}
+        self.stuck: list[str] = []
+
     def snapshot(self) -> list[dict[str, Any]]:
         return []
 
     def readiness(self) -> list[str]:
         return []
+
+    def liveness(self) -> list[str]:
+        return self.stuck
 
 
 def test_stale_heartbeat_and_stopped_loop_make_health_and_readiness_fail() -> None:
@@ -43,6 +50,29 @@ def test_stale_heartbeat_and_stopped_loop_make_health_and_readiness_fail() -> No
         assert ready.status_code == 503 and "event loop" in ready.json()["reasons"][0]
         assert httpx.get(f"{base}/metrics", timeout=10).status_code == 503
         assert httpx.get(f"{base}/nope").status_code == 404
+    finally:
+        server.stop()
+        loop.close()
+
+
+def test_a_stuck_consumer_fails_health_even_with_a_live_event_loop() -> None:
+    """The stall watch's reasons (actors.liveness) turn /healthz 503, the first one as
+    the reason; they are read without the event loop (this one never runs)."""
+    loop = asyncio.new_event_loop()
+    master = _Master()
+    server = StatusServer(master, Metrics(), loop, "127.0.0.1", 0)  # type: ignore[arg-type]
+    server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        master.stuck = ["g/t[0]: lag 9, the offset 40 has not moved for 11s", "g/t[1]: ..."]
+        health = httpx.get(f"{base}/healthz")
+        assert health.status_code == 503
+        assert health.json() == {"status": "unhealthy", "reason": master.stuck[0],
+                                 "reasons": master.stuck}
+        master.stuck = []
+        assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
+        assert httpx.get(f"{base}/status").status_code == 404  # no control token: off
+        assert httpx.post(f"{base}/groups/g/topics/t/pause").status_code == 404
     finally:
         server.stop()
         loop.close()
