@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from actors.backoff import backoff_s
@@ -69,6 +69,7 @@ from actors.resources import Resources
 from actors.sink_health import SinkHealth
 from actors.sinks import FanOutSink, Sink, SinkBatch, build_sink, run_fanout
 from actors.tokens import token_errors
+from actors.worker import report
 from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
@@ -241,19 +242,10 @@ class Worker:
     def snapshot(self) -> dict[str, Any]:
         """State for metrics and readiness; call on the event loop."""
         consumer = self._consumer
-        tracker = self.committer.tracker
-        partitions = []
         control = self.flow.control
-        failing = self.failing_partitions()
-        for tp in sorted(self.flow.assigned, key=lambda t: t.partition):
-            hw = self._high_water(tp)
-            state = ("paused" if control is not None and control.paused
-                     else "retrying" if tp in self.flow.lanes or tp.partition in failing
-                     else "running")
-            partitions.append({"partition": tp.partition,
-                               "committed": tracker.committed(tp),
-                               "high_water": hw, "lag": self._lag(tp, hw),
-                               "state": state, "failing": failing.get(tp.partition)})
+        rows = report.partitions(self.flow, self.committer.tracker, consumer,
+                                 self.fetcher.end_offsets, self._sink_health,
+                                 self.topic.topic)
         return {
             "paused": control is not None and control.paused,
             "paused_at": None if control is None else control.paused_at,
@@ -263,7 +255,7 @@ class Worker:
             if self.rebalance.joined.is_set() else 0.0,
             "group": self.group_id, "topic": self.topic.topic, "label": self.label,
             "stats": dict(self.stats), "restarts": self.restarts,
-            "in_flight": self.in_flight, "partitions": partitions,
+            "in_flight": self.in_flight, "partitions": rows,
             "paused_partitions": len(consumer.paused()) if consumer is not None else 0,
             "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
             "coordinator_known": consumer is None or coordinator_known(consumer),
@@ -287,33 +279,12 @@ class Worker:
 
     def status(self) -> dict[str, int]:
         """Counters for the status line: processed, failed, commits, in-flight, lag."""
-        lag = 0
-        consumer = self._consumer
-        if consumer is not None:
-            for tp in self.flow.assigned:
-                lag += self._lag(tp, self._high_water(tp)) or 0
-        return {**self.stats, "in_flight": self.in_flight, "lag": lag}
-
-    def _high_water(self, tp: TopicPartition) -> int | None:
-        """The partition's high-water mark as fetched, else its end offset as asked
-        while the topic is paused by an operator (nothing fetched); None: unknown."""
-        consumer = self._consumer
-        hw = consumer.highwater(tp) if consumer is not None else None
-        end = self.fetcher.end_offsets.get(tp)  # fresher than the last fetch's, if asked
-        return hw if end is None else max(end, hw or 0)
-
-    def _lag(self, tp: TopicPartition, high_water: int | None) -> int | None:
-        """The one definition of lag (also ``kstage lag``'s): high-water minus the
-        committable offset (everything before it done: the consumer position once a
-        partition is drained), else the group's committed offset; None when neither is
-        known (never counted from 0)."""
+        total = 0
         tracker = self.committer.tracker
-        done = tracker.committable(tp)
-        if done is None:
-            done = tracker.committed(tp)
-        if high_water is None or done is None:
-            return None
-        return max(high_water - done, 0)
+        for tp in self.flow.assigned:
+            hw = report.high_water(self._consumer, self.fetcher.end_offsets, tp)
+            total += report.lag(tracker, tp, hw) or 0
+        return {**self.stats, "in_flight": self.in_flight, "lag": total}
 
     def abandoned(self) -> list[str]:
         """The work fetched but not committed, per partition (empty: nothing), for a stop
@@ -448,18 +419,6 @@ class Worker:
         finally:
             self._sink_done.set()
             self.committer.due.set()
-
-    def failing_partitions(self) -> dict[int, dict[str, Any]]:
-        """The partitions whose sink writes fail now: the last error (naming the sink of a
-        fan-out) and since when (wall clock), for ``/status``."""
-        failing: dict[int, dict[str, Any]] = {}
-        skew = time.time() - time.monotonic()
-        for name, health in self._sink_health.items():
-            for key, (since, error) in health.failures().items():
-                if isinstance(key, tuple) and key[0] == self.topic.topic:
-                    shown = f"sink {name!r}: {error}" if len(self._sink_health) > 1 else error
-                    failing[key[1]] = {"error": shown, "since": since + skew}
-        return failing
 
     def sink_error(self) -> str | None:
         """Why the sinks are not ready (None: they are); each failing sink of a fan-out

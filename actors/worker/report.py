@@ -1,0 +1,76 @@
+"""What a worker reports about its partitions: lag, state and failing writes, for
+``/status``, ``/metrics``, the status line and the stall watch (:mod:`actors.liveness`).
+
+Plain functions over the worker's parts (the flow, the offset tracker, the consumer, the
+sink healths), called on the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from actors.offsets import OffsetTracker
+from actors.sink_health import SinkHealth
+from actors.worker.flow import Flow
+
+
+def high_water(consumer: AIOKafkaConsumer | None, end_offsets: Mapping[TopicPartition, int],
+               tp: TopicPartition) -> int | None:
+    """The partition's high-water mark as fetched, else its end offset as asked while
+    the topic is paused by an operator (nothing fetched); None: unknown."""
+    hw = consumer.highwater(tp) if consumer is not None else None
+    end = end_offsets.get(tp)  # fresher than the last fetch's, if asked
+    return hw if end is None else max(end, hw or 0)
+
+
+def lag(tracker: OffsetTracker, tp: TopicPartition, high: int | None) -> int | None:
+    """The one definition of lag (also ``kstage lag``'s): high-water minus the
+    committable offset (everything before it done: the consumer position once a
+    partition is drained), else the group's committed offset; None when neither is
+    known (never counted from 0)."""
+    done = tracker.committable(tp)
+    if done is None:
+        done = tracker.committed(tp)
+    if high is None or done is None:
+        return None
+    return max(high - done, 0)
+
+
+def failing_partitions(healths: Mapping[str, SinkHealth], topic: str,
+                       ) -> dict[int, dict[str, Any]]:
+    """The partitions whose sink writes fail now: the last error (naming the sink of a
+    fan-out) and since when (wall clock)."""
+    failing: dict[int, dict[str, Any]] = {}
+    skew = time.time() - time.monotonic()
+    for name, health in healths.items():
+        for key, (since, error) in health.failures().items():
+            if isinstance(key, tuple) and key[0] == topic:
+                shown = f"sink {name!r}: {error}" if len(healths) > 1 else error
+                failing[key[1]] = {"error": shown, "since": since + skew}
+    return failing
+
+
+def partitions(flow: Flow, tracker: OffsetTracker, consumer: AIOKafkaConsumer | None,
+               end_offsets: Mapping[TopicPartition, int], healths: Mapping[str, SinkHealth],
+               topic: str) -> list[dict[str, Any]]:
+    """Each assigned partition: committed offset, high-water mark, lag, state
+    (``paused`` by an operator, ``retrying`` a retry wait or a failing write,
+    ``running``) and its failing write if any."""
+    failing = failing_partitions(healths, topic)
+    rows = []
+    for tp in sorted(flow.assigned, key=lambda t: t.partition):
+        hw = high_water(consumer, end_offsets, tp)
+        state = ("paused" if flow.paused_by_operator
+                 else "retrying" if tp in flow.lanes or tp.partition in failing
+                 else "running")
+        rows.append({"partition": tp.partition, "committed": tracker.committed(tp),
+                     "high_water": hw, "lag": lag(tracker, tp, hw), "state": state,
+                     "failing": failing.get(tp.partition)})
+    return rows
+
+
+__all__ = ["failing_partitions", "high_water", "lag", "partitions"]
