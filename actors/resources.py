@@ -22,6 +22,7 @@ from settings.models import SparkSettings
 
 if TYPE_CHECKING:
     from actors.sinks.spark.actor import SparkActor
+    from actors.tracing import Tracing
 
 
 class Resources:
@@ -35,6 +36,9 @@ class Resources:
     def __init__(self, spark: SparkSettings | None = None) -> None:
         self.spark_settings = spark or SparkSettings()
         self._spark: SparkActor | None = None
+        # The process's tracer when tracing is on (set and shut down by the lifecycle of
+        # kstage run); None: nothing traces, nothing imports opentelemetry.
+        self.tracing: Tracing | None = None
 
     def __repr__(self) -> str:
         return f"<Resources spark={self._spark!r}>"

@@ -27,6 +27,7 @@ import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from actors import tracing
 from actors.errors import FatalError
 from actors.kafka import KafkaSecurityError
 from actors.master import Master
@@ -160,6 +161,25 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
     stops: they outlive the master, whose workers' sinks use them, for the final merge."""
     metrics = Metrics()
     resources = Resources(settings.spark)
+    if tracing.enabled(settings.observability):
+        try:
+            resources.tracing = tracing.Tracing.start(settings.observability, settings.name)
+        except (ImportError, ValueError) as exc:
+            logger.critical("observability: tracing is on but cannot start: %s (tracing "
+                            "needs the otel extra: pip install 'kstage[otel]')", exc)
+            return EXIT_CONFIG
+    try:
+        return await _serve(settings, bootstrap, metrics, resources, drain, progress)
+    finally:
+        if resources.tracing is not None:
+            # flushes the spans still buffered (a blocking export, bounded by the
+            # exporter's timeout), after everything that makes spans has stopped
+            resources.tracing.shutdown()
+
+
+async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources: Resources,
+                 drain: bool,
+                 progress: Callable[[Master], Coroutine[Any, Any, None]] | None) -> int:
     try:  # builds every processor with its options: what it refuses is configuration
         master = Master(settings, bootstrap, drain=drain, metrics=metrics,
                         resources=resources)

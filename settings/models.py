@@ -695,6 +695,38 @@ class ServiceSettings(_Model):
                     "it). Longer than a rebalance may take (max_poll_interval_ms).")
 
 
+class ObservabilitySettings(_Model):
+    """The ``observability:`` section: OpenTelemetry tracing (docs/operations.md#tracing)."""
+
+    tracing: bool = Field(
+        False, description="Export OpenTelemetry spans over OTLP (needs the otel extra: "
+        "pip install 'kstage[otel]'). Also on, whatever this says, when the environment "
+        "sets OTEL_TRACES_EXPORTER=otlp or OTEL_EXPORTER_OTLP_ENDPOINT or "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (and not OTEL_SDK_DISABLED=true).")
+    endpoint: str | None = Field(
+        None, description="The OTLP endpoint: http://HOST:4318 for http/protobuf (/v1/traces "
+        "is added), http://HOST:4317 for grpc; none: the OTEL_EXPORTER_OTLP_(TRACES_)"
+        "ENDPOINT variable, else the exporter's default on localhost.")
+    protocol: Literal["http/protobuf", "grpc"] = Field(
+        "http/protobuf", description="OTLP transport: http/protobuf or grpc; the "
+        "OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL variable wins when set.")
+    service_name: str | None = Field(
+        None, description="The service.name resource attribute; none: OTEL_SERVICE_NAME, "
+        "else the configuration's name.")
+    sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Fraction of traces sampled (parent-based: a message "
+        "whose producer sampled its trace is sampled).")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            scheme, sep, rest = value.partition("://")
+            if not sep or scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+                raise ValueError("must be http(s)://host[:port][/path]")
+        return value
+
+
 class Settings(BaseSettings):
     """Root of the configuration: the YAML file, overridden by ``KSTAGE_*`` variables."""
 
@@ -719,6 +751,9 @@ class Settings(BaseSettings):
     merge: MergeSettings = Field(
         default_factory=lambda: MergeSettings(), description="Merge into final tables."
     )
+    observability: ObservabilitySettings = Field(
+        default_factory=lambda: ObservabilitySettings(),
+        description="OpenTelemetry tracing (off by default).")
 
     _service_name = field_validator("name")(_name)
 

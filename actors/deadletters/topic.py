@@ -21,9 +21,12 @@ import asyncio
 import base64
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaProducer
+
+if TYPE_CHECKING:
+    from actors.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,9 @@ class DeadLetterTopic:
         self._client_id = client_id
         self._connection = connection
         self._producer: AIOKafkaProducer | None = None
+        # With tracing on, the record carries the failed message's span as its
+        # traceparent (instead of the producer's the message had).
+        self.tracing: Tracing | None = None
         self._lock = asyncio.Lock()
 
     async def _started(self) -> AIOKafkaProducer:
@@ -89,6 +95,8 @@ class DeadLetterTopic:
     async def write(self, line: str) -> None:
         """Produce the dead-letter record of ``line``; returns once all replicas have it."""
         key, value, headers = topic_record(line)
+        if self.tracing is not None:
+            headers = self.tracing.record_headers(headers)
         async with self._lock:
             producer = await self._started()
             try:

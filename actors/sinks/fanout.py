@@ -81,7 +81,8 @@ def copies(batch: SinkBatch, sinks: int, on_ack: Callable[[SinkBatch], None]
     rows); the first gets the batch's own list (the worker never reads it again)."""
     join = AckJoin(batch, sinks, on_ack)
     rows = batch.rows
-    return [_Copy(rows if k == 0 else [dict(row) for row in rows], batch.entry, join)
+    return [_Copy(rows if k == 0 else [dict(row) for row in rows], batch.entry, batch.trace,
+                  join=join)
             for k in range(sinks)]
 
 
@@ -105,7 +106,7 @@ async def run_fanout(
         one = sinks[0]
         await run_sink(one.sink, mailbox, on_ack, label=label,
                        retry_backoff_s=retry_backoff_s, on_write_seconds=one.on_write_seconds,
-                       fence=fence, health=one.health)
+                       fence=fence, health=one.health, name=one.name)
         return
     boxes: list[asyncio.Queue[Any]] = [asyncio.Queue(_SINK_BATCHES) for _ in sinks]
     async with asyncio.TaskGroup() as tg:
@@ -113,7 +114,7 @@ async def run_fanout(
             tg.create_task(run_sink(one.sink, box, _acked, label=f"{label} sink {one.name!r}",
                                     retry_backoff_s=retry_backoff_s,
                                     on_write_seconds=one.on_write_seconds, fence=fence,
-                                    health=one.health),
+                                    health=one.health, name=one.name),
                            name=f"{label}:sink:{one.name}")
         while True:
             batch = await mailbox.get()

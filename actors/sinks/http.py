@@ -69,7 +69,7 @@ import string
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -82,6 +82,9 @@ from actors.errors import SinkAuthError, SinkError
 from actors.sinks.base import Sink, SinkCapabilities, SinkSettingsBase
 from processors.base import Row
 from processors.jsonfast import dumps_compact
+
+if TYPE_CHECKING:
+    from actors.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -415,6 +418,7 @@ class HttpSink(Sink):
         self._client: httpx.AsyncClient | None = None
         self._state = _State.INIT
         self._headers, self._secrets = _headers_and_secrets(settings)
+        self._tracing: Tracing | None = None  # the process's, when tracing is on
 
     def __repr__(self) -> str:
         s = self.settings
@@ -443,6 +447,8 @@ class HttpSink(Sink):
             follow_redirects=False,
         )
         self._state = _State.OPEN
+        resources = self.context.resources
+        self._tracing = None if resources is None else resources.tracing
         logger.info("http sink open: %s %s", s.method, _shown(s.url))
 
     async def close(self) -> None:
@@ -569,7 +575,20 @@ class HttpSink(Sink):
 
     async def _exchange(self, client: httpx.AsyncClient, url: str, body: bytes,
                         headers: dict[str, str]) -> tuple[httpx.Response, str]:
-        """One attempt: the response and, for a non-2xx, the first KB of its body."""
+        """One attempt: the response and, for a non-2xx, the first KB of its body; with
+        tracing, in its span, the request carrying its ``traceparent``."""
+        tracing = self._tracing
+        if tracing is None:
+            return await self._exchange_once(client, url, body, headers)
+        with tracing.http(self.settings.method, _shown(url)) as span:
+            headers = dict(headers)
+            tracing.inject(headers)
+            response, head = await self._exchange_once(client, url, body, headers)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response, head
+
+    async def _exchange_once(self, client: httpx.AsyncClient, url: str, body: bytes,
+                             headers: dict[str, str]) -> tuple[httpx.Response, str]:
         request = client.build_request(self.settings.method, url, content=body, headers=headers)
         response = await client.send(request, stream=True)
         try:

@@ -37,6 +37,7 @@ class SinkBatch:
 
     rows: Sequence[Row]
     entry: Entry
+    trace: Any = None  # its messages' spans (actors/tracing.py BatchTrace) when tracing
 
 
 class Fence:
@@ -52,12 +53,12 @@ class Fence:
     async def write(self, sink: Sink, batch: SinkBatch, label: str,
                     backoff_s: tuple[float, float],
                     on_write_seconds: Callable[[float], None] | None,
-                    health: SinkHealth | None = None) -> bool:
+                    health: SinkHealth | None = None, name: str | None = None) -> bool:
         """Write ``batch`` (retrying, see :func:`_write`); False when it was fenced."""
         if batch.entry.cancelled:
             return False
         task = asyncio.create_task(_write(sink, batch, label, backoff_s, on_write_seconds,
-                                          health),
+                                          health, name),
                                    name=f"{label}:write[{batch.entry.tp.partition}]")
         self._writing[task] = batch
         try:
@@ -102,6 +103,7 @@ async def _run_pipelined(
     on_write_seconds: Callable[[float], None] | None,
     fence: Fence,
     health: SinkHealth | None,
+    name: str | None,
 ) -> None:
     """:func:`run_sink` for a pipelined sink: start each write at once (each retries on
     its own, see :func:`_write`), ack in mailbox order as the writes return."""
@@ -124,7 +126,7 @@ async def _run_pipelined(
                 await window.put(END)  # the acker finishes the outstanding writes first
                 break
             task = tg.create_task(fence.write(sink, batch, label, retry_backoff_s,
-                                              on_write_seconds, health),
+                                              on_write_seconds, health, name),
                                   name=f"{label}:sink-write")
             await window.put((batch, task))
 
@@ -132,10 +134,24 @@ async def _run_pipelined(
 async def _write(sink: Sink, batch: SinkBatch, label: str,
                  backoff_s: tuple[float, float],
                  on_write_seconds: Callable[[float], None] | None,
-                 health: SinkHealth | None = None) -> None:
+                 health: SinkHealth | None = None, name: str | None = None) -> None:
     """Write one batch; retry failures (SinkError, OSError) with capped backoff, forever:
     the batch is neither acked nor dropped, so its offsets stay uncommitted. ``health``
-    learns of every failed attempt and of the success."""
+    learns of every failed attempt and of the success. A traced batch (``trace``) is
+    written in its ``write <sink>`` span (``name``: the sink's, else its type)."""
+    if batch.trace is None:
+        await _attempts(sink, batch, label, backoff_s, on_write_seconds, health)
+        return
+    with batch.trace.write(name or sink.type, sink.type, len(batch.rows),
+                           batch.entry.tp.partition) as span:
+        await _attempts(sink, batch, label, backoff_s, on_write_seconds, health, span)
+
+
+async def _attempts(sink: Sink, batch: SinkBatch, label: str,
+                    backoff_s: tuple[float, float],
+                    on_write_seconds: Callable[[float], None] | None,
+                    health: SinkHealth | None, span: Any = None) -> None:
+    """:func:`_write`'s attempts (a failed one is an exception recorded on ``span``)."""
     attempt = 0
     key = (batch.entry.tp.topic, batch.entry.tp.partition)
     while not batch.entry.cancelled:
@@ -148,6 +164,8 @@ async def _write(sink: Sink, batch: SinkBatch, label: str,
                 health.succeeded(key)
             return
         except (SinkError, OSError) as exc:
+            if span is not None:
+                span.record_exception(exc)
             if health is not None:
                 error = str(exc) if isinstance(exc, SinkError) else f"{sink.type} sink: {exc!r}"
                 health.failed(key, error, since=started,
@@ -168,6 +186,7 @@ async def run_sink(
     on_write_seconds: Callable[[float], None] | None = None,
     fence: Fence | None = None,
     health: SinkHealth | None = None,
+    name: str | None = None,
 ) -> None:
     """The sink actor: write each batch, ack it once durable; return on :data:`END`.
 
@@ -190,7 +209,7 @@ async def run_sink(
     fence = fence or Fence()
     if sink.capabilities.pipelined:
         await _run_pipelined(sink, mailbox, on_ack, label, retry_backoff_s, on_write_seconds,
-                             fence, health)
+                             fence, health, name)
         return
     concurrency = sink.capabilities.max_concurrency
     if concurrency <= 1:
@@ -199,7 +218,7 @@ async def run_sink(
             if batch is END:
                 return
             if await fence.write(sink, batch, label, retry_backoff_s, on_write_seconds,
-                                 health):
+                                 health, name):
                 on_ack(batch)
 
     slots = asyncio.Semaphore(concurrency)
@@ -211,7 +230,7 @@ async def run_sink(
                 return
             async with slots:
                 written = await fence.write(sink, batch, label, retry_backoff_s,
-                                            on_write_seconds, health)
+                                            on_write_seconds, health, name)
             if written:
                 on_ack(batch)
 

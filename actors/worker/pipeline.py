@@ -38,6 +38,7 @@ from actors.deadletters.topic import DeadLetterTopic
 from actors.deadletters.writer import DeadLetters
 from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
+from actors.tracing import Tracing, WalkTrace
 from actors.worker.filters import EventFilter
 from actors.worker.records import (
     FILTERED,
@@ -114,6 +115,9 @@ class RecordPipeline:
             topic=topic, group_id=group_id, label=self.label, stats=self.stats,
             places=failure.settings.dead_letter_places(),
             path=failure.settings.dead_letter_path, dead_letter_topic=dead_letter_topic)
+        # The process's tracer (actors/tracing.py) when tracing is on: the walk then
+        # leaves the hot path and spans each message; None costs one check per batch.
+        self.tracing: Tracing | None = None
         # Why processing waits instead of progressing (e.g. a registry 404 window), for
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
@@ -283,14 +287,24 @@ class RecordPipeline:
         if not await self.fetch_schemas(records):
             route.drop(len(records))
             return False
+        if self.tracing is None:
+            return await self._walk(records, route, each, failed, policy, None)
+        with self.tracing.walk(self.group_id, self.topic.processor) as traced:
+            return await self._walk(records, route, each, failed, policy, traced)
+
+    async def _walk(self, records: Sequence[RecordLike], route: Route, each: bool,
+                    failed: Exception | None, policy: bool, traced: WalkTrace | None) -> bool:
+        """:meth:`walk`; ``traced``: each message in its span (tracing on)."""
         stats = self.stats
-        hot = self.sync and not each
+        hot = self.sync and not each and traced is None
         n = len(records)
         rows: list[Row] = []
         start = i = 0  # the first record not shipped; the record at hand
         while i < n:
             savepoint = False
             exc: Exception | None = None
+            if traced is not None:
+                traced.begin(records[i])
             if failed is not None and i == 0:
                 exc = failed
             elif hot:
@@ -299,7 +313,8 @@ class RecordPipeline:
                     break
             else:
                 try:
-                    out, savepoint = await self.transform(records[i])
+                    out, savepoint = await (self.transform(records[i]) if traced is None else
+                                            traced.transform(self, records[i]))
                     rows.extend(out)
                 except asyncio.CancelledError:
                     raise
@@ -321,7 +336,8 @@ class RecordPipeline:
                 if parked or thrown is not None or outcome is Outcome.ABANDONED:
                     if not each:  # what came before the failed message
                         stats["processed"] += i - start
-                        await route.ship(rows, rec.offset, i - start, False)
+                        await route.ship(rows, rec.offset, i - start, False,
+                                         trace=traced and traced.shipped(but_last=True))
                     if parked:
                         route.park(records[i:], exc)
                         return True
@@ -333,13 +349,17 @@ class RecordPipeline:
                     rows.extend(result[0])
                     savepoint = result[1]
             i += 1
+            if traced is not None:
+                traced.end()
             if savepoint or each:
                 stats["processed"] += i - start
-                await route.ship(rows, records[i - 1].offset + 1, i - start, True)
+                await route.ship(rows, records[i - 1].offset + 1, i - start, True,
+                                 trace=traced and traced.shipped())
                 rows, start = [], i
         if start < n:
             stats["processed"] += n - start
-            await route.ship(rows, records[-1].offset + 1, n - start, False)
+            await route.ship(rows, records[-1].offset + 1, n - start, False,
+                             trace=traced and traced.shipped())
         return True
 
     async def rows(self, records: Sequence[RecordLike], *, policy: bool = True) -> list[Row]:
@@ -401,6 +421,8 @@ class RecordPipeline:
         describe = f"{self.group_id}: {rec.topic}[{rec.partition}]@{rec.offset}"
 
         async def dead_letter(error: BaseException, attempts: int) -> None:
+            if self.tracing is not None:
+                self.tracing.dead_letter(error, attempts)
             if not await self.dead_letters.write(dead_letter_line(
                 group=self.group_id, topic=rec.topic, partition=rec.partition,
                 offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,

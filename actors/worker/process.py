@@ -186,6 +186,7 @@ class ProcessLoop:
     async def _ship(
         self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
         savepoint: bool, gen: int | None = None, lane: Lane | None = None,
+        trace: Any = None,
     ) -> SinkBatch:
         if lane is not None:
             lane.held -= count  # from here on the entry (or the fence) accounts for them
@@ -201,7 +202,7 @@ class ProcessLoop:
             # them: never written here (a late write could overtake newer ones).
             self.flow.drop(count)
             return SinkBatch(rows, Entry(tp, next_offset, count, savepoint, cancelled=True))
-        batch = SinkBatch(rows, entry)
+        batch = SinkBatch(rows, entry, trace)
         await self.outbox.put(batch)
         return batch
 
@@ -220,10 +221,10 @@ class _Route:
         self._loop, self._tp, self._gen, self._lane = loop, tp, gen, lane
 
     async def ship(self, rows: list[Row], next_offset: int, count: int,
-                   savepoint: bool) -> None:
+                   savepoint: bool, *, trace: Any = None) -> None:
         loop = self._loop
         batch = await loop._ship(self._tp, rows, next_offset, count, savepoint=savepoint,
-                                 gen=self._gen, lane=self._lane)
+                                 gen=self._gen, lane=self._lane, trace=trace)
         if loop._each:  # per_message: acked and committed before the next message
             progress = loop.flow.progress
             while not (batch.entry.done or batch.entry.cancelled):

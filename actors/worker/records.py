@@ -70,9 +70,10 @@ class Route(Protocol):
     :meth:`RecordPipeline.walk <actors.worker.pipeline.RecordPipeline.walk>`)."""
 
     async def ship(self, rows: list[Row], next_offset: int, count: int,
-                   savepoint: bool) -> None:
+                   savepoint: bool, *, trace: Any = None) -> None:
         """The rows of ``count`` messages, up to ``next_offset``, are done: write them
-        (``savepoint``: commit exactly up to ``next_offset`` once written)."""
+        (``savepoint``: commit exactly up to ``next_offset`` once written; ``trace``:
+        the messages' spans, a :class:`~actors.tracing.BatchTrace`, when tracing)."""
 
     def drop(self, count: int) -> None:
         """``count`` messages leave the walk unshipped (abandoned, thrown)."""
@@ -101,7 +102,7 @@ class Collect:
         return f"<Collect rows={len(self.rows)} messages={self.shipped}>"
 
     async def ship(self, rows: list[Row], next_offset: int, count: int,
-                   savepoint: bool) -> None:
+                   savepoint: bool, *, trace: Any = None) -> None:
         self.rows.extend(rows)
         self.spans.append((next_offset, count, savepoint))
         self.shipped += count

@@ -184,6 +184,10 @@ class Worker:
             dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(
                 failure.dead_letter_topic, bootstrap, f"{settings.kafka.client_id}-dlq",
                 connection_kwargs(settings.kafka.consumer_config)))
+        if resources is not None and resources.tracing is not None:
+            self.pipeline.tracing = resources.tracing
+            if self.pipeline.dead_letters.dead_letter_topic is not None:
+                self.pipeline.dead_letters.dead_letter_topic.tracing = resources.tracing
         # Each sink's health, by name (a topic's sinks: one, or several for a fan-out).
         self._sink_health = {named.name: SinkHealth(settings.supervisor.sink_unready_after_s)
                              for named in topic.named_sinks()}
