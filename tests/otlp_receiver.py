@@ -1,12 +1,14 @@
-"""A real OTLP/HTTP trace receiver on loopback: accepts ``POST /v1/traces`` (protobuf,
-gzip or not), decodes the ``ExportTraceServiceRequest`` with opentelemetry-proto and keeps
-the spans as plain :class:`ReceivedSpan` values."""
+"""Real OTLP trace receivers on loopback: over HTTP (:class:`OtlpReceiver`: ``POST
+/v1/traces``, protobuf, gzip or not) and gRPC (:class:`OtlpGrpcReceiver`: the
+``TraceService/Export`` call); each decodes the ``ExportTraceServiceRequest`` with
+opentelemetry-proto and keeps the spans as plain :class:`ReceivedSpan` values."""
 
 from __future__ import annotations
 
 import gzip
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,6 +16,10 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
@@ -127,4 +133,36 @@ class OtlpReceiver:
         self._thread.join(5)
 
 
-__all__ = ["OtlpReceiver", "ReceivedSpan"]
+class OtlpGrpcReceiver(OtlpReceiver):
+    """The same receiver over gRPC: ``otlp.url`` is ``http://127.0.0.1:PORT``."""
+
+    def __init__(self) -> None:
+        super().__init__()  # its HTTP server stays unstarted
+        import grpc  # the gRPC exporter's dependency
+
+        receiver = self
+
+        class Service(TraceServiceServicer):
+            def Export(self, request: ExportTraceServiceRequest,
+                       context: Any) -> ExportTraceServiceResponse:
+                receiver._add(request)
+                return ExportTraceServiceResponse()
+
+        self._grpc = grpc.server(ThreadPoolExecutor(2))
+        add_TraceServiceServicer_to_server(Service(), self._grpc)
+        self._port = self._grpc.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def __enter__(self) -> OtlpGrpcReceiver:
+        self._grpc.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._grpc.stop(None)
+        self._server.server_close()
+
+
+__all__ = ["OtlpGrpcReceiver", "OtlpReceiver", "ReceivedSpan"]

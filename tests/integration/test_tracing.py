@@ -17,7 +17,7 @@ from tests.http_server import HttpTestServer
 from tests.integration.test_dead_letter_topic import produce_with_headers as send
 from tests.integration.test_dead_letter_topic import read_all
 from tests.kafkautil import create_topic, read_jsonl, unique, write_config
-from tests.otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver
 
 pytestmark = pytest.mark.kafka
 
@@ -128,6 +128,24 @@ async def test_tracing_on_from_the_environment_over_http(broker: str, tmp_path: 
     assert write.attributes["kstage.sink.type"] == "jsonl"
     assert write.parent_span_id == span.span_id and write.trace_id == span.trace_id
     assert len(read_jsonl(tmp_path / "o.jsonl")) == 1
+
+
+async def test_tracing_over_grpc(broker: str, tmp_path: Path, kstage: Any) -> None:
+    topic, group = unique("trace-grpc"), unique("g-trace-grpc")
+    await create_topic(broker, topic)
+    await send(broker, topic, [(b"k", b'{"i": 0}', [("traceparent", traceparent(0))])])
+    with OtlpGrpcReceiver() as otlp:
+        config = with_observability(write_config(
+            tmp_path / "kstage.yml", broker, group,
+            [{"topic": topic, "processor": "json_rows",
+              "sink": {"type": "jsonl", "path": str(tmp_path / "o.jsonl")}}]),
+            {"tracing": True, "endpoint": otlp.url, "protocol": "grpc"})
+        proc = kstage(config, "--drain")
+        assert await proc.wait(60) == 0, proc.output()
+        [span] = otlp.named("process ")
+    assert (span.trace_id, span.parent_span_id) == (PRODUCER_TRACES[0], PRODUCER_SPANS[0])
+    assert span.attributes["messaging.kafka.message.key"] == "k"
+    assert span.service == group  # the configuration's name
 
 
 NOT_IMPORTED = """
