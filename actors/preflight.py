@@ -22,7 +22,7 @@ from typing import Any
 from fastavro.schema import SchemaParseException
 from pydantic import ValidationError
 
-from actors import kafka, tokens
+from actors import kafka, tokens, tracing
 from actors.codecs.avro import load_schema
 from actors.sinks.checks import sink_problems
 from processors import registry
@@ -55,6 +55,7 @@ def check(settings: Settings) -> list[Problem]:
     problems.extend(_processor_problems(settings, classes))
     problems.extend(sink_problems(settings, classes))
     problems.extend(_spark_problems(settings))
+    problems.extend(_tracing_problems(settings))
     return problems
 
 
@@ -95,6 +96,18 @@ def _spark_problems(settings: Settings) -> Iterator[Problem]:
 
     for why in jar_problems(settings.spark):
         yield ("spark", "jars"), why
+
+
+def _tracing_problems(settings: Settings) -> Iterator[Problem]:
+    """The OpenTelemetry packages tracing needs, when it is on (the settings or the
+    ``OTEL_*`` variables of this environment)."""
+    if not tracing.enabled(settings.observability):
+        return
+    absent = tracing.missing(settings.observability)
+    if absent:
+        yield ("observability", "tracing"), (
+            f"tracing is on but {', '.join(absent)} is not installed: pip install "
+            "'kstage[otel]' (or turn tracing off: see docs/operations.md#tracing)")
 
 
 def resolve_processors(settings: Settings) -> dict[str, type[Processor]]:

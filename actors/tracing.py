@@ -29,6 +29,7 @@ operator follows; the per-batch write span keeps the sinks' cost at one span per
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,6 +64,26 @@ def enabled(settings: ObservabilitySettings, environ: Mapping[str, str] | None =
     exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",")}
     return (settings.tracing or "otlp" in exporters
             or any(env.get(name, "").strip() for name in _ENV_ON))
+
+
+def missing(settings: ObservabilitySettings,
+            environ: Mapping[str, str] | None = None) -> list[str]:
+    """The packages tracing with ``settings`` needs that are not installed (the SDK, the
+    exporter of the protocol); found without importing them."""
+    env = os.environ if environ is None else environ
+    transport = "grpc" if _protocol(settings, env) == "grpc" else "http"
+    needed = {"opentelemetry.sdk": "opentelemetry-sdk",
+              f"opentelemetry.exporter.otlp.proto.{transport}":
+                  f"opentelemetry-exporter-otlp-proto-{transport}"}
+    absent = []
+    for module, package in needed.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
+            absent.append(package)
+    return absent
 
 
 def _protocol(settings: ObservabilitySettings, env: Mapping[str, str]) -> str:
@@ -320,4 +341,5 @@ class BatchTrace:
             yield span
 
 
-__all__ = ["MAX_LINKS", "TRACEPARENT", "BatchTrace", "Tracing", "WalkTrace", "enabled"]
+__all__ = ["MAX_LINKS", "TRACEPARENT", "BatchTrace", "Tracing", "WalkTrace", "enabled",
+           "missing"]

@@ -5,6 +5,7 @@ exporter each protocol gets."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,22 @@ def test_an_unknown_protocol_from_the_environment_is_refused() -> None:
     with pytest.raises(ValueError, match="http/protobuf or grpc"):
         tracing.Tracing.start(ObservabilitySettings(tracing=True), "svc",
                               {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"})
+
+
+def test_validate_names_a_missing_exporter_package(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tracing.importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> Any:
+        return None if name.endswith("proto.grpc") else real(name, package)
+
+    monkeypatch.setattr(tracing.importlib.util, "find_spec", find_spec)
+    path = config(tmp_path, "  tracing: true\n  protocol: grpc\n")
+    code, lines = validate(path, capsys)
+    assert code == 2, lines
+    assert lines == [f"kstage: {path}: observability.tracing (line 6): tracing is on but "
+                     "opentelemetry-exporter-otlp-proto-grpc is not installed: pip install "
+                     "'kstage[otel]' (or turn tracing off: see docs/operations.md#tracing)"]
+    # over http/protobuf the same environment has what it needs
+    assert validate(config(tmp_path, "  tracing: true\n"), capsys)[0] == 0
