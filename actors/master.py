@@ -166,11 +166,19 @@ class Master:
         """Every group, topic and partition with its state, for ``GET /status``; call on
         the event loop."""
         running = {f"{w['group']}/{w['topic']}": w for w in self.snapshot()}
+        crashes = self.supervisor.crashes()
         groups: dict[str, list[dict[str, Any]]] = {}
         for name, control in sorted(self.controls.items()):
             worker = running.get(name)
+            crash = crashes.get(name)
+            # failed: its worker crashed and is not running (waiting for its restart, or
+            # given up); starting: not running yet.
+            state = ("paused" if control.paused else "running" if worker is not None
+                     else "failed" if crash is not None else "starting")
             entry: dict[str, Any] = {
-                "topic": control.topic, "paused": control.paused, "paused_at": control.paused_at,
+                "topic": control.topic, "state": state,
+                "last_crash": None if crash is None else {"at": crash[0], "error": crash[1]},
+                "paused": control.paused, "paused_at": control.paused_at,
                 "paused_by": control.paused_by, "running": worker is not None,
                 "restarts": 0 if worker is None else worker["restarts"],
                 "partitions": [] if worker is None else worker["partitions"],

@@ -53,6 +53,7 @@ class _Slot:
     child: Child | None = None
     task: asyncio.Task[None] | None = None
     restart: bool = False  # an operator asked for a restart: start again when it ends
+    crashed: tuple[float, str] | None = None  # the last crash: wall time, error
 
 
 @dataclass
@@ -116,6 +117,11 @@ class OneForOneSupervisor:
     def _stop_asked(self) -> bool:
         """A stop was asked or began: no child is (re)started any more."""
         return self._stopping or self.lifecycle.stopping_or_done
+
+    def crashes(self) -> dict[str, tuple[float, str]]:
+        """Each child's last crash (wall-clock time and error), by name; for
+        ``/status``."""
+        return {s.name: s.crashed for s in self._slots if s.crashed is not None}
 
     @property
     def children(self) -> list[Child]:
@@ -224,6 +230,7 @@ class OneForOneSupervisor:
         self._launch(slot)
 
     def _on_crash(self, slot: _Slot, exc: BaseException) -> None:
+        slot.crashed = (time.time(), f"{type(exc).__name__}: {exc}")
         if isinstance(exc, FatalError):
             logger.critical("%s: %s", slot.name, exc)
             self.crash_reason = self.crash_reason or exc

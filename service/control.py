@@ -1,8 +1,10 @@
 """The control API of the status server, as Kafka Connect's REST API has one:
 
-* ``GET /status``: every group, topic and partition: its state (``running``, ``paused``,
-  ``retrying``), committed offset, high-water mark, lag, and the last sink error with the
-  time it began; whether each topic is paused and by whom; the stalled partitions;
+* ``GET /status``: every group, topic and partition: the topic's state (``running``,
+  ``paused``, ``failed``: its worker crashed and is not running, with the last crash;
+  ``starting``), each partition's (``running``, ``paused``, ``retrying``), committed
+  offset, high-water mark, lag, and the last sink error with the time it began; who
+  paused a topic; the stalled partitions;
 * ``POST /groups/{group}/topics/{topic}/pause`` and ``.../resume``: the topic's
   partitions are paused (the group membership is kept, nothing is revoked; the pause
   survives rebalances and the worker's restarts, see :mod:`actors.control`);

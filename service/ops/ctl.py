@@ -89,11 +89,11 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     lines = []
     for group in status["groups"]:
         for topic in group["topics"]:
-            state = ("paused" if topic["paused"] else "running" if topic["running"]
-                     else "not running")
-            lines.append(f"{group['group']}/{topic['topic']}: {state}, restarts "
+            crash = topic["last_crash"]
+            lines.append(f"{group['group']}/{topic['topic']}: {topic['state']}, restarts "
                          f"{topic['restarts']}" + (f"; {topic['error']}" if topic.get("error")
-                                                   else ""))
+                                                   else "")
+                         + (f"; last crash: {crash['error']}" if crash else ""))
             for p in topic["partitions"]:
                 failing = p.get("failing")
                 lines.append(f"  [{p['partition']}] {p['state']} committed {p['committed']} "

@@ -175,6 +175,7 @@ async def test_crashed_child_is_replaced_by_a_new_instance_from_the_factory() ->
         assert sup.restarts == 3
         assert len(fake.sleeps) == 3
         assert sup.children == [fam.instances[-1]]
+        assert sup.crashes()["worker-a"][1] == "RuntimeError: worker-a crash #2"
         sup.stop()
         await runner
     assert runner.result() is None

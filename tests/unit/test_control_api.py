@@ -73,7 +73,7 @@ def test_pause_and_resume_are_logged_with_the_caller_and_shown_in_status(
     assert topics[("g/2", "views")]["paused"] and topics[("g/2", "views")]["paused_by"] == (
         "10.0.0.7:5151")
     assert not topics[("g1", "clicks")]["paused"] and status["live"] is True
-    assert status_lines(status)[:1] == ["g/2/clicks: not running, restarts 0"]
+    assert status_lines(status)[:1] == ["g/2/clicks: starting, restarts 0"]
     assert "g/2/views: paused, restarts 0" in status_lines(status)
     code, body = api.act("/groups/g%2F2/topics/views/resume", "10.0.0.8:1", bearer)
     assert code == 200 and body["changed"] and not body["paused"]
@@ -113,3 +113,18 @@ def test_the_token_is_a_secret_of_at_least_16_characters() -> None:
     assert TOKEN not in repr(cfg) and TOKEN not in str(cfg.model_dump())
     with pytest.raises(ValueError, match="control_token"):
         settings(control_token="short")  # noqa: S106
+
+
+def test_a_topic_whose_worker_crashed_and_is_not_running_shows_failed(api: ControlApi) -> None:
+    """The supervisor keeps each worker's last crash; while no incarnation runs (its
+    restart backoff, or given up) /status says failed, with the crash."""
+    (slot,) = [s for s in api.master.supervisor._slots if s.name == "g1/clicks"]
+    slot.crashed = (1795690000.0, "RuntimeError: the sink's host is gone")
+    code, status = api.status("h:1", f"Bearer {TOKEN}")
+    topics = {(g["group"], t["topic"]): t for g in status["groups"] for t in g["topics"]}
+    assert topics[("g1", "clicks")]["state"] == "failed"
+    assert topics[("g1", "clicks")]["last_crash"] == {
+        "at": 1795690000.0, "error": "RuntimeError: the sink's host is gone"}
+    assert topics[("g/2", "views")]["state"] == "starting"
+    assert "g1/clicks: failed, restarts 0; last crash: RuntimeError: the sink's host is " \
+           "gone" in status_lines(status)
