@@ -21,10 +21,19 @@ logger = logging.getLogger(__name__)
 EXIT_WAIT_S = 2.0  # how long a lost connection waits for the JVM to be seen exited
 
 
+# py4j answers a lookup of a JVM class or member whose connection broke with its error
+# answer (it logs the network error and returns "!"), which reads as this; seen in CI
+# when a killed JVM's socket closed a moment before the process could be reaped.
+_LOST_LOOKUP = "does not exist in the JVM"
+
+
 def connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it was raised from) is a lost py4j/socket connection."""
+    """Whether ``exc`` (or what it was raised from) may be a lost py4j/socket connection:
+    a network error, or a failed lookup of a JVM name (what py4j turns a network error
+    during a lookup into)."""
     from py4j.protocol import (  # type: ignore[import-untyped]
-        Py4JNetworkError,  # pyspark only if used
+        Py4JError,  # pyspark only if used
+        Py4JNetworkError,
     )
 
     seen: BaseException | None = exc
@@ -32,6 +41,8 @@ def connection_lost(exc: BaseException) -> bool:
         if seen is None:
             return False
         if isinstance(seen, Py4JNetworkError | ConnectionError | EOFError):
+            return True
+        if type(seen) is Py4JError and _LOST_LOOKUP in str(seen):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
