@@ -224,8 +224,17 @@ async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
 
         seen: dict[str, float] = {}
         deadline = time.monotonic() + 240
+        slowed = False
         while not await all_committed():
             assert time.monotonic() < deadline and proc.proc.poll() is None, proc.output()
+            if not slowed and seen.get("kstage_committed_offset", 0) > 0:
+                # Once the first append landed (the JVM is warm), every request waits 2 s:
+                # an append (5+ round trips) outlasts the pipeline's pause_after (5 s at
+                # the default max_poll_interval_ms), so the partitions are surely paused
+                # while it runs, whatever the machine's speed. Fast again after the pause.
+                slowed, proxy.delay_s = True, 2.0
+            elif slowed and seen.get("kstage_pauses_total", 0) > 0:
+                proxy.delay_s = 0.05
             await asyncio.sleep(0.1)
         # Every append waited on the delayed requests (metadata, data file, manifests:
         # well over five round trips of 0.1 s each).
@@ -237,6 +246,7 @@ async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
 
     # Bounded: never more than max_in_flight per worker; the partitions were paused.
     assert 0 < peak_in_flight <= max_in_flight, peak_in_flight
+    assert seen["kstage_pauses_total"] > 0, seen
     assert peak_paused > 0
     output = proc.output()
     assert "sink write failed" not in output  # slow, never failing
