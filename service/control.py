@@ -95,26 +95,30 @@ class ControlApi:
         if refused is not None:
             return refused
         try:
-            changed = self._on_loop(lambda: self._apply(action, group, topic, caller))
+            changed, paused = self._on_loop(
+                lambda: self._apply(action, group, topic, caller))
         except LookupError as exc:
             return 404, {"error": str(exc.args[0] if exc.args else exc)}
         except (TimeoutError, RuntimeError) as exc:
             return 503, {"error": f"event loop: {exc!r}"}
         logger.warning("control: %s of %s/%s by %s%s", action, group, topic, caller,
                        "" if changed else " (no change: it already was)")
-        control = self.master.controls[f"{group}/{topic}"]
         return 200, {"group": group, "topic": topic, "action": action, "changed": changed,
-                     "paused": control.paused}
+                     "paused": paused}
 
-    def _apply(self, action: str, group: str, topic: str, caller: str) -> bool:
-        """On the event loop: carry ``action`` out; whether anything changed."""
+    def _apply(self, action: str, group: str, topic: str,
+               caller: str) -> tuple[bool, bool]:
+        """On the event loop: carry ``action`` out; whether anything changed, and whether
+        the topic is paused after it."""
         control = self.master.control(group, topic)
         if action == "pause":
-            return control.pause(by=caller)
-        if action == "resume":
-            return control.resume()
-        self.master.restart(group, topic)
-        return True
+            changed = control.pause(by=caller)
+        elif action == "resume":
+            changed = control.resume()
+        else:
+            self.master.restart(group, topic)
+            changed = True
+        return changed, control.paused
 
 
 __all__ = ["ACTIONS", "ControlApi"]

@@ -84,8 +84,8 @@ class Fetcher:
         # cancelled it there.
         self._poll_task: asyncio.Task[Any] | None = None
         self._poll_given_up = False
-        # The fetch loop's last turn or poll (liveness): it turns at least every second
-        # (a poll, or a wait for room in the pipeline); a poll may wait out a rebalance.
+        # The fetch loop's last turn (liveness): it turns at least every second (a poll,
+        # or a wait for room in the pipeline); a poll may wait out a rebalance.
         self.turned_at = time.monotonic()
         # End offsets asked while paused by an operator (no fetch: no high-water mark).
         self.end_offsets: dict[TopicPartition, int] = {}
@@ -236,7 +236,6 @@ class Fetcher:
         """
         if self.flow.should_stop:
             return {}
-        self.turned_at = time.monotonic()
         task = asyncio.current_task()
         self._poll_task = task
         try:
