@@ -168,6 +168,17 @@ def _load_for_run(path: str, warnings: list[str]) -> Settings:
         name_checks=[preflight.check_names]))
 
 
+def _load_checked(path: str) -> Settings:
+    """Load ``path`` with the checks of ``run`` that hold for any command reading the
+    same tables (processors built with their options, unknown names with their line),
+    but not the refusal of an earlier version's Parquet tables, which ``kstage tables
+    migrate`` is for: ``merge`` and ``tables`` name a bad file as ``validate`` does."""
+    from actors import preflight  # keep `processors` light
+
+    return _remembered(load_settings(path, checks=[preflight.check],
+                                     name_checks=[preflight.check_names]))
+
+
 def _validate(path: str) -> int:
     warnings: list[str] = []
     settings = _load_for_run(path, warnings)
@@ -361,7 +372,7 @@ def _merge(path: str, table: str | None) -> int:
     from actors.sinks.checks import missing_packages
     from actors.sinks.spark.merge import MergeError, merge
 
-    settings = _load(path)
+    settings = _load_checked(path)
     configure_logging("WARNING", settings.service.log_format)
     # The merge runs on Spark: say what to install before loading a table.
     missing = missing_packages(["spark"])
@@ -417,7 +428,7 @@ def _tables(args: argparse.Namespace) -> int:
     from service.ops import tables
 
     command = args.tables_command
-    settings = _load(args.config)
+    settings = _load_checked(args.config)
     configure_logging("WARNING", settings.service.log_format)
     missing = missing_packages(["spark"])
     if missing:

@@ -93,6 +93,21 @@ def test_validate_unknown_processor_names_it_and_its_place(
     assert "json_rows" in err  # lists what is installed
 
 
+@pytest.mark.parametrize("command", [["merge"], ["tables", "show"], ["tables", "maintain"],
+                                     ["tables", "migrate"]])
+def test_table_commands_name_an_unknown_processor_as_validate_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """``merge`` and ``tables`` read the processors' tables: a processor the file names
+    wrongly is a configuration error (exit 2) with its line, before any Spark starts."""
+    path = write(tmp_path, GOOD.replace("json_rows", "json_row"))
+    code, out, err = run_cli(capsys, *command, "-c", str(path))
+    assert code == 2, err
+    assert out == ""
+    assert f"{path}: groups[0].topics[0].processor (line 4): unknown processor 'json_row'" \
+        in err, err
+
+
 def test_validate_format_the_processor_does_not_accept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
