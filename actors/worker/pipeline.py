@@ -208,6 +208,12 @@ class RecordPipeline:
                     continue
                 pending = sorted(decoder.missing(values))
                 attempt = 0
+                # The registry's answer of the last round: unreachable (True) or 404
+                # (False). A change starts the backoff afresh: the outage's backoff
+                # must not stretch the first waits of a 404 window (a restarting
+                # registry answers nothing, then 404 while it reloads), nor the
+                # reverse.
+                unreachable: bool | None = None
                 while pending:
                     waiting: list[tuple[bytes, ProcessorError]] = []
                     untried: list[bytes] = []
@@ -224,6 +230,9 @@ class RecordPipeline:
                                 break
                     if not waiting:
                         break
+                    answer = any(not isinstance(e, SchemaNotFoundYet) for _, e in waiting)
+                    if answer != unreachable:
+                        attempt, unreachable = 0, answer
                     wait = self._schema_wait(decoder, records, values, waiting,
                                              backoff_s(attempt, *_SCHEMA_BACKOFF_S))
                     if not await self.sleep(wait):
