@@ -225,6 +225,16 @@ class FakeRegistry:
         with self._lock:
             self._failures.extend([(status, retry_after)] * n)
 
+    def clear_failures(self) -> None:
+        """Drop the failures :meth:`fail_next` scripted and not answered yet (back up)."""
+        with self._lock:
+            self._failures.clear()
+
+    def delete_subject(self, subject: str) -> None:
+        """Forget a subject's versions (as a hard delete; the ids stay)."""
+        with self._lock:
+            self._subjects.pop(subject, None)
+
     def hang_next(self, n: int = 1, seconds: float = 30.0) -> None:
         """Hold the next ``n`` requests ``seconds`` before answering (``stop`` wakes them)."""
         with self._lock:

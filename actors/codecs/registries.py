@@ -8,6 +8,7 @@ and ids: the choice between the two sits above both, so neither imports the othe
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -42,8 +43,6 @@ EXTRAS = {"protobuf": ("protobuf", ("grpc_tools", "google.protobuf")),
 
 def missing_extra(fmt: str) -> str | None:
     """The extra to install for ``format: fmt``, if what it imports is missing."""
-    import importlib.util
-
     extra = EXTRAS.get(fmt)
     if extra is None:
         return None
