@@ -137,3 +137,40 @@ async def test_an_outage_then_a_404_window_is_waited_out(
     assert not (tmp_path / "dead.jsonl").exists()
     assert [r["_offset"] for r in read_jsonl(tmp_path / "out.jsonl")] == list(range(5))
     assert (await committed(broker, group, topic, 1))[0] == 5
+
+
+@pytest.mark.parametrize("fmt", ["protobuf", "json_schema"])
+async def test_dlq_replay_decodes_the_format(tmp_path: Path, fmt: str) -> None:
+    """``kstage dlq replay`` decodes dead letters with the topic's format as the worker
+    does (no broker: replayed into the topic's sink); poison fails again."""
+    from actors.deadletters.file import dead_letter_line
+    from service.ops.dlq import replay_async
+
+    out, dead = tmp_path / "out.jsonl", tmp_path / "dead.jsonl"
+    with FakeRegistry() as registry:
+        if fmt == "protobuf":
+            proto_registry(registry, "ev")
+            good = proto_serialize(registry, CLASSES["shop.Refund"](order_id="r-9"))
+            want = {"order_id": "r-9", "amount": None}
+            bad = good[:5] + b"\x02\x0a" + good[6:]
+        else:
+            good = json_serialize(registry, PLAIN, {"n": 9})
+            want, bad = {"n": 9}, good[:5] + b'{"n": -9}'
+        cfg = tmp_path / "kstage.yml"
+        cfg.write_text(json.dumps({
+            "kafka": {"bootstrap": "embedded"},
+            "schema_registry": {"url": registry.url},
+            "groups": [{"group_id": "g", "failure": {"dead_letter_path": str(dead)},
+                        "topics": [{"topic": "ev", "processor": "json_rows", "format": fmt,
+                                    "sink": {"type": "jsonl", "path": str(out)}}]}]}))
+        dead.write_text("".join(
+            dead_letter_line(group="g", topic="ev", partition=0, offset=offset, timestamp=0,
+                             key=None, value=value, headers=[], processor="json_rows",
+                             exc=RuntimeError("sink down"), attempts=1) + "\n"
+            for offset, value in ((0, good), (1, bad))))
+        result = await replay_async(load_settings(cfg))
+    assert [d.record["offset"] for d in result.replayed] == [0]
+    assert [(d.record["offset"], why.split(":")[0]) for d, why in result.failed] == [
+        (1, "PoisonMessage")]
+    assert [{k: v for k, v in r.items() if not k.startswith("_")}
+            for r in read_jsonl(out)] == [want]
