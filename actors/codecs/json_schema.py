@@ -71,13 +71,16 @@ class JsonSchemaDecoder(SchemaIdDecoder):
         sid = self.schema_id(id_bytes)
         try:
             value = loads(raw[self._end:])
+            error = (None if validator is _PARSE_ONLY
+                     else best_match(validator.iter_errors(value)))
         except ValueError as exc:
             raise poison(f"the body is not JSON (schema id {sid}): {exc}", raw, sid) from exc
-        if validator is not _PARSE_ONLY:
-            error = best_match(validator.iter_errors(value))
-            if error is not None:
-                raise poison(f"value not valid for its JSON Schema (schema id {sid}) at "
-                             f"{error.json_path}: {error.message[:300]}", raw, sid)
+        except RecursionError as exc:  # nesting deeper than the interpreter's limit
+            raise poison(f"the body is JSON nested too deeply (schema id {sid})", raw,
+                         sid) from exc
+        if error is not None:
+            raise poison(f"value not valid for its JSON Schema (schema id {sid}) at "
+                         f"{error.json_path}: {error.message[:300]}", raw, sid)
         return value
 
 
