@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from actors.codecs.schema_registry import SchemaNotFound, SchemaNotFoundYet
 from processors.errors import PoisonMessage
 
 logger = logging.getLogger(__name__)
@@ -143,8 +144,6 @@ class SchemaIdDecoder:
                 references), and its first 404 was less than ``not_found_retry_s`` ago
                 (retriable; nothing cached).
         """
-        from actors.codecs.schema_registry import SchemaNotFound  # avoid cycle
-
         sid = self.schema_id(id_bytes)
         try:
             built = await self.build(id_bytes, sid)
@@ -168,8 +167,6 @@ class SchemaIdDecoder:
         Only a registry's HTTP 404 is retried: an impossible id, or one missing from a
         ``file://`` directory's index (read once at start), cannot appear later.
         """
-        from actors.codecs.schema_registry import SchemaNotFoundYet  # cycle
-
         window = self.not_found_retry_s
         if getattr(exc, "status_code", None) != 404 or window <= 0:
             return
@@ -207,5 +204,7 @@ class SchemaIdDecoder:
                                "before decoding")  # a bug, not bad input
         if isinstance(built, Exception):
             sid = self.schema_id(id_bytes)
-            raise poison(f"unknown schema id {sid}: {built}", raw, sid) from built
+            text = (f"unknown schema id {sid}: {built}" if isinstance(built, SchemaNotFound)
+                    else str(built))  # a schema that does not build names its id
+            raise poison(text, raw, sid) from built
         return id_bytes, built
