@@ -14,7 +14,7 @@ well-known types (``google/protobuf/*.proto``) come with it, as registries do no
 them. ``?format=serialized`` (a ``FileDescriptorProto`` in base64) is not used: Karapace's
 is lossy (maps, field labels and type names are not what ``protoc`` makes).
 
-What a processor gets is :func:`actors.codecs.protobuf_dict.message_dict` of the message.
+What a processor gets is the message as :mod:`actors.codecs.protobuf_dict` converts it.
 Poison (the dead-letter line names the schema id): a schema that does not compile, a
 message-index list that is truncated or names no message of the file, a body that does
 not parse as that message.
@@ -36,7 +36,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from actors.codecs.by_id import SchemaIdDecoder, poison
-from actors.codecs.protobuf_dict import message_dict
+from actors.codecs.protobuf_dict import Convert, message_converter
 from actors.codecs.references import RegisteredSource, fetch_references
 from processors.errors import PoisonMessage
 
@@ -80,13 +80,15 @@ class _Compiled:
     def __init__(self, pool: Any, file_proto: Any) -> None:
         self.pool = pool
         self.file_proto = file_proto
-        self.classes: dict[tuple[int, ...], Any] = {}
+        self.classes: dict[tuple[int, ...], tuple[Any, Convert]] = {}
+        self.plans: dict[str, Convert] = {}  # message_converter's, by full name
 
-    def message_class(self, indexes: list[int]) -> Any:
+    def message_class(self, indexes: list[int]) -> tuple[Any, Convert]:
+        """The message class at an index path and the converter of its messages."""
         key = tuple(indexes)
-        cls = self.classes.get(key)
-        if cls is not None:
-            return cls
+        found = self.classes.get(key)
+        if found is not None:
+            return found
         types = self.file_proto.message_type
         names = [self.file_proto.package] if self.file_proto.package else []
         for index in indexes:
@@ -96,8 +98,8 @@ class _Compiled:
             types = types[index].nested_type
         cls = message_factory.GetMessageClass(
             self.pool.FindMessageTypeByName(".".join(names)))
-        self.classes[key] = cls
-        return cls
+        self.classes[key] = found = (cls, message_converter(cls.DESCRIPTOR, self.plans))
+        return found
 
 
 async def compile_proto(schema: str, imports: dict[str, str], label: str) -> _Compiled:
@@ -171,7 +173,7 @@ class ProtobufDecoder(SchemaIdDecoder):
             raise poison(f"bad message-index list for schema id {sid}: {exc}", raw,
                          sid) from exc
         try:
-            cls = compiled.message_class(indexes)
+            cls, convert = compiled.message_class(indexes)
         except (LookupError, ValueError, TypeError) as exc:
             raise poison(f"unknown message index {indexes} in schema id {sid}: {exc}", raw,
                          sid) from exc
@@ -181,4 +183,5 @@ class ProtobufDecoder(SchemaIdDecoder):
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise poison(f"undecodable Protobuf body for schema id {sid} (message "
                          f"{cls.DESCRIPTOR.full_name}: {exc})", raw, sid) from exc
-        return message_dict(message)
+        result: dict[str, Any] = convert(message)
+        return result

@@ -188,3 +188,61 @@ async def test_a_404_for_the_id_or_a_reference_is_a_window_then_poison(
     with pytest.raises(PoisonMessage, match=f"unknown schema id {dangling}") as info:
         decoder.decode(bad)
     assert info.value.details["schema_id"] == dangling
+
+
+KINDS = """syntax = "proto3";
+package kinds;
+
+import "google/protobuf/duration.proto";
+import "google/protobuf/field_mask.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/wrappers.proto";
+import "google/protobuf/empty.proto";
+
+message Tree {
+  string name = 1;
+  repeated Tree children = 2;
+  oneof pick { int32 number = 3; string word = 4; }
+  google.protobuf.Duration took = 5;
+  google.protobuf.Struct extra = 6;
+  google.protobuf.Int64Value count = 7;
+  google.protobuf.StringValue label = 8;
+  google.protobuf.FieldMask mask = 9;
+  google.protobuf.Empty nothing = 10;
+  map<int64, bool> flags = 11;
+  map<bool, bytes> blobs = 12;
+  repeated bytes chunks = 13;
+  repeated Kind kinds = 14;
+  sint64 delta = 15;
+  double ratio = 16;
+}
+
+enum Kind { KIND_NONE = 0; LEAF = 1; }
+"""
+
+
+def test_kinds_of_fields_follow_the_documented_mapping() -> None:
+    from actors.codecs.protobuf_dict import message_dict
+
+    tree_cls = message_classes({"kinds.proto": KINDS})["kinds.Tree"]
+    tree = tree_cls(name="root", word="w", delta=-2**40, ratio=0.25, chunks=[b"\x01"],
+                    kinds=[1, 7])
+    tree.children.add(name="leaf", number=0)
+    tree.took.FromJsonString("1.500s")
+    tree.extra.update({"a": [1, "b", None], "c": {"d": True}})
+    tree.count.value = 2**40
+    tree.mask.FromJsonString("a.b,c")
+    tree.nothing.SetInParent()
+    tree.flags[-3] = True
+    tree.blobs[False] = b"\xff"
+    got = message_dict(tree_cls.FromString(tree.SerializeToString()))
+    assert got == {
+        "name": "root", "word": "w", "number": None, "delta": -2**40, "ratio": 0.25,
+        "children": [{"name": "leaf", "children": [], "number": 0, "word": None,
+                      "took": None, "extra": None, "count": None, "label": None,
+                      "mask": None, "nothing": None, "flags": {}, "blobs": {},
+                      "chunks": [], "kinds": [], "delta": 0, "ratio": 0.0}],
+        "took": "1.500s", "extra": {"a": [1.0, "b", None], "c": {"d": True}},
+        "count": str(2**40), "label": None, "mask": "a.b,c", "nothing": {},
+        "flags": {"-3": True}, "blobs": {"false": "/w=="}, "chunks": ["AQ=="],
+        "kinds": ["LEAF", 7]}
