@@ -20,7 +20,7 @@ COPY service service
 COPY actors actors
 COPY processors processors
 COPY settings settings
-RUN pip install '.[spark,otel]'   # Spark and JDBC sinks: pyspark + pyarrow; tracing: otel
+RUN pip install '.[spark,otel,protobuf,jsonschema]'   # Spark and JDBC sinks: pyspark + pyarrow; tracing: otel; format: protobuf, json_schema
 
 # The pinned JVM jars of the Spark session (Iceberg's Spark runtime and AWS bundle, the
 # SQLite and PostgreSQL JDBC drivers), fetched at build time from Maven Central and

@@ -14,7 +14,8 @@ import logging
 from typing import Any
 
 from actors.codecs.avro import AvroDecoder, load_schema
-from actors.codecs.registries import registry_from_settings
+from actors.codecs.by_id import REGISTRY_FORMATS, SchemaIdDecoder
+from actors.codecs.registries import decoder_for, registry_from_settings
 from actors.codecs.schema_registry import SchemaRegistry
 from actors.control import TopicControl
 from actors.errors import FatalError
@@ -90,15 +91,17 @@ class Master:
         reader = load_schema(topic.reader_schema) if topic.reader_schema else None
 
         def make(incarnation: int) -> Worker:
-            avro = avro_keys = None
+            avro: SchemaIdDecoder | None = None
+            avro_keys = None
             if self._registry is not None:
                 # Fresh decoders per incarnation: parsed-schema caches are per worker,
                 # schema texts are cached once in the shared registry client.
                 registry = self.settings.schema_registry
                 assert registry is not None  # noqa: S101 - self._registry is built from it
                 retry_s = registry.not_found_retry_s
-                avro = AvroDecoder(self._registry, registry.id_type, reader,
-                                   not_found_retry_s=retry_s)
+                if topic.format in REGISTRY_FORMATS:
+                    avro = decoder_for(topic.format, self._registry, registry,
+                                       reader_schema=reader, validate=topic.validate_schema)
                 avro_keys = AvroDecoder(self._registry, registry.id_type,
                                         not_found_retry_s=retry_s)
             return Worker(

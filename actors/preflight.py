@@ -24,13 +24,14 @@ from pydantic import ValidationError
 
 from actors import kafka, tokens, tracing
 from actors.codecs.avro import load_schema
+from actors.codecs.registries import missing_extra
 from actors.sinks.checks import sink_problems
 from processors import registry
 from processors.base import Processor
 from processors.errors import RegistryError
 from settings.identifiers import sql_identifier
 from settings.loader import ConfigPath, dotted_key
-from settings.models import Settings
+from settings.models import Settings, TopicSettings
 from settings.suggest import did_you_mean
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ def _processor_problems(settings: Settings,
             if uses_avro and settings.schema_registry is None:
                 yield where, (f"topic {topic.topic!r} reads Avro but no schema_registry is "
                               "configured")
+            yield from _format_problems(settings, topic, where)
             if topic.reader_schema is not None:
                 try:
                     load_schema(topic.reader_schema)
@@ -173,6 +175,25 @@ def _processor_problems(settings: Settings,
         registry.check_topics(claims)
     except RegistryError as exc:
         yield ("groups",), str(exc)
+
+
+def _format_problems(settings: Settings, topic: TopicSettings, where: ConfigPath
+                     ) -> Iterator[Problem]:
+    """``format: protobuf`` and ``json_schema``: a registry server, and the extra."""
+    if topic.format not in ("protobuf", "json_schema"):
+        return
+    registry = settings.schema_registry
+    if registry is None:
+        yield (*where, "format"), (f"topic {topic.topic!r} reads {topic.format} but no "
+                                   "schema_registry is configured")
+    elif registry.file_dir is not None:
+        yield (*where, "format"), (f"topic {topic.topic!r} reads {topic.format}: it needs a "
+                                   "registry server (schema_registry.url http(s)://...), not "
+                                   "a file:// directory of .avsc files")
+    extra = missing_extra(topic.format)
+    if extra is not None:
+        yield (*where, "format"), (f"format {topic.format} needs the {extra} extra (not "
+                                   f"installed): pip install 'kstage[{extra}]'")
 
 
 def _option_problems(name: str, cls: type[Processor], options: dict[str, object],

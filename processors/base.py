@@ -134,7 +134,7 @@ class Processor:
     """
 
     name: ClassVar[str] = ""
-    formats: ClassVar[tuple[str, ...]] = ("json", "bytes", "avro")
+    formats: ClassVar[tuple[str, ...]] = ("json", "bytes", "avro", "protobuf", "json_schema")
     description: ClassVar[str] = ""
     table: ClassVar[str] = ""
     """Default staging table of the rows (a sink may override it)."""

@@ -27,7 +27,7 @@ class JsonRowsProcessor(Processor):
     """
 
     name = "json_rows"
-    formats = ("json", "avro")
+    formats = ("json", "avro", "protobuf", "json_schema")
     description = "JSON object or Avro record -> one row with its fields and Kafka coordinates"
 
     options_model = JsonRowsOptions

@@ -321,7 +321,9 @@ class FilterSettings(_Model):
 class TopicSettings(_Model):
     topic: str = Field(description="Kafka topic name.")
     processor: str = Field(description="Processor name (entry point in kstage.processors).")
-    format: Literal["json", "bytes", "avro"] = Field("json", description="Value encoding.")
+    format: Literal["json", "bytes", "avro", "protobuf", "json_schema"] = Field(
+        "json", description="Value encoding; avro, protobuf and json_schema are read in the "
+        "schema registry's wire format with the writer's schema by id.")
     key_format: Literal["bytes", "string", "json", "avro"] = Field(
         "bytes", description="Key encoding (the processor sees the decoded key)."
     )
@@ -331,6 +333,9 @@ class TopicSettings(_Model):
     subject: str | None = Field(
         None, description="avro: registry subject of the value schema (default TOPIC-value)."
     )
+    validate_schema: bool = Field(
+        True, description="json_schema: validate each value against its writer JSON Schema "
+        "(a value it refuses is poison); false only parses the JSON.")
     # SerializeAsAny: a dump holds the sink type's own keys, not only ``type``.
     sink: SerializeAsAny[SinkSettings] | None = Field(
         default_factory=lambda: SinkSettings.model_validate({"type": "null"}),

@@ -12,8 +12,20 @@ child process). It follows the documented REST API for what kstage uses::
     GET  /schemas/ids/{id}               {"schema": "..."}            404 40403
     GET  /schemas/id=<32 hex>            WhereHows: the plain schema text (add_uuid)
 
-Like the real registry, the same schema (compared as parsed JSON) gets the same id in
-every subject, ids count from 1, schemas are stored and served in compact JSON, and errors
+Schema types as in the API: a registration's ``schemaType`` (``AVRO`` when absent,
+``JSON``, ``PROTOBUF``) and ``references`` (``[{"name", "subject", "version"}]``, each
+an existing subject version) are kept, and answered by id and by version (``schemaType``
+only when not Avro, ``references`` only when there are some, as the Confluent registry
+does). Protobuf schemas are ``.proto`` text, served as registered; with
+``?format=serialized`` the answer is the file's ``FileDescriptorProto`` in base64, made
+by protoc (:mod:`tests.proto_files`) as the Confluent registry does (confluent-kafka's
+``ProtobufSerializer`` asks for that with ``use.latest.version``). A Protobuf schema
+registered as a base64 descriptor (confluent-kafka's ``auto.register.schemas``) is
+refused: the real registry turns it into ``.proto`` text, which the fake cannot.
+
+Like the real registry, the same schema (compared as parsed JSON, Protobuf text as is,
+with its type and references) gets the same id in every subject, ids count from 1, JSON
+schemas are stored and served in compact JSON, and errors
 are ``{"error_code": ..., "message": ...}`` as ``application/vnd.schemaregistry.v1+json``.
 Auth (``basic_auth=(user, password)`` or ``bearer_token=``) answers 401 when missing or
 wrong. Scripted trouble: :meth:`FakeRegistry.fail_next`, :meth:`FakeRegistry.hang_next` and
@@ -32,12 +44,14 @@ Usage::
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import socket
 import ssl
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -90,7 +104,9 @@ class FakeRegistry:
         self._ssl_context = ssl_context
         self._lock = threading.RLock()
         self._schemas: dict[int, str] = {}  # id -> compact schema text
-        self._ids: dict[str, int] = {}  # canonical (sorted-keys) JSON -> id
+        self._types: dict[int, str] = {}  # id -> schemaType
+        self._references: dict[int, list[dict[str, Any]]] = {}  # id -> references
+        self._ids: dict[str, int] = {}  # type, references and canonical text -> id
         self._subjects: dict[str, list[int]] = {}  # subject -> ids by version - 1
         self._uuids: dict[str, str] = {}  # 32 hex -> plain text
         self._log: list[RecordedRequest] = []
@@ -151,23 +167,48 @@ class FakeRegistry:
 
     # ---------------------------------------------------------- in-process helpers
 
-    def register(self, subject: str, schema_text: str) -> int:
+    def register(self, subject: str, schema_text: str, schema_type: str = "AVRO",
+                 references: list[dict[str, Any]] | None = None) -> int:
         """Register a schema under a subject (as ``POST /subjects/{s}/versions``)."""
-        try:
-            parsed = json.loads(schema_text)
-        except ValueError as exc:
-            raise FakeRegistryError(f"invalid schema: {exc}") from exc
-        canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+        references = references or []
+        stored, canonical = self._canonical(schema_text, schema_type, references)
         with self._lock:
             schema_id = self._ids.get(canonical)
             if schema_id is None:
                 schema_id = len(self._schemas) + 1
                 self._ids[canonical] = schema_id
-                self._schemas[schema_id] = json.dumps(parsed, separators=(",", ":"))
+                self._schemas[schema_id] = stored
+                self._types[schema_id] = schema_type
+                self._references[schema_id] = references
             versions = self._subjects.setdefault(subject, [])
             if schema_id not in versions:
                 versions.append(schema_id)
             return schema_id
+
+    def _canonical(self, schema_text: str, schema_type: str,
+                   references: list[dict[str, Any]]) -> tuple[str, str]:
+        """``(stored text, identity)`` of a schema; FakeRegistryError when invalid."""
+        if schema_type not in ("AVRO", "JSON", "PROTOBUF"):
+            raise FakeRegistryError(f"unknown schemaType {schema_type!r}")
+        for ref in references:
+            versions = self._subjects.get(ref.get("subject", ""), [])
+            if not 0 < int(ref.get("version", 0)) <= len(versions) or "name" not in ref:
+                raise FakeRegistryError(f"invalid reference {ref}")
+        if schema_type == "PROTOBUF":
+            if "message" not in schema_text and "enum" not in schema_text:
+                raise FakeRegistryError("the fake takes .proto text only (not a base64 "
+                                        "descriptor)")
+            stored = schema_text
+            text = schema_text.strip()
+        else:
+            try:
+                parsed = json.loads(schema_text)
+            except ValueError as exc:
+                raise FakeRegistryError(f"invalid schema: {exc}") from exc
+            stored = json.dumps(parsed, separators=(",", ":"))
+            text = json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+        refs = json.dumps(references, sort_keys=True)
+        return stored, f"{schema_type}\n{refs}\n{text}"
 
     def add_uuid(self, hex_id: str, schema_text: str) -> None:
         """Serve ``schema_text`` as is at WhereHows' ``GET /schemas/id=<hex_id>``."""
@@ -183,6 +224,16 @@ class FakeRegistry:
         """Answer the next ``n`` requests with ``status`` (and ``Retry-After``, if given)."""
         with self._lock:
             self._failures.extend([(status, retry_after)] * n)
+
+    def clear_failures(self) -> None:
+        """Drop the failures :meth:`fail_next` scripted and not answered yet (back up)."""
+        with self._lock:
+            self._failures.clear()
+
+    def delete_subject(self, subject: str) -> None:
+        """Forget a subject's versions (as a hard delete; the ids stay)."""
+        with self._lock:
+            self._subjects.pop(subject, None)
 
     def hang_next(self, n: int = 1, seconds: float = 30.0) -> None:
         """Hold the next ``n`` requests ``seconds`` before answering (``stop`` wakes them)."""
@@ -243,14 +294,15 @@ class FakeRegistry:
         if self._expected_auth is not None and headers.get("authorization") != self._expected_auth:
             handler.send(401, {"error_code": 401, "message": "Unauthorized"})
             return
-        status, answer = self._route(method, path, body)
+        status, answer = self._route(method, split.path, body, split.query)
         if isinstance(answer, str):
             handler.send_text(status, answer)
         else:
             handler.send(status, answer)
 
-    def _route(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
-        parts = path.strip("/").split("/")
+    def _route(self, method: str, path: str, body: bytes, query: str = "") -> tuple[int, Any]:
+        serialized = "format=serialized" in query.split("&")
+        parts = [unquote(part) for part in path.strip("/").split("/")]  # "a%2Fb": one part
         with self._lock:
             reloading = (self._reloading_until is not None
                          and time.monotonic() < self._reloading_until)
@@ -260,7 +312,7 @@ class FakeRegistry:
                 schema_id = int(parts[2]) if parts[2].isdigit() else -1
                 if schema_id not in self._schemas:
                     return _error(404, 40403, "Schema not found")
-                return 200, {"schema": self._schemas[schema_id]}
+                return 200, self._answer(schema_id, serialized)
             if method == "GET" and len(parts) == 2 and parts[0] == "schemas":
                 hex_id = parts[1].removeprefix("id=") if parts[1].startswith("id=") else None
                 if hex_id is None or hex_id not in self._uuids:
@@ -289,40 +341,69 @@ class FakeRegistry:
                 return _error(422, 42202, f"The specified version '{wanted}' is not valid.")
             if version > len(versions):
                 return _error(404, 40402, f"Version {version} not found.")
-            return 200, self._version(subject, version)
+            return 200, self._version(subject, version, serialized)
+
+    def _answer(self, schema_id: int, serialized: bool = False) -> dict[str, Any]:
+        """``schema`` with ``schemaType`` (not for Avro) and ``references`` (if any)."""
+        answer: dict[str, Any] = {"schema": self._schemas[schema_id]}
+        if self._types[schema_id] != "AVRO":
+            answer["schemaType"] = self._types[schema_id]
+        if self._references[schema_id]:
+            answer["references"] = self._references[schema_id]
+        if serialized and self._types[schema_id] == "PROTOBUF":
+            answer["schema"] = self._serialized(schema_id)
+        return answer
+
+    def _serialized(self, schema_id: int) -> str:
+        """The base64 ``FileDescriptorProto`` of a Protobuf schema (protoc's)."""
+        from tests.proto_files import compile_files
+
+        files: dict[str, str] = {}
+
+        def gather(sid: int) -> None:
+            for ref in self._references[sid]:
+                ref_id = self._subjects[ref["subject"]][int(ref["version"]) - 1]
+                files[ref["name"]] = self._schemas[ref_id]
+                gather(ref_id)
+
+        gather(schema_id)
+        main = f"schema_{schema_id}.proto"
+        files[main] = self._schemas[schema_id]
+        compiled = {f.name: f for f in compile_files(files)}
+        return base64.b64encode(compiled[main].SerializeToString()).decode("ascii")
 
     def _post_subject(self, subject: str, body: bytes, *, lookup: bool) -> tuple[int, Any]:
         try:
             request = json.loads(body)
             schema_text = request["schema"]
-            if not isinstance(schema_text, str):
-                raise TypeError("schema must be a string")
+            schema_type = request.get("schemaType") or "AVRO"
+            references = request.get("references") or []
+            if not isinstance(schema_text, str) or not isinstance(references, list):
+                raise TypeError("schema must be a string, references a list")
         except (ValueError, KeyError, TypeError) as exc:
             return _error(422, 42201, f"Invalid schema: {exc}")
         if not lookup:
             try:
-                return 200, {"id": self.register(subject, schema_text)}
+                return 200, {"id": self.register(subject, schema_text, schema_type,
+                                                 references)}
             except FakeRegistryError as exc:
                 return _error(422, 42201, str(exc))
         if subject not in self._subjects:
             return _error(404, 40401, f"Subject '{subject}' not found.")
         try:
-            canonical = json.dumps(json.loads(schema_text), sort_keys=True, separators=(",", ":"))
-        except ValueError as exc:
+            _, canonical = self._canonical(schema_text, schema_type, references)
+        except FakeRegistryError as exc:
             return _error(422, 42201, f"Invalid schema: {exc}")
         schema_id = self._ids.get(canonical)
         if schema_id is None or schema_id not in self._subjects[subject]:
             return _error(404, 40403, "Schema not found")
         return 200, self._version(subject, self._subjects[subject].index(schema_id) + 1)
 
-    def _version(self, subject: str, version: int) -> dict[str, Any]:
+    def _version(self, subject: str, version: int, serialized: bool = False
+                 ) -> dict[str, Any]:
         schema_id = self._subjects[subject][version - 1]
-        return {
-            "subject": subject,
-            "version": version,
-            "id": schema_id,
-            "schema": self._schemas[schema_id],
-        }
+        return {"subject": subject, "version": version, "id": schema_id,
+                **self._answer(schema_id, serialized)}
 
 
 def _error(status: int, error_code: int, message: str) -> tuple[int, dict[str, Any]]:
@@ -406,3 +487,17 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that drops the connection, a failed TLS handshake: not test failures.
         logger.debug("fake registry: error serving %s", client_address, exc_info=True)
+
+
+@contextlib.asynccontextmanager
+async def kstage_client(registry: FakeRegistry) -> AsyncIterator[Any]:
+    """kstage's registry client on the fake, started: no retries, no backoff waits."""
+    from actors.codecs.schema_registry import SchemaRegistryClient
+    from settings import SchemaRegistrySettings
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    settings = SchemaRegistrySettings(url=registry.url, max_retries=0)
+    async with SchemaRegistryClient(settings, sleep=no_sleep) as client:
+        yield client

@@ -137,6 +137,25 @@ class SchemaVersion(NamedTuple):
     schema: str
 
 
+class Reference(NamedTuple):
+    """A schema reference: the ``name`` the referring schema uses (a Protobuf import
+    path, a JSON Schema ``$ref`` URL) and the subject version that holds it."""
+
+    name: str
+    subject: str
+    version: int
+
+
+class RegisteredSchema(NamedTuple):
+    """A schema by id or version with what the Confluent API says of it besides its text:
+    ``schema_type`` (``AVRO`` when the answer has no ``schemaType``, as the API omits it
+    for Avro; ``PROTOBUF``, ``JSON``) and its ``references``."""
+
+    schema: str
+    schema_type: str
+    references: tuple[Reference, ...]
+
+
 class SchemaRegistry(Protocol):
     """The read interface of both registries (HTTP client and ``file://`` directory)."""
 
@@ -216,6 +235,8 @@ class SchemaRegistryClient:
         self._client: httpx.AsyncClient | None = None
         self._state = _State.INIT
         self._cache: dict[SchemaId, str] = {}
+        # schemaType and references of the ids in _cache that have them (not Avro)
+        self._extras: dict[SchemaId, tuple[str, tuple[Reference, ...]]] = {}
         self._inflight: dict[SchemaId, asyncio.Task[str]] = {}
 
     def __repr__(self) -> str:
@@ -332,9 +353,30 @@ class SchemaRegistryClient:
         else:
             body = _json(await self._request("GET", f"/schemas/ids/{key}", what, key), what)
             text = _field(body, "schema", str, what)
+            schema_type, references = _type_and_references(body, what)
+            if schema_type != "AVRO" or references:
+                self._extras[key] = (schema_type, references)
         self._cache[key] = text
         logger.debug("fetched writer schema id %s (%d chars)", key, len(text))
         return text
+
+    async def get_registered(self, schema_id: int | str) -> RegisteredSchema:
+        """The schema of an id with its type and references (cached as
+        :meth:`get_schema`; raises as it does)."""
+        text = await self.get_schema(schema_id)
+        schema_type, references = self._extras.get(
+            normalize_schema_id(schema_id, self.id_type), ("AVRO", ()))
+        return RegisteredSchema(text, schema_type, references)
+
+    async def get_version(self, subject: str, version: int) -> RegisteredSchema:
+        """One version of a subject (a reference's target); SchemaNotFound on a 404.
+        Versions of a subject are immutable, but a deleted one may be recreated: not
+        cached here (the decoders cache what they build from it, per schema id)."""
+        what = f"version {version} of subject {subject!r}"
+        path = f"/subjects/{quote(subject, safe='')}/versions/{version}"
+        body = _json(await self._request("GET", path, what, f"{subject}/{version}"), what)
+        schema_type, references = _type_and_references(body, what)
+        return RegisteredSchema(_field(body, "schema", str, what), schema_type, references)
 
     async def latest(self, subject: str) -> SchemaVersion:
         """``(id, version, schema)`` of the subject's latest version."""
@@ -555,6 +597,21 @@ def _list_of(body: Any, kind: type[_T], what: str) -> list[_T]:
     if not isinstance(body, list) or not all(isinstance(v, kind) for v in body):
         raise RegistryRequestError(f"{what}: the answer is not a list of {kind.__name__}")
     return body
+
+
+def _type_and_references(body: Any, what: str) -> tuple[str, tuple[Reference, ...]]:
+    """``schemaType`` (default ``AVRO``) and ``references`` of an answer."""
+    schema_type = body.get("schemaType") or "AVRO" if isinstance(body, dict) else "AVRO"
+    raw = body.get("references") or [] if isinstance(body, dict) else []
+    if not isinstance(schema_type, str) or not isinstance(raw, list):
+        raise RegistryRequestError(f"{what}: the answer's schemaType or references are "
+                                   "malformed")
+    references = []
+    for ref in raw:
+        references.append(Reference(_field(ref, "name", str, what),
+                                    _field(ref, "subject", str, what),
+                                    _field(ref, "version", int, what)))
+    return schema_type.upper(), tuple(references)
 
 
 def _field(body: Any, name: str, kind: type[_T], what: str) -> _T:

@@ -5,7 +5,7 @@ by ``kstage dlq replay``, by the plugin test kit's runners (:mod:`service.testin
 by the benchmarks, so they cannot drift apart. The walk takes a partition batch in offset order
 and sends what it made to a :class:`~actors.worker.records.Route`:
 
-* the Avro writer schemas the batch needs are loaded first (:meth:`fetch_schemas`, the
+* the writer schemas the batch needs are loaded first (:meth:`fetch_schemas`, the
   only registry I/O), waiting out an unreachable registry or a 404 window (worker);
   :meth:`load_schemas` asks once and raises (tools);
 * each record is decoded (key and value, per the topic's ``format``/``key_format``) into
@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from actors.backoff import backoff_s
-from actors.codecs.avro import AvroDecoder
+from actors.codecs.by_id import REGISTRY_FORMATS, SchemaIdDecoder
 from actors.codecs.schema_registry import SchemaNotFoundYet
 from actors.deadletters.file import dead_letter_line
 from actors.deadletters.topic import DeadLetterTopic
@@ -77,8 +77,8 @@ class RecordPipeline:
         label: the owner's name in log lines.
         sleep: a wait that ends early on stop (returns False), for registry waits and
             retries of a failed dead-letter write; default: give up at once.
-        avro, avro_keys: decoders of ``format: avro`` values and ``key_format: avro`` keys
-            (ignored unless the topic's format says avro).
+        avro, avro_keys: decoders of the values' registry format (avro, protobuf,
+            json_schema) and of ``key_format: avro`` keys (unless the formats say else).
         savepoints: the commit mode asks processors for savepoints.
         stats: counters to update (``processed``, ``failed``, ``retried``,
             ``dead_lettered`` and ``filtered``).
@@ -89,7 +89,7 @@ class RecordPipeline:
     def __init__(self, *, topic: TopicSettings, processor: Processor | None,
                  failure: FailurePolicy,
                  group_id: str, label: str = "", sleep: Sleep | None = None,
-                 avro: AvroDecoder | None = None, avro_keys: AvroDecoder | None = None,
+                 avro: SchemaIdDecoder | None = None, avro_keys: SchemaIdDecoder | None = None,
                  savepoints: bool = False, stats: dict[str, int] | None = None,
                  dead_letter_topic: DeadLetterTopic | None = None) -> None:
         self.topic = topic
@@ -97,7 +97,7 @@ class RecordPipeline:
         self.group_id = group_id
         self.label = label or group_id
         self.sleep: Sleep = sleep or no_wait
-        self.avro = avro if topic.format == "avro" else None
+        self.avro = avro if topic.format in REGISTRY_FORMATS else None
         self.avro_keys = avro_keys if topic.key_format == "avro" else None
         self.decode = value_decoder(topic, self.avro)
         self.decode_key = key_decoder(topic, self.avro_keys)
@@ -181,9 +181,8 @@ class RecordPipeline:
         )
 
     async def load_schemas(self, records: Sequence[RecordLike]) -> None:
-        """Load the writer schemas ``records`` need, asking the registry once per id;
-        raises what the registry answered (a tool reports it; the worker waits instead,
-        see :meth:`fetch_schemas`)."""
+        """Load the writer schemas ``records`` need, asking once per id; raises what the
+        registry answered (tools; the worker waits instead: :meth:`fetch_schemas`)."""
         for decoder, raws in ((self.avro, [r.value for r in records]),
                               (self.avro_keys, [r.key for r in records])):
             if decoder is not None:
@@ -192,13 +191,12 @@ class RecordPipeline:
 
     async def fetch_schemas(self, records: Sequence[RecordLike]) -> bool:
         """Load the writer schemas a batch needs before decoding it (the only registry
-        I/O). An unreachable registry is not poison, nor is a 404 for an id inside its
-        ``not_found_retry_s`` window (issue 11): back off and retry until it answers, the
-        window ends or the worker stops (then False: the batch is abandoned, nothing
-        committed). Every missing id is asked in each round, so the ids' windows run
-        together: a batch of many unknown ids waits one window, not one per id. Meanwhile
-        the fetch loop pauses the partitions (no eviction) and :attr:`waiting_for` says
-        why."""
+        I/O). An unreachable registry is not poison, nor a 404 for an id inside its
+        ``not_found_retry_s`` window (issue 11): back off (afresh when the answer changes)
+        and retry until it answers, the window ends or the worker stops (then False: the
+        batch is abandoned). The ids' windows run together: a batch of many unknown ids
+        waits one window. Meanwhile the fetch loop pauses the partitions (no eviction)
+        and :attr:`waiting_for` says why."""
         if self.avro is None and self.avro_keys is None:
             return True
         try:
@@ -207,7 +205,7 @@ class RecordPipeline:
                 if decoder is None:
                     continue
                 pending = sorted(decoder.missing(values))
-                attempt = 0
+                attempt, unreachable = 0, None  # unreachable: the last round's answer
                 while pending:
                     waiting: list[tuple[bytes, ProcessorError]] = []
                     untried: list[bytes] = []
@@ -224,6 +222,9 @@ class RecordPipeline:
                                 break
                     if not waiting:
                         break
+                    if (answer := any(not isinstance(e, SchemaNotFoundYet)
+                                      for _, e in waiting)) != unreachable:
+                        attempt, unreachable = 0, answer  # outage <-> 404: start afresh
                     wait = self._schema_wait(decoder, records, values, waiting,
                                              backoff_s(attempt, *_SCHEMA_BACKOFF_S))
                     if not await self.sleep(wait):
@@ -234,7 +235,7 @@ class RecordPipeline:
             self.waiting_for = None
         return True
 
-    def _schema_wait(self, decoder: AvroDecoder, records: Sequence[RecordLike],
+    def _schema_wait(self, decoder: SchemaIdDecoder, records: Sequence[RecordLike],
                      values: list[bytes | None], waiting: list[tuple[bytes, ProcessorError]],
                      delay: float) -> float:
         """Log and show why the batch waits for schema ids; the seconds to wait."""

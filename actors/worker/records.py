@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from actors.codecs.avro import AvroDecoder
+from actors.codecs.by_id import SchemaIdDecoder
 from actors.decoding import DECODERS, KEY_DECODERS
 from processors.base import Row
 from settings.models import TopicSettings
@@ -117,13 +117,13 @@ class Collect:
         raise AssertionError("Collect never parks")
 
 
-def value_decoder(topic: TopicSettings, avro: AvroDecoder | None
+def value_decoder(topic: TopicSettings, avro: SchemaIdDecoder | None
                   ) -> Callable[[bytes | None], Any]:
     """The decoder of the topic's ``format`` (Avro: ``avro``, which needs a registry)."""
     return avro.decode if avro is not None else DECODERS[topic.format]
 
 
-def key_decoder(topic: TopicSettings, avro_keys: AvroDecoder | None
+def key_decoder(topic: TopicSettings, avro_keys: SchemaIdDecoder | None
                 ) -> Callable[[bytes | None], Any] | None:
     """The decoder of the topic's ``key_format``; None: keys stay bytes."""
     if avro_keys is not None:

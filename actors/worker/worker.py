@@ -53,6 +53,7 @@ from aiokafka.errors import KafkaError
 
 from actors.backoff import backoff_s
 from actors.codecs.avro import AvroDecoder
+from actors.codecs.by_id import SchemaIdDecoder
 from actors.control import TopicControl
 from actors.deadletters.topic import DeadLetterTopic
 from actors.failure import FailurePolicy, Sleep
@@ -145,7 +146,7 @@ class Worker:
         on_drained: Callable[[Worker], None] | None = None,
         sleep: Sleep | None = None,
         incarnation: int = 0,
-        avro: AvroDecoder | None = None,
+        avro: SchemaIdDecoder | None = None,
         avro_keys: AvroDecoder | None = None,
         metrics: Metrics | None = None,
         starts: StartRegistry | None = None,

@@ -62,6 +62,8 @@ from typing import IO, Any
 
 from actors.appends import fsync_dir, torn_tail, write_all
 from actors.codecs.avro import AvroDecoder, load_schema
+from actors.codecs.by_id import REGISTRY_FORMATS
+from actors.codecs.registries import decoder_for
 from actors.deadletters.file import FILE_MODE
 from actors.deadletters.topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
 from actors.failure import FailurePolicy
@@ -472,7 +474,9 @@ class _Target:
         self.pipeline = RecordPipeline(
             topic=topic, processor=cls(topic.options), group_id=settings.group_id(group),
             label=label, failure=FailurePolicy(failure, no_wait),
-            avro=AvroDecoder(registry, id_type, reader) if registry is not None else None,
+            avro=None if registry is None or topic.format not in REGISTRY_FORMATS else
+            decoder_for(topic.format, registry, settings.schema_registry,  # type: ignore[arg-type]
+                        reader_schema=reader, validate=topic.validate_schema),
             avro_keys=AvroDecoder(registry, id_type) if registry is not None else None,
             # rows the sinks refuse again go to the dead-letter topic too
             dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(

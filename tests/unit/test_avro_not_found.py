@@ -276,3 +276,56 @@ async def test_a_stop_during_the_wait_abandons_the_batch(
     async with asyncio.timeout(10):
         assert await task is False
     assert worker.snapshot()["waiting_for"] is None
+
+
+async def test_the_wait_starts_afresh_when_unreachable_turns_into_404(
+    tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
+) -> None:
+    """A registry restarting answers first nothing (503s), then 404 for ids that exist:
+    the 404 window's waits start at the first backoff step, not where the outage's
+    backoff had got to (with a real Karapace restarting, one worker landed 5.7 s after
+    the others; after a long outage the first 404 wait was the 30 s cap)."""
+    known = registry.register("e-value", json.dumps(EVENT))
+    clock = Clock()
+    worker, waits = avro_worker(tmp_path, registry, client, clock)
+    shown: list[str | None] = []
+
+    async def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        shown.append(worker.snapshot()["waiting_for"])
+        clock.now += seconds
+        if len(waits) == 6:  # up again, still reloading
+            registry.start_reloading()
+        if len(waits) == 8:
+            registry.finish_reloading()
+        return True
+
+    worker.pipeline.sleep = sleep
+    registry.fail_next(6)  # max_retries 0: one request per round
+    batch = records([value(known)])
+    assert await worker.pipeline.fetch_schemas(batch) is True
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 0.5, 1.0]
+    assert all("unavailable" in str(s) for s in shown[:6]), shown
+    assert all("404 for schema id" in str(s) for s in shown[6:]), shown
+    assert worker.pipeline.decode(batch[0].value) == {"id": 7}
+
+
+async def test_the_wait_starts_afresh_when_404_turns_into_unreachable(
+    tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
+) -> None:
+    known = registry.register("e-value", json.dumps(EVENT))
+    clock = Clock()
+    worker, waits = avro_worker(tmp_path, registry, client, clock)
+
+    async def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        clock.now += seconds
+        if len(waits) == 3:
+            registry.finish_reloading()
+            registry.fail_next(2)
+        return True
+
+    worker.pipeline.sleep = sleep
+    registry.start_reloading()
+    assert await worker.pipeline.fetch_schemas(records([value(known)])) is True
+    assert waits == [0.5, 1.0, 2.0, 0.5, 1.0]

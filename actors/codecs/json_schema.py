@@ -1,0 +1,103 @@
+"""JSON values in the Confluent wire format, checked against their writer JSON Schema.
+
+Wire format: the header of :mod:`~actors.codecs.by_id` (magic byte ``0``, the schema id),
+then the value as UTF-8 JSON text (what confluent-kafka's ``JSONSerializer`` writes). A
+processor gets the parsed JSON, as for ``format: json``.
+
+With ``validate_schema: true`` (the default) every value is validated against the
+writer schema of its id (the ``jsonschema`` library, the draft the schema's ``$schema``
+names, draft 2020-12 without one; ``references`` are fetched from the registry and
+resolved by their ``name``, the ``$ref`` URL the schema uses), as Confluent's
+``JSONDeserializer`` does: a value the schema refuses is poison, dead-lettered with the
+failing path. ``false`` only parses the JSON (the schema id must still exist).
+
+Poison (the dead-letter line names the schema id): a schema that is not a valid JSON
+Schema, a body that is not JSON, a value its schema refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jsonschema import validators
+from jsonschema.exceptions import SchemaError, best_match
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from actors.codecs.by_id import SchemaIdDecoder, poison
+from actors.codecs.references import RegisteredSource, fetch_references
+from processors.errors import PoisonMessage
+from processors.jsonfast import loads
+
+_PARSE_ONLY = object()  # the cached "schema" of an id with validate_schema: false
+
+
+class JsonSchemaDecoder(SchemaIdDecoder):
+    """Decodes wire-format JSON with writer JSON Schemas from a registry, cached by id.
+
+    Args:
+        source: the registry server's client (schemas with types and references).
+        validate: validate each value against its writer schema.
+        id_type, not_found_retry_s, clock: as :class:`~actors.codecs.by_id.SchemaIdDecoder`.
+    """
+
+    format_name = "JSON Schema"
+
+    def __init__(self, source: RegisteredSource, id_type: str = "int", *,
+                 validate: bool = True, not_found_retry_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(source, id_type, not_found_retry_s=not_found_retry_s, clock=clock)
+        self.validate = validate
+
+    async def build(self, id_bytes: bytes, schema_id: int | str) -> Any:
+        registered = await self._source.get_registered(schema_id)
+        if registered.schema_type != "JSON":
+            raise PoisonMessage(f"schema id {schema_id} is a {registered.schema_type} schema, "
+                                "not JSON (the topic's format is json_schema)")
+        texts: dict[str, str] = {}
+        await fetch_references(self._source, registered.references, texts)
+        if not self.validate:
+            return _PARSE_ONLY
+        return _validator(schema_id, registered.schema, texts)
+
+    def decode(self, raw: bytes | None) -> Any:
+        """Decode (and validate) one value; raises PoisonMessage for every bad input."""
+        if raw is None:
+            return None
+        id_bytes, validator = self.writer(raw)
+        sid = self.schema_id(id_bytes)
+        try:
+            value = loads(raw[self._end:])
+            error = (None if validator is _PARSE_ONLY
+                     else best_match(validator.iter_errors(value)))
+        except ValueError as exc:
+            raise poison(f"the body is not JSON (schema id {sid}): {exc}", raw, sid) from exc
+        except RecursionError as exc:  # nesting deeper than the interpreter's limit
+            raise poison(f"the body is JSON nested too deeply (schema id {sid})", raw,
+                         sid) from exc
+        if error is not None:
+            raise poison(f"value not valid for its JSON Schema (schema id {sid}) at "
+                         f"{error.json_path}: {error.message[:300]}", raw, sid)
+        return value
+
+
+def _validator(schema_id: int | str, text: str, references: dict[str, str]) -> Any:
+    """The jsonschema validator of a schema text; PoisonMessage for a bad schema."""
+    try:
+        schema = json.loads(text)
+        resources = [(name, Resource.from_contents(json.loads(body),
+                                                   default_specification=DRAFT202012))
+                     for name, body in references.items()]
+        cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+        cls.check_schema(schema)
+    except (ValueError, SchemaError) as exc:
+        raise PoisonMessage(f"writer schema id {schema_id} is not a valid JSON Schema: "
+                            f"{str(exc)[:300]}") from exc
+    except Exception as exc:  # referencing raises its own kinds for bad resources
+        raise PoisonMessage(f"writer schema id {schema_id}'s references are not valid "
+                            f"JSON Schemas: {exc}") from exc
+    registry: Registry[Any] = Registry().with_resources(resources)
+    return cls(schema, registry=registry)
