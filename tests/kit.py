@@ -5,8 +5,9 @@ worker builder, one bounded wait.
   releases it, gated per row, or failed (always, by a predicate, or once).
 * :func:`batch`: a :class:`~actors.sinks.SinkBatch` of one row for one offset.
 * :func:`make_worker`: a :class:`~actors.worker.Worker` over a fake consumer
-  (:class:`tests.fake_consumer.FakeConsumer`) and the test's sinks, handed in as the
-  worker's ``consumer_factory`` and ``sink_factory``: no module path is monkeypatched.
+  (:class:`tests.fake_consumer.FakeConsumer`) or the real one, and the test's sinks,
+  handed in as the worker's ``consumer_factory`` and ``sink_factory``: no module path is
+  monkeypatched.
   Its settings are built from a mapping (:func:`settings.settings_from`), no file.
 * :func:`until`: wait, bounded, until a predicate holds (never ``sleep(1)`` and hope).
 
@@ -154,18 +155,20 @@ def worker_settings(tmp_path: Path, *, topic: Mapping[str, Any] | None = None,
     })
 
 
-def make_worker(settings: Settings, consumer: FakeConsumer,
+def make_worker(settings: Settings, consumer: FakeConsumer | None,
                 sinks: Sink | Callable[[SinkSettings], Sink], *,
-                processor_cls: type[Processor] = JsonRowsProcessor, **kwargs: Any) -> Worker:
+                processor_cls: type[Processor] = JsonRowsProcessor,
+                bootstrap: str = "127.0.0.1:9", **kwargs: Any) -> Worker:
     """A worker of the first topic of ``settings`` (e.g. :func:`worker_settings`) whose
-    consumer is ``consumer`` and whose sinks are ``sinks`` (one sink for every sink of
-    the topic, or a function of each sink's settings); ``kwargs`` go to
-    :class:`~actors.worker.Worker`."""
+    consumer is ``consumer`` (None: the real aiokafka consumer of ``bootstrap``) and
+    whose sinks are ``sinks`` (one sink for every sink of the topic, or a function of
+    each sink's settings); ``kwargs`` go to :class:`~actors.worker.Worker`."""
     group = settings.groups[0]
     factory = sinks if not isinstance(sinks, Sink) else (lambda _settings: sinks)
+    if consumer is not None:
+        kwargs["consumer_factory"] = lambda *args: consumer
     return Worker(settings=settings, group=group, topic=group.topics[0],
-                  processor_cls=processor_cls, bootstrap="127.0.0.1:9",
-                  consumer_factory=lambda *args: consumer,  # type: ignore[arg-type,return-value]
+                  processor_cls=processor_cls, bootstrap=bootstrap,
                   sink_factory=factory, **kwargs)
 
 
