@@ -10,6 +10,8 @@ worker builder, one bounded wait.
   monkeypatched.
   Its settings are built from a mapping (:func:`settings.settings_from`), no file.
 * :func:`until`: wait, bounded, until a predicate holds (never ``sleep(1)`` and hope).
+* :class:`FailingRows` and :class:`HeldSleep`: a processor that fails where asked and a
+  retry wait the test releases, for retry lanes.
 
 Integration tests get a fresh topic and group from the ``fresh`` fixture
 (``tests/conftest.py``). docs/plugins.md shows how a plugin's own tests use the kit of
@@ -32,7 +34,7 @@ from actors.errors import SinkError
 from actors.offsets import Entry, OffsetTracker
 from actors.sinks import Sink, SinkBatch, SinkCapabilities
 from actors.worker import Worker
-from processors.base import Processor, Row
+from processors.base import Message, Processor, Row
 from processors.json_rows import JsonRowsProcessor
 from settings import Settings, SinkSettings, settings_from
 from tests.fake_consumer import FakeConsumer
@@ -111,6 +113,38 @@ class RecordingSink(Sink):
         self.written.extend(row[self.key] for row in rows)
         if self.clears and isinstance(rows, list):
             rows.clear()
+
+
+class FailingRows(JsonRowsProcessor):
+    """json_rows, failing (retriably) on values with ``fail``: a processor whose
+    failures the worker retries (``failure.mode: retry``)."""
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        if isinstance(message.value, dict) and message.value.get("fail"):
+            raise RuntimeError(f"failing at offset {message.offset}")
+        return super().transform(message)
+
+
+class HeldSleep:
+    """The retry wait: returns when the test releases it (True) or the worker stops
+    (False, as the worker's own wait does)."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+        self.waiting, self.release = asyncio.Event(), asyncio.Event()
+        self.stopped = asyncio.Event()  # the worker's intake_stopped, once it exists
+
+    async def __call__(self, seconds: float) -> bool:
+        self.calls.append(seconds)
+        self.waiting.set()
+        released = asyncio.ensure_future(self.release.wait())
+        stopped = asyncio.ensure_future(self.stopped.wait())
+        try:
+            await asyncio.wait([released, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            released.cancel()
+            stopped.cancel()
+        return not self.stopped.is_set()
 
 
 def batch(tp: TopicPartition, n: int, *, tracker: OffsetTracker | None = None,
@@ -193,5 +227,5 @@ async def stop_in_phase_two(worker: Worker, run: asyncio.Task[None]) -> None:
         await run
 
 
-__all__ = ["TOPIC", "TP", "RecordingSink", "batch", "make_worker", "stop_in_phase_two",
-           "until", "values", "worker_settings"]
+__all__ = ["TOPIC", "TP", "FailingRows", "HeldSleep", "RecordingSink", "batch",
+           "make_worker", "stop_in_phase_two", "until", "values", "worker_settings"]

@@ -90,8 +90,9 @@ class Harness(ABC):
     async def take_back(self, worker: Worker) -> None:
         """The second member leaves; returns once ``worker`` has every partition."""
 
+    @abstractmethod
     async def close(self) -> None:
-        """Release what the harness holds (a second member, clients)."""
+        """Release what the harness holds (a second member, clients); idempotent."""
 
     async def wait_committed(self, partition: int, offset: int, what: str,
                              timeout: float = 30) -> None:
@@ -142,6 +143,9 @@ class FakeHarness(Harness):
 
     async def take_back(self, worker: Worker) -> None:
         await self.consumers[id(worker)].rebalance(assigned={self.tp(0)})
+
+    async def close(self) -> None:
+        pass  # nothing but memory
 
 
 class BrokerHarness(Harness):

@@ -19,28 +19,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from actors.worker import Worker
-from processors.base import Message, Row
-from processors.json_rows import JsonRowsProcessor
 from tests.behaviour.harness import Harness
-from tests.kit import RecordingSink, stop_in_phase_two, until
+from tests.kit import FailingRows, HeldSleep, RecordingSink, stop_in_phase_two, until
 
 
 @contextlib.asynccontextmanager
 async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
-    """``worker`` running; stopped (phase 1) at exit unless the test ended it."""
+    """``worker`` running; stopped at exit unless the test ended it (phase 1, then
+    phase 2 after 10 s: a test that failed with a write held ends soon)."""
     run = asyncio.create_task(worker.run())
     try:
         yield run
     finally:
         if not run.done():
             worker.stop()
-            await asyncio.wait_for(run, 30)
+            await asyncio.wait([run], timeout=10)
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
 
 
 def offsets(sink: RecordingSink, partition: int) -> list[int]:
@@ -94,37 +97,6 @@ async def test_a_revoked_partitions_write_under_way_is_fenced_and_its_new_owner_
         assert offsets(sink, partition) == [0, 1, 2, 3], "lost or written twice"
 
 
-class FailingRows(JsonRowsProcessor):
-    """json_rows, failing (retriably) on values with ``fail``."""
-
-    def transform(self, message: Message) -> Sequence[Row]:
-        if isinstance(message.value, dict) and message.value.get("fail"):
-            raise RuntimeError(f"failing at offset {message.offset}")
-        return super().transform(message)
-
-
-class HeldSleep:
-    """The retry wait: returns when the test releases it (True) or the worker stops
-    (False, as the worker's own wait does)."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-        self.waiting, self.release = asyncio.Event(), asyncio.Event()
-        self.stopped = asyncio.Event()  # the worker's intake_stopped, once it exists
-
-    async def __call__(self, seconds: float) -> bool:
-        self.calls.append(seconds)
-        self.waiting.set()
-        released = asyncio.ensure_future(self.release.wait())
-        stopped = asyncio.ensure_future(self.stopped.wait())
-        try:
-            await asyncio.wait([released, stopped], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            released.cancel()
-            stopped.cancel()
-        return not self.stopped.is_set()
-
-
 def lane_worker(harness: Harness, tmp_path: Path, sink: RecordingSink, sleep: HeldSleep,
                 mode: str = "batch", **group: object) -> Worker:
     """A worker of :class:`FailingRows` that retries once after ``sleep``, then
@@ -144,19 +116,22 @@ async def test_a_retry_wait_holds_only_its_partition_and_keeps_its_order(
     await harness.produce([{"i": 0}, {"fail": True}, {"i": 2}], 0)
     await harness.produce([{"i": 10}, {"i": 11}], 1)
     sink, sleep = RecordingSink(), HeldSleep()
-    async with running(lane_worker(harness, tmp_path, sink, sleep, mode)):
+    worker = lane_worker(harness, tmp_path, sink, sleep, mode)
+    async with running(worker):
         await asyncio.wait_for(sleep.waiting.wait(), 30)
         await harness.wait_committed(1, 2, "partition 1 committed during the wait")
         await harness.produce([{"i": 12}], 1)
         await harness.wait_committed(1, 3, "more of partition 1 during the wait")
         assert await harness.committed(0) in (None, 1), "committed past the waiting message"
         assert offsets(sink, 0) == [0], "wrote past the waiting message"
+        assert worker.snapshot()["paused_partitions"] == 1, "the waiting partition fetches"
         await harness.produce([{"i": 3}], 0)  # behind the wait
         sleep.release.set()  # the retry fails again: dead-lettered, then in order
         await harness.wait_committed(0, 4, "partition 0 going on after the dead letter")
     assert offsets(sink, 0) == [0, 2, 3] and offsets(sink, 1) == [0, 1, 2], sink.rows
     dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
     assert [(d["partition"], d["offset"], d["attempts"]) for d in dead] == [(0, 1, 2)]
+    assert worker.in_flight == 0 and not worker.flow.lanes
 
 
 async def test_a_revoke_ends_a_retry_wait_and_commits_nothing_past_it(
@@ -170,6 +145,8 @@ async def test_a_revoke_ends_a_retry_wait_and_commits_nothing_past_it(
         # Never released: the revoke itself must end the waits.
         lost = await harness.hand_over(worker)
         assert lost
+        waiting = {tp.partition for tp in worker.flow.lanes}
+        assert not waiting & lost, "a revoked partition still waits to retry"
         for partition in lost:
             assert await harness.committed(partition) == 1, "committed past the wait"
             assert offsets(sink, partition) == [0]
@@ -214,7 +191,9 @@ async def test_phase_two_of_a_stop_cancels_and_commits_nothing_it_cancelled(
 
 @pytest.mark.parametrize("start_from", ["latest", "earliest"])
 async def test_start_from_seeks_at_start_and_commits_the_sought_offset(
-        harness: Harness, tmp_path: Path, start_from: str) -> None:
+        harness: Harness, tmp_path: Path, start_from: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="actors.worker.start_from")
     await harness.produce([{"i": i, "phase": "old"} for i in range(3)])
     await harness.commit(0, 3)  # an earlier run's
     await harness.produce([{"i": i, "phase": "backlog"} for i in range(4)])
@@ -231,6 +210,11 @@ async def test_start_from_seeks_at_start_and_commits_the_sought_offset(
             await until(lambda: len(sink.written) == 7, "everything read again", 30)
             await harness.wait_committed(0, 7, "everything committed")
             assert second.snapshot()["start_from_counts"].get(0) == 3
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert ("start_from latest: partition 0 at end offset 7, skipped 4 message(s) (from "
+            "committed offset 3)" if start_from == "latest" else "start_from earliest: "
+            "partition 0 at beginning offset 0, reading 3 message(s) again (committed offset "
+            "3)") in said, said
     phases = [row["phase"] for row in sink.rows]
     assert phases == (["new"] * 2 if start_from == "latest"
                       else ["old"] * 3 + ["backlog"] * 4), sink.rows
