@@ -104,13 +104,19 @@ class Fresh:
     group: str
 
 
+async def new_fresh(bootstrap: str, partitions: int = 1) -> Fresh:
+    """A topic of ``partitions`` created on ``bootstrap`` for one test, and a group id no
+    other test uses (the ``fresh`` fixture's; tests/behaviour's broker harness's)."""
+    topic, group = unique("t"), unique("g")
+    await create_topic(bootstrap, topic, partitions)
+    return Fresh(bootstrap, topic, group)
+
+
 @pytest.fixture
 async def fresh(broker: str, request: pytest.FixtureRequest) -> Fresh:
     """A fresh topic (one partition; ``@pytest.mark.parametrize("fresh", [N],
     indirect=True)`` for N) created on ``broker``, and a fresh group id."""
-    topic, group = unique("t"), unique("g")
-    await create_topic(broker, topic, getattr(request, "param", 1))
-    return Fresh(broker, topic, group)
+    return await new_fresh(broker, getattr(request, "param", 1))
 
 
 @pytest.fixture(autouse=True)

@@ -27,24 +27,28 @@ class FakeConsumer:
         partitions: the values of each partition, in offset order (from offset 0).
         assign_on_poll: assign every partition at the first ``getmany`` (as joining the
             group does); else the test calls :meth:`rebalance`.
+        shares: another consumer of the same group whose partitions and committed
+            offsets this one shares (a later member, or the worker's replacement: what
+            one appends or commits, the other reads); ``partitions`` is then ignored.
     """
 
     def __init__(self, topic: str, partitions: dict[int, list[bytes | None]], *,
-                 assign_on_poll: bool = True) -> None:
+                 assign_on_poll: bool = True, shares: FakeConsumer | None = None) -> None:
         self.topic = topic
         self.logs: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = {
             TopicPartition(topic, p): [self._record(p, o, v) for o, v in enumerate(values)]
-            for p, values in partitions.items()}
+            for p, values in partitions.items()} if shares is None else shares.logs
         self._assignment: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
-        self.committed_offsets: dict[TopicPartition, int] = {}
+        self.committed_offsets: dict[TopicPartition, int] = (
+            {} if shares is None else shares.committed_offsets)
         self.commits: list[dict[TopicPartition, int]] = []
         self.listener: ConsumerRebalanceListener | None = None
         self._assign_on_poll = assign_on_poll
         self._idle = asyncio.Event()  # no rebalance under way
         self._idle.set()
-        self._data = asyncio.Event()
+        self._data = asyncio.Event() if shares is None else shares._data  # new records
         self.started = self.stopped = False
         self._coordinator = None  # read by actors.kafka.coordinator_known
         self.heartbeats = True  # False: heartbeats go unanswered (actors.kafka.GroupMember)
@@ -165,6 +169,17 @@ class FakeConsumer:
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._positions[tp] = offset
+
+    async def seek_to_end(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._positions[tp] = len(self.logs[tp])
+
+    async def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._positions[tp] = 0
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict.fromkeys(tps, 0)
 
     async def committed(self, tp: TopicPartition) -> int | None:
         return self.committed_offsets.get(tp)

@@ -5,10 +5,13 @@ worker builder, one bounded wait.
   releases it, gated per row, or failed (always, by a predicate, or once).
 * :func:`batch`: a :class:`~actors.sinks.SinkBatch` of one row for one offset.
 * :func:`make_worker`: a :class:`~actors.worker.Worker` over a fake consumer
-  (:class:`tests.fake_consumer.FakeConsumer`) and the test's sinks, handed in as the
-  worker's ``consumer_factory`` and ``sink_factory``: no module path is monkeypatched.
+  (:class:`tests.fake_consumer.FakeConsumer`) or the real one, and the test's sinks,
+  handed in as the worker's ``consumer_factory`` and ``sink_factory``: no module path is
+  monkeypatched.
   Its settings are built from a mapping (:func:`settings.settings_from`), no file.
 * :func:`until`: wait, bounded, until a predicate holds (never ``sleep(1)`` and hope).
+* :class:`FailingRows` and :class:`HeldSleep`: a processor that fails where asked and a
+  retry wait the test releases, for retry lanes.
 
 Integration tests get a fresh topic and group from the ``fresh`` fixture
 (``tests/conftest.py``). docs/plugins.md shows how a plugin's own tests use the kit of
@@ -31,7 +34,7 @@ from actors.errors import SinkError
 from actors.offsets import Entry, OffsetTracker
 from actors.sinks import Sink, SinkBatch, SinkCapabilities
 from actors.worker import Worker
-from processors.base import Processor, Row
+from processors.base import Message, Processor, Row
 from processors.json_rows import JsonRowsProcessor
 from settings import Settings, SinkSettings, settings_from
 from tests.fake_consumer import FakeConsumer
@@ -112,6 +115,38 @@ class RecordingSink(Sink):
             rows.clear()
 
 
+class FailingRows(JsonRowsProcessor):
+    """json_rows, failing (retriably) on values with ``fail``: a processor whose
+    failures the worker retries (``failure.mode: retry``)."""
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        if isinstance(message.value, dict) and message.value.get("fail"):
+            raise RuntimeError(f"failing at offset {message.offset}")
+        return super().transform(message)
+
+
+class HeldSleep:
+    """The retry wait: returns when the test releases it (True) or the worker stops
+    (False, as the worker's own wait does)."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+        self.waiting, self.release = asyncio.Event(), asyncio.Event()
+        self.stopped = asyncio.Event()  # the worker's intake_stopped, once it exists
+
+    async def __call__(self, seconds: float) -> bool:
+        self.calls.append(seconds)
+        self.waiting.set()
+        released = asyncio.ensure_future(self.release.wait())
+        stopped = asyncio.ensure_future(self.stopped.wait())
+        try:
+            await asyncio.wait([released, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            released.cancel()
+            stopped.cancel()
+        return not self.stopped.is_set()
+
+
 def batch(tp: TopicPartition, n: int, *, tracker: OffsetTracker | None = None,
           **row: Any) -> SinkBatch:
     """A batch of the one row ``{"n": n, "p": partition, **row}`` for offset ``n`` of
@@ -154,18 +189,20 @@ def worker_settings(tmp_path: Path, *, topic: Mapping[str, Any] | None = None,
     })
 
 
-def make_worker(settings: Settings, consumer: FakeConsumer,
+def make_worker(settings: Settings, consumer: FakeConsumer | None,
                 sinks: Sink | Callable[[SinkSettings], Sink], *,
-                processor_cls: type[Processor] = JsonRowsProcessor, **kwargs: Any) -> Worker:
+                processor_cls: type[Processor] = JsonRowsProcessor,
+                bootstrap: str = "127.0.0.1:9", **kwargs: Any) -> Worker:
     """A worker of the first topic of ``settings`` (e.g. :func:`worker_settings`) whose
-    consumer is ``consumer`` and whose sinks are ``sinks`` (one sink for every sink of
-    the topic, or a function of each sink's settings); ``kwargs`` go to
-    :class:`~actors.worker.Worker`."""
+    consumer is ``consumer`` (None: the real aiokafka consumer of ``bootstrap``) and
+    whose sinks are ``sinks`` (one sink for every sink of the topic, or a function of
+    each sink's settings); ``kwargs`` go to :class:`~actors.worker.Worker`."""
     group = settings.groups[0]
     factory = sinks if not isinstance(sinks, Sink) else (lambda _settings: sinks)
+    if consumer is not None:
+        kwargs["consumer_factory"] = lambda *args: consumer
     return Worker(settings=settings, group=group, topic=group.topics[0],
-                  processor_cls=processor_cls, bootstrap="127.0.0.1:9",
-                  consumer_factory=lambda *args: consumer,  # type: ignore[arg-type,return-value]
+                  processor_cls=processor_cls, bootstrap=bootstrap,
                   sink_factory=factory, **kwargs)
 
 
@@ -190,5 +227,5 @@ async def stop_in_phase_two(worker: Worker, run: asyncio.Task[None]) -> None:
         await run
 
 
-__all__ = ["TOPIC", "TP", "RecordingSink", "batch", "make_worker", "stop_in_phase_two",
-           "until", "values", "worker_settings"]
+__all__ = ["TOPIC", "TP", "FailingRows", "HeldSleep", "RecordingSink", "batch",
+           "make_worker", "stop_in_phase_two", "until", "values", "worker_settings"]

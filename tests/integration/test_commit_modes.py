@@ -14,7 +14,7 @@ from actors.master import Master
 from actors.worker import Worker
 from settings import load_settings
 from tests.conftest import Fresh
-from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
+from tests.kafkautil import committed, produce, read_jsonl, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -70,9 +70,8 @@ async def test_auto_commits_through_kafka_autocommit(fresh, broker, tmp_path):
     assert (await committed(broker, group, topic, 1))[0] == 3
 
 
-async def test_run_warns_at_start_that_auto_can_lose_data(broker, tmp_path, kstage):
-    topic, group = unique("auto"), unique("g-auto")
-    await create_topic(broker, topic)
+async def test_run_warns_at_start_that_auto_can_lose_data(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     path = write_config(tmp_path / "kstage.yml", broker, group,
                         [{"topic": topic, "processor": "json_rows"}], commit={"mode": "auto"})
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1)
@@ -114,8 +113,8 @@ async def test_slow_processing_pauses_partitions_without_eviction(fresh, broker,
     assert len(assignments) == 1 and not revokes, "no rebalance: never evicted"
 
 
-async def test_crash_loop_escalates(broker, tmp_path):
-    topic, group = unique("crash"), unique("g-crash")
+async def test_crash_loop_escalates(fresh, broker, tmp_path):
+    topic, group = fresh.topic, fresh.group
     path = write_config(tmp_path / "kstage.yml", broker, group,
                         [{"topic": topic, "processor": "test_crash_start"}],
                         supervisor={"max_restarts": 2, "min_backoff_s": 0.01,
@@ -127,7 +126,7 @@ async def test_crash_loop_escalates(broker, tmp_path):
     assert worker_of(master).label.endswith("#2"), "each restart is a fresh incarnation"
 
 
-async def test_slow_sink_pauses_partitions_without_eviction(broker, tmp_path, caplog):
+async def test_slow_sink_pauses_partitions_without_eviction(fresh, broker, tmp_path, caplog):
     """Fault matrix: a slow sink (an HTTP API taking 0.8 s per request, 6.4 s in all)
     under a max_poll_interval_ms of 1.5 s. The acks come late, the pipeline stays full,
     partitions are paused and polling goes on: the member is never evicted, every event
@@ -135,8 +134,7 @@ async def test_slow_sink_pauses_partitions_without_eviction(broker, tmp_path, ca
     from tests.http_server import HttpTestServer
 
     caplog.set_level("INFO", logger="actors.worker")
-    topic, group = unique("slow-sink"), unique("g-slow-sink")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": i} for i in range(8)])
     with HttpTestServer() as api:
         api.hang(0.8, times=8)

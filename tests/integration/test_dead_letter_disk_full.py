@@ -17,10 +17,8 @@ from settings import load_settings
 from tests.http_server import HttpTestServer
 from tests.kafkautil import (
     committed,
-    create_topic,
     produce,
     read_jsonl,
-    unique,
     wait_until,
     write_config,
 )
@@ -64,9 +62,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(disk)], check=True, capture_output=True)
 
 
-async def test_a_full_disk_holds_the_message_until_its_line_lands(broker, tmp_path, small_disk):
-    topic, group = unique("dlfull"), unique("g-dlfull")
-    await create_topic(broker, topic)
+async def test_a_full_disk_holds_the_message_until_its_line_lands(
+        fresh, broker, tmp_path, small_disk):
+    topic, group = fresh.topic, fresh.group
     # Two poison messages whose lines (~12 KiB each) do not fit in the 8 KiB left: the
     # first append is a real short write (8 KiB), then ENOSPC.
     poison = b"\xff" + b"x" * 9000
@@ -99,9 +97,8 @@ async def test_a_full_disk_holds_the_message_until_its_line_lands(broker, tmp_pa
 
 
 async def test_a_stop_while_the_disk_is_full_leaves_the_poison_uncommitted(
-        broker, tmp_path, small_disk):
-    topic, group = unique("dlstop"), unique("g-dlstop")
-    await create_topic(broker, topic)
+        fresh, broker, tmp_path, small_disk):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, b"\xffpoison", {"i": 2}])
     (small_disk / "filler").write_bytes(b"f" * (16 * PAGE))  # not one byte left
     dead = small_disk / "dead.jsonl"
@@ -123,11 +120,10 @@ async def test_a_stop_while_the_disk_is_full_leaves_the_poison_uncommitted(
 
 
 async def test_a_row_the_sink_refuses_waits_for_its_dead_letter_line(
-        broker, tmp_path, small_disk):
+        fresh, broker, tmp_path, small_disk):
     """The sink's path (an HTTP 400): the batch is not acked, nor the row sent again,
     until the refused row's line is written."""
-    topic, group = unique("dlsink"), unique("g-dlsink")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": 0}, {"i": 1, "pad": "x" * 9000}, {"i": 2}])
     filler = small_disk / "filler"
     filler.write_bytes(b"f" * (14 * PAGE))

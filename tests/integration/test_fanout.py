@@ -54,10 +54,10 @@ def config(tmp_path: Path, broker: str, topic: str, group: str, api: HttpTestSer
                    "min_backoff_s": 0.01, "max_backoff_s": 0.1, **(http or {})}]}], **cfg)
 
 
+@pytest.mark.parametrize("fresh", [3], indirect=True)
 async def test_every_row_lands_in_every_sink_and_offsets_commit_to_the_end(
-        broker: str, tmp_path: Path) -> None:
-    topic, group = unique("fan"), unique("g-fan")
-    await create_topic(broker, topic, partitions=3)
+        fresh, broker: str, tmp_path: Path) -> None:
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(60)), partition_of=lambda i: i % 3)
     with HttpTestServer() as api:
         path = config(tmp_path, broker, topic, group, api,
@@ -76,12 +76,11 @@ async def test_every_row_lands_in_every_sink_and_offsets_commit_to_the_end(
 
 
 async def test_a_down_sink_holds_the_commit_back_and_nothing_is_lost(
-        broker: str, tmp_path: Path) -> None:
+        fresh, broker: str, tmp_path: Path) -> None:
     """The API answers 503 (retried forever) while the jsonl sink writes every row: no
     offset is committed past a row the API has not accepted, /readyz names the failing
     sink; once the API is back every row is in both and the offsets reach the end."""
-    topic, group = unique("fan-down"), unique("g-fan-down")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(10)))
     with HttpTestServer() as api:
         api.respond(503, times=1_000_000)  # down until released

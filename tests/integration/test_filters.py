@@ -7,16 +7,16 @@ import re
 
 import pytest
 
-from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
+from tests.kafkautil import committed, produce, read_jsonl, write_config
 
 pytestmark = pytest.mark.kafka
 
 
 @pytest.mark.parametrize("mode", ["batch", "per_message"])
+@pytest.mark.parametrize("fresh", [3], indirect=True)
 async def test_filtered_messages_are_committed_and_only_matching_rows_land(
-        broker, tmp_path, kstage, mode):
-    topic, group = unique(f"filter-{mode}"), unique(f"g-filter-{mode}")
-    await create_topic(broker, topic, partitions=3)
+        fresh, broker, tmp_path, kstage, mode):
+    topic, group = fresh.topic, fresh.group
     # partition 2 holds only filtered messages (its batches give zero rows); the other
     # partitions mix kept ones, excluded ones and ones the include does not match
     values = [{"i": i, "kind": "drop" if i % 3 == 2 or i % 5 == 0 else "keep",

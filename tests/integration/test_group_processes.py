@@ -39,9 +39,9 @@ def coords(rows: list[dict[str, object]]) -> Counter[tuple[object, object]]:
     return Counter((r["_partition"], r["_offset"]) for r in rows)
 
 
-async def test_two_processes_share_partitions_and_take_over(broker, tmp_path: Path, kstage):
-    topic, group = unique("share"), unique("g-share")
-    await create_topic(broker, topic, partitions=4)
+@pytest.mark.parametrize("fresh", [4], indirect=True)
+async def test_two_processes_share_partitions_and_take_over(fresh, broker, tmp_path: Path, kstage):
+    topic, group = fresh.topic, fresh.group
     cfg = write_config(tmp_path / "kstage.yml", broker, group, [
         {"topic": topic, "processor": "json_rows", "sink": {"type": "jsonl", "path": "${OUT}"}},
     ])
@@ -78,9 +78,8 @@ async def test_two_processes_share_partitions_and_take_over(broker, tmp_path: Pa
     assert sum((await committed(broker, group, topic, 4)).values()) == 800
 
 
-async def test_sigkill_mid_batch_replays_only_uncommitted(broker, tmp_path: Path, kstage):
-    topic, group = unique("replay"), unique("g-replay")
-    await create_topic(broker, topic, partitions=1)
+async def test_sigkill_mid_batch_replays_only_uncommitted(fresh, broker, tmp_path: Path, kstage):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(2000)))
     cfg = write_config(
         tmp_path / "kstage.yml", broker, group,
@@ -105,10 +104,10 @@ async def test_sigkill_mid_batch_replays_only_uncommitted(broker, tmp_path: Path
     assert (await committed(broker, group, topic, 1))[0] == 2000
 
 
-async def test_revoke_commits_drained_work_before_handing_over(broker, tmp_path, kstage):
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_revoke_commits_drained_work_before_handing_over(fresh, broker, tmp_path, kstage):
     """A joins with acked-but-uncommitted work; B joins: A commits on revoke, no replay."""
-    topic, group = unique("revoke"), unique("g-revoke")
-    await create_topic(broker, topic, partitions=2)
+    topic, group = fresh.topic, fresh.group
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "json_rows",
                          "sink": {"type": "jsonl", "path": "${OUT}"}}],
@@ -138,11 +137,11 @@ async def readyz(port: int) -> int:
         return (await client.get(f"http://127.0.0.1:{port}/readyz")).status_code
 
 
-async def test_two_processes_one_config_one_host_share_the_status_port(broker, tmp_path,
-                                                                        kstage):
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_two_processes_one_config_one_host_share_the_status_port(
+        fresh, broker, tmp_path, kstage):
     """Scale out by starting the same config twice: the second takes the next port."""
-    topic, group = unique("port"), unique("g-port")
-    await create_topic(broker, topic, partitions=2)
+    topic, group = fresh.topic, fresh.group
     port = free_port()
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "json_rows",

@@ -13,7 +13,7 @@ import pytest
 from actors.master import Master
 from settings import load_settings
 from tests.http_server import HttpTestServer
-from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
+from tests.kafkautil import committed, produce, read_jsonl, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -37,9 +37,9 @@ async def run(broker: str, tmp_path: Path, topic: str, group: str, sink: dict[st
 
 @pytest.mark.parametrize("batch", [None, {"max_events": 4, "max_interval_s": 1}],
                          ids=["single", "batched"])
-async def test_events_arrive_in_order_per_partition(broker, tmp_path, batch):
-    topic, group = unique("http-order"), unique("g-http")
-    await create_topic(broker, topic, partitions=3)
+@pytest.mark.parametrize("fresh", [3], indirect=True)
+async def test_events_arrive_in_order_per_partition(fresh, broker, tmp_path, batch):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(60)), partition_of=lambda i: i % 3)
     with HttpTestServer() as api:
         await run(broker, tmp_path, topic, group,
@@ -61,10 +61,9 @@ async def test_events_arrive_in_order_per_partition(broker, tmp_path, batch):
     assert sum((await committed(broker, group, topic, 3)).values()) == 60
 
 
-async def test_5xx_retried_400_dead_lettered_timeout_retried_retry_after_honoured(broker,
+async def test_5xx_retried_400_dead_lettered_timeout_retried_retry_after_honoured(fresh, broker,
                                                                                  tmp_path):
-    topic, group = unique("http-fail"), unique("g-http-fail")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(6)))
     with HttpTestServer() as api:
         api.respond(500, times=2)                   # i=0: two 500s, then 200
@@ -89,10 +88,9 @@ async def test_5xx_retried_400_dead_lettered_timeout_retried_retry_after_honoure
     assert (await committed(broker, group, topic, 1))[0] == 6, "partition moved on"
 
 
-async def test_sigkill_in_flight_then_restart_delivers_everything(broker, tmp_path, kstage):
+async def test_sigkill_in_flight_then_restart_delivers_everything(fresh, broker, tmp_path, kstage):
     """Every event reaches the API at least once; a duplicate carries the same key."""
-    topic, group = unique("http-kill"), unique("g-http-kill")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(30)))
     with HttpTestServer() as api:
         cfg = write_config(tmp_path / "kstage.yml", broker, group,

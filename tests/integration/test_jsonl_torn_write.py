@@ -26,9 +26,7 @@ from tests.kafkautil import (
     PLUGINS,
     KstageProcess,
     committed,
-    create_topic,
     produce,
-    unique,
     wait_until,
     write_config,
 )
@@ -65,9 +63,8 @@ def readable(path: Path) -> tuple[list[dict[str, object]], list[bytes]]:
 
 @pytest.mark.parametrize("then", ["retry", "restart"])
 async def test_rows_after_a_partial_write_stay_readable(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess], then: str) -> None:
-    topic, group = unique("torn"), unique("g-torn")
-    await create_topic(broker, topic)
+        fresh, broker: str, tmp_path: Path, kstage: type[KstageProcess], then: str) -> None:
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i, "pad": "x" * 40} for i in range(EVENTS)))
     out = tmp_path / "out.jsonl"
     cfg = write_config(tmp_path / "kstage.yml", broker, group,

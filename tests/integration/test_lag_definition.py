@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from service.broker import free_port
 from tests.integration.test_ops_tools import cli
 from tests.integration.test_status import samples
-from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
+from tests.kafkautil import committed, produce, read_jsonl, unique, write_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -63,9 +63,8 @@ async def scrape(url: str, group: str, topic: str, proc, timeout: float = 30
         await asyncio.sleep(0.1)
 
 
-async def test_drain_after_a_transaction_commits_the_position(broker, tmp_path, kstage):
-    topic, group = unique("txn"), unique("g-txn")
-    await create_topic(broker, topic, partitions=1)
+async def test_drain_after_a_transaction_commits_the_position(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await asyncio.to_thread(produce_transaction, broker, topic, 5)
     out = tmp_path / "out.jsonl"
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
@@ -79,9 +78,8 @@ async def test_drain_after_a_transaction_commits_the_position(broker, tmp_path, 
     assert (row["committed"], row["high_water"], row["lag"]) == (6, 6, 0), run.output()
 
 
-async def test_running_service_after_a_transaction_shows_lag_zero(broker, tmp_path, kstage):
-    topic, group = unique("txn-run"), unique("g-txn-run")
-    await create_topic(broker, topic, partitions=1)
+async def test_running_service_after_a_transaction_shows_lag_zero(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await asyncio.to_thread(produce_transaction, broker, topic, 5)
     port = free_port()
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
@@ -107,9 +105,9 @@ async def test_running_service_after_a_transaction_shows_lag_zero(broker, tmp_pa
     assert await run.wait() == 0, run.output()
 
 
-async def test_restart_with_nothing_to_read_has_the_lag_of_kstage_lag(broker, tmp_path, kstage):
-    topic, group = unique("idle"), unique("g-idle")
-    await create_topic(broker, topic, partitions=1)
+async def test_restart_with_nothing_to_read_has_the_lag_of_kstage_lag(
+        fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(10)))
     # The group finished an earlier run: offset 10 committed. (Committed outside a group
     # membership: a group whose members all left stays unassigned a while on this broker.)

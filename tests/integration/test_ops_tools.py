@@ -56,9 +56,9 @@ def jsonl_topic(topic: str, out: Path, processor: str = "json_rows") -> list[dic
     return [{"topic": topic, "processor": processor, "sink": {"type": "jsonl", "path": str(out)}}]
 
 
-async def test_lag_after_partial_consumption(broker, tmp_path):
-    topic, group = unique("lag"), unique("g-lag")
-    await create_topic(broker, topic, partitions=2)
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_lag_after_partial_consumption(fresh, broker, tmp_path):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, [{"i": i} for i in range(10)], partition_of=lambda i: i % 2)
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        jsonl_topic(topic, tmp_path / "out.jsonl"))
@@ -91,9 +91,10 @@ async def test_lag_after_partial_consumption(broker, tmp_path):
     assert [(r["committed"], r["lag"]) for r in json.loads(out)] == [(None, 8), (None, 7)]
 
 
-async def test_offsets_reset_moves_the_group_and_refuses_live_members(broker, tmp_path, kstage):
-    topic, group = unique("reset"), unique("g-reset")
-    await create_topic(broker, topic, partitions=2)
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_offsets_reset_moves_the_group_and_refuses_live_members(
+        fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     producer = AIOKafkaProducer(bootstrap_servers=broker)
     await producer.start()
     try:  # one record per batch, distinct timestamps; p0 gets even i, p1 odd i

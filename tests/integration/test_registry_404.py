@@ -18,9 +18,10 @@ import pytest
 from actors.codecs.avro import encode
 from actors.master import Master
 from settings import load_settings
+from tests.conftest import Fresh
 from tests.fake_registry import FakeRegistry
 from tests.integration.test_avro_pipeline import registry_yaml
-from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
+from tests.kafkautil import committed, produce, read_jsonl, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -43,13 +44,12 @@ async def wait_for(predicate: object, what: str, timeout: float = 60) -> None:
 
 
 async def test_a_404_window_after_a_registry_restart_loses_and_dead_letters_nothing(
-    broker: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fresh: Fresh, broker: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="actors.worker")
-    topic, group = unique("reload"), unique("g-reload")
+    topic, group = fresh.topic, fresh.group
     with FakeRegistry() as registry:
         sid = registry.register(f"{topic}-value", json.dumps(EVENT))
-        await create_topic(broker, topic)
         await produce(broker, topic, [encode(EVENT, sid, {"n": n}) for n in range(20)])
         registry.start_reloading()  # restarted: 404 40403 for the id the producer used
         # max_poll_interval_ms shorter than the wait: the member must not be evicted.
@@ -85,11 +85,10 @@ async def test_a_404_window_after_a_registry_restart_loses_and_dead_letters_noth
 
 
 async def test_an_id_unknown_beyond_the_window_is_dead_lettered_and_not_remembered(
-    broker: str, tmp_path: Path
+    fresh: Fresh, broker: str, tmp_path: Path
 ) -> None:
-    topic, group = unique("unknown-id"), unique("g-unknown-id")
+    topic, group = fresh.topic, fresh.group
     with FakeRegistry() as registry:
-        await create_topic(broker, topic)
         # Id 1 is not registered yet: the fake hands it to the first schema registered.
         await produce(broker, topic, [encode(EVENT, 1, {"n": n}) for n in range(3)])
         cfg = config(tmp_path, broker, group, topic, registry, 2)

@@ -116,9 +116,8 @@ async def test_a_failing_api_is_not_ready_loses_nothing_and_recovers(
         assert gaps and min(gaps) >= 1.95, f"Retry-After: 2 honoured: {gaps}"
 
 
-async def test_400_and_422_are_dead_lettered_and_committed(broker, tmp_path):
-    topic, group = unique("http-poison"), unique("g-http-poison")
-    await create_topic(broker, topic)
+async def test_400_and_422_are_dead_lettered_and_committed(fresh, broker, tmp_path):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(4)))
     with HttpTestServer() as api:
         api.respond(422, '{"error": "field i is not a string"}')
@@ -133,9 +132,8 @@ async def test_400_and_422_are_dead_lettered_and_committed(broker, tmp_path):
     assert (await committed(broker, group, topic, 1)) == {0: 4}
 
 
-async def test_retry_statuses_makes_400_retried(broker, tmp_path):
-    topic, group = unique("http-retry400"), unique("g-http-retry400")
-    await create_topic(broker, topic)
+async def test_retry_statuses_makes_400_retried(fresh, broker, tmp_path):
+    topic, group = fresh.topic, fresh.group
     await produce(broker, topic, ({"i": i} for i in range(2)))
     with HttpTestServer() as api:
         api.respond(400, "not yet", times=3)

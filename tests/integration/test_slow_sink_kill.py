@@ -23,9 +23,7 @@ from tests.http_server import HttpTestServer, RecordedRequest
 from tests.kafkautil import (
     KstageProcess,
     committed,
-    create_topic,
     produce,
-    unique,
     wait_until,
     write_config,
 )
@@ -75,10 +73,10 @@ class CommitMonitor:
             await asyncio.sleep(0.1)
 
 
+@pytest.mark.parametrize("fresh", [2], indirect=True)
 async def test_member_killed_during_slow_write_loses_nothing(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
-    topic, group = unique("slow-kill"), unique("g-slow-kill")
-    await create_topic(broker, topic, partitions=2)
+        fresh, broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    topic, group = fresh.topic, fresh.group
     with HttpTestServer() as api:
         api.hang(DELAY_S, times=100_000)  # every write is slow
         cfg = write_config(tmp_path / "kstage.yml", broker, group,

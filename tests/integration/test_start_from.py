@@ -1,6 +1,7 @@
-"""``groups[].start_from`` on the real broker: latest skips the backlog at the process's
-start (and only there), earliest reads everything once more; a worker restarted by the
-supervisor and a rebalance within the run do not seek again."""
+"""``groups[].start_from`` on the real broker, what only a whole run shows: a worker
+restarted by the supervisor and a rebalance within the run do not seek again. That
+latest skips the backlog and earliest reads it once more, the sought offset committed
+at once, is tests/behaviour's (fake consumer and both brokers)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,7 @@ from actors.worker import Worker
 from settings import load_settings
 from tests.kafkautil import (
     FAST_GROUP,
-    committed,
-    create_topic,
     read_jsonl,
-    unique,
     wait_until,
     write_config,
 )
@@ -83,66 +81,10 @@ def rows(tmp_path: Path, out: str) -> list[dict[str, Any]]:
     return read_jsonl(path) if path.exists() else []
 
 
-async def drained_run(path: Path, broker: str) -> Master:
-    master = Master(load_settings(path), broker, drain=True)
-    await asyncio.wait_for(master.run(), 60)
-    return master
-
-
-async def test_latest_skips_the_backlog_only_at_start(broker, tmp_path, caplog):
-    topic, group = unique("sf-latest"), unique("g-sf-latest")
-    await create_topic(broker, topic)
-    await produce_each(broker, topic, [{"i": i, "phase": "old"} for i in range(5)])
-    await drained_run(config(tmp_path, broker, topic, group, "first"), broker)
-    assert (await committed(broker, group, topic, 1))[0] == 5
-    await produce_each(broker, topic, [{"i": i, "phase": "backlog"} for i in range(7)])
-
-    caplog.set_level(logging.INFO, logger=_LOGGER)
-    master = Master(load_settings(config(tmp_path, broker, topic, group, "second",
-                                         start_from="latest")), broker)
-    run = asyncio.create_task(master.run())
-    try:
-        await wait_until(lambda: master.supervisor.children
-                         and worker_of(master).snapshot()["start_from_counts"] == {0: 7},
-                         what="the seek to the end")
-        # The sought position is committed at once, before any new message.
-        await wait_until(lambda: committed_of(master) == 12, what="the commit of 12")
-        assert (await committed(broker, group, topic, 1))[0] == 12
-        await produce_each(broker, topic, [{"i": i, "phase": "new"} for i in range(3)])
-        await wait_until(lambda: len(rows(tmp_path, "second")) == 3, what="the new rows")
-    finally:
-        master.stop()
-        await asyncio.wait_for(run, 30)
-    assert {r["phase"] for r in rows(tmp_path, "second")} == {"new"}
-    assert (await committed(broker, group, topic, 1))[0] == 15
-    lines = [r.getMessage() for r in caplog.records if r.name == _LOGGER]
-    assert any("start_from latest: partition 0 at end offset 12, skipped 7 message(s) "
-               "(from committed offset 5)" in line for line in lines), lines
-
-
-async def test_earliest_reads_everything_once_more(broker, tmp_path, caplog):
-    topic, group = unique("sf-earliest"), unique("g-sf-earliest")
-    await create_topic(broker, topic)
-    await produce_each(broker, topic, [{"i": i} for i in range(5)])
-    await drained_run(config(tmp_path, broker, topic, group, "first"), broker)
-    assert (await committed(broker, group, topic, 1))[0] == 5
-
-    caplog.set_level(logging.INFO, logger=_LOGGER)
-    master = await drained_run(config(tmp_path, broker, topic, group, "again",
-                                      start_from="earliest"), broker)
-    assert [r["i"] for r in rows(tmp_path, "again")] == list(range(5))
-    assert worker_of(master).snapshot()["start_from_counts"] == {0: 5}
-    assert (await committed(broker, group, topic, 1))[0] == 5
-    lines = [r.getMessage() for r in caplog.records if r.name == _LOGGER]
-    assert any("start_from earliest: partition 0 at beginning offset 0, reading 5 "
-               "message(s) again (committed offset 5)" in line for line in lines), lines
-
-
-async def test_a_restarted_worker_does_not_seek_again(broker, tmp_path, caplog):
+async def test_a_restarted_worker_does_not_seek_again(fresh, broker, tmp_path, caplog):
     """A worker that crashes and is replaced within the run continues from the committed
     offset: seeking again would skip the message it crashed on and what came since."""
-    topic, group = unique("sf-crash"), unique("g-sf-crash")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await produce_each(broker, topic, [{"i": i, "phase": "old"} for i in range(4)])
     caplog.set_level(logging.INFO, logger=_LOGGER)
     master = Master(load_settings(config(tmp_path, broker, topic, group, "out",
@@ -173,11 +115,11 @@ async def test_a_restarted_worker_does_not_seek_again(broker, tmp_path, caplog):
     assert len(seeks) == 1, [r.getMessage() for r in seeks]
 
 
-async def test_a_rebalance_within_the_run_does_not_seek_again(broker, tmp_path):
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_a_rebalance_within_the_run_does_not_seek_again(fresh, broker, tmp_path):
     """A second member joins and leaves: the partition that comes back continues from its
     committed offset (the messages produced meanwhile are processed, not skipped)."""
-    topic, group = unique("sf-rebalance"), unique("g-sf-rebalance")
-    await create_topic(broker, topic, partitions=2)
+    topic, group = fresh.topic, fresh.group
     for partition in (0, 1):
         await produce_each(broker, topic, [{"i": i, "p": partition} for i in range(3)],
                            partition)

@@ -12,11 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.broker import free_port
 from tests.kafkautil import (
-    create_topic,
     produce,
     read_jsonl,
     status_port,
-    unique,
     wait_until,
     write_config,
 )
@@ -37,9 +35,9 @@ async def get(url: str) -> httpx.Response:
         return await client.get(url)
 
 
-async def test_metrics_health_and_readiness_of_a_running_service(broker, tmp_path, kstage):
-    topic, group = unique("status"), unique("g-status")
-    await create_topic(broker, topic, partitions=2)
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_metrics_health_and_readiness_of_a_running_service(fresh, broker, tmp_path, kstage):
+    topic, group = fresh.topic, fresh.group
     port = free_port()
     cfg = write_config(tmp_path / "kstage.yml", broker, group,
                        [{"topic": topic, "processor": "test_flaky",

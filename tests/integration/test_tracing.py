@@ -110,10 +110,9 @@ async def test_spans_follow_the_producers_trace_to_the_api_and_the_dead_letter(
     assert headers["traceparent"].decode() == f"00-{PRODUCER_TRACES[1]}-{process[2].span_id}-01"
 
 
-async def test_tracing_on_from_the_environment_over_http(broker: str, tmp_path: Path,
+async def test_tracing_on_from_the_environment_over_http(fresh, broker: str, tmp_path: Path,
                                                         kstage: Any) -> None:
-    topic, group = unique("trace-env"), unique("g-trace-env")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await send(broker, topic, [(None, b'{"i": 0}', [])])
     with OtlpReceiver() as otlp:
         config = write_config(tmp_path / "kstage.yml", broker, group,
@@ -130,9 +129,8 @@ async def test_tracing_on_from_the_environment_over_http(broker: str, tmp_path: 
     assert len(read_jsonl(tmp_path / "o.jsonl")) == 1
 
 
-async def test_tracing_over_grpc(broker: str, tmp_path: Path, kstage: Any) -> None:
-    topic, group = unique("trace-grpc"), unique("g-trace-grpc")
-    await create_topic(broker, topic)
+async def test_tracing_over_grpc(fresh, broker: str, tmp_path: Path, kstage: Any) -> None:
+    topic, group = fresh.topic, fresh.group
     await send(broker, topic, [(b"k", b'{"i": 0}', [("traceparent", traceparent(0))])])
     with OtlpGrpcReceiver() as otlp:
         config = with_observability(write_config(
@@ -159,10 +157,9 @@ sys.exit(code)
 """
 
 
-async def test_tracing_off_kstage_run_imports_no_opentelemetry(broker: str,
+async def test_tracing_off_kstage_run_imports_no_opentelemetry(fresh, broker: str,
                                                               tmp_path: Path) -> None:
-    topic, group = unique("trace-off"), unique("g-trace-off")
-    await create_topic(broker, topic)
+    topic, group = fresh.topic, fresh.group
     await send(broker, topic, [(None, json.dumps({"i": i}).encode(), []) for i in range(3)])
     config = write_config(tmp_path / "kstage.yml", broker, group,
                           [{"topic": topic, "processor": "json_rows",
