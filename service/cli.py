@@ -372,13 +372,14 @@ def _merge(path: str, table: str | None) -> int:
     from actors.sinks.checks import missing_packages
     from actors.sinks.spark.merge import MergeError, merge
 
-    settings = _load_checked(path)
-    configure_logging("WARNING", settings.service.log_format)
-    # The merge runs on Spark: say what to install before loading a table.
+    # The merge runs on Spark: say what to install before reading the file (whose
+    # checks would say it too, per sink, beside what a missing Spark implies).
     missing = missing_packages(["spark"])
     if missing:
         print(f"kstage merge: {'; '.join(missing)}", file=sys.stderr)
         return EXIT_CONFIG
+    settings = _load_checked(path)
+    configure_logging("WARNING", settings.service.log_format)
 
     async def go() -> list[str]:
         async with Resources(settings.spark) as resources:  # stops the SparkActor after
@@ -428,12 +429,12 @@ def _tables(args: argparse.Namespace) -> int:
     from service.ops import tables
 
     command = args.tables_command
-    settings = _load_checked(args.config)
-    configure_logging("WARNING", settings.service.log_format)
     missing = missing_packages(["spark"])
     if missing:
         print(f"kstage tables {command}: {'; '.join(missing)}", file=sys.stderr)
         return EXIT_CONFIG
+    settings = _load_checked(args.config)
+    configure_logging("WARNING", settings.service.log_format)
     if command == "maintain":  # the old directories are not Iceberg's: migrate first
         found = [why for _, why in legacy.problems(settings, args.config)]
         if found:
