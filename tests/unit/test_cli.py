@@ -115,7 +115,7 @@ def test_validate_format_the_processor_does_not_accept(
     code, _, err = run_cli(capsys, "validate", "-c", str(path))
     assert code == 2
     assert "groups[0].topics[0].format" in err
-    assert "'json_rows' accepts ['json', 'avro'], not 'bytes'" in err
+    assert "'json_rows' accepts ['json', 'avro', 'protobuf', 'json_schema'], not 'bytes'" in err
 
 
 def test_validate_warns_that_commit_mode_auto_can_lose_data(
@@ -152,7 +152,7 @@ def test_processors_lists_the_builtins(capsys: pytest.CaptureFixture[str]) -> No
     assert {"json_rows", "log"} <= names
     json_rows = next(line for line in out.splitlines() if line.startswith("json_rows "))
     assert "BROKEN" not in json_rows
-    assert " json/avro " in json_rows
+    assert " json/avro/protobuf/json_schema " in json_rows
 
 
 def test_processors_with_config_shows_topic_users(
