@@ -21,6 +21,7 @@ import importlib.util
 import logging
 from collections.abc import Iterable, Mapping
 
+from actors.record_columns import sink_columns
 from actors.sinks.base import SinkContext
 from actors.sinks.registry import SinkTypeError, build_sink, load
 from processors.base import Processor
@@ -80,7 +81,7 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                 sink = build_sink(named.settings)  # built, never opened
                 sink.bind(SinkContext(
                     label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
-                    processor=topic.processor, columns=tuple(cls.columns), table=cls.table,
+                    processor=topic.processor, columns=sink_columns(topic, cls), table=cls.table,
                     key=tuple(cls.key), settings=settings))
                 # a sink names its keys as under sink:; under sinks: they are sinks.K.<key>
                 problems += [((*here, *_under(key, named.path)), why)
