@@ -1,11 +1,12 @@
 """A topic's record columns (key, headers, timestamp type) and the ``timestamp`` and
 ``decimal(P,S)`` column types, end to end: ``kstage run --drain`` on the real broker into
 every sink at once (JSONL, PostgreSQL append and upsert through Spark's JDBC writer, an
-Iceberg staging table written by Spark), read back with PostgreSQL, with Spark and with
-pyiceberg: the declared types in each table's schema (never strings or floats), the exact
-values, the poison (an undecodable key, a header that is not UTF-8) dead-lettered once,
-and the values a table refuses (a float for a decimal, a decimal it would round)
-dead-lettered by each table sink, never written, never lost.
+Iceberg staging table written by Spark, and its final table merged after the drain), read
+back with PostgreSQL, with Spark and with pyiceberg: the declared types in each table's
+schema (never strings or floats), the exact values, the poison (an undecodable key, a
+header that is not UTF-8) dead-lettered once, and the values a table refuses (a float for
+a decimal, a decimal it would round) dead-lettered by each table sink, never written,
+never lost.
 
 The Iceberg staging table exists before the run, without the record columns (as written
 before the topic declared them): the run adds them as nullable columns. An existing
@@ -36,6 +37,7 @@ from actors.sinks.jdbc import JdbcSink, create_table_sql
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
+from actors.sinks.spark.merge import final_name
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column
 from tests.integration.test_jdbc_sink import PASSWORD, settings
@@ -138,6 +140,7 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     data = yaml.safe_load(cfg.read_text())
     data["spark"] = {"master": "local[1]", "warehouse": spark_settings.warehouse,
                      "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
+    data["merge"] = {"interval_s": 3600}  # once, after the drain
     cfg.write_text(yaml.safe_dump(data))
     proc = kstage(cfg, "--drain")
     assert await proc.wait(timeout=300) == 0, proc.output()
@@ -179,13 +182,15 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     assert sorted(pg_rows(pg, upserted)) == sorted(EXPECTED[1:])  # p1: its newest record
 
     # Iceberg, read with Spark: the old table gained the record columns; DECIMAL, TIMESTAMP
-    def read(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        name = qualified(spark_settings, staging)
-        spark.sql(f"REFRESH TABLE {name}")
-        frame = spark.table(name).orderBy("_offset")
-        return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
+    def read(table: str) -> Any:
+        def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+            name = qualified(spark_settings, table)
+            spark.sql(f"REFRESH TABLE {name}")
+            frame = spark.table(name).orderBy("_offset")
+            return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
+        return run
 
-    rows, dtypes = await jdbc_spark.call(read)
+    rows, dtypes = await jdbc_spark.call(read(staging))
     # the old table's columns, then the ones added (a new column goes last in Iceberg)
     assert list(dtypes) == [c.name for c in PAYMENTS] + [
         iceberg.column_name(c.name) for c in COORDINATES] + ["_ingested_at"] + [
@@ -199,6 +204,15 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     assert [(*r[:2], r[2] and r[2].replace(tzinfo=dt.UTC), *r[3:]) for r in spark_got] == \
         EXPECTED
     assert [r["_offset"] for r in rows] == LANDED
+
+    # the final table (the merge after the drain): one row per id, the newest; typed too
+    final, final_types = await jdbc_spark.call(read(final_name(staging)))
+    assert [(r["id"], r["amount"], r["message_key"], r["trace"], r["_offset"])
+            for r in sorted(final, key=lambda r: r["id"])] == [
+        ("p1", Decimal("9999999999.99"), "p1", "00-def-01", 6), ("p2", Decimal("-0.50"), None,
+                                                                 None, 1)]
+    assert {k: final_types[k] for k in ("amount", "paid_at", "sig")} == {
+        "amount": "decimal(12,2)", "paid_at": "timestamp", "sig": "binary"}
 
     # Iceberg, read with pyiceberg (no Spark): the same types in the table's schema
     reader = IcebergReader({"warehouse": spark_settings.warehouse})
