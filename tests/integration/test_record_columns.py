@@ -40,6 +40,7 @@ from actors.sinks.spark.catalog import qualified
 from actors.sinks.spark.merge import final_name
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column
+from tests.http_server import HttpTestServer
 from tests.integration.test_jdbc_sink import PASSWORD, settings
 from tests.kafkautil import committed, create_topic, read_jsonl, unique, write_config
 from tests.lake import IcebergReader
@@ -130,20 +131,24 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     await jdbc_spark.call(lambda spark: iceberg.create_staging(spark, spark_settings, staging,
                                                                PAYMENTS))
     jdbc = {"url": pg.url, "user": USER, "password": PASSWORD, "jar": JAR}
-    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
-        "topic": topic, "processor": "test_payments", "format": "json", "columns": DECLARED,
-        "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")},
-                  {"type": "jdbc", "name": "pg", "table": appended, **jdbc},
-                  {"type": "jdbc", "name": "pg_upsert", "table": upserted, "mode": "upsert",
-                   **jdbc},
-                  {"type": "spark", "name": "lake", "table": staging}]}])
-    data = yaml.safe_load(cfg.read_text())
-    data["spark"] = {"master": "local[1]", "warehouse": spark_settings.warehouse,
-                     "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
-    data["merge"] = {"interval_s": 3600}  # once, after the drain
-    cfg.write_text(yaml.safe_dump(data))
-    proc = kstage(cfg, "--drain")
-    assert await proc.wait(timeout=300) == 0, proc.output()
+    with HttpTestServer() as api:
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+            "topic": topic, "processor": "test_payments", "format": "json",
+            "columns": DECLARED,
+            "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")},
+                      {"type": "http", "url": f"{api.url}/payments"},
+                      {"type": "jdbc", "name": "pg", "table": appended, **jdbc},
+                      {"type": "jdbc", "name": "pg_upsert", "table": upserted,
+                       "mode": "upsert", **jdbc},
+                      {"type": "spark", "name": "lake", "table": staging}]}])
+        data = yaml.safe_load(cfg.read_text())
+        data["spark"] = {"master": "local[1]", "warehouse": spark_settings.warehouse,
+                         "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
+        data["merge"] = {"interval_s": 3600}  # once, after the drain
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=300) == 0, proc.output()
+        bodies = [r.json for r in api.requests]
     assert await committed(broker, group, topic, 1) == {0: len(RECORDS)}
 
     # dead letters: the two poison messages once each (no sink got them), and each row a
@@ -170,6 +175,8 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
         "message_key": "p1", "trace": "00-abc-01", "sig": "\\xff\x00", "ts_type": "CreateTime",
         "_topic": topic, "_partition": 0, "_offset": 0, "_timestamp": 0}
     assert lines[1]["message_key"] is None and lines[1]["trace"] is None
+    # HTTP: each row one JSON request body, the record columns in, as in the JSONL
+    assert bodies == lines
 
     # PostgreSQL: NUMERIC(12,2) and TIMESTAMPTZ, the record columns typed, exact values
     types = pg_types(pg, appended)
