@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from actors.errors import FatalError
 from actors.sinks import SinkContext
@@ -40,6 +41,7 @@ from actors.sinks.spark.catalog import qualified
 from actors.sinks.spark.merge import final_name
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column
+from tests.brokers import KAFKA
 from tests.http_server import HttpTestServer
 from tests.integration.test_jdbc_sink import PASSWORD, settings
 from tests.kafkautil import committed, create_topic, read_jsonl, unique, write_config
@@ -259,3 +261,40 @@ async def test_an_existing_jdbc_table_without_the_record_columns_is_refused_then
         await sink.close()
     assert pg_rows(pg, table) == [("a", Decimal("0.01"), at(PAID), "k", None, b"\x00",
                                    "LogAppendTime")]
+
+
+@pytest.mark.kafka
+async def test_the_timestamp_type_column_says_log_append_time_when_the_broker_stamped(
+        broker: str, broker_kind: str, tmp_path: Path, kstage: Any) -> None:
+    """A topic with ``message.timestamp.type=LogAppendTime``: the broker's stamp replaces
+    the producer's, and the column says so; a JSON key lands as its JSON text, a string
+    key as it is. Tansu accepts the topic setting but keeps the producer's CreateTime
+    (its records say so, and so does the column)."""
+    group, topic = unique("g-cols-lat"), unique("cols-lat")
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={
+            "message.timestamp.type": "LogAppendTime"})])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    await producer.start()
+    try:
+        for key in (b'{"order":7}', b'"s-1"'):
+            await producer.send_and_wait(topic, b'{"v":1}', key=key, timestamp_ms=1000,
+                                         partition=0)
+    finally:
+        await producer.stop()
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic": topic, "processor": "json_rows", "format": "json", "key_format": "json",
+        "columns": [{"name": "k", "from": "key"}, {"name": "tt", "from": "timestamp_type"}],
+        "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}])
+    proc = kstage(cfg, "--drain")
+    assert await proc.wait(timeout=120) == 0, proc.output()
+    lines = read_jsonl(tmp_path / "out.jsonl")
+    stamped = broker_kind == KAFKA
+    kind = "LogAppendTime" if stamped else "CreateTime"
+    assert [(r["k"], r["tt"]) for r in lines] == [('{"order":7}', kind), ("s-1", kind)]
+    # the broker's time, not the producer's, exactly when the type says so
+    assert [r["_timestamp"] > 1000 for r in lines] == [stamped, stamped]
