@@ -31,7 +31,9 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from fastavro import parse_schema
 
+from actors.codecs.avro import encode
 from actors.errors import FatalError
 from actors.sinks import SinkContext
 from actors.sinks.jdbc import JdbcSink, create_table_sql
@@ -42,6 +44,7 @@ from actors.sinks.spark.merge import final_name
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column
 from tests.brokers import KAFKA
+from tests.fake_registry import FakeRegistry
 from tests.http_server import HttpTestServer
 from tests.integration.test_jdbc_sink import PASSWORD, settings
 from tests.kafkautil import committed, create_topic, read_jsonl, unique, write_config
@@ -298,3 +301,40 @@ async def test_the_timestamp_type_column_says_log_append_time_when_the_broker_st
     assert [(r["k"], r["tt"]) for r in lines] == [('{"order":7}', kind), ("s-1", kind)]
     # the broker's time, not the producer's, exactly when the type says so
     assert [r["_timestamp"] > 1000 for r in lines] == [stamped, stamped]
+
+
+@pytest.mark.kafka
+async def test_an_avro_key_lands_as_its_json_text_and_a_bad_one_is_poison(
+        broker: str, tmp_path: Path, kstage: Any) -> None:
+    """``key_format: avro`` through the schema registry, like an Avro value: a record key
+    lands as its JSON text; a key whose schema id is unknown is poison, dead-lettered with
+    the key format named, and the message never reaches the sink."""
+    group, topic = unique("g-cols-avro"), unique("cols-avro")
+    await create_topic(broker, topic)
+    schema = {"type": "record", "name": "OrderKey",
+              "fields": [{"name": "shop", "type": "string"}, {"name": "n", "type": "long"}]}
+    with FakeRegistry() as registry:
+        sid = registry.register(f"{topic}-key", json.dumps(schema))
+        producer = AIOKafkaProducer(bootstrap_servers=broker)
+        await producer.start()
+        try:
+            for key in (encode(parse_schema(schema), sid, {"shop": "é", "n": 7}),
+                        encode(parse_schema(schema), sid + 99, {"shop": "x", "n": 1})):
+                await producer.send_and_wait(topic, b'{"v":1}', key=key, partition=0)
+        finally:
+            await producer.stop()
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+            "topic": topic, "processor": "json_rows", "format": "json", "key_format": "avro",
+            "columns": [{"name": "k", "from": "key"}],
+            "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}])
+        data = yaml.safe_load(cfg.read_text())
+        data["schema_registry"] = {"url": registry.url, "not_found_retry_s": 0}
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=120) == 0, proc.output()
+    assert [(r["k"], r["_offset"]) for r in read_jsonl(tmp_path / "out.jsonl")] == [
+        ('{"shop":"é","n":7}', 0)]
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    assert [d["offset"] for d in dead] == [1]
+    assert dead[0]["error"].startswith("key (key_format avro): "), dead[0]["error"]
+    assert await committed(broker, group, topic, 1) == {0: 2}
