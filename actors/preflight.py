@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from actors import kafka, tokens, tracing
 from actors.codecs.avro import load_schema
 from actors.codecs.registries import missing_extra
+from actors.record_columns import column_problems
 from actors.sinks.checks import sink_problems
 from processors import registry
 from processors.base import Processor
@@ -171,6 +172,7 @@ def _processor_problems(settings: Settings,
                     yield (*where, "reader_schema"), f"{topic.reader_schema}: {exc}"
             yield from _option_problems(topic.processor, cls, topic.options,
                                         (*where, "options"))
+            yield from column_problems(topic, cls, (*where, "columns"))
     try:
         registry.check_topics(claims)
     except RegistryError as exc:

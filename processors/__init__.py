@@ -4,10 +4,13 @@ from processors.base import (
     COORDINATE_COLUMNS,
     SCHEMA_DIR,
     Column,
+    ColumnType,
     Message,
     NoOptions,
     Processor,
     Row,
+    decimal_type,
+    timestamp_from_millis,
     with_coordinates,
 )
 from processors.errors import PoisonMessage, ProcessorError, RegistryError, Retry
@@ -17,6 +20,7 @@ __all__ = [
     "COORDINATE_COLUMNS",
     "SCHEMA_DIR",
     "Column",
+    "ColumnType",
     "ENTRY_POINT_GROUP",
     "Message",
     "NoOptions",
@@ -28,6 +32,8 @@ __all__ = [
     "Row",
     "available",
     "check_topics",
+    "decimal_type",
     "load",
+    "timestamp_from_millis",
     "with_coordinates",
 ]

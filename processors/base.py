@@ -36,11 +36,13 @@ Processors are found through the entry-point group ``kstage.processors`` (see
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import re
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -54,7 +56,69 @@ COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp")
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 """Avro schemas and DDL shipped with kstage (see the SOURCES.md files for provenance)."""
 
-ColumnType = Literal["string", "int", "long", "double", "boolean", "binary"]
+ColumnType = str
+"""A column's logical type: one of :data:`COLUMN_TYPE_NAMES`, or ``decimal(P,S)`` (see
+:func:`decimal_type`). The values a row may give each type:
+
+* ``string``: str; ``int``/``long``: int (not bool) within 32/64 bits; ``double``: float
+  or int; ``boolean``: bool; ``binary``: bytes;
+* ``timestamp``: a :class:`datetime.datetime` with a time zone (``tzinfo``); a naive one
+  is refused (its instant is unknown), so are strings and numbers: convert epoch
+  milliseconds with :func:`timestamp_from_millis`. Written as the instant, in UTC
+  (Spark/Iceberg ``TIMESTAMP``, PostgreSQL ``TIMESTAMPTZ``), to the microsecond;
+* ``decimal(P,S)``: :class:`decimal.Decimal` (finite) or int, with at most S digits after
+  the point and P - S before it; a float is refused (it is not the amount it was meant to
+  be), so are strings; a value beyond the precision is refused, never rounded. Written as
+  Spark/Iceberg ``DECIMAL(P,S)``, PostgreSQL ``NUMERIC(P,S)``.
+
+A value that does not fit is refused by the table sinks as the row's failure: the row is
+dead-lettered with a reason naming the column."""
+
+COLUMN_TYPE_NAMES = ("string", "int", "long", "double", "boolean", "binary", "timestamp")
+"""The column types without parameters (``decimal(P,S)`` is the one with)."""
+
+MAX_DECIMAL_PRECISION = 38
+"""The largest precision of ``decimal(P,S)`` (Spark's, Iceberg's and Arrow's decimal128)."""
+
+_DECIMAL = re.compile(r"decimal\((\d{1,2}),(\d{1,2})\)")
+
+
+def decimal_type(precision: int, scale: int) -> ColumnType:
+    """The column type ``decimal(precision,scale)``: ``precision`` digits in all
+    (1..38), ``scale`` of them after the point (0..precision)."""
+    kind = f"decimal({precision},{scale})"
+    if decimal_parts(kind) is None:
+        raise ValueError(f"{kind} is not a decimal type: precision 1..{MAX_DECIMAL_PRECISION}, "
+                         "scale 0..precision")
+    return kind
+
+
+def decimal_parts(kind: str) -> tuple[int, int] | None:
+    """``(precision, scale)`` of a ``decimal(P,S)`` type; None for any other string
+    (also for a precision or scale out of range)."""
+    found = _DECIMAL.fullmatch(kind.replace(" ", ""))
+    if found is None:
+        return None
+    precision, scale = int(found[1]), int(found[2])
+    if not (1 <= precision <= MAX_DECIMAL_PRECISION and 0 <= scale <= precision):
+        return None
+    return precision, scale
+
+
+def column_type_problem(kind: object) -> str | None:
+    """Why ``kind`` is not a column type, or None."""
+    if kind in COLUMN_TYPE_NAMES:
+        return None
+    if isinstance(kind, str) and kind.replace(" ", "") == kind and decimal_parts(kind):
+        return None
+    return (f"type {kind!r} is not one of {', '.join(COLUMN_TYPE_NAMES)} or decimal(P,S) "
+            f"(precision P 1..{MAX_DECIMAL_PRECISION}, scale S 0..P, no spaces)")
+
+
+def timestamp_from_millis(millis: int) -> dt.datetime:
+    """A ``timestamp`` column's value from milliseconds since the epoch (UTC), such as
+    :attr:`Message.timestamp`."""
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=millis)
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,7 +127,8 @@ class Column:
 
     Attributes:
         name: column name.
-        type: logical type; staging sinks map it to their own (Spark, JDBC).
+        type: logical type (:data:`ColumnType`); staging sinks map it to their own
+            (Spark, JDBC). ValueError when it is none.
         nullable: False for the source DDL's NOT NULL columns.
         doc: where the value comes from.
     """
@@ -72,6 +137,11 @@ class Column:
     type: ColumnType = "string"
     nullable: bool = True
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        problem = column_type_problem(self.type)
+        if problem is not None:
+            raise ValueError(f"column {self.name!r}: {problem}")
 
 
 class Message(NamedTuple):
@@ -87,6 +157,8 @@ class Message(NamedTuple):
             it belongs to the processor, which may reuse it as a row.
         headers: the record headers as (name, bytes) pairs.
         raw: the undecoded value bytes.
+        timestamp_type: Kafka's timestamp type of the record: 0 CreateTime (set by the
+            producer), 1 LogAppendTime (set by the broker), -1 none or unknown.
     """
 
     topic: str
@@ -97,6 +169,7 @@ class Message(NamedTuple):
     value: Any
     headers: Sequence[tuple[str, bytes]]
     raw: bytes | None
+    timestamp_type: int = -1
 
     def coordinates(self) -> Row:
         """The Kafka coordinate columns every row carries."""

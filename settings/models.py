@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from settings.columns import RecordColumn, distinct_columns
 from settings.identifiers import SqlIdentifier
 from settings.kafka_security import check_security
 from settings.plugins import DuplicatePlugin, pick, registered
@@ -325,7 +326,8 @@ class TopicSettings(_Model):
         "json", description="Value encoding; avro, protobuf and json_schema are read in the "
         "schema registry's wire format with the writer's schema by id.")
     key_format: Literal["bytes", "string", "json", "avro"] = Field(
-        "bytes", description="Key encoding (the processor sees the decoded key)."
+        "bytes", description="Key encoding (the processor sees the decoded key); string "
+        "when columns.key is set and key_format is not."
     )
     reader_schema: str | None = Field(
         None, description="avro: reader schema .avsc file; writer data is resolved to it."
@@ -350,8 +352,20 @@ class TopicSettings(_Model):
         None, description="Messages the processor sees (include/exclude PATH: [VALUE, ...]); "
         "none: every message.")
     options: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
+    columns: list[RecordColumn] | None = Field(
+        None, description="The record's key, headers and timestamp type as extra columns of "
+        "every row: a list of {name, from: key|header|timestamp_type} (see "
+        "settings.columns).")
 
     _topic = field_validator("topic", "processor")(_name)
+    _columns = field_validator("columns")(distinct_columns)
+
+    @model_validator(mode="after")
+    def _key_as_text(self) -> TopicSettings:
+        if (self.columns is not None and any(c.source == "key" for c in self.columns)
+                and "key_format" not in self.model_fields_set):
+            object.__setattr__(self, "key_format", "string")  # frozen: set once, here
+        return self
 
     @field_validator("sinks")
     @classmethod

@@ -48,14 +48,17 @@ def dead_letter_line(
     exc: BaseException,
     attempts: int,
     extra: dict[str, Any] | None = None,
+    timestamp_type: int | None = None,
 ) -> str:
-    """Build one dead-letter JSON line (without the newline)."""
+    """Build one dead-letter JSON line (without the newline); ``timestamp_type``: the
+    record's (0 CreateTime, 1 LogAppendTime), kept for a replay when given."""
     record: dict[str, Any] = {
         "group": group,
         "topic": topic,
         "partition": partition,
         "offset": offset,
         "timestamp": timestamp,
+        **({} if timestamp_type is None else {"timestamp_type": timestamp_type}),
         "key": _b64(key),
         "value": _b64(value),
         "headers": [[k, _b64(v)] for k, v in (headers or ())],

@@ -53,6 +53,8 @@ class NullSink(Sink):
 
 
 def _default(value: object) -> object:
+    """JSON of what a processor may put in a row beyond JSON's types: bytes as text,
+    anything else as its str (a Decimal's exact digits, a datetime with its offset)."""
     if isinstance(value, bytes | bytearray):
         return value.decode("utf-8", "backslashreplace")
     return str(value)

@@ -671,6 +671,8 @@ def _shown(url: str) -> str:
 
 
 def _json_default(value: object) -> object:
+    """JSON of what a processor may put in a row beyond JSON's types: bytes as text,
+    anything else as its str (a Decimal's exact digits, a datetime with its offset)."""
     if isinstance(value, bytes | bytearray):
         return value.decode("utf-8", "backslashreplace")
     return str(value)

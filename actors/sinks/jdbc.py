@@ -78,7 +78,7 @@ from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.sink import SparkTableSink
 from actors.sinks.spark.staging import flush_limits
 from actors.sinks.table.batching import Pending, TableWriter
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_schema
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
 from actors.sinks.table.rows import check, check_rows
 from processors.base import Column, Row
 from settings.identifiers import IDENTIFIER, QualifiedSqlIdentifier, sql_identifier
@@ -152,7 +152,7 @@ def create_table_sql(table: str, columns: Sequence[Column], key: Sequence[str] =
     """The ``CREATE TABLE IF NOT EXISTS`` of a staging table with the processor's
     ``columns`` (the Kafka coordinates and ``_ingested_at`` follow them); with a ``key``
     (``mode: upsert``), its constraint (:func:`~actors.sinks.jdbc_upsert.key_constraint`)."""
-    cols = ", ".join(f'"{c.name}" {COLUMN_TYPES[c.type].postgres}'
+    cols = ", ".join(f'"{c.name}" {column_kind(c.type).postgres}'
                      + ("" if c.nullable else " NOT NULL")
                      for c in (*columns, *COORDINATES, INGESTED_AT))
     if key:
@@ -166,16 +166,20 @@ def table_mismatches(table: str, existing: Sequence[tuple[str, str, bool, bool]]
     ``_ingested_at`` included). ``existing``: (name, format_type, NOT NULL, has default)."""
     found = {name: (kind, notnull, default) for name, kind, notnull, default in existing}
     errors = []
-    missing = [c.name for c in declared if c.name not in found]
+    missing = [c for c in declared if c.name not in found]
     if missing:
-        errors.append(f"table {table} has no column(s) {', '.join(missing)}")
+        added = ", ".join(f'ADD COLUMN "{c.name}" {column_kind(c.type).postgres}'
+                          for c in missing if c.nullable)
+        errors.append(f"table {table} has no column(s) {', '.join(c.name for c in missing)}"
+                      + (f" (ALTER TABLE {table} {added} adds the nullable ones)"
+                         if added else ""))
     for column in declared:
         if column.name not in found:
             continue
         kind, notnull, _ = found[column.name]
-        if not kind.startswith(COLUMN_TYPES[column.type].postgres_found):
+        if not kind.startswith(column_kind(column.type).postgres_found):
             errors.append(f"table {table} column {column.name!r} is {kind}, the processor "
-                          f"declares {column.type} ({COLUMN_TYPES[column.type].postgres})")
+                          f"declares {column.type} ({column_kind(column.type).postgres})")
         if notnull and column.nullable:
             errors.append(f"table {table} column {column.name!r} is NOT NULL but the "
                           "processor declares it nullable")

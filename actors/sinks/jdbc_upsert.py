@@ -44,6 +44,8 @@ would have kept it).
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import math
 from collections.abc import Sequence
@@ -129,6 +131,12 @@ def upsert_sql(qualified: str, columns: Sequence[Column], key: Sequence[str]) ->
 
 
 def _json_value(value: Any) -> Any:
+    """A row value as JSON PostgreSQL's input function reads exactly: bytea as hex, a
+    Decimal as its digits, a datetime in ISO 8601 with its offset."""
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
     if isinstance(value, bytes | bytearray):
         return "\\x" + bytes(value).hex()  # bytea's hex input format
     if isinstance(value, float) and not math.isfinite(value):

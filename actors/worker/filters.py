@@ -37,6 +37,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from settings.models import FilterSettings
+
 Scalar = str | int | float | bool | None
 
 
@@ -102,3 +104,10 @@ class EventFilter:
 
 
 __all__ = ["EventFilter", "Scalar", "lookup"]
+
+
+def compile_filter(settings: FilterSettings | None) -> EventFilter | None:
+    """The matcher of a topic's ``filter:`` (None: every message passes)."""
+    if settings is None or not (settings.include or settings.exclude):
+        return None
+    return EventFilter(settings.include, settings.exclude)

@@ -38,8 +38,9 @@ from actors.deadletters.topic import DeadLetterTopic
 from actors.deadletters.writer import DeadLetters
 from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
+from actors.record_columns import RecordColumns
 from actors.tracing import Tracing, WalkTrace
-from actors.worker.filters import EventFilter
+from actors.worker.filters import compile_filter
 from actors.worker.records import (
     FILTERED,
     Collect,
@@ -101,9 +102,11 @@ class RecordPipeline:
         self.avro_keys = avro_keys if topic.key_format == "avro" else None
         self.decode = value_decoder(topic, self.avro)
         self.decode_key = key_decoder(topic, self.avro_keys)
+        # the topic's columns: (key, headers, timestamp type) added to every row
+        self.record_columns = RecordColumns.of(topic)
         self.savepoints = savepoints
         self.decoded = False  # the records are Messages already (the plugin test kit)
-        self.filter = self.compile_filter(topic.filter)
+        self.filter = compile_filter(topic.filter)
         self.processor: Processor = None  # type: ignore[assignment]  # set by use()
         self.async_transform = False
         if processor is not None:
@@ -121,13 +124,6 @@ class RecordPipeline:
         # Why processing waits instead of progressing (e.g. a registry 404 window), for
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
-
-    @staticmethod
-    def compile_filter(settings: FilterSettings | None) -> EventFilter | None:
-        """The matcher of a topic's ``filter:`` (None: every message passes)."""
-        if settings is None or not (settings.include or settings.exclude):
-            return None
-        return EventFilter(settings.include, settings.exclude)
 
     @classmethod
     def for_processor(cls, processor: Processor, *, topic: str = "topic",
@@ -167,7 +163,7 @@ class RecordPipeline:
         """The hot path applies: no coroutine per message (sync transform, no savepoints,
         keys not decoded)."""
         return (not self.async_transform and not self.savepoints and self.decode_key is None
-                and not self.decoded)
+                and not self.decoded and self.record_columns is None)
 
     # -- decode ----------------------------------------------------------------------
 
@@ -178,6 +174,7 @@ class RecordPipeline:
         return Message(
             rec.topic, rec.partition, rec.offset, rec.timestamp, key,
             self.decode(rec.value), rec.headers, rec.value,  # type: ignore[arg-type]
+            rec.timestamp_type,
         )
 
     async def load_schemas(self, records: Sequence[RecordLike]) -> None:
@@ -403,6 +400,8 @@ class RecordPipeline:
         out = self.processor.transform(msg)
         if inspect.isawaitable(out):  # an async transform (or one returning an awaitable)
             out = await out
+        if self.record_columns is not None:
+            self.record_columns.add(out, msg)
         savepoint = self.savepoints and self.processor.wants_savepoint(msg)
         return out, savepoint
 
@@ -428,7 +427,7 @@ class RecordPipeline:
                 group=self.group_id, topic=rec.topic, partition=rec.partition,
                 offset=rec.offset, timestamp=rec.timestamp, key=rec.key, value=rec.value,
                 headers=rec.headers, processor=self.topic.processor, exc=error,
-                attempts=attempts,
+                attempts=attempts, timestamp_type=rec.timestamp_type,
                 extra=error.details if isinstance(error, PoisonMessage) else None,
             ), self.sleep):
                 raise _DeadLetterAbandoned

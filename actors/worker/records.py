@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from actors.codecs.by_id import SchemaIdDecoder
 from actors.decoding import DECODERS, KEY_DECODERS
 from processors.base import Row
+from processors.errors import PoisonMessage
 from settings.models import TopicSettings
 
 
@@ -38,6 +39,8 @@ class RecordLike(Protocol):
     def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+    @property
+    def timestamp_type(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +54,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes | None]] = ()
-
+    timestamp_type: int = -1  # 0 CreateTime, 1 LogAppendTime, -1 none or unknown
 
 
 class _Filtered(tuple[Row, ...]):
@@ -125,10 +128,22 @@ def value_decoder(topic: TopicSettings, avro: SchemaIdDecoder | None
 
 def key_decoder(topic: TopicSettings, avro_keys: SchemaIdDecoder | None
                 ) -> Callable[[bytes | None], Any] | None:
-    """The decoder of the topic's ``key_format``; None: keys stay bytes."""
-    if avro_keys is not None:
-        return avro_keys.decode
-    return None if topic.key_format == "bytes" else KEY_DECODERS[topic.key_format]
+    """The decoder of the topic's ``key_format``; None: keys stay bytes. A key that does
+    not decode is poison naming the format (``key (key_format avro): ...``)."""
+    if avro_keys is None and topic.key_format == "bytes":
+        return None
+    decode = avro_keys.decode if avro_keys is not None else KEY_DECODERS[topic.key_format]
+    what = f"key (key_format {topic.key_format})"
+
+    def decode_key(raw: bytes | None) -> Any:
+        try:
+            return decode(raw)
+        except PoisonMessage as exc:
+            poison = PoisonMessage(f"{what}: {exc}")
+            poison.details = exc.details
+            raise poison from exc
+
+    return decode_key
 
 
 __all__ = ["FILTERED", "Collect", "Record", "RecordLike", "Route", "key_decoder",

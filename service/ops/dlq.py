@@ -526,7 +526,8 @@ class _Target:
             return None
         record = Record(str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
                         int(rec.get("timestamp") or 0), key, value,
-                        tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()))
+                        tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()),
+                        int(rec.get("timestamp_type", -1)))
         await self.pipeline.load_schemas([record])  # raises what the registry answered
         stats = self.pipeline.stats
         filtered = stats["filtered"]

@@ -3,18 +3,35 @@ processor may declare has its Python, Arrow, Spark and PostgreSQL forms there.""
 
 from __future__ import annotations
 
-import typing
-
-from actors.sinks.jdbc import create_table_sql
+from actors.sinks.jdbc import create_table_sql, table_mismatches
 from actors.sinks.spark.iceberg import schema_change
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, arrow_type
+from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, arrow_type, column_kind
 from actors.sinks.table.rows import TYPES
-from processors.base import Column, ColumnType
+from processors.base import COLUMN_TYPE_NAMES, Column
 
 
 def test_every_declarable_type_is_in_the_one_map() -> None:
-    declarable = set(typing.get_args(ColumnType))
-    assert declarable | {"timestamp"} == set(COLUMN_TYPES) == set(TYPES)
+    assert set(COLUMN_TYPE_NAMES) == set(COLUMN_TYPES) == set(TYPES)
+
+
+def test_decimal_types_are_built_for_their_precision_and_scale() -> None:
+    kind = column_kind("decimal(12,2)")
+    assert (kind.spark_sql, kind.postgres) == ("DECIMAL(12,2)", "NUMERIC(12,2)")
+    assert str(arrow_type("decimal(12,2)")) == "decimal128(12, 2)"
+    sql = create_table_sql("t", [Column("amount", "decimal(12,2)", False),
+                                 Column("at", "timestamp")])
+    assert '"amount" NUMERIC(12,2) NOT NULL, "at" TIMESTAMPTZ, ' in sql
+    # an existing column of another precision is a mismatch, named
+    found = [("amount", "numeric(10,2)", True, False), ("at", "timestamp with time zone",
+                                                         False, False)]
+    assert table_mismatches("t", found, [Column("amount", "decimal(12,2)", False),
+                                         Column("at", "timestamp")]) == [
+        "table t column 'amount' is numeric(10,2), the processor declares decimal(12,2) "
+        "(NUMERIC(12,2))"]
+    added, errors = schema_change({"amount": "decimal(10,2)"},
+                                  (Column("amount", "decimal(12,2)"), Column("at", "timestamp")))
+    assert added == [Column("at", "timestamp")]
+    assert errors[0] == "column 'amount' was decimal(10,2), is now declared decimal(12,2)"
 
 
 def test_each_sink_reads_its_types_from_the_map() -> None:

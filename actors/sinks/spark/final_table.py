@@ -26,7 +26,7 @@ from typing import Any
 
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.catalog import dotted, namespace, qualified
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -102,7 +102,7 @@ def final_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
 
 
 def _ddl(columns: Sequence[Column]) -> str:
-    return ", ".join(f"`{c.name}` {COLUMN_TYPES[c.type].spark_sql}"
+    return ", ".join(f"`{c.name}` {column_kind(c.type).spark_sql}"
                      f"{'' if c.nullable else ' NOT NULL'}" for c in columns)
 
 

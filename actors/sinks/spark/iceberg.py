@@ -37,7 +37,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark.catalog import dotted, namespace, qualified
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INGESTED_AT, spark_schema
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -93,7 +93,7 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
     """Compare a table's columns (name -> Spark simple type string) with the ``declared``
     ones (coordinates included): the new nullable columns, and one message per change that
     is not allowed (a column removed, a type changed, a new NOT NULL column)."""
-    declared_types = {c.name: COLUMN_TYPES[c.type].spark_sql.lower()
+    declared_types = {c.name: column_kind(c.type).spark_sql.lower()
                       for c in (*declared, INGESTED_AT)}
     errors = [f"column {name!r} ({kind}) is no longer declared" for name, kind in
               existing.items() if name not in declared_types]
@@ -113,7 +113,7 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
 
 
 def _ddl_columns(columns: Iterable[Column]) -> str:
-    return ", ".join(f"`{c.name}` {COLUMN_TYPES[c.type].spark_sql}"
+    return ", ".join(f"`{c.name}` {column_kind(c.type).spark_sql}"
                      f"{'' if c.nullable else ' NOT NULL'}" for c in columns)
 
 

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.errors import FatalError
+from actors.record_columns import sink_columns
 from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
@@ -98,21 +99,22 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
             if not isinstance(sink, SparkSinkSettings):
                 continue
             cls = processors[topic.processor]
+            columns = sink_columns(topic, cls)  # the processor's, then the record's
             name = sink.table or cls.table
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
                                        "table; set sink.table")
-            if not cls.columns:
+            if not columns:
                 raise MergeConfigError(f"table {name}: processor {cls.name!r} declares no "
                                        "columns")
-            missing = [k for k in cls.key if k not in {c.name for c in cls.columns}]
+            missing = [k for k in cls.key if k not in {c.name for c in columns}]
             if missing:
                 raise MergeConfigError(f"table {name}: key columns {missing} of processor "
                                        f"{cls.name!r} are not among its columns")
             partition = cls.final_partition
             if partition is not None:
                 pname = partition[0]
-                if not _IDENTIFIER.match(pname) or pname in {c.name for c in cls.columns}:
+                if not _IDENTIFIER.match(pname) or pname in {c.name for c in columns}:
                     raise MergeConfigError(f"table {name}: processor {cls.name!r}: final "
                                            f"partition column {pname!r} must be a new plain "
                                            "identifier (not one of the row's columns)")
@@ -121,10 +123,10 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                                            "final partition but no key")
             seen = found.get(name)
             if seen is None:
-                found[name] = TablePlan(name, final_name(name), tuple(cls.columns),
+                found[name] = TablePlan(name, final_name(name), columns,
                                         tuple(cls.key), (topic.topic,), partition)
                 continue
-            if (seen.columns, seen.key, seen.partition) != (tuple(cls.columns),
+            if (seen.columns, seen.key, seen.partition) != (columns,
                                                             tuple(cls.key), partition):
                 raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
                                        f"{topic.topic!r} feed it with different columns, key "

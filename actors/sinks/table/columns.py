@@ -4,20 +4,22 @@ row and what it is in Arrow, Spark and PostgreSQL.
 A processor declares its columns with the logical types of
 :data:`processors.base.ColumnType`; the sinks add the Kafka coordinates
 (:data:`COORDINATES`) and ``_ingested_at`` (type ``timestamp``, set at flush). Every
-sink-specific name of a type comes from :data:`COLUMN_TYPES`, so a new type is one entry
-here. pyarrow and pyspark are never imported by this module: their types are built by
-functions given the module (:func:`arrow_type`, :func:`spark_type`).
+sink-specific name of a type comes from :func:`column_kind`: :data:`COLUMN_TYPES` for the
+types without parameters (a new type is one entry there), built for ``decimal(P,S)``.
+pyarrow and pyspark are never imported by this module: their types are built by functions
+given the module (:func:`arrow_type`, :func:`spark_type`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from processors.base import Column
+from processors.base import Column, decimal_parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,7 @@ COLUMN_TYPES: dict[str, ColumnKind] = {
                           lambda pa: pa.bool_(), lambda t: t.BooleanType()),
     "binary": ColumnKind(frozenset({bytes, bytearray}), "BINARY", "BYTEA", ("bytea",),
                          lambda pa: pa.binary(), lambda t: t.BinaryType()),
-    # Only the sinks' own ``_ingested_at`` (UTC), never a processor's column.
+    # An instant: an aware datetime, written in UTC (also the sinks' ``_ingested_at``).
     "timestamp": ColumnKind(frozenset({dt.datetime}), "TIMESTAMP", "TIMESTAMPTZ",
                             ("timestamp with time zone", "timestamp without time zone"),
                             lambda pa: pa.timestamp("us", tz="UTC"),
@@ -65,8 +67,23 @@ COLUMN_TYPES: dict[str, ColumnKind] = {
 # The Kafka coordinates every staging row carries (the ingest time is added at flush).
 COORDINATES = (Column("_topic", "string", False), Column("_partition", "int", False),
                Column("_offset", "long", False), Column("_timestamp", "long", True))
-INGESTED_AT = Column("_ingested_at", "timestamp", False)  # type: ignore[arg-type]
+INGESTED_AT = Column("_ingested_at", "timestamp", False)
 INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+
+
+@functools.cache
+def column_kind(kind: str) -> ColumnKind:
+    """What a column type is in each part of a table sink (KeyError: not a type)."""
+    found = COLUMN_TYPES.get(kind)
+    if found is not None:
+        return found
+    parts = decimal_parts(kind)
+    if parts is None:
+        raise KeyError(kind)
+    p, s = parts
+    return ColumnKind(frozenset({decimal.Decimal, int}), f"DECIMAL({p},{s})",
+                      f"NUMERIC({p},{s})", (f"numeric({p},{s})",),
+                      lambda pa: pa.decimal128(p, s), lambda t: t.DecimalType(p, s))
 
 
 @functools.cache
@@ -74,14 +91,14 @@ def arrow_type(kind: str) -> Any:
     """The Arrow type of a column type (cached: every write asks once per column)."""
     import pyarrow as pa  # only with the spark extra
 
-    return COLUMN_TYPES[kind].arrow(pa)
+    return column_kind(kind).arrow(pa)
 
 
 def spark_type(kind: str) -> Any:
     """The Spark type of a column type."""
     from pyspark.sql import types as t  # pyspark only if used
 
-    return COLUMN_TYPES[kind].spark(t)
+    return column_kind(kind).spark(t)
 
 
 def spark_schema(columns: Sequence[Column]) -> Any:
@@ -94,4 +111,4 @@ def spark_schema(columns: Sequence[Column]) -> Any:
 
 
 __all__ = ["COLUMN_TYPES", "COORDINATES", "INGESTED_AT", "INT_RANGE", "ColumnKind",
-           "arrow_type", "spark_schema", "spark_type"]
+           "arrow_type", "column_kind", "spark_schema", "spark_type"]

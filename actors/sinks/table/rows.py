@@ -4,8 +4,10 @@ The staging sinks (:mod:`actors.sinks.spark.sink`, :mod:`actors.sinks.jdbc`) acc
 rows only when every value fits its :class:`~processors.base.Column`: the Python types a
 column type accepts are in :data:`TYPES`, from the one map of column types
 (:mod:`actors.sinks.table.columns`; ``bool`` is not an ``int`` here), ints must fit
-``int``/``long``, a NOT NULL column must have a value. A row that does not fit is refused
-with a reason that names the table, the row's Kafka coordinates and the column.
+``int``/``long``, a ``timestamp`` is an aware datetime (converted to UTC), a
+``decimal(P,S)`` a finite Decimal or int that fits P and S exactly (never rounded), a NOT
+NULL column must have a value (see :data:`processors.base.ColumnType`). A row that does
+not fit is refused with a reason that names the table, the row's Kafka coordinates and the column.
 
 :func:`record_batch` is the Spark sink's path: the rows become one ``pyarrow.RecordBatch``
 as soon as a worker hands them over, checked column by column. Arrow holds a row in a
@@ -18,15 +20,58 @@ pyarrow is imported only inside functions (it comes with the ``spark`` extra).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from actors.sinks.table.columns import COLUMN_TYPES, COORDINATES, INT_RANGE, arrow_type
-from processors.base import Column, Row
+from actors.sinks.table.columns import (
+    COLUMN_TYPES,
+    COORDINATES,
+    INT_RANGE,
+    arrow_type,
+)
+from processors.base import Column, Row, decimal_parts
 
 # The Python types each column type accepts (bool is not an int here: type(True) is bool).
 TYPES: dict[str, frozenset[type]] = {kind: k.python for kind, k in COLUMN_TYPES.items()}
+"""The Python types of each type without parameters (``decimal(P,S)``: Decimal, int)."""
 _NULLABLE_TYPES = {kind: types | {type(None)} for kind, types in TYPES.items()}
+_EXACT = decimal.Context(prec=2 * 38 + 2, traps=[decimal.Inexact, decimal.InvalidOperation])
+
+
+def _timestamp(value: Any) -> dt.datetime:
+    """An aware datetime as its UTC instant; ValueError for anything else."""
+    if not isinstance(value, dt.datetime):
+        raise ValueError(f"value {repr(value)[:80]} ({type(value).__name__}) is not a "
+                         "timestamp: give a datetime with a time zone (epoch milliseconds: "
+                         "timestamp_from_millis)")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"datetime {value.isoformat()} has no time zone, so its instant is "
+                         "unknown: give it a tzinfo (e.g. datetime.UTC)")
+    return value.astimezone(dt.UTC)
+
+
+def _decimal(value: Any, kind: str) -> decimal.Decimal:
+    """``value`` as a Decimal of exactly the scale of ``kind`` (``decimal(P,S)``);
+    ValueError when it is not a finite Decimal or int, or does not fit P and S."""
+    precision, scale = decimal_parts(kind) or (0, 0)
+    if isinstance(value, float):
+        raise ValueError(f"value {value!r} is a float, not a {kind}: a float is not the "
+                         "amount it was meant to be; give a decimal.Decimal (or an int)")
+    if isinstance(value, bool) or not isinstance(value, decimal.Decimal | int):
+        raise ValueError(f"value {repr(value)[:80]} ({type(value).__name__}) is not a "
+                         f"{kind}: give a decimal.Decimal (or an int)")
+    number = decimal.Decimal(value)
+    if not number.is_finite():
+        raise ValueError(f"value {number} is not a finite number, not a {kind}")
+    if number and number.adjusted() + 1 > precision - scale:
+        raise ValueError(f"value {number} has more than {precision - scale} digit(s) before "
+                         f"the point of {kind} (precision {precision}, scale {scale})")
+    try:
+        return number.quantize(decimal.Decimal(1).scaleb(-scale), context=_EXACT)
+    except (decimal.Inexact, decimal.InvalidOperation):
+        raise ValueError(f"value {number} has more than {scale} digit(s) after the point "
+                         f"of {kind}; it is refused, not rounded") from None
 
 
 def check(value: Any, column: Column) -> Any:
@@ -49,6 +94,10 @@ def check(value: Any, column: Column) -> Any:
         ok = isinstance(value, bool)
     elif kind == "binary":
         ok = isinstance(value, bytes | bytearray)
+    elif kind == "timestamp":
+        return _timestamp(value)
+    elif kind not in COLUMN_TYPES:
+        return _decimal(value, kind)
     if not ok:
         shown = repr(value)[:80]
         raise ValueError(f"value {shown} ({type(value).__name__}) is not a {kind}")
@@ -79,7 +128,8 @@ def check_rows(rows: Sequence[Row], columns: Sequence[Column], what: str,
 
 
 def _fits(values: list[Any], column: Column) -> bool:
-    """Whether every value of one column fits it (the fast, column-wise check)."""
+    """Whether every value of one column fits it (the fast, column-wise check; the types
+    that convert values, ``timestamp`` and ``decimal``, are checked by :func:`_converted`)."""
     kinds = set(map(type, values))
     if not kinds <= (_NULLABLE_TYPES if column.nullable else TYPES)[column.type]:
         return False
@@ -88,6 +138,16 @@ def _fits(values: list[Any], column: Column) -> bool:
         lo, hi = INT_RANGE[column.type]
         return bool(lo <= min(present) and max(present) <= hi)
     return True
+
+
+def _converted(values: list[Any], column: Column) -> list[Any]:
+    """One column's values as Arrow takes them (timestamps in UTC, decimals at their
+    scale); ValueError when one does not fit (the rows are then checked one by one)."""
+    if column.type == "timestamp" or column.type not in COLUMN_TYPES:
+        return [check(v, column) for v in values]
+    if not _fits(values, column):
+        raise ValueError(column.name)
+    return values
 
 
 def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
@@ -103,7 +163,9 @@ def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
     names = [c.name for c in columns]
     values = [[row.get(name) for row in rows] for name in names]
     rejected: list[tuple[Row, str]] = []
-    if not all(_fits(v, c) for v, c in zip(values, columns, strict=True)):
+    try:
+        values = [_converted(v, c) for v, c in zip(values, columns, strict=True)]
+    except ValueError:
         good, rejected = check_rows(rows, columns, what)
         values = [list(v) for v in zip(*good, strict=True)] if good else [[] for _ in names]
     # Arrow turns the ints of a double column into floats itself.

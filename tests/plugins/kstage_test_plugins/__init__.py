@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import decimal
 import os
 import time
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ from processors import (
     PoisonMessage,
     Processor,
     Row,
+    decimal_type,
+    timestamp_from_millis,
     with_coordinates,
 )
 
@@ -211,3 +214,31 @@ class VersionsProcessor(Processor):
     def transform(self, message: Message) -> Sequence[Row]:
         value = dict(message.value)
         return [with_coordinates({c.name: value.get(c.name) for c in self.columns}, message)]
+
+
+class PaymentsProcessor(Processor):
+    """Money and time columns: a JSON payment ``{id, amount, paid_ms}`` (``amount`` a
+    string of digits, parsed exactly; ``paid_ms`` epoch milliseconds) gives one row with
+    ``amount`` a ``decimal(12,2)`` and ``paid_at`` a ``timestamp``. A payment whose
+    ``amount`` is a JSON number is passed on as the float it decoded to, so that the table
+    sinks refuse it (a float for a decimal) and dead-letter the row."""
+
+    name = "test_payments"
+    formats = ("json",)
+    table = "stg_payments"
+    key = ("id",)
+    columns = (Column("id", nullable=False), Column("amount", decimal_type(12, 2)),
+               Column("paid_at", "timestamp"))
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        value = message.value
+        amount = value.get("amount")
+        if isinstance(amount, str):
+            try:
+                amount = decimal.Decimal(amount)
+            except decimal.InvalidOperation:
+                raise PoisonMessage(f"amount {amount!r} is not a number") from None
+        paid = value.get("paid_ms")
+        return [with_coordinates({
+            "id": value["id"], "amount": amount,
+            "paid_at": None if paid is None else timestamp_from_millis(paid)}, message)]
