@@ -55,7 +55,8 @@ from actors.sinks.spark.merge_job import (
     describe,
 )
 from actors.sinks.spark.sink import SparkSinkSettings
-from processors.base import Processor
+from processors.base import Processor, table_columns
+from processors.registry import for_options
 from settings.errors import SettingsError
 from settings.models import Settings
 
@@ -97,22 +98,23 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
         for topic, sink in ((t, n.settings) for t in group.topics for n in t.named_sinks()):
             if not isinstance(sink, SparkSinkSettings):
                 continue
-            cls = processors[topic.processor]
+            cls = for_options(processors[topic.processor], topic.options)
+            columns = table_columns(cls)
             name = sink.table or cls.table
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
                                        "table; set sink.table")
-            if not cls.columns:
+            if not columns:
                 raise MergeConfigError(f"table {name}: processor {cls.name!r} declares no "
                                        "columns")
-            missing = [k for k in cls.key if k not in {c.name for c in cls.columns}]
+            missing = [k for k in cls.key if k not in {c.name for c in columns}]
             if missing:
                 raise MergeConfigError(f"table {name}: key columns {missing} of processor "
                                        f"{cls.name!r} are not among its columns")
             partition = cls.final_partition
             if partition is not None:
                 pname = partition[0]
-                if not _IDENTIFIER.match(pname) or pname in {c.name for c in cls.columns}:
+                if not _IDENTIFIER.match(pname) or pname in {c.name for c in columns}:
                     raise MergeConfigError(f"table {name}: processor {cls.name!r}: final "
                                            f"partition column {pname!r} must be a new plain "
                                            "identifier (not one of the row's columns)")
@@ -121,10 +123,10 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                                            "final partition but no key")
             seen = found.get(name)
             if seen is None:
-                found[name] = TablePlan(name, final_name(name), tuple(cls.columns),
+                found[name] = TablePlan(name, final_name(name), tuple(columns),
                                         tuple(cls.key), (topic.topic,), partition)
                 continue
-            if (seen.columns, seen.key, seen.partition) != (tuple(cls.columns),
+            if (seen.columns, seen.key, seen.partition) != (tuple(columns),
                                                             tuple(cls.key), partition):
                 raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
                                        f"{topic.topic!r} feed it with different columns, key "
