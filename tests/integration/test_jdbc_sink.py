@@ -154,7 +154,8 @@ async def test_a_table_that_does_not_fit_stops_the_sink_at_open(
     message = str(caught.value)
     assert message.startswith(f"jdbc sink stg_jdbc_narrow at {running.url}: ")
     assert "table stg_jdbc_narrow has no column(s) dataset, partition_name, " in message
-    assert "log_event_time, _offset, _timestamp, _ingested_at;" in message
+    assert ("log_event_time, _offset, _timestamp, _ingested_at (ALTER TABLE stg_jdbc_narrow "
+            'ADD COLUMN "partition_name" TEXT, ' in message)  # nullable ones: NOT NULL need values
     assert "column '_partition' is bigint, the processor declares int" not in message
     assert "column 'record_count' is text, the processor declares long (BIGINT)" in message
     assert ("column 'partition_type' is NOT NULL but the processor declares it nullable"

@@ -1,11 +1,12 @@
 """A topic's record columns (key, headers, timestamp type) and the ``timestamp`` and
 ``decimal(P,S)`` column types, end to end: ``kstage run --drain`` on the real broker into
 every sink at once (JSONL, PostgreSQL append and upsert through Spark's JDBC writer, an
-Iceberg staging table written by Spark), read back with PostgreSQL, with Spark and with
-pyiceberg: the declared types in each table's schema (never strings or floats), the exact
-values, the poison (an undecodable key, a header that is not UTF-8) dead-lettered once,
-and the values a table refuses (a float for a decimal, a decimal it would round)
-dead-lettered by each table sink, never written, never lost.
+Iceberg staging table written by Spark, and its final table merged after the drain), read
+back with PostgreSQL, with Spark and with pyiceberg: the declared types in each table's
+schema (never strings or floats), the exact values, the poison (an undecodable key, a
+header that is not UTF-8) dead-lettered once, and the values a table refuses (a float for
+a decimal, a decimal it would round) dead-lettered by each table sink, never written,
+never lost.
 
 The Iceberg staging table exists before the run, without the record columns (as written
 before the topic declared them): the run adds them as nullable columns. An existing
@@ -29,15 +30,22 @@ from typing import Any
 import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from fastavro import parse_schema
 
+from actors.codecs.avro import encode
 from actors.errors import FatalError
 from actors.sinks import SinkContext
 from actors.sinks.jdbc import JdbcSink, create_table_sql
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
+from actors.sinks.spark.merge import final_name
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column
+from tests.brokers import KAFKA
+from tests.fake_registry import FakeRegistry
+from tests.http_server import HttpTestServer
 from tests.integration.test_jdbc_sink import PASSWORD, settings
 from tests.kafkautil import committed, create_topic, read_jsonl, unique, write_config
 from tests.lake import IcebergReader
@@ -128,19 +136,24 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     await jdbc_spark.call(lambda spark: iceberg.create_staging(spark, spark_settings, staging,
                                                                PAYMENTS))
     jdbc = {"url": pg.url, "user": USER, "password": PASSWORD, "jar": JAR}
-    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
-        "topic": topic, "processor": "test_payments", "format": "json", "columns": DECLARED,
-        "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")},
-                  {"type": "jdbc", "name": "pg", "table": appended, **jdbc},
-                  {"type": "jdbc", "name": "pg_upsert", "table": upserted, "mode": "upsert",
-                   **jdbc},
-                  {"type": "spark", "name": "lake", "table": staging}]}])
-    data = yaml.safe_load(cfg.read_text())
-    data["spark"] = {"master": "local[1]", "warehouse": spark_settings.warehouse,
-                     "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
-    cfg.write_text(yaml.safe_dump(data))
-    proc = kstage(cfg, "--drain")
-    assert await proc.wait(timeout=300) == 0, proc.output()
+    with HttpTestServer() as api:
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+            "topic": topic, "processor": "test_payments", "format": "json",
+            "columns": DECLARED,
+            "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")},
+                      {"type": "http", "url": f"{api.url}/payments"},
+                      {"type": "jdbc", "name": "pg", "table": appended, **jdbc},
+                      {"type": "jdbc", "name": "pg_upsert", "table": upserted,
+                       "mode": "upsert", **jdbc},
+                      {"type": "spark", "name": "lake", "table": staging}]}])
+        data = yaml.safe_load(cfg.read_text())
+        data["spark"] = {"master": "local[1]", "warehouse": spark_settings.warehouse,
+                         "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
+        data["merge"] = {"interval_s": 3600}  # once, after the drain
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=300) == 0, proc.output()
+        bodies = [r.json for r in api.requests]
     assert await committed(broker, group, topic, 1) == {0: len(RECORDS)}
 
     # dead letters: the two poison messages once each (no sink got them), and each row a
@@ -167,6 +180,8 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
         "message_key": "p1", "trace": "00-abc-01", "sig": "\\xff\x00", "ts_type": "CreateTime",
         "_topic": topic, "_partition": 0, "_offset": 0, "_timestamp": 0}
     assert lines[1]["message_key"] is None and lines[1]["trace"] is None
+    # HTTP: each row one JSON request body, the record columns in, as in the JSONL
+    assert bodies == lines
 
     # PostgreSQL: NUMERIC(12,2) and TIMESTAMPTZ, the record columns typed, exact values
     types = pg_types(pg, appended)
@@ -179,13 +194,15 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     assert sorted(pg_rows(pg, upserted)) == sorted(EXPECTED[1:])  # p1: its newest record
 
     # Iceberg, read with Spark: the old table gained the record columns; DECIMAL, TIMESTAMP
-    def read(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        name = qualified(spark_settings, staging)
-        spark.sql(f"REFRESH TABLE {name}")
-        frame = spark.table(name).orderBy("_offset")
-        return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
+    def read(table: str) -> Any:
+        def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+            name = qualified(spark_settings, table)
+            spark.sql(f"REFRESH TABLE {name}")
+            frame = spark.table(name).orderBy("_offset")
+            return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
+        return run
 
-    rows, dtypes = await jdbc_spark.call(read)
+    rows, dtypes = await jdbc_spark.call(read(staging))
     # the old table's columns, then the ones added (a new column goes last in Iceberg)
     assert list(dtypes) == [c.name for c in PAYMENTS] + [
         iceberg.column_name(c.name) for c in COORDINATES] + ["_ingested_at"] + [
@@ -199,6 +216,15 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     assert [(*r[:2], r[2] and r[2].replace(tzinfo=dt.UTC), *r[3:]) for r in spark_got] == \
         EXPECTED
     assert [r["_offset"] for r in rows] == LANDED
+
+    # the final table (the merge after the drain): one row per id, the newest; typed too
+    final, final_types = await jdbc_spark.call(read(final_name(staging)))
+    assert [(r["id"], r["amount"], r["message_key"], r["trace"], r["_offset"])
+            for r in sorted(final, key=lambda r: r["id"])] == [
+        ("p1", Decimal("9999999999.99"), "p1", "00-def-01", 6), ("p2", Decimal("-0.50"), None,
+                                                                 None, 1)]
+    assert {k: final_types[k] for k in ("amount", "paid_at", "sig")} == {
+        "amount": "decimal(12,2)", "paid_at": "timestamp", "sig": "binary"}
 
     # Iceberg, read with pyiceberg (no Spark): the same types in the table's schema
     reader = IcebergReader({"warehouse": spark_settings.warehouse})
@@ -238,3 +264,77 @@ async def test_an_existing_jdbc_table_without_the_record_columns_is_refused_then
         await sink.close()
     assert pg_rows(pg, table) == [("a", Decimal("0.01"), at(PAID), "k", None, b"\x00",
                                    "LogAppendTime")]
+
+
+@pytest.mark.kafka
+async def test_the_timestamp_type_column_says_log_append_time_when_the_broker_stamped(
+        broker: str, broker_kind: str, tmp_path: Path, kstage: Any) -> None:
+    """A topic with ``message.timestamp.type=LogAppendTime``: the broker's stamp replaces
+    the producer's, and the column says so; a JSON key lands as its JSON text, a string
+    key as it is. Tansu accepts the topic setting but keeps the producer's CreateTime
+    (its records say so, and so does the column)."""
+    group, topic = unique("g-cols-lat"), unique("cols-lat")
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={
+            "message.timestamp.type": "LogAppendTime"})])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    await producer.start()
+    try:
+        for key in (b'{"order":7}', b'"s-1"'):
+            await producer.send_and_wait(topic, b'{"v":1}', key=key, timestamp_ms=1000,
+                                         partition=0)
+    finally:
+        await producer.stop()
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic": topic, "processor": "json_rows", "format": "json", "key_format": "json",
+        "columns": [{"name": "k", "from": "key"}, {"name": "tt", "from": "timestamp_type"}],
+        "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}])
+    proc = kstage(cfg, "--drain")
+    assert await proc.wait(timeout=120) == 0, proc.output()
+    lines = read_jsonl(tmp_path / "out.jsonl")
+    stamped = broker_kind == KAFKA
+    kind = "LogAppendTime" if stamped else "CreateTime"
+    assert [(r["k"], r["tt"]) for r in lines] == [('{"order":7}', kind), ("s-1", kind)]
+    # the broker's time, not the producer's, exactly when the type says so
+    assert [r["_timestamp"] > 1000 for r in lines] == [stamped, stamped]
+
+
+@pytest.mark.kafka
+async def test_an_avro_key_lands_as_its_json_text_and_a_bad_one_is_poison(
+        broker: str, tmp_path: Path, kstage: Any) -> None:
+    """``key_format: avro`` through the schema registry, like an Avro value: a record key
+    lands as its JSON text; a key whose schema id is unknown is poison, dead-lettered with
+    the key format named, and the message never reaches the sink."""
+    group, topic = unique("g-cols-avro"), unique("cols-avro")
+    await create_topic(broker, topic)
+    schema = {"type": "record", "name": "OrderKey",
+              "fields": [{"name": "shop", "type": "string"}, {"name": "n", "type": "long"}]}
+    with FakeRegistry() as registry:
+        sid = registry.register(f"{topic}-key", json.dumps(schema))
+        producer = AIOKafkaProducer(bootstrap_servers=broker)
+        await producer.start()
+        try:
+            for key in (encode(parse_schema(schema), sid, {"shop": "é", "n": 7}),
+                        encode(parse_schema(schema), sid + 99, {"shop": "x", "n": 1})):
+                await producer.send_and_wait(topic, b'{"v":1}', key=key, partition=0)
+        finally:
+            await producer.stop()
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+            "topic": topic, "processor": "json_rows", "format": "json", "key_format": "avro",
+            "columns": [{"name": "k", "from": "key"}],
+            "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}])
+        data = yaml.safe_load(cfg.read_text())
+        data["schema_registry"] = {"url": registry.url, "not_found_retry_s": 0}
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=120) == 0, proc.output()
+    assert [(r["k"], r["_offset"]) for r in read_jsonl(tmp_path / "out.jsonl")] == [
+        ('{"shop":"é","n":7}', 0)]
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    assert [d["offset"] for d in dead] == [1]
+    assert dead[0]["error"].startswith("key (key_format avro): "), dead[0]["error"]
+    assert await committed(broker, group, topic, 1) == {0: 2}

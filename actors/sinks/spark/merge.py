@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.errors import FatalError
+from actors.record_columns import sink_columns
 from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
@@ -55,7 +56,7 @@ from actors.sinks.spark.merge_job import (
     describe,
 )
 from actors.sinks.spark.sink import SparkSinkSettings
-from processors.base import Processor, table_columns
+from processors.base import Processor
 from processors.registry import for_options
 from settings.errors import SettingsError
 from settings.models import Settings
@@ -99,7 +100,7 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
             if not isinstance(sink, SparkSinkSettings):
                 continue
             cls = for_options(processors[topic.processor], topic.options)
-            columns = table_columns(cls)
+            columns = sink_columns(topic, cls)  # the processor's, then the record's
             name = sink.table or cls.table
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
@@ -123,10 +124,10 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                                            "final partition but no key")
             seen = found.get(name)
             if seen is None:
-                found[name] = TablePlan(name, final_name(name), tuple(columns),
+                found[name] = TablePlan(name, final_name(name), columns,
                                         tuple(cls.key), (topic.topic,), partition)
                 continue
-            if (seen.columns, seen.key, seen.partition) != (tuple(columns),
+            if (seen.columns, seen.key, seen.partition) != (columns,
                                                             tuple(cls.key), partition):
                 raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
                                        f"{topic.topic!r} feed it with different columns, key "
