@@ -44,7 +44,8 @@ default: ``decimal(P,S)`` from Connect's Decimal (bytes, or their base64 in JSON
 unscaled value; Avro's decimal logical type; ``{"scale", "value"}`` of a variable scale)
 or from a string with ``decimal_handling: string``; ``timestamp`` from ISO 8601 text
 (``timestamptz``: ZonedTimestamp) or from epoch numbers (``timestamp``: microseconds,
-unless the JSON schema names Debezium's millisecond or nanosecond type); ``binary`` from
+unless the JSON schema names Debezium's millisecond, nanosecond or date type: a ``date``
+is midnight UTC of its day); ``binary`` from
 bytes or base64 text. A value that does not convert is poison naming the column.
 """
 
@@ -175,6 +176,8 @@ def _converted(value: Any, column: Column, semantic: str | None, mode: str) -> A
         return None
     kind = column.type
     if kind == "timestamp":
+        if semantic == "io.debezium.time.Date" and isinstance(value, int):
+            return _EPOCH + dt.timedelta(days=value)  # a date: days since the epoch
         return _timestamp(value, _TIME_UNITS.get(semantic or "", 1_000_000))
     if kind == "binary":
         return _bytes(value)

@@ -1,7 +1,7 @@
 """Deletions (a processor's rows marked ``_is_deleted``) in the real sinks: the JDBC upsert
 table keeps a deleted key as a row marked deleted, so the newest offset wins also against
 a delete (a replayed older upsert never brings the row back); a JDBC append table, the
-Iceberg staging table and JSONL keep the deletion as a row with its marker; the final
+Iceberg staging table, JSONL and HTTP keep the deletion as a row with its marker; the final
 table's MERGE deletes the row. The rows are the ``debezium`` processor's, from events in
 Debezium's own JSON format; the last test runs ``kstage run --drain`` on the real broker.
 
@@ -32,6 +32,7 @@ from processors.base import DELETED, Message, Processor, Row, table_columns
 from processors.debezium import DebeziumProcessor
 from processors.registry import for_options
 from settings.models import Settings
+from tests.http_server import HttpTestServer
 from tests.integration.test_jdbc_sink import PASSWORD, settings
 from tests.kafkautil import committed, create_topic, read_jsonl, unique, write_config
 from tests.postgres import JAR, USER, Postgres
@@ -210,20 +211,23 @@ async def test_kstage_run_lands_deletes_from_the_broker_in_every_sink(
     finally:
         await producer.stop()
     login = {"url": pg.url, "user": USER, "password": PASSWORD, "jar": JAR}
-    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
-        "topic": topic, "processor": "debezium", "format": "json", "key_format": "json",
-        "options": OPTIONS,
-        "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")},
-                  {"type": "jdbc", "name": "pg", "table": upserted, "mode": "upsert",
-                   **login},
-                  {"type": "spark", "name": "lake", "table": staging}]}])
-    data = yaml.safe_load(cfg.read_text())
-    data["spark"] = {"master": "local[1]", "warehouse": warehouse,
-                     "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
-    data["merge"] = {"interval_s": 1}
-    cfg.write_text(yaml.safe_dump(data))
-    proc = kstage(cfg, "--drain")
-    assert await proc.wait(timeout=300) == 0, proc.output()
+    with HttpTestServer() as api:
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+            "topic": topic, "processor": "debezium", "format": "json", "key_format": "json",
+            "options": OPTIONS,
+            "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")},
+                      {"type": "http", "url": f"{api.url}/customers"},
+                      {"type": "jdbc", "name": "pg", "table": upserted, "mode": "upsert",
+                       **login},
+                      {"type": "spark", "name": "lake", "table": staging}]}])
+        data = yaml.safe_load(cfg.read_text())
+        data["spark"] = {"master": "local[1]", "warehouse": warehouse,
+                         "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
+        data["merge"] = {"interval_s": 1}
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=300) == 0, proc.output()
+        bodies = [r.json for r in api.requests]
     assert await committed(broker, group, topic, 1) == {0: len(events)}
     assert not (tmp_path / "dead.jsonl").exists()
 
@@ -231,6 +235,7 @@ async def test_kstage_run_lands_deletes_from_the_broker_in_every_sink(
     assert [(r["_offset"], r["id"], r["_op"], r[DELETED]) for r in lines] == [
         (0, 1, "r", False), (1, 2, "c", False), (2, 1, "u", False), (3, 2, "d", True),
         (5, 3, "c", False), (6, 3, "d", True)]
+    assert bodies == lines  # HTTP: each row a request body, a deletion with its marker
     assert lines[3]["_source_lsn"] == 40 and lines[3]["_source_txid"] == 4
     assert pg_rows(pg, upserted) == [(1, "a2@x", False, 2, "u"), (2, None, True, 3, "d"),
                                      (3, None, True, 6, "d")]

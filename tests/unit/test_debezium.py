@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ from processors.registry import for_options, load
 from service.cli import main
 from settings.models import TopicSettings
 from tests.doc_blocks import run_block
-from tests.unit.test_validate import HEAD, only, validate
+from tests.kafkautil import PLUGINS
+from tests.unit.test_validate import HEAD, ROOT, only, validate
 
 OPTIONS = {"table": "customers", "key_columns": ["id"],
            "columns": [{"name": "id", "type": "int"}, {"name": "email"},
@@ -100,10 +103,13 @@ def test_json_with_schema_and_avro_decoded_envelopes() -> None:
     schema = {"type": "struct", "fields": [
         {"type": "struct", "field": "before", "fields": []},
         {"type": "struct", "field": "after", "fields": [
-            {"type": "int64", "field": "born", "name": "io.debezium.time.Timestamp"}]}]}
+            {"type": "int64", "field": "born", "name": "io.debezium.time.Timestamp"},
+            {"type": "int32", "field": "updated_at", "name": "io.debezium.time.Date"}]}]}
+    after["updated_at"] = 2  # days
     [row] = processor().transform(message({"schema": schema,
                                            "payload": event("c", None, after)}))
     assert row["born"] == dt.datetime(1970, 1, 2, 0, 0, 0, 1000, dt.UTC)
+    assert row["updated_at"] == dt.datetime(1970, 1, 3, tzinfo=dt.UTC)
     assert row["balance"] == Decimal("1.00")
     # Avro: the decoded record holds bytes and a Decimal of the logical type
     avro = image(3, "c@x", 0) | {"balance": Decimal("3.10")}
@@ -186,3 +192,20 @@ async def test_the_plugin_guides_deletion_example_deletes_on_a_tombstone() -> No
          "_offset": 1, "_timestamp": 10},
         {"id": "a1", DELETED: True, "_topic": "accounts", "_partition": 0, "_offset": 2,
          "_timestamp": 11}]
+
+
+def test_run_exits_2_on_a_sink_that_cannot_take_deletions(tmp_path: Path) -> None:
+    path = tmp_path / "kstage.yml"
+    path.write_text("name: run-no-deletes\nkafka: {bootstrap: \"127.0.0.1:9\"}\n"
+                    "service: {http_port: 0}\n" + HEAD.split("\n", 3)[3]
+                    + DEBEZIUM.replace("40,2", "10,2")
+                    + "        sink: {type: test_typed, dir: out}\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "run", "-c", str(path)], cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PLUGINS)},
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"kstage: {path}: groups[0].topics[0].processor (line 7): processor 'debezium' emits "
+        "deletions and a test_typed sink cannot take them (its SinkCapabilities.deletes is "
+        "False); use a sink that can (jsonl, http, spark, jdbc)"]
