@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 
+from actors.errors import FatalError
 from actors.preflight import resolve_processors
 from actors.sinks import SinkContext
-from actors.sinks.jdbc import JdbcSink
+from actors.sinks.jdbc import JdbcSink, create_table_sql
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
@@ -103,6 +105,28 @@ async def test_jdbc_upsert_deletes_by_key_and_a_delete_is_a_version(
     assert pg_rows(pg, table)[0] == (1, "again@x", False, 6, "c")
     live = pg.psql(f'SELECT id FROM "{table}" WHERE NOT _is_deleted ORDER BY id')  # noqa: S608
     assert live == [["1"], ["2"]]
+
+
+async def test_an_upsert_table_made_before_deletions_is_refused_then_takes_them(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    """A JDBC table created before its processor emitted deletions has no _is_deleted:
+    refused at open, naming the column and the ALTER TABLE that adds it; after it, the
+    sink deletes."""
+    pg, table = running, "dbz_upsert_old"
+    pg.psql(create_table_sql(table, CUSTOMERS.columns, CUSTOMERS.key))
+    pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
+    with pytest.raises(FatalError) as refused:
+        await jdbc(jdbc_spark, pg, table, "upsert")
+    message = str(refused.value)
+    assert f"table {table} has no column(s) {DELETED}" in message, message
+    alter = re.search(r"\(ALTER TABLE .*? adds the nullable ones\)", message)
+    assert alter is not None, message
+    pg.psql(alter.group(0)[1:-len(" adds the nullable ones)")])
+    sink = await jdbc(jdbc_spark, pg, table, "upsert")
+    async with asyncio.timeout(90):
+        await sink.write([change("c", 1, "a@x", 1), change("d", 1, None, 2)])
+        await sink.close()
+    assert pg_rows(pg, table) == [(1, None, True, 2, "d")]
 
 
 async def test_jdbc_append_keeps_each_deletion_as_a_row_with_its_marker(
