@@ -34,7 +34,6 @@ from tests.postgres import DATABASE, JAR, USER, Postgres, postgres_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.cdc, pytest.mark.timeout(900)]
 
-SOURCE = "shop"
 OPTIONS = {"key_columns": ["id"], "columns": [
     {"name": "id", "type": "int"}, {"name": "email"},
     {"name": "balance", "type": "decimal(12,2)"}, {"name": "updated_at", "type": "timestamp"},
@@ -50,12 +49,13 @@ def pg() -> Iterator[Postgres]:
 class Source:
     """The source table, and how many records Debezium writes for what is done to it."""
 
-    def __init__(self, pg: Postgres) -> None:
+    def __init__(self, pg: Postgres, database: str) -> None:
         self.pg = pg
+        self.database = database
         self.events = 0
 
     def sql(self, statement: str, events: int) -> None:
-        self.pg.psql(statement, database=SOURCE)
+        self.pg.psql(statement, database=self.database)
         self.events += events
 
     def insert(self, ids: range) -> None:
@@ -75,7 +75,7 @@ class Source:
                  2 * len(ids))
 
     def rows(self) -> list[tuple[Any, ...]]:
-        return rows(self.pg, "customers", SOURCE)
+        return rows(self.pg, "customers", self.database)
 
 
 def rows(pg: Postgres, table: str, database: str, where: str = "TRUE",
@@ -130,15 +130,16 @@ async def test_debezium_changes_land_equal_to_the_source_also_after_a_kill(
     prefix = unique("dbz").replace("-", "_")
     topic = f"{prefix}.public.customers"
     upserted, staging = f"{prefix}_customers", f"stg_{prefix}"
-    pg.psql(f"CREATE DATABASE {SOURCE}", database="postgres")
+    # a source database per test: the module's server serves both brokers' runs
+    pg.psql(f"CREATE DATABASE {prefix}", database="postgres")
     pg.psql("CREATE TABLE customers (id INT PRIMARY KEY, email TEXT NOT NULL, "
-            "balance NUMERIC(12,2), updated_at TIMESTAMPTZ, note TEXT)", database=SOURCE)
-    source = Source(pg)
+            "balance NUMERIC(12,2), updated_at TIMESTAMPTZ, note TEXT)", database=prefix)
+    source = Source(pg, prefix)
     source.insert(range(1, 21))  # the snapshot reads these (op r)
     await create_topic(broker, topic)
     run_dir = tmp_path / "connect"
     run_dir.mkdir()
-    worker = DebeziumWorker(run_dir, broker, pg.port, SOURCE, ["public.customers"], prefix)
+    worker = DebeziumWorker(run_dir, broker, pg.port, prefix, ["public.customers"], prefix)
     worker.start()
     try:
         await all_events(broker, topic, source, worker)
