@@ -65,6 +65,11 @@ def sink_columns(topic: TopicSettings, processor: type[Processor]) -> tuple[Colu
     return (*table_columns(processor), *extra_columns(topic))
 
 
+def record_column_names(topic: TopicSettings) -> tuple[str, ...]:
+    """The names of the topic's ``columns:``, in order."""
+    return tuple(c.name for c in topic.columns or ())
+
+
 def column_problems(topic: TopicSettings, processor: type[Processor],
                     where: tuple[str | int, ...]) -> Iterator[Problem]:
     """The extra columns that collide with a processor column or a coordinate, each at
@@ -147,4 +152,4 @@ class RecordColumns:
 
 
 __all__ = ["RESERVED", "TIMESTAMP_TYPES", "RecordColumns", "column_problems",
-           "extra_columns", "sink_columns"]
+           "extra_columns", "record_column_names", "sink_columns"]

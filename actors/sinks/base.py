@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from actors.sink_health import SinkHealth
     from settings.models import Settings
 
-Problem = tuple[tuple[str, ...], str]
+Problem = tuple[tuple[str | int, ...], str]
 """``(key, why)``: a setting a sink refuses (see :meth:`Sink.check`)."""
 
 RefuseRows = Callable[[list[Row], int, str], Awaitable[None] | None]
@@ -128,6 +128,9 @@ class SinkContext:
             each failed attempt there, keyed ``(topic, partition)``.
         refuse: dead-letters rows the sink refuses for good; None: a refusal raises
             :class:`~actors.errors.SinkError` (the batch is retried, nothing is lost).
+        record_columns: the names, in order, of the topic's ``columns:`` (the record's
+            key, headers, timestamp type) among ``columns``, for problems to name them
+            where they are declared.
     """
 
     label: str = ""
@@ -142,6 +145,7 @@ class SinkContext:
     resources: Resources | None = None
     health: SinkHealth | None = None
     refuse: RefuseRows | None = None
+    record_columns: tuple[str, ...] = ()
 
 
 class Sink(abc.ABC):

@@ -21,7 +21,7 @@ import importlib.util
 import logging
 from collections.abc import Iterable, Mapping
 
-from actors.record_columns import sink_columns
+from actors.record_columns import record_column_names, sink_columns
 from actors.sinks.base import SinkContext
 from actors.sinks.registry import SinkTypeError, build_sink, load
 from processors.base import Processor
@@ -84,14 +84,15 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                 sink.bind(SinkContext(
                     label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
                     processor=topic.processor, columns=sink_columns(topic, cls), table=cls.table,
-                    key=tuple(cls.key), emits_deletes=cls.emits_deletes, settings=settings))
+                    record_columns=record_column_names(topic), key=tuple(cls.key),
+                    emits_deletes=cls.emits_deletes, settings=settings))
                 # a sink names its keys as under sink:; under sinks: they are sinks.K.<key>
                 problems += [((*here, *_under(key, named.path)), why)
                              for key, why in sink.check()]
     return problems
 
 
-def _under(key: tuple[str, ...], path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+def _under(key: tuple[str | int, ...], path: tuple[str | int, ...]) -> tuple[str | int, ...]:
     """A sink's problem ``key`` (relative to the topic, ``("sink", ...)`` for its own
     keys) for the sink at ``path`` of the topic."""
     if key and key[0] == "sink":

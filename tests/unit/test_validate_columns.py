@@ -100,3 +100,19 @@ def test_run_exits_2_on_a_column_that_collides(tmp_path: Path) -> None:
         f"kstage: {path}: groups[0].topics[0].columns[0].name (line 10): column '_topic' is one "
         "of the coordinate columns every row has (_topic, _partition, _offset, _timestamp, "
         "_ingested_at); choose another name"]
+
+
+def test_a_record_column_a_sink_reserves_is_named_where_it_is_declared(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Iceberg reserves ``_file`` (a metadata column): a spark sink refuses it, at the
+    topic's columns entry, not at the processor."""
+    path, lines = validate(tmp_path, capsys, HEAD + """\
+        processor: test_payments
+        sink: {type: spark}
+        columns:
+          - {name: message_key, from: key}
+          - {name: _file, from: timestamp_type}
+""")
+    why = only(lines, path, "groups[0].topics[0].columns[1].name", 11)
+    assert why == ("spark sink stg_payments: column name '_file' is reserved by the sink; "
+                   "choose another name")

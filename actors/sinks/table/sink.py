@@ -68,12 +68,18 @@ class TableSink(Sink):
         if not self.columns:
             return [(("processor",), f"{self.type} sink: {self._what()} declares no columns "
                      f"for table {self.table!r}; a {self.type} sink needs a typed schema")]
+        declared = self.context.record_columns
         bad = [c.name for c in self.columns
                if not IDENTIFIER.match(c.name) or c.name in reserved]
-        if bad:
-            return [(("processor",), f"{self.type} sink {self.table}: bad or reserved column "
-                     f"names {bad} (of {self._what()})")]
-        return []
+        own = [name for name in bad if name not in declared]
+        problems: list[Problem] = []
+        if own:
+            problems.append((("processor",), f"{self.type} sink {self.table}: bad or reserved "
+                             f"column names {own} (of {self._what()})"))
+        problems += [(("columns", declared.index(name), "name"), f"{self.type} sink "
+                      f"{self.table}: column name {name!r} is reserved by the sink; choose "
+                      "another name") for name in bad if name in declared]
+        return problems
 
     def _refuse_problems(self) -> None:
         """FatalError naming the first problem :meth:`check` finds (``open`` of a sink
