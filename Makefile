@@ -7,8 +7,12 @@ KAFKA_JARS := tests/jars/kafka/lib
 KAFKA_STAMP := $(KAFKA_JARS)/.fetched
 # The Iceberg REST catalog server of the tests (tests/rest_catalog.py), by mvn.
 NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
+# Kafka Connect with Debezium's PostgreSQL connector, for the change data end-to-end test
+# (tests/debezium_connect.py, `make cdc-e2e`), by mvn.
+DEBEZIUM_JARS := tests/jars/debezium/lib
+DEBEZIUM_STAMP := $(DEBEZIUM_JARS)/.fetched
 
-.PHONY: demo test lint setup jars kafka-jars peer-jars tools
+.PHONY: demo test lint setup jars kafka-jars peer-jars tools debezium-jars cdc-e2e
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -26,6 +30,14 @@ $(KAFKA_STAMP): tests/jars/kafka/pom.xml .ci/system-deps
 	touch $(KAFKA_STAMP)
 
 kafka-jars: $(KAFKA_STAMP)
+
+$(DEBEZIUM_STAMP): tests/jars/debezium/pom.xml .ci/system-deps
+	bash .ci/system-deps
+	rm -rf $(DEBEZIUM_JARS)
+	mvn -q -B -f tests/jars/debezium/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(DEBEZIUM_JARS)
+	touch $(DEBEZIUM_STAMP)
+
+debezium-jars: $(DEBEZIUM_STAMP)
 
 # The peers of bench/peers/ (Spark's Kafka source and Avro functions; Kafka Connect and
 # Apache Iceberg's sink connector), from Maven Central by mvn, one pinned POM per set.
@@ -88,10 +100,16 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "not cdc"
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests
 	$(VENV)/bin/pip install -q -e examples/kstage-example-sink
 	$(VENV)/bin/pytest examples/kstage-example-sink/tests
 	$(VENV)/bin/pip install -q -e examples/kstage-example-token-provider
 	$(VENV)/bin/pytest examples/kstage-example-token-provider/tests
+
+# Change data capture end to end with Debezium itself (PostgreSQL -> Debezium in Kafka
+# Connect -> both brokers -> kstage -> JDBC upsert and Iceberg final tables, kstage killed
+# midway): three JVMs at once, a few minutes, so apart from `make test`.
+cdc-e2e: lint jars $(KAFKA_STAMP) $(DEBEZIUM_STAMP)
+	$(VENV)/bin/pytest -m cdc -n 0 tests/integration/test_debezium_cdc.py

@@ -29,6 +29,7 @@ from actors.resources import Resources
 from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.worker import Worker
 from actors.worker.start_from import StartRegistry
+from processors.registry import for_options
 from settings.models import GroupSettings, Settings, TopicSettings
 from settings.suggest import did_you_mean
 
@@ -106,7 +107,8 @@ class Master:
                                         not_found_retry_s=retry_s)
             return Worker(
                 settings=self.settings, group=group, topic=topic,
-                processor_cls=self.processors[topic.processor], bootstrap=self.bootstrap,
+                processor_cls=for_options(self.processors[topic.processor], topic.options),
+                bootstrap=self.bootstrap,
                 drain=self.drain, on_drained=self._worker_drained,
                 sleep=self._retry_sleep, incarnation=incarnation,
                 avro=avro, avro_keys=avro_keys, metrics=self.metrics,

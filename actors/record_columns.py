@@ -20,7 +20,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from processors.base import COORDINATE_COLUMNS, Column, Message, Processor, Row
+from processors.base import (
+    COORDINATE_COLUMNS,
+    Column,
+    Message,
+    Processor,
+    Row,
+    table_columns,
+)
 from processors.errors import PoisonMessage
 from processors.jsonfast import dumps_compact
 from settings.columns import RecordColumn
@@ -55,7 +62,7 @@ def sink_columns(topic: TopicSettings, processor: type[Processor]) -> tuple[Colu
     (none for a processor that declares no columns: the sink refuses it anyway)."""
     if not processor.columns:
         return ()
-    return (*processor.columns, *extra_columns(topic))
+    return (*table_columns(processor), *extra_columns(topic))
 
 
 def record_column_names(topic: TopicSettings) -> tuple[str, ...]:
@@ -67,7 +74,7 @@ def column_problems(topic: TopicSettings, processor: type[Processor],
                     where: tuple[str | int, ...]) -> Iterator[Problem]:
     """The extra columns that collide with a processor column or a coordinate, each at
     its ``name`` under ``where`` (the topic's ``columns``)."""
-    own = {c.name for c in processor.columns}
+    own = {c.name for c in table_columns(processor)}
     for k, declared in enumerate(topic.columns or ()):
         name = declared.name
         if name in RESERVED:

@@ -2,6 +2,7 @@
 
 from processors.base import (
     COORDINATE_COLUMNS,
+    DELETED,
     SCHEMA_DIR,
     Column,
     ColumnType,
@@ -10,6 +11,8 @@ from processors.base import (
     Processor,
     Row,
     decimal_type,
+    deletion,
+    table_columns,
     timestamp_from_millis,
     with_coordinates,
 )
@@ -18,6 +21,7 @@ from processors.registry import ENTRY_POINT_GROUP, available, check_topics, load
 
 __all__ = [
     "COORDINATE_COLUMNS",
+    "DELETED",
     "SCHEMA_DIR",
     "Column",
     "ColumnType",
@@ -33,7 +37,9 @@ __all__ = [
     "available",
     "check_topics",
     "decimal_type",
+    "deletion",
     "load",
+    "table_columns",
     "timestamp_from_millis",
     "with_coordinates",
 ]

@@ -53,6 +53,11 @@ Row = dict[str, Any]
 
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp")
 
+DELETED = "_is_deleted"
+"""The marker column of a processor that emits deletions (:attr:`Processor.emits_deletes`):
+True on a deletion (see :func:`deletion`), False on every other row (kstage sets it). Not
+``_deleted``: Iceberg reserves that name for a metadata column."""
+
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 """Avro schemas and DDL shipped with kstage (see the SOURCES.md files for provenance)."""
 
@@ -228,8 +233,24 @@ class Processor:
     data to a reader schema only when the topic names one (``reader_schema`` in the
     topic's settings); otherwise values are read as written."""
 
+    emits_deletes: ClassVar[bool] = False
+    """The processor may return deletions (rows made by :func:`deletion`): its rows then
+    all carry the boolean column ``_is_deleted`` (:data:`DELETED`; kstage sets False on the
+    others), its table sinks add that column, and a sink that cannot take a deletion is
+    refused at start. A deletion carries the key columns only, so every column but the
+    key must be nullable (checked at start)."""
+
     options_model: ClassVar[type[BaseModel]] = NoOptions
     """The pydantic model of the topic's ``options`` (see the module docstring)."""
+
+    @classmethod
+    def configured(cls, options: Mapping[str, Any] | BaseModel | None) -> type[Processor]:
+        """The class whose ``table``, ``columns`` and ``key`` describe the rows made with
+        these topic ``options``: ``cls`` itself, unless the rows' shape comes from the
+        options (a processor told its table's columns, like ``debezium``), which then
+        returns a subclass with them set. kstage asks it once per topic, before anything
+        starts (pydantic.ValidationError for options it refuses)."""
+        return cls
 
     def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
         """Validate ``options`` into :attr:`options_model`.
@@ -265,6 +286,26 @@ class Processor:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def table_columns(processor: type[Processor]) -> tuple[Column, ...]:
+    """The typed columns of ``processor``'s rows: its ``columns``, then ``_is_deleted``
+    (boolean) when it emits deletions; empty when it declares none."""
+    if processor.columns and processor.emits_deletes:
+        return (*processor.columns, Column(DELETED, "boolean",
+                                           doc="True: the row of this key was deleted"))
+    return processor.columns
+
+
+def deletion(key: Mapping[str, Any], message: Message) -> Row:
+    """The row that deletes the row of ``key`` (the natural key's columns and values),
+    for a processor with :attr:`~Processor.emits_deletes`: the key, ``_is_deleted`` True and
+    the Kafka coordinates of ``message`` (a delete is a version: the newest offset wins).
+    Table sinks in upsert mode and the final table's merge delete the key's row; staging
+    tables, JSONL and HTTP sinks keep the deletion as a row with its marker."""
+    row: Row = dict(key)
+    row[DELETED] = True
+    return with_coordinates(row, message)
 
 
 def with_coordinates(row: Row, message: Message) -> Row:

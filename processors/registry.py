@@ -7,8 +7,9 @@ path. Classes are imported lazily, only for the names a configuration uses.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint
+from typing import Any
 
 from processors.base import Processor
 from processors.errors import RegistryError
@@ -16,6 +17,16 @@ from processors.errors import RegistryError
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "kstage.processors"
+
+
+def for_options(cls: type[Processor], options: Mapping[str, Any] | None) -> type[Processor]:
+    """The class describing a topic's rows (:meth:`Processor.configured
+    <processors.base.Processor.configured>`); ``cls`` when the options are refused (what
+    ``validate`` and ``run`` report at the topic's ``options``, before anything starts)."""
+    try:
+        return cls.configured(options)
+    except Exception:  # noqa: BLE001 - reported as the topic's options problem
+        return cls
 
 
 def _entry_points() -> dict[str, list[EntryPoint]]:

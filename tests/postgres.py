@@ -49,8 +49,9 @@ def _free_port() -> int:
 class Postgres:
     """One PostgreSQL server: :meth:`start`, :meth:`stop`, :meth:`psql`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, settings: dict[str, str] | None = None) -> None:
         self.bin = _bin_dir()
+        self.settings = settings or {}  # server settings (-c name=value), e.g. wal_level
         self.root = root
         self.data = root / "data"
         self.log = root / "postgres.log"
@@ -85,7 +86,8 @@ class Postgres:
 
     def start(self) -> None:
         opts = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories="
-                f"{self.root} -c fsync=off -c full_page_writes=off")
+                f"{self.root} -c fsync=off -c full_page_writes=off"
+                + "".join(f" -c {k}={v}" for k, v in self.settings.items()))
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
                   "-o", opts, "-w", "-t", "60", "start")
         self.running = True
@@ -150,15 +152,16 @@ class Postgres:
         raise AssertionError(f"postgres on port {self.port} still accepts connections")
 
 
-def postgres_server() -> Iterator[Postgres]:
+def postgres_server(settings: dict[str, str] | None = None) -> Iterator[Postgres]:
     """A started server with database and role ``kstage``; stopped and removed at the end.
+    ``settings``: server settings (``{"wal_level": "logical"}`` for change data capture).
 
     Its directory is a fresh one under the system temp dir, not pytest's ``tmp_path``:
     pytest keeps its base temp dir private to the current user (0700), which the
     ``postgres`` user could not enter."""
     root = Path(tempfile.mkdtemp(prefix="kstage-pg-"))
     try:
-        server = Postgres(root).init()
+        server = Postgres(root, settings).init()
         server.start()
         try:
             server.create_database()

@@ -90,6 +90,10 @@ class SinkCapabilities:
         stores_offsets: the sink commits, with its rows, how far each Kafka partition is
             in it (see :meth:`Sink.assigned`); the worker hands it positions
             (:meth:`Sink.write_at`).
+        deletes: the sink honours deletions (rows with ``_is_deleted`` True, see
+            :attr:`Processor.emits_deletes <processors.base.Processor.emits_deletes>`):
+            it deletes the key's row or keeps the deletion with its marker. A processor
+            that emits deletions cannot feed a sink without it (refused at start).
     """
 
     pipelined: bool = False
@@ -97,6 +101,7 @@ class SinkCapabilities:
     needs_columns: bool = False
     refuses_rows: bool = False
     stores_offsets: bool = False
+    deletes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,8 @@ class SinkContext:
         table: the processor's default table name ("" when it has none).
         key: the processor's natural key (:attr:`Processor.key
             <processors.base.Processor.key>`; empty when it declares none).
+        emits_deletes: the processor may emit deletions (:attr:`Processor.emits_deletes
+            <processors.base.Processor.emits_deletes>`).
         settings: the process settings (a sink reads its process-wide section, e.g.
             ``spark:``); None in tests that build a sink alone.
         resources: the process's shared resources (the SparkActor the spark and jdbc
@@ -133,6 +140,7 @@ class SinkContext:
     columns: tuple[Column, ...] = ()
     table: str = ""
     key: tuple[str, ...] = ()
+    emits_deletes: bool = False
     settings: Settings | None = None
     resources: Resources | None = None
     health: SinkHealth | None = None
@@ -179,13 +187,27 @@ class Sink(abc.ABC):
         (``("sink", "table")``, ``("processor",)``). ``kstage validate`` and ``run`` report
         them with file and line before anything starts. The default finds a sink that
         needs typed columns (:attr:`SinkCapabilities.needs_columns`) fed by a processor
-        that declares none; a sink that overrides it adds its own checks to these."""
+        that declares none, and one that cannot take deletions
+        (:attr:`SinkCapabilities.deletes`) fed by a processor that emits them; a sink that
+        overrides it adds its own checks to these."""
+        processor = (f"processor {self.context.processor!r}" if self.context.processor
+                     else "the processor")
+        if self.context.emits_deletes and not self.capabilities.deletes:
+            return [(("processor",), f"{processor} emits deletions and a {self.type} sink "
+                     "cannot take them (its SinkCapabilities.deletes is False); use a sink "
+                     "that can (jsonl, http, spark, jdbc)")]
         if self.capabilities.needs_columns and not self.context.columns:
-            processor = (f"processor {self.context.processor!r}" if self.context.processor
-                         else "the processor")
             return [(("processor",), f"{processor} declares no columns; a {self.type} sink "
                      "writes a typed table and needs them (use a processor with columns, "
                      "or another sink type)")]
+        if self.capabilities.needs_columns and self.context.emits_deletes:
+            required = [c.name for c in self.context.columns
+                        if not c.nullable and c.name not in self.context.key]
+            if required:
+                return [(("processor",), f"{processor} emits deletions, which carry only "
+                         f"the key ({', '.join(self.context.key) or 'none declared'}), but "
+                         f"declares column(s) {', '.join(required)} NOT NULL; make them "
+                         "nullable")]
         return []
 
     @property

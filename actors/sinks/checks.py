@@ -25,6 +25,7 @@ from actors.record_columns import record_column_names, sink_columns
 from actors.sinks.base import SinkContext
 from actors.sinks.registry import SinkTypeError, build_sink, load
 from processors.base import Processor
+from processors.registry import for_options
 from settings.loader import ConfigPath
 from settings.models import Settings
 
@@ -68,7 +69,8 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
     for gi, group in enumerate(settings.groups):
         for ti, topic in enumerate(group.topics):
             here: ConfigPath = ("groups", gi, "topics", ti)
-            cls = processors.get(topic.processor)
+            found = processors.get(topic.processor)
+            cls = None if found is None else for_options(found, topic.options)
             for named in topic.named_sinks():
                 where: ConfigPath = (*here, *named.path)
                 kind = named.settings.type
@@ -82,8 +84,8 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                 sink.bind(SinkContext(
                     label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
                     processor=topic.processor, columns=sink_columns(topic, cls), table=cls.table,
-                    record_columns=record_column_names(topic),
-                    key=tuple(cls.key), settings=settings))
+                    record_columns=record_column_names(topic), key=tuple(cls.key),
+                    emits_deletes=cls.emits_deletes, settings=settings))
                 # a sink names its keys as under sink:; under sinks: they are sinks.K.<key>
                 problems += [((*here, *_under(key, named.path)), why)
                              for key, why in sink.check()]

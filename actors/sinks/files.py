@@ -14,7 +14,7 @@ from pydantic import Field
 
 from actors.appends import torn_tail, write_all
 from actors.errors import SinkError
-from actors.sinks.base import Sink, SinkSettingsBase
+from actors.sinks.base import Sink, SinkCapabilities, SinkSettingsBase
 from processors.base import Row
 from processors.jsonfast import dumps_compact
 
@@ -44,6 +44,7 @@ class NullSink(Sink):
 
     type = "null"
     settings_model = NullSinkSettings
+    capabilities = SinkCapabilities(deletes=True)
 
     def __init__(self, settings: NullSinkSettings | None = None) -> None:
         self.settings = settings or NullSinkSettings()
@@ -71,10 +72,13 @@ class JsonlSink(Sink):
     the first write after :meth:`open` and after a failed write, the sink looks at the
     file's last byte and, if it is not a newline, starts its write with one: the fragment
     stays an unreadable line of its own and the rows written again after it stay whole.
+
+    A deletion (``_is_deleted`` true) is a line like any row, with its marker.
     """
 
     type = "jsonl"
     settings_model = JsonlSinkSettings
+    capabilities = SinkCapabilities(deletes=True)
 
     @classmethod
     def from_settings(cls, settings: SinkSettingsBase) -> JsonlSink:

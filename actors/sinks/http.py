@@ -406,8 +406,9 @@ class HttpSink(Sink):
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.settings = settings
+        # A deletion is posted like any row, its ``_is_deleted`` marker in the body.
         self.capabilities = SinkCapabilities(max_concurrency=settings.max_concurrency,
-                                             refuses_rows=True)
+                                             refuses_rows=True, deletes=True)
         self.max_interval_s = settings.batch.max_interval_s if settings.batch else None
         self.stats = {"requests": 0, "retries": 0, "refused_rows": 0}
         self._retry_statuses = frozenset(settings.retry_statuses)

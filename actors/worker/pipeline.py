@@ -49,7 +49,7 @@ from actors.worker.records import (
     key_decoder,
     value_decoder,
 )
-from processors.base import Message, Processor, Row
+from processors.base import DELETED, Message, Processor, Row
 from processors.errors import PoisonMessage, ProcessorError
 from settings.models import FailureMode, FailureSettings, FilterSettings, TopicSettings
 
@@ -108,7 +108,7 @@ class RecordPipeline:
         self.decoded = False  # the records are Messages already (the plugin test kit)
         self.filter = compile_filter(topic.filter)
         self.processor: Processor = None  # type: ignore[assignment]  # set by use()
-        self.async_transform = False
+        self.async_transform = self.deletes = False
         if processor is not None:
             self.use(processor)
         self.stats = stats if stats is not None else {}
@@ -134,8 +134,7 @@ class RecordPipeline:
         kit, benchmarks): ``format: json`` values unless ``decode`` is given, keys as
         bytes, the topic's ``filter`` if given, failures thrown (``MessageFailedError``;
         a walk with ``policy=False`` raises them as they are). ``decoded``: the records
-        walked are :class:`~processors.base.Message` objects already, walked as they
-        are."""
+        walked are :class:`~processors.base.Message` objects already, walked as is."""
         settings = TopicSettings.model_construct(topic=topic, processor=processor.name,
                                                  filter=filter)
         failure = FailurePolicy(FailureSettings(mode=FailureMode.THROW), no_wait)
@@ -149,6 +148,7 @@ class RecordPipeline:
         """Transform with ``processor`` (the worker builds it when it runs)."""
         self.processor = processor
         self.async_transform = inspect.iscoroutinefunction(processor.transform)
+        self.deletes = processor.emits_deletes  # each row then says if it is a deletion
 
     def keeps(self, value: Any) -> bool:
         """Whether the topic's filter lets a decoded ``value`` reach the processor; a
@@ -161,9 +161,9 @@ class RecordPipeline:
     @property
     def sync(self) -> bool:
         """The hot path applies: no coroutine per message (sync transform, no savepoints,
-        keys not decoded)."""
+        keys not decoded, no columns added)."""
         return (not self.async_transform and not self.savepoints and self.decode_key is None
-                and not self.decoded and self.record_columns is None)
+                and not self.decoded and self.record_columns is None and not self.deletes)
 
     # -- decode ----------------------------------------------------------------------
 
@@ -402,6 +402,8 @@ class RecordPipeline:
             out = await out
         if self.record_columns is not None:
             self.record_columns.add(out, msg)
+        for row in out if self.deletes else ():  # not marked: not a deletion
+            row.setdefault(DELETED, False)
         savepoint = self.savepoints and self.processor.wants_savepoint(msg)
         return out, savepoint
 

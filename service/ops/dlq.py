@@ -72,6 +72,7 @@ from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.pipeline import RecordPipeline, no_wait
 from actors.worker.records import Collect, Record
 from processors.base import Processor
+from processors.registry import for_options
 from service.ops.lag import (
     OpsError,
     admin_client,
@@ -585,7 +586,8 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
             return "topic not in the configuration"
         group, topic = found
         if id(topic) not in targets:
-            targets[id(topic)] = _Target(settings, group, topic, classes[topic.processor],
+            targets[id(topic)] = _Target(settings, group, topic,
+                                         for_options(classes[topic.processor], topic.options),
                                          registry, id_type, resources)
         target = targets[id(topic)]
         await target.start(stack)

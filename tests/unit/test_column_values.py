@@ -7,8 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,6 +14,7 @@ from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.rows import check, check_rows, record_batch
 from processors import testing
 from processors.base import Column, decimal_type, timestamp_from_millis
+from tests.doc_blocks import run_block
 
 MONEY = Column("amount", "decimal(7,2)")
 AT = Column("at", "timestamp")
@@ -109,12 +108,7 @@ def test_a_column_of_no_type_is_refused_when_declared(bad: str) -> None:
 
 def test_the_plugin_guides_money_and_time_example_gives_rows_that_fit() -> None:
     """docs/plugins.md's Payments processor runs, and its rows fit its columns."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
-    at = text.index("class Payments(Processor)")
-    code = text[text.rindex("```python", 0, at) + len("```python"):text.index("```", at)]
-    namespace: dict[str, Any] = {}
-    exec(compile(code, "docs/plugins.md", "exec"), namespace)  # noqa: S102 - our own docs
-    payments = namespace["Payments"]()
+    payments = run_block("docs/plugins.md", "class Payments(Processor)")["Payments"]()
     rows = payments.transform(testing.message(
         {"id": "p1", "amount": "12.34", "paid_ms": 1_700_000_000_123}, offset=5))
     good, bad = check_rows(rows, (*payments.columns, *COORDINATES), "stg_payments")

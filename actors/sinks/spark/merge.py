@@ -57,6 +57,7 @@ from actors.sinks.spark.merge_job import (
 )
 from actors.sinks.spark.sink import SparkSinkSettings
 from processors.base import Processor
+from processors.registry import for_options
 from settings.errors import SettingsError
 from settings.models import Settings
 
@@ -98,7 +99,7 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
         for topic, sink in ((t, n.settings) for t in group.topics for n in t.named_sinks()):
             if not isinstance(sink, SparkSinkSettings):
                 continue
-            cls = processors[topic.processor]
+            cls = for_options(processors[topic.processor], topic.options)
             columns = sink_columns(topic, cls)  # the processor's, then the record's
             name = sink.table or cls.table
             if not name:

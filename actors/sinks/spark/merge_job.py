@@ -17,7 +17,8 @@ returns: :class:`TablePlan`, :class:`MergeResult`).
 4. those rows are folded with the final rows of their groups, read at the final table's
    snapshot of step 1 (:mod:`actors.sinks.spark.merge_fold`);
 5. the rows the final table must take are merged by one ``MERGE INTO`` (matched and later
-   in the fold's order: update; not matched: insert), whose commit carries the end
+   in the fold's order: update, or delete when the row is a deletion, ``_is_deleted``; not
+   matched: insert, unless a deletion), whose commit carries the end
    snapshot and the counts in its summary (``spark.sql.iceberg.snapshot-property.*``,
    set around the statement on this thread). When no row changes, a commit of no file
    records the end anyway, so the next merge starts there.
@@ -41,7 +42,7 @@ from typing import Any
 from actors.sinks.spark import final_table, iceberg
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.merge_fold import beats, fold, group_columns, null_safe, order
-from processors.base import Column
+from processors.base import DELETED, Column
 
 logger = logging.getLogger(__name__)
 
@@ -312,10 +313,17 @@ class MergeJob:
         sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
         names = ", ".join(f"`{c}`" for c in columns)
         values = ", ".join(f"s.`{c}`" for c in columns)
+        # A deletion that wins deletes the key's row; one of a row it does not hold
+        # inserts nothing (the final table's _is_deleted stays false). NULL: a row staged
+        # before the processor emitted deletions.
+        deleted = f"coalesce(s.`{DELETED}`, false)" if DELETED in columns else ""
+        matched = (f"WHEN MATCHED AND ({later}) AND {deleted} THEN DELETE "
+                   if deleted else "")
+        insert = f"WHEN NOT MATCHED AND NOT {deleted}" if deleted else "WHEN NOT MATCHED"
         statement = (f"MERGE INTO {qualified(self.settings, self.item.final_table)} t "  # noqa: S608
-                     f"USING {view} s ON {on} "
+                     f"USING {view} s ON {on} {matched}"
                      f"WHEN MATCHED AND ({later}) THEN UPDATE SET {sets} "
-                     f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})")
+                     f"{insert} THEN INSERT ({names}) VALUES ({values})")
         # Materialized: the statement's plan then holds no reference to the tables read
         # (Spark 4.1 cannot plan a MERGE whose source view reads an Iceberg table at a
         # snapshot: "No plan for TableReference"), and the source cannot change under it.

@@ -84,7 +84,7 @@ class SparkSink(SparkTableSink):
     settings_model = SparkSinkSettings
     requires = {"pyspark": "kstage[spark]", "pyarrow": "kstage[spark]"}
     capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True,
-                                    stores_offsets=True)
+                                    stores_offsets=True, deletes=True)
     settings: SparkSinkSettings
     _writer: StagingWriter | None
 

@@ -37,7 +37,8 @@ class TableSink(Sink):
     Subclasses open their writer in :meth:`open`."""
 
     # Writes join a shared micro-batch: the sink loop does not wait for one to return.
-    capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True)
+    capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True,
+                                    deletes=True)
 
     def __init__(self, settings: _TableSettings, columns: Sequence[Column] = (),
                  table: str | None = None) -> None:

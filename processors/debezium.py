@@ -1,0 +1,305 @@
+"""``debezium``: Debezium's change events of one table become upserts and deletions.
+
+Debezium (a Kafka Connect source connector) writes one event per changed row of a table,
+keyed by the row's primary key, to one topic per table. Its value is an *envelope*::
+
+    {"op": "c" | "u" | "r" | "d", "before": {...} | null, "after": {...} | null,
+     "source": {"lsn": ..., "txId": ..., "ts_ms": ..., ...}, "ts_ms": ...}
+
+as JSON with its schema (``{"schema": {...}, "payload": <envelope>}``, the JSON converter's
+default), as bare JSON (``schemas.enable=false``), or as Avro through the registry (the
+decoded record is the same envelope). The processor maps:
+
+* ``c`` (insert), ``u`` (update), ``r`` (a snapshot's read) to the row ``after``;
+* ``d`` (delete) to a deletion of the key (:func:`~processors.base.deletion`);
+* the tombstone Debezium writes after a delete (a null value, for log compaction) to
+  nothing: the delete before it did the work;
+* ``t`` (truncate) and ``m`` (a logical decoding message) to poison: neither is a change
+  of one row (Debezium's PostgreSQL connector skips truncates unless told otherwise).
+
+The table's columns are not known in advance: the topic's options declare them, with the
+natural key (``key_columns``; an option named ``key`` or ``*_key`` would be masked in
+messages like a secret) and the staging table::
+
+    options:
+      table: customers
+      key_columns: [id]
+      columns:
+        - {name: id, type: int}
+        - {name: email, type: string}
+        - {name: balance, type: "decimal(12,2)"}
+        - {name: updated_at, type: timestamp}
+
+Each row also carries where the change comes from: ``_op`` (c, u, r or d),
+``_source_lsn`` (PostgreSQL's log sequence number, ``source.lsn``), ``_source_txid``
+(the source transaction, ``source.txId``) and ``_source_ts_ms`` (when the source
+committed it, ``source.ts_ms``); NULL where the connector does not say.
+
+The key's values come from the record key (a struct of the primary key's columns, with
+``key_format: json`` or ``avro``) when it is decoded, else from the row image (``after``,
+or ``before`` for a delete).
+
+Values are converted to the declared types as Debezium's connectors write them by
+default: ``decimal(P,S)`` from Connect's Decimal (bytes, or their base64 in JSON: the
+unscaled value; Avro's decimal logical type; ``{"scale", "value"}`` of a variable scale)
+or from a string with ``decimal_handling: string``; ``timestamp`` from ISO 8601 text
+(``timestamptz``: ZonedTimestamp) or from epoch numbers (``timestamp``: microseconds,
+unless the JSON schema names Debezium's millisecond, nanosecond or date type: a ``date``
+is midnight UTC of its day); ``binary`` from
+bytes or base64 text. A value that does not convert is poison naming the column.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from processors.base import (
+    Column,
+    Message,
+    NoOptions,
+    Processor,
+    Row,
+    column_type_problem,
+    decimal_parts,
+    deletion,
+    with_coordinates,
+)
+from processors.errors import PoisonMessage
+
+SOURCE_COLUMNS = (
+    Column("_op", "string", doc="Debezium's op: c insert, u update, r snapshot read, d delete"),
+    Column("_source_lsn", "long", doc="source.lsn: PostgreSQL's log sequence number"),
+    Column("_source_txid", "long", doc="source.txId: the source transaction"),
+    Column("_source_ts_ms", "long", doc="source.ts_ms: when the source committed the change"),
+)
+_UPSERTS = frozenset("cur")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# Debezium's names of epoch-number timestamps, in units per second.
+_TIME_UNITS = {"io.debezium.time.Timestamp": 1_000, "org.apache.kafka.connect.data.Timestamp":
+               1_000, "io.debezium.time.MicroTimestamp": 1_000_000,
+               "io.debezium.time.NanoTimestamp": 1_000_000_000}
+
+
+class TableColumn(BaseModel):
+    """One column of the source table, as the rows carry it."""
+
+    model_config = NoOptions.model_config
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Column name.")
+    type: str = Field("string", description="string, int, long, double, boolean, binary, "
+                      "timestamp or decimal(P,S).")
+    nullable: bool = Field(True, description="False for NOT NULL (the key's are).")
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        problem = column_type_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
+class DebeziumOptions(NoOptions):
+    """Options of ``debezium``."""
+
+    table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                              description="Staging table (default: set sink.table).")
+    columns: list[TableColumn] = Field(min_length=1, description="The source table's "
+                                       "columns kept, in order.")
+    key_columns: list[str] = Field(min_length=1, description="The natural key: the source "
+                                   "table's primary key columns.")
+    decimal_handling: Literal["precise", "string"] = Field(
+        "precise", description="How the connector writes decimals (its "
+        "decimal.handling.mode): precise (Connect's Decimal) or string.")
+
+    @model_validator(mode="after")
+    def _key_in_columns(self) -> DebeziumOptions:
+        names = [c.name for c in self.columns]
+        taken = [n for n in names if n in {c.name for c in SOURCE_COLUMNS}]
+        if taken:
+            raise ValueError(f"column(s) {', '.join(taken)} are the source columns every "
+                             "row gets; leave them out")
+        if len(set(names)) != len(names):
+            raise ValueError(f"columns: a name is given twice ({', '.join(names)})")
+        missing = [k for k in self.key_columns if k not in names]
+        if missing:
+            raise ValueError(f"key column(s) {', '.join(missing)} are not among the columns "
+                             f"({', '.join(names)})")
+        return self
+
+
+def _decimal(value: Any, kind: str, mode: str) -> decimal.Decimal | int:
+    scale = (decimal_parts(kind) or (0, 0))[1]
+    if isinstance(value, decimal.Decimal | int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, Mapping) and "value" in value:  # VariableScaleDecimal
+        return _unscaled(value["value"], int(value.get("scale", 0)))
+    if isinstance(value, str) and mode == "string":
+        return decimal.Decimal(value)
+    return _unscaled(value, scale)
+
+
+def _unscaled(value: Any, scale: int) -> decimal.Decimal:
+    """Connect's Decimal: the unscaled value's big-endian two's complement bytes."""
+    raw = _bytes(value)
+    return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+
+
+def _bytes(value: Any) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, str):
+        return base64.b64decode(value, validate=True)
+    raise ValueError(f"{type(value).__name__} is not bytes or base64 text")
+
+
+def _timestamp(value: Any, unit: int) -> dt.datetime:
+    if isinstance(value, str):
+        found = dt.datetime.fromisoformat(value)
+        return found if found.tzinfo is not None else found.replace(tzinfo=dt.UTC)
+    if isinstance(value, int) and not isinstance(value, bool):
+        whole, part = divmod(value, unit)
+        return _EPOCH + dt.timedelta(seconds=whole, microseconds=part * 1_000_000 // unit)
+    raise ValueError(f"{type(value).__name__} is not ISO 8601 text or an epoch number")
+
+
+def _converted(value: Any, column: Column, semantic: str | None, mode: str) -> Any:
+    """``value`` as ``column`` takes it; ValueError when it does not convert."""
+    if value is None:
+        return None
+    kind = column.type
+    if kind == "timestamp":
+        if semantic == "io.debezium.time.Date" and isinstance(value, int):
+            return _EPOCH + dt.timedelta(days=value)  # a date: days since the epoch
+        return _timestamp(value, _TIME_UNITS.get(semantic or "", 1_000_000))
+    if kind == "binary":
+        return _bytes(value)
+    if kind == "double" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if decimal_parts(kind) is not None:
+        return _decimal(value, kind, mode)
+    return value  # the table sinks check the other types
+
+
+def _semantics(schema: Any) -> dict[str, str]:
+    """Column name -> Connect schema name (``io.debezium.time.MicroTimestamp``) of the
+    row images in a JSON envelope's ``schema``."""
+    found: dict[str, str] = {}
+    for field in (schema or {}).get("fields") or ():
+        if isinstance(field, Mapping) and field.get("field") in ("after", "before"):
+            for column in field.get("fields") or ():
+                if isinstance(column, Mapping) and column.get("name"):
+                    found[str(column.get("field"))] = str(column["name"])
+    return found
+
+
+class DebeziumProcessor(Processor):
+    """Debezium's change events of one table as upserts and deletions (module docstring).
+
+    Options: ``columns`` (``[{name, type, nullable}]``), ``key_columns``, ``table``,
+    ``decimal_handling``.
+    """
+
+    name = "debezium"
+    formats = ("json", "avro")
+    description = "Debezium change events (c/u/r/d) -> upserts and deletions of a table"
+    emits_deletes = True
+
+    options_model = DebeziumOptions
+    options: DebeziumOptions
+
+    @classmethod
+    def configured(cls, options: Mapping[str, Any] | BaseModel | None) -> type[Processor]:
+        parsed = cls.parse_options(options)
+        assert isinstance(parsed, DebeziumOptions)  # noqa: S101 - options_model
+        key = tuple(parsed.key_columns)
+        columns = tuple(Column(c.name, c.type, c.nullable and c.name not in key)
+                        for c in parsed.columns)
+        return type(cls.__name__, (cls,), {
+            "table": parsed.table or "", "key": key, "columns": (*columns, *SOURCE_COLUMNS),
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
+        super().__init__(options)
+        shape = self.configured(self.options)
+        self._columns = shape.columns[:len(self.options.columns)]
+        self._key = shape.key
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        value = message.value
+        if value is None:
+            return []  # the tombstone after a delete: the delete did the work
+        if not isinstance(value, Mapping):
+            raise PoisonMessage(f"a Debezium event is an object, not {type(value).__name__}")
+        semantics: dict[str, str] = {}
+        if "payload" in value and "schema" in value:
+            semantics = _semantics(value["schema"])
+            value = value["payload"]
+            if value is None:
+                return []
+            if not isinstance(value, Mapping):
+                raise PoisonMessage("the payload of a Debezium event is not an object")
+        op = value.get("op")
+        if op in _UPSERTS:
+            image = self._image(value, "after")
+            row = {c.name: self._value(image, c, semantics, message) for c in self._columns}
+            self._check_key(row, message)
+        elif op == "d":
+            image = self._image(value, "before")
+            row = deletion(self._key_values(message, image, semantics), message)
+        else:
+            raise PoisonMessage(f"Debezium op {op!r} is not a change of one row (c, u, r or "
+                                "d); a truncate (t) or a message (m) cannot be applied row "
+                                "by row")
+        source = value.get("source")
+        source = source if isinstance(source, Mapping) else {}
+        row["_op"] = op
+        row["_source_lsn"] = source.get("lsn")
+        row["_source_txid"] = source.get("txId")
+        row["_source_ts_ms"] = source.get("ts_ms")
+        return [with_coordinates(row, message)]
+
+    @staticmethod
+    def _image(value: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+        image = value.get(name)
+        if not isinstance(image, Mapping):
+            raise PoisonMessage(f"Debezium op {value.get('op')!r} without a row image "
+                                f"{name!r} (got {type(image).__name__})")
+        return image
+
+    def _value(self, image: Mapping[str, Any], column: Column, semantics: dict[str, str],
+               message: Message) -> Any:
+        try:
+            return _converted(image.get(column.name), column, semantics.get(column.name),
+                              self.options.decimal_handling)
+        except (ValueError, TypeError, ArithmeticError, binascii.Error) as exc:
+            raise PoisonMessage(f"column {column.name!r} ({column.type}) at offset "
+                                f"{message.offset}: {repr(image.get(column.name))[:80]} does "
+                                f"not convert: {exc}") from None
+
+    def _key_values(self, message: Message, image: Mapping[str, Any],
+                    semantics: dict[str, str]) -> Row:
+        """The natural key: from the record key when decoded (its JSON schema envelope
+        unwrapped), else from the row image."""
+        key = message.key
+        if isinstance(key, Mapping) and "payload" in key and "schema" in key:
+            key = key["payload"]
+        source = key if isinstance(key, Mapping) and all(k in key for k in self._key) \
+            else image
+        by_name = {c.name: c for c in self._columns}
+        row = {k: self._value(source, by_name[k], semantics, message) for k in self._key}
+        self._check_key(row, message)
+        return row
+
+    def _check_key(self, row: Row, message: Message) -> None:
+        missing = [k for k in self._key if row.get(k) is None]
+        if missing:
+            raise PoisonMessage(f"Debezium event at offset {message.offset} has no value for "
+                                f"the key column(s) {', '.join(missing)}")

@@ -1,0 +1,269 @@
+"""Deletions (a processor's rows marked ``_is_deleted``) in the real sinks: the JDBC upsert
+table keeps a deleted key as a row marked deleted, so the newest offset wins also against
+a delete (a replayed older upsert never brings the row back); a JDBC append table, the
+Iceberg staging table, JSONL and HTTP keep the deletion as a row with its marker; the final
+table's MERGE deletes the row. The rows are the ``debezium`` processor's, from events in
+Debezium's own JSON format; the last test runs ``kstage run --drain`` on the real broker.
+
+One Spark session for the module (``jdbc_spark``: local[1]), for the JDBC writes, the
+staging tables and the merges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiokafka import AIOKafkaProducer
+
+from actors.errors import FatalError
+from actors.preflight import resolve_processors
+from actors.sinks import SinkContext
+from actors.sinks.jdbc import JdbcSink, create_table_sql
+from actors.sinks.spark import iceberg
+from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.catalog import qualified
+from actors.sinks.spark.merge import final_name, merge
+from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
+from processors.base import DELETED, Message, Processor, Row, table_columns
+from processors.debezium import DebeziumProcessor
+from processors.registry import for_options
+from settings.models import Settings
+from tests.http_server import HttpTestServer
+from tests.integration.test_jdbc_sink import PASSWORD, settings
+from tests.kafkautil import committed, create_topic, read_jsonl, unique, write_config
+from tests.postgres import JAR, USER, Postgres
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+OPTIONS = {"key_columns": ["id"], "columns": [{"name": "id", "type": "int"},
+                                              {"name": "email"}]}
+CUSTOMERS: type[Processor] = for_options(DebeziumProcessor, OPTIONS)
+TOPIC = "dbz.public.customers"
+
+
+def change(op: str, i: int, email: str | None, offset: int, lsn: int = 0) -> Row:
+    """The row the processor makes of a Debezium event (as the worker hands it on)."""
+    image = {"id": i, "email": email}
+    value = {"op": op, "before": image if op == "d" else None,
+             "after": None if op == "d" else image,
+             "source": {"connector": "postgresql", "lsn": lsn or offset, "txId": 500 + offset,
+                        "ts_ms": 1000 + offset}}
+    [row] = DebeziumProcessor(OPTIONS).transform(Message(TOPIC, 0, offset, 1000 + offset,
+                                                         None, value, (), None))
+    row.setdefault(DELETED, False)  # the worker's pipeline does it
+    return row
+
+
+def context(**extra: Any) -> SinkContext:
+    return SinkContext(columns=table_columns(CUSTOMERS), processor="debezium",
+                       key=CUSTOMERS.key, emits_deletes=True, **extra)
+
+
+async def jdbc(actor: SparkActor, pg: Postgres, table: str, mode: str) -> JdbcSink:
+    sink = JdbcSink(settings(pg, table, mode=mode), actor)
+    sink.bind(context())
+    async with asyncio.timeout(90):
+        await sink.open()
+    return sink
+
+
+def pg_rows(pg: Postgres, table: str) -> list[tuple[Any, ...]]:
+    return [(int(i), None if e == "<null>" else e, d == "t", int(o), op)
+            for i, e, d, o, op in pg.psql(
+                f"SELECT id, coalesce(email, '<null>'), _is_deleted, _offset, _op "  # noqa: S608
+                f'FROM "{table}" ORDER BY id, _offset')]
+
+
+async def test_jdbc_upsert_deletes_by_key_and_a_delete_is_a_version(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    pg, table = running, "dbz_upsert"
+    sink = await jdbc(jdbc_spark, pg, table, "upsert")
+    # one batch mixing upserts and the delete of key 1: it folds to the newest (the
+    # delete); key 2 stays; key 9 is deleted before it was ever seen
+    async with asyncio.timeout(90):
+        await sink.write([change("c", 1, "a@x", 1), change("c", 2, "b@x", 2),
+                          change("u", 1, "a2@x", 3), change("d", 1, None, 4),
+                          change("d", 9, None, 5)])
+    assert pg_rows(pg, table) == [(1, None, True, 4, "d"), (2, "b@x", False, 2, "c"),
+                                  (9, None, True, 5, "d")]
+    # a replay of the older upsert (offset 3) never brings the row back; the same delete
+    # replayed changes nothing
+    async with asyncio.timeout(90):
+        await sink.write([change("u", 1, "a2@x", 3)])
+        await sink.write([change("d", 1, None, 4)])
+    assert pg_rows(pg, table)[0] == (1, None, True, 4, "d")
+    # a newer insert of the key brings it back (it was re-created in the source)
+    async with asyncio.timeout(90):
+        await sink.write([change("c", 1, "again@x", 6)])
+        await sink.close()
+    assert pg_rows(pg, table)[0] == (1, "again@x", False, 6, "c")
+    live = pg.psql(f'SELECT id FROM "{table}" WHERE NOT _is_deleted ORDER BY id')  # noqa: S608
+    assert live == [["1"], ["2"]]
+
+
+async def test_an_upsert_table_made_before_deletions_is_refused_then_takes_them(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    """A JDBC table created before its processor emitted deletions has no _is_deleted:
+    refused at open, naming the column and the ALTER TABLE that adds it; after it, the
+    sink deletes."""
+    pg, table = running, "dbz_upsert_old"
+    pg.psql(create_table_sql(table, CUSTOMERS.columns, CUSTOMERS.key))
+    pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
+    with pytest.raises(FatalError) as refused:
+        await jdbc(jdbc_spark, pg, table, "upsert")
+    message = str(refused.value)
+    assert f"table {table} has no column(s) {DELETED}" in message, message
+    alter = re.search(r"\(ALTER TABLE .*? adds the nullable ones\)", message)
+    assert alter is not None, message
+    pg.psql(alter.group(0)[1:-len(" adds the nullable ones)")])
+    sink = await jdbc(jdbc_spark, pg, table, "upsert")
+    async with asyncio.timeout(90):
+        await sink.write([change("c", 1, "a@x", 1), change("d", 1, None, 2)])
+        await sink.close()
+    assert pg_rows(pg, table) == [(1, None, True, 2, "d")]
+
+
+async def test_jdbc_append_keeps_each_deletion_as_a_row_with_its_marker(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    pg, table = running, "dbz_append"
+    sink = await jdbc(jdbc_spark, pg, table, "append")
+    async with asyncio.timeout(90):
+        await sink.write([change("c", 1, "a@x", 1), change("d", 1, None, 2)])
+        await sink.close()
+    assert pg_rows(pg, table) == [(1, "a@x", False, 1, "c"), (1, None, True, 2, "d")]
+
+
+async def staged(actor: SparkActor, table: str, *batches: list[Row]) -> None:
+    sink = SparkSink(SparkSinkSettings(table=table), actor)
+    sink.bind(context(table=table))
+    await sink.open()
+    for rows in batches:
+        await sink.write(list(rows))
+    await sink.close()
+
+
+async def test_staging_keeps_deletions_and_the_final_merge_deletes_the_rows(
+        jdbc_spark: SparkActor) -> None:
+    actor, table = jdbc_spark, "stg_dbz"
+    # a staging table written before the processor emitted deletions (no _is_deleted): the
+    # sink adds the column (its old rows read NULL: not deletions)
+    old = CUSTOMERS.columns
+
+    def create_old(spark: Any) -> None:
+        iceberg.create_staging(spark, actor.settings, table, old)
+
+    await actor.call(create_old)
+    await staged(actor, table, [{k: v for k, v in change("c", 5, "old@x", 0).items()
+                                 if k != DELETED}])
+    cfg = Settings(groups=[{"topics": [{"topic": TOPIC, "processor": "debezium",
+                                        "options": OPTIONS,
+                                        "sink": {"type": "spark", "table": table}}]}],
+                   spark=actor.settings)
+
+    async def final() -> list[tuple[Any, ...]]:
+        name = qualified(actor.settings, final_name(table))
+        return sorted(tuple(r) for r in await actor.call(
+            lambda spark: spark.table(name).select("id", "email", "_offset").collect()))
+
+    await staged(actor, table, [change("c", 1, "a@x", 1), change("c", 2, "b@x", 2)])
+    [first] = await merge(cfg, resolve_processors(cfg), actor=actor)
+    assert await final() == [(1, "a@x", 1), (2, "b@x", 2), (5, "old@x", 0)]
+    # a batch with an update then the delete of 1 (folds to the delete), the delete of a
+    # key the final table never held (inserts nothing), the delete of the old row
+    await staged(actor, table, [change("u", 1, "a2@x", 3), change("d", 1, None, 4),
+                                change("d", 7, None, 5), change("d", 5, None, 6)])
+    [second] = await merge(cfg, resolve_processors(cfg), actor=actor)
+    assert await final() == [(2, "b@x", 2)]
+    # merging again changes nothing
+    await merge(cfg, resolve_processors(cfg), actor=actor)
+    assert await final() == [(2, "b@x", 2)]
+    # staging lost nothing: every row with its operation and marker
+    name = qualified(actor.settings, table)
+    rows = await actor.call(lambda spark: [tuple(r) for r in spark.table(name).select(
+        "_offset", "id", "_op", DELETED).orderBy("_offset").collect()])
+    assert rows == [(0, 5, "c", None), (1, 1, "c", False), (2, 2, "c", False),
+                    (3, 1, "u", False), (4, 1, "d", True), (5, 7, "d", True),
+                    (6, 5, "d", True)]
+
+
+def envelope(op: str, i: int, email: str | None, lsn: int) -> dict[str, Any]:
+    """A Debezium event as its JSON converter writes it, with the schema."""
+    image = {"id": i, "email": email}
+    columns = [{"type": "int32", "optional": False, "field": "id"},
+               {"type": "string", "optional": True, "field": "email"}]
+    schema = {"type": "struct", "name": "dbz.public.customers.Envelope", "fields": [
+        {"type": "struct", "optional": True, "field": "before", "fields": columns},
+        {"type": "struct", "optional": True, "field": "after", "fields": columns},
+        {"type": "string", "optional": False, "field": "op"}]}
+    return {"schema": schema, "payload": {
+        "before": image if op == "d" else None, "after": None if op == "d" else image,
+        "source": {"connector": "postgresql", "lsn": lsn, "txId": lsn // 10,
+                   "ts_ms": 1_700_000_000_000 + lsn},
+        "op": op, "ts_ms": 1_700_000_000_000 + lsn}}
+
+
+def key(i: int) -> bytes:
+    return json.dumps({"schema": {"type": "struct", "fields": [
+        {"type": "int32", "optional": False, "field": "id"}]},
+        "payload": {"id": i}}).encode()
+
+
+@pytest.mark.kafka
+async def test_kstage_run_lands_deletes_from_the_broker_in_every_sink(
+        broker: str, running: Postgres, jdbc_spark: SparkActor, tmp_path: Path,
+        kstage: Any) -> None:
+    pg, warehouse = running, jdbc_spark.settings.warehouse
+    group, topic = unique("g-dbz"), unique("dbz")
+    upserted, staging = unique("pg_dbz").replace("-", "_"), unique("stg_dbz").replace("-", "_")
+    await create_topic(broker, topic)
+    events: list[tuple[int, dict[str, Any] | None]] = [
+        (1, envelope("r", 1, "a@x", 10)), (2, envelope("c", 2, "b@x", 20)),
+        (1, envelope("u", 1, "a2@x", 30)), (2, envelope("d", 2, "b@x", 40)), (2, None),
+        (3, envelope("c", 3, "c@x", 50)), (3, envelope("d", 3, None, 60)), (3, None)]
+    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    await producer.start()
+    try:
+        for i, value in events:
+            await producer.send_and_wait(topic, None if value is None else
+                                         json.dumps(value).encode(), key=key(i), partition=0)
+    finally:
+        await producer.stop()
+    login = {"url": pg.url, "user": USER, "password": PASSWORD, "jar": JAR}
+    with HttpTestServer() as api:
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+            "topic": topic, "processor": "debezium", "format": "json", "key_format": "json",
+            "options": OPTIONS,
+            "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")},
+                      {"type": "http", "url": f"{api.url}/customers"},
+                      {"type": "jdbc", "name": "pg", "table": upserted, "mode": "upsert",
+                       **login},
+                      {"type": "spark", "name": "lake", "table": staging}]}])
+        data = yaml.safe_load(cfg.read_text())
+        data["spark"] = {"master": "local[1]", "warehouse": warehouse,
+                         "flush_max_interval_s": 0.3, "conf": {"spark.driver.memory": "512m"}}
+        data["merge"] = {"interval_s": 1}
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=300) == 0, proc.output()
+        bodies = [r.json for r in api.requests]
+    assert await committed(broker, group, topic, 1) == {0: len(events)}
+    assert not (tmp_path / "dead.jsonl").exists()
+
+    lines = read_jsonl(tmp_path / "out.jsonl")  # the tombstones made no row
+    assert [(r["_offset"], r["id"], r["_op"], r[DELETED]) for r in lines] == [
+        (0, 1, "r", False), (1, 2, "c", False), (2, 1, "u", False), (3, 2, "d", True),
+        (5, 3, "c", False), (6, 3, "d", True)]
+    assert bodies == lines  # HTTP: each row a request body, a deletion with its marker
+    assert lines[3]["_source_lsn"] == 40 and lines[3]["_source_txid"] == 4
+    assert pg_rows(pg, upserted) == [(1, "a2@x", False, 2, "u"), (2, None, True, 3, "d"),
+                                     (3, None, True, 6, "d")]
+    final = qualified(jdbc_spark.settings, final_name(staging))
+    rows = await jdbc_spark.call(lambda spark: [tuple(r) for r in spark.table(final).select(
+        "id", "email", "_op").collect()])
+    assert rows == [(1, "a2@x", "u")]
