@@ -102,8 +102,7 @@ class RecordPipeline:
         self.avro_keys = avro_keys if topic.key_format == "avro" else None
         self.decode = value_decoder(topic, self.avro)
         self.decode_key = key_decoder(topic, self.avro_keys)
-        # the topic's columns: (key, headers, timestamp type) added to every row
-        self.record_columns = RecordColumns.of(topic)
+        self.record_columns = RecordColumns.of(topic)  # key, headers... added to rows
         self.savepoints = savepoints
         self.decoded = False  # the records are Messages already (the plugin test kit)
         self.filter = compile_filter(topic.filter)
