@@ -4,15 +4,19 @@ from the kstage process, into the table Spark created, with real processes:
 * ``kstage run --drain`` lands every event once, the offsets in the snapshot summaries are
   those committed to Kafka, no append went through Spark (no ``spark.app.id`` in any
   summary), Spark and pyiceberg read the same rows, and the merge at the end of the drain
-  (through Spark) fills the final table with every event once;
+  (through Spark) fills the final table with every event once; the same to an ``s3://``
+  warehouse (moto on loopback);
 * SIGKILL after the table commits and before the Kafka commit, then ``--drain``: the
   worker resumes where the table holds each partition, nothing twice; SIGKILLed again and
   again while it appends: every event once;
 * another writer commits between the load of the table and the commit (a real conflict
   on the real catalog): pyiceberg commits again on the reloaded table, each row once, one
   data file per append;
-* the SQLite catalog locked by another process: the appends fail, are retried, /readyz
-  says so, nothing past the table is committed to Kafka, every event lands once.
+* the SQLite catalog locked by another process, and the PostgreSQL catalog stopped: the
+  appends fail, are retried, /readyz says so, nothing past the table is committed to
+  Kafka, every event lands once;
+* a commit whose answer was lost while the catalog cannot be asked: the retry of the same
+  batch finds its commit id in the table and writes nothing again.
 
 The module has one SQLite catalog with a local warehouse, one table per test, and one
 Spark session of its own (local[1], 512m) that reads what the tests wrote.
@@ -55,6 +59,8 @@ from tests.lake import (
     spark_settings,
     through_outage,
 )
+from tests.postgres import USER, Postgres
+from tests.s3_server import S3Server
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -131,6 +137,32 @@ async def test_drain_lands_every_event_once_and_merges(
     assert len(final_by_spark) == events
     assert as_set(final_by_spark) == as_set(pyiceberg.rows(final))
     assert "registered" in proc.output()
+
+
+@pytest.mark.timeout(400)
+async def test_drain_to_an_s3_warehouse(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """The warehouse on S3 (moto on loopback), the catalog SQLite: pyiceberg writes the
+    data files and metadata with ``spark.catalog.s3``'s endpoint and credentials."""
+    events, table = 100, "stg_pyice_s3"
+    topic, group = unique("pyice-s3"), unique("g-pyice-s3")
+    with S3Server(tmp_path / "moto.log") as s3:
+        bucket = s3.new_bucket()
+        spark = pyiceberg_section({"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+                                   "warehouse": f"s3://{bucket}/warehouse",
+                                   "s3": s3.catalog_s3()}, flush_max_rows=25)
+        await create_topic(broker, topic, partitions=PARTITIONS)
+        await produce_events(broker, topic, 0, events, PARTITIONS)
+        proc = kstage(config(tmp_path, broker, group, topic, table, spark,
+                             max_poll_records=25), "--drain")
+        assert await proc.wait(timeout=300) == 0, proc.output()
+        pyiceberg = IcebergReader(spark)
+        assert_once(pyiceberg, table, topic, events, PARTITIONS)
+        assert spark_appends(pyiceberg, table) == 0
+        keys = [k for k in s3.objects(bucket) if k.startswith(f"warehouse/kstage/{table}/")]
+    assert sum(k.endswith(".parquet") and "/data/" in k for k in keys) >= 2, keys
+    assert not list(tmp_path.rglob("*.parquet"))
+    assert S3Server.SECRET_ACCESS_KEY not in proc.output()
 
 
 @pytest.mark.timeout(500)
@@ -275,6 +307,28 @@ async def test_sqlite_catalog_locked_is_retried_and_loses_nothing(
                              end=lock.release, unready_within_s=120)
     finally:
         lock.release()
+    pyiceberg = IcebergReader(spark)
+    assert_once(pyiceberg, table, topic, 80, PARTITIONS)
+    assert pyiceberg.offsets(table) == {(group, topic, 0): 40, (group, topic, 1): 40}
+    assert spark_appends(pyiceberg, table) == 0
+
+
+@pytest.mark.timeout(400)
+async def test_postgres_catalog_down_is_retried_and_loses_nothing(
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        running: Postgres) -> None:
+    """PostgreSQL, the catalog, stopped during the appends: pyiceberg cannot load the table
+    nor ask whether its commit landed; the appends are retried, /readyz says so, nothing
+    past the table is committed to Kafka, and every event lands once."""
+    table = f"stg_pyice_pg_down_{broker_kind}"  # the module's server: one table per broker
+    topic, group = unique("pyice-pg-down"), unique("g-pyice-pg-down")
+    spark = pyiceberg_section({"uri": running.url, "user": USER, "password": "secret",
+                               "warehouse": str(tmp_path / "warehouse")})
+    await create_topic(broker, topic, partitions=PARTITIONS)
+    cfg = config(tmp_path, broker, group, topic, table, spark,
+                 supervisor={"sink_unready_after_s": 1, "max_backoff_s": 2})
+    await through_outage(broker, kstage(cfg), topic, group, begin=running.stop,
+                         end=running.start, unready_within_s=120)
     pyiceberg = IcebergReader(spark)
     assert_once(pyiceberg, table, topic, 80, PARTITIONS)
     assert pyiceberg.offsets(table) == {(group, topic, 0): 40, (group, topic, 1): 40}
