@@ -18,8 +18,8 @@ from the kstage process, into the table Spark created, with real processes:
 * a commit whose answer was lost while the catalog cannot be asked: the retry of the same
   batch finds its commit id in the table and writes nothing again.
 
-The module has one SQLite catalog with a local warehouse, one table per test, and one
-Spark session of its own (local[1], 512m) that reads what the tests wrote.
+The module has one SQLite catalog with a local warehouse, one table per test and broker,
+and one Spark session of its own (local[1], 512m) that reads what the tests wrote.
 """
 
 from __future__ import annotations
@@ -106,9 +106,11 @@ def spark_appends(reader: IcebergReader, table: str) -> int:
 
 @pytest.mark.timeout(400)
 async def test_drain_lands_every_event_once_and_merges(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess], catalog: dict[str, Any],
-        reader: SparkActor) -> None:
-    events, table, final = 300, "stg_pyice_drain", "final_pyice_drain"
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        catalog: dict[str, Any], reader: SparkActor) -> None:
+    # The module's catalog: one table per broker.
+    table, final = f"stg_pyice_drain_{broker_kind}", f"final_pyice_drain_{broker_kind}"
+    events = 300
     topic, group = unique("pyice-drain"), unique("g-pyice-drain")
     await create_topic(broker, topic, partitions=PARTITIONS)
     await produce_events(broker, topic, 0, events, PARTITIONS)
@@ -167,9 +169,9 @@ async def test_drain_to_an_s3_warehouse(
 
 @pytest.mark.timeout(500)
 async def test_sigkill_after_the_table_commit_resumes_from_the_table(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess],
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
         catalog: dict[str, Any]) -> None:
-    events, table = 600, "stg_pyice_gap"
+    events, table = 600, f"stg_pyice_gap_{broker_kind}"
     topic, group = unique("pyice-gap"), unique("g-pyice-gap")
     await create_topic(broker, topic, partitions=PARTITIONS)
     await produce_events(broker, topic, 0, events, PARTITIONS)
@@ -200,9 +202,9 @@ async def test_sigkill_after_the_table_commit_resumes_from_the_table(
 
 @pytest.mark.timeout(600)
 async def test_repeated_sigkill_while_appending_leaves_every_event_once(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess],
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
         catalog: dict[str, Any]) -> None:
-    events, kills, table = 8000, 3, "stg_pyice_kill"
+    events, kills, table = 8000, 3, f"stg_pyice_kill_{broker_kind}"
     topic, group = unique("pyice-kill"), unique("g-pyice-kill")
     await create_topic(broker, topic, partitions=PARTITIONS)
     await produce_events(broker, topic, 0, events, PARTITIONS)
@@ -290,9 +292,9 @@ async def test_a_commit_that_lost_the_race_is_applied_on_the_reloaded_table(
 
 @pytest.mark.timeout(400)
 async def test_sqlite_catalog_locked_is_retried_and_loses_nothing(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess],
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
         catalog: dict[str, Any]) -> None:
-    table = "stg_pyice_locked"
+    table = f"stg_pyice_locked_{broker_kind}"
     topic, group = unique("pyice-lock"), unique("g-pyice-lock")
     database = Path(catalog["uri"].removeprefix("jdbc:sqlite:"))
     # A commit waits up to 1 s for another writer of the database (default 30 s).
