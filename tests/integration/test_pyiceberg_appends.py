@@ -11,7 +11,8 @@ from the kstage process, into the table Spark created, with real processes:
   again while it appends: every event once;
 * another writer commits between the load of the table and the commit (a real conflict
   on the real catalog): pyiceberg commits again on the reloaded table, each row once, one
-  data file per append;
+  data file per append; two processes of one group append to one table at once: every
+  event once, both writers in its commits;
 * the SQLite catalog locked by another process, and the PostgreSQL catalog stopped: the
   appends fail, are retried, /readyz says so, nothing past the table is committed to
   Kafka, every event lands once;
@@ -25,6 +26,7 @@ and one Spark session of its own (local[1], 512m) that reads what the tests wrot
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +60,7 @@ from tests.lake import (
     spark_section,
     spark_settings,
     through_outage,
+    wait_committed,
 )
 from tests.postgres import USER, Postgres
 from tests.s3_server import S3Server
@@ -232,6 +235,50 @@ async def test_repeated_sigkill_while_appending_leaves_every_event_once(
     half = events // PARTITIONS
     assert await committed(broker, group, topic, PARTITIONS) == {0: half, 1: half}
     assert_once(pyiceberg, table, topic, events, PARTITIONS)
+
+
+@pytest.mark.timeout(600)
+async def test_two_processes_append_to_one_table_exactly_once(
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        catalog: dict[str, Any]) -> None:
+    """Two ``kstage run`` processes of one group append to one table through pyiceberg at
+    once, on the module's SQLite catalog: commits that lose the race are applied again,
+    every event once, both writers in the table's commits."""
+    events, partitions = 4000, 4
+    table = f"stg_pyice_two_{broker_kind}"
+    topic, group = unique("pyice-two"), unique("g-pyice-two")
+    await create_topic(broker, topic, partitions=partitions)
+    spark = pyiceberg_section(catalog, flush_max_rows=100, flush_min_rows=50)
+    cfg = config(tmp_path, broker, group, topic, table, spark, max_poll_records=50)
+    a, b = kstage(cfg), kstage(cfg)
+    await wait_until(lambda: split_between(a, b, partitions), timeout=120,
+                     what="the partitions split between both processes")
+    await a.wait_for_log("registered", timeout=120)
+    await b.wait_for_log("registered", timeout=120)
+    await produce_events(broker, topic, 0, events, partitions)
+    await wait_committed(broker, group, topic, partitions, events, [a, b])
+    for proc in (a, b):
+        proc.signal(signal.SIGTERM)
+    assert await a.wait(timeout=90) == 0, a.output()
+    assert await b.wait(timeout=90) == 0, b.output()
+    pyiceberg = IcebergReader(spark)
+    assert_once(pyiceberg, table, topic, events, partitions)
+    assert pyiceberg.offsets(table) == {
+        (group, topic, p): o for p, o in
+        (await committed(broker, group, topic, partitions)).items()}
+    summaries = pyiceberg.summaries(table)
+    assert len({s[iceberg.WRITER_ID] for s in summaries}) == 2
+    assert spark_appends(pyiceberg, table) == 0
+
+
+def split_between(a: KstageProcess, b: KstageProcess, partitions: int) -> bool:
+    """Whether the last assignments of ``a`` and ``b`` split the partitions."""
+    def last(proc: KstageProcess) -> set[int]:
+        found = re.findall(r"assigned partitions \[([0-9, ]*)\]", proc.output())
+        return {int(p) for p in found[-1].split(",") if p.strip()} if found else set()
+
+    mine, yours = last(a), last(b)
+    return bool(mine and yours and not mine & yours and mine | yours == set(range(partitions)))
 
 
 @pytest.mark.timeout(300)
