@@ -98,6 +98,12 @@ def _spark_problems(settings: Settings) -> Iterator[Problem]:
 
     for why in jar_problems(settings.spark):
         yield ("spark", "jars"), why
+    if settings.spark.appends == "pyiceberg":
+        from actors.sinks.spark.pyiceberg_appends import missing_modules
+
+        for package in missing_modules(settings.spark):
+            yield ("spark", "appends"), (f"appends: pyiceberg needs {package}, which is not "
+                                         "installed: pip install 'kstage[spark]'")
 
 
 def _tracing_problems(settings: Settings) -> Iterator[Problem]:

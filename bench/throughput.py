@@ -6,7 +6,8 @@ Usage::
                                [--rounds R] [--processor NAME] [--flush-rows N]
                                [--flush-interval-s S] [--flush-min-rows N]
                                [--warmup EVENTS] [--from-first-commit]
-                               [--spark-conf KEY=VALUE ...] [--keep]
+                               [--spark-conf KEY=VALUE ...] [--appends spark|pyiceberg]
+                               [--keep]
 
 ``--format avro`` runs the same comparison on DataHub MetadataChangeLog events (the real
 schema, Confluent wire format, writer schema served by a ``file://`` registry): the raw
@@ -56,7 +57,9 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
   ``/proc`` every 0.5 s); pyspark's Python worker processes are listed apart. A
   ``PASS``/``FAIL`` line compares Python's peak with 300 MB for the N-message backlog.
 * ``--spark-conf KEY=VALUE`` (repeatable) adds Spark conf to kstage's session, for
-  experiments (e.g. JVM options); the default run uses none.
+  experiments (e.g. JVM options); the default run uses none. ``--appends pyiceberg``
+  runs kstage with ``spark.appends: pyiceberg`` (pyiceberg writes and commits the
+  appends from the Python process; default ``spark``).
 * Warm (issue 14): a fresh JVM spends its first ~10-20 s of CPU compiling Spark and
   Parquet code, so the cold window above says little about a service that runs for days.
   ``--warmup W`` (default for ``spark``: half of ``--messages``; ``0`` turns it off) also
@@ -456,7 +459,7 @@ def _import_stdlib_http() -> None:
 def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
                    flush_interval_s: float = SPARK_FLUSH_INTERVAL_S,
                    conf: dict[str, str] | None = None,
-                   flush_min_rows: int | None = None) -> Workload:
+                   flush_min_rows: int | None = None, appends: str = "spark") -> Workload:
     """n WhereHows Gobblin compaction events (real schema, :func:`service.dev.samples.
     sample_records`) in the Confluent wire format, schema id 1, ``file://`` registry; kstage
     maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink)."""
@@ -497,7 +500,7 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
         "Avro Gobblin compaction", values, raw_decode, format="avro", raw_handle=raw_handle,
         processor="gobblin_compaction", sink={"type": "spark"},
         extra_config={"schema_registry": {"url": f"file://{registry}"}},
-        spark={"master": "local[2]", "flush_max_rows": flush_rows,
+        spark={"master": "local[2]", "flush_max_rows": flush_rows, "appends": appends,
                "flush_max_interval_s": flush_interval_s,
                **({} if flush_min_rows is None else {"flush_min_rows": flush_min_rows}),
                "conf": {"spark.driver.memory": "512m", **(conf or {})}},
@@ -939,6 +942,8 @@ def main(argv: list[str] | None = None) -> int:
                              "kstage's)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="spark: extra Spark conf for kstage's session (repeatable)")
+    parser.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
+                        help="spark: what writes kstage's staging appends (spark.appends)")
     parser.add_argument("--warmup", type=int, default=None, metavar="EVENTS",
                         help="also report the warm window: from the first commit at or "
                              "past this offset to the end, in the same runs (default for "
@@ -967,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
             work, extra = spark_workload(args.messages, workdir, args.flush_rows,
                                          args.flush_interval_s,
                                          dict(kv.split("=", 1) for kv in args.spark_conf),
-                                         args.flush_min_rows), None
+                                         args.flush_min_rows, args.appends), None
         else:
             work, extra = json_workload(args.messages, args.size), None
         work.processor = args.processor or work.processor

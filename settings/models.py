@@ -625,6 +625,12 @@ class SparkSettings(_Model):
     flush_min_rows: int = Field(
         1000, ge=1, description="Flush a table at this many rows when none of its appends "
         "is running (a busy table keeps Spark writing; a quiet one waits for the interval).")
+    appends: Literal["spark", "pyiceberg"] = Field(
+        "spark", description="What writes the staging appends: spark (the Arrow rows go to "
+        "the JVM, Spark writes the Parquet files and commits), or pyiceberg (Apache "
+        "Iceberg's Python library writes the files and commits from the Python process, to "
+        "the same table in the same jdbc catalog; Spark still creates the tables, reads the "
+        "offsets at assignment, merges and maintains).")
     staging_write_options: dict[str, str] = Field(
         default_factory=dict,
         description="Iceberg Spark write options of the staging appends (e.g. "
@@ -665,6 +671,14 @@ class SparkSettings(_Model):
             raise ValueError(f"the warehouse {warehouse!r} is in object storage: set "
                              "spark.catalog.uri (jdbc:postgresql://HOST/DB for several hosts, "
                              "or jdbc:sqlite:/local/path/catalog.db for one)")
+        if self.appends == "pyiceberg" and catalog.type != "jdbc":
+            raise ValueError(f"appends: pyiceberg commits through a jdbc catalog (SQLite or "
+                             f"PostgreSQL) only, not a {catalog.type} catalog: set "
+                             "appends: spark")
+        if self.appends == "pyiceberg" and self.staging_write_options:
+            raise ValueError("staging_write_options are Spark write options, which "
+                             "appends: pyiceberg does not use: set the table's write "
+                             "properties instead, or appends: spark")
         if remote and catalog.s3 is None:
             raise ValueError(f"the warehouse {warehouse!r} is in object storage: set "
                              "spark.catalog.s3 (endpoint, region, credentials)")

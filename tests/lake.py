@@ -16,6 +16,8 @@ import asyncio
 import datetime as dt
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -252,3 +254,33 @@ async def through_outage(broker: str, proc: KstageProcess, topic: str, group: st
     assert await proc.wait(timeout=60) == 0, proc.output()
     assert "sink write failed" in proc.output()
 
+
+LOCK_HOLDER = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")  # the write lock: other writers wait, then fail (busy)
+print("locked", flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+class LockHolder:
+    """Another process holding the write lock of a SQLite database until :meth:`release`."""
+
+    def __init__(self, database: Path) -> None:
+        self.database = database
+        self.proc: subprocess.Popen[str] | None = None
+
+    def hold(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(self.database)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == "locked\n"
+
+    def release(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()

@@ -93,10 +93,14 @@ def mcl_workload(n: int, workdir: Path, like: Workload) -> Workload:
     return work
 
 
-def workloads(mapping: str, n: int, workdir: Path) -> tuple[Workload, Workload]:
-    """kstage's throughput workload (``n`` events) and its freshness one."""
+def workloads(mapping: str, n: int, workdir: Path, appends: str = "spark",
+              ) -> tuple[Workload, Workload]:
+    """kstage's throughput workload (``n`` events) and its freshness one, its staging
+    appends written by ``appends`` (``spark.appends``)."""
     work = spark_workload(n if mapping == "gobblin" else 0, workdir)
     fresh = fresh_workload(workdir)
+    for w in (work, fresh):
+        w.spark = {**(w.spark or {}), "appends": appends}
     if mapping == "mcl":
         work, fresh = mcl_workload(n, workdir, work), mcl_workload(0, workdir, fresh)
     return work, fresh
@@ -141,9 +145,9 @@ async def spark_figures(bootstrap: str, workdir: Path, topic: str, n: int,
     return fig, warehouse
 
 
-async def bench(bootstrap: str, workdir: Path, n: int, pace: Pace, mapping: str
-                ) -> list[Figures]:
-    work, fresh = workloads(mapping, n, workdir)
+async def bench(bootstrap: str, workdir: Path, n: int, pace: Pace, mapping: str,
+                appends: str = "spark") -> list[Figures]:
+    work, fresh = workloads(mapping, n, workdir, appends)
     m = MAPPINGS[mapping]
     topic, _ = await produce_workload(bootstrap, work)
     kstage, kstage_wh = await kstage_figures(bootstrap, workdir, topic, n, work, pace,
@@ -167,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-s", type=float, default=10.0,
                         help="s of events at the same rate before those, not counted "
                              "(default 10: a fresh JVM's warm-up)")
+    parser.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
+                        help="what writes kstage's staging appends (spark.appends; "
+                             "default spark)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
@@ -175,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with apache_kafka(workdir) as bootstrap:
             kstage, spark = asyncio.run(bench(bootstrap, workdir, args.messages,
-                                              Pace(args.fresh_s, args.warm_s), args.mapping))
+                                              Pace(args.fresh_s, args.warm_s), args.mapping,
+                                              args.appends))
     except BaseException:
         print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
         raise
@@ -183,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"mapping: {args.mapping}; versions: pyspark 4.1.4, spark-sql-kafka-0-10/"
+    print(f"mapping: {args.mapping}; kstage appends: {args.appends}; versions: pyspark "
+          "4.1.4, spark-sql-kafka-0-10/"
           f"spark-avro 4.1.1, Iceberg 1.12.0, Apache Kafka 4.4.0; {load()}")
     print(ratios(kstage, [spark]))
     return 0

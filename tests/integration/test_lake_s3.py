@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +43,7 @@ from tests.kafkautil import (
 )
 from tests.lake import (
     IcebergReader,
+    LockHolder,
     as_set,
     assert_once,
     lake_config,
@@ -251,37 +250,6 @@ async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
     output = proc.output()
     assert "sink write failed" not in output  # slow, never failing
     assert_once(IcebergReader(spark_section(catalog)), table, topic, events, PARTITIONS)
-
-
-LOCK_HOLDER = """
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN IMMEDIATE")  # the write lock: other writers wait, then fail (busy)
-print("locked", flush=True)
-sys.stdin.read()  # until the test kills this process
-"""
-
-
-class LockHolder:
-    """Another process holding the write lock of a SQLite database until :meth:`release`."""
-
-    def __init__(self, database: Path) -> None:
-        self.database = database
-        self.proc: subprocess.Popen[str] | None = None
-
-    def hold(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(self.database)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None and self.proc.stdout.readline() == "locked\n"
-
-    def release(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    pipe.close()
 
 
 @pytest.mark.timeout(400)

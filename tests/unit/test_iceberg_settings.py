@@ -63,6 +63,12 @@ def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
      "spark.warehouse ('./a') and spark.catalog.warehouse ('./b') differ"),
     ("jars: [/nowhere/iceberg.jar]\n", "spark.jars", 3,
      "/nowhere/iceberg.jar: no such jar file"),
+    ("appends: arrow\n", "spark.appends", 3, "'spark' or 'pyiceberg'"),
+    ("appends: pyiceberg\ncatalog: {type: rest, uri: 'http://127.0.0.1:8181'}\n", "spark", 2,
+     "appends: pyiceberg commits through a jdbc catalog (SQLite or PostgreSQL) only, not a "
+     "rest catalog"),
+    ("appends: pyiceberg\nstaging_write_options: {compression-codec: zstd}\n", "spark", 2,
+     "staging_write_options are Spark write options, which appends: pyiceberg does not use"),
 ])
 def test_a_bad_catalog_or_jar_setting_is_named_with_its_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], jars: Path, spark: str, key: str,

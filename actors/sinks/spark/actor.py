@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from actors.errors import FatalError, SinkError
+from actors.sinks.spark.pyiceberg_appends import Lake
 from actors.sinks.spark.session import (
     EXIT_WAIT_S,
     connection_lost,
@@ -112,12 +113,20 @@ class SparkActor:
         self._restarts: list[float] = []  # monotonic times of the new sessions started
         self._reregister = False  # a new session replaced a dead one: register the tables
         self._fatal: FatalError | None = None  # gave up on the session: every call fails
+        self._lake: Lake | None = None  # pyiceberg's catalog (spark.appends: pyiceberg)
 
     def __repr__(self) -> str:
         state = ("stopped" if self._stopped else "gave up" if self._fatal is not None
                  else "running" if self._spark is not None else "idle")
         return (f"<SparkActor {self.writer_id} {state} master={self.settings.master} "
                 f"jvm={self.jvm_pid} tables={sorted(self._tables)}>")
+
+    def lake(self) -> Lake:
+        """The process's pyiceberg catalog and its thread (``spark.appends: pyiceberg``;
+        created on first use, stopped with the actor)."""
+        if self._lake is None:
+            self._lake = Lake(self.settings)
+        return self._lake
 
     def track(self, table: Registered) -> Registered:
         """Register ``table`` again whenever a new session replaces a dead one; the one
@@ -316,6 +325,8 @@ class SparkActor:
         if self._stopped:
             return
         self._stopped = True
+        if self._lake is not None:
+            self._lake.stop()
         self._executor.submit(self._stop_session).result()
         self._executor.shutdown()
 

@@ -8,7 +8,10 @@ first pending row, ``flush_min_rows`` are pending while no append of the table r
 the oldest pending row waited ``flush_idle_s`` while no append runs, or a worker cannot
 send more rows (its ``max_in_flight``). A flush hands the JVM one contiguous Arrow table
 (one task, one data file), written with ``DataFrameWriterV2.append`` and the snapshot
-properties of :mod:`actors.sinks.spark.iceberg` (commit id, writer id, Kafka offsets).
+properties of :mod:`actors.sinks.spark.iceberg` (commit id, writer id, Kafka offsets)
+(:class:`SparkAppends`); with ``spark.appends: pyiceberg``, pyiceberg writes and commits
+it from this process instead, with the same properties, on its own thread
+(:mod:`actors.sinks.spark.pyiceberg_appends`).
 
 Exactly once, per Kafka partition (see :mod:`actors.sinks.spark.ledger`):
 
@@ -36,13 +39,14 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from actors.errors import FatalError, SinkError
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import OffsetLedger, Stream
+from actors.sinks.spark.pyiceberg_appends import PyIcebergAppends
 from actors.sinks.table.batching import Pending, TableWriter
 from actors.sinks.table.rows import arrow_table, record_batch
 from processors.base import Column, Row
@@ -82,6 +86,9 @@ class StagingWriter(TableWriter):
         self._appends: list[_Append] = []  # running, in the Spark thread's order
         # id(batch) -> commit ids of its earlier appends whose outcome is unknown
         self._doubt: dict[int, set[str]] = {}
+        self._lake: PyIcebergAppends | None = None
+        if actor.settings.appends == "pyiceberg":
+            self._lake = PyIcebergAppends(actor.lake(), table, actor.writer_id)
 
     def __repr__(self) -> str:
         return (f"<StagingWriter {self.name} pending={self._pending_rows} "
@@ -99,9 +106,13 @@ class StagingWriter(TableWriter):
 
     # -- registration --------------------------------------------------------------
 
+    def _spark_appends(self, spark: Any) -> SparkAppends:
+        return SparkAppends(spark, self.actor, self.table, self.columns)
+
     def register_in(self, spark: Any) -> None:
         """Spark thread: create the table if needed, or check its columns."""
-        self.actor.warm_up(spark)
+        if self._lake is None:  # the JVM writes the Parquet files
+            self.actor.warm_up(spark)
         added = iceberg.create_staging(spark, self.actor.settings, self.table, self.columns)
         if added:
             logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
@@ -204,13 +215,24 @@ class StagingWriter(TableWriter):
         rows = sum(item.rows for item in batch)
 
         def first(spark: Any) -> None:
-            self._append(spark, append, parts, offsets, commit_id, doubts)
+            self._append(self._spark_appends(spark), append, parts, offsets, commit_id,
+                         doubts)
 
         def again(spark: Any) -> None:  # in a new JVM: the dead one may have committed
-            self._append(spark, append, parts, offsets, commit_id, doubts, whole=commit_id)
+            self._append(self._spark_appends(spark), append, parts, offsets, commit_id,
+                         doubts, whole=commit_id)
+
+        lake = self._lake
+
+        def through_lake() -> None:  # the lake thread: no JVM to die, no ``again``
+            if lake is not None:
+                self._append(lake, append, parts, offsets, commit_id, doubts)
 
         try:
-            await self.actor.call(first, retry=again)
+            if lake is not None:
+                await lake.lake.call(through_lake)
+            else:
+                await self.actor.call(first, retry=again)
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
             if isinstance(exc, _Unsure):
                 for b in batches:  # looked up again when the batch is appended again
@@ -235,22 +257,22 @@ class StagingWriter(TableWriter):
             if not item.future.done():
                 item.future.set_result(None)
 
-    def _append(self, spark: Any, append: _Append, parts: list[tuple[Any, Any]],
+    def _append(self, ops: Appends, append: _Append, parts: list[tuple[Any, Any]],
                 offsets: dict[Stream, int], commit_id: str, doubts: dict[int, set[str]],
                 whole: str | None = None) -> None:
-        """Spark thread: append ``parts`` (record batches, with their worker batches) as
-        one Iceberg commit with the offsets they cover. Nothing when an earlier append of
-        the same partitions failed (SinkError). ``doubts``: per batch (``id``), commit ids
-        of its earlier appends whose outcome was unknown: the parts of one found in the
-        table are not written again; ``whole``: the commit id of an attempt of this very
-        append (a JVM died during it): found, nothing is written."""
+        """Spark (or lake) thread: append ``parts`` (record batches, with their worker
+        batches) as one Iceberg commit with the offsets they cover, through ``ops``.
+        Nothing when an earlier append of the same partitions failed (SinkError).
+        ``doubts``: per batch (``id``), commit ids of its earlier appends whose outcome was
+        unknown: the parts of one found in the table are not written again; ``whole``: the
+        commit id of an attempt of this very append (a JVM died during it): found, nothing
+        is written."""
         try:
             if any(a.failed for a in append.after):
                 raise SinkError(f"spark sink {self.name}: an earlier append of the same "
                                 "partitions failed; written again after it")
-            settings = self.actor.settings
             unsure = set().union(*doubts.values(), {whole} if whole else set())
-            found = iceberg.committed_ids(spark, settings, self.table, unsure)
+            found = ops.committed_ids(unsure)
             todo = [part for part, b in parts
                     if whole not in found and not doubts.get(id(b), set()) & found]
             if len(todo) < len(parts):
@@ -258,22 +280,62 @@ class StagingWriter(TableWriter):
                                "table: %d of %d part(s) not written again", self.name,
                                len(parts) - len(todo), len(parts))
             if todo:
-                self._write(spark, todo, offsets, commit_id)
+                self._write(ops, todo, offsets, commit_id)
         except BaseException:
             append.failed = True
             raise
 
-    def _write(self, spark: Any, parts: list[Any], offsets: dict[Stream, int],
+    def _write(self, ops: Appends, parts: list[Any], offsets: dict[Stream, int],
                commit_id: str) -> None:
-        """Spark thread: one Iceberg append of ``parts`` with its snapshot properties.
-        When it fails, its commit id is looked up: found, it was committed after all;
-        the lookup failing too raises :class:`_Unsure`."""
-        settings = self.actor.settings
+        """One Iceberg append of ``parts`` with its snapshot properties. When it fails,
+        its commit id is looked up: found, it was committed after all; the lookup failing
+        too raises :class:`_Unsure`."""
         started = time.monotonic()
+        try:
+            rows = ops.write(parts, offsets, commit_id)
+        except Exception as exc:
+            try:
+                landed = ops.committed_ids({commit_id})
+            except Exception as lookup:  # noqa: BLE001 - the catalog is unreachable
+                raise _Unsure(short(lookup)) from exc
+            if not landed:
+                raise
+            logger.warning("spark sink: %s: the append failed (%s) but its commit is in "
+                           "the table", self.name, short(exc))
+            return
+        logger.debug("spark sink: %s: appended %d row(s) in %.3fs", self.name, rows,
+                      time.monotonic() - started)
+
+
+class Appends(Protocol):
+    """How a :class:`StagingWriter` commits: through Spark (:class:`SparkAppends`) or
+    pyiceberg (:class:`~actors.sinks.spark.pyiceberg_appends.PyIcebergAppends`)."""
+
+    def committed_ids(self, commit_ids: set[str]) -> set[str]:
+        """Which of ``commit_ids`` are in the table's current history."""
+
+    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str) -> int:
+        """One append of ``parts`` as one commit carrying ``commit_id``, this process's
+        writer id and ``offsets`` (carried forward); the number of rows."""
+
+
+class SparkAppends:
+    """A staging table's commits through Spark's ``DataFrameWriterV2.append`` (Spark
+    thread)."""
+
+    def __init__(self, spark: Any, actor: SparkActor, table: str,
+                 columns: tuple[Column, ...]) -> None:
+        self.spark, self.actor, self.table, self.columns = spark, actor, table, columns
+
+    def committed_ids(self, commit_ids: set[str]) -> set[str]:
+        return iceberg.committed_ids(self.spark, self.actor.settings, self.table, commit_ids)
+
+    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str) -> int:
+        spark, settings = self.spark, self.actor.settings
         table = arrow_table(parts, dt.datetime.now(dt.UTC))
         table = table.rename_columns([iceberg.column_name(n) for n in table.column_names])
         frame = spark.createDataFrame(table, iceberg.struct_type(self.columns))
-        writer = frame.writeTo(self.name)
+        writer = frame.writeTo(dotted(settings, self.table))
         for key, value in settings.staging_write_options.items():
             writer = writer.option(key, value)
         writer = (writer.option(f"snapshot-property.{iceberg.COMMIT_ID}", commit_id)
@@ -283,23 +345,12 @@ class StagingWriter(TableWriter):
                 iceberg.current_offsets(spark, settings, self.table), offsets)
             writer = writer.option(f"snapshot-property.{iceberg.OFFSETS}",
                                    iceberg.format_offsets(recorded))
-        try:
-            writer.append()
-        except Exception as exc:
-            try:
-                landed = iceberg.committed_ids(spark, settings, self.table, {commit_id})
-            except Exception as lookup:  # noqa: BLE001 - the catalog is unreachable
-                raise _Unsure(short(lookup)) from exc
-            if not landed:
-                raise
-            logger.warning("spark sink: %s: the append failed (%s) but its commit is in "
-                           "the table", self.name, short(exc))
-        logger.debug("spark sink: %s: appended %d row(s) in %.3fs", self.name, len(table),
-                      time.monotonic() - started)
+        writer.append()
+        return len(table)
 
 
 class _Unsure(Exception):  # an internal signal, not an error type
     """The append failed and the catalog could not say whether it was committed."""
 
 
-__all__ = ["StagingWriter", "flush_limits"]
+__all__ = ["Appends", "SparkAppends", "StagingWriter", "flush_limits"]
