@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import decimal
 import os
 import time
@@ -242,3 +243,31 @@ class PaymentsProcessor(Processor):
         return [with_coordinates({
             "id": value["id"], "amount": amount,
             "paid_at": None if paid is None else timestamp_from_millis(paid)}, message)]
+
+
+class ShopOrdersProcessor(Processor):
+    """Typed columns from a registry format's decoded dict: a shop order (Protobuf
+    ``shop.Order`` of tests/proto_files.py, or a JSON Schema object of the same shape)
+    ``{id, status, lines, total: {currency, units}, placed_at}`` gives one row: the enum's
+    name, the number of lines, the nested money (``units`` an int64), ``placed_at`` (RFC
+    3339 text, as the Protobuf ``Timestamp`` decodes) a ``timestamp``."""
+
+    name = "test_shop_orders"
+    formats = ("protobuf", "json_schema")
+    table = "stg_shop_orders"
+    key = ("id",)
+    columns = (Column("id", nullable=False), Column("status"), Column("lines", "int"),
+               Column("currency"), Column("units", "long"), Column("placed_at", "timestamp"))
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        value = message.value
+        total = value.get("total") or {}
+        placed = value.get("placed_at")
+        try:
+            placed_at = None if placed is None else dt.datetime.fromisoformat(placed)
+        except (TypeError, ValueError):
+            raise PoisonMessage(f"placed_at {placed!r} is not RFC 3339 text") from None
+        return [with_coordinates({
+            "id": value["id"], "status": value.get("status"),
+            "lines": len(value.get("lines") or []), "currency": total.get("currency"),
+            "units": total.get("units"), "placed_at": placed_at}, message)]
