@@ -43,6 +43,7 @@ from actors.sinks.spark.catalog import qualified
 from actors.sinks.spark.merge import final_name
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column
+from settings.models import SparkSettings
 from tests.brokers import KAFKA
 from tests.fake_registry import FakeRegistry
 from tests.http_server import HttpTestServer
@@ -122,6 +123,17 @@ def pg_types(pg: Postgres, table: str) -> dict[str, str]:
                         "AND attnum > 0 AND NOT attisdropped"))
 
 
+def spark_read(settings: SparkSettings, table: str) -> Any:
+    """A call for ``SparkActor.call``: the rows of ``table`` (refreshed) by offset, as
+    dicts, and its column types."""
+    def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        name = qualified(settings, table)
+        spark.sql(f"REFRESH TABLE {name}")
+        frame = spark.table(name).orderBy("_offset")
+        return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
+    return run
+
+
 @pytest.mark.kafka
 async def test_record_columns_and_money_land_typed_in_every_sink(
         broker: str, running: Postgres, jdbc_spark: SparkActor, tmp_path: Path,
@@ -194,15 +206,7 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     assert sorted(pg_rows(pg, upserted)) == sorted(EXPECTED[1:])  # p1: its newest record
 
     # Iceberg, read with Spark: the old table gained the record columns; DECIMAL, TIMESTAMP
-    def read(table: str) -> Any:
-        def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
-            name = qualified(spark_settings, table)
-            spark.sql(f"REFRESH TABLE {name}")
-            frame = spark.table(name).orderBy("_offset")
-            return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
-        return run
-
-    rows, dtypes = await jdbc_spark.call(read(staging))
+    rows, dtypes = await jdbc_spark.call(spark_read(spark_settings, staging))
     # the old table's columns, then the ones added (a new column goes last in Iceberg)
     assert list(dtypes) == [c.name for c in PAYMENTS] + [
         iceberg.column_name(c.name) for c in COORDINATES] + ["_ingested_at"] + [
@@ -218,7 +222,7 @@ async def test_record_columns_and_money_land_typed_in_every_sink(
     assert [r["_offset"] for r in rows] == LANDED
 
     # the final table (the merge after the drain): one row per id, the newest; typed too
-    final, final_types = await jdbc_spark.call(read(final_name(staging)))
+    final, final_types = await jdbc_spark.call(spark_read(spark_settings, final_name(staging)))
     assert [(r["id"], r["amount"], r["message_key"], r["trace"], r["_offset"])
             for r in sorted(final, key=lambda r: r["id"])] == [
         ("p1", Decimal("9999999999.99"), "p1", "00-def-01", 6), ("p2", Decimal("-0.50"), None,

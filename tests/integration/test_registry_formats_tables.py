@@ -19,10 +19,9 @@ import pytest
 import yaml
 
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.catalog import qualified
 from tests.fake_registry import FakeRegistry
 from tests.integration.test_jdbc_sink import PASSWORD
-from tests.integration.test_record_columns import pg_types
+from tests.integration.test_record_columns import pg_types, spark_read
 from tests.integration.test_registry_formats import proto_registry
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
 from tests.postgres import JAR, USER, Postgres
@@ -159,16 +158,8 @@ async def test_protobuf_and_json_schema_records_land_typed_in_postgresql_and_ice
         assert pg_rows(pg, tables[f"{kind}_pg"]) == expected("p" if kind == "pb" else "j")
 
     # Iceberg, read with Spark: the same types and values
-    def read(table: str) -> Any:
-        def run(spark: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
-            name = qualified(spark_settings, table)
-            spark.sql(f"REFRESH TABLE {name}")
-            frame = spark.table(name).orderBy("_offset")
-            return [r.asDict() for r in frame.collect()], dict(frame.dtypes)
-        return run
-
     for kind, topic in topics.items():
-        rows, dtypes = await jdbc_spark.call(read(tables[f"{kind}_stg"]))
+        rows, dtypes = await jdbc_spark.call(spark_read(spark_settings, tables[f"{kind}_stg"]))
         assert {k: dtypes[k] for k in ("status", "lines", "units", "placed_at")} == {
             "status": "string", "lines": "int", "units": "bigint", "placed_at": "timestamp"}
         # Spark hands TIMESTAMP as wall time in the session's zone (UTC in kstage's sessions)
