@@ -47,6 +47,9 @@ How it works:
   the JVM (Spark's writer cannot upsert), in one transaction: one statement per
   ``batch_size`` rows, the rows as one JSON parameter. What "newer" means, and why, is
   in :mod:`actors.sinks.jdbc_upsert`. Failures are classified and split exactly as appends are.
+  A processor's deletions delete the key's row, recorded in the deletions table
+  ``<table>_deletions`` so that an older upsert replayed after them never lands (same
+  module).
 
 The password is never logged; URLs are shown without their query string.
 pyspark is imported only inside functions: importing this module does not load it.
@@ -68,9 +71,14 @@ from actors.errors import FatalError, SinkError
 from actors.sinks.base import Problem, SinkSettingsBase
 from actors.sinks.jdbc_upsert import (
     UNIQUE_INDEXES_SQL,
+    delete_sql,
+    deletions_columns,
+    deletions_name_problem,
+    deletions_table,
     key_constraint,
     missing_key_index,
     newest_per_key,
+    record_deletions_sql,
     rows_json,
     upsert_sql,
 )
@@ -80,7 +88,7 @@ from actors.sinks.spark.staging import flush_limits
 from actors.sinks.table.batching import Pending, TableWriter
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
 from actors.sinks.table.rows import check, check_rows
-from processors.base import Column, Row
+from processors.base import DELETED, Column, Row
 from settings.identifiers import IDENTIFIER, QualifiedSqlIdentifier, sql_identifier
 
 logger = logging.getLogger(__name__)
@@ -317,14 +325,18 @@ class JdbcTableWriter(TableWriter):
     ``key`` in one statement (:mod:`actors.sinks.jdbc_upsert`)."""
 
     def __init__(self, actor: SparkActor, settings: JdbcSinkSettings, table: str,
-                 columns: tuple[Column, ...], key: tuple[str, ...] = ()) -> None:
+                 columns: tuple[Column, ...], key: tuple[str, ...] = (),
+                 deletes: bool = False) -> None:
         super().__init__(table, columns, **flush_limits(actor.settings))
         self.actor = actor
         self.settings = settings
         self.key = key if settings.mode == "upsert" else ()
+        # mode: upsert of a processor that emits deletions: the deletions table
+        # (actors.sinks.jdbc_upsert), the newest deletion of each key deleted from the table
+        self.deletions = deletions_table(table) if self.key and deletes else None
+        self._deletion_columns = deletions_columns(self.key, columns)
         self.url = settings.url
         self.where = f"jdbc sink {table} at {safe_url(settings.url)}"
-        self._all_pg = (*self._all, INGESTED_AT)
         self._registered = False
 
     def _properties(self) -> dict[str, str]:
@@ -389,37 +401,46 @@ class JdbcTableWriter(TableWriter):
         return conn
 
     def _ensure_table(self, spark: Any) -> bool:
-        """Create the table if missing, else check its columns; True if created."""
+        """Create the table (and its deletions table) if missing, else check its columns;
+        True if the table was created."""
         conn = self._connect(spark)
         try:
-            query = conn.prepareStatement(
-                "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
-                "a.atthasdef FROM pg_attribute a WHERE a.attrelid = to_regclass(?) "
-                "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum")
-            query.setString(1, _qualified(self.table))
-            result = query.executeQuery()
-            existing = []
-            while result.next():
-                existing.append((result.getString(1), result.getString(2),
-                                 result.getBoolean(3), result.getBoolean(4)))
-            query.close()
-            if not existing:
-                statement = conn.createStatement()
-                statement.execute(create_table_sql(self.table, self.columns, self.key))
-                statement.close()
-                return True
-            indexes: list[tuple[str, bool]] = []
-            if self.key:
-                query = conn.prepareStatement(UNIQUE_INDEXES_SQL)
-                query.setString(1, _qualified(self.table))
-                result = query.executeQuery()
-                while result.next():
-                    indexes.append((str(result.getString(1)), bool(result.getBoolean(2))))
-                query.close()
+            created = self._ensure_one(conn, self.table, self.columns)
+            if self.deletions is not None:
+                self._ensure_one(conn, self.deletions, self._deletion_columns)
         finally:
             conn.close()
-        errors = table_mismatches(self.table, existing, self._all_pg)
-        missing = (missing_key_index(self.table, self.key, self.columns, indexes)
+        return created
+
+    def _ensure_one(self, conn: Any, table: str, columns: tuple[Column, ...]) -> bool:
+        """Spark thread: create ``table`` with ``columns`` (then the coordinates) if
+        missing, else check it; True if created."""
+        query = conn.prepareStatement(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+            "a.atthasdef FROM pg_attribute a WHERE a.attrelid = to_regclass(?) "
+            "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum")
+        query.setString(1, _qualified(table))
+        result = query.executeQuery()
+        existing = []
+        while result.next():
+            existing.append((result.getString(1), result.getString(2),
+                             result.getBoolean(3), result.getBoolean(4)))
+        query.close()
+        if not existing:
+            statement = conn.createStatement()
+            statement.execute(create_table_sql(table, columns, self.key))
+            statement.close()
+            return True
+        indexes: list[tuple[str, bool]] = []
+        if self.key:
+            query = conn.prepareStatement(UNIQUE_INDEXES_SQL)
+            query.setString(1, _qualified(table))
+            result = query.executeQuery()
+            while result.next():
+                indexes.append((str(result.getString(1)), bool(result.getBoolean(2))))
+            query.close()
+        errors = table_mismatches(table, existing, (*columns, *COORDINATES, INGESTED_AT))
+        missing = (missing_key_index(table, self.key, columns, indexes)
                    if self.key else None)
         if missing and not errors:
             raise FatalError(f"{self.where}: {missing}")
@@ -601,18 +622,37 @@ class JdbcTableWriter(TableWriter):
 
     def _upsert(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
         """Spark thread: upsert ``rows`` (one row per key) in one transaction, one
-        statement per ``batch_size`` rows (see :mod:`actors.sinks.jdbc_upsert`)."""
+        statement per ``batch_size`` rows (see :mod:`actors.sinks.jdbc_upsert`); with a
+        deletions table, the deletions among them are recorded there and delete the
+        rows they are newer than, and an upsert lands only if newer than its key's
+        deletion."""
         names = [c.name for c in self._all]
         size = self.settings.batch_size
+        marked = names.index(DELETED) if self.deletions is not None else None
+        qualified = _qualified(self.table)
         conn = self._connect(spark)
         try:
             conn.setAutoCommit(False)
-            statement = conn.prepareStatement(
-                upsert_sql(_qualified(self.table), self._all, self.key))
+            statements = [conn.prepareStatement(upsert_sql(
+                qualified, self._all, self.key,
+                None if self.deletions is None else _qualified(self.deletions)))]
+            if self.deletions is not None:
+                deletions = _qualified(self.deletions)
+                statements += [
+                    conn.prepareStatement(record_deletions_sql(
+                        deletions, self._deletion_columns, self.key)),
+                    conn.prepareStatement(delete_sql(qualified, deletions, self.columns,
+                                                     self.key))]
             for start in range(0, len(rows), size):  # the keys are distinct: no overlap
-                statement.setString(1, rows_json(rows[start:start + size], names))
-                statement.executeUpdate()
-            statement.close()
+                chunk = rows[start:start + size]
+                gone = [r for r in chunk if marked is not None and r[marked]]
+                live = [r for r in chunk if marked is None or not r[marked]]
+                for statement, part in zip(statements, (live, gone, gone), strict=False):
+                    if part:
+                        statement.setString(1, rows_json(part, names))
+                        statement.executeUpdate()
+            for statement in statements:
+                statement.close()
             conn.commit()
         finally:
             conn.close()  # not committed: rolled back
@@ -645,14 +685,15 @@ _WRITERS: weakref.WeakKeyDictionary[SparkActor, dict[tuple[str, str, str], JdbcT
 
 
 def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
-                 columns: Sequence[Column], key: Sequence[str] = ()) -> JdbcTableWriter:
+                 columns: Sequence[Column], key: Sequence[str] = (),
+                 deletes: bool = False) -> JdbcTableWriter:
     """The shared writer of ``table`` at ``settings.url`` (created on first use)."""
     writers = _WRITERS.setdefault(actor, {})
     name = (settings.url, settings.user or "", table)
     writer = writers.get(name)
     if writer is None:
         writer = writers[name] = JdbcTableWriter(actor, settings, table, tuple(columns),
-                                                 tuple(key))
+                                                 tuple(key), deletes)
     elif writer.columns != tuple(columns):
         raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
                          "with two different column lists in this process")
@@ -683,6 +724,9 @@ class JdbcSink(SparkTableSink):
         problems += self._column_problems(_RESERVED)
         if self.settings.mode == "upsert" and self.columns:
             problems += self._key_problems()
+            name_problem = deletions_name_problem(self.table)
+            if self.context.emits_deletes and name_problem:
+                problems.append((("sink", "table"), f"jdbc sink {self.table}: {name_problem}"))
         return problems
 
     def _key_problems(self) -> list[Problem]:
@@ -703,7 +747,7 @@ class JdbcSink(SparkTableSink):
     async def open(self) -> None:
         self._refuse_problems()
         self._writer = table_writer(self._spark(), self.settings, self.table, self.columns,
-                                    self.context.key)
+                                    self.context.key, self.context.emits_deletes)
         try:
             await self._writer.register()
         except SinkError as exc:  # the database may come back: check again at first write

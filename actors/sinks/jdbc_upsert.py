@@ -40,6 +40,27 @@ folding the rows in batch order with :func:`newer` (the result one statement per
 would give). The rows it drops are written only if the row that superseded them is
 refused by PostgreSQL (then the newest of them is written instead, as a row-by-row write
 would have kept it).
+
+Deletions (a processor with :attr:`~processors.base.Processor.emits_deletes`): the table
+holds live rows only (``_is_deleted`` stays a column, always false), and kstage keeps a
+*deletions table* beside it, ``<name>_deletions`` in the same schema
+(:func:`deletions_table`; a name past PostgreSQL's 63-byte limit is refused, it would be
+truncated), with the key's columns and ``_topic, _partition, _offset, _timestamp,
+_ingested_at``, keyed like the table (:func:`key_constraint`), created with it (an
+existing one is checked like the table). It holds each key's newest deletion: a delete is
+a version. In the flush's transaction, after :func:`newest_per_key` (deletions included):
+
+* the winning deletions are upserted into the deletions table with the same newer rule
+  (:func:`record_deletions_sql`), and delete the rows of the table they are newer than
+  (:func:`delete_sql`);
+* the winning upserts are written as above, but only for a key whose deletion in the
+  deletions table (if any) is older than them (``NOT EXISTS``, :func:`upsert_sql`): a
+  replayed older upsert never brings a deleted row back, a newer insert does (the key's
+  older deletion then stays in the deletions table).
+
+A data engineer reads the table as the source's current rows; the deletions table says
+which keys were deleted and when (its coordinates); a key with a row in the table too was
+inserted again after that deletion.
 """
 
 from __future__ import annotations
@@ -51,7 +72,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from actors.sinks.table.columns import COORDINATES
 from processors.base import Column
+
+_COORDINATE_COLUMNS = tuple(COORDINATES)
 
 # The coordinates' positions in a row tuple are given by the caller (the table's order).
 Coordinates = tuple[str, int, int, int | None]
@@ -69,15 +93,21 @@ def newer(incoming: Coordinates, existing: Coordinates) -> bool:
     return (incoming[0].encode(), incoming[1]) < (existing[0].encode(), existing[1])
 
 
-# The same rule in SQL, ``cur`` the row in the table, ``EXCLUDED`` the incoming one. NULL
-# (an incoming NULL timestamp against a value) counts as false in a WHERE.
-NEWER_SQL = (
-    'CASE WHEN cur."_topic" = EXCLUDED."_topic" AND cur."_partition" = EXCLUDED."_partition" '
-    'THEN EXCLUDED."_offset" > cur."_offset" '
-    'WHEN EXCLUDED."_timestamp" IS DISTINCT FROM cur."_timestamp" '
-    'THEN EXCLUDED."_timestamp" > cur."_timestamp" OR cur."_timestamp" IS NULL '
-    'ELSE (EXCLUDED."_topic" COLLATE "C", EXCLUDED."_partition") '
-    '< (cur."_topic" COLLATE "C", cur."_partition") END')
+def newer_sql(incoming: str, existing: str) -> str:
+    """The rule of :func:`newer` in SQL: whether the row aliased ``incoming`` replaces the
+    row aliased ``existing``. NULL (an incoming NULL timestamp against a value) counts as
+    false in a WHERE (``IS NOT TRUE`` reads it as "not newer", as :func:`newer` does)."""
+    i, e = incoming, existing
+    return (f'CASE WHEN {e}."_topic" = {i}."_topic" AND {e}."_partition" = {i}."_partition" '
+            f'THEN {i}."_offset" > {e}."_offset" '
+            f'WHEN {i}."_timestamp" IS DISTINCT FROM {e}."_timestamp" '
+            f'THEN {i}."_timestamp" > {e}."_timestamp" OR {e}."_timestamp" IS NULL '
+            f'ELSE ({i}."_topic" COLLATE "C", {i}."_partition") '
+            f'< ({e}."_topic" COLLATE "C", {e}."_partition") END')
+
+
+# ``cur`` the row in the table, ``EXCLUDED`` the incoming one (ON CONFLICT DO UPDATE).
+NEWER_SQL = newer_sql("EXCLUDED", "cur")
 
 
 def newest_per_key(rows: Sequence[tuple[Any, ...]], key: Sequence[int],
@@ -115,19 +145,81 @@ def key_constraint(key: Sequence[str], columns: Sequence[Column]) -> str:
     return f"PRIMARY KEY ({names})"
 
 
-def upsert_sql(qualified: str, columns: Sequence[Column], key: Sequence[str]) -> str:
+def upsert_sql(qualified: str, columns: Sequence[Column], key: Sequence[str],
+               deletions: str | None = None) -> str:
     """The statement of a flush: one JSON array parameter, the rows (see the module
-    docstring); ``columns``: every column written but ``_ingested_at`` (now())."""
+    docstring); ``columns``: every column written but ``_ingested_at`` (now()). With
+    ``deletions`` (the qualified deletions table), a row is inserted or updated only if no
+    deletion of its key there is as new as it or newer."""
     names = [c.name for c in columns]
     listed = ", ".join(f'"{n}"' for n in names)
     conflict = ", ".join(f'"{k}"' for k in key)
     updated = ", ".join(f'"{n}" = EXCLUDED."{n}"' for n in (*names, "_ingested_at")
                         if n not in key)
+    alive = ""
+    if deletions is not None:
+        alive = (f" WHERE NOT EXISTS (SELECT 1 FROM {deletions} AS del WHERE "  # noqa: S608
+                 f"{key_match('del', 'src', key, columns)} "
+                 f"AND ({newer_sql('src', 'del')}) IS NOT TRUE)")
     # Identifiers only, each a plain identifier checked by the settings, quoted.
     return (f'INSERT INTO {qualified} AS cur ({listed}, "_ingested_at") '  # noqa: S608
             f"SELECT {listed}, now() FROM json_populate_recordset(NULL::{qualified}, "
-            f"CAST(? AS json)) ON CONFLICT ({conflict}) "
+            f"CAST(? AS json)) AS src{alive} ON CONFLICT ({conflict}) "
             f"DO UPDATE SET {updated} WHERE {NEWER_SQL}")
+
+
+def key_match(left: str, right: str, key: Sequence[str], columns: Sequence[Column]) -> str:
+    """``left`` and ``right`` have the same key: ``=`` on NOT NULL columns, ``IS NOT
+    DISTINCT FROM`` on nullable ones (NULL keys are one key, as the constraint says)."""
+    nullable = {c.name for c in columns if c.nullable}
+    return " AND ".join(f'{left}."{k}" ' + ("IS NOT DISTINCT FROM" if k in nullable else "=")
+                        + f' {right}."{k}"' for k in key)
+
+
+DELETIONS_SUFFIX = "_deletions"
+MAX_IDENTIFIER = 63
+"""PostgreSQL's identifier limit in bytes (NAMEDATALEN - 1); a longer name is truncated
+silently, so kstage refuses it rather than write a table it did not name."""
+
+
+def deletions_table(table: str) -> str:
+    """The deletions table of upsert table ``table`` (``name`` or ``schema.name``): same
+    schema, ``<name>_deletions``."""
+    *schema, name = table.split(".")
+    return ".".join((*schema, name + DELETIONS_SUFFIX))
+
+
+def deletions_name_problem(table: str) -> str | None:
+    """Why ``table``'s deletions table cannot be named, or None."""
+    name = deletions_table(table).split(".")[-1]
+    if len(name.encode()) <= MAX_IDENTIFIER:
+        return None
+    return (f"mode: upsert keeps the deletions of table {table} in the table {name}, "
+            f"longer than PostgreSQL's {MAX_IDENTIFIER}-byte identifier limit (it would be "
+            f"truncated); name the table with at most "
+            f"{MAX_IDENTIFIER - len(DELETIONS_SUFFIX)} characters (sink.table)")
+
+
+def deletions_columns(key: Sequence[str], columns: Sequence[Column]) -> tuple[Column, ...]:
+    """The columns of a deletions table but the coordinates: the key's, in key order."""
+    by_name = {c.name: c for c in columns}
+    return tuple(by_name[k] for k in key)
+
+
+def record_deletions_sql(deletions: str, key_columns: Sequence[Column],
+                         key: Sequence[str]) -> str:
+    """Upsert the deletions of a flush (one per key, the JSON parameter of
+    :func:`upsert_sql`'s shape) into the deletions table: the newest wins."""
+    return upsert_sql(deletions, (*key_columns, *_COORDINATE_COLUMNS), key)
+
+
+def delete_sql(qualified: str, deletions: str, columns: Sequence[Column],
+               key: Sequence[str]) -> str:
+    """Delete the rows of the table that the flush's deletions (the JSON parameter) are
+    newer than."""
+    return (f"DELETE FROM {qualified} AS cur USING json_populate_recordset("  # noqa: S608
+            f"NULL::{deletions}, CAST(? AS json)) AS del "
+            f"WHERE {key_match('cur', 'del', key, columns)} AND {newer_sql('del', 'cur')}")
 
 
 def _json_value(value: Any) -> Any:
@@ -183,5 +275,7 @@ def missing_key_index(table: str, key: Sequence[str], columns: Sequence[Column],
             "(kstage creates it with the constraint)")
 
 
-__all__ = ["NEWER_SQL", "UNIQUE_INDEXES_SQL", "key_constraint", "missing_key_index",
-           "newer", "newest_per_key", "rows_json", "upsert_sql"]
+__all__ = ["DELETIONS_SUFFIX", "MAX_IDENTIFIER", "NEWER_SQL", "UNIQUE_INDEXES_SQL",
+           "delete_sql", "deletions_columns", "deletions_name_problem", "deletions_table",
+           "key_constraint", "key_match", "missing_key_index", "newer", "newer_sql",
+           "newest_per_key", "record_deletions_sql", "rows_json", "upsert_sql"]

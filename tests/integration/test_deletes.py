@@ -1,6 +1,7 @@
 """Deletions (a processor's rows marked ``_is_deleted``) in the real sinks: the JDBC upsert
-table keeps a deleted key as a row marked deleted, so the newest offset wins also against
-a delete (a replayed older upsert never brings the row back); a JDBC append table, the
+table loses a deleted key's row, and its deletions table keeps the newest deletion of the
+key, so the newest offset wins also against a delete (a replayed older upsert never brings
+the row back); a JDBC append table, the
 Iceberg staging table, JSONL and HTTP keep the deletion as a row with its marker; the final
 table's MERGE deletes the row. The rows are the ``debezium`` processor's, from events in
 Debezium's own JSON format; the last test runs ``kstage run --drain`` on the real broker.
@@ -21,10 +22,11 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 
-from actors.errors import FatalError
+from actors.errors import FatalError, SinkError
 from actors.preflight import resolve_processors
 from actors.sinks import SinkContext
-from actors.sinks.jdbc import JdbcSink, create_table_sql
+from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql
+from actors.sinks.jdbc_upsert import rows_json
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
@@ -36,6 +38,7 @@ from processors.registry import for_options
 from settings.models import Settings
 from tests.http_server import HttpTestServer
 from tests.integration.test_jdbc_sink import PASSWORD, settings
+from tests.integration.test_jdbc_upsert import stop_postgres_at_statement
 from tests.kafkautil import committed, create_topic, read_jsonl, unique, write_config
 from tests.postgres import JAR, USER, Postgres
 
@@ -65,12 +68,24 @@ def context(**extra: Any) -> SinkContext:
                        key=CUSTOMERS.key, emits_deletes=True, **extra)
 
 
-async def jdbc(actor: SparkActor, pg: Postgres, table: str, mode: str) -> JdbcSink:
-    sink = JdbcSink(settings(pg, table, mode=mode), actor)
+async def jdbc(actor: SparkActor, pg: Postgres, table: str, mode: str,
+               **extra: Any) -> JdbcSink:
+    sink = JdbcSink(settings(pg, table, mode=mode, **extra), actor)
     sink.bind(context())
     async with asyncio.timeout(90):
         await sink.open()
     return sink
+
+
+def settings_for(table: str) -> JdbcSinkSettings:
+    """Upsert settings of ``table`` (no database reached: for the checks)."""
+    return JdbcSinkSettings(table=table, url="jdbc:postgresql://localhost/db", mode="upsert")
+
+
+def pg_deletions(pg: Postgres, table: str) -> list[tuple[int, int]]:
+    """The deletions table of upsert table ``table``: (id, _offset) of each key's newest."""
+    return [(int(i), int(o)) for i, o in pg.psql(
+        f'SELECT id, _offset FROM "{table}_deletions" ORDER BY id')]  # noqa: S608
 
 
 def pg_rows(pg: Postgres, table: str) -> list[tuple[Any, ...]]:
@@ -85,33 +100,114 @@ async def test_jdbc_upsert_deletes_by_key_and_a_delete_is_a_version(
     pg, table = running, "dbz_upsert"
     sink = await jdbc(jdbc_spark, pg, table, "upsert")
     # one batch mixing upserts and the delete of key 1: it folds to the newest (the
-    # delete); key 2 stays; key 9 is deleted before it was ever seen
+    # delete): the row is gone; key 2 stays; key 9 is deleted before it was ever seen
     async with asyncio.timeout(90):
         await sink.write([change("c", 1, "a@x", 1), change("c", 2, "b@x", 2),
                           change("u", 1, "a2@x", 3), change("d", 1, None, 4),
                           change("d", 9, None, 5)])
-    assert pg_rows(pg, table) == [(1, None, True, 4, "d"), (2, "b@x", False, 2, "c"),
-                                  (9, None, True, 5, "d")]
+    assert pg_rows(pg, table) == [(2, "b@x", False, 2, "c")]
+    assert pg_deletions(pg, table) == [(1, 4), (9, 5)]
+    # a row written before its delete arrives in a later flush is deleted by it
+    async with asyncio.timeout(90):
+        await sink.write([change("d", 2, None, 7)])
+    assert pg_rows(pg, table) == []
     # a replay of the older upsert (offset 3) never brings the row back; the same delete
     # replayed changes nothing
     async with asyncio.timeout(90):
         await sink.write([change("u", 1, "a2@x", 3)])
         await sink.write([change("d", 1, None, 4)])
-    assert pg_rows(pg, table)[0] == (1, None, True, 4, "d")
-    # a newer insert of the key brings it back (it was re-created in the source)
+        await sink.write([change("c", 2, "b@x", 2)])
+    assert pg_rows(pg, table) == []
+    assert pg_deletions(pg, table) == [(1, 4), (2, 7), (9, 5)]
+    # a newer insert of the key brings it back (it was re-created in the source); an older
+    # deletion replayed then does not delete it
     async with asyncio.timeout(90):
         await sink.write([change("c", 1, "again@x", 6)])
+        await sink.write([change("d", 1, None, 4)])
         await sink.close()
-    assert pg_rows(pg, table)[0] == (1, "again@x", False, 6, "c")
-    live = pg.psql(f'SELECT id FROM "{table}" WHERE NOT _is_deleted ORDER BY id')  # noqa: S608
-    assert live == [["1"], ["2"]]
+    assert pg_rows(pg, table) == [(1, "again@x", False, 6, "c")]
+    assert pg_deletions(pg, table) == [(1, 4), (2, 7), (9, 5)]
+
+
+def moved(row: Row, partition: int, timestamp: int | None) -> Row:
+    """``row`` as if read from another partition (the key's partitioning changed)."""
+    return {**row, "_partition": partition, "_timestamp": timestamp}
+
+
+async def test_a_replayed_older_upsert_after_a_delete_stays_out_a_newer_one_lands(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    """Each write its own flush: the deletion is the key's newest version in the deletions
+    table, so no upsert older than it, or as new (equal timestamps from another partition:
+    the smaller partition wins, the deletion's), or with no timestamp, lands; one newer
+    does, and the deletion stays recorded."""
+    pg, table = running, "dbz_upsert_replay"
+    sink = await jdbc(jdbc_spark, pg, table, "upsert")
+    async with asyncio.timeout(90):
+        await sink.write([change("c", 5, "e@x", 10)])
+        await sink.write([change("d", 5, None, 11)])
+        assert pg_rows(pg, table) == []
+        for stale in (change("c", 5, "e@x", 10), change("u", 5, "e2@x", 10),
+                      moved(change("u", 5, "old@x", 3), 1, 1005),
+                      moved(change("u", 5, "tie@x", 4), 1, 1011),
+                      moved(change("u", 5, "nots@x", 5), 1, None)):
+            await sink.write([stale])
+            assert pg_rows(pg, table) == [], stale
+        await sink.write([moved(change("u", 5, "later@x", 6), 1, 1012)])
+        assert pg_rows(pg, table) == [(5, "later@x", False, 6, "u")]
+        await sink.write([change("u", 5, "p0@x", 12)])  # partition 0, timestamp 1012: tie
+        await sink.write([change("c", 5, "e@x", 10)])  # older than the deletion: no effect
+        await sink.close()
+    assert pg_rows(pg, table) == [(5, "p0@x", False, 12, "u")]
+    assert pg_deletions(pg, table) == [(5, 11)]
+
+
+async def test_the_server_going_down_between_the_statements_of_a_delete_rolls_it_back(
+        jdbc_spark: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush of upserts and deletions is one transaction: the server stopped after the
+    upsert and the record of the deletions, before the delete, leaves the table and the
+    deletions table as they were; the retry of the batch lands it all, once."""
+    pg, table = running, "dbz_upsert_inside"
+    sink = await jdbc(jdbc_spark, pg, table, "upsert")
+    async with asyncio.timeout(90):
+        await sink.write([change("c", 1, "a@x", 1), change("c", 2, "b@x", 2)])
+    statements = stop_postgres_at_statement(pg, 3, monkeypatch)
+    batch = [change("d", 1, None, 3), change("c", 3, "c@x", 4)]
+    with pytest.raises(SinkError, match=f"jdbc sink {table} at .*: upsert of 2 row"):
+        async with asyncio.timeout(90):
+            await sink.write(batch)
+    assert statements == [1, 1, 1]  # the upsert, the record of the deletion, the delete
+    pg.start()
+    assert pg_rows(pg, table) == [(1, "a@x", False, 1, "c"), (2, "b@x", False, 2, "c")]
+    assert pg_deletions(pg, table) == []
+    monkeypatch.setattr("actors.sinks.jdbc.rows_json", rows_json)
+    async with asyncio.timeout(90):
+        await sink.write(batch)  # the worker's retry of the same batch
+        await sink.close()
+    assert pg_rows(pg, table) == [(2, "b@x", False, 2, "c"), (3, "c@x", False, 4, "c")]
+    assert pg_deletions(pg, table) == [(1, 3)]
+
+
+def test_a_deletions_table_name_past_postgresql_limit_is_refused(tmp_path: Path) -> None:
+    """PostgreSQL truncates a name longer than 63 bytes: ``kstage validate`` refuses an
+    upsert table whose deletions table name would be, naming the key and the limit."""
+    fine, long = "t" * 53, "t" * 54
+    for table, ok in ((fine, True), (long, False)):
+        sink = JdbcSink(settings_for(table), None)  # type: ignore[arg-type]
+        sink.bind(context())
+        problems = sink.check()
+        assert (problems == []) is ok, problems
+    assert problems == [(("sink", "table"), f"jdbc sink {long}: mode: upsert keeps the "
+                         f"deletions of table {long} in the table {long}_deletions, longer "
+                         "than PostgreSQL's 63-byte identifier limit (it would be "
+                         "truncated); name the table with at most 53 characters "
+                         "(sink.table)")]
 
 
 async def test_an_upsert_table_made_before_deletions_is_refused_then_takes_them(
         jdbc_spark: SparkActor, running: Postgres) -> None:
     """A JDBC table created before its processor emitted deletions has no _is_deleted:
     refused at open, naming the column and the ALTER TABLE that adds it; after it, the
-    sink deletes."""
+    sink creates the deletions table beside it and deletes."""
     pg, table = running, "dbz_upsert_old"
     pg.psql(create_table_sql(table, CUSTOMERS.columns, CUSTOMERS.key))
     pg.psql(f'ALTER TABLE "{table}" OWNER TO {USER}')
@@ -126,7 +222,8 @@ async def test_an_upsert_table_made_before_deletions_is_refused_then_takes_them(
     async with asyncio.timeout(90):
         await sink.write([change("c", 1, "a@x", 1), change("d", 1, None, 2)])
         await sink.close()
-    assert pg_rows(pg, table) == [(1, None, True, 2, "d")]
+    assert pg_rows(pg, table) == []
+    assert pg_deletions(pg, table) == [(1, 2)]
 
 
 async def test_jdbc_append_keeps_each_deletion_as_a_row_with_its_marker(
@@ -261,8 +358,8 @@ async def test_kstage_run_lands_deletes_from_the_broker_in_every_sink(
         (5, 3, "c", False), (6, 3, "d", True)]
     assert bodies == lines  # HTTP: each row a request body, a deletion with its marker
     assert lines[3]["_source_lsn"] == 40 and lines[3]["_source_txid"] == 4
-    assert pg_rows(pg, upserted) == [(1, "a2@x", False, 2, "u"), (2, None, True, 3, "d"),
-                                     (3, None, True, 6, "d")]
+    assert pg_rows(pg, upserted) == [(1, "a2@x", False, 2, "u")]
+    assert pg_deletions(pg, upserted) == [(2, 3), (3, 6)]
     final = qualified(jdbc_spark.settings, final_name(staging))
     rows = await jdbc_spark.call(lambda spark: [tuple(r) for r in spark.table(final).select(
         "id", "email", "_op").collect()])

@@ -207,6 +207,22 @@ async def test_an_outage_mid_upsert_is_retried_and_nothing_is_lost(
     assert table_rows(pg, table) == [("a", 0, 3, 3), ("b", 0, 2, 2), ("c", 0, 4, 4)]
 
 
+def stop_postgres_at_statement(pg: Postgres, n: int,
+                               monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Stop ``pg`` as the JDBC sink's ``n``-th statement gets its rows (its JSON); the
+    list returned gets the row count of each statement."""
+    statements: list[int] = []
+
+    def stop_at_n(rows: Any, names: Any) -> str:
+        statements.append(len(rows))
+        if len(statements) == n:
+            pg.stop()
+        return rows_json(rows, names)
+
+    monkeypatch.setattr("actors.sinks.jdbc.rows_json", stop_at_n)
+    return statements
+
+
 async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_lands_it(
         jdbc_spark: SparkActor, running: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server goes down between two statements of one flush (batch_size 1): the
@@ -215,15 +231,7 @@ async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_
     pg, table = running, "stg_upsert_inside"
     sink = await upserting(jdbc_spark, pg, table, batch_size=1)
     await write(sink, [row("a", 0, 1)])
-    statements: list[int] = []
-
-    def stop_at_the_second(rows: Any, names: Any) -> str:
-        statements.append(len(rows))
-        if len(statements) == 2:
-            pg.stop()
-        return rows_json(rows, names)
-
-    monkeypatch.setattr("actors.sinks.jdbc.rows_json", stop_at_the_second)
+    statements = stop_postgres_at_statement(pg, 2, monkeypatch)
     batch = [row("a", 0, 6), row("e", 0, 7), row("f", 0, 8)]
     with pytest.raises(SinkError, match=f"jdbc sink {table} at .*: upsert of 3 row"):
         await write(sink, batch)
