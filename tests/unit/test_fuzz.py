@@ -11,8 +11,11 @@ and never a hang.
   refuses the row with its row error; no row value changes the rendered URL's origin
   (scheme, host, port) or escapes the literal path before the first field.
 
-Each test runs ~200 examples under a per-example deadline (a slow example fails), so
-they stay in ``make test``; pytest's global timeout catches a real hang.
+Each test runs ~200 examples, so they stay in ``make test``. No example has a deadline:
+a time limit inside the suite fails on a loaded machine, not on slow code (it did, at
+14 s for a YAML text of a few hundred nested ``[`` under a load of 9). That the work is
+bounded is asserted on input far past any limit instead (``DEEP`` nesting below), and
+pytest's global timeout catches a real hang.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +39,8 @@ from actors.sinks.http import _RowError, _UrlTemplate
 from processors.errors import PoisonMessage
 from settings import ConfigFileError, Settings, SettingsError, load_settings
 
-FUZZ = settings(max_examples=200, deadline=timedelta(seconds=2), database=None,
+FUZZ = settings(max_examples=200, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
-# PyYAML's scanner is quadratic in flow nesting until Python's recursion limit stops it:
-# "[" * 10_000 takes ~1 s here (bounded; the loader answers a ConfigFileError).
-FUZZ_YAML = settings(FUZZ, deadline=timedelta(seconds=6))
 
 DEEP = 100_000  # nesting far beyond Python's recursion limit
 
@@ -182,7 +181,7 @@ yaml_chars = st.lists(st.sampled_from(
     max_size=60).map("".join)
 
 
-@FUZZ_YAML
+@FUZZ
 @given(st.text(max_size=200) | yaml_chars)
 @example("a: &a [*a]\n")  # a recursive alias
 @example("name: a\x1fb\n")  # a control character: PyYAML's reader refuses it
