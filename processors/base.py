@@ -37,6 +37,7 @@ Processors are found through the entry-point group ``kstage.processors`` (see
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import re
 from collections.abc import Awaitable, Mapping, Sequence
@@ -98,9 +99,11 @@ def decimal_type(precision: int, scale: int) -> ColumnType:
     return kind
 
 
+@functools.lru_cache(maxsize=256)
 def decimal_parts(kind: str) -> tuple[int, int] | None:
     """``(precision, scale)`` of a ``decimal(P,S)`` type; None for any other string
-    (also for a precision or scale out of range)."""
+    (also for a precision or scale out of range). Cached: the row check asks for every
+    value of a decimal column."""
     found = _DECIMAL.fullmatch(kind.replace(" ", ""))
     if found is None:
         return None

@@ -647,16 +647,27 @@ class JdbcTableWriter(TableWriter):
                 chunk = rows[start:start + size]
                 gone = [r for r in chunk if marked is not None and r[marked]]
                 live = [r for r in chunk if marked is None or not r[marked]]
-                for statement, part in zip(statements, (live, gone, gone), strict=False):
+                # The deletions' JSON serves both their statements (record, delete).
+                live_json = rows_json(live, names) if live else ""
+                gone_json = rows_json(gone, names) if gone else ""
+                for statement, part, payload in zip(
+                        statements, (live, gone, gone), (live_json, gone_json, gone_json),
+                        strict=False):
                     if part:
-                        statement.setString(1, rows_json(part, names))
-                        statement.executeUpdate()
+                        execute_statement(statement, payload, len(part))
             for statement in statements:
                 statement.close()
             conn.commit()
         finally:
             conn.close()  # not committed: rolled back
         logger.debug("jdbc sink: %s: upserted %d row(s)", self.table, len(rows))
+
+
+def execute_statement(statement: Any, payload: str, rows: int) -> None:
+    """Spark thread: one prepared upsert statement over ``payload``, the JSON of its
+    ``rows`` rows (its only parameter)."""
+    statement.setString(1, payload)
+    statement.executeUpdate()
 
 
 def _driver_loader_add(spark: Any, jar: Path) -> None:

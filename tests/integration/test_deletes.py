@@ -25,8 +25,7 @@ from aiokafka import AIOKafkaProducer
 from actors.errors import FatalError, SinkError
 from actors.preflight import resolve_processors
 from actors.sinks import SinkContext
-from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql
-from actors.sinks.jdbc_upsert import rows_json
+from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql, execute_statement
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
@@ -179,7 +178,7 @@ async def test_the_server_going_down_between_the_statements_of_a_delete_rolls_it
     pg.start()
     assert pg_rows(pg, table) == [(1, "a@x", False, 1, "c"), (2, "b@x", False, 2, "c")]
     assert pg_deletions(pg, table) == []
-    monkeypatch.setattr("actors.sinks.jdbc.rows_json", rows_json)
+    monkeypatch.setattr("actors.sinks.jdbc.execute_statement", execute_statement)
     async with asyncio.timeout(90):
         await sink.write(batch)  # the worker's retry of the same batch
         await sink.close()

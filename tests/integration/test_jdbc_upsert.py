@@ -19,8 +19,8 @@ import yaml
 
 from actors.errors import FatalError, SinkError
 from actors.sinks import SinkContext
-from actors.sinks.jdbc import JdbcSink, create_table_sql
-from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key, rows_json
+from actors.sinks.jdbc import JdbcSink, create_table_sql, execute_statement
+from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key
 from actors.sinks.spark.actor import SparkActor
 from processors.base import Column, Row
 from tests.gobblin_events import event
@@ -209,17 +209,17 @@ async def test_an_outage_mid_upsert_is_retried_and_nothing_is_lost(
 
 def stop_postgres_at_statement(pg: Postgres, n: int,
                                monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Stop ``pg`` as the JDBC sink's ``n``-th statement gets its rows (its JSON); the
-    list returned gets the row count of each statement."""
+    """Stop ``pg`` just before the JDBC sink runs its ``n``-th statement; the list
+    returned gets the row count of each statement run or tried."""
     statements: list[int] = []
 
-    def stop_at_n(rows: Any, names: Any) -> str:
-        statements.append(len(rows))
+    def stop_at_n(statement: Any, payload: str, rows: int) -> None:
+        statements.append(rows)
         if len(statements) == n:
             pg.stop()
-        return rows_json(rows, names)
+        execute_statement(statement, payload, rows)
 
-    monkeypatch.setattr("actors.sinks.jdbc.rows_json", stop_at_n)
+    monkeypatch.setattr("actors.sinks.jdbc.execute_statement", stop_at_n)
     return statements
 
 
@@ -238,7 +238,7 @@ async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_
     assert statements == [1, 1]
     pg.start()
     assert table_rows(pg, table) == [("a", 0, 1, 1)]  # the first statement rolled back
-    monkeypatch.setattr("actors.sinks.jdbc.rows_json", rows_json)
+    monkeypatch.setattr("actors.sinks.jdbc.execute_statement", execute_statement)
     await write(sink, batch)  # the worker's retry of the same batch
     assert table_rows(pg, table) == [("a", 0, 6, 6), ("e", 0, 7, 7), ("f", 0, 8, 8)]
 
