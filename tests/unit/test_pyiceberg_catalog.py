@@ -13,10 +13,10 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from actors.sinks.spark import pyiceberg_appends
-from actors.sinks.spark.pyiceberg_appends import (
+from actors.sinks.spark import pyiceberg_catalog
+from actors.sinks.spark.pyiceberg_appends import conformed
+from actors.sinks.spark.pyiceberg_catalog import (
     catalog_properties,
-    conformed,
     missing_modules,
     sqlalchemy_uri,
 )
@@ -33,7 +33,8 @@ def test_a_sqlite_catalog_is_the_same_file_with_its_busy_timeout(tmp_path: Path)
     assert sqlalchemy_uri(default) == f"sqlite:///{tmp_path / 'wh' / 'catalog.db'}?timeout=30"
     props = catalog_properties(default)
     assert props["warehouse"] == str(tmp_path / "wh")
-    assert props["init_catalog_tables"] == "false"  # Spark's catalog makes them (V1)
+    assert props["init_catalog_tables"] == "false"  # made with the JDBC catalog's DDL
+    assert props["schema_version"] == "v1"  # as Spark's jdbc.schema-version
     named = settings(catalog={"uri": f"jdbc:sqlite:{tmp_path}/c.db?journal_mode=WAL"
                                      "&busy_timeout=1500"}, warehouse=str(tmp_path))
     assert sqlalchemy_uri(named) == f"sqlite:///{tmp_path}/c.db?timeout=1.5"
@@ -77,8 +78,8 @@ def test_a_missing_package_is_refused_at_spark_appends(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert missing_modules(settings(warehouse="/w")) == []  # the dev install has them all
-    real = pyiceberg_appends.find_spec
-    monkeypatch.setattr(pyiceberg_appends, "find_spec",
+    real = pyiceberg_catalog.find_spec
+    monkeypatch.setattr(pyiceberg_catalog, "find_spec",
                         lambda name: None if name == "pyiceberg_core" else real(name))
     monkeypatch.setenv("KSTAGE_JARS_DIR", str(tmp_path))  # no jars: a problem of its own
     path = tmp_path / "kstage.yml"
