@@ -8,11 +8,15 @@ every append go through pyiceberg. With real processes, on a catalog no JVM ever
 * a run with ``merge`` configured does start Spark (for the merge after the drain: the
   watch sees the JVM, so it would have seen one before), the merge of the table pyiceberg
   created fills the final table with every event once, and ``kstage tables show`` reads the
-  table and its offsets.
+  table and its offsets;
+* PostgreSQL (the catalog) stopped when the run starts: registration and the offsets read
+  fail and are retried, ``/readyz`` says so, nothing is committed; once it is back every
+  event lands once, still without a JVM.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,7 +28,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kafkautil import PLUGINS, KstageProcess, committed, create_topic, unique, wait_until
+from tests.kafkautil import (
+    PLUGINS,
+    KstageProcess,
+    committed,
+    create_topic,
+    status_port,
+    unique,
+    wait_readyz,
+    wait_until,
+)
 from tests.lake import (
     IcebergReader,
     assert_once,
@@ -32,7 +45,9 @@ from tests.lake import (
     lake_config,
     produce_events,
     spark_section,
+    wait_committed,
 )
+from tests.postgres import USER, Postgres
 from tests.process_tree import watched
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -105,3 +120,47 @@ def tables_show(cfg: Path) -> list[dict[str, Any]]:
     assert done.returncode == 0, done.stderr
     shown: list[dict[str, Any]] = json.loads(done.stdout)
     return shown
+
+
+@pytest.mark.timeout(400)
+async def test_catalog_down_when_the_run_starts_is_retried_and_shown_in_readyz(
+        broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        running: Postgres) -> None:
+    """PostgreSQL (the catalog) stopped when ``kstage run`` starts: the table cannot be
+    registered (the worker's sink cannot open: the worker is restarted with backoff, as
+    for any sink that cannot open, its log naming the table); ``/readyz`` is 503, nothing is
+    committed to Kafka; once PostgreSQL is back every event lands once, with no JVM at any
+    time."""
+    table = f"stg_pyice_pg_start_{broker_kind}"  # the module's server: one per broker
+    topic, group = unique("pyice-pg-start"), unique("g-pyice-pg-start")
+    spark = spark_section({"uri": running.url, "user": USER, "password": "secret",
+                           "warehouse": str(tmp_path / "warehouse")}, appends="pyiceberg")
+    await create_topic(broker, topic, partitions=PARTITIONS)
+    await produce_events(broker, topic, 0, 40, PARTITIONS)
+    cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark,
+                      # The worker whose sink cannot open is restarted (with backoff) until
+                      # the catalog is back, not given up on after the default 5 crashes.
+                      supervisor={"sink_unready_after_s": 1, "max_backoff_s": 2,
+                                  "max_restarts": 1000})
+    running.stop()
+    try:
+        proc = kstage(cfg)
+        async with watched(proc.proc.pid, "java") as jvms:
+            base = f"http://127.0.0.1:{await status_port(proc, timeout=120)}"
+            await wait_readyz(base, proc, 503, "not running (starting or restarting)",
+                              timeout=120)
+            await proc.wait_for_log(f"spark sink kstage.kstage.{table}: cannot register the "
+                                    "table: OperationalError", timeout=60)
+            await asyncio.sleep(2)
+            assert all(v <= 0 for v in (await committed(
+                broker, group, topic, PARTITIONS)).values())
+            running.start()
+            await wait_committed(broker, group, topic, PARTITIONS, 40, [proc])
+            await wait_readyz(base, proc, 200, timeout=60)
+            proc.signal(signal.SIGTERM)
+            assert await proc.wait(timeout=60) == 0, proc.output()
+    finally:
+        if not running.running:
+            running.start()
+    assert jvms == {}, proc.output()
+    assert_once(IcebergReader(spark), table, topic, 40, PARTITIONS)
