@@ -99,7 +99,7 @@ def _spark_problems(settings: Settings) -> Iterator[Problem]:
     for why in jar_problems(settings.spark):
         yield ("spark", "jars"), why
     if settings.spark.appends == "pyiceberg":
-        from actors.sinks.spark.pyiceberg_appends import missing_modules
+        from actors.sinks.spark.pyiceberg_catalog import missing_modules
 
         for package in missing_modules(settings.spark):
             yield ("spark", "appends"), (f"appends: pyiceberg needs {package}, which is not "

@@ -214,6 +214,21 @@ def assert_once(reader: IcebergReader, table: str, topic: str, count: int,
     assert max(coordinates.values()) == 1, coordinates.most_common(3)  # none twice
 
 
+async def assert_resumed_once(broker: str, reader: IcebergReader, proc: KstageProcess,
+                              group: str, table: str, topic: str, count: int,
+                              partitions: int) -> None:
+    """After ``proc`` (a ``--drain`` run following a SIGKILL that left the table ahead of
+    Kafka): every partition committed at its end, each event once in ``table``, and each
+    partition resumed where the table held it (``count`` events, all landed before)."""
+    each = count // partitions
+    assert await committed(broker, group, topic, partitions) == dict.fromkeys(
+        range(partitions), each)
+    assert_once(reader, table, topic, count, partitions)
+    for p in range(partitions):
+        assert (f"partition {p} resumes at offset {each}, where the table holds it"
+                in proc.output())
+
+
 async def wait_committed(broker: str, group: str, topic: str, partitions: int, total: int,
                          procs: list[KstageProcess], timeout: float = 180) -> None:
     """Until ``group`` committed ``total`` offsets of ``topic`` (the processes alive)."""

@@ -1,7 +1,8 @@
 """``spark.appends: pyiceberg``: the pyiceberg catalog ``spark.catalog`` becomes (the same
 database and warehouse Spark's JDBC catalog uses), the Arrow table conformed to the
-table's required columns, and ``validate`` refusing the setting when a package it needs is
-not installed (file, line and key)."""
+table's required columns, ``validate`` refusing the setting when a package it needs is
+not installed (file, line and key), the Iceberg types named as Spark names them for the
+column check, and where a new table goes."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg import types as t
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from actors.sinks.spark import pyiceberg_appends
-from actors.sinks.spark.pyiceberg_appends import (
+from actors.sinks.spark import pyiceberg_catalog
+from actors.sinks.spark.pyiceberg_appends import conformed
+from actors.sinks.spark.pyiceberg_catalog import (
     catalog_properties,
-    conformed,
     missing_modules,
     sqlalchemy_uri,
 )
+from actors.sinks.spark.pyiceberg_tables import iceberg_type, spark_type_name, table_location
+from actors.sinks.table.columns import COLUMN_TYPES, column_kind
 from service.cli import main
 from settings import SparkSettings
 
@@ -33,7 +37,8 @@ def test_a_sqlite_catalog_is_the_same_file_with_its_busy_timeout(tmp_path: Path)
     assert sqlalchemy_uri(default) == f"sqlite:///{tmp_path / 'wh' / 'catalog.db'}?timeout=30"
     props = catalog_properties(default)
     assert props["warehouse"] == str(tmp_path / "wh")
-    assert props["init_catalog_tables"] == "false"  # Spark's catalog makes them (V1)
+    assert props["init_catalog_tables"] == "false"  # made with the JDBC catalog's DDL
+    assert props["schema_version"] == "v1"  # as Spark's jdbc.schema-version
     named = settings(catalog={"uri": f"jdbc:sqlite:{tmp_path}/c.db?journal_mode=WAL"
                                      "&busy_timeout=1500"}, warehouse=str(tmp_path))
     assert sqlalchemy_uri(named) == f"sqlite:///{tmp_path}/c.db?timeout=1.5"
@@ -77,8 +82,8 @@ def test_a_missing_package_is_refused_at_spark_appends(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert missing_modules(settings(warehouse="/w")) == []  # the dev install has them all
-    real = pyiceberg_appends.find_spec
-    monkeypatch.setattr(pyiceberg_appends, "find_spec",
+    real = pyiceberg_catalog.find_spec
+    monkeypatch.setattr(pyiceberg_catalog, "find_spec",
                         lambda name: None if name == "pyiceberg_core" else real(name))
     monkeypatch.setenv("KSTAGE_JARS_DIR", str(tmp_path))  # no jars: a problem of its own
     path = tmp_path / "kstage.yml"
@@ -94,3 +99,24 @@ def test_a_missing_package_is_refused_at_spark_appends(
     assert code == 2, output
     assert f"{path}: spark.appends (line 3): appends: pyiceberg needs pyiceberg-core" \
         in output, output
+
+
+def test_iceberg_types_are_named_as_spark_names_them_for_the_column_check() -> None:
+    """The names :func:`schema_change` compares an existing table's columns by: Spark's
+    ``simpleString`` of the type Iceberg's Spark runtime reads each Iceberg type as."""
+    for kind in (*COLUMN_TYPES, "decimal(12,3)"):  # kstage's own: Spark's DDL type, lowered
+        assert spark_type_name(iceberg_type(kind)) == column_kind(kind).spark_sql.lower()
+    assert spark_type_name(t.TimestampType()) == "timestamp_ntz"
+    assert spark_type_name(t.UUIDType()) == "string"
+    nested = t.StructType(t.NestedField(1, "a", t.ListType(2, t.LongType()), required=False),
+                          t.NestedField(3, "m", t.MapType(4, t.StringType(), 5, t.DateType()),
+                                        required=False))
+    assert spark_type_name(nested) == "struct<a:array<bigint>,m:map<string,date>>"
+
+
+def test_a_new_table_goes_where_the_jdbc_catalog_puts_it(tmp_path: Path) -> None:
+    local = settings(warehouse=str(tmp_path / "wh"), catalog={"namespace": "lake"})
+    assert table_location(local, "stg") == f"{tmp_path / 'wh'}/lake/stg"
+    s3 = settings(warehouse="s3://bucket/prefix/", catalog={
+        "uri": "jdbc:postgresql://db/lake", "s3": {"region": "eu-west-1"}})
+    assert table_location(s3, "stg") == "s3://bucket/prefix/kstage/stg"

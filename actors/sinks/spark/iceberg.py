@@ -112,6 +112,14 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
     return added, errors
 
 
+def unfit(table: str, errors: Sequence[str]) -> FatalError:
+    """The error of a processor whose columns do not fit the staging table ``table``
+    (``catalog.namespace.table``): ``errors`` from :func:`schema_change`."""
+    return FatalError(f"spark sink: table {table}: the processor's columns do not fit the "
+                      "table: " + "; ".join(errors) + " (only new nullable columns can be "
+                      "added; write to a new table with sink.table, or drop the table)")
+
+
 def _ddl_columns(columns: Iterable[Column]) -> str:
     return ", ".join(f"`{c.name}` {column_kind(c.type).spark_sql}"
                      f"{'' if c.nullable else ' NOT NULL'}" for c in columns)
@@ -134,10 +142,7 @@ def create_staging(spark: Any, settings: SparkSettings, table: str,
     existing = {f.name: f.dataType.simpleString() for f in spark.table(name).schema}
     added, errors = schema_change(existing, declared)
     if errors:
-        raise FatalError(f"spark sink: table {dotted(settings, table)}: the processor's "
-                         "columns do not fit the table: " + "; ".join(errors) + " (only new "
-                         "nullable columns can be added; write to a new table with "
-                         "sink.table, or drop the table)")
+        raise unfit(dotted(settings, table), errors)
     if added:
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_ddl_columns(added)})")
     return [c.name for c in added]
@@ -252,4 +257,4 @@ __all__ = ["COMMIT_ID", "OFFSETS", "RENAMED", "RESERVED", "STAGING_PROPERTIES", 
            "column_name", "table_columns", "committed_ids",
            "create_staging", "format_offsets", "parse_offsets", "schema_change",
            "carried", "current_history", "current_offsets", "struct_type",
-           "table_metadata", "table_offsets"]
+           "table_metadata", "table_offsets", "unfit"]

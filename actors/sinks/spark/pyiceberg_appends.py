@@ -22,10 +22,12 @@ Parquet -> commit). The table, the catalog and the commit are the same as Spark'
   by the caller (:class:`~actors.sinks.spark.staging.StagingWriter`) before anything is
   written again.
 
-Spark still creates the table (its DDL is the layout of every staging table) and checks its
-columns, reads the offsets at assignment, merges and maintains: the process's JVM still
-starts, at the table's registration. Every call here runs on :class:`Lake`'s one thread, in
-order. pyiceberg is imported only inside functions.
+The table is created, its columns checked and its offsets read at assignment through
+pyiceberg too (:mod:`actors.sinks.spark.pyiceberg_tables`, the catalog opened by
+:mod:`actors.sinks.spark.pyiceberg_catalog`): a process whose staging tables are all
+written this way starts no JVM unless something else in it needs Spark (a JDBC sink, the
+merge loop of ``merge.interval_s``, the maintenance loop). Every call here runs on
+:class:`Lake`'s one thread, in order. pyiceberg is imported only inside functions.
 """
 
 from __future__ import annotations
@@ -35,76 +37,18 @@ import concurrent.futures
 import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
-from importlib.util import find_spec
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, quote, urlsplit
 
 from actors.sinks.spark import iceberg
-from actors.sinks.spark.catalog import catalog_uri, sqlite_file, warehouse_location
 from actors.sinks.spark.ledger import Stream
+from actors.sinks.spark.pyiceberg_catalog import open_catalog
+from actors.sinks.spark.pyiceberg_tables import summaries
 from actors.sinks.table.rows import arrow_table
 from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-SQLITE_TIMEOUT_S = 30.0
-"""How long a commit waits for another writer of a SQLite catalog (its URI's
-``busy_timeout``, in ms, when it has one)."""
-
-
-def sqlalchemy_uri(settings: SparkSettings) -> str:
-    """The jdbc catalog's URI as SQLAlchemy's: ``sqlite:///PATH?timeout=S`` (the JDBC
-    URI's ``busy_timeout``), ``postgresql+psycopg2://USER:PASSWORD@HOST[:PORT]/DB``."""
-    database = sqlite_file(settings)
-    uri = catalog_uri(settings)
-    if database is not None:
-        query = parse_qs(uri.partition("?")[2])
-        timeout = SQLITE_TIMEOUT_S
-        if query.get("busy_timeout"):
-            timeout = int(query["busy_timeout"][0]) / 1000
-        return f"sqlite:///{database}?timeout={timeout:g}"
-    if not uri.startswith("jdbc:postgresql:"):
-        raise ValueError(f"appends: pyiceberg: no SQLAlchemy URL for the catalog {uri!r}")
-    parts = urlsplit(uri.removeprefix("jdbc:"))
-    catalog = settings.catalog
-    login = ""
-    if catalog.user:
-        secret = catalog.password.get_secret_value() if catalog.password else ""
-        login = f"{quote(catalog.user, safe='')}:{quote(secret, safe='')}@"
-    return f"postgresql+psycopg2://{login}{parts.netloc}{parts.path}"
-
-
-def catalog_properties(settings: SparkSettings) -> dict[str, str]:
-    """pyiceberg's ``SqlCatalog`` properties of ``spark.catalog`` (secrets included:
-    never logged)."""
-    props = {"uri": sqlalchemy_uri(settings), "warehouse": warehouse_location(settings),
-             # Spark's catalog makes the catalog's tables (V1 layout) at registration.
-             "init_catalog_tables": "false",
-             # A pooled connection the server closed (a restart) is replaced, not failed.
-             "pool_pre_ping": "true"}
-    s3 = settings.catalog.s3
-    if s3 is not None:
-        props |= {"s3.region": s3.region,
-                  "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
-        if s3.endpoint is not None:
-            props["s3.endpoint"] = s3.endpoint
-        if s3.access_key_id is not None and s3.secret_access_key is not None:
-            props["s3.access-key-id"] = s3.access_key_id.get_secret_value()
-            props["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
-    return props
-
-
-def missing_modules(settings: SparkSettings) -> list[str]:
-    """The packages ``appends: pyiceberg`` needs with this catalog that are not
-    installed (pyiceberg, pyiceberg-core for the ``days()`` transform, SQLAlchemy, and
-    psycopg2 for a PostgreSQL catalog)."""
-    needed = {"pyiceberg": "pyiceberg", "pyiceberg_core": "pyiceberg-core",
-              "sqlalchemy": "SQLAlchemy"}
-    if sqlite_file(settings) is None:
-        needed["psycopg2"] = "psycopg2-binary"
-    return [package for module, package in needed.items() if find_spec(module) is None]
 
 
 class Lake:
@@ -120,14 +64,16 @@ class Lake:
     def __repr__(self) -> str:
         return f"<Lake {self.settings.catalog.name} open={self._catalog is not None}>"
 
+    def catalog(self) -> Any:
+        """Lake thread: the catalog (opened on first use, its own tables created when
+        absent: :func:`~actors.sinks.spark.pyiceberg_catalog.open_catalog`)."""
+        if self._catalog is None:
+            self._catalog = open_catalog(self.settings)
+        return self._catalog
+
     def table(self, name: str) -> Any:
         """Lake thread: the table ``name`` of the catalog's namespace, loaded now."""
-        if self._catalog is None:
-            from pyiceberg.catalog.sql import SqlCatalog  # only with appends: pyiceberg
-
-            self._catalog = SqlCatalog(self.settings.catalog.name,
-                                       **catalog_properties(self.settings))
-        return self._catalog.load_table((self.settings.catalog.namespace, name))
+        return self.catalog().load_table((self.settings.catalog.namespace, name))
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the lake thread."""
@@ -139,19 +85,6 @@ class Lake:
         if self._catalog is not None:
             self._catalog.engine.dispose()
             self._catalog = None
-
-
-def _summaries(loaded: Any, key: str) -> list[str]:
-    """``summary[key]`` of the snapshots of ``loaded``'s current history that carry it."""
-    found = []
-    snapshot = loaded.current_snapshot()
-    while snapshot is not None:
-        summary = snapshot.summary.additional_properties if snapshot.summary else {}
-        if key in summary:
-            found.append(str(summary[key]))
-        parent = snapshot.parent_snapshot_id
-        snapshot = loaded.snapshot_by_id(parent) if parent is not None else None
-    return found
 
 
 def conformed(table: Any, schema: Any) -> Any:
@@ -186,7 +119,7 @@ class PyIcebergAppends:
         """Which of ``commit_ids`` are in the table's current history."""
         if not commit_ids:
             return set()
-        return set(_summaries(self.lake.table(self.table), iceberg.COMMIT_ID)) & commit_ids
+        return set(summaries(self.lake.table(self.table), iceberg.COMMIT_ID)) & commit_ids
 
     def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str) -> int:
         """One append of ``parts`` (record batches) with its snapshot properties; the
@@ -206,5 +139,4 @@ class PyIcebergAppends:
         return len(table)
 
 
-__all__ = ["Lake", "PyIcebergAppends", "catalog_properties", "conformed", "missing_modules",
-           "sqlalchemy_uri"]
+__all__ = ["Lake", "PyIcebergAppends", "conformed"]

@@ -11,7 +11,8 @@ send more rows (its ``max_in_flight``). A flush hands the JVM one contiguous Arr
 properties of :mod:`actors.sinks.spark.iceberg` (commit id, writer id, Kafka offsets)
 (:class:`SparkAppends`); with ``spark.appends: pyiceberg``, pyiceberg writes and commits
 it from this process instead, with the same properties, on its own thread
-(:mod:`actors.sinks.spark.pyiceberg_appends`).
+(:mod:`actors.sinks.spark.pyiceberg_appends`), where the table is also created and checked
+and its offsets read (:mod:`actors.sinks.spark.pyiceberg_tables`): no JVM.
 
 Exactly once, per Kafka partition (see :mod:`actors.sinks.spark.ledger`):
 
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.spark import iceberg
+from actors.sinks.spark import iceberg, pyiceberg_tables
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import OffsetLedger, Stream
@@ -110,20 +111,31 @@ class StagingWriter(TableWriter):
         return SparkAppends(spark, self.actor, self.table, self.columns)
 
     def register_in(self, spark: Any) -> None:
-        """Spark thread: create the table if needed, or check its columns."""
-        if self._lake is None:  # the JVM writes the Parquet files
-            self.actor.warm_up(spark)
-        added = iceberg.create_staging(spark, self.actor.settings, self.table, self.columns)
+        """Spark thread: create the table if needed, or check its columns (nothing for a
+        table written through pyiceberg: its registration needs no session)."""
+        if self._lake is not None:
+            return
+        self.actor.warm_up(spark)  # the JVM writes the Parquet files
+        self._added(iceberg.create_staging(spark, self.actor.settings, self.table,
+                                           self.columns))
+
+    def _added(self, added: list[str]) -> None:
         if added:
             logger.warning("spark sink: table %s: new nullable column(s) %s added (rows "
                            "written before read them as NULL)", self.name, ", ".join(added))
 
     async def register(self) -> None:
-        """Create or check the table (before the first write)."""
+        """Create or check the table (before the first write): through pyiceberg on the
+        lake thread with ``appends: pyiceberg`` (no JVM), else on the Spark thread."""
         if self._registered:
             return
+        lake = self._lake
         try:
-            await self.actor.call(self.register_in)
+            if lake is not None:
+                self._added(await lake.lake.call(lambda: pyiceberg_tables.create_staging(
+                    lake.lake.catalog(), self.actor.settings, self.table, self.columns)))
+            else:
+                await self.actor.call(self.register_in)
         except (SinkError, FatalError):
             raise
         except Exception as exc:  # any Spark failure is a retriable sink error
@@ -139,9 +151,14 @@ class StagingWriter(TableWriter):
         process): rows of messages before them are dropped from now on. SinkError when
         the table cannot be read (the caller retries)."""
         wanted = set(streams)
+        lake = self._lake
         try:
-            found = await self.actor.call(lambda spark: iceberg.table_offsets(
-                spark, self.actor.settings, self.table), retry=True)
+            if lake is not None:  # on the lake thread, after the appends handed over
+                found = await lake.lake.call(lambda: pyiceberg_tables.table_offsets(
+                    lake.lake.table(self.table)))
+            else:
+                found = await self.actor.call(lambda spark: iceberg.table_offsets(
+                    spark, self.actor.settings, self.table), retry=True)
         except (SinkError, FatalError):
             raise
         except Exception as exc:  # any Spark failure is a retriable sink error

@@ -33,6 +33,8 @@ class ColumnKind:
         postgres_found: the ``format_type()`` names an existing PostgreSQL column may have.
         arrow: builds the Arrow type, given the ``pyarrow`` module.
         spark: builds the Spark type, given the ``pyspark.sql.types`` module.
+        iceberg: builds the Iceberg type Spark's type becomes in an Iceberg table, given
+            the ``pyiceberg.types`` module.
     """
 
     python: frozenset[type]
@@ -41,27 +43,33 @@ class ColumnKind:
     postgres_found: tuple[str, ...]
     arrow: Callable[[Any], Any]
     spark: Callable[[Any], Any]
+    iceberg: Callable[[Any], Any]
 
 
 COLUMN_TYPES: dict[str, ColumnKind] = {
     "string": ColumnKind(frozenset({str}), "STRING", "TEXT", ("text", "character varying"),
-                         lambda pa: pa.string(), lambda t: t.StringType()),
+                         lambda pa: pa.string(), lambda t: t.StringType(),
+                         lambda i: i.StringType()),
     "int": ColumnKind(frozenset({int}), "INT", "INTEGER", ("integer", "bigint"),
-                      lambda pa: pa.int32(), lambda t: t.IntegerType()),
+                      lambda pa: pa.int32(), lambda t: t.IntegerType(),
+                      lambda i: i.IntegerType()),
     "long": ColumnKind(frozenset({int}), "BIGINT", "BIGINT", ("bigint",),
-                       lambda pa: pa.int64(), lambda t: t.LongType()),
+                       lambda pa: pa.int64(), lambda t: t.LongType(),
+                       lambda i: i.LongType()),
     "double": ColumnKind(frozenset({float, int}), "DOUBLE", "DOUBLE PRECISION",
                          ("double precision",), lambda pa: pa.float64(),
-                         lambda t: t.DoubleType()),
+                         lambda t: t.DoubleType(), lambda i: i.DoubleType()),
     "boolean": ColumnKind(frozenset({bool}), "BOOLEAN", "BOOLEAN", ("boolean",),
-                          lambda pa: pa.bool_(), lambda t: t.BooleanType()),
+                          lambda pa: pa.bool_(), lambda t: t.BooleanType(),
+                          lambda i: i.BooleanType()),
     "binary": ColumnKind(frozenset({bytes, bytearray}), "BINARY", "BYTEA", ("bytea",),
-                         lambda pa: pa.binary(), lambda t: t.BinaryType()),
+                         lambda pa: pa.binary(), lambda t: t.BinaryType(),
+                         lambda i: i.BinaryType()),
     # An instant: an aware datetime, written in UTC (also the sinks' ``_ingested_at``).
     "timestamp": ColumnKind(frozenset({dt.datetime}), "TIMESTAMP", "TIMESTAMPTZ",
                             ("timestamp with time zone", "timestamp without time zone"),
                             lambda pa: pa.timestamp("us", tz="UTC"),
-                            lambda t: t.TimestampType()),
+                            lambda t: t.TimestampType(), lambda i: i.TimestamptzType()),
 }
 
 # The Kafka coordinates every staging row carries (the ingest time is added at flush).
@@ -83,7 +91,8 @@ def column_kind(kind: str) -> ColumnKind:
     p, s = parts
     return ColumnKind(frozenset({decimal.Decimal, int}), f"DECIMAL({p},{s})",
                       f"NUMERIC({p},{s})", (f"numeric({p},{s})",),
-                      lambda pa: pa.decimal128(p, s), lambda t: t.DecimalType(p, s))
+                      lambda pa: pa.decimal128(p, s), lambda t: t.DecimalType(p, s),
+                      lambda i: i.DecimalType(p, s))
 
 
 @functools.cache

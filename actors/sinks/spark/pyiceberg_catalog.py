@@ -1,0 +1,188 @@
+"""The ``jdbc`` catalog of ``spark.catalog`` opened with pyiceberg (``spark.appends:
+pyiceberg``), without a JVM: what Iceberg's JDBC catalog in Spark's session does when it
+opens the catalog, done the same way so either side can open what the other made.
+
+* :func:`sqlalchemy_uri`, :func:`catalog_properties`: the same database (SQLite file or
+  PostgreSQL) and warehouse as Spark's catalog, as pyiceberg's ``SqlCatalog`` takes them;
+* :func:`open_catalog`: the warehouse directory and the SQLite file's directory made (as the
+  Spark session does), the SQLite journal mode of the JDBC URI set (WAL by default), and the
+  catalog's own tables (``iceberg_tables``, ``iceberg_namespace_properties``) created with
+  the DDL of Iceberg's JDBC catalog, schema version V1 (:data:`CATALOG_TABLES`) when absent;
+  a V0 catalog (no ``iceberg_type`` column) gets that column, as Spark's
+  ``jdbc.schema-version: V1`` does;
+* :func:`ensure_namespace`: the namespace with the properties ``CREATE NAMESPACE`` gives it
+  in Spark (``exists``, ``owner``).
+
+pyiceberg and SQLAlchemy are imported only inside functions.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import sqlite3
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+from actors.sinks.spark.catalog import catalog_uri, is_local, sqlite_file, warehouse_location
+from settings.models import SparkSettings
+
+logger = logging.getLogger(__name__)
+
+SQLITE_TIMEOUT_S = 30.0
+"""How long a commit waits for another writer of a SQLite catalog (its URI's
+``busy_timeout``, in ms, when it has one)."""
+
+CATALOG_TABLES = {
+    "iceberg_tables": (
+        "CREATE TABLE iceberg_tables(catalog_name VARCHAR(255) NOT NULL,table_namespace "
+        "VARCHAR(255) NOT NULL,table_name VARCHAR(255) NOT NULL,metadata_location "
+        "VARCHAR(1000),previous_metadata_location VARCHAR(1000), iceberg_type VARCHAR(5),"
+        "PRIMARY KEY (catalog_name, table_namespace, table_name))"),
+    "iceberg_namespace_properties": (
+        "CREATE TABLE iceberg_namespace_properties(catalog_name VARCHAR(255) NOT NULL,"
+        "namespace VARCHAR(255) NOT NULL,property_key VARCHAR(255),property_value "
+        "VARCHAR(1000),PRIMARY KEY (catalog_name, namespace, property_key))"),
+}
+"""The catalog's tables as Iceberg's JDBC catalog (schema version V1) creates them."""
+
+
+def sqlalchemy_uri(settings: SparkSettings) -> str:
+    """The jdbc catalog's URI as SQLAlchemy's: ``sqlite:///PATH?timeout=S`` (the JDBC
+    URI's ``busy_timeout``), ``postgresql+psycopg2://USER:PASSWORD@HOST[:PORT]/DB``."""
+    database = sqlite_file(settings)
+    uri = catalog_uri(settings)
+    if database is not None:
+        query = parse_qs(uri.partition("?")[2])
+        timeout = SQLITE_TIMEOUT_S
+        if query.get("busy_timeout"):
+            timeout = int(query["busy_timeout"][0]) / 1000
+        return f"sqlite:///{database}?timeout={timeout:g}"
+    if not uri.startswith("jdbc:postgresql:"):
+        raise ValueError(f"appends: pyiceberg: no SQLAlchemy URL for the catalog {uri!r}")
+    parts = urlsplit(uri.removeprefix("jdbc:"))
+    catalog = settings.catalog
+    login = ""
+    if catalog.user:
+        secret = catalog.password.get_secret_value() if catalog.password else ""
+        login = f"{quote(catalog.user, safe='')}:{quote(secret, safe='')}@"
+    return f"postgresql+psycopg2://{login}{parts.netloc}{parts.path}"
+
+
+def catalog_properties(settings: SparkSettings) -> dict[str, str]:
+    """pyiceberg's ``SqlCatalog`` properties of ``spark.catalog`` (secrets included:
+    never logged)."""
+    props = {"uri": sqlalchemy_uri(settings), "warehouse": warehouse_location(settings),
+             # The catalog's tables are made by open_catalog with the JDBC catalog's DDL.
+             "init_catalog_tables": "false",
+             # A V0 catalog gets the iceberg_type column, as Spark's jdbc.schema-version V1.
+             "schema_version": "v1",
+             # A pooled connection the server closed (a restart) is replaced, not failed.
+             "pool_pre_ping": "true"}
+    s3 = settings.catalog.s3
+    if s3 is not None:
+        props |= {"s3.region": s3.region,
+                  "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
+        if s3.endpoint is not None:
+            props["s3.endpoint"] = s3.endpoint
+        if s3.access_key_id is not None and s3.secret_access_key is not None:
+            props["s3.access-key-id"] = s3.access_key_id.get_secret_value()
+            props["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
+    return props
+
+
+def missing_modules(settings: SparkSettings) -> list[str]:
+    """The packages ``appends: pyiceberg`` needs with this catalog that are not
+    installed (pyiceberg, pyiceberg-core for the ``days()`` transform, SQLAlchemy, and
+    psycopg2 for a PostgreSQL catalog)."""
+    needed = {"pyiceberg": "pyiceberg", "pyiceberg_core": "pyiceberg-core",
+              "sqlalchemy": "SQLAlchemy"}
+    if sqlite_file(settings) is None:
+        needed["psycopg2"] = "psycopg2-binary"
+    return [package for module, package in needed.items() if find_spec(module) is None]
+
+
+def owner() -> str:
+    """The user Spark names as a table's and a namespace's ``owner`` (``SPARK_USER``, else
+    Hadoop's ``HADOOP_USER_NAME``, else the login name)."""
+    return (os.environ.get("SPARK_USER") or os.environ.get("HADOOP_USER_NAME")
+            or getpass.getuser())
+
+
+def _prepare_place(settings: SparkSettings) -> None:
+    """The directories the Spark session makes (a local warehouse, the SQLite file's), and
+    the SQLite journal mode of the JDBC URI (sqlite-jdbc sets it on every connection; WAL
+    stays set in the file)."""
+    if is_local(settings):
+        Path(warehouse_location(settings)).mkdir(parents=True, exist_ok=True)
+    database = sqlite_file(settings)
+    if database is None:
+        return
+    database.parent.mkdir(parents=True, exist_ok=True)
+    mode = parse_qs(catalog_uri(settings).partition("?")[2]).get("journal_mode")
+    if not mode:
+        return
+    with sqlite3.connect(database, timeout=SQLITE_TIMEOUT_S) as db:
+        found = str(db.execute("PRAGMA journal_mode").fetchone()[0])
+        if found.lower() != mode[0].lower():
+            db.execute(f"PRAGMA journal_mode={mode[0]}")
+    db.close()
+
+
+def _create_catalog_tables(engine: Any) -> None:
+    """The catalog's tables (:data:`CATALOG_TABLES`) that do not exist yet; one another
+    process made meanwhile is taken as made."""
+    from sqlalchemy import inspect, text
+    from sqlalchemy.exc import DBAPIError
+
+    def absent() -> list[str]:
+        with engine.connect() as conn:
+            found = {name.lower() for name in inspect(conn).get_table_names()}
+        return [name for name in CATALOG_TABLES if name not in found]
+
+    for name in absent():
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(CATALOG_TABLES[name]))
+            logger.info("pyiceberg: catalog table %s created", name)
+        except DBAPIError:
+            if name in absent():
+                raise
+
+
+def open_catalog(settings: SparkSettings) -> Any:
+    """pyiceberg's ``SqlCatalog`` of ``spark.catalog``, its place prepared and its tables
+    created when absent (see the module docstring); raises what the database raised (the
+    caller's call fails and is retried)."""
+    from pyiceberg.catalog.sql import SqlCatalog  # only with appends: pyiceberg
+
+    _prepare_place(settings)
+    catalog = SqlCatalog(settings.catalog.name, **catalog_properties(settings))
+    try:
+        _create_catalog_tables(catalog.engine)
+    except BaseException:
+        catalog.engine.dispose()
+        raise
+    return catalog
+
+
+def ensure_namespace(catalog: Any, name: str) -> None:
+    """The namespace ``name``, created with Spark's properties when absent (another
+    process creating it meanwhile is fine)."""
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+    from sqlalchemy.exc import IntegrityError
+
+    if catalog.namespace_exists(name):
+        return
+    try:
+        catalog.create_namespace(name, {"exists": "true", "owner": owner()})
+    except (NamespaceAlreadyExistsError, IntegrityError):
+        if not catalog.namespace_exists(name):
+            raise
+
+
+__all__ = ["CATALOG_TABLES", "SQLITE_TIMEOUT_S", "catalog_properties", "ensure_namespace",
+           "missing_modules", "open_catalog", "owner", "sqlalchemy_uri"]

@@ -1,0 +1,174 @@
+"""Staging tables through pyiceberg (``spark.appends: pyiceberg``): create, check the
+columns, read the Kafka offsets, with no JVM, on :class:`~actors.sinks.spark.
+pyiceberg_appends.Lake`'s thread.
+
+The layout is exactly the one Spark's DDL makes (:func:`actors.sinks.spark.iceberg.
+create_staging`; ``tests/integration/test_pyiceberg_tables.py`` creates a table each way and
+compares them field by field):
+
+* the schema: the processor's columns, the coordinates, ``_ingested_at``, field ids from 1
+  in that order, each column required exactly when it is NOT NULL, each type the Iceberg
+  type Spark's type maps to (``TIMESTAMP``: ``timestamptz``);
+* the partition spec ``days(_ingested_at)``, field ``_ingested_at_day`` (id 1000); unsorted;
+* the location ``<warehouse>/<namespace>/<table>`` (the JDBC catalog's default), format
+  version 2, the properties :data:`~actors.sinks.spark.iceberg.STAGING_PROPERTIES`, and those
+  Spark and Iceberg's Java library add: ``owner``, ``write.parquet.compression-codec: zstd``.
+
+An existing table (made by Spark or pyiceberg) is checked as Spark checks it: its columns'
+types as Spark names them (:func:`spark_type_name`), compared with the processor's by
+:func:`~actors.sinks.spark.iceberg.schema_change`: new nullable columns added as optional
+ones (what Spark's ``ALTER TABLE ... ADD COLUMNS`` does), any other change refused with the
+same FatalError naming the table and the column. The offsets a worker resumes from are the
+highest any snapshot of the table's current history records (as
+:func:`~actors.sinks.spark.iceberg.table_offsets`).
+
+pyiceberg is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from actors.sinks.spark import iceberg
+from actors.sinks.spark.catalog import dotted, warehouse_location
+from actors.sinks.spark.pyiceberg_catalog import ensure_namespace, owner
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind
+from processors.base import Column
+from settings.models import SparkSettings
+
+PARTITION_FIELD = "_ingested_at_day"
+"""The staging tables' partition field (``days(_ingested_at)``), named as Spark names it."""
+
+JAVA_DEFAULTS = {"write.parquet.compression-codec": "zstd"}
+"""Properties Iceberg's Java library records in every table it creates."""
+
+
+def iceberg_type(kind: str) -> Any:
+    """The Iceberg type of a column type (as Spark's type of it becomes in Iceberg)."""
+    from pyiceberg import types  # only with appends: pyiceberg
+
+    return column_kind(kind).iceberg(types)
+
+
+def spark_type_name(field_type: Any) -> str:
+    """An Iceberg type as Spark names it (``simpleString``: ``bigint``, ``timestamp``,
+    ``decimal(10,2)``, ``array<int>`` ...), for the column check."""
+    from pyiceberg import types as t  # only with appends: pyiceberg
+
+    simple = {t.StringType: "string", t.UUIDType: "string", t.IntegerType: "int",
+              t.LongType: "bigint", t.FloatType: "float", t.DoubleType: "double",
+              t.BooleanType: "boolean", t.BinaryType: "binary", t.FixedType: "binary",
+              t.TimestamptzType: "timestamp", t.TimestampType: "timestamp_ntz",
+              t.DateType: "date", t.TimeType: "bigint"}
+    for kind, name in simple.items():
+        if isinstance(field_type, kind):
+            return name
+    if isinstance(field_type, t.DecimalType):
+        return f"decimal({field_type.precision},{field_type.scale})"
+    if isinstance(field_type, t.ListType):
+        return f"array<{spark_type_name(field_type.element_type)}>"
+    if isinstance(field_type, t.MapType):
+        return (f"map<{spark_type_name(field_type.key_type)},"
+                f"{spark_type_name(field_type.value_type)}>")
+    if isinstance(field_type, t.StructType):
+        return "struct<" + ",".join(f"{f.name}:{spark_type_name(f.field_type)}"
+                                    for f in field_type.fields) + ">"
+    return str(field_type)
+
+
+def staging_schema(declared: Sequence[Column]) -> Any:
+    """The Iceberg schema of a staging table with the ``declared`` columns (the
+    processor's and the coordinates, Iceberg's names), then ``_ingested_at``."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    return Schema(*[NestedField(field_id=i, name=c.name, field_type=iceberg_type(c.type),
+                                required=not c.nullable)
+                    for i, c in enumerate((*declared, INGESTED_AT), start=1)])
+
+
+def staging_spec(schema: Any) -> Any:
+    """``days(_ingested_at)`` over ``schema``."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import DayTransform
+
+    source = schema.find_field(INGESTED_AT.name).field_id
+    return PartitionSpec(PartitionField(source_id=source, field_id=1000,
+                                        transform=DayTransform(), name=PARTITION_FIELD))
+
+
+def staging_properties() -> dict[str, str]:
+    """The properties a staging table is created with (``format-version`` is taken out of
+    them by the library: it is the metadata's own field)."""
+    return {**iceberg.STAGING_PROPERTIES, **JAVA_DEFAULTS, "owner": owner()}
+
+
+def table_location(settings: SparkSettings, table: str) -> str:
+    """Where the JDBC catalog puts a new table: ``<warehouse>/<namespace>/<table>``."""
+    return "/".join((warehouse_location(settings).rstrip("/"), settings.catalog.namespace,
+                     table))
+
+
+def create_staging(catalog: Any, settings: SparkSettings, table: str,
+                   columns: Sequence[Column]) -> list[str]:
+    """Create the staging table (and its namespace) if needed, or check the existing
+    one's columns and add the new nullable ones; returns the names of the columns added.
+    FatalError when the processor's columns do not fit the table (the text of
+    :func:`~actors.sinks.spark.iceberg.create_staging`'s)."""
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+    namespace = settings.catalog.namespace
+    ensure_namespace(catalog, namespace)
+    identifier = (namespace, table)
+    declared = iceberg.table_columns((*columns, *COORDINATES))
+    try:
+        loaded = catalog.load_table(identifier)
+    except NoSuchTableError:
+        schema = staging_schema(declared)
+        try:
+            catalog.create_table(identifier, schema=schema,
+                                 location=table_location(settings, table),
+                                 partition_spec=staging_spec(schema),
+                                 properties=staging_properties())
+            return []
+        except TableAlreadyExistsError:  # another process made it meanwhile: check it
+            loaded = catalog.load_table(identifier)
+    existing = {f.name: spark_type_name(f.field_type) for f in loaded.schema().fields}
+    added, errors = iceberg.schema_change(existing, declared)
+    if errors:
+        raise iceberg.unfit(dotted(settings, table), errors)
+    if added:
+        with loaded.update_schema() as update:
+            for column in added:
+                update.add_column(column.name, iceberg_type(column.type), required=False)
+    return [c.name for c in added]
+
+
+def summaries(loaded: Any, key: str) -> list[str]:
+    """``summary[key]`` of the snapshots of ``loaded``'s current history that carry it
+    (newest first)."""
+    found = []
+    snapshot = loaded.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if key in summary:
+            found.append(str(summary[key]))
+        parent = snapshot.parent_snapshot_id
+        snapshot = loaded.snapshot_by_id(parent) if parent is not None else None
+    return found
+
+
+def table_offsets(loaded: Any) -> dict[tuple[str, str, int], int]:
+    """Per (group, topic, partition), the offset up to which the table ``loaded`` holds
+    the partition (the highest any snapshot of its current history records)."""
+    found: dict[tuple[str, str, int], int] = {}
+    for value in summaries(loaded, iceberg.OFFSETS):
+        for stream, offset in iceberg.parse_offsets(value).items():
+            found[stream] = max(found.get(stream, offset), offset)
+    return found
+
+
+__all__ = ["JAVA_DEFAULTS", "PARTITION_FIELD", "create_staging", "iceberg_type",
+           "spark_type_name", "staging_properties", "staging_schema", "staging_spec",
+           "summaries", "table_location", "table_offsets"]
