@@ -27,8 +27,10 @@ from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.final_deletions import FILLED, deletions_name
+from actors.sinks.spark.maintenance import maintain
 from actors.sinks.spark.merge import final_name, merge, merge_table, plan
-from settings.models import Settings
+from service.ops.tables import describe, render
+from settings.models import MaintenanceSettings, Settings
 from tests.integration.merge_support import module_actor, snapshots
 from tests.integration.test_deletes import OPTIONS, TOPIC, change, staged
 from tests.integration.test_merge_faults import KstageMerge, gate, sessions
@@ -232,3 +234,39 @@ async def test_a_merge_that_read_before_a_racing_deletion_merges_again(
     assert await final(actor, table) == [(2, "b@x", 11)]
     assert await deletions(actor, table) == [(1, 20)]
     assert await branches(actor, final_name(table)) == ["main"]
+
+
+async def test_tables_show_and_maintenance_cover_the_deletions_table(
+        actor: SparkActor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kstage tables show`` lists the deletions table after its final table; ``kstage
+    tables maintain`` compacts it and expires its snapshots by age, every deletion kept."""
+    table = "stg_kept"
+    for i in range(3):  # three merges, each records a deletion: three data files
+        await staged(actor, table, [change("c", i, "a@x", 10 * i),
+                                    change("d", i, None, 10 * i + 1)])
+        await merged(actor, table)
+    assert await deletions(actor, table) == [(0, 1), (1, 11), (2, 21)]
+    cfg = config(actor, table)
+    items = plan(cfg, resolve_processors(cfg))
+    views = await actor.call(lambda spark: describe(spark, actor.settings, items))
+    name = deletions_name(final_name(table))
+    assert [(v.role, v.table, v.staging) for v in views] == [
+        ("staging", dotted(actor.settings, table), None),
+        ("final", dotted(actor.settings, final_name(table)), table),
+        ("deletions", dotted(actor.settings, name), final_name(table))]
+    assert views[2].rows == 3
+    assert f"{dotted(actor.settings, name)} (deletions of {final_name(table)})" in render(views)
+    monkeypatch.setattr(actor, "settings", actor.settings.model_copy(update={
+        "maintenance": MaintenanceSettings(snapshot_max_age_s=0.001, snapshot_min_keep=1,
+                                           min_input_files=2)}))
+
+    async def nothing_committed(streams: Any) -> dict[Any, None]:
+        return dict.fromkeys(streams)
+
+    results = await maintain(config(actor, table), resolve_processors(cfg), nothing_committed,
+                             actor=actor)
+    [kept] = [r for r in results if r.role.startswith("deletions")]
+    assert kept.role == f"deletions of {dotted(actor.settings, final_name(table))}"
+    assert (kept.error, kept.files_before, kept.files_after) == ("", 3, 1)
+    assert kept.expired >= 3
+    assert await deletions(actor, table) == [(0, 1), (1, 11), (2, 21)]

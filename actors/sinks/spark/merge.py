@@ -16,7 +16,9 @@ them (exact replays dropped, the latest row per natural key ``Processor.key``:
 Iceberg commit that records the staging snapshot merged through
 (:mod:`actors.sinks.spark.merge_job`). No lock, no state file: a crashed, repeated or
 concurrent merge is idempotent, and a merge whose commit raced another's (Iceberg's
-optimistic concurrency refuses it) runs again, up to :data:`ATTEMPTS` times.
+optimistic concurrency refuses it) runs again, up to :data:`ATTEMPTS` times. A final
+table of deletions also remembers each key's newest deletion in its deletions table
+(:mod:`actors.sinks.spark.final_deletions`), so an older upsert staged later stays out.
 
 A final partition: ``final_partition = (name, expression over key columns)`` (the
 built-in WhereHows processors: ``log_date`` from ``log_event_time``; DataHub entity change

@@ -23,6 +23,12 @@ returns: :class:`TablePlan`, :class:`MergeResult`).
    set around the statement on this thread). When no row changes, a commit of no file
    records the end anyway, so the next merge starts there.
 
+A final table whose processor has a key and emits deletions keeps a deletions table
+(:mod:`actors.sinks.spark.final_deletions`): step 4 first drops the staging rows their
+key's recorded deletion comes after, and step 5 records the winning deletions, then
+commits the MERGE on top of the final snapshot of step 1 only (a racing commit: the
+merge runs again).
+
 Idempotent: the record and the rows are one commit, so a merge that died before its
 commit left nothing, one that died after it is seen merged, and a merge that reads rows
 the final table already holds (a retry, a full read) changes nothing (the fold's order
