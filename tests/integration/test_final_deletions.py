@@ -6,7 +6,9 @@ it is staged again (a ``kstage dlq replay``, an offset reset) and merged; a newe
 lands; a deletion older than the final row does not delete it; a ``kstage merge``
 SIGKILLed between the deletions table's commit and the final table's, run again, gives
 the exact tables; a final table made before deletions were remembered gets its deletions
-table, filled from the staging table, at its next merge; two merges racing stay exact.
+table, filled from the staging table, at its next merge; two merges racing stay exact;
+``kstage tables show`` and maintenance cover the deletions table; a deletions table that
+is another's, or a staging table, is refused.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.final_deletions import FILLED, deletions_name
 from actors.sinks.spark.maintenance import maintain
-from actors.sinks.spark.merge import final_name, merge, merge_table, plan
+from actors.sinks.spark.merge import (
+    MergeConfigError,
+    MergeError,
+    final_name,
+    merge,
+    merge_table,
+    plan,
+)
 from service.ops.tables import describe, render
 from settings.models import MaintenanceSettings, Settings
 from tests.integration.merge_support import module_actor, snapshots
@@ -270,3 +279,24 @@ async def test_tables_show_and_maintenance_cover_the_deletions_table(
     assert (kept.error, kept.files_before, kept.files_after) == ("", 3, 1)
     assert kept.expired >= 3
     assert await deletions(actor, table) == [(0, 1), (1, 11), (2, 21)]
+
+
+async def test_a_deletions_table_of_another_or_a_staging_one_is_refused(
+        actor: SparkActor) -> None:
+    table = "stg_other"
+    name = qualified(actor.settings, deletions_name(final_name(table)))
+    await actor.call(lambda spark: spark.sql(f"CREATE TABLE {name} (id INT) USING iceberg"))
+    await staged(actor, table, [change("c", 1, "a@x", 1)])
+    with pytest.raises(MergeError, match=(
+            rf"merge {table} -> {final_name(table)}: deletions table "
+            rf"{dotted(actor.settings, deletions_name(final_name(table)))} exists but is not "
+            rf"the deletions table of {dotted(actor.settings, final_name(table))}")):
+        await merged(actor, table)
+    clash = Settings(groups=[{"topics": [
+        {"topic": TOPIC, "processor": "debezium", "options": OPTIONS,
+         "sink": {"type": "spark", "table": "stg_a"}},
+        {"topic": "other", "processor": "debezium", "options": OPTIONS,
+         "sink": {"type": "spark", "table": "final_a_deletions"}}]}], spark=actor.settings)
+    with pytest.raises(MergeConfigError, match="table stg_a: the deletions table "
+                       "final_a_deletions of its final table is also a staging table"):
+        plan(clash, resolve_processors(clash))

@@ -45,7 +45,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.record_columns import sink_columns
-from actors.sinks.spark import final_table
+from actors.sinks.spark import final_deletions, final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.final_table import MergeRecord
@@ -147,13 +147,19 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
 
 
 def _check_names(found: dict[str, TablePlan]) -> None:
-    """A final table must not be one of the staging tables (``stg_a`` and ``final_a``
-    both staging tables)."""
+    """A final table (or its deletions table) must not be one of the staging tables
+    (``stg_a`` and ``final_a`` both staging tables)."""
     for name, item in found.items():
         if item.final_table in found:
             raise MergeConfigError(f"table {name}: its final table {item.final_table} is "
                                    "also a staging table of a spark sink; rename one with "
                                    "sink.table")
+        deletions = final_deletions.deletions_name(item.final_table)
+        if deletions in found and final_deletions.applies(
+                [c.name for c in item.columns], item.key):
+            raise MergeConfigError(f"table {name}: the deletions table {deletions} of its "
+                                   f"final table is also a staging table of a spark sink; "
+                                   "rename one with sink.table")
 
 
 async def merge(settings: Settings, processors: Mapping[str, type[Processor]],
