@@ -300,3 +300,28 @@ async def test_a_deletions_table_of_another_or_a_staging_one_is_refused(
     with pytest.raises(MergeConfigError, match="table stg_a: the deletions table "
                        "final_a_deletions of its final table is also a staging table"):
         plan(clash, resolve_processors(clash))
+
+
+async def test_a_killed_merges_branch_is_removed_once_stale(actor: SparkActor) -> None:
+    """A merge killed between making its branch and removing it leaves the branch; a
+    later merge removes it once older than an hour (a younger one may be a running
+    merge's)."""
+    table = "stg_branches"
+    final_ = final_name(table)
+    await staged(actor, table, [change("c", 1, "a@x", 1)])
+    await merged(actor, table)
+    now = int(time.time())
+    stale, young = f"kstage_merge_{now - 7200}_dead", f"kstage_merge_{now - 60}_running"
+
+    def make(spark: Any) -> None:
+        loaded = final_table.load(spark, actor.settings, final_)
+        base = loaded.currentSnapshot().snapshotId()
+        for name in (stale, young):
+            loaded.manageSnapshots().createBranch(name, base).commit()
+
+    await actor.call(make)
+    assert await branches(actor, final_) == sorted(["main", stale, young])
+    await staged(actor, table, [change("d", 1, None, 2)])
+    await merged(actor, table)
+    assert await branches(actor, final_) == sorted(["main", young])
+    assert await final(actor, table) == []
