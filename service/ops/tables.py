@@ -1,6 +1,7 @@
 """``kstage tables show|maintain|migrate``: the Iceberg tables of the spark sinks.
 
-* ``show``: per staging table of the configuration's spark sinks and its final table:
+* ``show``: per staging table of the configuration's spark sinks, its final table and
+  the final table's deletions table (when its processor has a key and emits deletions):
   snapshots (how many, the current one and when it was committed), data files, rows,
   bytes, the Kafka offsets a staging table holds per (group, topic, partition), and the
   staging snapshot a final table was merged through (:func:`describe`, one SparkSession,
@@ -23,7 +24,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from actors.sinks.spark import snapshots
+from actors.sinks.spark import final_deletions, snapshots
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
@@ -39,7 +40,9 @@ class TableView:
     """What ``kstage tables show`` says of one table (``exists`` False: not created yet).
 
     Attributes:
-        table: ``catalog.namespace.table``; ``role``: staging, or final (of ``staging``).
+        table: ``catalog.namespace.table``; ``role``: staging, final (of ``staging``), or
+            deletions (of the final table ``staging``: the final table's deletions
+            table, each key's newest deletion).
         snapshots: how many the table keeps; ``current_snapshot``/``current_at``: the
             current one and its commit time (ISO 8601, UTC).
         data_files, rows, bytes: the current snapshot's data.
@@ -92,6 +95,10 @@ def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
     for item in items:
         views.append(_view(spark, settings, item.table, "staging"))
         views.append(_view(spark, settings, item.final_table, "final", item.table))
+        if final_deletions.applies([c.name for c in item.columns], item.key):
+            views.append(_view(spark, settings,
+                               final_deletions.deletions_name(item.final_table), "deletions",
+                               item.final_table))
     return views
 
 

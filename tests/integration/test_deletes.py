@@ -3,7 +3,8 @@ table loses a deleted key's row, and its deletions table keeps the newest deleti
 key, so the newest offset wins also against a delete (a replayed older upsert never brings
 the row back); a JDBC append table, the
 Iceberg staging table, JSONL and HTTP keep the deletion as a row with its marker; the final
-table's MERGE deletes the row. The rows are the ``debezium`` processor's, from events in
+table's MERGE deletes the row and records the deletion in the final table's deletions
+table (more in test_final_deletions). The rows are the ``debezium`` processor's, from events in
 Debezium's own JSON format; the last test runs ``kstage run --drain`` on the real broker.
 
 One Spark session for the module (``jdbc_spark``: local[1]), for the JDBC writes, the
@@ -29,6 +30,7 @@ from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql, exec
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
+from actors.sinks.spark.final_deletions import deletions_name
 from actors.sinks.spark.merge import final_name, merge
 from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
 from processors.base import DELETED, Message, Processor, Row, table_columns
@@ -235,6 +237,13 @@ async def test_jdbc_append_keeps_each_deletion_as_a_row_with_its_marker(
     assert pg_rows(pg, table) == [(1, "a@x", False, 1, "c"), (1, None, True, 2, "d")]
 
 
+async def final_deletions(actor: SparkActor, table: str) -> list[tuple[int, int]]:
+    """The final table's deletions table of staging ``table``: (id, _offset) per key."""
+    name = qualified(actor.settings, deletions_name(final_name(table)))
+    return sorted((int(i), int(o)) for i, o in await actor.call(
+        lambda spark: spark.table(name).select("id", "_offset").collect()))
+
+
 async def staged(actor: SparkActor, table: str, *batches: list[Row]) -> None:
     sink = SparkSink(SparkSinkSettings(table=table), actor)
     sink.bind(context(table=table))
@@ -276,6 +285,9 @@ async def test_staging_keeps_deletions_and_the_final_merge_deletes_the_rows(
                                 change("d", 7, None, 5), change("d", 5, None, 6)])
     [second] = await merge(cfg, resolve_processors(cfg), actor=actor)
     assert await final() == [(2, "b@x", 2)]
+    # each deleted key's deletion is recorded beside the final table (so a replayed older
+    # upsert stays out: tests/integration/test_final_deletions.py)
+    assert await final_deletions(actor, table) == [(1, 4), (5, 6), (7, 5)]
     # merging again changes nothing
     await merge(cfg, resolve_processors(cfg), actor=actor)
     assert await final() == [(2, "b@x", 2)]
@@ -363,3 +375,4 @@ async def test_kstage_run_lands_deletes_from_the_broker_in_every_sink(
     rows = await jdbc_spark.call(lambda spark: [tuple(r) for r in spark.table(final).select(
         "id", "email", "_op").collect()])
     assert rows == [(1, "a2@x", "u")]
+    assert await final_deletions(jdbc_spark, staging) == [(2, 3), (3, 6)]

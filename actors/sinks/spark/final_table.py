@@ -101,7 +101,7 @@ def final_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
     return (*iceberg.table_columns((*columns, *COORDINATES)), INGESTED_AT)
 
 
-def _ddl(columns: Sequence[Column]) -> str:
+def ddl(columns: Sequence[Column]) -> str:
     return ", ".join(f"`{c.name}` {column_kind(c.type).spark_sql}"
                      f"{'' if c.nullable else ' NOT NULL'}" for c in columns)
 
@@ -136,7 +136,7 @@ def ensure(spark: Any, settings: SparkSettings, final: str, staging: str,
         by = f"PARTITIONED BY (`{partition[0]}`) " if partition else ""
         text = ", ".join(f"'{k}' = '{_quote(v)}'" for k, v in props.items())
         try:
-            spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({_ddl(declared)}{extra}) "
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({ddl(declared)}{extra}) "
                       f"USING iceberg {by}TBLPROPERTIES ({text})")
         except Exception:
             # Another merge created it between the check and the statement: check it.
@@ -164,7 +164,7 @@ def ensure(spark: Any, settings: SparkSettings, final: str, staging: str,
                               "merge into a new table with sink.table, or drop the final "
                               "table to rebuild it from staging)")
     if added:
-        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_ddl(added)})")
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({ddl(added)})")
         logger.warning("merge: %s: new nullable column(s) %s added (rows merged before read "
                        "them as NULL)", where, ", ".join(c.name for c in added))
     return [c.name for c in added]
@@ -269,5 +269,5 @@ def record_only(spark: Any, settings: SparkSettings, final: str,
 __all__ = ["FINAL_PARTITION", "FINAL_PROPERTIES", "MERGED_FROM", "MERGED_SNAPSHOT",
            "NEW_ROWS", "RECORD_COUNTS", "REPLAYS_DROPPED", "STAGING_ROWS", "STAGING_TABLE",
            "SUPERSEDED_DROPPED", "FinalTableError", "MergeRecord", "ensure", "final_columns",
-           "find_commit", "last_record", "load", "partition_spec", "record_only",
+           "ddl", "find_commit", "last_record", "load", "partition_spec", "record_only",
            "snapshot_rows"]

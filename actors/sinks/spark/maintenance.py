@@ -5,7 +5,8 @@ Every append to a staging table is a commit: a snapshot, a manifest list, a mani
 a small data file. A day of 1-second flushes is 86,400 of each, and every commit rewrites
 the table's metadata file listing every snapshot. Maintenance, per staging table and then
 its final table, on the process's Spark thread (:class:`SparkActor`), with Iceberg's
-procedures:
+procedures (and, for a final table that keeps one, its deletions table: compacted and
+expired like the final table, keeping no snapshot but by age and count):
 
 1. **compact** small data files (``rewrite_data_files``, binpack): a partition (a day of
    ``_ingested_at``) with at least ``min_input_files`` files, or more small files than
@@ -45,7 +46,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from actors.sinks.spark import iceberg, snapshots
+from actors.sinks.spark import final_deletions, iceberg, snapshots
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.expiry import Bound, Keep, bound, missing, offset_keeps
@@ -75,7 +76,8 @@ class Maintained:
     """What maintenance did to one table.
 
     Attributes:
-        table: the table (``catalog.namespace.table``); ``role``: staging or final.
+        table: the table (``catalog.namespace.table``); ``role``: staging, final or
+            deletions (of a final table).
         exists: False when the catalog has no such table (nothing done).
         files_before, files_after: data files of the current snapshot.
         compacted, compacted_into: data files rewritten, and the files written.
@@ -368,7 +370,34 @@ async def maintain(settings: Settings, processors: Mapping[str, type[Processor]]
     results: list[Maintained] = []
     for item in plan(settings, processors, table):
         results += await maintain_pair(actor, item.table, item.final_table, committed)
+        if final_deletions.applies([c.name for c in item.columns], item.key):
+            results.append(await _maintain_deletions(actor, item.final_table))
     return results
+
+
+async def _maintain_deletions(actor: SparkActor, final: str) -> Maintained:
+    """The deletions table of ``final``: no snapshot of it is needed but the current
+    one (each holds every key's newest deletion), so only age and the newest
+    ``snapshot_min_keep`` bound expiry; a failure is recorded in the result."""
+    settings = actor.settings
+    name = final_deletions.deletions_name(final)
+    result = Maintained(dotted(settings, name), f"deletions of {dotted(settings, final)}")
+
+    def run(spark: Any) -> None:
+        if not snapshots.exists(spark, settings, name):
+            result.exists = False
+            return
+        _reshape(spark, settings, name, result)
+        where = bound(snapshots.history(spark, settings, name), [], int(time.time() * 1000),
+                      settings.maintenance.snapshot_max_age_s,
+                      settings.maintenance.snapshot_min_keep)
+        _finish(spark, settings, name, where, result)
+
+    try:
+        await actor.call(on_spark(run))
+    except Exception as exc:  # noqa: BLE001 - reported per table, never raised
+        result.error = _said(exc)
+    return result
 
 
 __all__ = ["CARRIED", "Committed", "Maintained", "MaintenanceError", "compact", "expire",

@@ -16,7 +16,9 @@ them (exact replays dropped, the latest row per natural key ``Processor.key``:
 Iceberg commit that records the staging snapshot merged through
 (:mod:`actors.sinks.spark.merge_job`). No lock, no state file: a crashed, repeated or
 concurrent merge is idempotent, and a merge whose commit raced another's (Iceberg's
-optimistic concurrency refuses it) runs again, up to :data:`ATTEMPTS` times.
+optimistic concurrency refuses it) runs again, up to :data:`ATTEMPTS` times. A final
+table of deletions also remembers each key's newest deletion in its deletions table
+(:mod:`actors.sinks.spark.final_deletions`), so an older upsert staged later stays out.
 
 A final partition: ``final_partition = (name, expression over key columns)`` (the
 built-in WhereHows processors: ``log_date`` from ``log_event_time``; DataHub entity change
@@ -43,7 +45,7 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.record_columns import sink_columns
-from actors.sinks.spark import final_table
+from actors.sinks.spark import final_deletions, final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.final_table import MergeRecord
@@ -145,13 +147,19 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
 
 
 def _check_names(found: dict[str, TablePlan]) -> None:
-    """A final table must not be one of the staging tables (``stg_a`` and ``final_a``
-    both staging tables)."""
+    """A final table (or its deletions table) must not be one of the staging tables
+    (``stg_a`` and ``final_a`` both staging tables)."""
     for name, item in found.items():
         if item.final_table in found:
             raise MergeConfigError(f"table {name}: its final table {item.final_table} is "
                                    "also a staging table of a spark sink; rename one with "
                                    "sink.table")
+        deletions = final_deletions.deletions_name(item.final_table)
+        if deletions in found and final_deletions.applies(
+                [c.name for c in item.columns], item.key):
+            raise MergeConfigError(f"table {name}: the deletions table {deletions} of its "
+                                   f"final table is also a staging table of a spark sink; "
+                                   "rename one with sink.table")
 
 
 async def merge(settings: Settings, processors: Mapping[str, type[Processor]],

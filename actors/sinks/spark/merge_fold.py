@@ -50,7 +50,8 @@ def group_columns(names: Sequence[str], key: Sequence[str]) -> list[str]:
     return list(key) or [n for n in names if n != "_ingested_at"]
 
 
-def _sorted(term: OrderTerm) -> Any:
+def sort_column(term: OrderTerm) -> Any:
+    """``term`` as a Spark sort column."""
     from pyspark.sql import functions as f  # pyspark only if used
 
     name, descending, nulls_first = term
@@ -119,7 +120,7 @@ def fold(staging: Any, current: Any, names: Sequence[str], key: Sequence[str],
                 .withColumn(_FINALS, f.sum(1 - f.col(SOURCE)).over(same))
                 .filter("_n = 1").drop("_n"))
     latest = Window.partitionBy(*groups).orderBy(
-        *(_sorted(term) for term in order(names, key)))
+        *(sort_column(term) for term in order(names, key)))
     ranked = distinct.withColumn(_RANK, f.row_number().over(latest)).persist()
     try:
         stats = ranked.agg(
@@ -141,4 +142,4 @@ def fold(staging: Any, current: Any, names: Sequence[str], key: Sequence[str],
 
 
 __all__ = ["SOURCE", "Folded", "OrderTerm", "beats", "fold", "group_columns", "null_safe",
-           "order"]
+           "order", "sort_column"]

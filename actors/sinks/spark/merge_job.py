@@ -23,6 +23,12 @@ returns: :class:`TablePlan`, :class:`MergeResult`).
    set around the statement on this thread). When no row changes, a commit of no file
    records the end anyway, so the next merge starts there.
 
+A final table whose processor has a key and emits deletions keeps a deletions table
+(:mod:`actors.sinks.spark.final_deletions`): step 4 first drops the staging rows their
+key's recorded deletion comes after, and step 5 records the winning deletions, then
+commits the MERGE on top of the final snapshot of step 1 only (a racing commit: the
+merge runs again).
+
 Idempotent: the record and the rows are one commit, so a merge that died before its
 commit left nothing, one that died after it is seen merged, and a merge that reads rows
 the final table already holds (a retry, a full read) changes nothing (the fold's order
@@ -34,19 +40,20 @@ job again. pyspark is imported only inside functions.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from actors.sinks.spark import final_table, iceberg
+from actors.sinks.spark import final_deletions, final_table, iceberg
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.merge_fold import beats, fold, group_columns, null_safe, order
 from processors.base import DELETED, Column
 
 logger = logging.getLogger(__name__)
 
-PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
+PROPERTY_PREFIX = final_deletions.PROPERTY_PREFIX
 
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException",
              "org.apache.iceberg.exceptions.CommitFailedException",
@@ -149,6 +156,7 @@ class MergeJob:
             "_topic", "_kafka_partition", "_offset", "_timestamp", "_ingested_at"]
         self.staging = dotted(settings, item.table)
         self.final = dotted(settings, item.final_table)
+        self.deletes = final_deletions.applies(self.row_names, item.key)
 
     def _partition(self, spark: Any) -> tuple[str, str, str] | None:
         """The final partition (name, expression, Spark type); MergeTableError when the
@@ -179,6 +187,8 @@ class MergeJob:
         try:
             final_table.ensure(spark, self.settings, self.item.final_table, self.item.table,
                                self.item.columns, partition)
+            if self.deletes:  # the final commit goes on a branch made at base: one needed
+                final_deletions.ensure_snapshot(spark, self.settings, self.item.final_table)
         except final_table.FinalTableError as exc:
             raise MergeTableError(str(exc)) from exc
         except Exception as exc:
@@ -194,6 +204,8 @@ class MergeJob:
         staging = final_table.load(spark, self.settings, self.item.table)
         end = staging.currentSnapshot()
         staging_rows = final_table.snapshot_rows(spark, self.settings, self.item.table, end)
+        if self.deletes:  # after base: it holds the deletions of the merges base holds
+            self._ensure_deletions(spark, None if end is None else int(end.snapshotId()))
         if end is None or start == int(end.snapshotId()):
             return self._result(staging_rows=staging_rows, merged_snapshot_id=start,
                                 final_rows=final_table.snapshot_rows(
@@ -207,6 +219,17 @@ class MergeJob:
                            "rows already final are dropped as replays", self.staging, start)
         rows = self._read_staging(spark, None if full else start, end_id, partition)
         return self._merge(spark, rows, base, end_id, staging_rows, partition, full)
+
+    def _ensure_deletions(self, spark: Any, end: int | None) -> None:
+        try:
+            final_deletions.ensure(spark, self.settings, self.item.final_table,
+                                   self.item.columns, self.item.key, self.item.table, end)
+        except final_table.FinalTableError as exc:
+            raise MergeTableError(str(exc)) from exc
+        except Exception as exc:
+            if conflict(exc):
+                raise MergeConflict(describe(exc)) from exc
+            raise
 
     def _conform(self, frame: Any, partition: tuple[str, str, str] | None) -> Any:
         """``frame`` with the final columns in order: a processor column the table has
@@ -263,13 +286,23 @@ class MergeJob:
     def _merge(self, spark: Any, rows: Any, base: Any, end: int, staging_rows: int,
                partition: tuple[str, str, str] | None, full: bool) -> MergeResult:
         columns = [*self.row_names, *([partition[0]] if partition else [])]
+        guarded = 0
+        if self.deletes:  # rows older than their key's recorded deletion stay out
+            read = rows.count()
+            rows = final_deletions.guard(rows, final_deletions.read(
+                spark, self.settings, self.item.final_table), self.row_names, self.item.key)
         rows = rows.persist()
         try:
+            if self.deletes:
+                guarded = read - rows.count()
             current = self._current(spark, base, rows, partition)
             folded = fold(rows, current, self.row_names, self.item.key, columns)
         except BaseException:
             rows.unpersist()
             raise
+        folded = dataclasses.replace(
+            folded, new_rows=folded.new_rows + guarded,
+            superseded_dropped=folded.superseded_dropped + guarded)
         commit_id = uuid.uuid4().hex
         properties = {
             final_table.MERGED_SNAPSHOT: str(end), final_table.MERGED_FROM: self.staging,
@@ -279,11 +312,16 @@ class MergeJob:
             final_table.SUPERSEDED_DROPPED: str(folded.superseded_dropped),
             iceberg.COMMIT_ID: commit_id, iceberg.WRITER_ID: self.writer_id}
         try:
-            if folded.changed:
+            if folded.changed and self.deletes:
+                self._merge_deleting(spark, folded.changes, columns, partition, properties,
+                                     int(base.snapshotId()))
+            elif folded.changed:
                 self._merge_into(spark, folded.changes, columns, partition, properties)
             else:
                 final_table.record_only(spark, self.settings, self.item.final_table,
                                         properties)
+        except final_deletions.FinalMoved as exc:
+            raise MergeConflict(str(exc)) from exc
         except Exception as exc:
             if conflict(exc):
                 raise MergeConflict(describe(exc)) from exc
@@ -301,11 +339,28 @@ class MergeJob:
                             superseded_dropped=folded.superseded_dropped,
                             merged_snapshot_id=end, full_read=full)
 
+    def _merge_deleting(self, spark: Any, changes: Any, columns: list[str],
+                        partition: tuple[str, str, str] | None, properties: dict[str, str],
+                        base: int) -> None:
+        """The deletions among ``changes`` recorded first, then the final table's MERGE
+        committed on top of ``base`` only (see :mod:`actors.sinks.spark.final_deletions`)."""
+        from pyspark.sql import functions as f  # pyspark only if used
+
+        deletions = changes.filter(f.coalesce(f.col(DELETED), f.lit(False)))
+        if not deletions.isEmpty():
+            final_deletions.record(spark, self.settings, self.item.final_table, deletions,
+                                   self.row_names, self.item.key)
+        final_deletions.commit_on(
+            spark, self.settings, self.item.final_table, base,
+            lambda target: self._merge_into(spark, changes, columns, partition, properties,
+                                            target))
+
     def _merge_into(self, spark: Any, changes: Any, columns: list[str],
                     partition: tuple[str, str, str] | None, properties: dict[str, str],
-                    ) -> None:
-        """``MERGE INTO`` the final table the rows it must take, its commit carrying
-        ``properties`` (session conf set around the statement, on this thread)."""
+                    target: str | None = None) -> None:
+        """``MERGE INTO`` the final table (or ``target``, a branch of it) the rows it
+        must take, its commit carrying ``properties`` (session conf set around the
+        statement, on this thread)."""
         view = f"kstage_merge_{uuid.uuid4().hex}"
         groups = group_columns(self.row_names, self.item.key)
         on = null_safe([*groups, *([partition[0]] if partition else [])])
@@ -320,7 +375,8 @@ class MergeJob:
         matched = (f"WHEN MATCHED AND ({later}) AND {deleted} THEN DELETE "
                    if deleted else "")
         insert = f"WHEN NOT MATCHED AND NOT {deleted}" if deleted else "WHEN NOT MATCHED"
-        statement = (f"MERGE INTO {qualified(self.settings, self.item.final_table)} t "  # noqa: S608
+        target = target or qualified(self.settings, self.item.final_table)
+        statement = (f"MERGE INTO {target} t "  # noqa: S608
                      f"USING {view} s ON {on} {matched}"
                      f"WHEN MATCHED AND ({later}) THEN UPDATE SET {sets} "
                      f"{insert} THEN INSERT ({names}) VALUES ({values})")
@@ -329,15 +385,9 @@ class MergeJob:
         # snapshot: "No plan for TableReference"), and the source cannot change under it.
         changes.localCheckpoint(eager=True).createOrReplaceTempView(view)
         try:
-            for key, value in properties.items():
-                spark.conf.set(PROPERTY_PREFIX + key, value)
-            spark.sql(statement)
+            with final_deletions.snapshot_properties(spark, properties):
+                spark.sql(statement)
         finally:
-            for key in properties:
-                try:
-                    spark.conf.unset(PROPERTY_PREFIX + key)
-                except Exception as exc:  # noqa: BLE001 - a dead JVM forgets them anyway
-                    logger.debug("merge: cannot unset %s: %s", key, exc)
             try:
                 spark.catalog.dropTempView(view)
             except Exception as exc:  # noqa: BLE001 - as above
