@@ -88,7 +88,9 @@ def medians(runs: list[Figures]) -> Figures:
                    cpu_s=med(f.cpu_s for f in runs), jvm_cpu_s=med(f.jvm_cpu_s for f in runs),
                    rss_mb=med(f.rss_mb for f in runs),
                    data_files=round(med(f.data_files for f in runs)),
-                   rate=med(f.rate for f in runs), p50_ms=med(f.p50_ms for f in runs),
+                   rate=med(f.rate for f in runs),
+                   warm_n=round(med(f.warm_n for f in runs)),
+                   fresh_n=round(med(f.fresh_n for f in runs)), p50_ms=med(f.p50_ms for f in runs),
                    p99_ms=med(f.p99_ms for f in runs))
 
 
