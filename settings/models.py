@@ -642,6 +642,14 @@ class SparkSettings(_Model):
         1, gt=0, description="Longest wait of a row while none of its table's appends runs: "
         "a quiet table is flushed within about this long, below flush_min_rows (at most "
         "about one append per flush_idle_s); at or above flush_max_interval_s: off.")
+    flush_rest_ratio: float | None = Field(
+        None, ge=0, le=100, description="After the appends of a staging table took d "
+        "seconds, an append that flush_min_rows would start waits until d times this has "
+        "passed since they ended, or until the oldest waiting row waited flush_idle_s "
+        "(flush_max_rows, flush_max_interval_s and a worker at its max_in_flight do not "
+        "wait): fewer, larger appends. Unset: 1 with appends: "
+        "pyiceberg (each pyiceberg commit costs more CPU, in the process, the more "
+        "snapshots the table keeps), 0 with appends: spark (back to back).")
     max_session_restarts: int = Field(
         3, ge=0, description="New SparkSessions started after the Spark JVM died (or while "
         "its replacement fails to start) within session_restart_window_s; one more death "

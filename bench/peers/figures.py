@@ -18,7 +18,9 @@ table, of the events after the warm-up.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,34 @@ class Figures:
         counted = [(at - stamp) * 1000 for offset, (at, stamp) in seen.items()
                    if offset >= self.warm_n]
         self.p50_ms, self.p99_ms = percentile(counted, 0.5), percentile(counted, 0.99)
+
+
+def medians(runs: list[Figures]) -> Figures:
+    """One system's figures over several rounds (``--rounds``): the median of each
+    figure (events/s, CPU, RSS, files, p50, p99, rate) on its own."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+    med = statistics.median
+    n = first.n
+    return replace(first, settings=f"median of {len(runs)} rounds; {first.settings}",
+                   window_s=n / med(f.events_s for f in runs),
+                   cpu_s=med(f.cpu_s for f in runs), jvm_cpu_s=med(f.jvm_cpu_s for f in runs),
+                   rss_mb=med(f.rss_mb for f in runs),
+                   data_files=round(med(f.data_files for f in runs)),
+                   rate=med(f.rate for f in runs),
+                   warm_n=round(med(f.warm_n for f in runs)),
+                   fresh_n=round(med(f.fresh_n for f in runs)), p50_ms=med(f.p50_ms for f in runs),
+                   p99_ms=med(f.p99_ms for f in runs))
+
+
+def round_dir(workdir: Path, i: int) -> Path:
+    """The work directory of round ``i`` (the first is ``workdir`` itself)."""
+    if i == 0:
+        return workdir
+    where = workdir / f"round-{i + 1}"
+    where.mkdir()
+    return where
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -5,7 +5,7 @@ Usage (jars: ``make kafka-jars peer-jars`` and ``kstage jars fetch``)::
 
     python bench/peers/kafka_connect.py [--messages N] [--fresh-s S]
                                         [--commit-interval-ms MS] [--fresh-commit-interval-ms MS]
-                                        [--keep]
+                                        [--appends spark|pyiceberg] [--rounds N] [--keep]
 
 One run, one Apache Kafka broker (bench/peers/harness.py), one system at a time on the
 same 2 cores: N WhereHows Gobblin compaction events (those of ``bench/throughput.py
@@ -32,6 +32,10 @@ each to a 1-partition topic, then
 Printed per system: events/s counted in the table, freshness p50/p99, CPU seconds per
 100k events, peak RSS of all its processes, data files per 100k events
 (bench/peers/figures.py); the last line is kstage's ratios to Kafka Connect.
+``--appends`` chooses what writes kstage's staging appends (``spark.appends``). With
+``--rounds N``, the whole run (kstage, then Connect) is done N times alternating, on the
+same broker, each round on topics of its own; then each system's medians, from which the
+last line is.
 """
 
 from __future__ import annotations
@@ -48,11 +52,12 @@ from pathlib import Path
 import orjson
 from _paths import check_jars
 from connect_worker import command
-from figures import Figures, Pace, line, load, ratios
+from figures import Figures, Pace, line, load, medians, ratios, round_dir
 from harness import (
     apache_kafka,
     check_landed,
     check_layout,
+    fresh_workload,
     freshness,
     kstage_figures,
     run_until_rows,
@@ -127,11 +132,13 @@ async def connect_figures(bootstrap: str, workdir: Path, topic: str, n: int,
 
 async def bench(bootstrap: str, workdir: Path, args: argparse.Namespace) -> list[Figures]:
     n, pace = args.messages, Pace(args.fresh_s, args.warm_s)
-    work = spark_workload(n, workdir)
+    work, fresh = spark_workload(n, workdir), fresh_workload(workdir)
+    for w in (work, fresh):
+        w.spark = {**(w.spark or {}), "appends": args.appends}
     topic, _ = await produce_workload(bootstrap, work)
     json_topic, _ = await produce_workload(bootstrap, json_workload(n))
     kstage, kstage_wh = await kstage_figures(bootstrap, workdir, topic, n, work, pace,
-                                             TABLE)
+                                             TABLE, fresh)
     print(line(kstage), flush=True)
     connect, connect_wh = await connect_figures(bootstrap, workdir, json_topic, n, args,
                                                 kstage_wh)
@@ -155,14 +162,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="Connect's commit interval in its freshness run")
     parser.add_argument("--fresh-commit-timeout-ms", type=int, default=2000,
                         help="Connect's commit timeout in its freshness run")
+    parser.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
+                        help="what writes kstage's staging appends (spark.appends; "
+                             "default spark)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each system, alternating; medians printed and the "
+                             "last line from them (default 1)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     check_jars("connect", "iceberg-sink")  # says what to run when jars are missing
     workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-connect-"))
     try:
         with apache_kafka(workdir) as bootstrap:
-            kstage, connect = asyncio.run(bench(bootstrap, workdir, args))
+            rounds = [asyncio.run(bench(bootstrap, round_dir(workdir, i), args))
+                      for i in range(args.rounds)]
     except BaseException:
         print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
         raise
@@ -170,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"versions: Kafka Connect 4.3.1 (standalone), Iceberg sink connector 1.12.0, "
-          f"Apache Kafka 4.4.0 broker; {load()}")
+    kstage, connect = (medians([r[i] for r in rounds]) for i in range(2))
+    if args.rounds > 1:
+        print(f"medians of {args.rounds} rounds:\n{line(kstage)}\n{line(connect)}")
+    print(f"kstage appends: {args.appends}; versions: Kafka Connect 4.3.1 (standalone), "
+          f"Iceberg sink connector 1.12.0, Apache Kafka 4.4.0 broker; {load()}")
     print(ratios(kstage, [connect]))
     return 0
 

@@ -4,7 +4,8 @@ Iceberg table layout (issue 24).
 Usage (jars: ``make kafka-jars peer-jars`` and ``kstage jars fetch``)::
 
     python bench/peers/spark_streaming.py [--mapping gobblin|mcl] [--messages N]
-                                          [--fresh-s S] [--keep]
+                                          [--fresh-s S] [--appends spark|pyiceberg]
+                                          [--rounds N] [--keep]
 
 One run, one Apache Kafka broker (bench/peers/harness.py), one system at a time on the
 same 2 cores: N WhereHows Gobblin compaction events (the Avro events of
@@ -33,6 +34,9 @@ Python UDF). Its freshness events carry the stamp in ``created.time``.
 Printed per system: events/s counted in the table, freshness p50/p99, CPU seconds per
 100k events, peak RSS of all its processes, data files per 100k events
 (bench/peers/figures.py); the last line is kstage's ratios to Spark Structured Streaming.
+With ``--rounds N``, the whole run (kstage, then Spark) is done N times alternating, on
+the same broker, each round on topics of its own; then each system's medians, from which
+the last line is.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _paths import ROOT, check_jars
-from figures import Figures, Pace, line, load, ratios
+from figures import Figures, Pace, line, load, medians, ratios, round_dir
 from harness import (
     apache_kafka,
     check_landed,
@@ -174,16 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
                         help="what writes kstage's staging appends (spark.appends; "
                              "default spark)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each system, alternating; medians printed and the "
+                             "last line from them (default 1)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     check_jars("spark")  # says what to run when jars are missing, before anything starts
     workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-spark-"))
     try:
         with apache_kafka(workdir) as bootstrap:
-            kstage, spark = asyncio.run(bench(bootstrap, workdir, args.messages,
-                                              Pace(args.fresh_s, args.warm_s), args.mapping,
-                                              args.appends))
+            rounds = [asyncio.run(bench(bootstrap, round_dir(workdir, i), args.messages,
+                                        Pace(args.fresh_s, args.warm_s), args.mapping,
+                                        args.appends)) for i in range(args.rounds)]
     except BaseException:
         print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
         raise
@@ -191,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
+    kstage, spark = (medians([r[i] for r in rounds]) for i in range(2))
+    if args.rounds > 1:
+        print(f"medians of {args.rounds} rounds:\n{line(kstage)}\n{line(spark)}")
     print(f"mapping: {args.mapping}; kstage appends: {args.appends}; versions: pyspark "
           "4.1.4, spark-sql-kafka-0-10/"
           f"spark-avro 4.1.1, Iceberg 1.12.0, Apache Kafka 4.4.0; {load()}")

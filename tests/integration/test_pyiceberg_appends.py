@@ -334,6 +334,76 @@ async def test_a_commit_that_lost_the_race_is_applied_on_the_reloaded_table(
     assert len(await reader.call(lambda s: spark_rows(s, table))) == 12
 
 
+@pytest.mark.timeout(300)
+async def test_the_kept_table_is_loaded_again_when_another_writer_moved_it(
+        catalog: dict[str, Any], reader: SparkActor,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A writer keeps the table its last append left and loads it again only when the
+    catalog points elsewhere: another writer's commit in between is seen (its offsets
+    carried into the next snapshot); another writer committing between that check and
+    the commit is a real conflict, committed again on the reloaded table. Every row
+    once, one data file per append, the current snapshot holds both writers' offsets."""
+    table = "stg_pyice_kept"
+    settings = spark_settings(pyiceberg_section(catalog))
+    columns = (Column("note", "string", True),)
+    await reader.call(lambda spark: iceberg.create_staging(
+        spark, settings, table, columns))
+    lake, other = Lake(settings), Lake(settings)
+    mine = PyIcebergAppends(lake, table, "mine")
+    theirs = PyIcebergAppends(other, table, "theirs")
+
+    def batch(topic: str, offsets: range) -> Any:
+        rows = [{"_topic": topic, "_partition": 0, "_offset": o, "_timestamp": o}
+                for o in offsets]
+        made, refused = record_batch(rows, (*columns, *COORDINATES), "test")
+        assert not refused
+        return made
+
+    load, locate = lake.table, lake.location
+    loads: list[str] = []
+
+    def counted(name: str) -> Any:
+        loads.append(name)
+        return load(name)
+
+    def mine_at(start: int, end: int, commit_id: str) -> int:
+        return mine.write([batch("a", range(start, end))], {("g", "a", 0): end}, commit_id)
+
+    lake.table = counted  # type: ignore[method-assign]
+    try:
+        assert await lake.call(lambda: mine_at(0, 3, "c1")) == 3
+        assert await lake.call(lambda: mine_at(3, 6, "c2")) == 3
+        assert len(loads) == 1  # kept: the catalog still points at its metadata
+        await other.call(lambda: theirs.write([batch("b", range(5))], {("g", "b", 0): 5},
+                                              "c3"))
+        assert await lake.call(lambda: mine_at(6, 9, "c4")) == 3
+        assert len(loads) == 2  # moved by the other writer: loaded again
+        assert "retrying" not in caplog.text
+
+        def raced(name: str) -> str | None:
+            found = locate(name)  # this writer's check; the other commits after it
+            theirs.write([batch("b", range(5, 8))], {("g", "b", 0): 8}, "c6")
+            return found
+
+        lake.location = raced  # type: ignore[method-assign]
+        assert await lake.call(lambda: mine_at(9, 12, "c5")) == 3
+    finally:
+        lake.stop()
+        other.stop()
+    assert "Commit failed due to a concurrent update, retrying" in caplog.text
+    pyiceberg = IcebergReader(settings)
+    coordinates = pyiceberg.coordinates(table)
+    assert sorted(coordinates) == [("a", 0, o) for o in range(12)] + [
+        ("b", 0, o) for o in range(8)]
+    assert max(coordinates.values()) == 1
+    summaries = pyiceberg.summaries(table)
+    assert [s[iceberg.COMMIT_ID] for s in summaries] == ["c1", "c2", "c3", "c4", "c6", "c5"]
+    assert {s["added-data-files"] for s in summaries} == {"1"}  # not written twice
+    assert iceberg.parse_offsets(summaries[3][iceberg.OFFSETS]) == {
+        ("g", "a", 0): 9, ("g", "b", 0): 5}  # c4 carried c3's
+    assert pyiceberg.offsets(table) == {("g", "a", 0): 12, ("g", "b", 0): 8}
+
+
 @pytest.mark.timeout(400)
 async def test_sqlite_catalog_locked_is_retried_and_loses_nothing(
         broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],

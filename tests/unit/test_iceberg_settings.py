@@ -69,6 +69,9 @@ def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
      "rest catalog"),
     ("appends: pyiceberg\nstaging_write_options: {compression-codec: zstd}\n", "spark", 2,
      "staging_write_options are Spark write options, which appends: pyiceberg does not use"),
+    ("flush_rest_ratio: -1\n", "spark.flush_rest_ratio", 3,
+     "greater than or equal to 0"),
+    ("flush_rest_ratio: lots\n", "spark.flush_rest_ratio", 3, "a valid number"),
 ])
 def test_a_bad_catalog_or_jar_setting_is_named_with_its_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], jars: Path, spark: str, key: str,

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from actors.sinks.spark.staging import flush_limits
+from actors.sinks.spark.staging import flush_limits, rest_ratio
 from actors.sinks.table.batching import Pending, TableWriter
 from processors.base import Row
 from settings.models import SparkSettings
@@ -108,3 +108,54 @@ async def test_min_rows_still_flushes_at_once_and_idle_s_at_the_interval_turns_i
     start = loop.time()
     await asyncio.wait_for(writer.write(rows(3)), WAIT_S)
     assert writer.started[1][0] - start >= 0.2 - 0.01  # the interval's timer
+
+
+async def test_after_a_flush_the_min_rows_flush_rests_as_long_as_the_flush_took() -> None:
+    """``rest_ratio`` 1: rows that reach ``min_rows`` while the writer rests after a
+    0.3 s flush wait until 0.3 s after it ended, and go in one flush; ``max_rows`` does
+    not wait."""
+    writer = RecordingWriter(max_rows=1000, min_rows=10, max_interval_s=WAIT_S,
+                             rest_ratio=1.0)
+    loop = asyncio.get_running_loop()
+    writer.release.clear()
+    first = asyncio.ensure_future(writer.write(rows(10)))  # min_rows: at once
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
+    await asyncio.sleep(0.3)
+    writer.release.set()
+    await asyncio.wait_for(first, WAIT_S)
+    ended = loop.time()
+    second = [asyncio.ensure_future(writer.write(rows(10))) for _ in range(3)]
+    await asyncio.wait_for(asyncio.gather(*second), WAIT_S)
+    (busy_from, _), (at, count) = writer.started
+    assert count == 30  # one flush, after the rest
+    assert at - ended >= (ended - busy_from) - 0.02  # a timer may fire a tick early
+    started = loop.time()
+    await asyncio.wait_for(writer.write(rows(1000)), WAIT_S)  # max_rows: at once
+    assert writer.started[2][1] == 1000
+    assert writer.started[2][0] - started < 0.1
+
+
+async def test_the_rest_never_holds_a_row_longer_than_idle_s() -> None:
+    """A long rest (``rest_ratio`` 10 after a 0.2 s flush) still lets the rows that
+    waited ``idle_s`` (0.4 s) go."""
+    writer = RecordingWriter(max_rows=1000, min_rows=10, max_interval_s=WAIT_S,
+                             idle_s=0.4, rest_ratio=10.0)
+    loop = asyncio.get_running_loop()
+    writer.release.clear()
+    first = asyncio.ensure_future(writer.write(rows(10)))
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
+    arrived = loop.time()
+    second = asyncio.ensure_future(writer.write(rows(10)))  # min_rows, during the flush
+    await asyncio.sleep(0.2)
+    writer.release.set()
+    await asyncio.wait_for(asyncio.gather(first, second), WAIT_S)
+    at, count = writer.started[1]
+    assert count == 10
+    assert 0.4 - 0.02 <= at - arrived < 1.0  # idle_s from its arrival, not the 2 s rest
+
+
+async def test_the_rest_defaults_to_one_with_pyiceberg_and_none_with_spark() -> None:
+    assert rest_ratio(SparkSettings(appends="pyiceberg")) == 1.0
+    assert rest_ratio(SparkSettings()) == 0.0
+    assert rest_ratio(SparkSettings(flush_rest_ratio=0)) == 0.0
+    assert rest_ratio(SparkSettings(appends="pyiceberg", flush_rest_ratio=3)) == 3.0

@@ -75,6 +75,21 @@ class Lake:
         """Lake thread: the table ``name`` of the catalog's namespace, loaded now."""
         return self.catalog().load_table((self.settings.catalog.namespace, name))
 
+    def location(self, name: str) -> str | None:
+        """Lake thread: the metadata file the catalog's row of the table ``name`` points
+        at now (one query, no metadata read; None: no such table)."""
+        from pyiceberg.catalog.sql import IcebergTables  # only with appends: pyiceberg
+        from sqlalchemy import select
+        from sqlalchemy.orm import Session
+
+        catalog = self.catalog()
+        with Session(catalog.engine) as session:
+            found = session.execute(select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == self.settings.catalog.namespace,
+                IcebergTables.table_name == name)).scalar_one_or_none()
+        return None if found is None else str(found)
+
     async def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the lake thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
@@ -114,6 +129,16 @@ class PyIcebergAppends:
         self.lake = lake
         self.table = table
         self.writer_id = writer_id
+        self._loaded: Any = None  # the table as this writer's last append left it
+
+    def _current(self) -> Any:
+        """The table at its current snapshot: the one this writer's last append left
+        when the catalog still points at its metadata (one query instead of reading and
+        parsing the metadata file, whose size grows with the snapshots), else loaded."""
+        kept, self._loaded = self._loaded, None
+        if kept is not None and self.lake.location(self.table) == kept.metadata_location:
+            return kept
+        return self.lake.table(self.table)
 
     def committed_ids(self, commit_ids: set[str]) -> set[str]:
         """Which of ``commit_ids`` are in the table's current history."""
@@ -123,10 +148,12 @@ class PyIcebergAppends:
 
     def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str) -> int:
         """One append of ``parts`` (record batches) with its snapshot properties; the
-        number of rows. Raises what the append raised (the caller looks the commit up)."""
-        table = arrow_table(parts, dt.datetime.now(dt.UTC))
+        number of rows. Raises what the append raised (the caller looks the commit up); the
+        table is loaded again for the next append then."""
+        # The flush's batches as they are (no contiguous copy of the flush in memory).
+        table = arrow_table(parts, dt.datetime.now(dt.UTC), contiguous=False)
         table = table.rename_columns([iceberg.column_name(n) for n in table.column_names])
-        loaded = self.lake.table(self.table)
+        loaded = self._current()  # kept only when this append succeeds
         props = {iceberg.COMMIT_ID: commit_id, iceberg.WRITER_ID: self.writer_id}
         if offsets:
             current = loaded.current_snapshot()
@@ -136,6 +163,7 @@ class PyIcebergAppends:
             props[iceberg.OFFSETS] = iceberg.format_offsets(iceberg.carried(
                 iceberg.parse_offsets(recorded) if recorded else {}, offsets))
         loaded.append(conformed(table, loaded.schema()), snapshot_properties=props)
+        self._loaded = loaded  # pyiceberg updated it to the metadata it committed
         return len(table)
 
 

@@ -11,6 +11,14 @@ flush of the table runs (a quiet table is written within about ``idle_s`` rather
 the interval, and its writer is busy at most about one flush per ``idle_s``), or a worker
 cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
 
+With a ``rest_ratio`` r above 0, a flush that ``min_rows`` starts rests first: after
+flushes that kept the table busy d seconds, it starts no earlier than d * r seconds after
+they ended, or once the oldest waiting row waited ``idle_s`` (the rest never holds a row
+longer than that while no flush runs; ``max_rows``, ``max_interval_s`` and
+:meth:`TableWriter.flush_soon` do not wait either). Flushes whose cost hardly depends on
+their rows then grow with their own duration instead of following each other back to
+back (pyiceberg's commits: see :mod:`actors.sinks.spark.staging`).
+
 How a flush writes is the subclass's: :meth:`TableWriter._flush` resolves the future of
 every part it was given (a result once the part is durable, the error otherwise). Which of
 the pending parts a flush takes is the subclass's too (:meth:`TableWriter._take`; all of
@@ -61,10 +69,13 @@ class TableWriter(abc.ABC):
         max_interval_s: longest wait of a pending row.
         idle_s: longest wait of a pending row while no flush of the table runs (None, or
             not below ``max_interval_s``: no such flush).
+        rest_ratio: the rest of the ``min_rows`` and ``idle_s`` flushes, in times the
+            duration of the flushes before (0: none).
     """
 
     def __init__(self, table: str, columns: tuple[Column, ...], *, max_rows: int,
-                 min_rows: int, max_interval_s: float, idle_s: float | None = None) -> None:
+                 min_rows: int, max_interval_s: float, idle_s: float | None = None,
+                 rest_ratio: float = 0.0) -> None:
         self.table = table
         self.columns = columns
         self.flushes = 0
@@ -81,6 +92,10 @@ class TableWriter(abc.ABC):
         self._first_at = 0.0  # loop time at which the oldest pending part arrived
         self._idle: asyncio.TimerHandle | None = None  # idle_s after _first_at
         self._tasks: set[asyncio.Task[None]] = set()
+        self.rest_ratio = rest_ratio
+        self._busy_from = 0.0  # loop time at which the running flushes began
+        self._rest_until = 0.0  # loop time before which min_rows/idle_s flushes wait
+        self._rest: asyncio.TimerHandle | None = None  # at _rest_until
 
     @abc.abstractmethod
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
@@ -119,7 +134,8 @@ class TableWriter(abc.ABC):
         self._pending.append(item)
         self._pending_rows += item.rows
         if self._pending_rows >= self.max_rows or (
-                not self._running and self._pending_rows >= self.min_rows):
+                not self._running and self._pending_rows >= self.min_rows
+                and not self._resting()):
             self._flush_now()
         else:
             if self._timer is None:
@@ -144,8 +160,24 @@ class TableWriter(abc.ABC):
         else:
             self._flush_now()
 
+    def _resting(self) -> bool:
+        """The writer rests after its last flushes (``rest_ratio``): True, and the
+        flush of what waits is due at the end of the rest, when ``min_rows`` rows wait."""
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._rest_until:
+            return False
+        if self._rest is None and self._pending_rows >= self.min_rows:
+            self._rest = loop.call_at(self._rest_until, self._rested)
+        return True
+
+    def _rested(self) -> None:
+        self._rest = None
+        if not self._running and self._pending_rows >= self.min_rows:
+            self._flush_now()
+
     def _idle_later(self) -> None:
-        """No flush runs and rows wait: flush them once the oldest waited ``idle_s``."""
+        """No flush runs and rows wait: flush them once the oldest waited ``idle_s`` (a
+        rest does not delay it)."""
         if self.idle_s is not None and not self._running and self._idle is None:
             self._idle = asyncio.get_running_loop().call_at(
                 self._first_at + self.idle_s, self._flush_idle)
@@ -162,12 +194,18 @@ class TableWriter(abc.ABC):
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
+        if self._rest is not None:
+            self._rest.cancel()
+            self._rest = None
         batch = self._take()
         self._pending_rows = sum(item.rows for item in self._pending)
         if self._pending:  # held back: a later flush writes them
             self._first_at = asyncio.get_running_loop().time()
         if batch:
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            loop = asyncio.get_running_loop()
+            if not self._running:
+                self._busy_from = loop.time()
+            task = loop.create_task(self._flush(batch))
             self._tasks.add(task)  # a reference until done
             self._running += 1
             task.add_done_callback(self._flushed)
@@ -177,7 +215,10 @@ class TableWriter(abc.ABC):
         self._running -= 1
         if self._running:
             return
-        if self._pending_rows >= self.min_rows or (self._soon and self._pending):
+        now = asyncio.get_running_loop().time()
+        self._rest_until = now + (now - self._busy_from) * self.rest_ratio
+        if (self._soon and self._pending) or (
+                self._pending_rows >= self.min_rows and not self._resting()):
             self._flush_now()  # keep the writer busy while rows wait
         elif self._pending:
             self._idle_later()

@@ -173,13 +173,17 @@ def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
     return pa.RecordBatch.from_arrays(arrays, names=names), rejected
 
 
-def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime) -> Any:
-    """The (one or more) batches of :func:`record_batch` as one contiguous
-    ``pyarrow.Table`` (one chunk: Spark makes a task, and a file, of each), with
-    ``_ingested_at`` added."""
+def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime, *,
+                contiguous: bool = True) -> Any:
+    """The (one or more) batches of :func:`record_batch` as one ``pyarrow.Table``, with
+    ``_ingested_at`` added: contiguous (one chunk, a copy of the batches: Spark makes a
+    task, and a file, of each chunk), or, ``contiguous=False``, the batches themselves as
+    its chunks (no copy: pyiceberg writes one file of them all)."""
     import pyarrow as pa  # only with the spark extra
 
-    table = pa.Table.from_batches(batches).combine_chunks()
+    table = pa.Table.from_batches(batches)
+    if contiguous:
+        table = table.combine_chunks()
     stamp = arrow_type("timestamp")
     return table.append_column("_ingested_at", pa.repeat(pa.scalar(ingested_at, type=stamp),
                                                          len(table)))
