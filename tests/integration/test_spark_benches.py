@@ -4,8 +4,9 @@ they depend on the machine's load).
 ``bench/throughput.py --format spark`` starts its own embedded broker, a raw loop and one
 real ``kstage run --drain`` into an Iceberg staging table, and reads the table back with
 pyiceberg; ``bench/commit_cost.py`` appends to an Iceberg and a Parquet table in one
-Spark session. Both read kstage's own log lines and tables, so a change to either that
-the benchmark no longer understands fails here, not in the next long run.
+Spark session; ``bench/pyiceberg_commit.py`` appends through pyiceberg's ``Table.append``
+and kstage's transaction. They read kstage's own log lines and tables, so a change to
+either that the benchmark no longer understands fails here, not in the next long run.
 """
 
 from __future__ import annotations
@@ -54,3 +55,13 @@ async def test_the_short_commit_cost_run_prints_what_an_append_costs() -> None:
                      re.MULTILINE), text
     # 2 sizes x (2 measured appends + 2 warm-up rounds)
     assert "iceberg: 8 commits in the table, one per append" in text, text
+
+
+async def test_the_short_pyiceberg_commit_run_reads_every_append_back() -> None:
+    text = await _run(str(ROOT / "bench" / "pyiceberg_commit.py"), "--snapshots", "100",
+                      "--rows", "10", timeout_s=300)
+    lines = text.strip().splitlines()
+    assert re.fullmatch(r"ratio=\d+\.\d\d", lines[-1]), text
+    assert re.search(r"^snapshots 1-100: pyiceberg [\d.]+ ms, kstage [\d.]+ ms per append",
+                     text, re.MULTILINE), text
+    assert "read back 1000 rows: every append once" in text, text

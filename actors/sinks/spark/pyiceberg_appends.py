@@ -43,6 +43,7 @@ from actors.sinks.spark import iceberg
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.pyiceberg_catalog import open_catalog
 from actors.sinks.spark.pyiceberg_tables import summaries
+from actors.sinks.spark.pyiceberg_transaction import transaction
 from actors.sinks.table.rows import arrow_table
 from settings.models import SparkSettings
 
@@ -162,7 +163,10 @@ class PyIcebergAppends:
             recorded = summary.get(iceberg.OFFSETS)
             props[iceberg.OFFSETS] = iceberg.format_offsets(iceberg.carried(
                 iceberg.parse_offsets(recorded) if recorded else {}, offsets))
-        loaded.append(conformed(table, loaded.schema()), snapshot_properties=props)
+        # Table.append's transaction, its metadata computed once per state (not ~19 deep
+        # copies of every snapshot per append: pyiceberg_transaction).
+        with transaction(loaded) as appending:
+            appending.append(conformed(table, loaded.schema()), snapshot_properties=props)
         self._loaded = loaded  # pyiceberg updated it to the metadata it committed
         return len(table)
 
