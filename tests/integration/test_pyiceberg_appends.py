@@ -452,8 +452,9 @@ async def test_postgres_catalog_down_is_retried_and_loses_nothing(
 
 
 class AnswerLost:
-    """A loaded table whose append commits, then fails as if the catalog's answer was
-    lost (the connection broke after the commit)."""
+    """A loaded table whose commit to the catalog lands, then fails as if the catalog's
+    answer was lost (the connection broke after the commit): at the table's commit,
+    whichever transaction calls it."""
 
     def __init__(self, loaded: Any) -> None:
         self.loaded = loaded
@@ -461,8 +462,8 @@ class AnswerLost:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loaded, name)
 
-    def append(self, *args: Any, **kwargs: Any) -> None:
-        self.loaded.append(*args, **kwargs)
+    def _do_commit(self, *args: Any, **kwargs: Any) -> None:
+        self.loaded._do_commit(*args, **kwargs)
         raise ConnectionError("server closed the connection unexpectedly")
 
 
