@@ -63,16 +63,9 @@ STALE_BRANCH_S = 3600
 """A merge's branch older than this (a merge killed before removing it) is removed."""
 ROW_COLUMNS = ("_topic", "_kafka_partition", "_offset", "_timestamp", "_ingested_at")
 
-DELETIONS_PROPERTIES = {
-    "format-version": "2",
-    "write.merge.mode": "copy-on-write",
-    "write.update.mode": "copy-on-write",
-    "write.delete.mode": "copy-on-write",
-    "write.merge.isolation-level": "serializable",
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "100",
-    "commit.retry.num-retries": "10",
-}
+DELETIONS_PROPERTIES = dict(final_table.FINAL_PROPERTIES)
+"""A deletions table is written like its final table (copy-on-write MERGE, serializable,
+metadata cleanup, commit retries): the same properties."""
 
 _PRESENT = "_kstage_deleted_at"
 
