@@ -148,6 +148,9 @@ def create_staging(catalog: Any, settings: SparkSettings, table: str,
 def summaries(loaded: Any, key: str) -> list[str]:
     """``summary[key]`` of the snapshots of ``loaded``'s current history that carry it
     (newest first)."""
+    # One pass: pyiceberg's snapshot_by_id searches every snapshot, so a walk through it
+    # was quadratic in the snapshots the table keeps.
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in loaded.metadata.snapshots}
     found = []
     snapshot = loaded.current_snapshot()
     while snapshot is not None:
@@ -155,7 +158,7 @@ def summaries(loaded: Any, key: str) -> list[str]:
         if key in summary:
             found.append(str(summary[key]))
         parent = snapshot.parent_snapshot_id
-        snapshot = loaded.snapshot_by_id(parent) if parent is not None else None
+        snapshot = by_id.get(parent) if parent is not None else None
     return found
 
 
