@@ -159,3 +159,34 @@ async def test_the_rest_defaults_to_one_with_pyiceberg_and_none_with_spark() -> 
     assert rest_ratio(SparkSettings()) == 0.0
     assert rest_ratio(SparkSettings(flush_rest_ratio=0)) == 0.0
     assert rest_ratio(SparkSettings(appends="pyiceberg", flush_rest_ratio=3)) == 3.0
+
+
+class HoldingWriter(RecordingWriter):
+    """Holds every part back (as the staging writer holds a batch whose partition's
+    earlier batch is not in the table) while :attr:`hold` is set."""
+
+    def __init__(self, **limits: Any) -> None:
+        super().__init__(**limits)
+        self.hold = True
+        self.looked = 0  # how often a flush looked at the pending parts
+
+    def _take(self) -> list[Pending]:
+        self.looked += 1
+        return [] if self.hold else super()._take()
+
+
+async def test_parts_held_back_are_looked_at_again_after_the_interval_without_a_write() -> None:
+    """A held-back part is flushed once what held it back is gone, even when no write
+    comes after it to trigger a flush (the hang of a staging write waiting for a batch
+    its partition's earlier owner never finished)."""
+    writer = HoldingWriter(max_rows=1, min_rows=1, max_interval_s=0.1)
+    write = asyncio.ensure_future(writer.write(rows(3)))  # max_rows: a flush at once
+    loop = asyncio.get_running_loop()
+    waited_from = loop.time()
+    while loop.time() - waited_from < 0.35:
+        await asyncio.sleep(0.05)
+    assert not write.done() and writer.started == []
+    assert writer.looked >= 3  # at once, then every interval
+    writer.hold = False  # no write, no flush_soon: only the writer's own timer
+    await asyncio.wait_for(write, WAIT_S)
+    assert [count for _, count in writer.started] == [3]

@@ -143,11 +143,18 @@ class SparkSink(SparkTableSink):
 
     async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Read the table's offsets of the assigned partitions (SinkError when it cannot
-        be read now: the first write of each partition reads them again)."""
+        be read now: the first write of each partition reads them again).
+
+        An assignment starts the partitions anew: batches of an earlier ownership that
+        never finished (a write refused before the revoke, a worker that crashed and was
+        restarted) are forgotten first, or the writes from the new position would wait
+        for them forever."""
         writer = self._writer
         if writer is None:
             return {}
-        floors = await writer.load_floors([self._stream(t, p) for t, p in partitions])
+        streams = [self._stream(t, p) for t, p in partitions]
+        writer.forget(streams)
+        floors = await writer.load_floors(streams)
         return {(topic, partition): offset for (_, topic, partition), offset in floors.items()}
 
     async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:

@@ -200,7 +200,12 @@ class TableWriter(abc.ABC):
         batch = self._take()
         self._pending_rows = sum(item.rows for item in self._pending)
         if self._pending:  # held back: a later flush writes them
-            self._first_at = asyncio.get_running_loop().time()
+            loop = asyncio.get_running_loop()
+            self._first_at = loop.time()
+            # Looked at again after the interval even if no write comes to trigger it:
+            # what held them back (an earlier batch of their partition) may be forgotten
+            # or cancelled without a write of its own.
+            self._timer = loop.call_later(self.max_interval_s, self._flush_now)
         if batch:
             loop = asyncio.get_running_loop()
             if not self._running:
