@@ -248,8 +248,10 @@ async def _readyz(port: int) -> tuple[int, list[str]]:
     return answer.status_code, answer.json().get("reasons", [])
 
 
-async def _wait_readyz(port: int, want: str | None, timeout: float) -> list[str]:
-    """Until /readyz is 200 (``want`` None) or 503 with a reason containing ``want``."""
+async def _wait_readyz(port: int, want: str | None, timeout: float,
+                       proc: KstageProcess | None = None) -> list[str]:
+    """Until /readyz is 200 (``want`` None) or 503 with a reason containing ``want``
+    (failing with ``proc``'s exit code and last output when it is given)."""
     deadline = time.monotonic() + timeout
     last: tuple[int, list[str]] = (0, [])
     while time.monotonic() < deadline:
@@ -259,7 +261,9 @@ async def _wait_readyz(port: int, want: str | None, timeout: float) -> list[str]
         if want is not None and last[0] == 503 and any(want in r for r in last[1]):
             return last[1]
         await asyncio.sleep(0.3)
-    raise AssertionError(f"/readyz never {'200' if want is None else repr(want)}: {last}")
+    said = "" if proc is None else f"; exit code {proc.proc.poll()}:\n{proc.output()[-6000:]}"
+    raise AssertionError(f"/readyz never {'200' if want is None else repr(want)}: {last}"
+                         f"{said}")
 
 
 class Feed:
@@ -324,14 +328,14 @@ async def test_token_endpoint_down_mid_run_is_retried_and_named(
         await feed.send(10)
         await wait_until(lambda: len(read_jsonl(tmp_path / "out.jsonl")) == 10, 60, "rows")
         secured.idp.down = True
-        reasons = await _wait_readyz(port, "no OAUTHBEARER token", timeout=60)
+        reasons = await _wait_readyz(port, "no OAUTHBEARER token", timeout=60, proc=proc)
         assert secured.idp.token_url in " ".join(reasons), reasons
         assert "HTTP 503" in " ".join(reasons), reasons
         await feed.send(10)  # produced while kstage has no token
         await asyncio.sleep(3)
         assert proc.proc.poll() is None, proc.output()
         secured.idp.down = False
-        await _wait_readyz(port, None, timeout=60)
+        await _wait_readyz(port, None, timeout=60, proc=proc)
         await wait_until(lambda: {r["i"] for r in read_jsonl(tmp_path / "out.jsonl")}
                          == set(range(20)), 60, "every row after the endpoint is back")
         assert not read_jsonl(tmp_path / "dead.jsonl")
@@ -368,14 +372,14 @@ async def test_a_password_rotated_mid_run_is_retried_and_named(
         await feed.send(10)
         await wait_until(lambda: len(read_jsonl(tmp_path / "out.jsonl")) == 10, 60, "rows")
         await asyncio.to_thread(_set_password, secured.plaintext, "rotated-" + PASSWORD)
-        reasons = await _wait_readyz(port, "refused the SASL login", timeout=90)
+        reasons = await _wait_readyz(port, "refused the SASL login", timeout=90, proc=proc)
         assert f"user {USER!r}" in " ".join(reasons) and "sasl.password" in " ".join(reasons)
         await feed.send(10)
         await asyncio.sleep(2)
         assert proc.proc.poll() is None, proc.output()
     finally:
         await asyncio.to_thread(_set_password, secured.plaintext, PASSWORD)
-    await _wait_readyz(port, None, timeout=90)
+    await _wait_readyz(port, None, timeout=90, proc=proc)
     await wait_until(lambda: {r["i"] for r in read_jsonl(tmp_path / "out.jsonl")}
                      == set(range(20)), 60, "every row once the password works again")
     output = proc.output()

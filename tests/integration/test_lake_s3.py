@@ -212,13 +212,12 @@ async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
         base = f"http://127.0.0.1:{await status_port(proc, timeout=120)}"
         await proc.wait_for_log("registered", timeout=120)
         await produce_events(broker, topic, 0, events, PARTITIONS)
-        peak_in_flight = peak_paused = 0.0
+        peak_in_flight = 0.0
 
         async def all_committed() -> bool:
-            nonlocal peak_in_flight, peak_paused, seen
+            nonlocal peak_in_flight, seen
             seen = await metrics(base)
             peak_in_flight = max(peak_in_flight, seen["kstage_in_flight_messages"])
-            peak_paused = max(peak_paused, seen["kstage_paused_partitions"])
             return sum((await committed(broker, group, topic, PARTITIONS)).values()) == events
 
         seen: dict[str, float] = {}
@@ -243,10 +242,10 @@ async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
         assert await proc.wait(timeout=60) == 0, proc.output()
         assert proxy.bytes_up > 0
 
-    # Bounded: never more than max_in_flight per worker; the partitions were paused.
+    # Bounded: never more than max_in_flight per worker; the partitions were paused (the
+    # counter: the paused gauge, sampled every 0.1 s, missed a short pause once in CI).
     assert 0 < peak_in_flight <= max_in_flight, peak_in_flight
     assert seen["kstage_pauses_total"] > 0, seen
-    assert peak_paused > 0
     output = proc.output()
     assert "sink write failed" not in output  # slow, never failing
     assert_once(IcebergReader(spark_section(catalog)), table, topic, events, PARTITIONS)
