@@ -28,7 +28,10 @@ has is in the last fifth of its lifetime, so a token handed out is never about t
 expire; a broker that enforces expiry (``connections.max.reauth.ms``) closes a
 connection when its token expires, and the new connection gets the fresh one. A failed
 fetch is remembered for ``/readyz`` and raised to aiokafka as a connection error, which
-it retries.
+it retries. After a failed fetch no other is made for a backoff (0.5 s doubling to 10 s,
+half of it random): aiokafka asks at every connection attempt, dozens a second while the
+brokers cannot be reached, and without it every one of them would be a request to an
+identity provider that is down or just coming back, from every process of the group.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from aiokafka.abc import AbstractTokenProvider
 from aiokafka.errors import KafkaConnectionError
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from actors.backoff import Jitter, backoff_s
 from settings.plugins import DuplicatePlugin, pick, registered
 
 logger = logging.getLogger(__name__)
@@ -54,6 +58,7 @@ ENTRY_POINT_GROUP = "kstage.token_providers"
 PREFIX = "sasl.oauthbearer."
 METHOD_KEY = "sasl.oauthbearer.method"
 _REFRESH_AT = 0.8  # of a token's lifetime: fetch a new one from then on
+_RETRY_MIN_S, _RETRY_MAX_S = 0.5, 10.0  # the wait after a failed fetch (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,9 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
         self.failing_since: float | None = None
         self.fetches = 0
         self._lock = asyncio.Lock()
+        self._failures = 0  # failed fetches in a row
+        self._last_failure: TokenError | None = None
+        self._retry_at = 0.0  # time.monotonic() before which a failed fetch is not retried
 
     def _fresh(self, token: Token) -> bool:
         lifetime = max(token.expires_at - self._fetched_at, 0.0)
@@ -202,6 +210,10 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
         if held is not None and self._fresh(held):
             return held.value  # fetched while this one waited
         try:
+            failure = self._last_failure
+            if failure is not None and time.monotonic() < self._retry_at:
+                # The last fetch failed just now: no request before its wait is over.
+                raise TokenError(str(failure), refused=failure.refused)
             token = await self.fetch()
         except TokenError as exc:
             if held is not None and time.time() < held.expires_at:
@@ -219,7 +231,12 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
         except TokenError as exc:
             self.error = f"{self.provider.describe()}: {exc}"
             self.failing_since = self.failing_since or time.monotonic()
+            self._last_failure = exc
+            self._retry_at = time.monotonic() + backoff_s(
+                self._failures, _RETRY_MIN_S, _RETRY_MAX_S, Jitter.EQUAL)
+            self._failures += 1
             raise
+        self._failures, self._last_failure = 0, None
         self.fetches += 1
         self._token, self._fetched_at = token, time.time()
         if self.error is not None:

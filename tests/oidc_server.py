@@ -43,6 +43,7 @@ class OidcServer:
         self.down = False
         self.issued = 0
         self.refused = 0
+        self.unavailable = 0  # token requests answered 503 while down
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._kid = "kstage-test-key"
         owner = self
@@ -109,6 +110,7 @@ class OidcServer:
     def answer(self, authorization: str, form: dict[str, list[str]]
                ) -> tuple[int, dict[str, Any]]:
         if self.down:
+            self.unavailable += 1
             return 503, {"error": "temporarily_unavailable"}
         client, secret = "", ""
         if authorization.startswith("Basic "):

@@ -332,7 +332,10 @@ async def test_token_endpoint_down_mid_run_is_retried_and_named(
         assert secured.idp.token_url in " ".join(reasons), reasons
         assert "HTTP 503" in " ".join(reasons), reasons
         await feed.send(10)  # produced while kstage has no token
+        unavailable = secured.idp.unavailable
         await asyncio.sleep(3)
+        # Not a request per connection attempt (78 in these 3 s before the backoff).
+        assert secured.idp.unavailable - unavailable <= 6
         assert proc.proc.poll() is None, proc.output()
         secured.idp.down = False
         await _wait_readyz(port, None, timeout=60, proc=proc)

@@ -76,5 +76,41 @@ async def test_an_outage_uses_the_valid_token_then_is_a_connection_error() -> No
         assert cache.unusable is not None and "HTTP 503" in cache.unusable
         assert idp.token_url in cache.unusable
         idp.down = False
-        assert await cache.token() != held
+        fresh = await _token_within(cache, 1.0)  # the failed fetch's wait: below 0.5 s
+        assert fresh != held
         assert cache.unusable is None and cache.error is None
+
+
+async def _token_within(cache: CachedTokens, seconds: float) -> str:
+    """The cache's token once it hands one out (the wait after a failed fetch), within
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await cache.token()
+        except KafkaConnectionError:
+            assert time.monotonic() < deadline, "no token after the endpoint came back"
+            await asyncio.sleep(0.05)
+
+
+async def test_an_outage_is_not_a_request_per_connection_attempt() -> None:
+    """aiokafka asks for a token at every connection attempt (dozens a second while the
+    brokers cannot be reached): after a failed fetch the cache answers with its reason
+    and asks the endpoint again only after a backoff (0.5 s doubling, half random)."""
+    with OidcServer({"kstage": SECRET}) as idp:
+        cache = CachedTokens(provider(idp.token_url))
+        idp.down = True
+        loop = asyncio.get_running_loop()
+        started, asked = loop.time(), 0
+        while loop.time() - started < 2.0:  # 20 connection attempts a second
+            with pytest.raises(KafkaConnectionError, match="answered HTTP 503"):
+                await cache.token()
+            asked += 1
+            await asyncio.sleep(0.05)
+        # Fetches at 0, then after waits in [0.25, 0.5), [0.5, 1), [1, 2): at most 4.
+        assert asked >= 30
+        assert 2 <= idp.unavailable <= 4, idp.unavailable
+        assert cache.unusable is not None and "HTTP 503" in cache.unusable
+        idp.down = False
+        await _token_within(cache, 5.0)  # the wait after a 4th failure: below 4 s
+        assert idp.issued == 1
