@@ -205,7 +205,8 @@ async def readyz(base: str) -> tuple[int, dict[str, Any]]:
 
 async def wait_readyz(base: str, proc: KstageProcess, code: int, text: str = "",
                       timeout: float = 30) -> dict[str, Any]:
-    """The first /readyz answer with ``code`` whose JSON contains ``text``."""
+    """The first /readyz answer with ``code`` whose JSON contains ``text`` (failing with
+    kstage's output when it exits or ``timeout`` passes)."""
     deadline = time.monotonic() + timeout
     seen: tuple[int, dict[str, Any]] = (0, {})
     while True:
@@ -213,5 +214,6 @@ async def wait_readyz(base: str, proc: KstageProcess, code: int, text: str = "",
         if seen[0] == code and text in json.dumps(seen[1]):
             return seen[1]
         assert proc.proc.poll() is None, proc.output()
-        assert time.monotonic() < deadline, f"/readyz never {code} with {text!r}: {seen}"
+        assert time.monotonic() < deadline, (f"/readyz never {code} with {text!r}: {seen}; "
+                                             f"kstage's output:\n{proc.output()[-4000:]}")
         await asyncio.sleep(0.1)

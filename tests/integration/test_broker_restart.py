@@ -25,6 +25,7 @@ from tests.kafkautil import (
     produce,
     read_jsonl,
     unique,
+    wait_readyz,
     wait_until,
     write_config,
 )
@@ -88,10 +89,7 @@ async def test_broker_restart_with_persistent_storage(broker_kind, tmp_path, kst
         # Readiness is what the workers last saw, polled: a heartbeat that went unanswered
         # across the restart may still count for a moment after the commits went through
         # (the CI failure at e0c1a55). It must come back by itself, and say why until then.
-        deadline = time.monotonic() + 30
-        while (answer := await ready()).status_code != 200:
-            assert time.monotonic() < deadline, (answer.json(), proc.output()[-4000:])
-            await asyncio.sleep(0.2)
+        await wait_readyz(f"http://127.0.0.1:{port}", proc, 200, timeout=30)
         rows = Counter(r["i"] for r in read_jsonl(out))
         assert set(rows) == set(range(200))
         assert not (tmp_path / "dead.jsonl").exists()

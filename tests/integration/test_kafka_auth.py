@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
@@ -41,7 +40,9 @@ from tests.kafkautil import (
     create_topic,
     produce,
     read_jsonl,
+    readyz,
     unique,
+    wait_readyz,
     wait_until,
 )
 from tests.oidc_server import AUDIENCE, ISSUER, OidcServer
@@ -239,31 +240,9 @@ async def test_a_wrong_credential_at_start_exits_2_naming_the_setting(
     assert WRONG_PASSWORD not in output and WRONG_SECRET not in output, output
 
 
-async def _readyz(port: int) -> tuple[int, list[str]]:
-    try:
-        async with httpx.AsyncClient(timeout=5) as client:
-            answer = await client.get(f"http://127.0.0.1:{port}/readyz")
-    except httpx.HTTPError:
-        return 0, []
-    return answer.status_code, answer.json().get("reasons", [])
-
-
-async def _wait_readyz(port: int, want: str | None, timeout: float,
-                       proc: KstageProcess | None = None) -> list[str]:
-    """Until /readyz is 200 (``want`` None) or 503 with a reason containing ``want``
-    (failing with ``proc``'s exit code and last output when it is given)."""
-    deadline = time.monotonic() + timeout
-    last: tuple[int, list[str]] = (0, [])
-    while time.monotonic() < deadline:
-        last = await _readyz(port)
-        if want is None and last[0] == 200:
-            return []
-        if want is not None and last[0] == 503 and any(want in r for r in last[1]):
-            return last[1]
-        await asyncio.sleep(0.3)
-    said = "" if proc is None else f"; exit code {proc.proc.poll()}:\n{proc.output()[-6000:]}"
-    raise AssertionError(f"/readyz never {'200' if want is None else repr(want)}: {last}"
-                         f"{said}")
+def _base(port: int) -> str:
+    """The status server's URL of the kstage listening on ``port``."""
+    return f"http://127.0.0.1:{port}"
 
 
 class Feed:
@@ -313,7 +292,7 @@ async def test_oauthbearer_tokens_are_refreshed_before_they_expire(
         # Every login succeeded at once: the group never went out of reach.
         assert "lost its group membership" not in output, output
         assert "refused the OAUTHBEARER token" not in output, output
-        assert (await _readyz(port))[0] == 200
+        assert (await readyz(_base(port)))[0] == 200
         proc.signal(signal.SIGTERM)
         assert await proc.wait(60) == 0, output
     finally:
@@ -328,7 +307,8 @@ async def test_token_endpoint_down_mid_run_is_retried_and_named(
         await feed.send(10)
         await wait_until(lambda: len(read_jsonl(tmp_path / "out.jsonl")) == 10, 60, "rows")
         secured.idp.down = True
-        reasons = await _wait_readyz(port, "no OAUTHBEARER token", timeout=60, proc=proc)
+        reasons = (await wait_readyz(_base(port), proc, 503, "no OAUTHBEARER token",
+                                     timeout=60))["reasons"]
         assert secured.idp.token_url in " ".join(reasons), reasons
         assert "HTTP 503" in " ".join(reasons), reasons
         await feed.send(10)  # produced while kstage has no token
@@ -338,7 +318,7 @@ async def test_token_endpoint_down_mid_run_is_retried_and_named(
         assert secured.idp.unavailable - unavailable <= 6
         assert proc.proc.poll() is None, proc.output()
         secured.idp.down = False
-        await _wait_readyz(port, None, timeout=60, proc=proc)
+        await wait_readyz(_base(port), proc, 200, timeout=60)
         await wait_until(lambda: {r["i"] for r in read_jsonl(tmp_path / "out.jsonl")}
                          == set(range(20)), 60, "every row after the endpoint is back")
         assert not read_jsonl(tmp_path / "dead.jsonl")
@@ -375,14 +355,15 @@ async def test_a_password_rotated_mid_run_is_retried_and_named(
         await feed.send(10)
         await wait_until(lambda: len(read_jsonl(tmp_path / "out.jsonl")) == 10, 60, "rows")
         await asyncio.to_thread(_set_password, secured.plaintext, "rotated-" + PASSWORD)
-        reasons = await _wait_readyz(port, "refused the SASL login", timeout=90, proc=proc)
+        reasons = (await wait_readyz(_base(port), proc, 503, "refused the SASL login",
+                                     timeout=90))["reasons"]
         assert f"user {USER!r}" in " ".join(reasons) and "sasl.password" in " ".join(reasons)
         await feed.send(10)
         await asyncio.sleep(2)
         assert proc.proc.poll() is None, proc.output()
     finally:
         await asyncio.to_thread(_set_password, secured.plaintext, PASSWORD)
-    await _wait_readyz(port, None, timeout=90, proc=proc)
+    await wait_readyz(_base(port), proc, 200, timeout=90)
     await wait_until(lambda: {r["i"] for r in read_jsonl(tmp_path / "out.jsonl")}
                      == set(range(20)), 60, "every row once the password works again")
     output = proc.output()
