@@ -44,15 +44,33 @@ def test_registration_is_idempotent_and_kept_in_offset_order() -> None:
     assert not ledger.eligible(late, set())
 
 
-def test_a_cancelled_earlier_batch_and_a_forgotten_partition_block_nothing() -> None:
+def test_a_cancelled_batch_is_never_eligible_and_holds_later_batches_back() -> None:
+    """Issue 32, finding 1: a revoke cancels batch 1 (its append failed, waiting in the
+    backoff) and batch 2 (held behind it): neither may be appended, and a cancelled
+    earlier batch never lets a later one of its partition pass (the offsets would claim
+    rows the table lacks)."""
     ledger = OffsetLedger()
     one, two = entry(0, 5), entry(0, 9)
     ledger.register(P0, one)
     ledger.register(P0, two)
     one.cancelled = True  # its partition was revoked: it is never written here
-    assert ledger.eligible(two, set())
-    assert ledger.open_batches(P0) == [two]
+    assert not ledger.eligible(two, set())
+    assert not ledger.eligible(one, set())
+    assert ledger.open_batches(P0) == [one, two]  # not done: still held
+    two.cancelled = True
+    assert not ledger.eligible(two, {id(one)})
+    other = entry(1, 4)
+    ledger.register(P1, other)
+    assert ledger.eligible(other, set())  # another partition: independent
+
+
+def test_a_forgotten_partition_holds_nothing_and_records_nothing() -> None:
+    ledger = OffsetLedger()
+    one, two = entry(0, 5), entry(0, 9)
+    ledger.register(P0, one)
+    ledger.register(P0, two)
+    assert ledger.stream_of(two) == P0
     ledger.forget([P0])
     assert ledger.open_count(P0) == 0
-    assert ledger.eligible(two, set())  # no longer registered: not held
+    assert ledger.stream_of(two) is None  # the writer refuses to append it
     assert ledger.watermarks([two]) == {}

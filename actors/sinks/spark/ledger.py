@@ -18,8 +18,11 @@ per *stream* (group, topic, partition), the batches handed to the writer, in off
 * :meth:`OffsetLedger.register`: a write of the batch started (every write of a worker
   starts in its offset order; a retry registers nothing new);
 * :meth:`OffsetLedger.finished`: the batch has no row for the table (done at once);
-* :meth:`OffsetLedger.eligible`: may the batch be appended now? Only if every earlier
-  batch of its stream is done or in the same append;
+* :meth:`OffsetLedger.eligible`: may the batch be appended now? Only if it is not
+  cancelled and every earlier batch of its stream is done or in the same append; a
+  cancelled earlier batch (its partition revoked) is never done here: it holds every
+  later batch of its stream back until the stream is forgotten (those batches are
+  cancelled too, and the new owner writes them all);
 * :meth:`OffsetLedger.committed`: the append holding these batches was committed;
 * :meth:`OffsetLedger.watermarks`: what an append of these batches records;
 * :meth:`OffsetLedger.forget`: the streams were revoked (their batches are cancelled).
@@ -90,23 +93,29 @@ class OffsetLedger:
             del self._open[stream]
 
     def eligible(self, batch: Batch, taken: set[int]) -> bool:
-        """Whether ``batch`` may be appended with the batches ``taken`` (ids): every
-        earlier batch of its stream is done, or taken. A cancelled earlier batch (its
-        partition revoked) is forgotten, not waited for."""
+        """Whether ``batch`` may be appended with the batches ``taken`` (ids): it is not
+        cancelled, and every earlier batch of its stream is done, or taken. A cancelled
+        earlier batch (its partition revoked) is not done: it was not written, and a
+        later batch passing it would record offsets past rows the table lacks."""
+        if batch.cancelled:
+            return False
         key = id(batch)
         stream = self._stream_of.get(key)
         if stream is None:
             return True  # not registered (a writer used without offsets)
-        for _, other in list(self._open.get(stream, ())):
+        for _, other in self._open.get(stream, ()):
             if other == key:
                 return True
             earlier = self._batches.get(other)
-            if earlier is not None and earlier.cancelled:
-                self._done(other)
-                continue
-            if other not in taken:
+            if earlier is None or earlier.cancelled or other not in taken:
                 return False
         return True
+
+    def stream_of(self, batch: Batch) -> Stream | None:
+        """The stream ``batch`` is registered with (None: not registered, or its stream
+        was forgotten since)."""
+        key = id(batch)
+        return self._stream_of.get(key) if self._batches.get(key) is batch else None
 
     def watermarks(self, batches: Iterable[Batch]) -> dict[Stream, int]:
         """Per stream, the offset up to which an append of ``batches`` (all eligible)
