@@ -64,7 +64,8 @@ class Master:
         self.drain = drain
         self._retry_sleep = retry_sleep
         self._owns_resources = resources is None
-        self.resources = resources if resources is not None else Resources(settings.spark)
+        self.resources = resources if resources is not None else Resources(
+            settings.spark, metrics)
         self.processors = resolve_processors(settings)
         resolve_sinks(settings, self.processors)  # what the sinks would refuse at open
         self._drained: set[str] = set()

@@ -59,6 +59,11 @@ class Metrics:
         self.merge_final_rows = Gauge(
             "kstage_merge_final_rows", "Rows of the final table after the last merge.",
             ("table",), registry=self.registry)
+        self.fenced_appends = Counter(
+            "kstage_fenced_appends", "Staging appends the commit-time fence refused: "
+            "another writer had appended their partitions since this writer's position "
+            "(nothing of them written; retried from the table's offsets).", ("table",),
+            registry=self.registry)
         self.maintenance_failures = Counter(
             "kstage_maintenance_failures", "Scheduled table maintenance runs that failed "
             "(retried at the next interval).", ("table",), registry=self.registry)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Self
 from settings.models import SparkSettings
 
 if TYPE_CHECKING:
+    from actors.metrics import Metrics
     from actors.sinks.spark.actor import SparkActor
     from actors.tracing import Tracing
 
@@ -31,10 +32,13 @@ class Resources:
 
     Args:
         spark: the ``spark:`` section the actor is made with.
+        metrics: the process's metrics, given to the actor (fenced staging appends).
     """
 
-    def __init__(self, spark: SparkSettings | None = None) -> None:
+    def __init__(self, spark: SparkSettings | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.spark_settings = spark or SparkSettings()
+        self.metrics = metrics
         self._spark: SparkActor | None = None
         # The process's tracer when tracing is on (set and shut down by the lifecycle of
         # kstage run); None: nothing traces, nothing imports opentelemetry.
@@ -50,6 +54,7 @@ class Resources:
             from actors.sinks.spark.actor import SparkActor
 
             self._spark = SparkActor(self.spark_settings)
+            self._spark.metrics = self.metrics
         return self._spark
 
     async def close(self) -> None:

@@ -160,7 +160,7 @@ async def serve(settings: Settings, bootstrap: str, *, drain: bool = False,
     The process's resources (the SparkActor) are made here and closed when the service
     stops: they outlive the master, whose workers' sinks use them, for the final merge."""
     metrics = Metrics()
-    resources = Resources(settings.spark)
+    resources = Resources(settings.spark, metrics)
     if tracing.enabled(settings.observability):
         try:
             resources.tracing = tracing.Tracing.start(settings.observability, settings.name)

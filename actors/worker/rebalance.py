@@ -10,7 +10,9 @@
   rebalance timeout) and committed, then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
   before the revoke are dropped, and nothing of the partition is written after the
-  revoke returned; its failing writes no longer make ``/readyz`` answer 503 (the sink
+  revoke returned (but an Iceberg append already in its commit, which the table's
+  commit-time fence lets land only where no other writer appended the partition); its
+  failing writes no longer make ``/readyz`` answer 503 (the sink
   health forgets them: the new owner retries them). Every revoke bumps the generation:
   work fetched in a generation before its partition's last revoke is stale
   (:meth:`Flow.live <actors.worker.flow.Flow.live>`).
@@ -307,8 +309,12 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 health.forget((tp.topic, tp.partition) for tp in tps)
             # A table's append of the partitions already under way: let it commit before
             # the new owner reads the table's offsets (on a lost membership, not waited
-            # for: the new owner may be reading already, and the table's own offsets keep
-            # a late append from writing what it holds twice).
+            # for: the new owner may be reading already). Either way the sink forgets the
+            # partitions: an append of them not yet writing refuses to, and one already
+            # in its commit is fenced there (actors/sinks/spark/iceberg.py): it commits
+            # only if the table still holds each partition where this member continues
+            # from, so it and the new owner's appends never both land the same offsets;
+            # the one refused writes nothing and commits nothing to Kafka.
             await revoke_in_sinks(self.sinks, tps, rebalance_s / 4 if drain else 0)
             if cancelled or writes or dropped:
                 logger.info("%s: revoke: cancelled %d message(s) of partitions %s (%d "

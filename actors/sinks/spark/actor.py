@@ -32,7 +32,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from actors.errors import FatalError, SinkError
 from actors.sinks.spark.pyiceberg_appends import Lake
@@ -47,6 +47,9 @@ from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.rows import arrow_table, record_batch
 from processors.base import Column
 from settings.models import SparkSettings
+
+if TYPE_CHECKING:
+    from actors.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,7 @@ class SparkActor:
     Attributes:
         settings: the ``spark:`` section.
         writer_id: this process's name in the tables' commits (``host-pid-uuid8``).
+        metrics: the process's metrics, when it has them (set by its owner).
     """
 
     def __init__(self, settings: SparkSettings | None = None) -> None:
@@ -114,6 +118,8 @@ class SparkActor:
         self._reregister = False  # a new session replaced a dead one: register the tables
         self._fatal: FatalError | None = None  # gave up on the session: every call fails
         self._lake: Lake | None = None  # pyiceberg's catalog (spark.appends: pyiceberg)
+        # The process's metrics (its staging writers count fenced appends there).
+        self.metrics: Metrics | None = None
 
     def __repr__(self) -> str:
         state = ("stopped" if self._stopped else "gave up" if self._fatal is not None

@@ -17,7 +17,21 @@ commit (a snapshot) whose summary carries:
   the offset up to which that partition is done in the table (see
   :mod:`actors.sinks.spark.ledger`): the append's own partitions, and those the current
   snapshot recorded, carried forward (:func:`carried`). A partition's offset in the table
-  is the highest any snapshot of its current history records (:func:`table_offsets`).
+  is the highest any snapshot of its current history records (:func:`table_offsets`);
+* ``kstage.expect``: the same JSON, per partition the append covers, the position this
+  writer continues from (the table's offset it read when the partition was assigned, or
+  the end of its own previous append of the partition): the fence (:func:`fence_violations`).
+
+The fence makes an append of a writer that fell behind (frozen past its session, revoked
+while its append was queued) refuse to commit: checked at commit against the exact
+metadata the commit is applied on (the catalog's compare-and-swap base, on every
+optimistic retry), every partition of ``kstage.expect`` must still be where the table
+records it (the highest value over ``kstage.offsets`` of the base's current ancestry, 0
+when none); otherwise the commit is refused with an error starting with
+:data:`FENCE_PREFIX` naming the table, the partition, the expected and the found offsets
+(:func:`fence_message`). pyiceberg's catalog enforces it
+(:mod:`actors.sinks.spark.pyiceberg_catalog`), the JVM's catalog wrapper for Spark's
+appends the same.
 
 Schema changes: at registration the table's columns are compared with the processor's. A
 new nullable column is added with ``ALTER TABLE ... ADD COLUMN`` (Iceberg keeps the data
@@ -46,6 +60,9 @@ logger = logging.getLogger(__name__)
 COMMIT_ID = "kstage.commit-id"
 WRITER_ID = "kstage.writer-id"
 OFFSETS = "kstage.offsets"
+EXPECT = "kstage.expect"
+FENCE_PREFIX = "kstage fence:"
+"""How every refusal of the commit-time fence starts (both append paths)."""
 
 RESERVED = frozenset({
     "_change_ordinal", "_change_type", "_commit_snapshot_id", "_deleted", "_file",
@@ -214,11 +231,8 @@ def table_offsets(spark: Any, settings: SparkSettings, table: str,
                   ) -> dict[tuple[str, str, int], int]:
     """Per (group, topic, partition), the offset up to which the table holds the
     partition (the highest any snapshot of its current history records)."""
-    found: dict[tuple[str, str, int], int] = {}
-    for _, value in _current_summaries(spark, settings, table, OFFSETS):
-        for stream, offset in parse_offsets(value).items():
-            found[stream] = max(found.get(stream, offset), offset)
-    return found
+    return history_offsets(value for _, value in
+                           _current_summaries(spark, settings, table, OFFSETS))
 
 
 def parse_offsets(value: str) -> dict[tuple[str, str, int], int]:
@@ -243,6 +257,56 @@ def format_offsets(offsets: dict[tuple[str, str, int], int]) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
+Violation = tuple[tuple[str, str, int], int, int]
+"""A fenced partition: (stream, expected offset, the offset the table records)."""
+
+
+def fence_violations(expected: dict[tuple[str, str, int], int],
+                     recorded: dict[tuple[str, str, int], int]) -> list[Violation]:
+    """The fence rule: every stream of ``expected`` (an append's ``kstage.expect``) must
+    be exactly where the table records it (``recorded``: the highest ``kstage.offsets``
+    value of each stream over the snapshots of the commit base's current ancestry; a
+    stream it lacks is at 0). Returns the streams that are not, in stream order (empty:
+    the commit may go on)."""
+    return [(stream, offset, recorded.get(stream, 0))
+            for stream, offset in sorted(expected.items())
+            if recorded.get(stream, 0) != offset]
+
+
+def fence_message(table: str, violations: Sequence[Violation]) -> str:
+    """The refusal of a commit to ``table`` that broke the fence."""
+    found = "; ".join(f"partition {topic}[{partition}] of group {group}: expected at "
+                      f"offset {offset}, the table holds {held}"
+                      for (group, topic, partition), offset, held in violations)
+    return (f"{FENCE_PREFIX} table {table}: the append does not continue where the table "
+            f"holds its partitions (another writer appended them): {found}")
+
+
+def fence_refusal(exc: BaseException) -> str | None:
+    """The fence's refusal text in ``exc`` or its chain (a Py4J or pyspark error of the
+    JVM's catalog wrapper, pyiceberg's catalog): the first line that holds
+    :data:`FENCE_PREFIX`, from it on; None when the chain holds none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for line in str(current).splitlines():
+            at = line.find(FENCE_PREFIX)
+            if at >= 0:
+                return line[at:].strip()
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def history_offsets(summaries: Iterable[str]) -> dict[tuple[str, str, int], int]:
+    """The highest offset of each stream over ``kstage.offsets`` values."""
+    found: dict[tuple[str, str, int], int] = {}
+    for value in summaries:
+        for stream, offset in parse_offsets(value).items():
+            found[stream] = max(found.get(stream, offset), offset)
+    return found
+
+
 def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: set[str],
                   ) -> set[str]:
     """Which of ``commit_ids`` (appends kstage made) are in the table's current
@@ -253,7 +317,9 @@ def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: s
             if value in commit_ids}
 
 
-__all__ = ["COMMIT_ID", "OFFSETS", "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
+__all__ = ["COMMIT_ID", "EXPECT", "FENCE_PREFIX", "OFFSETS", "Violation",
+           "fence_message", "fence_refusal", "fence_violations", "history_offsets",
+           "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
            "column_name", "table_columns", "committed_ids",
            "create_staging", "format_offsets", "parse_offsets", "schema_change",
            "carried", "current_history", "current_offsets", "struct_type",

@@ -13,7 +13,9 @@ Parquet -> commit). The table, the catalog and the commit are the same as Spark'
 * each append is one Iceberg commit whose snapshot summary carries ``kstage.commit-id``,
   ``kstage.writer-id`` and ``kstage.offsets`` (the current snapshot's offsets carried
   forward, :func:`~actors.sinks.spark.iceberg.carried`), so everything that reads the table
-  (the worker's resume, the merge, ``kstage tables``, maintenance) works unchanged;
+  (the worker's resume, the merge, ``kstage tables``, maintenance) works unchanged, and
+  ``kstage.expect``, which the catalog checks against the metadata it commits on (the
+  fence: a commit of a writer that fell behind is refused, not retried);
 * a commit that lost the race to another writer (``CommitFailedException``) is applied again
   by pyiceberg on the reloaded table with the same data files, up to the table's
   ``commit.retry.*`` properties (30 tries), as Iceberg's Java library does for Spark; one
@@ -147,10 +149,14 @@ class PyIcebergAppends:
             return set()
         return set(summaries(self.lake.table(self.table), iceberg.COMMIT_ID)) & commit_ids
 
-    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str) -> int:
+    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str,
+              expected: dict[Stream, int] | None = None) -> int:
         """One append of ``parts`` (record batches) with its snapshot properties; the
-        number of rows. Raises what the append raised (the caller looks the commit up); the
-        table is loaded again for the next append then."""
+        number of rows. ``expected``: its ``kstage.expect`` (the catalog refuses the commit
+        unless the table holds each stream exactly there, see
+        :mod:`~actors.sinks.spark.pyiceberg_catalog`). Raises what the append raised (the
+        caller looks the commit up, unless the fence refused it); the table is loaded again
+        for the next append then."""
         # The flush's batches as they are (no contiguous copy of the flush in memory).
         table = arrow_table(parts, dt.datetime.now(dt.UTC), contiguous=False)
         table = table.rename_columns([iceberg.column_name(n) for n in table.column_names])
@@ -163,6 +169,8 @@ class PyIcebergAppends:
             recorded = summary.get(iceberg.OFFSETS)
             props[iceberg.OFFSETS] = iceberg.format_offsets(iceberg.carried(
                 iceberg.parse_offsets(recorded) if recorded else {}, offsets))
+        if expected:
+            props[iceberg.EXPECT] = iceberg.format_offsets(expected)
         # Table.append's transaction, its metadata computed once per state (not ~19 deep
         # copies of every snapshot per append: pyiceberg_transaction).
         with transaction(loaded) as appending:

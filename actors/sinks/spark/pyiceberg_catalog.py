@@ -11,13 +11,22 @@ opens the catalog, done the same way so either side can open what the other made
   a V0 catalog (no ``iceberg_type`` column) gets that column, as Spark's
   ``jdbc.schema-version: V1`` does;
 * :func:`ensure_namespace`: the namespace with the properties ``CREATE NAMESPACE`` gives it
-  in Spark (``exists``, ``owner``).
+  in Spark (``exists``, ``owner``);
+* the commit-time fence (:func:`~actors.sinks.spark.iceberg.fence_violations`): the catalog
+  :func:`open_catalog` opens is a ``SqlCatalog`` whose ``_update_and_stage_table`` (called
+  by ``commit_table`` with the table it just loaded, the very metadata whose location its
+  compare-and-swap then requires) refuses a snapshot whose ``kstage.expect`` does not match
+  the offsets that metadata records. pyiceberg's transaction calls ``commit_table`` again
+  on each retry of a ``CommitFailedException`` (the table reloaded), so the check runs
+  against every base a commit is tried on. The refusal (:func:`fence_error`) is a
+  ``ValidationException``: pyiceberg neither retries it nor keeps the files it wrote.
 
 pyiceberg and SQLAlchemy are imported only inside functions.
 """
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from actors.sinks.spark import iceberg
 from actors.sinks.spark.catalog import catalog_uri, is_local, sqlite_file, warehouse_location
 from settings.models import SparkSettings
 
@@ -153,14 +163,91 @@ def _create_catalog_tables(engine: Any) -> None:
                 raise
 
 
-def open_catalog(settings: SparkSettings) -> Any:
-    """pyiceberg's ``SqlCatalog`` of ``spark.catalog``, its place prepared and its tables
-    created when absent (see the module docstring); raises what the database raised (the
-    caller's call fails and is retried)."""
+@functools.lru_cache(maxsize=8192)
+def _parsed(value: str) -> tuple[tuple[tuple[str, str, int], int], ...]:
+    """``kstage.offsets`` parsed once per value (a snapshot's summary never changes)."""
+    return tuple(iceberg.parse_offsets(value).items())
+
+
+def recorded_offsets(metadata: Any) -> dict[tuple[str, str, int], int]:
+    """Per stream, the highest ``kstage.offsets`` value over the snapshots of the main
+    branch's ancestry in pyiceberg table ``metadata`` (the fence's "recorded" offsets)."""
+    main = metadata.refs.get("main")
+    current = main.snapshot_id if main is not None else metadata.current_snapshot_id
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+    found: dict[tuple[str, str, int], int] = {}
+    seen: set[int] = set()
+    while current is not None and current in by_id and current not in seen:
+        seen.add(current)
+        snapshot = by_id[current]
+        value = snapshot.summary.additional_properties.get(iceberg.OFFSETS) \
+            if snapshot.summary else None
+        if value is not None:
+            for stream, offset in _parsed(str(value)):
+                found[stream] = max(found.get(stream, offset), offset)
+        current = snapshot.parent_snapshot_id
+    return found
+
+
+def expected_offsets(updates: Any) -> dict[tuple[str, str, int], int]:
+    """The ``kstage.expect`` of the snapshots a commit's ``updates`` add (empty: none
+    carries one, nothing to check)."""
+    from pyiceberg.table.update import AddSnapshotUpdate
+
+    expected: dict[tuple[str, str, int], int] = {}
+    for update in updates:
+        if isinstance(update, AddSnapshotUpdate) and update.snapshot.summary is not None:
+            value = update.snapshot.summary.additional_properties.get(iceberg.EXPECT)
+            if value is not None:
+                expected.update(iceberg.parse_offsets(str(value)))
+    return expected
+
+
+@functools.cache
+def _fence_error_class() -> type[Exception]:
+    from pyiceberg.exceptions import ValidationException  # only with appends: pyiceberg
+
+    class FenceRefused(ValidationException):
+        """The commit-time fence refused the commit (see the module docstring)."""
+
+    return FenceRefused
+
+
+def fence_error(message: str) -> Exception:
+    """The refusal of a commit by the fence: a pyiceberg ``ValidationException`` (not
+    retried, its files deleted) with ``message``."""
+    return _fence_error_class()(message)
+
+
+@functools.cache
+def _fenced_catalog_class() -> type[Any]:
     from pyiceberg.catalog.sql import SqlCatalog  # only with appends: pyiceberg
 
+    class FencedSqlCatalog(SqlCatalog):
+        """``SqlCatalog`` whose commits obey ``kstage.expect`` (the module docstring)."""
+
+        def _update_and_stage_table(self, current_table: Any, table_identifier: Any,
+                                    requirements: Any, updates: Any) -> Any:
+            expected = expected_offsets(updates)
+            if expected and current_table is not None:
+                violations = iceberg.fence_violations(
+                    expected, recorded_offsets(current_table.metadata))
+                if violations:
+                    name = ".".join((self.name, *table_identifier)) \
+                        if isinstance(table_identifier, tuple) else str(table_identifier)
+                    raise fence_error(iceberg.fence_message(name, violations))
+            return super()._update_and_stage_table(current_table, table_identifier,
+                                                   requirements, updates)
+
+    return FencedSqlCatalog
+
+
+def open_catalog(settings: SparkSettings) -> Any:
+    """pyiceberg's ``SqlCatalog`` of ``spark.catalog`` with the commit-time fence, its
+    place prepared and its tables created when absent (see the module docstring); raises
+    what the database raised (the caller's call fails and is retried)."""
     _prepare_place(settings)
-    catalog = SqlCatalog(settings.catalog.name, **catalog_properties(settings))
+    catalog = _fenced_catalog_class()(settings.catalog.name, **catalog_properties(settings))
     try:
         _create_catalog_tables(catalog.engine)
     except BaseException:
@@ -185,4 +272,5 @@ def ensure_namespace(catalog: Any, name: str) -> None:
 
 
 __all__ = ["CATALOG_TABLES", "SQLITE_TIMEOUT_S", "catalog_properties", "ensure_namespace",
-           "missing_modules", "open_catalog", "owner", "sqlalchemy_uri"]
+           "expected_offsets", "fence_error", "missing_modules", "open_catalog", "owner",
+           "recorded_offsets", "sqlalchemy_uri"]

@@ -21,6 +21,7 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -37,6 +38,8 @@ from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.sink import TableSink
 from processors.base import Column, Row
 from settings.identifiers import SqlIdentifier, sql_identifier
+
+logger = logging.getLogger(__name__)
 
 
 class SparkSinkSettings(SinkSettingsBase):
@@ -158,12 +161,23 @@ class SparkSink(SparkTableSink):
         return {(topic, partition): offset for (_, topic, partition), offset in floors.items()}
 
     async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
-        """Wait for running appends of the partitions, then forget them."""
+        """Wait (up to ``timeout_s``) for running appends of the partitions, then forget
+        them: an append of them that has not started writing refuses to (its batches are
+        cancelled or its partitions no longer this writer's). One still in its commit
+        past the wait (a slow catalog, a wait of 0 on a lost membership) is said; it
+        commits only if the table still holds its partitions where it continues from
+        (the commit-time fence, :mod:`actors.sinks.spark.iceberg`): the new owner's
+        appends and this late one cannot both land the same offsets."""
         writer = self._writer
         if writer is None:
             return
         streams = [self._stream(t, p) for t, p in partitions]
-        await writer.wait_appends(streams, timeout_s)
+        if not await writer.wait_appends(streams, timeout_s):
+            logger.warning("spark sink: table %s: %d append(s) of revoked partitions %s "
+                           "still running after %.1fs; each commits only if no other "
+                           "writer appended its partitions meanwhile (the fence)",
+                           writer.name, writer.running(streams), sorted(partitions),
+                           timeout_s)
         writer.forget(streams)
 
 

@@ -27,7 +27,19 @@ Exactly once, per Kafka partition (see :mod:`actors.sinks.spark.ledger`):
 * when a partition is assigned, the table's offset for it is read
   (:meth:`StagingWriter.load_floors`): the worker resumes there when every sink of the
   topic stores its offsets, and rows of messages before it are dropped by the sink
-  (:meth:`StagingWriter.floor`): they are in the table already.
+  (:meth:`StagingWriter.floor`): they are in the table already;
+* a batch of a revoked partition (cancelled) is never appended, and holds every later
+  batch of its partition back; an append whose partition was revoked or forgotten after
+  it was handed over refuses to write, on its thread, right before writing;
+* each append carries ``kstage.expect``, where it continues each partition from (the
+  offset read at assignment, or the end of this writer's previous append of it), and
+  commits only if the table still holds every partition exactly there, checked in the
+  catalog's commit (:mod:`actors.sinks.spark.iceberg`, the fence): a writer that fell
+  behind (frozen past its session, its append stuck in a commit's retries) cannot land
+  offsets another writer appended. A refused append is counted
+  (``kstage_fenced_appends_total``) and logged, its writes fail (retriable), and the
+  partitions' offsets are read again: the retries drop the rows the table holds (a
+  batch wholly held is done without an append).
 
 A failed append fails every write in it with SinkError (retriable; nothing is committed).
 pyspark is imported only inside functions.
@@ -41,7 +53,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.errors import FatalError, SinkError
@@ -81,17 +93,43 @@ def rest_ratio(settings: SparkSettings) -> float:
 @dataclass(slots=True, eq=False)
 class _Append:
     """One flush of the table: its batches and streams, the running appends of the same
-    streams it follows, and its outcome (``failed`` is set on the Spark thread)."""
+    streams it follows, what it records (``offsets``) and where it continues each stream
+    from (``expected``, the fence), the ownership of each stream it was handed over in
+    (``owners``), and its outcome (``failed`` and ``resolved`` are set on the Spark or lake
+    thread: ``resolved``, per stream, the end of an earlier append in doubt that the
+    lookup found in the table)."""
 
     batches: list[Any]
     streams: set[Stream]
     after: list[_Append]
+    offsets: dict[Stream, int] = field(default_factory=dict)
+    expected: dict[Stream, int] = field(default_factory=dict)
+    owners: dict[Stream, object] = field(default_factory=dict)
+    resolved: dict[Stream, int] = field(default_factory=dict)
     failed: bool = False
     done: bool = False
 
 
+@dataclass(slots=True, eq=False)
+class _Doubt:
+    """The appends of one batch whose outcome is unknown: commit id -> the offset that
+    append recorded for the batch's stream. Holds the batch itself: an entry is looked up
+    by ``id(batch)`` and used only for that very object (a later batch reusing the id of
+    one that is gone never inherits it)."""
+
+    batch: Any
+    ends: dict[str, int] = field(default_factory=dict)
+
+
 class StagingWriter(TableWriter):
-    """Micro-batches one Iceberg staging table's rows (see the module docstring)."""
+    """Micro-batches one Iceberg staging table's rows (see the module docstring).
+
+    Per stream it owns (from :meth:`load_floors` to :meth:`forget`) it keeps three
+    positions: the *floor* (the table's offset read at assignment: rows before it are
+    dropped by the sink), *landed* (the end of its last append known in the table, the
+    floor at first: rows of a part before it are dropped when the part is taken), and
+    *next* (where its next append continues from, its ``kstage.expect``: advanced when an
+    append is handed over, back to *landed* when one fails)."""
 
     def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...]) -> None:
         super().__init__(table, columns, **flush_limits(actor.settings),
@@ -101,16 +139,19 @@ class StagingWriter(TableWriter):
         self.ledger = OffsetLedger()
         self._registered = False
         self._floors: dict[Stream, int] = {}
+        self._landed: dict[Stream, int] = {}
+        self._next: dict[Stream, int] = {}
+        self._owner: dict[Stream, object] = {}  # a token per ownership of the stream
         self._appends: list[_Append] = []  # running, in the Spark thread's order
-        # id(batch) -> commit ids of its earlier appends whose outcome is unknown
-        self._doubt: dict[int, set[str]] = {}
+        self._doubt: dict[int, _Doubt] = {}  # id(batch) -> its appends in doubt
+        self.fenced = 0  # appends the fence refused
         self._lake: PyIcebergAppends | None = None
         if actor.settings.appends == "pyiceberg":
             self._lake = PyIcebergAppends(actor.lake(), table, actor.writer_id)
 
     def __repr__(self) -> str:
         return (f"<StagingWriter {self.name} pending={self._pending_rows} "
-                f"running={self._running} flushes={self.flushes}>")
+                f"running={self._running} flushes={self.flushes} fenced={self.fenced}>")
 
     @property
     def registered(self) -> bool:
@@ -163,27 +204,34 @@ class StagingWriter(TableWriter):
 
     # -- offsets -------------------------------------------------------------------
 
-    async def load_floors(self, streams: Iterable[Stream]) -> dict[Stream, int]:
-        """Read the table's offsets of ``streams`` (assigned to a worker of this
-        process): rows of messages before them are dropped from now on. SinkError when
-        the table cannot be read (the caller retries)."""
-        wanted = set(streams)
+    async def _read_offsets(self) -> dict[Stream, int]:
         lake = self._lake
         try:
             if lake is not None:  # on the lake thread, after the appends handed over
-                found = await lake.lake.call(lambda: pyiceberg_tables.table_offsets(
+                return await lake.lake.call(lambda: pyiceberg_tables.table_offsets(
                     lake.lake.table(self.table)))
-            else:
-                found = await self.actor.call(lambda spark: iceberg.table_offsets(
-                    spark, self.actor.settings, self.table), retry=True)
+            return await self.actor.call(lambda spark: iceberg.table_offsets(
+                spark, self.actor.settings, self.table), retry=True)
         except (SinkError, FatalError):
             raise
         except Exception as exc:  # any Spark failure is a retriable sink error
             raise SinkError(f"spark sink {self.name}: cannot read the Kafka offsets the "
                             f"table holds: {short(exc)}") from exc
+
+    async def load_floors(self, streams: Iterable[Stream]) -> dict[Stream, int]:
+        """Read the table's offsets of ``streams`` (assigned to a worker of this
+        process): rows of messages before them are dropped from now on, and this
+        writer's appends of a stream not yet owned continue from there (a stream owned
+        already keeps its positions: its appends may be under way). SinkError when the
+        table cannot be read (the caller retries)."""
+        wanted = set(streams)
+        found = await self._read_offsets()
         floors = {stream: offset for stream, offset in found.items() if stream in wanted}
         for stream in wanted:
-            self._floors[stream] = floors.get(stream, 0)
+            if stream not in self._owner:
+                offset = floors.get(stream, 0)
+                self._floors[stream] = self._landed[stream] = self._next[stream] = offset
+                self._owner[stream] = object()
         return floors
 
     def floor(self, stream: Stream) -> int | None:
@@ -191,13 +239,19 @@ class StagingWriter(TableWriter):
         read since the partition was assigned)."""
         return self._floors.get(stream)
 
+    def _disown(self, stream: Stream) -> None:
+        for positions in (self._floors, self._landed, self._next, self._owner):
+            positions.pop(stream, None)
+
     def forget(self, streams: Iterable[Stream]) -> None:
-        """The streams were revoked from this process's worker."""
+        """The streams were revoked from this process's worker: their positions and
+        batches are dropped, and an append of them not yet written refuses to write
+        (:meth:`_append`)."""
         streams = list(streams)
         for stream in streams:
             for batch in self.ledger.open_batches(stream):
                 self._doubt.pop(id(batch), None)
-            self._floors.pop(stream, None)
+            self._disown(stream)
         self.ledger.forget(streams)
 
     async def wait_appends(self, streams: Iterable[Stream], within_s: float) -> bool:
@@ -211,6 +265,11 @@ class StagingWriter(TableWriter):
             await asyncio.sleep(0.02)
         return True
 
+    def running(self, streams: Iterable[Stream]) -> int:
+        """How many running appends hold a batch of ``streams``."""
+        wanted = set(streams)
+        return sum(bool(a.streams & wanted) for a in self._appends)
+
     def register_batch(self, stream: Stream, batch: Any) -> None:
         """A write of the worker's ``batch`` of ``stream`` started (in offset order)."""
         self.ledger.register(stream, batch)
@@ -218,49 +277,98 @@ class StagingWriter(TableWriter):
     def finished(self, batch: Any) -> None:
         """``batch`` has no row for the table: done."""
         self.ledger.finished(batch)
+        self._doubt.pop(id(batch), None)
+
+    def _doubts(self, batch: Any) -> dict[str, int]:
+        entry = self._doubt.get(id(batch))
+        return dict(entry.ends) if entry is not None and entry.batch is batch else {}
 
     # -- flushes -------------------------------------------------------------------
 
     def _take(self) -> list[Pending]:
         """The pending parts whose partitions' earlier batches are in the table, in a
-        running append (that has not failed), or taken with them; the others wait."""
+        running append (that has not failed), or taken with them; the others wait.
+
+        A part of a cancelled batch (its partition revoked) or of a stream this writer
+        no longer owns (forgotten, or its positions unknown after a fence refusal) is
+        never appended: its write fails (retriable; a revoked one is not retried). A
+        part is cut to the rows at or after its stream's *landed* position: wholly
+        before it (the table holds its messages: another writer's appends read after a
+        fence refusal), its batch is done without an append."""
         ids = {id(b) for a in self._appends if not a.failed for b in a.batches}
         taken: list[Pending] = []
+        dropped: list[tuple[Pending, str]] = []
+        done: list[Pending] = []
         order = sorted(self._pending, key=lambda p: (
             p.batch is None, p.stream or ("", "", 0), getattr(p.batch, "next_offset", 0)))
         for item in order:
-            if item.batch is None or self.ledger.eligible(item.batch, ids):
+            batch = item.batch
+            if batch is None:
                 taken.append(item)
-                if item.batch is not None:
-                    ids.add(id(item.batch))
-        chosen = {id(item) for item in taken}
+                continue
+            if batch.cancelled:
+                dropped.append((item, "its partition was revoked"))
+                continue
+            stream = self.ledger.stream_of(batch)
+            if stream is None or stream not in self._owner:
+                dropped.append((item, "its partition is no longer this writer's, or "
+                                      "where the table holds it is not known"))
+                continue
+            if not self.ledger.eligible(batch, ids):
+                continue
+            ids.add(id(batch))
+            landed = self._landed[stream]
+            if batch.next_offset <= landed:
+                done.append(item)
+                continue
+            if _first_offset(item.part) < landed:
+                item.part = _from_offset(item.part, landed)
+                item.rows = len(item.part)
+            taken.append(item)
+        chosen = {id(item) for item in (*taken, *done)} | {id(i) for i, _ in dropped}
         self._pending = [p for p in self._pending if id(p) not in chosen]
+        for item in done:  # in the table already: done without an append
+            self.finished(item.batch)
+            if not item.future.done():
+                item.future.set_result(None)
+        for item, why in dropped:
+            if not item.future.done():
+                item.future.set_exception(SinkError(
+                    f"spark sink {self.name}: not appended: {why}"))
         return taken
 
     async def _flush(self, batch: list[Pending]) -> None:
+        batch = self._owned(batch)
+        if not batch:
+            return
         batches = [item.batch for item in batch if item.batch is not None]
         streams = {item.stream for item in batch if item.stream is not None}
-        append = _Append(batches, streams, [a for a in self._appends if a.streams & streams])
-        self._appends.append(append)
         offsets = self.ledger.watermarks(batches)
-        parts = [(item.part, item.batch) for item in batch]
-        doubts = {id(b): set(self._doubt.get(id(b), ())) for b in batches}
+        append = _Append(batches, streams, [a for a in self._appends if a.streams & streams],
+                         offsets=offsets,
+                         expected={s: self._next[s] for s in offsets},
+                         owners={s: self._owner[s] for s in offsets})
+        for stream, end in offsets.items():
+            self._next[stream] = max(self._next[stream], end)
+        self._appends.append(append)
+        parts = [(item.part, item.batch, self.ledger.stream_of(item.batch)
+                  if item.batch is not None else None) for item in batch]
+        doubts = {id(b): self._doubts(b) for b in batches}
         commit_id = uuid.uuid4().hex
         rows = sum(item.rows for item in batch)
 
         def first(spark: Any) -> None:
-            self._append(self._spark_appends(spark), append, parts, offsets, commit_id,
-                         doubts)
+            self._append(self._spark_appends(spark), append, parts, commit_id, doubts)
 
         def again(spark: Any) -> None:  # in a new JVM: the dead one may have committed
-            self._append(self._spark_appends(spark), append, parts, offsets, commit_id,
-                         doubts, whole=commit_id)
+            self._append(self._spark_appends(spark), append, parts, commit_id, doubts,
+                         whole=commit_id)
 
         lake = self._lake
 
         def through_lake() -> None:  # the lake thread: no JVM to die, no ``again``
             if lake is not None:
-                self._append(lake, append, parts, offsets, commit_id, doubts)
+                self._append(lake, append, parts, commit_id, doubts)
 
         try:
             if lake is not None:
@@ -268,14 +376,7 @@ class StagingWriter(TableWriter):
             else:
                 await self.actor.call(first, retry=again)
         except Exception as exc:  # noqa: BLE001 - any Spark failure is a retriable sink error
-            if isinstance(exc, _Unsure):
-                for b in batches:  # looked up again when the batch is appended again
-                    self._doubt.setdefault(id(b), set()).add(commit_id)
-            error: Exception = exc if isinstance(exc, FatalError | SinkError) else SinkError(
-                f"spark sink {self.name}: append of {rows} row(s) failed: "
-                f"{short(exc.__cause__ or exc) if isinstance(exc, _Unsure) else short(exc)}")
-            if error is not exc:
-                error.__cause__ = exc
+            error = await self._failed(append, exc, commit_id, rows)
             for item in batch:
                 if not item.future.done():
                     item.future.set_exception(error)
@@ -287,47 +388,156 @@ class StagingWriter(TableWriter):
         self.ledger.committed(batches)
         for b in batches:
             self._doubt.pop(id(b), None)
+        for stream, end in offsets.items():
+            if self._owner.get(stream) is append.owners[stream]:
+                self._landed[stream] = max(self._landed[stream], end)
         for item in batch:
             if not item.future.done():
                 item.future.set_result(None)
 
-    def _append(self, ops: Appends, append: _Append, parts: list[tuple[Any, Any]],
-                offsets: dict[Stream, int], commit_id: str, doubts: dict[int, set[str]],
-                whole: str | None = None) -> None:
+    def _owned(self, batch: list[Pending]) -> list[Pending]:
+        """The parts of ``batch`` (taken by :meth:`_take`) whose batches are still not
+        cancelled and whose streams this writer still owns (a revoke may have run
+        between the take and the flush's start); the writes of the others fail."""
+        kept = []
+        for item in batch:
+            b = item.batch
+            if b is None or (not b.cancelled and self.ledger.stream_of(b) is not None
+                             and item.stream in self._owner):
+                kept.append(item)
+            elif not item.future.done():
+                item.future.set_exception(SinkError(
+                    f"spark sink {self.name}: not appended: its partition was revoked"))
+        return kept
+
+    async def _failed(self, append: _Append, exc: Exception, commit_id: str,
+                      rows: int) -> Exception:
+        """The append failed: its streams' next append continues from where the table
+        holds them as far as this writer knows (*landed*, or the end of an append in
+        doubt found meanwhile); an append whose outcome is unknown is looked up when its
+        batches are appended again; one the fence refused is counted and said, and its
+        streams' offsets are read again. The SinkError its writes fail with."""
+        mine = [s for s in append.offsets if self._owner.get(s) is append.owners[s]]
+        for stream in mine:
+            landed = max(self._landed[stream], append.resolved.get(stream, 0))
+            self._landed[stream] = self._next[stream] = landed
+        refusal = iceberg.fence_refusal(exc)
+        if refusal is not None:
+            return await self._fenced(append, mine, refusal, rows, exc)
+        if isinstance(exc, _Unsure):
+            for b in append.batches:  # looked up again when the batch is appended again
+                of = self.ledger.stream_of(b)
+                if of is None or of not in append.offsets:
+                    continue
+                entry = self._doubt.get(id(b))
+                if entry is None or entry.batch is not b:
+                    entry = self._doubt[id(b)] = _Doubt(b)
+                entry.ends[commit_id] = append.offsets[of]
+        if isinstance(exc, FatalError | SinkError):
+            return exc
+        error = SinkError(
+            f"spark sink {self.name}: append of {rows} row(s) failed: "
+            f"{short(exc.__cause__ or exc) if isinstance(exc, _Unsure) else short(exc)}")
+        error.__cause__ = exc
+        return error
+
+    async def _fenced(self, append: _Append, mine: list[Stream], refusal: str, rows: int,
+                      exc: Exception) -> Exception:
+        """The fence refused ``append``: nothing of it is in the table. Count it, say
+        so, and read the table's offsets of its streams still owned (``mine``) again: the
+        worker's retries drop the rows the table holds (:meth:`_take`)."""
+        self.fenced += 1
+        metrics = self.actor.metrics
+        if metrics is not None:
+            metrics.fenced_appends.labels(self.name).inc()
+        logger.warning("spark sink: %s: an append of %d row(s) was refused by the fence "
+                       "(nothing of it written, nothing committed to Kafka for it): %s",
+                       self.name, rows, refusal)
+        for stream in mine:
+            self._disown(stream)
+        try:
+            floors = await self.load_floors(mine) if mine else {}
+        except Exception as lookup:  # noqa: BLE001 - read again at the retry's write
+            logger.warning("spark sink: %s: the offsets of the fenced partitions cannot "
+                           "be read now (%s); read at the retries", self.name, lookup)
+        else:
+            logger.warning("spark sink: %s: the table holds %s now; the retries continue "
+                           "from there", self.name, ", ".join(
+                               f"{t}[{p}]@{floors.get((g, t, p), 0)}" for g, t, p in mine)
+                           or "none of this writer's partitions")
+        error = SinkError(f"spark sink {self.name}: append of {rows} row(s) refused: "
+                          f"{refusal}")
+        error.__cause__ = exc
+        return error
+
+    def _append(self, ops: Appends, append: _Append,
+                parts: list[tuple[Any, Any, Stream | None]], commit_id: str,
+                doubts: dict[int, dict[str, int]], whole: str | None = None) -> None:
         """Spark (or lake) thread: append ``parts`` (record batches, with their worker
-        batches) as one Iceberg commit with the offsets they cover, through ``ops``.
-        Nothing when an earlier append of the same partitions failed (SinkError).
-        ``doubts``: per batch (``id``), commit ids of its earlier appends whose outcome was
-        unknown: the parts of one found in the table are not written again; ``whole``: the
-        commit id of an attempt of this very append (a JVM died during it): found, nothing
-        is written."""
+        batches and streams) as one Iceberg commit with the offsets they cover, through
+        ``ops``. Nothing when an earlier append of the same partitions failed, a batch
+        was cancelled or a stream forgotten since the append was handed over
+        (SinkError). ``doubts``: per batch (``id``), its earlier appends whose outcome was
+        unknown (commit id -> the offset recorded for its stream): the parts of one found
+        in the table are not written again, and its stream continues from its end;
+        ``whole``: the commit id of an attempt of this very append (a JVM died during
+        it): found, nothing is written."""
         try:
             if any(a.failed for a in append.after):
                 raise SinkError(f"spark sink {self.name}: an earlier append of the same "
                                 "partitions failed; written again after it")
-            unsure = set().union(*doubts.values(), {whole} if whole else set())
+            self._still_owned(append, parts)
+            unsure = set().union(*(set(d) for d in doubts.values()),
+                                 {whole} if whole else set())
             found = ops.committed_ids(unsure)
-            todo = [part for part, b in parts
-                    if whole not in found and not doubts.get(id(b), set()) & found]
+            expected = dict(append.expected)
+            todo = []
+            for part, batch, stream in parts:
+                landed = {c: end for c, end in doubts.get(id(batch), {}).items()
+                          if c in found}
+                if whole in found:
+                    continue
+                if landed and stream is not None:
+                    end = max(landed.values())
+                    append.resolved[stream] = max(append.resolved.get(stream, 0), end)
+                    if stream in expected:
+                        expected[stream] = max(expected[stream], end)
+                    continue
+                todo.append(part)
             if len(todo) < len(parts):
                 logger.warning("spark sink: %s: an append whose outcome was unknown is in the "
                                "table: %d of %d part(s) not written again", self.name,
                                len(parts) - len(todo), len(parts))
             if todo:
-                self._write(ops, todo, offsets, commit_id)
+                self._write(ops, todo, append.offsets, commit_id, expected)
         except BaseException:
             append.failed = True
             raise
 
+    def _still_owned(self, append: _Append, parts: list[tuple[Any, Any, Stream | None]],
+                     ) -> None:
+        """SinkError when a batch of the append was cancelled, or a stream of it is no
+        longer owned as it was when the append was handed over (forgotten: revoked)."""
+        for _, batch, stream in parts:
+            if batch is not None and batch.cancelled:
+                raise SinkError(f"spark sink {self.name}: not appended: a partition of the "
+                                "append was revoked")
+            if stream is not None and stream in append.owners \
+                    and self._owner.get(stream) is not append.owners[stream]:
+                raise SinkError(f"spark sink {self.name}: not appended: partition "
+                                f"{stream[1]}[{stream[2]}] is no longer this writer's")
+
     def _write(self, ops: Appends, parts: list[Any], offsets: dict[Stream, int],
-               commit_id: str) -> None:
+               commit_id: str, expected: dict[Stream, int]) -> None:
         """One Iceberg append of ``parts`` with its snapshot properties. When it fails,
         its commit id is looked up: found, it was committed after all; the lookup failing
-        too raises :class:`_Unsure`."""
+        too raises :class:`_Unsure`. A fence refusal is raised as it is (nothing landed)."""
         started = time.monotonic()
         try:
-            rows = ops.write(parts, offsets, commit_id)
+            rows = ops.write(parts, offsets, commit_id, expected)
         except Exception as exc:
+            if iceberg.fence_refusal(exc) is not None:
+                raise
             try:
                 landed = ops.committed_ids({commit_id})
             except Exception as lookup:  # noqa: BLE001 - the catalog is unreachable
@@ -341,6 +551,24 @@ class StagingWriter(TableWriter):
                       time.monotonic() - started)
 
 
+def _first_offset(part: Any) -> int:
+    """The lowest ``_offset`` of a record batch (one without rows or without the column:
+    a large number, nothing to cut)."""
+    import pyarrow.compute as pc  # only with the spark extra
+
+    if not len(part) or part.schema.get_field_index("_offset") < 0:
+        return 2**63 - 1
+    low = pc.min(part.column("_offset")).as_py()
+    return 2**63 - 1 if low is None else int(low)
+
+
+def _from_offset(part: Any, offset: int) -> Any:
+    """The rows of a record batch at or after Kafka ``offset``."""
+    import pyarrow.compute as pc  # only with the spark extra
+
+    return part.filter(pc.greater_equal(part.column("_offset"), offset))
+
+
 class Appends(Protocol):
     """How a :class:`StagingWriter` commits: through Spark (:class:`SparkAppends`) or
     pyiceberg (:class:`~actors.sinks.spark.pyiceberg_appends.PyIcebergAppends`)."""
@@ -348,14 +576,19 @@ class Appends(Protocol):
     def committed_ids(self, commit_ids: set[str]) -> set[str]:
         """Which of ``commit_ids`` are in the table's current history."""
 
-    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str) -> int:
+    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str,
+              expected: dict[Stream, int]) -> int:
         """One append of ``parts`` as one commit carrying ``commit_id``, this process's
-        writer id and ``offsets`` (carried forward); the number of rows."""
+        writer id, ``offsets`` (carried forward) and ``expected`` (``kstage.expect``: the
+        commit is refused unless the table holds each stream exactly there); the number
+        of rows."""
 
 
 class SparkAppends:
     """A staging table's commits through Spark's ``DataFrameWriterV2.append`` (Spark
-    thread)."""
+    thread). The fence of ``kstage.expect`` is enforced in the JVM, by the catalog
+    wrapper of the session (its refusal reaches Python as a Py4J error whose text holds
+    ``kstage fence:``)."""
 
     def __init__(self, spark: Any, actor: SparkActor, table: str,
                  columns: tuple[Column, ...]) -> None:
@@ -364,7 +597,8 @@ class SparkAppends:
     def committed_ids(self, commit_ids: set[str]) -> set[str]:
         return iceberg.committed_ids(self.spark, self.actor.settings, self.table, commit_ids)
 
-    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str) -> int:
+    def write(self, parts: Sequence[Any], offsets: dict[Stream, int], commit_id: str,
+              expected: dict[Stream, int]) -> int:
         spark, settings = self.spark, self.actor.settings
         table = arrow_table(parts, dt.datetime.now(dt.UTC))
         table = table.rename_columns([iceberg.column_name(n) for n in table.column_names])
@@ -379,6 +613,9 @@ class SparkAppends:
                 iceberg.current_offsets(spark, settings, self.table), offsets)
             writer = writer.option(f"snapshot-property.{iceberg.OFFSETS}",
                                    iceberg.format_offsets(recorded))
+        if expected:
+            writer = writer.option(f"snapshot-property.{iceberg.EXPECT}",
+                                   iceberg.format_offsets(expected))
         writer.append()
         return len(table)
 
