@@ -75,6 +75,17 @@ def rows_of(n: int) -> list[dict[str, Any]]:
     return rows[:n]
 
 
+def at_offsets(part: Any, start: int) -> Any:
+    """The record batch ``part`` with ``_offset`` ``start, start + 1, ...`` (each append
+    continues the partition: the writer drops rows of offsets the table holds)."""
+    import pyarrow as pa
+
+    index = part.schema.get_field_index("_offset")
+    columns = list(part.columns)
+    columns[index] = pa.array(range(start, start + len(part)), part.schema.field(index).type)
+    return pa.RecordBatch.from_arrays(columns, schema=part.schema)
+
+
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     """Least squares ``y = a + b * x``: (a, b)."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
@@ -103,11 +114,15 @@ async def main(args: argparse.Namespace) -> int:
             table = arrow_table([part], dt.datetime.now(dt.UTC))
             spark.createDataFrame(table).write.mode("append").parquet(parquet)
 
+        stream = ("bench", "bench", 0)
+        await writer.load_floors([stream])  # as at assignment: where the appends start
+
         async def iceberg(part: Any) -> None:
             nonlocal offset
+            part = at_offsets(part, offset)  # the partition's next messages
             offset += len(part)
             entry = Entry(TopicPartition("bench", 0), offset, len(part))
-            writer.register_batch(("bench", "bench", 0), entry)
+            writer.register_batch(stream, entry)
             task = asyncio.ensure_future(writer.write(part, batch=entry,
                                                       stream=("bench", "bench", 0)))
             await asyncio.sleep(0)

@@ -258,6 +258,37 @@ async def test_a_failed_append_fails_its_writes_and_a_later_batch_never_overtake
     assert recorded == sorted(recorded)
 
 
+async def test_a_stale_writer_is_fenced_in_the_jvm(spark_actor: SparkActor) -> None:
+    """Issue 32 with ``appends: spark``: two writers of one table (a second StagingWriter
+    stands for another process), the stale one appending offsets the other appended
+    already. Its append carries ``kstage.expect`` (0) and the session's Iceberg catalog
+    wrapper refuses the commit (the table holds 10): nothing written twice, counted; the
+    worker's retry of the batch, wholly in the table, is done without an append. The
+    refusal needs the JVM's catalog wrapper (branch ``jfence``) on the session."""
+    table = "stg_fenced_jvm"
+    owner = await opened(spark_actor, table)
+    stale = await opened(spark_actor, table)
+    theirs = StagingWriter(spark_actor, table, stale.columns)  # another process's writer
+    await theirs.register()
+    stale._writer = theirs
+    assert await stale.assigned([(TOPIC, 0)]) == {}  # read before it froze
+    assert await owner.assigned([(TOPIC, 0)]) == {}
+    async with asyncio.timeout(90):
+        await owner.write_at(events(0, 0, 10), at(0, 10, 10))
+        [summary] = await snapshots(spark_actor, table)
+        assert json.loads(summary["kstage.expect"]) == {GROUP: {TOPIC: {"0": 0}}}
+        late, rows = at(0, 10, 10), events(0, 0, 10)
+        with pytest.raises(SinkError, match="kstage fence:"):
+            await stale.write_at(rows, late)
+        assert sorted(r["_offset"] for r in await table_rows(spark_actor, table)) == list(
+            range(10))
+        assert theirs.fenced == 1
+        await stale.write_at(rows, late)  # the worker's retry: held by the table, done
+    assert len(await snapshots(spark_actor, table)) == 1
+    assert sorted(r["_offset"] for r in await table_rows(spark_actor, table)) == list(
+        range(10))
+
+
 async def test_bad_rows_raise_sink_error_without_a_handler(spark_actor: SparkActor) -> None:
     sink = await opened(spark_actor, "stg_errors")
     wrong = events(0, 0, 2)
