@@ -266,6 +266,9 @@ async def test_two_processes_append_to_one_table_exactly_once(
     summaries = pyiceberg.summaries(table)
     assert len({s[iceberg.WRITER_ID] for s in summaries}) == 2
     assert spark_appends(pyiceberg, table) == 0
+    # Every append was fenced on where it continued from (and none refused wrongly:
+    # each event once above).
+    assert all(iceberg.EXPECT in s for s in summaries)
 
 
 def split_between(a: KstageProcess, b: KstageProcess, partitions: int) -> bool:
