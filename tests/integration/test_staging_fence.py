@@ -12,7 +12,10 @@ catalog (``spark.appends: pyiceberg``; no JVM):
   retry drops what the table holds (wholly held: done without an append; partly: the rest
   appended from the table's offset); the check runs again on pyiceberg's optimistic retry
   against the refreshed metadata (a race lost to a writer of the same partition is
-  refused, one lost to a writer of other partitions commits).
+  refused, one lost to a writer of other partitions commits);
+* a lost membership (the revoke waits 0 s): an append inside its commit (stalled there, as
+  a frozen process) lands after the new owner's and is refused; one queued behind other
+  work on the lake thread refuses to write when its turn comes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import gc
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -366,3 +370,87 @@ async def test_the_fence_is_checked_again_on_each_optimistic_retry(
     assert sorted(o for t, p, o in counts if p == 0) == list(range(10))
     assert max(counts.values()) == 1
     assert writer_of(mine_actor, table).fenced == 1
+
+
+async def test_an_append_still_in_its_commit_after_a_lost_membership_is_fenced(
+        actors: list[SparkActor], catalog: dict[str, Any],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The member's append of 0-9 is inside the catalog's commit (stalled there, as a
+    process frozen mid-commit) when its membership is lost: the revoke waits 0 s for it,
+    says so, and forgets the partition; the new owner reads offset 0 and appends 0-9.
+    The stalled commit then goes on, on the new owner's metadata: refused, 0 duplicates."""
+    table = "stg_fenced_late"
+    member_actor, owner_actor = actors
+    member = await opened(member_actor, table)
+    owner = await opened(owner_actor, table)
+    assert await member.assigned([(TOPIC, 0)]) == {}
+    catalog_ = member_actor.lake().catalog()
+    stage = catalog_._update_and_stage_table
+    entered, go_on = threading.Event(), threading.Event()
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert go_on.wait(60), "never released"
+        return stage(*args, **kwargs)
+
+    catalog_._update_and_stage_table = stalled
+    caplog.set_level(logging.WARNING)
+    try:
+        late = at(0, 10, 10)
+        write = asyncio.create_task(member.write_at(events(0, 0, 10), late))
+        await until(entered.is_set, "the member's append inside its commit")
+        late.cancelled = True  # the lost membership fences the partition ...
+        write.cancel()  # ... and its write (the worker's Fence)
+        await asyncio.wait([write])
+        await member.revoked([(TOPIC, 0)], 0)  # on a lost membership: no wait
+        assert "still running after 0.0s" in caplog.text
+        assert await owner.assigned([(TOPIC, 0)]) == {}  # the new owner reads 0
+        async with asyncio.timeout(60):
+            await owner.write_at(events(0, 0, 10), at(0, 10, 10))
+        go_on.set()
+        writer = writer_of(member_actor, table)
+        await until(lambda: writer.fenced == 1, "the late append refused", timeout=60)
+    finally:
+        go_on.set()
+        del catalog_._update_and_stage_table
+    reader = IcebergReader(spark_settings(section(catalog)))
+    assert offsets_of(reader, table) == list(range(10))  # 0 duplicates
+    assert reader.offsets(table) == {P0: 10}
+    assert fenced_count(member_actor, table) == 1
+
+
+async def test_an_append_queued_behind_others_when_its_partition_is_revoked_writes_nothing(
+        actors: list[SparkActor], catalog: dict[str, Any]) -> None:
+    """An append handed over to the lake thread but queued behind another table's work
+    when the revoke (waiting 0 s: a lost membership) forgets its partition refuses to
+    write once its turn comes, on the thread: nothing of it in the table."""
+    table = "stg_queued_revoked"
+    member_actor = actors[0]
+    member = await opened(member_actor, table)
+    writer = writer_of(member_actor, table)
+    assert await member.assigned([(TOPIC, 0)]) == {}
+    lake = member_actor.lake()
+    busy, go_on = threading.Event(), threading.Event()
+
+    def other_work() -> None:  # another table's append holding the lake thread
+        busy.set()
+        assert go_on.wait(60), "never released"
+
+    other = asyncio.ensure_future(lake.call(other_work))
+    try:
+        await until(busy.is_set, "the lake thread busy")
+        late = at(0, 10, 10)
+        write = asyncio.create_task(member.write_at(events(0, 0, 10), late))
+        await until(lambda: any(P0 in a.streams for a in writer._appends),
+                    "the append handed over")
+        late.cancelled = True
+        write.cancel()
+        await asyncio.wait([write])
+        await member.revoked([(TOPIC, 0)], 0)
+    finally:
+        go_on.set()
+        await other
+    await until(lambda: not writer._appends, "the queued append ended")
+    reader = IcebergReader(spark_settings(section(catalog)))
+    assert reader.summaries(table) == []
+    assert fenced_count(member_actor, table) == 0  # refused before writing, not fenced
