@@ -24,9 +24,15 @@ RUN pip install '.[spark,otel,protobuf,jsonschema]'   # Spark and JDBC sinks: py
 
 # The pinned JVM jars of the Spark session (Iceberg's Spark runtime and AWS bundle, the
 # SQLite and PostgreSQL JDBC drivers), fetched at build time from Maven Central and
-# checked against their SHA-256 (actors/sinks/spark/jars.py); never at run time.
+# checked against their SHA-256 (actors/sinks/spark/jars.py); never at run time. Beside
+# them kstage's commit fence, built from its sources by mvn: Maven and a JDK are installed
+# for this step only.
 ENV KSTAGE_JARS_DIR=/opt/kstage/jars
-RUN kstage jars fetch
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends maven openjdk-17-jdk-headless \
+ && kstage jars fetch \
+ && apt-get purge -y --auto-remove maven openjdk-17-jdk-headless \
+ && rm -rf /var/lib/apt/lists/* /root/.m2
 
 # Non-root; /data is the working directory, so relative sink and dead-letter paths
 # (out/..., failed_events.log) are writable, and a named volume mounted there is too.

@@ -10,6 +10,12 @@ runtime and the bundle are shaded and Spark brings the rest), so Maven's setting
 Central's layout), each jar is downloaded over HTTPS. Either way every file is checked
 against its pinned SHA-256 before it is moved into place (atomically); a jar already
 there with the right checksum is kept. Nothing is fetched at run time.
+
+Then kstage's commit fence (the catalog wrapper of ``actors/sinks/spark/fence``) is built
+from its sources with ``mvn package`` (Maven and a JDK; the build writes only a scratch
+directory of the jar directory) unless a jar of the same sources is already there: its
+name carries the digest of the sources (:func:`~actors.sinks.spark.jars.fence_file_name`),
+and the built jar is checked to hold the fence's classes before it is moved into place.
 """
 
 from __future__ import annotations
@@ -18,16 +24,27 @@ import logging
 import shutil
 import subprocess
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from actors.sinks.spark.jars import PINNED, Jar, jars_dir, pom_path, sha256
+from actors.sinks.spark.jars import (
+    FENCE_ARTIFACT,
+    PINNED,
+    Jar,
+    fence_dir,
+    fence_file_name,
+    jars_dir,
+    pom_path,
+    sha256,
+)
 
 logger = logging.getLogger(__name__)
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+FENCE_CLASSES = ("io/kstage/iceberg/FencingCatalog.class", "io/kstage/iceberg/Fence.class")
 
 
 class JarsError(Exception):
@@ -37,17 +54,19 @@ class JarsError(Exception):
 @dataclass(slots=True)
 class FetchResult:
     """What :func:`fetch` did: the directory, the jars already there, those it fetched,
-    and how (``mvn`` or the repository URL)."""
+    and how (``mvn`` or the repository URL), and the fence jar if it was built."""
 
     directory: Path
     kept: list[str] = field(default_factory=list)
     fetched: list[str] = field(default_factory=list)
     how: str = ""
+    built: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"{self.directory}:"]
         lines += [f"  {name} (fetched{', ' + self.how if self.how else ''})"
                   for name in self.fetched]
+        lines += [f"  {name} (built from source, mvn)" for name in self.built]
         lines += [f"  {name} (already there)" for name in self.kept]
         return "\n".join(lines)
 
@@ -103,9 +122,38 @@ def _download(jars: list[Jar], directory: Path, scratch: Path, repository: str) 
             _place(part, directory / jar.file_name, jar)
 
 
+def _build_fence(target: Path, scratch: Path) -> None:
+    """``mvn package`` of the fence's project into ``scratch``, then its jar (checked to
+    hold the fence's classes) moved to ``target`` atomically."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JarsError("mvn is not on the PATH: the commit fence jar is built from source "
+                        "with Maven and a JDK (.ci/system-deps installs both)")
+    build = scratch / "fence"
+    command = [mvn, "-q", "-B", "-f", str(fence_dir() / "pom.xml"), "package",
+               f"-Dkstage.build.dir={build}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800,  # noqa: S603
+                          check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise JarsError(f"building the commit fence failed: mvn exit {done.returncode} "
+                        f"(a JDK with javac is needed, not only a JRE):\n{tail}")
+    built = build / f"{FENCE_ARTIFACT}-1.jar"
+    try:
+        with zipfile.ZipFile(built) as jar:
+            missing = [name for name in FENCE_CLASSES if name not in jar.namelist()]
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise JarsError(f"mvn did not build a readable {built.name}: {exc}") from exc
+    if missing:
+        raise JarsError(f"the built {built.name} lacks {', '.join(missing)}")
+    staged = target.with_name(f".{target.name}.part")
+    shutil.copyfile(built, staged)
+    staged.replace(target)
+
+
 def fetch(directory: Path | None = None, repository: str | None = None) -> FetchResult:
-    """Put every pinned jar in ``directory`` (default: the jar directory); see the module
-    docstring. JarsError names what failed."""
+    """Put every pinned jar and the fence jar in ``directory`` (default: the jar
+    directory); see the module docstring. JarsError names what failed."""
     target = (directory or jars_dir()).expanduser()
     target.mkdir(parents=True, exist_ok=True)
     result = FetchResult(target)
@@ -115,16 +163,22 @@ def fetch(directory: Path | None = None, repository: str | None = None) -> Fetch
             result.kept.append(jar.file_name)
         else:
             wanted.append(jar)
-    if not wanted:
+    fence = fence_file_name()
+    if (target / fence).is_file():
+        result.kept.append(fence)
+    if not wanted and fence in result.kept:
         return result
     with tempfile.TemporaryDirectory(prefix="kstage-jars-", dir=target) as tmp:
-        if repository is None and shutil.which("mvn") is not None:
+        if wanted and repository is None and shutil.which("mvn") is not None:
             result.how = "mvn"
             _with_maven(wanted, target, Path(tmp))
-        else:
+        elif wanted:
             result.how = repository or MAVEN_CENTRAL
             _download(wanted, target, Path(tmp), result.how)
-    result.fetched = [jar.file_name for jar in wanted]
+        result.fetched = [jar.file_name for jar in wanted]
+        if fence not in result.kept:
+            _build_fence(target / fence, Path(tmp))
+            result.built = [fence]
     return result
 
 

@@ -186,11 +186,17 @@ def test_the_catalog_is_the_compose_postgres_and_the_warehouse_its_minio_bucket(
 def test_the_kstage_image_fetches_the_pinned_jars() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     lines = [line.strip() for line in dockerfile.splitlines()]
-    assert "RUN kstage jars fetch" in lines
+    # one RUN installs Maven and a JDK (the commit fence is built from source), fetches,
+    # and removes them again
+    fetch = lines.index("&& kstage jars fetch \\")
+    run = max(i for i in range(fetch) if lines[i].startswith("RUN "))
+    assert "maven openjdk-17-jdk-headless" in lines[run + 1]
+    assert all(line.startswith("&&") for line in lines[run + 1:fetch + 3])
+    assert lines[fetch + 1].startswith("&& apt-get purge -y --auto-remove maven")
     env = [line for line in lines if line.startswith("ENV KSTAGE_JARS_DIR=")]
-    assert env and lines.index(env[0]) < lines.index("RUN kstage jars fetch")
+    assert env and lines.index(env[0]) < run
     # fetched as root before the image drops to its user, into a path it can read
-    assert lines.index("RUN kstage jars fetch") < lines.index("USER kstage")
+    assert fetch < lines.index("USER kstage")
 
 
 def _port(port: Any) -> str:

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from actors.sinks.spark.catalog import catalog_conf, catalog_uri, qualified, sqlite_file
-from actors.sinks.spark.jars import PINNED, jar_problems, pom_path
+from actors.sinks.spark.jars import (
+    FENCE_CATALOG,
+    PINNED,
+    fence_dir,
+    fence_file_name,
+    fetched_names,
+    jar_problems,
+    pom_path,
+    session_jars,
+)
 from service.cli import main
 from settings import SparkSettings
 
@@ -33,11 +42,12 @@ def validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 @pytest.fixture
 def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A jar directory holding every pinned jar (empty files of the right names)."""
+    """A jar directory holding every pinned jar and the fence (empty files of the right
+    names)."""
     directory = tmp_path / "jars"
     directory.mkdir()
-    for jar in PINNED:
-        (directory / jar.file_name).write_bytes(b"")
+    for name in fetched_names():
+        (directory / name).write_bytes(b"")
     monkeypatch.setenv("KSTAGE_JARS_DIR", str(directory))
     return directory
 
@@ -63,6 +73,8 @@ def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
      "spark.warehouse ('./a') and spark.catalog.warehouse ('./b') differ"),
     ("jars: [/nowhere/iceberg.jar]\n", "spark.jars", 3,
      "/nowhere/iceberg.jar: no such jar file"),
+    ("jars: ['local:/opt/jars/iceberg.jar']\n", "spark.jars", 3,
+     "no kstage-iceberg-fence-*.jar listed: the catalog's commit fence"),
     ("appends: arrow\n", "spark.appends", 3, "'spark' or 'pyiceberg'"),
     ("appends: pyiceberg\ncatalog: {type: rest, uri: 'http://127.0.0.1:8181'}\n", "spark", 2,
      "appends: pyiceberg commits through a jdbc catalog (SQLite or PostgreSQL) only, not a "
@@ -91,6 +103,11 @@ def test_missing_fetched_jars_say_what_to_run(
     assert "kstage.yml: spark.jars (line 2): the Iceberg jars are not fetched" in output
     assert PINNED[0].file_name in output and str(jars) in output
     assert "run `kstage jars fetch`" in output
+    # The fence jar is one of them: one built from other sources is not it.
+    (jars / PINNED[0].file_name).write_bytes(b"")
+    (jars / fence_file_name()).rename(jars / "kstage-iceberg-fence-0000000000000000.jar")
+    code, output = validate(config(tmp_path, "master: local[1]\n"), capsys)
+    assert code == 2 and fence_file_name() in output, output
     # A configuration without a spark sink does not need them.
     plain = config(tmp_path, "master: local[1]\n", topic="  - topics:\n      - {topic: "
                    "events, processor: json_rows, format: json, sink: {type: 'null'}}\n")
@@ -121,7 +138,11 @@ def test_the_catalog_becomes_spark_conf(tmp_path: Path) -> None:
     local = SparkSettings(warehouse=str(tmp_path / "wh"))
     conf = catalog_conf(local)
     assert conf["spark.sql.catalog.kstage"] == "org.apache.iceberg.spark.SparkCatalog"
-    assert conf["spark.sql.catalog.kstage.type"] == "jdbc"
+    # The catalog is the commit fence wrapping the configured type (never both keys:
+    # Iceberg refuses a catalog with `type` and `catalog-impl`).
+    assert conf["spark.sql.catalog.kstage.catalog-impl"] == FENCE_CATALOG
+    assert conf["spark.sql.catalog.kstage.kstage.delegate-type"] == "jdbc"
+    assert "spark.sql.catalog.kstage.type" not in conf
     assert conf["spark.sql.catalog.kstage.uri"] == (
         f"jdbc:sqlite:{tmp_path / 'wh' / 'catalog.db'}?journal_mode=WAL&busy_timeout=30000")
     assert conf["spark.sql.defaultCatalog"] == "kstage"
@@ -155,3 +176,14 @@ def test_the_pinned_jars_are_the_poms(tmp_path: Path, jars: Path) -> None:
     assert declared == [(j.group, j.artifact, j.version) for j in PINNED]
     assert jar_problems(SparkSettings()) == []
     assert jar_problems(SparkSettings(jars=[])) == []  # the cluster's Spark has them
+    assert session_jars(SparkSettings()) == [str(jars / n) for n in fetched_names()]
+    listed = SparkSettings(jars=[str(jars / n) for n in fetched_names()])
+    assert jar_problems(listed) == []
+    # The fence compiles against the Iceberg runtime Spark loads: the same version.
+    fence = ET.parse(fence_dir() / "pom.xml").getroot()  # noqa: S314 - our own file
+    [(group, artifact, version, scope)] = [
+        tuple(d.find(f"m:{k}", ns).text for k in ("groupId", "artifactId", "version", "scope"))
+        for d in fence.iterfind("m:dependencies/m:dependency", ns)]
+    runtime = PINNED[0]
+    assert (group, artifact, version, scope) == (runtime.group, runtime.artifact,
+                                                 runtime.version, "provided")

@@ -13,6 +13,12 @@ table), with Iceberg's SQL extensions (``MERGE INTO`` and the maintenance proced
   hosts (``jdbc:postgresql://HOST/DB``, with ``user`` and ``password``).
 * ``rest``: an Iceberg REST catalog server at ``uri``.
 
+The catalog is wrapped in kstage's commit fence (:data:`~actors.sinks.spark.jars.FENCE_CATALOG`,
+the jar of ``fence/``, Iceberg's ``catalog-impl`` with the wrapped catalog's type in
+``kstage.delegate-type``): a staging append whose snapshot carries ``kstage.expect`` commits
+only if the table's recorded offsets, in the metadata the commit is applied on, are the
+expected ones (docs/spark.md, "Commit-time fencing").
+
 An ``s3://`` warehouse is written through Iceberg's ``S3FileIO`` (the AWS bundle jar),
 with ``spark.catalog.s3``'s endpoint, region, path-style addressing and credentials.
 Nothing here imports pyspark.
@@ -22,9 +28,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from actors.sinks.spark.jars import FENCE_CATALOG
 from settings.models import WAREHOUSE_SCHEMES, SparkSettings
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+DELEGATE_TYPE = "kstage.delegate-type"  # FencingCatalog.DELEGATE_TYPE: the wrapped catalog
 RETRYABLE_STATES_KEY = "retryable_status_codes"  # Iceberg's JdbcUtil.RETRYABLE_STATUS_CODES
 RETRYABLE_STATES = "57P01,57P02,57P03"
 SQLITE_OPTIONS = "journal_mode=WAL&busy_timeout=30000"
@@ -74,7 +82,10 @@ def catalog_conf(settings: SparkSettings) -> dict[str, str]:
     conf = {
         "spark.sql.extensions": EXTENSIONS,
         prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.type": catalog.type,
+        # The fence wraps the catalog of spark.catalog.type (Iceberg refuses a catalog
+        # with both `type` and `catalog-impl`).
+        f"{prefix}.catalog-impl": FENCE_CATALOG,
+        f"{prefix}.{DELEGATE_TYPE}": catalog.type,
         f"{prefix}.uri": catalog_uri(settings),
         f"{prefix}.warehouse": warehouse_location(settings),
         f"{prefix}.default-namespace": catalog.namespace,
@@ -132,5 +143,5 @@ def namespace(settings: SparkSettings) -> str:
     return f"`{catalog.name}`.`{catalog.namespace}`"
 
 
-__all__ = ["EXTENSIONS", "catalog_conf", "catalog_uri", "dotted", "is_local", "namespace",
-           "qualified", "sqlite_file", "warehouse_location"]
+__all__ = ["DELEGATE_TYPE", "EXTENSIONS", "catalog_conf", "catalog_uri", "dotted", "is_local",
+           "namespace", "qualified", "sqlite_file", "warehouse_location"]

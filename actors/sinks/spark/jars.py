@@ -3,6 +3,9 @@
 The pinned set is :data:`PINNED` (the same coordinates as ``pom.xml`` beside this module,
 which ``kstage jars fetch`` hands to ``mvn``): Apache Iceberg's Spark runtime and AWS
 bundle, and the JDBC drivers of the Iceberg catalog. Each jar is checked by its SHA-256.
+Beside them, kstage's own commit fence (:func:`fence_file_name`: the catalog wrapper of
+``fence/``, built from source by ``mvn``, named by a digest of its sources, so a changed
+source is a missing jar; see :mod:`actors.sinks.spark.catalog`).
 
 ``spark.jars`` says where the session finds them:
 
@@ -10,7 +13,8 @@ bundle, and the JDBC drivers of the Iceberg catalog. Each jar is checked by its 
   (:func:`jars_dir`: ``$KSTAGE_JARS_DIR``, else ``$XDG_CACHE_HOME/kstage/jars``, else
   ``~/.cache/kstage/jars``);
 * a list of paths: exactly these (a cluster that already has the jars names them; an empty
-  list: the cluster's Spark has them on its class path).
+  list: the cluster's Spark has them on its class path). A list that is not empty must name
+  the fence jar (``kstage-iceberg-fence-*.jar``): the session's catalog is the fence.
 
 :func:`jar_problems` is what ``kstage validate`` and ``run`` refuse when a needed jar is
 missing (exit 2, saying what to run). Nothing here imports pyspark.
@@ -67,6 +71,38 @@ PINNED: tuple[Jar, ...] = (
 """The jars of ``pom.xml``, in its order (a unit test holds the two equal)."""
 
 
+FENCE_ARTIFACT = "kstage-iceberg-fence"
+FENCE_CATALOG = "io.kstage.iceberg.FencingCatalog"
+
+
+def fence_dir() -> Path:
+    """The fence's Maven project (package data beside this module)."""
+    return Path(__file__).with_name("fence")
+
+
+def fence_sources() -> list[Path]:
+    """The files the fence jar is built from: its POM and Java sources."""
+    root = fence_dir()
+    return [root / "pom.xml", *sorted((root / "src").rglob("*.java"))]
+
+
+def fence_file_name() -> str:
+    """The fence jar's file name in the jar directory: ``kstage-iceberg-fence-<digest>.jar``,
+    the digest (16 hex digits) of :func:`fence_sources` (path and content)."""
+    digest = hashlib.sha256()
+    root = fence_dir()
+    for path in fence_sources():
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return f"{FENCE_ARTIFACT}-{digest.hexdigest()[:16]}.jar"
+
+
+def is_fence_jar(path: str) -> bool:
+    """Whether ``path`` (a path or URL of ``spark.jars``) names a fence jar."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name.startswith(f"{FENCE_ARTIFACT}-") and name.endswith(".jar")
+
+
 def pom_path() -> Path:
     """The pinned POM (package data beside this module)."""
     return Path(__file__).with_name("pom.xml")
@@ -94,14 +130,19 @@ def fetched_missing(directory: Path | None = None) -> list[str]:
     file of the right name is trusted here (``kstage jars fetch`` checked its SHA-256 when
     it put it there, and checks again when it runs)."""
     where = directory or jars_dir()
-    return [jar.file_name for jar in PINNED if not (where / jar.file_name).is_file()]
+    return [name for name in fetched_names() if not (where / name).is_file()]
+
+
+def fetched_names() -> list[str]:
+    """The file names ``spark.jars: fetched`` loads: the pinned jars, then the fence."""
+    return [*(jar.file_name for jar in PINNED), fence_file_name()]
 
 
 def session_jars(settings: SparkSettings) -> list[str]:
     """The jar paths the session loads: the fetched pinned jars, or ``spark.jars``."""
     if settings.jars == "fetched":
         where = jars_dir()
-        return [str(where / jar.file_name) for jar in PINNED]
+        return [str(where / name) for name in fetched_names()]
     return [str(Path(p).expanduser()) if "://" not in p and not p.startswith("local:") else p
             for p in settings.jars]
 
@@ -117,11 +158,19 @@ def jar_problems(settings: SparkSettings) -> list[str]:
                 f"{jars_dir()}): run `{FETCH_COMMAND}` (it fetches them from Maven Central "
                 "with mvn; KSTAGE_JARS_DIR chooses the directory), or list jars a cluster "
                 "already has in spark.jars"]
-    return [f"{path}: no such jar file (spark.jars names the jars the session loads)"
-            for path in settings.jars
-            if "://" not in path and not path.startswith("local:")
-            and not Path(path).expanduser().is_file()]
+    problems = [f"{path}: no such jar file (spark.jars names the jars the session loads)"
+                for path in settings.jars
+                if "://" not in path and not path.startswith("local:")
+                and not Path(path).expanduser().is_file()]
+    if settings.jars and not any(is_fence_jar(path) for path in settings.jars):
+        problems.append(
+            f"no {FENCE_ARTIFACT}-*.jar listed: the catalog's commit fence ({FENCE_CATALOG}, "
+            "which refuses a staging append whose offsets another writer already committed) "
+            f"must be on the session's class path: add {jars_dir() / fence_file_name()} "
+            f"(`{FETCH_COMMAND}` builds it), or use spark.jars: fetched")
+    return problems
 
 
-__all__ = ["FETCH_COMMAND", "PINNED", "Jar", "fetched_missing", "jar_problems", "jars_dir",
-           "pom_path", "session_jars", "sha256"]
+__all__ = ["FENCE_ARTIFACT", "FENCE_CATALOG", "FETCH_COMMAND", "PINNED", "Jar", "fence_dir",
+           "fence_file_name", "fence_sources", "fetched_missing", "fetched_names",
+           "is_fence_jar", "jar_problems", "jars_dir", "pom_path", "session_jars", "sha256"]

@@ -1,0 +1,258 @@
+"""The commit fence in the Spark session's catalog (``io.kstage.iceberg.FencingCatalog``,
+built by ``kstage jars fetch``), on a real Spark session and a real SQLite JDBC catalog.
+
+A staging append whose snapshot carries ``kstage.expect`` commits only if, in the metadata
+the commit is applied on, the table's recorded offset of each stream it expects is the
+expected one: a zombie's append of offsets the table already holds is refused (``kstage
+fence:``) and adds nothing; an append whose expectation holds lands, also after a commit of
+other partitions by a second writer. The check runs again on Iceberg's optimistic retry: a
+second writer's commit slipped in between the check and the catalog's compare-and-swap
+(the test holds the SQLite catalog's write lock to put it exactly there) is seen by the
+retry. The Java rule and a Python reference of it agree on a table of cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.sinks.spark import iceberg
+from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.catalog import dotted, sqlite_file
+from processors.base import Column
+from settings.models import SparkSettings
+
+pytestmark = [pytest.mark.slow]
+
+COLUMNS = (Column("id"),)
+EXPECT = "kstage.expect"
+GROUP, TOPIC = "g", "events"
+Offsets = dict[tuple[str, str, int], int]
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("warehouse")
+
+
+@pytest.fixture(scope="module")
+def actor(warehouse: Path) -> Iterator[SparkActor]:
+    spark = SparkActor(SparkSettings(master="local[1]", warehouse=str(warehouse)))
+    yield spark
+    spark.stop()
+
+
+def streams(**by_partition: int) -> Offsets:
+    """``p0=10, p1=5`` -> {(GROUP, TOPIC, 0): 10, (GROUP, TOPIC, 1): 5}."""
+    return {(GROUP, TOPIC, int(p[1:])): o for p, o in by_partition.items()}
+
+
+def append(spark: Any, settings: SparkSettings, table: str, start: int, end: int,
+           partition: int, expect: Offsets | None) -> None:
+    """Spark thread: one staging append (DataFrameWriterV2) of offsets ``start..end-1`` of
+    ``partition``, recording the partition done up to ``end`` (the current snapshot's
+    offsets carried forward) and, if given, ``kstage.expect``."""
+    now = dt.datetime.now(dt.UTC)
+    rows = [(f"{partition}/{o}", TOPIC, partition, o, 0, now) for o in range(start, end)]
+    offsets = iceberg.carried(iceberg.current_offsets(spark, settings, table),
+                              {(GROUP, TOPIC, partition): end})
+    writer = (spark.createDataFrame(rows, iceberg.struct_type(COLUMNS))
+              .writeTo(dotted(settings, table))
+              .option(f"snapshot-property.{iceberg.OFFSETS}", iceberg.format_offsets(offsets)))
+    if expect is not None:
+        writer = writer.option(f"snapshot-property.{EXPECT}", iceberg.format_offsets(expect))
+    writer.append()
+
+
+def state(spark: Any, settings: SparkSettings, table: str) -> tuple[list[str], int, Offsets]:
+    """The table's ids, its number of snapshots, its recorded offsets."""
+    ids = sorted(r["id"] for r in spark.table(dotted(settings, table)).select("id").collect())
+    snapshots = len(iceberg.table_metadata(spark, settings, table).get("snapshots", []))
+    return ids, snapshots, iceberg.table_offsets(spark, settings, table)
+
+
+def data_files(warehouse: Path, table: str) -> list[Path]:
+    return sorted((warehouse / "kstage" / table / "data").rglob("*.parquet"))
+
+
+def metadata_files(warehouse: Path, table: str) -> set[Path]:
+    return set((warehouse / "kstage" / table / "metadata").glob("*.metadata.json"))
+
+
+def refusal(table: str, stream: tuple[str, str, int], expected: int, found: int) -> str:
+    group, topic, partition = stream
+    return (f"kstage fence: table kstage.kstage.{table}: group {group} topic {topic} "
+            f"partition {partition}: expected offset {expected}, found {found}")
+
+
+async def test_a_stale_expectation_is_refused_and_adds_nothing(
+        actor: SparkActor, warehouse: Path) -> None:
+    settings, table = actor.settings, "stg_stale"
+
+    def run(spark: Any) -> tuple[Any, ...]:
+        iceberg.create_staging(spark, settings, table, COLUMNS)
+        append(spark, settings, table, 0, 10, 0, streams(p0=0))  # the owner: lands
+        before = state(spark, settings, table), data_files(warehouse, table)
+        try:  # a zombie that read the table before the owner's append
+            append(spark, settings, table, 0, 10, 0, streams(p0=0))
+        except Exception as exc:  # noqa: BLE001 - the test inspects what pyspark raised
+            refused: BaseException | None = exc
+        else:
+            refused = None
+        return before, refused, state(spark, settings, table), data_files(warehouse, table)
+
+    (before, files_before), refused, after, files_after = await actor.call(run)
+    assert before == ([f"0/{o}" for o in range(10)], 1, streams(p0=10))
+    assert refused is not None, "the zombie's append was committed"
+    assert refusal(table, (GROUP, TOPIC, 0), 0, 10) in str(refused)
+    assert after == before  # no row, no snapshot, no offset
+    assert files_after == files_before  # its data file was deleted (a cleanable failure)
+
+
+async def test_an_expectation_that_holds_lands_after_other_partitions_moved(
+        actor: SparkActor) -> None:
+    settings, table = actor.settings, "stg_holds"
+
+    def run(spark: Any) -> tuple[list[str], int, Offsets]:
+        iceberg.create_staging(spark, settings, table, COLUMNS)
+        append(spark, settings, table, 0, 5, 0, streams(p0=0))
+        read = iceberg.table_offsets(spark, settings, table)  # writer A reads: p0 at 5
+        append(spark, settings, table, 0, 3, 1, streams(p1=0))  # writer B: partition 1
+        expect = {s: o for s, o in read.items() if s[2] == 0}
+        append(spark, settings, table, 5, 8, 0, expect)  # writer A continues p0 from 5
+        append(spark, settings, table, 8, 9, 0, None)  # no kstage.expect: never checked
+        return state(spark, settings, table)
+
+    ids, snapshots, offsets = await actor.call(run)
+    assert ids == sorted([f"0/{o}" for o in range(9)] + [f"1/{o}" for o in range(3)])
+    assert snapshots == 4 and offsets == streams(p0=9, p1=3)
+
+
+@pytest.mark.parametrize(("other", "lands"), [(0, False), (1, True)],
+                         ids=["same-partition-refused", "other-partition-lands"])
+async def test_the_fence_is_checked_again_on_the_optimistic_retry(
+        actor: SparkActor, warehouse: Path, other: int, lands: bool) -> None:
+    """Writer A's append passes the fence on metadata S1, then waits for the catalog's
+    write lock (held by the test) in its compare-and-swap; meanwhile the catalog's pointer
+    moves to S2, where writer B appended partition ``other``. A's swap fails, Iceberg
+    retries on S2, and the fence is checked again there."""
+    settings, table = actor.settings, f"stg_retry_{other}"
+    catalog_db = sqlite_file(settings)
+    assert catalog_db is not None
+
+    def prepare(spark: Any) -> tuple[str, str]:
+        iceberg.create_staging(spark, settings, table, COLUMNS)
+        append(spark, settings, table, 0, 5, 0, streams(p0=0))
+        s1 = location(spark)
+        append(spark, settings, table, 5, 10, other, streams(**{f"p{other}": 5 * (1 - other)}))
+        return s1, location(spark)
+
+    def location(spark: Any) -> str:
+        return str(spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            spark._jsparkSession, dotted(settings, table)).operations().current()
+            .metadataFileLocation())
+
+    def point(db: sqlite3.Connection, metadata: str) -> None:
+        db.execute("UPDATE iceberg_tables SET metadata_location = ? WHERE table_name = ?",
+                   (metadata, table))
+
+    s1, s2 = await actor.call(prepare)
+    db = sqlite3.connect(str(catalog_db), isolation_level=None, timeout=30)
+    try:
+        point(db, s1)  # A will read S1: B's append not yet there
+        written = metadata_files(warehouse, table)
+        db.execute("BEGIN IMMEDIATE")  # the catalog's write lock: A's swap waits for it
+        a = asyncio.ensure_future(actor.call(
+            lambda spark: append(spark, settings, table, 5, 8, 0, streams(p0=5))))
+        deadline = time.monotonic() + 60
+        while not metadata_files(warehouse, table) - written:  # A is in its swap
+            assert not a.done(), a.exception()
+            assert time.monotonic() < deadline, "writer A never reached its commit"
+            await asyncio.sleep(0.02)
+        point(db, s2)  # B's commit lands before A's swap
+        db.execute("COMMIT")
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        db.close()
+    try:
+        await a
+    except Exception as exc:  # noqa: BLE001 - the test inspects what pyspark raised
+        refused: BaseException | None = exc
+    else:
+        refused = None
+    ids, _, offsets = await actor.call(lambda spark: state(spark, settings, table))
+    if lands:
+        assert refused is None, refused
+        assert offsets == streams(p0=8, p1=10)
+        assert ids == sorted([f"0/{o}" for o in range(8)] + [f"1/{o}" for o in range(5, 10)])
+    else:
+        assert refused is not None, "A's retry committed on top of B's append of p0"
+        assert refusal(table, (GROUP, TOPIC, 0), 5, 10) in str(refused)
+        assert offsets == streams(p0=10) and ids == [f"0/{o}" for o in range(10)]
+
+
+def python_rule(expect: Offsets, history: list[str]) -> dict[tuple[str, str, int], int]:
+    """The fence rule in Python (a reference): the streams whose recorded offset (the
+    highest over the history's ``kstage.offsets``, 0 if none) is not the expected one, with
+    the recorded offset."""
+    found: Offsets = {}
+    for value in history:
+        for stream, offset in iceberg.parse_offsets(value).items():
+            found[stream] = max(found.get(stream, offset), offset)
+    return {s: found.get(s, 0) for s, o in expect.items() if found.get(s, 0) != o}
+
+
+def js(data: Any) -> str:
+    return json.dumps(data)
+
+
+CASES: list[tuple[Offsets, list[str]]] = [
+    (streams(p0=0), []),  # a new table
+    (streams(p0=5), []),  # expects offsets a new table does not hold
+    (streams(p0=0), [js({"g": {"events": {"1": 7}}})]),  # another partition only
+    (streams(p0=7), [js({"g": {"events": {"0": 7}}})]),
+    (streams(p0=7), [js({"g": {"events": {"0": 9}}})]),  # a zombie
+    (streams(p0=9), [js({"g": {"events": {"0": 7}}})]),  # behind the expectation
+    (streams(p0=9), [js({"g": {"events": {"0": 9}}}), js({"g": {"events": {"0": 4}}})]),
+    (streams(p0=4), [js({"g": {"events": {"0": 4}}}), js({"g": {"events": {"0": 9}}})]),
+    (streams(p0=3, p1=8), [js({"g": {"events": {"0": 3, "1": 8}}})]),
+    (streams(p0=3, p1=8), [js({"g": {"events": {"0": 3, "1": 9}}})]),
+    (streams(p0=3), [js({"h": {"events": {"0": 9}}}), js({"g": {"other": {"0": 9}}})]),
+    (streams(p0=3), ["not json", js([1, 2]), js({"g": {"events": {"0": 3}}})]),  # ignored
+    (streams(p0=0), [js({"g": {"events": {"0": "x"}}})]),  # a malformed value is ignored
+]
+
+
+async def test_the_java_rule_agrees_with_the_python_reference(actor: SparkActor) -> None:
+    def run(spark: Any) -> list[str | None]:
+        fence = spark._jvm.io.kstage.iceberg.Fence
+        answers = []
+        for expect, history in CASES:
+            listed = spark._jvm.java.util.ArrayList()
+            for value in history:
+                listed.add(value)
+            answer = fence.refusal("t", iceberg.format_offsets(expect), listed)
+            answers.append(None if answer is None else str(answer))
+        return answers
+
+    answers = await actor.call(run)
+    for (expect, history), answer in zip(CASES, answers, strict=True):
+        wrong = python_rule(expect, history)
+        case = f"expect {expect}, history {history}: java {answer!r}, python {wrong}"
+        if not wrong:
+            assert answer is None, case
+            continue
+        assert answer is not None and answer.startswith("kstage fence: table t: "), case
+        for stream, found in wrong.items():
+            assert (f"group {stream[0]} topic {stream[1]} partition {stream[2]}: expected "
+                    f"offset {expect[stream]}, found {found}") in answer, case
+        assert answer.count("expected offset") == len(wrong), case
