@@ -213,12 +213,12 @@ def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str,
 def table_offsets(spark: Any, settings: SparkSettings, table: str,
                   ) -> dict[tuple[str, str, int], int]:
     """Per (group, topic, partition), the offset up to which the table holds the
-    partition (the highest any snapshot of its current history records)."""
-    found: dict[tuple[str, str, int], int] = {}
-    for _, value in _current_summaries(spark, settings, table, OFFSETS):
-        for stream, offset in parse_offsets(value).items():
-            found[stream] = max(found.get(stream, offset), offset)
-    return found
+    partition: the highest any snapshot of its current history records, from its newest
+    reset on (:mod:`actors.sinks.spark.offset_history`)."""
+    from actors.sinks.spark import offset_history  # it reads this module's keys
+
+    return offset_history.fold(s.get("summary", {}) for s in
+                               current_history(table_metadata(spark, settings, table)))
 
 
 def parse_offsets(value: str) -> dict[tuple[str, str, int], int]:
