@@ -189,8 +189,11 @@ class Master:
                 "restarts": 0 if worker is None else worker["restarts"],
                 "partitions": [] if worker is None else worker["partitions"],
             }
-            if worker is not None and worker["sink_error"]:
-                entry["error"] = worker["sink_error"]
+            errors = [] if worker is None else [
+                *([worker["sink_error"]] if worker["sink_error"] else []),
+                *worker["refused"]]
+            if errors:
+                entry["error"] = "; ".join(errors)
             groups.setdefault(control.group, []).append(entry)
         return {"groups": [{"group": g, "topics": t} for g, t in groups.items()],
                 "live": not self.liveness(), "stalled": self.liveness()}
@@ -198,7 +201,8 @@ class Master:
     def readiness(self) -> list[str]:
         """Why the service is not ready (empty when every worker has joined its group,
         opened its sink, reaches its coordinator, and neither waits for the registry nor
-        fails to write its sink or its dead letters); call on the event loop."""
+        fails to write its sink or its dead letters, nor refuses a partition a table holds
+        past its high-water mark); call on the event loop."""
         running = {f"{w['group']}/{w['topic']}": w for w in self.snapshot()}
         reasons = []
         for name in sorted(self._expected):
@@ -228,6 +232,7 @@ class Master:
                     reasons.append(f"{name}: {worker['dead_letter_error']}; retrying")
                 if worker["sink_error"]:
                     reasons.append(f"{name}: {worker['sink_error']}")
+                reasons.extend(f"{name}: {why}" for why in worker["refused"])
         return reasons
 
     @property

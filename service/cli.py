@@ -18,6 +18,8 @@ Commands::
     kstage merge -c FILE [--table NAME]   fold the Spark staging tables into final tables
     kstage tables show|maintain -c FILE [--table NAME] [--json]   the Iceberg tables
     kstage tables migrate -c FILE    import an earlier version's Parquet warehouse
+    kstage tables reset-offsets -c FILE --group G --topic T [--partition P] [--to N]
+                              [--table NAME] [--yes]   move the offsets a staging table holds
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ commands:
     ctl         status, pause, resume or restart the topics of a running process
   tables (spark sinks)
     merge       fold the staging tables into their final tables
-    tables      show, maintain or migrate the Iceberg tables
+    tables      show, maintain, migrate the Iceberg tables, or reset their offsets
     jars        fetch the JVM jars the Spark session needs
 
 Start with `kstage demo`, then `kstage validate -c kstage.yml` and
@@ -398,7 +400,8 @@ def _merge(path: str, table: str | None) -> int:
 
 def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``kstage tables show|maintain|migrate`` (service.ops.tables)."""
-    tables = sub.add_parser("tables", help="the Iceberg tables of the spark sinks")
+    tables = sub.add_parser("tables", help="the Iceberg tables of the spark sinks (show, "
+                            "maintain, migrate, reset-offsets)")
     tables_sub = tables.add_subparsers(dest="tables_command", required=True)
     show = tables_sub.add_parser("show", help="each staging table and its final table: "
                                  "snapshots, data files, rows, the Kafka offsets it holds")
@@ -408,7 +411,22 @@ def _add_tables_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     migrate = tables_sub.add_parser("migrate", help="import the Parquet tables of an "
                                     "earlier kstage version into Iceberg (idempotent; the "
                                     "old directories are moved aside, never deleted)")
-    for cmd in (show, maintain, migrate):
+    reset = tables_sub.add_parser(
+        "reset-offsets", help="record in a staging table a new Kafka offset for a group's "
+        "partition (a topic re-created, a group moved to another cluster): a dry run "
+        "unless --yes")
+    reset.add_argument("--group", required=True, help="the consumer group id the table "
+                       "records (kstage tables show lists them)")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument("--partition", type=int, default=None,
+                       help="only this partition (default: every one the table records)")
+    reset.add_argument("--to", type=int, default=None, help="the new offset (default: the "
+                       "partition's log start, read from the brokers)")
+    reset.add_argument("--table", default=None, help="only this staging table (default: "
+                       "every one of the configuration that records the group's topic)")
+    reset.add_argument("--yes", action="store_true", help="record the reset (default: only "
+                       "print what would change)")
+    for cmd in (show, maintain, migrate, reset):
         cmd.add_argument("-c", "--config", default="kstage.yml")
     for cmd in (show, maintain):
         cmd.add_argument("--table", default=None,
@@ -435,6 +453,8 @@ def _tables(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     settings = _load_checked(args.config)
     configure_logging("WARNING", settings.service.log_format)
+    if command == "reset-offsets":
+        return _reset_offsets(args, settings)
     if command == "maintain":  # the old directories are not Iceberg's: migrate first
         found = [why for _, why in legacy.problems(settings, args.config)]
         if found:
@@ -470,6 +490,57 @@ def _tables(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - Spark or catalog failure: one clear line
         said = str(exc) if isinstance(exc, MaintenanceError) else short(exc)
         print(f"kstage tables {command}: {said}", file=sys.stderr)
+        return EXIT_CRASH
+
+
+def _reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
+    """``kstage tables reset-offsets`` (service.ops.offset_reset): through pyiceberg on a
+    ``jdbc`` catalog (no JVM), else through the Spark session."""
+    import asyncio
+
+    from actors.preflight import resolve_processors
+    from actors.resources import Resources
+    from actors.sinks.spark.actor import short
+    from actors.sinks.spark.catalog import dotted
+    from actors.sinks.spark.offset_resets import PyIcebergOffsets, SparkOffsets
+    from service.ops.lag import OpsError
+    from service.ops.offset_reset import apply_resets, plan_resets
+
+    processors = resolve_processors(settings)
+
+    async def go() -> int:
+        async with Resources(settings.spark) as resources:
+            lake = PyIcebergOffsets(settings.spark) if settings.spark.catalog.type == "jdbc" \
+                else None
+            tables = lake if lake is not None else SparkOffsets(resources.spark())
+            try:
+                changes = await plan_resets(
+                    settings, processors, tables, group=args.group, topic=args.topic,
+                    partition=args.partition, to=args.to, table=args.table)
+                for change in changes:
+                    print(change.line(settings))
+                if all(change.kept for change in changes):
+                    print("nothing to reset")
+                    return EXIT_OK
+                if not args.yes:
+                    print("dry run: nothing changed; run again with --yes to record it")
+                    return EXIT_OK
+                for name, snapshot in (await apply_resets(tables, changes)).items():
+                    print(f"{dotted(settings.spark, name)}: reset recorded in snapshot "
+                          f"{snapshot}; restart kstage (its workers read the offsets at "
+                          "assignment)")
+                return EXIT_OK
+            finally:
+                if lake is not None:
+                    lake.close()
+
+    try:
+        return asyncio.run(go())
+    except OpsError as exc:
+        print(f"kstage tables reset-offsets: {exc}", file=sys.stderr)
+        return EXIT_CRASH
+    except Exception as exc:  # noqa: BLE001 - a catalog or Spark failure: one clear line
+        print(f"kstage tables reset-offsets: {short(exc)}", file=sys.stderr)
         return EXIT_CRASH
 
 

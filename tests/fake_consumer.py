@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
+
+from actors.log_bounds import Bounds
 
 
 class FakeConsumer:
@@ -55,6 +58,7 @@ class FakeConsumer:
         self._answered: float | None = None
         self.rejoins = 0
         self.security_problem: str | None = None  # what diagnose() finds
+        self.bounds_asked: list[list[TopicPartition]] = []  # log_bounds() calls
 
     def _record(self, partition: int, offset: int, value: bytes | None
                 ) -> ConsumerRecord[Any, Any]:
@@ -180,6 +184,12 @@ class FakeConsumer:
 
     async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return dict.fromkeys(tps, 0)
+
+    async def log_bounds(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, Bounds]:
+        """:class:`~actors.log_bounds.LogBounds`: every log starts at 0 and ends at its
+        length (the worker's, see ``tests.kit.make_worker``)."""
+        self.bounds_asked.append(list(tps))
+        return {tp: Bounds(0, len(self.logs.get(tp, []))) for tp in tps}
 
     async def committed(self, tp: TopicPartition) -> int | None:
         return self.committed_offsets.get(tp)

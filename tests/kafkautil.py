@@ -127,15 +127,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
+def kstage_env() -> dict[str, str]:
+    """``PYTHONPATH`` of a ``python -m service`` child: this checkout (not the one the
+    venv installed: a worktree runs its own code), then the test plugins."""
+    return {"PYTHONPATH": os.pathsep.join((str(ROOT), str(PLUGINS)))}
+
+
 class KstageProcess:
     """``kstage run`` as a child process, with its output captured to a file."""
 
     def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
         self.log = log or config.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
-        # This checkout's code first (not whatever the venv installed), then the plugins.
-        full_env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(PLUGINS))),
-                    **(env or {})}
+        full_env = {**os.environ, **kstage_env(), **(env or {})}
         self._fh = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "run", "-c", str(config), *args],

@@ -201,6 +201,7 @@ def make_worker(settings: Settings, consumer: FakeConsumer | None,
     factory = sinks if not isinstance(sinks, Sink) else (lambda _settings: sinks)
     if consumer is not None:
         kwargs["consumer_factory"] = lambda *args: consumer
+        kwargs.setdefault("log_bounds", consumer)  # its logs' bounds, no broker
     return Worker(settings=settings, group=group, topic=group.topics[0],
                   processor_cls=processor_cls, bootstrap=bootstrap,
                   sink_factory=factory, **kwargs)

@@ -254,6 +254,11 @@ class Sink(abc.ABC):
         offset, and the sink drops what it holds already). Default: nothing."""
         return {}
 
+    def offsets_holder(self) -> str:
+        """What holds the offsets a sink that ``stores_offsets`` returns from
+        :meth:`assigned`, for messages (a table sink: its table)."""
+        return f"the {self.type} sink"
+
     async def revoked(  # noqa: B027 - optional hook
             self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
         """The worker lost ``partitions``: a sink that ``stores_offsets`` waits (at most

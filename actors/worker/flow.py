@@ -16,8 +16,9 @@ It also holds the intake switch (:meth:`Flow.stop_intake`, :attr:`Flow.should_st
 interruptible :meth:`Flow.sleep`), the assignment and its generations (:meth:`Flow.live`:
 work fetched in a generation before its partition's last revoke is stale), the fence of
 revoked partitions' writes, the partitions parked by retry waits (:class:`Lane`) and
-those held paused until the sinks that store offsets said where to resume them, and the
-topic's operator pause (:mod:`actors.control`).
+those held paused until the sinks that store offsets said where to resume them (or
+refused: a table holds them past their high-water mark), and the topic's operator
+pause (:mod:`actors.control`).
 
 It owns no task and does no I/O.
 """
@@ -96,6 +97,9 @@ class Flow:
         # Assigned partitions paused until the sinks said where their tables hold them,
         # with the generation of that assignment (the fetcher does not resume them).
         self.held: dict[TopicPartition, int] = {}
+        # Assigned partitions a table holds past their high-water mark, with why: paused
+        # until their next assignment (actors.worker.sink_offsets).
+        self.refused: dict[TopicPartition, str] = {}
         self.fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
         self.current_tp: TopicPartition | None = None  # the partition being processed
         self.current_gen = 0  # the generation of its batch
@@ -169,8 +173,10 @@ class Flow:
 
     def keeps_paused(self, tp: TopicPartition) -> bool:
         """``tp`` stays paused when the fetcher resumes: parked by a retry wait, held
-        until the sinks said where to resume it, or the topic paused by an operator."""
-        return tp in self.lanes or tp in self.held or self.paused_by_operator
+        until the sinks said where to resume it, refused (a table holds it past its
+        high-water mark), or the topic paused by an operator."""
+        return (tp in self.lanes or tp in self.held or tp in self.refused
+                or self.paused_by_operator)
 
     # -- the assignment and its generations --------------------------------------------
 
@@ -188,6 +194,7 @@ class Flow:
         for tp in tps:
             self.revoked_at[tp] = self.generation
             self.held.pop(tp, None)
+            self.refused.pop(tp, None)
 
     def forget_spans(self, tps: set[TopicPartition]) -> None:
         """The fetched spans of ``tps`` are no longer this worker's to report."""

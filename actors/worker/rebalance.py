@@ -5,7 +5,9 @@
   first assignment of the process run applies ``start_from``
   (:mod:`actors.worker.start_from`); otherwise a partition resumes where the topic's
   tables hold it when that is ahead of its committed offset
-  (:mod:`actors.worker.sink_offsets`).
+  (:mod:`actors.worker.sink_offsets`); a partition a table holds past its high-water
+  mark (a re-created topic) is refused there: it stays paused until its next assignment
+  (:attr:`Flow.refused <actors.worker.flow.Flow.refused>`, in ``/readyz`` and ``/status``).
 * On revoke: in-flight work of the revoked partitions is drained (bounded by half the
   rebalance timeout) and committed, then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
@@ -42,6 +44,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from actors.kafka import GroupMember, coordinator_known
+from actors.log_bounds import LogBounds
 from actors.sink_health import SinkHealth
 from actors.sinks import Sink
 from actors.worker.committer import Committer
@@ -73,6 +76,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             forgotten there (the new owner retries them; /readyz stays about this
             worker's own partitions).
         label: the worker's name in log lines.
+        bounds: reads the assigned partitions' log start and high-water mark, to refuse
+            a partition a table holds past its end (None: not checked).
 
     The worker sets :attr:`sinks` once it built them (asked on assignment where their
     tables hold the partitions) and :attr:`tasks` while its loops run (the asking runs
@@ -82,7 +87,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, *, flow: Flow, committer: Committer, group: GroupSettings,
                  topic: str, group_id: str, starts: StartRegistry, rebalance_s: float,
                  grace_s: float, healths: Sequence[SinkHealth] = (), label: str = "",
-                 ) -> None:
+                 bounds: LogBounds | None = None) -> None:
         self.flow = flow
         self.committer = committer
         self.group = group
@@ -93,6 +98,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.grace_s = grace_s
         self.healths = healths
         self.label = label
+        self.bounds = bounds
         self.sinks: list[Sink] = []
         self.tasks: asyncio.TaskGroup | None = None
         self.joined = asyncio.Event()
@@ -158,9 +164,13 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         held for generation ``gen``."""
         held = self.flow.held
         try:
-            await resume_from_sinks(self.sinks, consumer, assigned, seek=seek,
-                                    live=lambda tp: held.get(tp) == gen, label=self.label,
-                                    committer=self.committer, unseeded=self.unseeded)
+            refused = await resume_from_sinks(
+                self.sinks, consumer, assigned, seek=seek,
+                live=lambda tp: held.get(tp) == gen, label=self.label,
+                committer=self.committer, unseeded=self.unseeded, bounds=self.bounds,
+                group=self.group_id)
+            self.flow.refused.update((tp, why) for tp, why in refused.items()
+                                     if held.get(tp) == gen)
         except Exception as exc:  # noqa: BLE001 - never lose the partitions over it
             logger.warning("%s: asking the sinks where to resume %s failed (%s); reading "
                            "from the committed offsets", self.label,

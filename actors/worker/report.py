@@ -58,18 +58,21 @@ def partitions(flow: Flow, tracker: OffsetTracker, consumer: AIOKafkaConsumer | 
                end_offsets: Mapping[TopicPartition, int], healths: Mapping[str, SinkHealth],
                topic: str) -> list[dict[str, Any]]:
     """Each assigned partition: committed offset, high-water mark, lag, state
-    (``paused`` by an operator, ``retrying`` a retry wait or a failing write,
-    ``running``) and its failing write if any."""
+    (``refused``: a table holds it past its high-water mark, never consumed; ``paused``
+    by an operator, ``retrying`` a retry wait or a failing write, ``running``), its
+    failing write if any and why it is refused if it is."""
     failing = failing_partitions(healths, topic)
     rows = []
     for tp in sorted(flow.assigned, key=lambda t: t.partition):
         hw = high_water(consumer, end_offsets, tp)
-        state = ("paused" if flow.paused_by_operator
+        refused = flow.refused.get(tp)
+        state = ("refused" if refused is not None
+                 else "paused" if flow.paused_by_operator
                  else "retrying" if tp in flow.lanes or tp.partition in failing
                  else "running")
         rows.append({"partition": tp.partition, "committed": tracker.committed(tp),
                      "high_water": hw, "lag": lag(tracker, tp, hw), "state": state,
-                     "failing": failing.get(tp.partition)})
+                     "failing": failing.get(tp.partition), "refused": refused})
     return rows
 
 

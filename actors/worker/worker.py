@@ -65,6 +65,7 @@ from actors.kafka import (
     rebalance_timeout_ms,
 )
 from actors.lifecycle import Lifecycle
+from actors.log_bounds import FetchedBounds, LogBounds
 from actors.metrics import Metrics
 from actors.resources import Resources
 from actors.sink_health import SinkHealth
@@ -132,6 +133,9 @@ class Worker:
             of the spark and jdbc sinks); the master's.
         control: the topic's operator state, the master's (survives restarts): while
             paused, nothing more is fetched (:mod:`actors.control`).
+        log_bounds: reads partitions' log start and high-water mark at assignment (a
+            partition a table holds past its end is refused: :mod:`actors.worker.
+            sink_offsets`); default: a short-lived consumer of ``bootstrap``.
     """
 
     def __init__(
@@ -154,6 +158,7 @@ class Worker:
         sink_factory: Callable[[SinkSettings], Sink] = build_sink,
         resources: Resources | None = None,
         control: TopicControl | None = None,
+        log_bounds: LogBounds | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -197,7 +202,10 @@ class Worker:
             group_id=self.group_id, starts=self.starts,
             rebalance_s=rebalance_timeout_ms(settings, group) / 1000,
             grace_s=settings.supervisor.shutdown_grace_s,
-            healths=list(self._sink_health.values()), label=self.label)
+            healths=list(self._sink_health.values()), label=self.label,
+            bounds=log_bounds if log_bounds is not None else FetchedBounds(
+                bootstrap, settings.kafka.consumer_config,
+                f"{settings.kafka.client_id}-{topic.topic}-bounds"))
         self.fetcher = Fetcher(
             flow=flow, rebalance=self.rebalance, group=group, topic=topic.topic,
             group_id=self.group_id, stats=self.stats,
@@ -268,6 +276,9 @@ class Worker:
             "security_problem": self.rebalance.security_problem,
             "token_problem": "; ".join(token_errors()) or None,
             "topic_missing": self.rebalance.topic_missing,
+            # Partitions a table holds past their high-water mark (not consumed).
+            "refused": [why for _, why in sorted(self.flow.refused.items(),
+                                                 key=lambda item: item[0].partition)],
             "waiting_for": self.waiting_for,
             "sink_error": self.sink_error(),
             "sinks": {name: health.reason() for name, health in self._sink_health.items()},

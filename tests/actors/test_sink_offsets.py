@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+from aiokafka import TopicPartition
+
 from actors.sinks import Position, SinkCapabilities
 from processors.base import Row
 from tests.fake_consumer import FakeConsumer
@@ -85,3 +87,54 @@ async def test_a_revoke_while_the_table_is_asked_never_seeks_the_next_owners_par
         worker.stop()
         await asyncio.wait_for(run, 10)
 
+
+
+class TwoPartitionTable(RecordingSink):
+    """A table that holds partition 0 up to ``holds[0]`` and partition 1 up to
+    ``holds[1]``; keeps the offsets of the rows it is given."""
+
+    type = "table-like"
+    capabilities = SinkCapabilities(stores_offsets=True)
+
+    def __init__(self, holds: dict[int, int]) -> None:
+        super().__init__()
+        self.holds = holds
+        self.given: list[tuple[int, int]] = []
+
+    async def write_at(self, rows: Sequence[Row], position: Position) -> None:
+        part = position.tp.partition
+        self.given += [(part, int(r["_offset"])) for r in rows]
+        await self.write([r for r in rows if int(r["_offset"]) >= self.holds[part]])
+
+    async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {(t, p): self.holds[p] for t, p in partitions if p in self.holds}
+
+
+async def test_a_partition_the_table_holds_past_its_high_water_mark_is_refused(
+        tmp_path: Path) -> None:
+    # Partition 0 was re-created: the table holds it up to 500, its log ends at 10.
+    tp1 = TopicPartition(TOPIC, 1)
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(10))),
+                                    1: values(*({"i": i} for i in range(4)))})
+    sink = TwoPartitionTable({0: 500, 1: 2})
+    worker = make_worker(worker_settings(tmp_path), consumer, sink)
+    run = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: consumer.committed_offsets.get(tp1) == 4,
+                    "partition 1 flows and commits")
+        assert sink.given == [(1, 2), (1, 3)]  # nothing of partition 0 read, none dropped
+        assert TP not in consumer.committed_offsets and TP in consumer.paused()
+        assert consumer.bounds_asked == [[TP, tp1]]
+        snapshot = worker.snapshot()
+        [why] = snapshot["refused"]
+        assert ("partition 0 of topic 't' refused: the table-like sink holds it up to "
+                "offset 500, above the partition's high-water mark 10 (log start 0)") in why
+        assert "kstage tables reset-offsets --group" in why and "--partition 0" in why
+        states = {p["partition"]: (p["state"], p["refused"]) for p in snapshot["partitions"]}
+        assert states == {0: ("refused", why), 1: ("running", None)}
+        # A revoke forgets it; the next assignment asks again.
+        await consumer.rebalance(revoked={TP, tp1})
+        assert worker.flow.refused == {}
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)

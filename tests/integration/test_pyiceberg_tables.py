@@ -14,7 +14,10 @@ with no JVM, exactly as Spark makes and checks them:
   PostgreSQL (the catalog) stopped at assignment: a retriable SinkError naming the table,
   the write refused before anything is written, and after the restart everything once;
 * the SQLite catalog locked by another process: a new table's registration fails (retried)
-  and creates nothing, the offsets read goes on (WAL).
+  and creates nothing, the offsets read goes on (WAL);
+* a reset of a partition's offsets (``kstage tables reset-offsets``), committed through
+  pyiceberg or through Spark's session: both readers read the reset offsets, then the
+  appends' after it.
 
 One SQLite catalog for the module, with the test process's Spark session (local[1], 512m).
 """
@@ -299,3 +302,36 @@ async def test_sqlite_catalog_locked_fails_registration_not_the_offsets_read(
     reader = IcebergReader(settings)
     assert reader.exists("stg_pyice_lock_b") and reader.snapshots("stg_pyice_lock_b") == 0
     assert reader.offsets("stg_pyice_lock_a") == {("g", TOPIC, 0): 3}
+
+
+@pytest.mark.timeout(300)
+async def test_a_reset_committed_either_way_is_read_alike_by_both_readers(
+        catalog: dict[str, Any], reader: SparkActor) -> None:
+    """``kstage tables reset-offsets``' snapshot, committed through pyiceberg (a ``jdbc``
+    catalog) or through Spark's session (a ``rest`` one): no rows added, and the offsets
+    Spark's reader and pyiceberg's read are the reset ones, then the highest of the appends
+    after it."""
+    from actors.sinks.spark.offset_resets import PyIcebergOffsets, SparkOffsets
+
+    table = "stg_ddl_resets"
+    settings = reader.settings
+    await created_by_pyiceberg(settings, table, (Column("note", "string", True),))
+    p0, p1 = ("g", "a", 0), ("g", "a", 1)
+    lake = PyIcebergOffsets(settings)
+    spark = SparkOffsets(reader)
+    try:
+        appends = PyIcebergAppends(lake.lake, table, "w")
+        await lake.lake.call(lambda: appends.write([batch("a", 0, range(500, 505))],
+                                                   {p0: 505, p1: 9}, "c1"))
+        assert await lake.offsets(table) == await spark.offsets(table) == {p0: 505, p1: 9}
+        await lake.reset(table, {p0: 0})  # through pyiceberg
+        assert await lake.offsets(table) == await spark.offsets(table) == {p0: 0, p1: 9}
+        await spark.reset(table, {p1: 2})  # through the JVM
+        assert await lake.offsets(table) == await spark.offsets(table) == {p0: 0, p1: 2}
+        # Appends after the resets carry them forward with their own offsets.
+        await lake.lake.call(lambda: appends.write([batch("a", 0, range(3))], {p0: 3}, "c2"))
+        assert await lake.offsets(table) == await spark.offsets(table) == {p0: 3, p1: 2}
+        rows = await lake.lake.call(lambda: lake.lake.table(table).scan().to_arrow())
+    finally:
+        lake.close()
+    assert sorted(rows.column("_offset").to_pylist()) == [0, 1, 2, 500, 501, 502, 503, 504]

@@ -230,9 +230,12 @@ def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str,
 def table_offsets(spark: Any, settings: SparkSettings, table: str,
                   ) -> dict[tuple[str, str, int], int]:
     """Per (group, topic, partition), the offset up to which the table holds the
-    partition (the highest any snapshot of its current history records)."""
-    return history_offsets(value for _, value in
-                           _current_summaries(spark, settings, table, OFFSETS))
+    partition: the highest any snapshot of its current history records, from its newest
+    reset on (:mod:`actors.sinks.spark.offset_history`)."""
+    from actors.sinks.spark import offset_history  # it reads this module's keys
+
+    return offset_history.fold(s.get("summary", {}) for s in
+                               current_history(table_metadata(spark, settings, table)))
 
 
 def parse_offsets(value: str) -> dict[tuple[str, str, int], int]:
@@ -298,15 +301,6 @@ def fence_refusal(exc: BaseException) -> str | None:
     return None
 
 
-def history_offsets(summaries: Iterable[str]) -> dict[tuple[str, str, int], int]:
-    """The highest offset of each stream over ``kstage.offsets`` values."""
-    found: dict[tuple[str, str, int], int] = {}
-    for value in summaries:
-        for stream, offset in parse_offsets(value).items():
-            found[stream] = max(found.get(stream, offset), offset)
-    return found
-
-
 def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: set[str],
                   ) -> set[str]:
     """Which of ``commit_ids`` (appends kstage made) are in the table's current
@@ -318,7 +312,7 @@ def committed_ids(spark: Any, settings: SparkSettings, table: str, commit_ids: s
 
 
 __all__ = ["COMMIT_ID", "EXPECT", "FENCE_PREFIX", "OFFSETS", "Violation",
-           "fence_message", "fence_refusal", "fence_violations", "history_offsets",
+           "fence_message", "fence_refusal", "fence_violations",
            "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
            "column_name", "table_columns", "committed_ids",
            "create_staging", "format_offsets", "parse_offsets", "schema_change",

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.sinks.spark import iceberg
+from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.catalog import dotted, warehouse_location
 from actors.sinks.spark.pyiceberg_catalog import ensure_namespace, owner
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind
@@ -164,12 +164,8 @@ def summaries(loaded: Any, key: str) -> list[str]:
 
 def table_offsets(loaded: Any) -> dict[tuple[str, str, int], int]:
     """Per (group, topic, partition), the offset up to which the table ``loaded`` holds
-    the partition (the highest any snapshot of its current history records)."""
-    found: dict[tuple[str, str, int], int] = {}
-    for value in summaries(loaded, iceberg.OFFSETS):
-        for stream, offset in iceberg.parse_offsets(value).items():
-            found[stream] = max(found.get(stream, offset), offset)
-    return found
+    the partition (as :func:`~actors.sinks.spark.iceberg.table_offsets`: resets honoured)."""
+    return offset_history.fold(offset_history.pyiceberg_summaries(loaded))
 
 
 __all__ = ["JAVA_DEFAULTS", "PARTITION_FIELD", "create_staging", "iceberg_type",

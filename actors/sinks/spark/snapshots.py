@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.sinks.spark import iceberg
+from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.final_table import MERGED_SNAPSHOT
 from actors.sinks.spark.ledger import Stream
@@ -35,6 +35,8 @@ class Snapshot:
         operation: append, replace (a compaction), overwrite, delete.
         offsets: ``kstage.offsets`` of a staging append (empty otherwise).
         merged: ``kstage.merged-snapshot-id`` of a final table's merge commit.
+        resets: ``kstage.offsets-reset`` of a reset of partitions' offsets
+            (:mod:`actors.sinks.spark.offset_history`; empty otherwise).
     """
 
     id: int
@@ -43,6 +45,7 @@ class Snapshot:
     operation: str
     offsets: dict[Stream, int] = field(default_factory=dict)
     merged: int | None = None
+    resets: dict[Stream, int] = field(default_factory=dict)
 
 
 def history(spark: Any, settings: SparkSettings, table: str) -> list[Snapshot]:
@@ -57,10 +60,12 @@ def from_metadata(metadata: dict[str, Any]) -> list[Snapshot]:
     for s in reversed(iceberg.current_history(metadata)):
         summary = s.get("summary", {})
         offsets = summary.get(iceberg.OFFSETS)
+        resets = summary.get(offset_history.RESET)
         found.append(Snapshot(int(s["snapshot-id"]), s.get("parent-snapshot-id"),
                               int(s["timestamp-ms"]), str(summary.get("operation", "")),
                               iceberg.parse_offsets(offsets) if offsets is not None else {},
-                              _merged_id(summary.get(MERGED_SNAPSHOT))))
+                              _merged_id(summary.get(MERGED_SNAPSHOT)),
+                              iceberg.parse_offsets(resets) if resets is not None else {}))
     return found
 
 
@@ -72,13 +77,10 @@ def _merged_id(value: str | None) -> int | None:
 
 
 def offsets(snapshots: Sequence[Snapshot]) -> dict[Stream, int]:
-    """Per (group, topic, partition), the offset the history holds it up to (the highest
-    any of ``snapshots`` records; the same as :func:`iceberg.table_offsets`)."""
-    found: dict[Stream, int] = {}
-    for snapshot in snapshots:
-        for stream, offset in snapshot.offsets.items():
-            found[stream] = max(found.get(stream, offset), offset)
-    return found
+    """Per (group, topic, partition), the offset the history (newest first) holds it up
+    to: the highest any of ``snapshots`` records from the partition's newest reset on (the
+    rule of :mod:`actors.sinks.spark.offset_history`, as :func:`iceberg.table_offsets`)."""
+    return offset_history.fold_parsed((s.resets, s.offsets) for s in reversed(snapshots))
 
 
 def merged_through(snapshots: Sequence[Snapshot]) -> Snapshot | None:

@@ -59,6 +59,9 @@ class TableSink(Sink):
         self.table = self._table_setting or context.table or self.table
         self.processor = context.processor
 
+    def offsets_holder(self) -> str:
+        return f"{self.type} table {self.table!r}"
+
     def _what(self) -> str:
         return f"processor {self.processor!r}" if self.processor else "the processor"
 
