@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from actors.sinks.spark import iceberg
+from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, sqlite_file
 from processors.base import Column
@@ -200,22 +200,33 @@ async def test_the_fence_is_checked_again_on_the_optimistic_retry(
         assert offsets == streams(p0=10) and ids == [f"0/{o}" for o in range(10)]
 
 
-def python_rule(expect: Offsets, history: list[str]) -> dict[tuple[str, str, int], int]:
-    """The fence rule in Python (a reference): the streams whose recorded offset (the
-    highest over the history's ``kstage.offsets``, 0 if none) is not the expected one, with
-    the recorded offset."""
-    found: Offsets = {}
-    for value in history:
-        for stream, offset in iceberg.parse_offsets(value).items():
-            found[stream] = max(found.get(stream, offset), offset)
-    return {s: found.get(s, 0) for s, o in expect.items() if found.get(s, 0) != o}
+Entry = str | tuple[str | None, str]
+"""A snapshot of a case's history: its ``kstage.offsets``, or (offsets or None, its
+``kstage.offsets-reset``)."""
+
+
+def _summary(entry: Entry) -> dict[str, str]:
+    offsets, reset = (entry, None) if isinstance(entry, str) else entry
+    summary = {} if offsets is None else {iceberg.OFFSETS: offsets}
+    return summary if reset is None else {**summary, offset_history.RESET: reset}
+
+
+def python_rule(expect: Offsets, history: list[Entry]) -> dict[tuple[str, str, int], int]:
+    """The fence rule in Python: the streams whose recorded offset (the rule of every
+    reader, :func:`offset_history.fold` over the history, newest first here; 0 if none) is
+    not the expected one, with the recorded offset; then :func:`iceberg.fence_violations`
+    must say the same."""
+    found = offset_history.fold(_summary(entry) for entry in reversed(history))
+    wrong = {s: found.get(s, 0) for s, o in expect.items() if found.get(s, 0) != o}
+    assert {s: held for s, _, held in iceberg.fence_violations(expect, found)} == wrong
+    return wrong
 
 
 def js(data: Any) -> str:
     return json.dumps(data)
 
 
-CASES: list[tuple[Offsets, list[str]]] = [
+CASES: list[tuple[Offsets, list[Entry]]] = [
     (streams(p0=0), []),  # a new table
     (streams(p0=5), []),  # expects offsets a new table does not hold
     (streams(p0=0), [js({"g": {"events": {"1": 7}}})]),  # another partition only
@@ -229,6 +240,16 @@ CASES: list[tuple[Offsets, list[str]]] = [
     (streams(p0=3), [js({"h": {"events": {"0": 9}}}), js({"g": {"other": {"0": 9}}})]),
     (streams(p0=3), ["not json", js([1, 2]), js({"g": {"events": {"0": 3}}})]),  # ignored
     (streams(p0=0), [js({"g": {"events": {"0": "x"}}})]),  # a malformed value is ignored
+    # a reset (kstage tables reset-offsets) replaces what older snapshots recorded
+    (streams(p0=2), [(js({"g": {"events": {"0": 2}}}), js({"g": {"events": {"0": 2}}})),
+                     js({"g": {"events": {"0": 90}}})]),
+    (streams(p0=90), [(js({"g": {"events": {"0": 2}}}), js({"g": {"events": {"0": 2}}})),
+                      js({"g": {"events": {"0": 90}}})]),  # a zombie's expectation
+    (streams(p0=6), [js({"g": {"events": {"0": 6}}}),
+                     (None, js({"g": {"events": {"0": 2}}})),
+                     js({"g": {"events": {"0": 90, "1": 5}}})]),  # appended after it
+    (streams(p0=2, p1=5), [(None, js({"g": {"events": {"0": 2}}})),
+                           js({"g": {"events": {"0": 90, "1": 5}}})]),  # p1 not reset
 ]
 
 
@@ -238,9 +259,12 @@ async def test_the_java_rule_agrees_with_the_python_reference(actor: SparkActor)
         answers = []
         for expect, history in CASES:
             listed = spark._jvm.java.util.ArrayList()
-            for value in history:
-                listed.add(value)
-            answer = fence.refusal("t", iceberg.format_offsets(expect), listed)
+            resets = spark._jvm.java.util.ArrayList()
+            for entry in history:
+                summary = _summary(entry)
+                listed.add(summary.get(iceberg.OFFSETS))
+                resets.add(summary.get(offset_history.RESET))
+            answer = fence.refusal("t", iceberg.format_offsets(expect), listed, resets)
             answers.append(None if answer is None else str(answer))
         return answers
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from actors.sinks.spark import iceberg
+from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.catalog import catalog_uri, is_local, sqlite_file, warehouse_location
 from settings.models import SparkSettings
 
@@ -165,28 +165,30 @@ def _create_catalog_tables(engine: Any) -> None:
 
 @functools.lru_cache(maxsize=8192)
 def _parsed(value: str) -> tuple[tuple[tuple[str, str, int], int], ...]:
-    """``kstage.offsets`` parsed once per value (a snapshot's summary never changes)."""
+    """``kstage.offsets`` (or ``kstage.offsets-reset``) parsed once per value (a
+    snapshot's summary never changes)."""
     return tuple(iceberg.parse_offsets(value).items())
 
 
 def recorded_offsets(metadata: Any) -> dict[tuple[str, str, int], int]:
-    """Per stream, the highest ``kstage.offsets`` value over the snapshots of the main
-    branch's ancestry in pyiceberg table ``metadata`` (the fence's "recorded" offsets)."""
+    """Per stream, the offset the table records in pyiceberg table ``metadata`` (the
+    fence's "recorded" offsets): over the snapshots of the main branch's ancestry, the
+    highest ``kstage.offsets`` value from the stream's newest reset on
+    (:func:`~actors.sinks.spark.offset_history.fold_parsed`, the rule of every reader)."""
     main = metadata.refs.get("main")
     current = main.snapshot_id if main is not None else metadata.current_snapshot_id
     by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
-    found: dict[tuple[str, str, int], int] = {}
+    chain: list[tuple[dict[tuple[str, str, int], int], dict[tuple[str, str, int], int]]] = []
     seen: set[int] = set()
     while current is not None and current in by_id and current not in seen:
         seen.add(current)
         snapshot = by_id[current]
-        value = snapshot.summary.additional_properties.get(iceberg.OFFSETS) \
-            if snapshot.summary else None
-        if value is not None:
-            for stream, offset in _parsed(str(value)):
-                found[stream] = max(found.get(stream, offset), offset)
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        offsets, reset = summary.get(iceberg.OFFSETS), summary.get(offset_history.RESET)
+        chain.append((dict(_parsed(str(reset))) if reset is not None else {},
+                      dict(_parsed(str(offsets))) if offsets is not None else {}))
         current = snapshot.parent_snapshot_id
-    return found
+    return offset_history.fold_parsed(reversed(chain))
 
 
 def expected_offsets(updates: Any) -> dict[tuple[str, str, int], int]:

@@ -37,6 +37,7 @@ import org.apache.iceberg.util.SnapshotUtil;
 public final class Fence implements TableOperations {
   public static final String EXPECT = "kstage.expect";
   public static final String OFFSETS = "kstage.offsets";
+  public static final String RESET = "kstage.offsets-reset";
   public static final String PREFIX = "kstage fence: ";
 
   private final TableOperations ops;
@@ -72,7 +73,7 @@ public final class Fence implements TableOperations {
         known.add(snapshot.snapshotId());
       }
     }
-    List<String> history = null;
+    List<List<String>> history = null;
     for (Snapshot added : metadata.snapshots()) {
       Map<String, String> summary = added.summary();
       String expect = summary == null ? null : summary.get(EXPECT);
@@ -82,7 +83,7 @@ public final class Fence implements TableOperations {
       if (history == null) {
         history = recorded(base);
       }
-      String why = refusal(table, expect, history);
+      String why = refusal(table, expect, history.get(0), history.get(1));
       if (why != null) {
         return why;
       }
@@ -90,30 +91,43 @@ public final class Fence implements TableOperations {
     return null;
   }
 
-  /** The {@code kstage.offsets} values of base's current ancestry, newest first. */
-  private static List<String> recorded(TableMetadata base) {
-    List<String> values = new ArrayList<>();
+  /**
+   * The {@code kstage.offsets} and {@code kstage.offsets-reset} values (null where a snapshot
+   * has none) of base's current ancestry, newest first: {@code [offsets, resets]}.
+   */
+  private static List<List<String>> recorded(TableMetadata base) {
+    List<String> offsets = new ArrayList<>();
+    List<String> resets = new ArrayList<>();
     Snapshot current = base == null ? null : base.currentSnapshot();
-    if (current == null) {
-      return values;
-    }
-    for (Snapshot snapshot : SnapshotUtil.ancestorsOf(current.snapshotId(), base::snapshot)) {
-      Map<String, String> summary = snapshot.summary();
-      String value = summary == null ? null : summary.get(OFFSETS);
-      if (value != null) {
-        values.add(value);
+    if (current != null) {
+      for (Snapshot snapshot : SnapshotUtil.ancestorsOf(current.snapshotId(), base::snapshot)) {
+        Map<String, String> summary = snapshot.summary();
+        offsets.add(summary == null ? null : summary.get(OFFSETS));
+        resets.add(summary == null ? null : summary.get(RESET));
       }
     }
-    return values;
+    return List.of(offsets, resets);
+  }
+
+  /** {@link #refusal(String, String, List, List)} of a history without resets. */
+  public static String refusal(String table, String expect, List<String> history) {
+    return refusal(table, expect, history, new ArrayList<>(java.util.Collections.nCopies(
+        history.size(), (String) null)));
   }
 
   /**
    * The rule on plain values: {@code expect} (a {@code kstage.expect}) against the {@code
-   * kstage.offsets} values of the base's ancestry ({@code history}; a malformed one is
-   * ignored, as kstage's reader ignores it). Null when every expectation holds, else the
-   * refusal naming the table and each stream whose recorded offset differs.
+   * kstage.offsets} values of the base's ancestry ({@code history}, newest first; null or
+   * malformed ones are ignored, as kstage's reader ignores them) and the {@code
+   * kstage.offsets-reset} values of the same snapshots ({@code resets}, aligned with it,
+   * null where a snapshot reset nothing). The recorded offset of a stream is the highest
+   * {@code kstage.offsets} value from the stream's newest reset on (that reset's value
+   * included), over the whole history when it was never reset: the rule of kstage's
+   * readers ({@code actors.sinks.spark.offset_history}). Null when every expectation holds,
+   * else the refusal naming the table and each stream whose recorded offset differs.
    */
-  public static String refusal(String table, String expect, List<String> history) {
+  public static String refusal(String table, String expect, List<String> history,
+      List<String> resets) {
     Map<List<Object>, Long> expected;
     try {
       expected = parse(expect);
@@ -122,7 +136,19 @@ public final class Fence implements TableOperations {
           + e.getMessage() + "): " + expect;
     }
     Map<List<Object>, Long> found = new HashMap<>();
-    for (String value : history) {
+    for (int i = history.size() - 1; i >= 0; i--) {  // oldest first
+      String reset = i < resets.size() ? resets.get(i) : null;
+      if (reset != null) {
+        try {
+          found.putAll(parse(reset));
+        } catch (IllegalArgumentException e) {
+          // ignored, as kstage's readers ignore it
+        }
+      }
+      String value = history.get(i);
+      if (value == null) {
+        continue;
+      }
       Map<List<Object>, Long> offsets;
       try {
         offsets = parse(value);
