@@ -274,12 +274,14 @@ def fence_violations(expected: dict[tuple[str, str, int], int],
 
 
 def fence_message(table: str, violations: Sequence[Violation]) -> str:
-    """The refusal of a commit to ``table`` that broke the fence."""
-    found = "; ".join(f"partition {topic}[{partition}] of group {group}: expected at "
-                      f"offset {offset}, the table holds {held}"
+    """The refusal of a commit to ``table`` that broke the fence (the same text as the
+    JVM's catalog wrapper)."""
+    wrong = "; ".join(f"group {group} topic {topic} partition {partition}: expected offset "
+                      f"{offset}, found {held}"
                       for (group, topic, partition), offset, held in violations)
-    return (f"{FENCE_PREFIX} table {table}: the append does not continue where the table "
-            f"holds its partitions (another writer appended them): {found}")
+    return (f"{FENCE_PREFIX} table {table}: {wrong} (the table's offsets moved since this "
+            "writer read them: another writer committed these partitions; this append is "
+            "refused)")
 
 
 def fence_refusal(exc: BaseException) -> str | None:
