@@ -43,3 +43,7 @@ def test_a_refusal_is_found_anywhere_in_an_exception_chain() -> None:
     except SinkError as wrapped:
         assert iceberg.fence_refusal(wrapped) == refusal
     assert iceberg.fence_refusal(SinkError("spark sink: database is locked")) is None
+    # the JVM wrapper's error of its own configuration is no refusal
+    assert iceberg.fence_refusal(RuntimeError(
+        "java.lang.IllegalArgumentException: kstage fence: catalog kstage: set exactly "
+        "one of ...")) is None

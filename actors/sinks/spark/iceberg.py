@@ -287,13 +287,15 @@ def fence_message(table: str, violations: Sequence[Violation]) -> str:
 def fence_refusal(exc: BaseException) -> str | None:
     """The fence's refusal text in ``exc`` or its chain (a Py4J or pyspark error of the
     JVM's catalog wrapper, pyiceberg's catalog): the first line that holds
-    :data:`FENCE_PREFIX`, from it on; None when the chain holds none."""
+    ``kstage fence: table``, from it on; None when the chain holds none (the JVM wrapper's
+    errors of its own configuration, ``kstage fence: catalog ...``, are no refusal)."""
+    marker = f"{FENCE_PREFIX} table "
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         for line in str(current).splitlines():
-            at = line.find(FENCE_PREFIX)
+            at = line.find(marker)
             if at >= 0:
                 return line[at:].strip()
         current = current.__cause__ or current.__context__
