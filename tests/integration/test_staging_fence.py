@@ -9,9 +9,9 @@ catalog (``spark.appends: pyiceberg``; no JVM):
 * the commit-time fence: two writers of one table (two actors, their own writer ids and
   catalog connections), the stale one appending offsets the other appended already: its
   append is refused by the catalog (nothing written), counted and logged, and the worker's
-  retry drops what the table holds (wholly held: done without an append; partly: the rest
-  appended from the table's offset); the check runs again on pyiceberg's optimistic retry
-  against the refreshed metadata (a race lost to a writer of the same partition is
+  retry drops what the table holds (its rows all held: done without an append, and the
+  next batch continues from the table's offset); the check runs again on pyiceberg's
+  optimistic retry against the refreshed metadata (a race lost to a writer of the same partition is
   refused, one lost to a writer of other partitions commits);
 * a lost membership (the revoke waits 0 s): an append inside its commit (stalled there, as
   a frozen process) lands after the new owner's and is refused; one queued behind other
@@ -267,8 +267,8 @@ async def test_a_stale_writer_is_fenced_and_its_retry_commits_nothing_twice(
     the partition's offset (0) before the new owner appended 0-9; its append of 0-9 is
     refused by the catalog's fence: nothing of it written, counted, logged with the
     table, the partition, the expected and the found offsets. The worker's retry drops
-    the rows the table holds: the batch is done without an append (acked: committed);
-    a batch reaching past the table's offset appends only the rest."""
+    the rows the table holds: the batch is done without an append (acked: committed),
+    and the next batch continues from the table's offset."""
     table = "stg_fenced"
     stale_actor, owner_actor = actors
     stale = await opened(stale_actor, table)
@@ -281,7 +281,8 @@ async def test_a_stale_writer_is_fenced_and_its_retry_commits_nothing_twice(
     assert offsets_of(reader, table) == list(range(10))
 
     caplog.set_level(logging.WARNING)
-    late, rows = at(0, 10, 10), events(0, 0, 10)
+    # Its batch: messages 0-11, rows of 0-9 (10 and 11 made none: filtered).
+    late, rows = at(0, 12, 12), events(0, 0, 10)
     with pytest.raises(SinkError, match="kstage fence:"):
         async with asyncio.timeout(60):
             await stale.write_at(rows, late)
@@ -292,15 +293,18 @@ async def test_a_stale_writer_is_fenced_and_its_retry_commits_nothing_twice(
     refused = [r.getMessage() for r in caplog.records if "refused by the fence" in
                r.getMessage()]
     assert len(refused) == 1, caplog.text
-    assert (f"table kstage.kstage.{table}" in refused[0] and f"{TOPIC}[0]" in refused[0]
-            and "expected at offset 0" in refused[0] and "the table holds 10" in refused[0])
+    assert (f"kstage fence: table kstage.kstage.{table}: group {GROUP} topic {TOPIC} "
+            "partition 0: expected offset 0, found 10") in refused[0]
 
-    # The worker's retries (its sink loop): the same batch, whole in the table now, is
-    # done without an append and acked; the next one appends only what the table lacks.
-    assert rows == []  # the sink keeps the converted rows for the retry of the batch
-    acked = await run_worker_sink(stale, [(rows, late), (events(0, 5, 10), at(0, 15, 10))])
-    assert [e.next_offset for e in acked] == [10, 15]
-    assert offsets_of(reader, table) == list(range(15))  # every row once
+    # The worker's retry (its sink loop): the same batch, its rows all in the table now,
+    # is done without an append and acked (committed to Kafka); the next batch continues
+    # from the table's offset (10: messages 10 and 11 had no rows).
+    acked = await run_worker_sink(stale, [(rows, late)])
+    assert [e.next_offset for e in acked] == [12]
+    assert len(reader.summaries(table)) == 1
+    acked = await run_worker_sink(stale, [(events(0, 12, 3), at(0, 15, 3))])
+    assert [e.next_offset for e in acked] == [15]
+    assert offsets_of(reader, table) == [*range(10), 12, 13, 14]  # every row once
     summaries = reader.summaries(table)
     assert len(summaries) == 2
     assert iceberg.parse_offsets(summaries[-1][iceberg.EXPECT]) == {P0: 10}
@@ -359,8 +363,8 @@ async def test_the_fence_is_checked_again_on_each_optimistic_retry(
     assert await other.assigned([(TOPIC, 0)]) == {(TOPIC, 0): 5}
     catalog_._update_and_stage_table = racing(events(0, 5, 5), at(0, 10, 5))
     try:
-        with pytest.raises(SinkError, match="kstage fence:.*expected at offset 5, the "
-                                            "table holds 10"):
+        with pytest.raises(SinkError, match="kstage fence:.*partition 0: expected offset "
+                                            "5, found 10"):
             async with asyncio.timeout(60):
                 await mine.write_at(events(0, 5, 5), at(0, 10, 5))
     finally:

@@ -26,8 +26,8 @@ def test_every_expected_stream_must_be_exactly_where_the_table_holds_it() -> Non
 def test_the_refusal_names_the_table_partition_expected_and_found_offsets() -> None:
     text = iceberg.fence_message("kstage.kstage.stg", [(A0, 5, 10)])
     assert text.startswith(iceberg.FENCE_PREFIX)
-    assert "table kstage.kstage.stg" in text and "a[0] of group g" in text
-    assert "expected at offset 5, the table holds 10" in text
+    assert text.startswith("kstage fence: table kstage.kstage.stg: ")
+    assert "group g topic a partition 0: expected offset 5, found 10" in text
 
 
 def test_a_refusal_is_found_anywhere_in_an_exception_chain() -> None:
@@ -43,3 +43,7 @@ def test_a_refusal_is_found_anywhere_in_an_exception_chain() -> None:
     except SinkError as wrapped:
         assert iceberg.fence_refusal(wrapped) == refusal
     assert iceberg.fence_refusal(SinkError("spark sink: database is locked")) is None
+    # the JVM wrapper's error of its own configuration is no refusal
+    assert iceberg.fence_refusal(RuntimeError(
+        "java.lang.IllegalArgumentException: kstage fence: catalog kstage: set exactly "
+        "one of ...")) is None

@@ -277,24 +277,28 @@ def fence_violations(expected: dict[tuple[str, str, int], int],
 
 
 def fence_message(table: str, violations: Sequence[Violation]) -> str:
-    """The refusal of a commit to ``table`` that broke the fence."""
-    found = "; ".join(f"partition {topic}[{partition}] of group {group}: expected at "
-                      f"offset {offset}, the table holds {held}"
+    """The refusal of a commit to ``table`` that broke the fence (the same text as the
+    JVM's catalog wrapper)."""
+    wrong = "; ".join(f"group {group} topic {topic} partition {partition}: expected offset "
+                      f"{offset}, found {held}"
                       for (group, topic, partition), offset, held in violations)
-    return (f"{FENCE_PREFIX} table {table}: the append does not continue where the table "
-            f"holds its partitions (another writer appended them): {found}")
+    return (f"{FENCE_PREFIX} table {table}: {wrong} (the table's offsets moved since this "
+            "writer read them: another writer committed these partitions; this append is "
+            "refused)")
 
 
 def fence_refusal(exc: BaseException) -> str | None:
     """The fence's refusal text in ``exc`` or its chain (a Py4J or pyspark error of the
     JVM's catalog wrapper, pyiceberg's catalog): the first line that holds
-    :data:`FENCE_PREFIX`, from it on; None when the chain holds none."""
+    ``kstage fence: table``, from it on; None when the chain holds none (the JVM wrapper's
+    errors of its own configuration, ``kstage fence: catalog ...``, are no refusal)."""
+    marker = f"{FENCE_PREFIX} table "
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         for line in str(current).splitlines():
-            at = line.find(FENCE_PREFIX)
+            at = line.find(marker)
             if at >= 0:
                 return line[at:].strip()
         current = current.__cause__ or current.__context__

@@ -318,12 +318,12 @@ class StagingWriter(TableWriter):
                 continue
             ids.add(id(batch))
             landed = self._landed[stream]
-            if batch.next_offset <= landed:
-                done.append(item)
-                continue
-            if _first_offset(item.part) < landed:
+            if batch.next_offset > landed and _first_offset(item.part) < landed:
                 item.part = _from_offset(item.part, landed)
                 item.rows = len(item.part)
+            if batch.next_offset <= landed or not item.rows:
+                done.append(item)  # its rows are in the table (its other messages had none)
+                continue
             taken.append(item)
         chosen = {id(item) for item in (*taken, *done)} | {id(i) for i, _ in dropped}
         self._pending = [p for p in self._pending if id(p) not in chosen]
