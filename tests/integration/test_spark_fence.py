@@ -26,7 +26,7 @@ import pytest
 
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.catalog import dotted, sqlite_file
+from actors.sinks.spark.catalog import dotted, qualified, sqlite_file
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -198,6 +198,52 @@ async def test_the_fence_is_checked_again_on_the_optimistic_retry(
         assert refused is not None, "A's retry committed on top of B's append of p0"
         assert refusal(table, (GROUP, TOPIC, 0), 5, 10) in str(refused)
         assert offsets == streams(p0=10) and ids == [f"0/{o}" for o in range(10)]
+
+
+async def test_everything_else_goes_to_the_wrapped_catalog(actor: SparkActor) -> None:
+    """With the fence on: metadata tables, namespaces, views, MERGE INTO, the stored
+    procedures; a merge's snapshot (no ``kstage.expect``) between two appends does not
+    move the fence."""
+    settings, table = actor.settings, "stg_other"
+    name = qualified(settings, table)
+
+    def run(spark: Any) -> dict[str, Any]:
+        catalog = (spark._jsparkSession.sessionState().catalogManager().catalog("kstage")
+                   .icebergCatalog())
+        iceberg.create_staging(spark, settings, table, COLUMNS)
+        append(spark, settings, table, 0, 5, 0, streams(p0=0))
+        append(spark, settings, table, 5, 10, 0, streams(p0=5))
+        spark.sql(f"MERGE INTO {name} t USING (SELECT '0/1' AS id) s ON t.id = s.id "
+                  "WHEN MATCHED THEN DELETE")
+        append(spark, settings, table, 10, 12, 0, streams(p0=10))
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS kstage.fence_other")
+        spark.sql(f"CREATE OR REPLACE VIEW kstage.kstage.v_other AS SELECT id FROM {name}")  # noqa: S608
+        found = {
+            "catalog": (str(catalog.getClass().getName()),
+                        str(catalog.delegate().getClass().getName())),
+            "snapshots": spark.sql(f"SELECT count(*) FROM {name}.snapshots")  # noqa: S608
+            .first()[0],
+            "history": spark.sql(f"SELECT count(*) FROM {name}.history").first()[0],  # noqa: S608
+            "namespaces": sorted(r[0] for r in spark.sql("SHOW NAMESPACES IN kstage")
+                                 .collect()),
+            "view": spark.sql("SELECT count(*) FROM kstage.kstage.v_other").first()[0],
+        }
+        dotted_name = dotted(settings, table)
+        rewrite = spark.sql(f"CALL kstage.system.rewrite_data_files(table => '{dotted_name}', "
+                            "options => map('min-input-files', '2'))")
+        found["rewritten"] = rewrite.first()["rewritten_data_files_count"]
+        expire = spark.sql(f"CALL kstage.system.expire_snapshots(table => '{dotted_name}', "
+                           "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
+        found["expired"] = expire.first()["deleted_manifest_lists_count"]
+        found["ids"] = state(spark, settings, table)[0]
+        return found
+
+    found = await actor.call(run)
+    assert found.pop("catalog") == ("io.kstage.iceberg.FencingCatalog",
+                                    "org.apache.iceberg.jdbc.JdbcCatalog")
+    assert found.pop("ids") == sorted(f"0/{o}" for o in range(12) if o != 1)
+    assert found.pop("namespaces") == ["fence_other", "kstage"]
+    assert found == {"snapshots": 4, "history": 4, "view": 11, "rewritten": 3, "expired": 4}
 
 
 def python_rule(expect: Offsets, history: list[str]) -> dict[tuple[str, str, int], int]:
