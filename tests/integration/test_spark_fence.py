@@ -275,6 +275,8 @@ CASES: list[tuple[Offsets, list[str]]] = [
     (streams(p0=3), [js({"h": {"events": {"0": 9}}}), js({"g": {"other": {"0": 9}}})]),
     (streams(p0=3), ["not json", js([1, 2]), js({"g": {"events": {"0": 3}}})]),  # ignored
     (streams(p0=0), [js({"g": {"events": {"0": "x"}}})]),  # a malformed value is ignored
+    ({("gr.1", 'tö"pic', 3): 2**40}, [js({"gr.1": {'tö"pic': {"3": 2**40 + 1}}})]),  # escapes
+    ({("gr.1", 'tö"pic', 3): 2**40}, [js({"gr.1": {'tö"pic': {"3": 2**40}}})]),
 ]
 
 
