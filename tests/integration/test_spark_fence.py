@@ -246,6 +246,37 @@ async def test_everything_else_goes_to_the_wrapped_catalog(actor: SparkActor) ->
     assert found == {"snapshots": 4, "history": 4, "view": 11, "rewritten": 3, "expired": 4}
 
 
+async def test_the_wrapped_catalog_is_named_once_and_must_have_namespaces_and_views(
+        actor: SparkActor, warehouse: Path) -> None:
+    def run(spark: Any) -> list[str]:
+        jvm = spark._jvm
+        seen = []
+        for props in ({}, {"kstage.delegate-type": "jdbc", "kstage.delegate-impl": "x.Y"},
+                      {"kstage.delegate-type": "hadoop", "warehouse": str(warehouse / "h")},
+                      {"kstage.delegate-impl": "org.apache.iceberg.inmemory.InMemoryCatalog",
+                       "catalog-impl": "io.kstage.iceberg.FencingCatalog"}):
+            properties = jvm.java.util.HashMap()
+            for key, value in props.items():
+                properties.put(key, value)
+            catalog = jvm.io.kstage.iceberg.FencingCatalog()
+            catalog.setConf(spark._jsc.hadoopConfiguration())  # as Iceberg does: passed on
+            try:
+                catalog.initialize("c", properties)
+            except Exception as exc:  # noqa: BLE001 - the test inspects what py4j raised
+                text = str(exc)
+                seen.append(text[text.find("kstage fence:"):].splitlines()[0])
+            else:
+                seen.append(str(catalog.delegate().getClass().getName()))
+        return seen
+
+    assert await actor.call(run) == [
+        "kstage fence: catalog c: set exactly one of kstage.delegate-type (jdbc, rest) and "
+        "kstage.delegate-impl (a catalog class)"] * 2 + [
+        "kstage fence: catalog c: org.apache.iceberg.hadoop.HadoopCatalog does not support "
+        "namespaces and views",
+        "org.apache.iceberg.inmemory.InMemoryCatalog"]
+
+
 def python_rule(expect: Offsets, history: list[str]) -> dict[tuple[str, str, int], int]:
     """The fence rule in Python (a reference): the streams whose recorded offset (the
     highest over the history's ``kstage.offsets``, 0 if none) is not the expected one, with
