@@ -54,7 +54,8 @@ peer-jars: $(PEER_STAMPS)
 
 # The JVM jars of the Spark session (Iceberg runtime, AWS bundle, JDBC drivers), from
 # Maven Central through mvn and the pinned actors/sinks/spark/pom.xml; each checked by its
-# SHA-256. Quick when they are there already.
+# SHA-256. And kstage's commit fence, built from actors/sinks/spark/fence by mvn (a JDK).
+# Quick when they are there already.
 jars: $(STAMP)
 	$(VENV)/bin/kstage jars fetch
 

@@ -121,10 +121,12 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--table", default=None, help="only this staging table")
     _add_tables_parsers(sub)
     jars = sub.add_parser("jars", help="the JVM jars of the Spark session (Iceberg, JDBC "
-                          "drivers)")
+                          "drivers, kstage's commit fence)")
     jars_sub = jars.add_subparsers(dest="jars_command", required=True)
     fetch = jars_sub.add_parser("fetch", help="fetch the pinned jars from Maven Central "
-                                "(with mvn when it is installed) into the jar directory")
+                                "(with mvn when it is installed) into the jar directory, "
+                                "and build kstage's commit fence there with mvn (Maven and a "
+                                "JDK)")
     fetch.add_argument("--dir", default=None,
                        help="jar directory (default: $KSTAGE_JARS_DIR, else "
                             "~/.cache/kstage/jars)")

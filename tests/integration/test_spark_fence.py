@@ -26,7 +26,7 @@ import pytest
 
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.catalog import dotted, sqlite_file
+from actors.sinks.spark.catalog import dotted, qualified, sqlite_file
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -200,6 +200,83 @@ async def test_the_fence_is_checked_again_on_the_optimistic_retry(
         assert offsets == streams(p0=10) and ids == [f"0/{o}" for o in range(10)]
 
 
+async def test_everything_else_goes_to_the_wrapped_catalog(actor: SparkActor) -> None:
+    """With the fence on: metadata tables, namespaces, views, MERGE INTO, the stored
+    procedures; a merge's snapshot (no ``kstage.expect``) between two appends does not
+    move the fence."""
+    settings, table = actor.settings, "stg_other"
+    name = qualified(settings, table)
+
+    def run(spark: Any) -> dict[str, Any]:
+        catalog = (spark._jsparkSession.sessionState().catalogManager().catalog("kstage")
+                   .icebergCatalog())
+        iceberg.create_staging(spark, settings, table, COLUMNS)
+        append(spark, settings, table, 0, 5, 0, streams(p0=0))
+        append(spark, settings, table, 5, 10, 0, streams(p0=5))
+        spark.sql(f"MERGE INTO {name} t USING (SELECT '0/1' AS id) s ON t.id = s.id "
+                  "WHEN MATCHED THEN DELETE")
+        append(spark, settings, table, 10, 12, 0, streams(p0=10))
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS kstage.fence_other")
+        spark.sql(f"CREATE OR REPLACE VIEW kstage.kstage.v_other AS SELECT id FROM {name}")  # noqa: S608
+        found = {
+            "catalog": (str(catalog.getClass().getName()),
+                        str(catalog.delegate().getClass().getName())),
+            "snapshots": spark.sql(f"SELECT count(*) FROM {name}.snapshots")  # noqa: S608
+            .first()[0],
+            "history": spark.sql(f"SELECT count(*) FROM {name}.history").first()[0],  # noqa: S608
+            "namespaces": sorted(r[0] for r in spark.sql("SHOW NAMESPACES IN kstage")
+                                 .collect()),
+            "view": spark.sql("SELECT count(*) FROM kstage.kstage.v_other").first()[0],
+        }
+        dotted_name = dotted(settings, table)
+        rewrite = spark.sql(f"CALL kstage.system.rewrite_data_files(table => '{dotted_name}', "
+                            "options => map('min-input-files', '2'))")
+        found["rewritten"] = rewrite.first()["rewritten_data_files_count"]
+        expire = spark.sql(f"CALL kstage.system.expire_snapshots(table => '{dotted_name}', "
+                           "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
+        found["expired"] = expire.first()["deleted_manifest_lists_count"]
+        found["ids"] = state(spark, settings, table)[0]
+        return found
+
+    found = await actor.call(run)
+    assert found.pop("catalog") == ("io.kstage.iceberg.FencingCatalog",
+                                    "org.apache.iceberg.jdbc.JdbcCatalog")
+    assert found.pop("ids") == sorted(f"0/{o}" for o in range(12) if o != 1)
+    assert found.pop("namespaces") == ["fence_other", "kstage"]
+    assert found == {"snapshots": 4, "history": 4, "view": 11, "rewritten": 3, "expired": 4}
+
+
+async def test_the_wrapped_catalog_is_named_once_and_must_have_namespaces_and_views(
+        actor: SparkActor, warehouse: Path) -> None:
+    def run(spark: Any) -> list[str]:
+        jvm = spark._jvm
+        seen = []
+        for props in ({}, {"kstage.delegate-type": "jdbc", "kstage.delegate-impl": "x.Y"},
+                      {"kstage.delegate-type": "hadoop", "warehouse": str(warehouse / "h")},
+                      {"kstage.delegate-impl": "org.apache.iceberg.inmemory.InMemoryCatalog",
+                       "catalog-impl": "io.kstage.iceberg.FencingCatalog"}):
+            properties = jvm.java.util.HashMap()
+            for key, value in props.items():
+                properties.put(key, value)
+            catalog = jvm.io.kstage.iceberg.FencingCatalog()
+            catalog.setConf(spark._jsc.hadoopConfiguration())  # as Iceberg does: passed on
+            try:
+                catalog.initialize("c", properties)
+            except Exception as exc:  # noqa: BLE001 - the test inspects what py4j raised
+                text = str(exc)
+                seen.append(text[text.find("kstage fence:"):].splitlines()[0])
+            else:
+                seen.append(str(catalog.delegate().getClass().getName()))
+        return seen
+
+    assert await actor.call(run) == [
+        "kstage fence: catalog c: set exactly one of kstage.delegate-type (jdbc, rest) and "
+        "kstage.delegate-impl (a catalog class)"] * 2 + [
+        "kstage fence: catalog c: org.apache.iceberg.hadoop.HadoopCatalog does not support "
+        "namespaces and views",
+        "org.apache.iceberg.inmemory.InMemoryCatalog"]
+
+
 Entry = str | tuple[str | None, str]
 """A snapshot of a case's history: its ``kstage.offsets``, or (offsets or None, its
 ``kstage.offsets-reset``)."""
@@ -250,6 +327,8 @@ CASES: list[tuple[Offsets, list[Entry]]] = [
                      js({"g": {"events": {"0": 90, "1": 5}}})]),  # appended after it
     (streams(p0=2, p1=5), [(None, js({"g": {"events": {"0": 2}}})),
                            js({"g": {"events": {"0": 90, "1": 5}}})]),  # p1 not reset
+    ({("gr.1", 'tö"pic', 3): 2**40}, [js({"gr.1": {'tö"pic': {"3": 2**40 + 1}}})]),  # escapes
+    ({("gr.1", 'tö"pic', 3): 2**40}, [js({"gr.1": {'tö"pic': {"3": 2**40}}})]),
 ]
 
 

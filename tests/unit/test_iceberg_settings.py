@@ -143,6 +143,12 @@ def test_the_catalog_becomes_spark_conf(tmp_path: Path) -> None:
     assert conf["spark.sql.catalog.kstage.catalog-impl"] == FENCE_CATALOG
     assert conf["spark.sql.catalog.kstage.kstage.delegate-type"] == "jdbc"
     assert "spark.sql.catalog.kstage.type" not in conf
+    # A catalog class of the operator's is wrapped too, not put in the fence's place.
+    custom = catalog_conf(SparkSettings(warehouse=str(tmp_path / "wh"), catalog={
+        "properties": {"catalog-impl": "com.example.MyCatalog"}}))
+    assert custom["spark.sql.catalog.kstage.catalog-impl"] == FENCE_CATALOG
+    assert custom["spark.sql.catalog.kstage.kstage.delegate-impl"] == "com.example.MyCatalog"
+    assert "spark.sql.catalog.kstage.kstage.delegate-type" not in custom
     assert conf["spark.sql.catalog.kstage.uri"] == (
         f"jdbc:sqlite:{tmp_path / 'wh' / 'catalog.db'}?journal_mode=WAL&busy_timeout=30000")
     assert conf["spark.sql.defaultCatalog"] == "kstage"

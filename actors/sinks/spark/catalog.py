@@ -33,6 +33,7 @@ from settings.models import WAREHOUSE_SCHEMES, SparkSettings
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 DELEGATE_TYPE = "kstage.delegate-type"  # FencingCatalog.DELEGATE_TYPE: the wrapped catalog
+DELEGATE_IMPL = "kstage.delegate-impl"  # FencingCatalog.DELEGATE_IMPL: or its class
 RETRYABLE_STATES_KEY = "retryable_status_codes"  # Iceberg's JdbcUtil.RETRYABLE_STATUS_CODES
 RETRYABLE_STATES = "57P01,57P02,57P03"
 SQLITE_OPTIONS = "journal_mode=WAL&busy_timeout=30000"
@@ -121,6 +122,13 @@ def catalog_conf(settings: SparkSettings) -> dict[str, str]:
             conf[f"{prefix}.s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
     for key, value in catalog.properties.items():
         conf[f"{prefix}.{key}"] = value
+    custom = catalog.properties.get("catalog-impl")
+    if custom is not None and custom != FENCE_CATALOG:
+        # A catalog class of the operator's (catalog.properties) is fenced too: the
+        # wrapper builds it.
+        conf[f"{prefix}.catalog-impl"] = FENCE_CATALOG
+        del conf[f"{prefix}.{DELEGATE_TYPE}"]
+        conf[f"{prefix}.{DELEGATE_IMPL}"] = custom
     return conf
 
 
@@ -143,5 +151,5 @@ def namespace(settings: SparkSettings) -> str:
     return f"`{catalog.name}`.`{catalog.namespace}`"
 
 
-__all__ = ["DELEGATE_TYPE", "EXTENSIONS", "catalog_conf", "catalog_uri", "dotted", "is_local",
-           "namespace", "qualified", "sqlite_file", "warehouse_location"]
+__all__ = ["DELEGATE_IMPL", "DELEGATE_TYPE", "EXTENSIONS", "catalog_conf", "catalog_uri",
+           "dotted", "is_local", "namespace", "qualified", "sqlite_file", "warehouse_location"]
