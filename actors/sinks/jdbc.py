@@ -17,8 +17,20 @@ How it works:
   the executors of a cluster.
 * A :class:`JdbcTableWriter` (a :class:`~actors.sinks.table.batching.TableWriter`) batches the rows
   of all the workers writing one table (``spark.flush_max_rows`` /
-  ``spark.flush_max_interval_s``) and appends each micro-batch as one Spark JDBC write of
-  one partition, i.e. one transaction: the rows of a flush land together or not at all.
+  ``spark.flush_max_interval_s``) and appends each micro-batch in one transaction: the
+  rows of a flush land together or not at all.
+* ``mode: append`` is exactly once (:class:`JdbcSink` ``stores_offsets``): a flush of the
+  worker's batches writes its rows through the driver (one ``INSERT ... SELECT FROM
+  json_populate_recordset`` per flush) and moves the Kafka offsets they cover in the
+  table's offsets table, in the same transaction, with a compare-and-set
+  (:mod:`actors.sinks.jdbc_offsets`); batches of a partition are flushed in offset order
+  (the ledger of :mod:`actors.sinks.spark.ledger`), a partition resumes where the table
+  holds it, and a flush another writer got ahead of is rolled back, counted and said.
+  Rows PostgreSQL refuses are found by halving inside that transaction (savepoints),
+  which is then rolled back: the writes fail with
+  :class:`~actors.sinks.table.batching.RowsRefused` after the refused rows were taken
+  off, and the sink dead-letters them, then writes the others at once. Writes without a
+  position (:meth:`JdbcSink.write`) go through Spark's JDBC writer as before.
 * The table is created if missing with explicit PostgreSQL DDL (TEXT, INTEGER, BIGINT,
   DOUBLE PRECISION, BOOLEAN, BYTEA, TIMESTAMPTZ; NOT NULL where the column is not
   nullable). An existing table must have every column with a compatible type and
@@ -57,18 +69,30 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import re
+import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.base import Problem, SinkSettingsBase
+from actors.sinks.base import Position, Problem, SinkSettingsBase
+from actors.sinks.jdbc_offsets import (
+    OffsetsMoved,
+    create_offsets_sql,
+    insert_rows_sql,
+    move_offsets,
+    offsets_name_problem,
+    offsets_table,
+    read_offsets,
+)
 from actors.sinks.jdbc_upsert import (
     UNIQUE_INDEXES_SQL,
     delete_sql,
@@ -83,11 +107,13 @@ from actors.sinks.jdbc_upsert import (
     upsert_sql,
 )
 from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.ledger import OffsetLedger, Stream
 from actors.sinks.spark.sink import SparkTableSink
 from actors.sinks.spark.staging import flush_limits
-from actors.sinks.table.batching import Pending, TableWriter
+from actors.sinks.table.batching import Pending, RowsRefused, TableWriter
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
 from actors.sinks.table.rows import check, check_rows
+from actors.sinks.table.sink import TableSink
 from processors.base import DELETED, Column, Row
 from settings.identifiers import IDENTIFIER, QualifiedSqlIdentifier, sql_identifier
 
@@ -319,6 +345,21 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
+@dataclass(eq=False)
+class _Flight:
+    """A fenced flush (``mode: append``) handed to the Spark thread: its batches and
+    streams, the flushes of the same streams before it, the offsets it moves each stream
+    to, from where (``expected``), under which ownership; failed once it did."""
+
+    batches: list[Any]
+    streams: set[Stream]
+    after: list[_Flight]
+    offsets: dict[Stream, int]
+    expected: dict[Stream, int]
+    owners: dict[Stream, object]
+    failed: bool = False
+
+
 class JdbcTableWriter(TableWriter):
     """Micro-batches one table's rows (see :class:`TableWriter`) and appends each batch
     with Spark's JDBC writer, in one transaction; with ``mode: upsert``, upserts it by
@@ -338,6 +379,17 @@ class JdbcTableWriter(TableWriter):
         self.url = settings.url
         self.where = f"jdbc sink {table} at {safe_url(settings.url)}"
         self._registered = False
+        # mode: append: the Kafka offsets the table holds (actors.sinks.jdbc_offsets),
+        # and per stream this writer owns, as the Iceberg writer keeps them
+        # (actors.sinks.spark.staging): floor, landed, next and an ownership token.
+        self.offsets = offsets_table(table) if not self.key else None
+        self.ledger = OffsetLedger()
+        self._floors: dict[Stream, int] = {}
+        self._landed: dict[Stream, int] = {}
+        self._next: dict[Stream, int] = {}
+        self._owner: dict[Stream, object] = {}
+        self._flights: list[_Flight] = []  # running fenced flushes, in the thread's order
+        self.fenced = 0  # flushes refused because another writer moved the offsets
 
     def _properties(self) -> dict[str, str]:
         props = dict(_DEFAULT_PROPERTIES) if self.url.startswith("jdbc:postgresql:") else {}
@@ -406,6 +458,10 @@ class JdbcTableWriter(TableWriter):
         conn = self._connect(spark)
         try:
             created = self._ensure_one(conn, self.table, self.columns)
+            if self.offsets is not None:
+                statement = conn.createStatement()
+                statement.execute(create_offsets_sql(_qualified(self.offsets)))
+                statement.close()
             if self.deletions is not None:
                 self._ensure_one(conn, self.deletions, self._deletion_columns)
         finally:
@@ -467,6 +523,9 @@ class JdbcTableWriter(TableWriter):
                     "created" if created else "checked", safe_url(self.url))
 
     async def _flush(self, batch: list[Pending]) -> None:
+        if self.offsets is not None and any(item.stream is not None for item in batch):
+            await self._flush_fenced(batch)
+            return
         parts: list[JdbcPart] = [item.part for item in batch]
         rows = [(part, row) for part in parts for row in part.rows]
         done = [False] * len(rows)  # written or refused
@@ -502,6 +561,307 @@ class JdbcTableWriter(TableWriter):
                 item.future.set_exception(error)
             else:
                 item.future.set_result(None)
+
+    # -- offsets (mode: append) -----------------------------------------------------
+
+    async def load_floors(self, streams: Iterable[Stream]) -> dict[Stream, int]:
+        """Read the table's offsets of ``streams`` (assigned to a worker of this
+        process): rows of messages before them are dropped from now on, and this
+        writer's flushes of a stream not yet owned continue from there. SinkError when
+        the database cannot be read (the caller retries)."""
+        wanted = set(streams)
+        await self.register()
+        offsets = self.offsets
+        if offsets is None:
+            return {}
+
+        def read(spark: Any) -> dict[Stream, int]:
+            conn = self._connect(spark)
+            try:
+                return read_offsets(conn, _qualified(offsets), wanted)
+            finally:
+                conn.close()
+
+        try:
+            floors = await self.actor.call(read, retry=True)
+        except (SinkError, FatalError):
+            raise
+        except Exception as exc:
+            raise SinkError(f"{self.where}: cannot read the Kafka offsets the table holds "
+                            f"({offsets}): {_short(exc)}") from exc
+        for stream in wanted:
+            if stream not in self._owner:
+                offset = floors.get(stream, 0)
+                self._floors[stream] = self._landed[stream] = self._next[stream] = offset
+                self._owner[stream] = object()
+        return floors
+
+    def floor(self, stream: Stream) -> int | None:
+        """The offset before which ``stream``'s messages are in the table (None: not
+        read since the partition was assigned)."""
+        return self._floors.get(stream)
+
+    def _disown(self, stream: Stream) -> None:
+        for positions in (self._floors, self._landed, self._next, self._owner):
+            positions.pop(stream, None)
+
+    def forget(self, streams: Iterable[Stream]) -> None:
+        """The streams were revoked: their positions and batches are dropped; a flush of
+        them not yet written refuses to write."""
+        streams = list(streams)
+        for stream in streams:
+            self._disown(stream)
+        self.ledger.forget(streams)
+
+    async def wait_appends(self, streams: Iterable[Stream], within_s: float) -> bool:
+        """Wait (up to ``within_s``) until no running flush holds a batch of
+        ``streams``; False when one still runs."""
+        wanted = set(streams)
+        deadline = time.monotonic() + within_s
+        while any(f.streams & wanted for f in self._flights):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    def running(self, streams: Iterable[Stream]) -> int:
+        wanted = set(streams)
+        return sum(bool(f.streams & wanted) for f in self._flights)
+
+    def register_batch(self, stream: Stream, batch: Any) -> None:
+        """A write of the worker's ``batch`` of ``stream`` started (in offset order)."""
+        self.ledger.register(stream, batch)
+
+    def finished(self, batch: Any) -> None:
+        """``batch`` has no row for the table: done."""
+        self.ledger.finished(batch)
+
+    def _take(self) -> list[Pending]:
+        """Without offsets (``mode: upsert``): every pending part. Else as the Iceberg
+        writer takes them (:meth:`StagingWriter._take
+        <actors.sinks.spark.staging.StagingWriter._take>`): a part waits until every
+        earlier batch of its partition is in the table or in a running flush; a part of
+        a cancelled batch or of a partition no longer owned fails; rows before the
+        partition's *landed* offset are cut (a part wholly before it is done)."""
+        if self.offsets is None:
+            return super()._take()
+        ids = {id(b) for f in self._flights if not f.failed for b in f.batches}
+        offset_at = [c.name for c in self._all].index("_offset")
+        taken: list[Pending] = []
+        dropped: list[tuple[Pending, str]] = []
+        done: list[Pending] = []
+        order = sorted(self._pending, key=lambda p: (
+            p.batch is None, p.stream or ("", "", 0), getattr(p.batch, "next_offset", 0)))
+        for item in order:
+            batch = item.batch
+            if batch is None:
+                taken.append(item)
+                continue
+            if batch.cancelled:
+                dropped.append((item, "its partition was revoked"))
+                continue
+            stream = self.ledger.stream_of(batch)
+            if stream is None or stream not in self._owner:
+                dropped.append((item, "its partition is no longer this writer's, or "
+                                      "where the table holds it is not known"))
+                continue
+            if not self.ledger.eligible(batch, ids):
+                continue
+            ids.add(id(batch))
+            landed = self._landed[stream]
+            part: JdbcPart = item.part
+            part.rows[:] = [r for r in part.rows if r[offset_at] >= landed]
+            item.rows = len(part)
+            if batch.next_offset <= landed or not item.rows:
+                done.append(item)  # its rows are in the table (its other messages had none)
+                continue
+            taken.append(item)
+        chosen = {id(item) for item in (*taken, *done)} | {id(i) for i, _ in dropped}
+        self._pending = [p for p in self._pending if id(p) not in chosen]
+        for item in done:
+            self.finished(item.batch)
+            if not item.future.done():
+                item.future.set_result(None)
+        for item, why in dropped:
+            if not item.future.done():
+                item.future.set_exception(SinkError(f"{self.where}: not written: {why}"))
+        return taken
+
+    async def _flush_fenced(self, batch: list[Pending]) -> None:
+        """Write ``batch`` and move the offsets of its partitions in one transaction
+        (:mod:`actors.sinks.jdbc_offsets`). Rows PostgreSQL refuses (class 22/23) are
+        found by splitting inside that transaction (savepoints), which is then rolled
+        back: the writes fail with RowsRefused after the refused rows were taken off
+        their parts, so the sink dead-letters them before it writes the others again
+        with the offsets past them (a dead letter is never lost to a crash between the
+        table commit and the dead-letter write)."""
+        kept = []
+        for item in batch:
+            b = item.batch
+            if b is None or (not b.cancelled and self.ledger.stream_of(b) is not None
+                             and item.stream in self._owner):
+                kept.append(item)
+            elif not item.future.done():
+                item.future.set_exception(SinkError(
+                    f"{self.where}: not written: its partition was revoked"))
+        batch = kept
+        if not batch:
+            return
+        batches = [item.batch for item in batch if item.batch is not None]
+        moves = self.ledger.watermarks(batches)
+        streams = set(moves)
+        flight = _Flight(batches, streams, [f for f in self._flights if f.streams & streams],
+                         moves, {s: self._next[s] for s in moves},
+                         {s: self._owner[s] for s in moves})
+        for stream, end in moves.items():
+            self._next[stream] = max(self._next[stream], end)
+        self._flights.append(flight)
+        rows = [(item.part, row) for item in batch for row in item.part.rows]
+        error: Exception | None = None
+        try:
+            await self.register()
+            refused = await self.actor.call(
+                lambda spark: self._append_fenced(spark, flight, [r for _, r in rows]),
+                retry=True)
+        except OffsetsMoved as exc:
+            error = await self._moved(flight, exc, len(rows))
+        except AppendError as exc:
+            flight.failed = True
+            error = SinkError(f"{self.where}: append of {len(rows)} row(s) failed: {exc}")
+            error.__cause__ = exc.__cause__
+        except (FatalError, SinkError) as exc:
+            flight.failed = True
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - any other failure is retried
+            flight.failed = True
+            error = SinkError(f"{self.where}: append of {len(rows)} row(s) failed: "
+                              f"{_short(exc)}")
+            error.__cause__ = exc
+        else:
+            if refused:
+                flight.failed = True
+                gone = {index for index, _ in refused}
+                for index, failure in refused:
+                    part, row = rows[index]
+                    part.refused.append(self._refusal(row, failure))
+                for part in {id(p): p for p, _ in rows}.values():
+                    part.rows[:] = [r for r in part.rows
+                                    if not any(r is rows[i][1] for i in gone)]
+                error = RowsRefused(f"{self.where}: {len(refused)} of {len(rows)} row(s) "
+                                    "refused by PostgreSQL; nothing written: the sink "
+                                    "dead-letters them, then writes the others")
+        finally:
+            self._flights.remove(flight)
+        if error is not None:
+            for stream in moves:
+                if self._owner.get(stream) is flight.owners[stream]:
+                    self._next[stream] = self._landed[stream]
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(error)
+            return
+        self.flushes += 1
+        self.ledger.committed(batches)
+        for stream, end in moves.items():
+            if self._owner.get(stream) is flight.owners[stream]:
+                self._landed[stream] = max(self._landed[stream], end)
+        for item in batch:
+            item.part.rows.clear()
+            if not item.future.done():
+                item.future.set_result(None)
+
+    async def _moved(self, flight: _Flight, exc: OffsetsMoved, rows: int) -> Exception:
+        """Another writer moved a partition of ``flight``: nothing of it is in the table.
+        Count it, say so, and read the table's offsets of its partitions again: the
+        retries drop the rows the table holds."""
+        self.fenced += 1
+        metrics = self.actor.metrics
+        if metrics is not None:
+            metrics.fenced_appends.labels(self.table).inc()
+        logger.warning("%s: a flush of %d row(s) was refused (nothing of it written, "
+                       "nothing committed to Kafka for it): %s", self.where, rows, exc)
+        mine = [s for s in flight.offsets if self._owner.get(s) is flight.owners[s]]
+        for stream in mine:
+            self._disown(stream)
+        try:
+            floors = await self.load_floors(mine) if mine else {}
+        except Exception as lookup:  # noqa: BLE001 - read again at the retry's write
+            logger.warning("%s: the offsets of the refused partitions cannot be read now "
+                           "(%s); read at the retries", self.where, lookup)
+        else:
+            logger.warning("%s: the table holds %s now; the retries continue from there",
+                           self.where, ", ".join(f"{t}[{p}]@{floors.get((g, t, p), 0)}"
+                                                 for g, t, p in mine) or "none of these")
+        error = SinkError(f"{self.where}: flush of {rows} row(s) refused: {exc}")
+        error.__cause__ = exc
+        return error
+
+    def _append_fenced(self, spark: Any, flight: _Flight,
+                       rows: list[tuple[Any, ...]]) -> list[tuple[int, AppendError]]:
+        """Spark thread: insert ``rows`` and move ``flight``'s offsets in one transaction
+        (committed only when no row was refused); the positions of the rows PostgreSQL
+        refused for a fact about rows, with why (then nothing is committed). Raises
+        OffsetsMoved (rolled back), AppendError for any other failure, SinkError when an
+        earlier flush of the same partitions failed or a partition was revoked."""
+        if any(f.failed for f in flight.after):
+            raise SinkError(f"{self.where}: an earlier flush of the same partitions "
+                            "failed; written again after it")
+        for batch in flight.batches:
+            if batch.cancelled:
+                raise SinkError(f"{self.where}: not written: a partition of the flush was "
+                                "revoked")
+        for stream, owner in flight.owners.items():
+            if self._owner.get(stream) is not owner:
+                raise SinkError(f"{self.where}: not written: partition {stream[1]}"
+                                f"[{stream[2]}] is no longer this writer's")
+        names = [c.name for c in self._all]
+        conn = self._connect(spark)
+        try:
+            conn.setAutoCommit(False)
+            insert = conn.prepareStatement(insert_rows_sql(_qualified(self.table), names))
+            refused: list[tuple[int, AppendError]] = []
+            self._insert_split(conn, insert, rows, names, 0, len(rows), refused)
+            insert.close()
+            if refused:
+                conn.rollback()
+                return refused
+            move_offsets(conn, _qualified(self.offsets or ""), self.table, flight.offsets,
+                         flight.expected)
+            conn.commit()
+        except (OffsetsMoved, AppendError):
+            flight.failed = True
+            raise
+        except Exception as exc:
+            flight.failed = True
+            state, message = sql_error(exc)
+            raise AppendError(state, message) from exc
+        finally:
+            conn.close()  # not committed: rolled back
+        logger.debug("jdbc sink: %s: appended %d row(s) with their offsets", self.table,
+                     len(rows))
+        return []
+
+    def _insert_split(self, conn: Any, insert: Any, rows: list[tuple[Any, ...]],
+                      names: list[str], start: int, end: int,
+                      refused: list[tuple[int, AppendError]]) -> None:
+        """Spark thread: insert ``rows[start:end]`` behind a savepoint; refused for a
+        fact about rows, roll back to it and split until the refused rows are alone."""
+        savepoint = conn.setSavepoint()
+        try:
+            execute_statement(insert, rows_json(rows[start:end], names), end - start)
+        except Exception as exc:
+            state, message = sql_error(exc)
+            if not is_row_error(state):
+                raise AppendError(state, message) from exc
+            conn.rollback(savepoint)
+            if end - start == 1:
+                refused.append((start, AppendError(state, message)))
+                return
+            middle = (start + end) // 2
+            self._insert_split(conn, insert, rows, names, start, middle, refused)
+            self._insert_split(conn, insert, rows, names, middle, end, refused)
+            return
+        conn.releaseSavepoint(savepoint)
 
     async def _write_all(self, rows: list[tuple[JdbcPart, tuple[Any, ...]]], done: list[bool],
                          refused: set[int]) -> None:
@@ -722,6 +1082,66 @@ class JdbcSink(SparkTableSink):
     settings_model = JdbcSinkSettings
     requires = {"pyspark": "kstage[spark]"}
     settings: JdbcSinkSettings
+    _writer: JdbcTableWriter | None
+
+    def __init__(self, settings: JdbcSinkSettings, actor: SparkActor | None = None,
+                 columns: Sequence[Column] = (), table: str | None = None) -> None:
+        super().__init__(settings, actor, columns, table)
+        # mode: append stores its offsets (exactly once, with the offsets table of
+        # actors.sinks.jdbc_offsets); mode: upsert is idempotent by key.
+        self.capabilities = replace(TableSink.capabilities,
+                                    stores_offsets=settings.mode == "append")
+
+    def _stream(self, topic: str, partition: int) -> Stream:
+        return (self.context.group, topic, partition)
+
+    async def write_at(self, rows: Sequence[Row], position: Position) -> None:
+        """``mode: append``: write the rows of one batch with its offsets; rows of
+        messages the table already holds (before its offset for the partition) are
+        dropped. ``mode: upsert``: :meth:`write`."""
+        writer = self._writer
+        if writer is None:
+            raise SinkError("jdbc sink: write before open")
+        if writer.offsets is None:
+            await self.write(rows)
+            return
+        stream = self._stream(position.tp.topic, position.tp.partition)
+        writer.register_batch(stream, position)  # first: writes start in offset order
+        floor = writer.floor(stream)
+        if floor is None:
+            floor = (await writer.load_floors([stream])).get(stream, 0)
+        if floor and isinstance(rows, list) and rows:
+            # In place: a retry of this batch passes the same list (see TableSink.write).
+            rows[:] = [row for row in rows if row["_offset"] >= floor]
+        if not await self._write(rows, position, stream):
+            writer.finished(position)
+
+    async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """``mode: append``: the table's offsets of the assigned partitions (SinkError
+        when the database cannot be read now: the first write of each partition reads
+        them again); batches of an earlier ownership are forgotten first."""
+        writer = self._writer
+        if writer is None or writer.offsets is None:
+            return {}
+        streams = [self._stream(t, p) for t, p in partitions]
+        writer.forget(streams)
+        floors = await writer.load_floors(streams)
+        return {(topic, partition): offset for (_, topic, partition), offset in floors.items()}
+
+    async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) for running flushes of the partitions, then forget
+        them; one still running past the wait commits only if the table's offsets are
+        still where it continues from (the compare-and-set)."""
+        writer = self._writer
+        if writer is None or writer.offsets is None:
+            return
+        streams = [self._stream(t, p) for t, p in partitions]
+        if not await writer.wait_appends(streams, timeout_s):
+            logger.warning("%s: %d flush(es) of revoked partitions %s still running after "
+                           "%.1fs; each commits only if no other writer moved their offsets",
+                           writer.where, writer.running(streams), sorted(partitions),
+                           timeout_s)
+        writer.forget(streams)
 
     def check(self) -> list[Problem]:
         """The table name must be ``name`` or ``schema.name`` of plain identifiers; the
@@ -733,6 +1153,10 @@ class JdbcSink(SparkTableSink):
             problems.append((("sink", "table"), f"jdbc sink: table name of {self._what()}: "
                              f"{exc}; set sink.table"))
         problems += self._column_problems(_RESERVED)
+        if self.settings.mode == "append":
+            offsets_problem = offsets_name_problem(self.table)
+            if offsets_problem:
+                problems.append((("sink", "table"), f"jdbc sink {self.table}: {offsets_problem}"))
         if self.settings.mode == "upsert" and self.columns:
             problems += self._key_problems()
             name_problem = deletions_name_problem(self.table)

@@ -37,8 +37,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.errors import SinkError
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column, Row
+
+
+class RowsRefused(SinkError):
+    """A flush found rows the table refuses for good and wrote nothing (they were taken
+    off their parts into :meth:`TableWriter.refused`): the sink dead-letters them, then
+    writes the others at once (the JDBC append, whose offsets move with its rows)."""
 
 
 @dataclass(slots=True, eq=False)

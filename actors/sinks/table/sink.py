@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from actors.errors import FatalError, SinkError
 from actors.sinks.base import Problem, Sink, SinkCapabilities, SinkContext
-from actors.sinks.table.batching import TableWriter
+from actors.sinks.table.batching import RowsRefused, TableWriter
 from processors.base import Column, Row
 from settings.identifiers import IDENTIFIER
 
@@ -121,7 +121,14 @@ class TableSink(Sink):
                 # passes this same, emptied list and finds the converted rows in _failed.
                 rows.clear()
         try:
-            await self._writer.write(good, batch=batch, stream=stream)
+            while True:  # each round takes at least one refused row off ``good``
+                try:
+                    await self._writer.write(good, batch=batch, stream=stream)
+                except RowsRefused:
+                    self._failed[id(rows)] = (rows, good)
+                    await self._report_refused(self._writer, good)
+                    continue
+                break
         except SinkError:
             self._failed[id(rows)] = (rows, good)  # kept for the retry of this batch
             await self._report_refused(self._writer, good)
