@@ -259,6 +259,13 @@ class Sink(abc.ABC):
         :meth:`assigned`, for messages (a table sink: its table)."""
         return f"the {self.type} sink"
 
+    def offsets_reset(self, group: str, topic: str, partition: int) -> str:
+        """How an operator resets the offset of a partition a sink that
+        ``stores_offsets`` holds past its high-water mark (named in the refusal).
+        Default: ``kstage tables reset-offsets`` (the Iceberg staging tables')."""
+        return (f"`kstage tables reset-offsets --group {group} --topic {topic} --partition "
+                f"{partition}` (a dry run; --yes to record the reset in the table)")
+
     async def revoked(  # noqa: B027 - optional hook
             self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
         """The worker lost ``partitions``: a sink that ``stores_offsets`` waits (at most

@@ -1095,6 +1095,15 @@ class JdbcSink(SparkTableSink):
     def _stream(self, topic: str, partition: int) -> Stream:
         return (self.context.group, topic, partition)
 
+    def offsets_reset(self, group: str, topic: str, partition: int) -> str:
+        """The SQL that forgets the partition's offset in the table's offsets table
+        (the group stopped)."""
+        # Shown to the operator, never run: the names come from the configuration.
+        table = _qualified(offsets_table(self.table))
+        return (f"with the group stopped, `DELETE FROM {table} "  # noqa: S608
+                f"WHERE group_id = '{group}' AND topic = '{topic}' AND partition = "
+                f"{partition}` in the database at {safe_url(self.settings.url)}")
+
     async def write_at(self, rows: Sequence[Row], position: Position) -> None:
         """``mode: append``: write the rows of one batch with its offsets; rows of
         messages the table already holds (before its offset for the partition) are

@@ -1,5 +1,6 @@
 """Partitions resumed where the topic's sinks hold them (sinks that ``stores_offsets``:
-Iceberg staging tables, which commit the Kafka offsets of their rows with the rows).
+Iceberg staging tables and JDBC tables in ``mode: append``, which commit the Kafka offsets
+of their rows with the rows).
 
 A process can die after its table commit and before its Kafka commit. The table then
 holds messages past Kafka's committed offset; read again from there, they would land
@@ -18,16 +19,17 @@ the *fetch* high-water mark, :mod:`actors.log_bounds`). An offset above the high
 mark cannot be a table ahead of Kafka's committed offset: the topic was deleted and
 re-created, or the group now reads another cluster (a mirror) whose offsets are lower,
 and every new message below that offset would be dropped as one the table holds, then
-committed. Such a partition is **refused**: it stays paused (nothing fetched, dropped
-or committed) until its next assignment, while the other partitions flow; the error
-names the table, topic, partition, offset and high-water mark, and the way out
-(``kstage tables reset-offsets``, then a restart); ``/readyz`` and ``/status`` show it
-(:attr:`Flow.refused <actors.worker.flow.Flow.refused>`). An offset below the log start
-is not an error: the messages between them expired by retention before the table got
-them (a stopped group, a short retention); the partition reads where the group's
-``auto_offset_reset`` says (the log start with ``earliest``), with a warning naming the
-gap. When the bounds cannot be read (a broker out of reach),
-the partitions go on as before, with a warning.
+committed. Such a partition is **refused**: it stays paused (nothing fetched, dropped or
+committed) until its next assignment, while the other partitions flow; the error names
+the table, topic, partition, offset and high-water mark, and the way out
+(:meth:`Sink.offsets_reset <actors.sinks.base.Sink.offsets_reset>`: ``kstage tables
+reset-offsets``, or for a JDBC table a DELETE from its offsets table; then a restart);
+``/readyz`` and ``/status`` show it (:attr:`Flow.refused
+<actors.worker.flow.Flow.refused>`). An offset below the log start is not an error: the
+messages between them expired by retention before the table got them (a stopped group, a
+short retention); the partition reads where the group's ``auto_offset_reset`` says (the
+log start with ``earliest``), with a warning naming the gap. When the bounds cannot be
+read (a broker out of reach), the partitions go on as before, with a warning.
 
 ``start_from`` (``earliest``/``latest``) wins at the first assignment of a process run:
 its seek stands (the table still drops what it holds). When a sink cannot tell (its
@@ -146,9 +148,8 @@ async def _refused(storing: Sequence[Sink], held: Sequence[dict[tuple[str, int],
                     f"{log.log_start}): the topic was re-created or the group reads another "
                     "cluster, and every new message below offset "
                     f"{floor} would be dropped as one the table holds; nothing of the "
-                    "partition is consumed or committed. Way out: `kstage tables "
-                    f"reset-offsets --group {group} --topic {tp.topic} --partition "
-                    f"{tp.partition}` (a dry run; --yes to record the reset in the table), "
+                    "partition is consumed or committed. Way out: "
+                    f"{sink.offsets_reset(group, tp.topic, tp.partition)}, "
                     "then restart kstage")
                 logger.error("%s: %s", label, refused[tp])
                 break

@@ -138,3 +138,26 @@ async def test_a_partition_the_table_holds_past_its_high_water_mark_is_refused(
     finally:
         worker.stop()
         await asyncio.wait_for(run, 10)
+
+
+class TableWithItsOwnReset(TwoPartitionTable):
+    def offsets_reset(self, group: str, topic: str, partition: int) -> str:
+        return f"forget {topic}[{partition}] of {group} in the table"
+
+
+async def test_a_refused_partition_names_the_sinks_own_way_out(tmp_path: Path) -> None:
+    """The way out is the sink's (a JDBC table's offsets table is reset with SQL)."""
+    tp1 = TopicPartition(TOPIC, 1)
+    consumer = FakeConsumer(TOPIC, {0: values(*({"i": i} for i in range(10))),
+                                    1: values(*({"i": i} for i in range(4)))})
+    sink = TableWithItsOwnReset({0: 500, 1: 2})
+    worker = make_worker(worker_settings(tmp_path), consumer, sink)
+    run = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: consumer.committed_offsets.get(tp1) == 4,
+                    "partition 1 flows and commits")
+        [why] = worker.snapshot()["refused"]
+        assert why.endswith("Way out: forget t[0] of g-fake in the table, then restart kstage"), why
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)

@@ -35,3 +35,12 @@ def test_an_offsets_table_name_past_postgresql_limit_is_refused() -> None:
         f"jdbc sink {long}: mode: append keeps the Kafka offsets of table {long} in the "
         f"table {long}_kafka_offsets, longer than PostgreSQL's 63-byte identifier limit (it "
         "would be truncated); name the table with at most 49 characters (sink.table)"))]
+
+
+def test_the_way_out_of_a_refused_partition_is_the_offsets_table() -> None:
+    """A JDBC table holding a partition past its high-water mark: the refusal names the
+    DELETE from its offsets table, not the Iceberg tables' reset-offsets."""
+    assert sink_for("raw.stg").offsets_reset("g", "events", 3) == (
+        "with the group stopped, `DELETE FROM \"raw\".\"stg_kafka_offsets\" WHERE "
+        "group_id = 'g' AND topic = 'events' AND partition = 3` in the database at "
+        "jdbc:postgresql://h/db")
