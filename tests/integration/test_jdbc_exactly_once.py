@@ -201,6 +201,27 @@ async def test_rows_postgresql_refuses_are_dead_lettered_before_the_offsets_move
     assert writer(sink).flushes == 1
 
 
+async def test_a_batch_of_a_revoked_partition_is_never_written(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    """A batch cancelled by a revoke before its flush is not written (its write fails);
+    the revoke forgets the partition, and the next assignment reads the table again."""
+    pg, table = running, "stg_eo_revoked"
+    sink = await fresh(jdbc_spark, pg, table)
+    stream = (GROUP, TOPIC, 0)
+    async with asyncio.timeout(90):
+        await sink.assigned([(TOPIC, 0)])
+        await sink.write_at(events(0, 0, 3), at(0, 3))
+        position = at(0, 6)
+        position.cancelled = True
+        with pytest.raises(SinkError, match="not written: its partition was revoked"):
+            await sink.write_at(events(0, 3, 3), position)
+        await sink.revoked([(TOPIC, 0)], 5.0)
+        assert writer(sink).floor(stream) is None
+        assert await sink.assigned([(TOPIC, 0)]) == {(TOPIC, 0): 3}
+    assert offsets_in(pg, table) == [(0, o) for o in range(3)]
+    assert recorded(pg, table) == [(GROUP, 0, 3)]
+
+
 @pytest.mark.kafka
 @pytest.mark.timeout(500)
 async def test_sigkill_after_the_table_commit_resumes_from_the_table(
