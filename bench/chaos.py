@@ -2,6 +2,7 @@
 
     python bench/chaos.py --sink jsonl --kills 100            # 3 processes, JSONL sink
     python bench/chaos.py --sink spark --kills 10             # 2 processes, Spark + merge
+    python bench/chaos.py --sink spark --appends pyiceberg --kills 10 --freezes 8  # zombies
 
 What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at the end):
 
@@ -22,10 +23,18 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
    kstage process and, for Spark, its JVM), waits for it to die and starts it again, until
    ``--kills`` kills were made. The first kill comes once every member was assigned
    partitions (so kills hit members at work, not only members joining).
+
+   With ``--freezes N`` (Spark sink; meanwhile, :func:`freeze_members`), N times: a live
+   member (each in turn) is watched until one of its appends of the staging table starts
+   (its DEBUG line ``<table>: appending``: the members log at DEBUG), and its whole process
+   tree (kstage and its Spark JVM) is SIGSTOPped at once, kept stopped ``--freeze-s``
+   seconds (default: the session timeout, 6 s, + 8 s), then SIGCONTed: a *zombie*, evicted
+   from the group while frozen, whose partitions another member took over and appended,
+   wakes up with its append in flight. The member kills pass over a frozen member.
 4. stops producing, lets the members drain: waits (up to ``--drain-timeout-s``) until the
-   group's committed offset equals the high-water mark of every partition (the producer's
-   last acknowledged offset + 1: ``end_offsets`` is wrong on this broker), then SIGTERMs
-   them (exit 0 expected) and, for Spark, runs ``kstage merge`` once.
+   group's committed offset equals the high-water mark of every partition (as a fetch
+   reports it: ``end_offsets`` is wrong on this broker), then SIGTERMs them (exit 0
+   expected) and, for Spark, runs ``kstage merge`` once (not with ``--no-merge``).
 5. reads every output and counts, against the produced ids:
 
    * ``lost``: produced ids found in no output; ``dup``: occurrences beyond the first
@@ -33,7 +42,8 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
      duplicate ratio is ``dup / produced``: the at-least-once price of the kills (JSONL);
      the Iceberg staging table is exactly once, so for Spark a ``dup`` fails the run.
    * ``final_lost`` / ``final_dup``: the same, after the deduplication a downstream
-     consumer applies. Spark: the final table written by ``kstage merge``. JSONL: the
+     consumer applies. Spark: the final table written by ``kstage merge`` (``-`` with
+     ``--no-merge``). JSONL: the
      rows deduplicated by Kafka coordinates (``_topic, _partition, _offset``, what the
      merge calls an exact replay), so ``final_dup`` counts ids stored at more than one
      offset (a producer retry), which no consumer can remove.
@@ -45,7 +55,10 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
      0: every record in the log, producer duplicates included, is landed).
    * ``dead``: dead-lettered messages (none expected: every event is valid).
 
-With ``--cluster`` (JSONL only) the broker is a 3-node Apache Kafka cluster instead
+``--appends spark|pyiceberg`` is the Spark sink's ``spark.appends``: what writes the staging
+appends (pyiceberg: no JVM in the members, only in the merge).
+
+With ``--cluster`` (either sink) the broker is a 3-node Apache Kafka cluster instead
 (KRaft, replication factor 3, ``min.insync.replicas=2``, the producer idempotent with
 ``acks=all``; ``make kafka-jars`` fetches its jars): besides the member kills, a node is
 SIGKILLed every ``--broker-interval-s`` seconds, kept down ``--broker-down-s`` seconds,
@@ -55,16 +68,19 @@ the cluster's end offsets.
 
 Last lines: the duplicate ratio, then exactly
 ``lost=<n> dup=<n> final_lost=<n> final_dup=<n> kills=<k>`` (with ``--cluster``, then
-`` broker_kills=<b>``). The exit code is 0 when lost, final_lost and final_dup are 0 (and
-dup, for Spark), every partition drained and every member stopped cleanly; 1 otherwise.
+`` broker_kills=<b>``; with ``--freezes``, then `` freezes=<f>``). The exit code is 0
+when lost, final_lost and final_dup are 0 (and dup, for Spark), every partition drained
+and every member stopped cleanly; 1 otherwise.
 The tables are read with pyiceberg through the run's catalog.
-``tests/integration/test_chaos.py`` runs a 10-kill JSONL variant.
+``tests/integration/test_chaos.py`` runs a 10-kill JSONL variant, a cluster variant and
+a 2-freeze pyiceberg variant.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -92,6 +108,13 @@ T0_MS = 1_717_000_000_000
 # Tansu holds a join for ~session_timeout/2 (ENVIRONMENT.md): a short session keeps
 # rebalances after a kill at a few seconds.
 _GROUP_TIMING = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+# A frozen member stays stopped past its session (the coordinator evicts it, another
+# member takes its partitions over and appends them) and a few seconds more.
+FREEZE_S = _GROUP_TIMING["session_timeout_ms"] / 1000 + 8
+# The DEBUG line a member logs when an append of the staging table starts, before its
+# rows are written and committed (StagingWriter._write in actors/sinks/spark/staging.py,
+# on the thread that appends, in both append modes): the freeze trigger.
+APPENDING = f".{SPARK_TABLE}: appending "
 
 
 @dataclass
@@ -112,6 +135,12 @@ class Options:
     broker_kills: int = 30
     broker_interval_s: float = 10.0
     broker_down_s: float = 3.0
+    appends: str = "spark"  # spark.appends of the Spark sink: spark or pyiceberg
+    freezes: int = 0
+    freeze_s: float = FREEZE_S
+    freeze_interval_s: float = 5.0
+    freeze_wait_s: float = 120.0
+    merge: bool = True  # Spark: kstage merge after the drain, the final table counted
 
 
 @dataclass
@@ -122,10 +151,11 @@ class Result:
     send_failed: int = 0
     lost: int = 0
     dup: int = 0
-    final_lost: int = 0
-    final_dup: int = 0
+    final_lost: int | None = 0  # None: not counted (Spark with --no-merge)
+    final_dup: int | None = 0
     kills: int = 0
     broker_kills: int | None = None  # the cluster mode's
+    freezes: int | None = None  # with --freezes
     torn: int = 0
     uncovered: int = 0
     dead: int = 0
@@ -140,14 +170,18 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return (self.lost == 0 and self.final_lost == 0 and self.final_dup == 0
+        return (self.lost == 0 and self.final_lost in (0, None)
+                and self.final_dup in (0, None)
                 and (self.dup == 0 or not self.exactly_once)
                 and self.uncovered == 0 and self.drained and self.clean_exits)
 
     def last_line(self) -> str:
-        line = (f"lost={self.lost} dup={self.dup} final_lost={self.final_lost} "
-                f"final_dup={self.final_dup} kills={self.kills}")
-        return line if self.broker_kills is None else f"{line} broker_kills={self.broker_kills}"
+        final = ("final_lost=- final_dup=-" if self.final_lost is None else
+                 f"final_lost={self.final_lost} final_dup={self.final_dup}")
+        line = f"lost={self.lost} dup={self.dup} {final} kills={self.kills}"
+        if self.broker_kills is not None:
+            line = f"{line} broker_kills={self.broker_kills}"
+        return line if self.freezes is None else f"{line} freezes={self.freezes}"
 
 
 # -- the producer -------------------------------------------------------------------------
@@ -235,6 +269,8 @@ class Member:
         self.incarnation = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.exit_codes: list[int] = []
+        self.frozen: list[int] = []  # the pids stopped by a freeze, until its thaw
+        self.freezes = 0  # of this slot, every incarnation
 
     def start(self) -> None:
         self.incarnation += 1
@@ -251,11 +287,55 @@ class Member:
             )
 
     def log(self) -> str:
-        path = self.work / "logs" / f"p{self.slot}-{self.incarnation}.log"
+        path = self.log_path()
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def log_path(self) -> Path:
+        return self.work / "logs" / f"p{self.slot}-{self.incarnation}.log"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    async def next_append(self, timeout_s: float) -> bool:
+        """Wait until this incarnation logs an append of the staging table (the
+        :data:`APPENDING` line) after now: True; False when it dies or is replaced first,
+        or after ``timeout_s``. The log is read from where it ended at the call, every
+        5 ms."""
+        incarnation, path, marker = self.incarnation, self.log_path(), APPENDING.encode()
+        pos = path.stat().st_size if path.exists() else 0
+        tail = b""
+        deadline = time.monotonic() + timeout_s
+        while (time.monotonic() < deadline and self.alive()
+               and self.incarnation == incarnation):
+            chunk = read_from(path, pos)
+            pos += len(chunk)
+            if marker in tail + chunk:
+                return True
+            tail = (tail + chunk)[-len(marker):]
+            await asyncio.sleep(0.005)
+        return False
+
+    def freeze(self) -> None:
+        """SIGSTOP the whole process tree: the process group at once (kstage and its
+        Spark JVM), then every descendant (tests/process_tree.py) in case one left it."""
+        from tests.process_tree import descendants
+
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        self.frozen = [self.proc.pid, *descendants(self.proc.pid)]
+        for pid in self.frozen[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT what :meth:`freeze` stopped (nothing when the tree died meanwhile)."""
+        assert self.proc is not None
+        for pid in self.frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        self.frozen = []
 
     def kill(self) -> None:
         """SIGKILL the whole process group and reap the kstage process."""
@@ -283,6 +363,13 @@ class Member:
         return with_group
 
 
+def read_from(path: Path, pos: int) -> bytes:
+    """The bytes of ``path`` from ``pos`` on (a log being written)."""
+    with path.open("rb") as log:
+        log.seek(pos)
+        return log.read()
+
+
 def write_config(path: Path, opts: Options, bootstrap: str) -> Path:
     spark = opts.sink == "spark"
     topic: dict[str, Any] = {"topic": TOPIC, "format": "json"}
@@ -293,7 +380,8 @@ def write_config(path: Path, opts: Options, bootstrap: str) -> Path:
     cfg: dict[str, Any] = {
         "name": GROUP,
         "kafka": {"bootstrap": bootstrap},
-        "service": {"http_port": 0, "log_level": "INFO"},
+        # DEBUG with freezes: the append lines (APPENDING) that time them.
+        "service": {"http_port": 0, "log_level": "DEBUG" if opts.freezes else "INFO"},
         "supervisor": {"shutdown_grace_s": 30, "abort_grace_s": 10},
         "groups": [{
             "group_id": GROUP,
@@ -307,6 +395,7 @@ def write_config(path: Path, opts: Options, bootstrap: str) -> Path:
     }
     if spark:
         cfg["spark"] = {"master": "local[1]", "warehouse": str(path.parent / "warehouse"),
+                        "appends": opts.appends,
                         "flush_max_rows": 5000, "flush_max_interval_s": 1.0,
                         "conf": {"spark.driver.memory": "512m", "spark.ui.enabled": "false"}}
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -413,9 +502,11 @@ def spark_id(dataset: str) -> int:
     return int(dataset.rsplit("/", 1)[1])
 
 
-def tally(opts: Options, work: Path, producer: Producer, result: Result) -> None:
+def tally(opts: Options, work: Path, producer: Producer, result: Result,
+          marks: dict[int, int]) -> None:
+    """Count (module doc); ``marks``: the high-water mark of every partition (the
+    cluster's end offsets cover the records of sends whose acknowledgement was lost)."""
     produced = set(producer.acked)
-    marks = producer.high_water()
     result.dead = sum(len(p.read_bytes().splitlines()) for p in (work / "dead").glob("*"))
     if opts.sink == "jsonl":
         rows = read_jsonl_outputs(work, result)
@@ -428,17 +519,160 @@ def tally(opts: Options, work: Path, producer: Producer, result: Result) -> None
         tables = read_spark_tables(work)
         staging, final = tables[SPARK_TABLE] or [], tables[SPARK_FINAL]
         result.lost, result.dup = count(Counter(spark_id(d) for d, _, _ in staging), produced)
-        if final is None:
-            result.notes.append("no final table: did kstage merge run?")
-            final = []
-        result.final_lost, result.final_dup = count(
-            Counter(spark_id(d) for d, _, _ in final), produced)
+        if not opts.merge:
+            result.final_lost = result.final_dup = None
+        else:
+            if final is None:
+                result.notes.append("no final table: did kstage merge run?")
+                final = []
+            result.final_lost, result.final_dup = count(
+                Counter(spark_id(d) for d, _, _ in final), produced)
         seen = {(p, o) for _, p, o in staging}
     result.uncovered = sum(1 for p, hw in marks.items() for o in range(hw)
                            if (p, o) not in seen)
 
 
 # -- the run ------------------------------------------------------------------------------
+
+async def kill_members(members: list[Member], opts: Options, rng: random.Random,
+                       result: Result, producer: Producer, producing: asyncio.Task[None],
+                       others: list[asyncio.Task[None]]) -> None:
+    """Every ``opts.interval_s`` SIGKILL a random member that is not frozen and start it
+    again, until ``opts.kills`` kills were made and ``others`` (the broker kills, the
+    freezes) are done; raise when the producer or one of them failed."""
+    started = time.monotonic()
+    while result.kills < opts.kills or not all(t.done() for t in others):
+        running = [t for t in (producing, *others) if not t.done()]
+        await asyncio.wait(running, timeout=opts.interval_s,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if producing.done():
+            raise RuntimeError(f"the producer stopped: {producing.exception()!r}")
+        for task in others:
+            if task.done() and task.exception() is not None:
+                raise RuntimeError(f"{task.get_name()} failed: {task.exception()!r}")
+        candidates = [m for m in members if not m.frozen]
+        if result.kills >= opts.kills or not candidates:
+            continue
+        victim = rng.choice(candidates)
+        was_alive = victim.alive()
+        victim.kill()
+        if not was_alive:
+            assert victim.proc is not None
+            result.notes.append(f"p{victim.slot}-{victim.incarnation} had exited "
+                                f"{victim.proc.returncode} before its kill")
+        victim.start()
+        result.kills += 1
+        if result.kills % 10 == 0:
+            brokers = "" if result.broker_kills is None else \
+                f" broker_kills={result.broker_kills}"
+            print(f"kills={result.kills}{brokers} produced={len(producer.acked)} after "
+                  f"{time.monotonic() - started:.0f} s", flush=True)
+
+
+async def freeze_members(members: list[Member], opts: Options, rng: random.Random,
+                         result: Result) -> None:
+    """``opts.freezes`` times: after ``opts.freeze_interval_s``, pick a live member (each
+    in turn: one of those frozen least so far, at random), wait for its next append of the
+    staging table to start (its :data:`APPENDING` log line), SIGSTOP its process tree at
+    once, keep it stopped ``opts.freeze_s`` (past its session: the group gives its
+    partitions to another member) and SIGCONT it: a zombie that wakes up with an append in
+    flight. A member killed or silent meanwhile is passed over."""
+    if not opts.freezes:
+        return
+    result.freezes = 0
+    misses = 0
+    while result.freezes < opts.freezes:
+        await asyncio.sleep(opts.freeze_interval_s)
+        candidates = [m for m in members if m.alive()]
+        if candidates:
+            least = min(m.freezes for m in candidates)
+            victim = rng.choice([m for m in candidates if m.freezes == least])
+        if not candidates or not await victim.next_append(opts.freeze_wait_s):
+            misses += 1  # bounded: members that stopped appending fail the run
+            if misses > 3 * opts.freezes + 3:
+                raise RuntimeError(f"{misses} times no member appended within "
+                                   f"{opts.freeze_wait_s:g} s: nothing to freeze")
+            continue
+        victim.freeze()
+        victim.freezes += 1
+        result.freezes += 1
+        name = f"p{victim.slot}-{victim.incarnation}"
+        print(f"freeze {result.freezes}: {name} stopped as an append started, for "
+              f"{opts.freeze_s:g} s", flush=True)
+        try:
+            await asyncio.sleep(opts.freeze_s)
+        finally:
+            victim.thaw()
+
+
+async def finish(opts: Options, work: Path, config: Path, bootstrap: str,
+                 producer: Producer, producing: asyncio.Task[None], members: list[Member],
+                 marks: Any, result: Result) -> None:
+    """Stop producing, drain to the high-water marks (``marks``: an awaitable of them),
+    stop the members, merge (Spark) and count."""
+    producer.stop()
+    await producing
+    result.produced, result.send_failed = len(producer.acked), producer.failed
+    high_water: dict[int, int] = await marks
+    print(f"produced={result.produced} send_failed={result.send_failed}; draining to "
+          f"high-water {sum(high_water.values())}", flush=True)
+    result.drained = await wait_drained(bootstrap, high_water, opts.drain_timeout_s,
+                                        members)
+    codes = await asyncio.gather(*(asyncio.to_thread(m.terminate, 60) for m in members))
+    result.clean_exits = all(c == 0 for c in codes)
+    if not result.clean_exits:
+        result.notes.append(f"exit codes after SIGTERM: {codes}")
+    if opts.sink == "spark" and opts.merge:
+        merge = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "service", "merge", "-c", str(config)],
+            capture_output=True, text=True, cwd=work, timeout=600, check=False,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+                 "DEAD": str(work / "dead" / "merge.jsonl")})
+        print(f"kstage merge exited {merge.returncode}: {merge.stdout.strip()}", flush=True)
+        if merge.returncode != 0:
+            result.notes.append(f"kstage merge failed:\n{merge.stderr[-3000:]}")
+    await asyncio.to_thread(tally, opts, work, producer, result, high_water)
+
+
+def describe(opts: Options) -> str:
+    sink = opts.sink if opts.sink == "jsonl" else f"spark, appends: {opts.appends}"
+    line = (f"{opts.processes} x kstage run ({sink}), {opts.partitions} partitions, "
+            f"{opts.rate:g} events/s, a kill every {opts.interval_s:g} s")
+    if opts.freezes:
+        line += f", {opts.freezes} freezes of {opts.freeze_s:g} s"
+    return line
+
+
+async def fetched_high_water(bootstrap: str, partitions: int, producer: Producer,
+                             result: Result) -> dict[int, int]:
+    """Every partition's high-water mark as a fetch reports it: the embedded broker's
+    ListOffsets is wrong after batched sends (``end_offsets``), and the offsets its produce
+    responses acknowledge were seen one short of the log's end (two ids acknowledged at
+    one offset). A difference from the producer's acknowledged marks is noted."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    acked = producer.high_water()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, max(acked[tp.partition] - 1, 0))
+        deadline = time.monotonic() + 60
+        while any(consumer.highwater(tp) is None for tp in tps):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no fetch answered with the high-water marks in 60 s")
+            await consumer.getmany(*tps, timeout_ms=500)
+        marks = {tp.partition: int(consumer.highwater(tp) or 0) for tp in tps}
+    finally:
+        await consumer.stop()
+    if marks != acked:
+        result.notes.append(f"the fetched high-water marks {marks} differ from those of "
+                            f"the acknowledged sends {acked}")
+    return marks
+
 
 async def chaos(opts: Options, work: Path) -> Result:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -452,6 +686,7 @@ async def chaos(opts: Options, work: Path) -> Result:
     spark = opts.sink == "spark"
     broker = EmbeddedBroker(log_path=work / "logs" / "broker.log").start()
     members: list[Member] = []
+    tasks: list[asyncio.Task[None]] = []
     try:
         admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
         await admin.start()
@@ -462,60 +697,36 @@ async def chaos(opts: Options, work: Path) -> Result:
         config = write_config(work / "kstage.yml", opts, broker.bootstrap)
         producer = Producer(broker.bootstrap, opts.partitions, opts.rate, spark)
         producing = asyncio.create_task(producer.run())
+        tasks.append(producing)
         members = [Member(slot, config, work, opts.jsonl_per_slot)
                    for slot in range(opts.processes)]
         for m in members:
             m.start()
-        print(f"chaos: {opts.processes} x kstage run ({opts.sink}), {opts.partitions} "
-              f"partitions, {opts.rate:g} events/s, a kill every {opts.interval_s:g} s; "
-              f"work dir {work}", flush=True)
+        print(f"chaos: {describe(opts)}; work dir {work}", flush=True)
         await wait_assigned(members, 90)
-        started = time.monotonic()
-        while result.kills < opts.kills:
-            await asyncio.sleep(opts.interval_s)
-            if producing.done():
-                raise RuntimeError(f"the producer stopped: {producing.exception()!r}")
-            victim = rng.choice(members)
-            was_alive = victim.alive()
-            victim.kill()
-            if not was_alive:
-                assert victim.proc is not None
-                result.notes.append(f"p{victim.slot}-{victim.incarnation} had exited "
-                                    f"{victim.proc.returncode} before its kill")
-            victim.start()
-            result.kills += 1
-            if result.kills % 10 == 0:
-                print(f"kills={result.kills} produced={len(producer.acked)} "
-                      f"after {time.monotonic() - started:.0f} s", flush=True)
-        producer.stop()
-        await producing
-        result.produced, result.send_failed = len(producer.acked), producer.failed
-        marks = producer.high_water()
-        print(f"produced={result.produced} send_failed={result.send_failed}; draining to "
-              f"high-water {sum(marks.values())}", flush=True)
-        result.drained = await wait_drained(broker.bootstrap, marks, opts.drain_timeout_s,
-                                            members)
-        codes = await asyncio.gather(*(asyncio.to_thread(m.terminate, 60) for m in members))
-        result.clean_exits = all(c == 0 for c in codes)
-        if not result.clean_exits:
-            result.notes.append(f"exit codes after SIGTERM: {codes}")
-        if spark:
-            merge = await asyncio.to_thread(
-                subprocess.run,
-                [sys.executable, "-m", "service", "merge", "-c", str(config)],
-                capture_output=True, text=True, cwd=work, timeout=600, check=False,
-                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
-                     "DEAD": str(work / "dead" / "merge.jsonl")})
-            print(f"kstage merge exited {merge.returncode}: {merge.stdout.strip()}", flush=True)
-            if merge.returncode != 0:
-                result.notes.append(f"kstage merge failed:\n{merge.stderr[-3000:]}")
-        await asyncio.to_thread(tally, opts, work, producer, result)
+        freezing = asyncio.create_task(freeze_members(members, opts, rng, result),
+                                       name="freezing")
+        tasks.append(freezing)
+        await kill_members(members, opts, rng, result, producer, producing, [freezing])
+        await finish(opts, work, config, broker.bootstrap, producer, producing, members,
+                     fetched_high_water(broker.bootstrap, opts.partitions, producer,
+                                        result), result)
     finally:
+        await stop_tasks(tasks)
         for m in members:
+            if m.frozen:
+                m.thaw()
             if m.alive():
                 m.kill()
         broker.stop()
     return result
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel what still runs (a failed run), and wait for it (a freeze thaws)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 # -- the cluster mode ---------------------------------------------------------------------
@@ -561,73 +772,43 @@ async def chaos_on_cluster(opts: Options, work: Path) -> Result:
     result = Result()
     rng = random.Random(opts.seed)
     members: list[Member] = []
+    tasks: list[asyncio.Task[None]] = []
     with KafkaCluster(work / "kafka", size=3, heap_mb=256) as cluster:
         try:
             await cluster.create_topic(TOPIC, opts.partitions, replication=3)
             config = write_config(work / "kstage.yml", opts, cluster.bootstrap)
             # Idempotent: a send retried after a lost acknowledgement (a broker killed
             # mid-request) must not land twice, or final_dup would count the producer's.
-            producer = Producer(cluster.bootstrap, opts.partitions, opts.rate, False, "all",
-                                idempotent=True)
+            producer = Producer(cluster.bootstrap, opts.partitions, opts.rate,
+                                opts.sink == "spark", "all", idempotent=True)
             producing = asyncio.create_task(producer.run())
+            tasks.append(producing)
             members = [Member(slot, config, work, opts.jsonl_per_slot)
                        for slot in range(opts.processes)]
             for m in members:
                 m.start()
-            print(f"chaos on a 3-node Apache Kafka cluster: {opts.processes} x kstage run, "
-                  f"{opts.partitions} partitions, {opts.rate:g} events/s, a member kill "
-                  f"every {opts.interval_s:g} s, a broker kill every "
-                  f"{opts.broker_interval_s:g} s; work dir {work}", flush=True)
+            print(f"chaos on a 3-node Apache Kafka cluster: {describe(opts)}, a broker "
+                  f"kill every {opts.broker_interval_s:g} s; work dir {work}", flush=True)
             await wait_assigned(members, 90)
             done = asyncio.Event()
-            brokers = asyncio.create_task(kill_brokers(cluster, opts, rng, result, done))
-            started = time.monotonic()
-            while result.kills < opts.kills or not brokers.done():
-                await asyncio.sleep(opts.interval_s)
-                if producing.done():
-                    raise RuntimeError(f"the producer stopped: {producing.exception()!r}")
-                if brokers.done() and brokers.exception() is not None:
-                    raise RuntimeError(f"killing brokers failed: {brokers.exception()!r}")
-                if result.kills >= opts.kills:
-                    continue
-                victim = rng.choice(members)
-                victim.kill()
-                victim.start()
-                result.kills += 1
-                if result.kills % 10 == 0:
-                    print(f"kills={result.kills} broker_kills={result.broker_kills} "
-                          f"produced={len(producer.acked)} after "
-                          f"{time.monotonic() - started:.0f} s", flush=True)
+            brokers = asyncio.create_task(kill_brokers(cluster, opts, rng, result, done),
+                                          name="killing brokers")
+            freezing = asyncio.create_task(freeze_members(members, opts, rng, result),
+                                           name="freezing")
+            tasks += [brokers, freezing]
+            await kill_members(members, opts, rng, result, producer, producing,
+                               [brokers, freezing])
             done.set()
-            await brokers
-            producer.stop()
-            await producing
-            result.produced, result.send_failed = len(producer.acked), producer.failed
-            marks = await end_offsets(cluster.bootstrap, opts.partitions)
-            print(f"produced={result.produced} send_failed={result.send_failed}; draining "
-                  f"to high-water {sum(marks.values())}", flush=True)
-            result.drained = await wait_drained(cluster.bootstrap, marks,
-                                                opts.drain_timeout_s, members)
-            codes = await asyncio.gather(*(asyncio.to_thread(m.terminate, 60)
-                                           for m in members))
-            result.clean_exits = all(c == 0 for c in codes)
-            if not result.clean_exits:
-                result.notes.append(f"exit codes after SIGTERM: {codes}")
-            await asyncio.to_thread(tally, opts, work, producer, result)
-            result.uncovered = uncovered(work, marks)
+            await finish(opts, work, config, cluster.bootstrap, producer, producing,
+                         members, end_offsets(cluster.bootstrap, opts.partitions), result)
         finally:
+            await stop_tasks(tasks)
             for m in members:
+                if m.frozen:
+                    m.thaw()
                 if m.alive():
                     m.kill()
     return result
-
-
-def uncovered(work: Path, marks: dict[int, int]) -> int:
-    """Offsets below the cluster's end offsets in no output (the producer's own marks
-    miss the records of sends whose acknowledgement was lost)."""
-    seen = {(int(r["_partition"]), int(r["_offset"])) for r in read_jsonl_outputs(
-        work, Result())}
-    return sum(1 for p, end in marks.items() for o in range(end) if (p, o) not in seen)
 
 
 def report(result: Result) -> None:
@@ -661,16 +842,30 @@ def parse(argv: list[str] | None) -> Options:
     p.add_argument("--work-dir", type=Path, default=None,
                    help="kept after the run (default: a temporary directory, removed)")
     p.add_argument("--cluster", action="store_true",
-                   help="a 3-node Apache Kafka cluster whose brokers are killed too (jsonl)")
+                   help="a 3-node Apache Kafka cluster whose brokers are killed too")
     p.add_argument("--broker-kills", type=int, default=30,
                    help="with --cluster: broker SIGKILLs to make (default 30)")
     p.add_argument("--broker-interval-s", type=float, default=10.0,
                    help="with --cluster: seconds between a broker's return and the next kill")
     p.add_argument("--broker-down-s", type=float, default=3.0,
                    help="with --cluster: seconds a killed broker stays down")
+    p.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
+                   help="with --sink spark: what appends to the Iceberg staging table "
+                   "(spark.appends; pyiceberg starts no JVM until the merge)")
+    p.add_argument("--freezes", type=int, default=0,
+                   help="SIGSTOPs of a member's process tree, each as one of its appends "
+                   "starts, for --freeze-s (--sink spark; default 0)")
+    p.add_argument("--freeze-s", type=float, default=FREEZE_S,
+                   help="seconds a frozen member stays stopped (default: the session "
+                   f"timeout + 8 = {FREEZE_S:g})")
+    p.add_argument("--freeze-interval-s", type=float, default=5.0,
+                   help="seconds between a thaw and the choice of the next member to freeze")
+    p.add_argument("--no-merge", dest="merge", action="store_false",
+                   help="with --sink spark: no kstage merge (no JVM with --appends "
+                   "pyiceberg); the final table is not counted (final_lost=- final_dup=-)")
     a = p.parse_args(argv)
-    if a.cluster and a.sink != "jsonl":
-        p.error("--cluster runs the jsonl sink")
+    if a.freezes and a.sink != "spark":
+        p.error("--freezes freeze the members of the Iceberg staging path: --sink spark")
     spark = a.sink == "spark"
     return Options(
         sink=a.sink, kills=a.kills if a.kills is not None else (10 if spark else 100),
@@ -679,17 +874,30 @@ def parse(argv: list[str] | None) -> Options:
         rate=a.rate or (100.0 if spark else 200.0), work_dir=a.work_dir, seed=a.seed,
         drain_timeout_s=a.drain_timeout_s, jsonl_per_slot=a.jsonl_per_slot,
         cluster=a.cluster, broker_kills=a.broker_kills,
-        broker_interval_s=a.broker_interval_s, broker_down_s=a.broker_down_s)
+        broker_interval_s=a.broker_interval_s, broker_down_s=a.broker_down_s,
+        appends=a.appends, freezes=a.freezes, freeze_s=a.freeze_s,
+        freeze_interval_s=a.freeze_interval_s, merge=a.merge)
 
 
 def run(opts: Options) -> Result:
     """One chaos run (what ``main`` and the CI test call)."""
-    mode = chaos_on_cluster if opts.cluster else chaos
     if opts.work_dir is not None:
         opts.work_dir.mkdir(parents=True, exist_ok=True)
-        return asyncio.run(mode(opts, opts.work_dir.resolve()))
+        return asyncio.run(guarded(opts, opts.work_dir.resolve()))
     with tempfile.TemporaryDirectory(prefix="kstage-chaos-") as tmp:
-        return asyncio.run(mode(opts, Path(tmp)))
+        return asyncio.run(guarded(opts, Path(tmp)))
+
+
+async def guarded(opts: Options, work: Path) -> Result:
+    """The run, cancelled by a SIGTERM (a ``timeout`` around the bench) so that its
+    cleanup runs: the members live in their own sessions and would outlive it."""
+    mode = chaos_on_cluster if opts.cluster else chaos
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(ValueError, RuntimeError):  # not the main thread (a test)
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    return await mode(opts, work)
 
 
 def main(argv: list[str] | None = None) -> int:
