@@ -30,7 +30,8 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
    tree (kstage and its Spark JVM) is SIGSTOPped at once, kept stopped ``--freeze-s``
    seconds (default: the session timeout, 6 s, + 8 s), then SIGCONTed: a *zombie*, evicted
    from the group while frozen, whose partitions another member took over and appended,
-   wakes up with its append in flight. The member kills pass over a frozen member.
+   wakes up with its append in flight. The member kills pass over a frozen member, and one
+   thawed less than ``--freeze-interval-s`` ago.
 4. stops producing, lets the members drain: waits (up to ``--drain-timeout-s``) until the
    group's committed offset equals the high-water mark of every partition (as a fetch
    reports it: ``end_offsets`` is wrong on this broker), then SIGTERMs them (exit 0
@@ -91,6 +92,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +143,10 @@ class Options:
     freeze_interval_s: float = 5.0
     freeze_wait_s: float = 120.0
     merge: bool = True  # Spark: kstage merge after the drain, the final table counted
+    catalog: str = "sqlite"  # the Iceberg JDBC catalog's database: sqlite or postgres
+    catalog_restarts: int = 0
+    catalog_interval_s: float = 20.0
+    catalog_down_s: float = 3.0
 
 
 @dataclass
@@ -156,6 +162,7 @@ class Result:
     kills: int = 0
     broker_kills: int | None = None  # the cluster mode's
     freezes: int | None = None  # with --freezes
+    catalog_restarts: int | None = None  # with --catalog-restarts
     torn: int = 0
     uncovered: int = 0
     dead: int = 0
@@ -181,7 +188,11 @@ class Result:
         line = f"lost={self.lost} dup={self.dup} {final} kills={self.kills}"
         if self.broker_kills is not None:
             line = f"{line} broker_kills={self.broker_kills}"
-        return line if self.freezes is None else f"{line} freezes={self.freezes}"
+        if self.freezes is not None:
+            line = f"{line} freezes={self.freezes}"
+        if self.catalog_restarts is not None:
+            line = f"{line} catalog_restarts={self.catalog_restarts}"
+        return line
 
 
 # -- the producer -------------------------------------------------------------------------
@@ -271,6 +282,7 @@ class Member:
         self.exit_codes: list[int] = []
         self.frozen: list[int] = []  # the pids stopped by a freeze, until its thaw
         self.freezes = 0  # of this slot, every incarnation
+        self.spared_until = 0.0  # monotonic: no kill before (a zombie's late append)
 
     def start(self) -> None:
         self.incarnation += 1
@@ -370,7 +382,8 @@ def read_from(path: Path, pos: int) -> bytes:
         return log.read()
 
 
-def write_config(path: Path, opts: Options, bootstrap: str) -> Path:
+def write_config(path: Path, opts: Options, bootstrap: str,
+                 catalog: Catalog | None = None) -> Path:
     spark = opts.sink == "spark"
     topic: dict[str, Any] = {"topic": TOPIC, "format": "json"}
     if spark:
@@ -398,6 +411,8 @@ def write_config(path: Path, opts: Options, bootstrap: str) -> Path:
                         "appends": opts.appends,
                         "flush_max_rows": 5000, "flush_max_interval_s": 1.0,
                         "conf": {"spark.driver.memory": "512m", "spark.ui.enabled": "false"}}
+        if catalog is not None and catalog.settings:
+            cfg["spark"]["catalog"] = catalog.settings
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -476,14 +491,16 @@ def read_jsonl_outputs(work: Path, result: Result) -> list[dict[str, Any]]:
     return rows
 
 
-def read_spark_tables(work: Path) -> dict[str, list[list[Any]] | None]:
+def read_spark_tables(work: Path, url: str | None = None,
+                      ) -> dict[str, list[list[Any]] | None]:
     """The staging and final tables' (dataset, Kafka partition, offset) rows, read with
-    pyiceberg through the run's SQLite catalog (None: no such table)."""
+    pyiceberg through the run's catalog (``url``, SQLAlchemy's; default: the SQLite one in
+    the warehouse) (None: no such table)."""
     from pyiceberg.catalog.sql import SqlCatalog  # dev dependency
     from pyiceberg.exceptions import NoSuchTableError
 
     warehouse = work / "warehouse"
-    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
+    catalog = SqlCatalog("kstage", uri=url or f"sqlite:///{warehouse / 'catalog.db'}",
                          warehouse=f"file://{warehouse}", init_catalog_tables="false")
     tables: dict[str, list[list[Any]] | None] = {}
     for name in (SPARK_TABLE, SPARK_FINAL):
@@ -503,7 +520,7 @@ def spark_id(dataset: str) -> int:
 
 
 def tally(opts: Options, work: Path, producer: Producer, result: Result,
-          marks: dict[int, int]) -> None:
+          marks: dict[int, int], catalog: Catalog | None = None) -> None:
     """Count (module doc); ``marks``: the high-water mark of every partition (the
     cluster's end offsets cover the records of sends whose acknowledgement was lost)."""
     produced = set(producer.acked)
@@ -516,7 +533,7 @@ def tally(opts: Options, work: Path, producer: Producer, result: Result,
         seen = {(p, o) for _, p, o in by_coords}
     else:
         result.exactly_once = True
-        tables = read_spark_tables(work)
+        tables = read_spark_tables(work, catalog.url if catalog else None)
         staging, final = tables[SPARK_TABLE] or [], tables[SPARK_FINAL]
         result.lost, result.dup = count(Counter(spark_id(d) for d, _, _ in staging), produced)
         if not opts.merge:
@@ -532,14 +549,60 @@ def tally(opts: Options, work: Path, producer: Producer, result: Result,
                            if (p, o) not in seen)
 
 
+# -- the catalog ---------------------------------------------------------------------------
+
+@dataclass
+class Catalog:
+    """The staging table's Iceberg JDBC catalog: SQLite in the warehouse (the default), or
+    with ``--catalog postgres`` a PostgreSQL server of this run (tests/postgres.py)."""
+
+    settings: dict[str, Any] = field(default_factory=dict)  # spark.catalog ({}: SQLite)
+    url: str | None = None  # SQLAlchemy's, for pyiceberg (None: the SQLite file)
+    server: Any = None  # tests.postgres.Postgres
+
+
+@contextlib.contextmanager
+def catalog_database(opts: Options) -> Iterator[Catalog]:
+    if opts.catalog != "postgres":
+        yield Catalog()
+        return
+    from tests.postgres import DATABASE, USER, postgres_server
+
+    with contextlib.contextmanager(postgres_server)() as server:
+        yield Catalog(settings={"uri": server.url, "user": USER, "password": "secret"},
+                      url=f"postgresql+psycopg2://{USER}:secret@127.0.0.1:{server.port}/"
+                          f"{DATABASE}",
+                      server=server)
+
+
+async def restart_catalog(catalog: Catalog, opts: Options, result: Result) -> None:
+    """``opts.catalog_restarts`` times, every ``opts.catalog_interval_s``: stop the
+    PostgreSQL catalog (``pg_ctl stop -m fast``: its sessions are terminated), keep it down
+    ``opts.catalog_down_s``, start it again."""
+    if not opts.catalog_restarts:
+        return
+    result.catalog_restarts = 0
+    while result.catalog_restarts < opts.catalog_restarts:
+        await asyncio.sleep(opts.catalog_interval_s)
+        await asyncio.to_thread(catalog.server.stop, "fast")
+        try:
+            await asyncio.sleep(opts.catalog_down_s)
+        finally:
+            await asyncio.to_thread(catalog.server.start)
+        result.catalog_restarts += 1
+        print(f"catalog restart {result.catalog_restarts}: PostgreSQL down "
+              f"{opts.catalog_down_s:g} s", flush=True)
+
+
 # -- the run ------------------------------------------------------------------------------
 
 async def kill_members(members: list[Member], opts: Options, rng: random.Random,
                        result: Result, producer: Producer, producing: asyncio.Task[None],
                        others: list[asyncio.Task[None]]) -> None:
-    """Every ``opts.interval_s`` SIGKILL a random member that is not frozen and start it
-    again, until ``opts.kills`` kills were made and ``others`` (the broker kills, the
-    freezes) are done; raise when the producer or one of them failed."""
+    """Every ``opts.interval_s`` SIGKILL a random member that is not frozen (nor thawed
+    less than ``opts.freeze_interval_s`` ago) and start it again, until ``opts.kills`` kills
+    were made and ``others`` (the broker kills, the freezes) are done; raise when the
+    producer or one of them failed."""
     started = time.monotonic()
     while result.kills < opts.kills or not all(t.done() for t in others):
         running = [t for t in (producing, *others) if not t.done()]
@@ -550,7 +613,8 @@ async def kill_members(members: list[Member], opts: Options, rng: random.Random,
         for task in others:
             if task.done() and task.exception() is not None:
                 raise RuntimeError(f"{task.get_name()} failed: {task.exception()!r}")
-        candidates = [m for m in members if not m.frozen]
+        candidates = [m for m in members
+                      if not m.frozen and m.spared_until <= time.monotonic()]
         if result.kills >= opts.kills or not candidates:
             continue
         victim = rng.choice(candidates)
@@ -603,11 +667,13 @@ async def freeze_members(members: list[Member], opts: Options, rng: random.Rando
             await asyncio.sleep(opts.freeze_s)
         finally:
             victim.thaw()
+            # What the zombie does after its thaw is what is looked at: no kill yet.
+            victim.spared_until = time.monotonic() + opts.freeze_interval_s
 
 
 async def finish(opts: Options, work: Path, config: Path, bootstrap: str,
                  producer: Producer, producing: asyncio.Task[None], members: list[Member],
-                 marks: Any, result: Result) -> None:
+                 marks: Any, result: Result, catalog: Catalog) -> None:
     """Stop producing, drain to the high-water marks (``marks``: an awaitable of them),
     stop the members, merge (Spark) and count."""
     producer.stop()
@@ -632,7 +698,7 @@ async def finish(opts: Options, work: Path, config: Path, bootstrap: str,
         print(f"kstage merge exited {merge.returncode}: {merge.stdout.strip()}", flush=True)
         if merge.returncode != 0:
             result.notes.append(f"kstage merge failed:\n{merge.stderr[-3000:]}")
-    await asyncio.to_thread(tally, opts, work, producer, result, high_water)
+    await asyncio.to_thread(tally, opts, work, producer, result, high_water, catalog)
 
 
 def describe(opts: Options) -> str:
@@ -641,6 +707,10 @@ def describe(opts: Options) -> str:
             f"{opts.rate:g} events/s, a kill every {opts.interval_s:g} s")
     if opts.freezes:
         line += f", {opts.freezes} freezes of {opts.freeze_s:g} s"
+    if opts.catalog != "sqlite":
+        line += f", a {opts.catalog} catalog"
+    if opts.catalog_restarts:
+        line += f" restarted {opts.catalog_restarts} times"
     return line
 
 
@@ -675,6 +745,12 @@ async def fetched_high_water(bootstrap: str, partitions: int, producer: Producer
 
 
 async def chaos(opts: Options, work: Path) -> Result:
+    """The chaos run on the embedded broker (see the module doc)."""
+    with catalog_database(opts) as catalog:
+        return await chaos_embedded(opts, work, catalog)
+
+
+async def chaos_embedded(opts: Options, work: Path, catalog: Catalog) -> Result:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     from service.broker import EmbeddedBroker
@@ -694,7 +770,7 @@ async def chaos(opts: Options, work: Path) -> Result:
             await admin.create_topics([NewTopic(TOPIC, opts.partitions, 1)])
         finally:
             await admin.close()
-        config = write_config(work / "kstage.yml", opts, broker.bootstrap)
+        config = write_config(work / "kstage.yml", opts, broker.bootstrap, catalog)
         producer = Producer(broker.bootstrap, opts.partitions, opts.rate, spark)
         producing = asyncio.create_task(producer.run())
         tasks.append(producing)
@@ -704,13 +780,15 @@ async def chaos(opts: Options, work: Path) -> Result:
             m.start()
         print(f"chaos: {describe(opts)}; work dir {work}", flush=True)
         await wait_assigned(members, 90)
-        freezing = asyncio.create_task(freeze_members(members, opts, rng, result),
-                                       name="freezing")
-        tasks.append(freezing)
-        await kill_members(members, opts, rng, result, producer, producing, [freezing])
+        others = [asyncio.create_task(freeze_members(members, opts, rng, result),
+                                      name="freezing"),
+                  asyncio.create_task(restart_catalog(catalog, opts, result),
+                                      name="restarting the catalog")]
+        tasks += others
+        await kill_members(members, opts, rng, result, producer, producing, others)
         await finish(opts, work, config, broker.bootstrap, producer, producing, members,
                      fetched_high_water(broker.bootstrap, opts.partitions, producer,
-                                        result), result)
+                                        result), result, catalog)
     finally:
         await stop_tasks(tasks)
         for m in members:
@@ -765,6 +843,11 @@ async def end_offsets(bootstrap: str, partitions: int) -> dict[int, int]:
 
 async def chaos_on_cluster(opts: Options, work: Path) -> Result:
     """The chaos run on a 3-node Apache Kafka cluster (see the module doc)."""
+    with catalog_database(opts) as catalog:
+        return await chaos_cluster(opts, work, catalog)
+
+
+async def chaos_cluster(opts: Options, work: Path, catalog: Catalog) -> Result:
     from tests.apache_kafka import KafkaCluster
 
     for sub in ("out", "dead", "logs"):
@@ -776,7 +859,7 @@ async def chaos_on_cluster(opts: Options, work: Path) -> Result:
     with KafkaCluster(work / "kafka", size=3, heap_mb=256) as cluster:
         try:
             await cluster.create_topic(TOPIC, opts.partitions, replication=3)
-            config = write_config(work / "kstage.yml", opts, cluster.bootstrap)
+            config = write_config(work / "kstage.yml", opts, cluster.bootstrap, catalog)
             # Idempotent: a send retried after a lost acknowledgement (a broker killed
             # mid-request) must not land twice, or final_dup would count the producer's.
             producer = Producer(cluster.bootstrap, opts.partitions, opts.rate,
@@ -793,14 +876,17 @@ async def chaos_on_cluster(opts: Options, work: Path) -> Result:
             done = asyncio.Event()
             brokers = asyncio.create_task(kill_brokers(cluster, opts, rng, result, done),
                                           name="killing brokers")
-            freezing = asyncio.create_task(freeze_members(members, opts, rng, result),
-                                           name="freezing")
-            tasks += [brokers, freezing]
-            await kill_members(members, opts, rng, result, producer, producing,
-                               [brokers, freezing])
+            others = [brokers,
+                      asyncio.create_task(freeze_members(members, opts, rng, result),
+                                          name="freezing"),
+                      asyncio.create_task(restart_catalog(catalog, opts, result),
+                                          name="restarting the catalog")]
+            tasks += others
+            await kill_members(members, opts, rng, result, producer, producing, others)
             done.set()
             await finish(opts, work, config, cluster.bootstrap, producer, producing,
-                         members, end_offsets(cluster.bootstrap, opts.partitions), result)
+                         members, end_offsets(cluster.bootstrap, opts.partitions), result,
+                         catalog)
         finally:
             await stop_tasks(tasks)
             for m in members:
@@ -863,7 +949,20 @@ def parse(argv: list[str] | None) -> Options:
     p.add_argument("--no-merge", dest="merge", action="store_false",
                    help="with --sink spark: no kstage merge (no JVM with --appends "
                    "pyiceberg); the final table is not counted (final_lost=- final_dup=-)")
+    p.add_argument("--catalog", choices=("sqlite", "postgres"), default="sqlite",
+                   help="with --sink spark: the Iceberg JDBC catalog's database (postgres: "
+                   "a PostgreSQL server of the run, tests/postgres.py)")
+    p.add_argument("--catalog-restarts", type=int, default=0,
+                   help="with --catalog postgres: restarts of the catalog's server")
+    p.add_argument("--catalog-interval-s", type=float, default=20.0,
+                   help="seconds between a catalog restart and the next")
+    p.add_argument("--catalog-down-s", type=float, default=3.0,
+                   help="seconds the catalog's server stays down at each restart")
     a = p.parse_args(argv)
+    if a.catalog != "sqlite" and a.sink != "spark":
+        p.error("--catalog is the Spark sink's: --sink spark")
+    if a.catalog_restarts and a.catalog != "postgres":
+        p.error("--catalog-restarts restart a PostgreSQL catalog: --catalog postgres")
     if a.freezes and a.sink != "spark":
         p.error("--freezes freeze the members of the Iceberg staging path: --sink spark")
     spark = a.sink == "spark"
@@ -876,7 +975,9 @@ def parse(argv: list[str] | None) -> Options:
         cluster=a.cluster, broker_kills=a.broker_kills,
         broker_interval_s=a.broker_interval_s, broker_down_s=a.broker_down_s,
         appends=a.appends, freezes=a.freezes, freeze_s=a.freeze_s,
-        freeze_interval_s=a.freeze_interval_s, merge=a.merge)
+        freeze_interval_s=a.freeze_interval_s, merge=a.merge, catalog=a.catalog,
+        catalog_restarts=a.catalog_restarts, catalog_interval_s=a.catalog_interval_s,
+        catalog_down_s=a.catalog_down_s)
 
 
 def run(opts: Options) -> Result:
