@@ -117,6 +117,8 @@ FREEZE_S = _GROUP_TIMING["session_timeout_ms"] / 1000 + 8
 # rows are written and committed (StagingWriter._write in actors/sinks/spark/staging.py,
 # on the thread that appends, in both append modes): the freeze trigger.
 APPENDING = f".{SPARK_TABLE}: appending "
+# What a thawed member logs once it learns the group evicted it (actors/worker/rebalance.py).
+EVICTED = "lost its group membership"
 
 
 @dataclass
@@ -163,6 +165,7 @@ class Result:
     broker_kills: int | None = None  # the cluster mode's
     freezes: int | None = None  # with --freezes
     catalog_restarts: int | None = None  # with --catalog-restarts
+    evicted: int = 0  # freezes after which the thawed member said it lost its membership
     torn: int = 0
     uncovered: int = 0
     dead: int = 0
@@ -308,13 +311,21 @@ class Member:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def log_size(self) -> int:
+        path = self.log_path()
+        return path.stat().st_size if path.exists() else 0
+
     async def next_append(self, timeout_s: float) -> bool:
-        """Wait until this incarnation logs an append of the staging table (the
+        """Wait until this incarnation logs an append of the staging table starting (the
         :data:`APPENDING` line) after now: True; False when it dies or is replaced first,
-        or after ``timeout_s``. The log is read from where it ended at the call, every
+        or after ``timeout_s``."""
+        return await self.wait_log(APPENDING, self.log_size(), timeout_s)
+
+    async def wait_log(self, text: str, pos: int, timeout_s: float) -> bool:
+        """Wait until this incarnation's log holds ``text`` after byte ``pos``: True;
+        False when it dies or is replaced first, or after ``timeout_s``. Read every
         5 ms."""
-        incarnation, path, marker = self.incarnation, self.log_path(), APPENDING.encode()
-        pos = path.stat().st_size if path.exists() else 0
+        incarnation, path, marker = self.incarnation, self.log_path(), text.encode()
         tail = b""
         deadline = time.monotonic() + timeout_s
         while (time.monotonic() < deadline and self.alive()
@@ -658,17 +669,23 @@ async def freeze_members(members: list[Member], opts: Options, rng: random.Rando
                                    f"{opts.freeze_wait_s:g} s: nothing to freeze")
             continue
         victim.freeze()
+        frozen_at = victim.log_size()  # a stopped process writes nothing
         victim.freezes += 1
         result.freezes += 1
         name = f"p{victim.slot}-{victim.incarnation}"
-        print(f"freeze {result.freezes}: {name} stopped as an append started, for "
-              f"{opts.freeze_s:g} s", flush=True)
+        print(f"freeze {result.freezes}: {name} stopped as an append started "
+              f"({len(victim.frozen)} process(es)), for {opts.freeze_s:g} s", flush=True)
         try:
             await asyncio.sleep(opts.freeze_s)
         finally:
             victim.thaw()
             # What the zombie does after its thaw is what is looked at: no kill yet.
             victim.spared_until = time.monotonic() + opts.freeze_interval_s
+        # A zombie indeed: the group evicted it while it was frozen (it says so at once).
+        if await victim.wait_log(EVICTED, frozen_at, 30):
+            result.evicted += 1
+        else:
+            result.notes.append(f"{name} did not log {EVICTED!r} within 30 s of its thaw")
 
 
 async def finish(opts: Options, work: Path, config: Path, bootstrap: str,
@@ -900,9 +917,10 @@ async def chaos_cluster(opts: Options, work: Path, catalog: Catalog) -> Result:
 def report(result: Result) -> None:
     for note in result.notes[:20]:
         print(f"note: {note}")
+    evicted = "" if result.freezes is None else f" evicted={result.evicted}"
     print(f"produced={result.produced} send_failed={result.send_failed} torn={result.torn} "
-          f"uncovered={result.uncovered} dead={result.dead} drained={result.drained} "
-          f"clean_exits={result.clean_exits}")
+          f"uncovered={result.uncovered} dead={result.dead}{evicted} "
+          f"drained={result.drained} clean_exits={result.clean_exits}")
     print(f"duplicate ratio: {result.dup_ratio:.4f} ({result.dup} duplicates / "
           f"{result.produced} events)")
     print(result.last_line(), flush=True)

@@ -89,6 +89,7 @@ async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: P
     result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 150)
     chaos.report(result)
     assert result.freezes == 2
+    assert result.evicted == 2, f"each frozen member woke up evicted (a zombie): {result.notes}"
     assert result.produced > 0 and result.send_failed == 0
     assert result.drained, "the members committed every partition up to its high-water mark"
     assert result.lost == 0, result.notes
