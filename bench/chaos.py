@@ -1020,7 +1020,12 @@ async def guarded(opts: Options, work: Path) -> Result:
 
 
 def main(argv: list[str] | None = None) -> int:
-    result = run(parse(argv))
+    try:
+        result = run(parse(argv))
+    except asyncio.CancelledError:
+        print("chaos: stopped by SIGTERM (members thawed and killed, brokers stopped)",
+              flush=True)
+        return 128 + signal.SIGTERM
     report(result)
     return 0 if result.ok else 1
 
