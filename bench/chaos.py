@@ -57,7 +57,12 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
    * ``dead``: dead-lettered messages (none expected: every event is valid).
 
 ``--appends spark|pyiceberg`` is the Spark sink's ``spark.appends``: what writes the staging
-appends (pyiceberg: no JVM in the members, only in the merge).
+appends (pyiceberg: no JVM in the members, only in the merge). Catalog faults, beside
+(:func:`restart_catalog`, :func:`s3_faults`): ``--catalog postgres`` puts the Iceberg JDBC
+catalog in a PostgreSQL server of the run (tests/postgres.py), which
+``--catalog-restarts`` stops (fast) and starts again; ``--s3`` puts the warehouse on S3
+(moto's server, tests/s3_server.py) behind a proxy (tests/tcp_proxy.py's), which
+``--s3-faults`` makes answer every request ``503 SlowDown``, then slow.
 
 With ``--cluster`` (either sink) the broker is a 3-node Apache Kafka cluster instead
 (KRaft, replication factor 3, ``min.insync.replicas=2``, the producer idempotent with
@@ -149,6 +154,11 @@ class Options:
     catalog_restarts: int = 0
     catalog_interval_s: float = 20.0
     catalog_down_s: float = 3.0
+    s3: bool = False  # the warehouse on S3 (moto's server, tests/s3_server.py) via a proxy
+    s3_faults: int = 0
+    s3_interval_s: float = 20.0
+    s3_fault_s: float = 5.0
+    s3_delay_s: float = 0.2
 
 
 @dataclass
@@ -165,6 +175,7 @@ class Result:
     broker_kills: int | None = None  # the cluster mode's
     freezes: int | None = None  # with --freezes
     catalog_restarts: int | None = None  # with --catalog-restarts
+    s3_faults: int | None = None  # with --s3-faults
     evicted: int = 0  # freezes after which the thawed member said it lost its membership
     torn: int = 0
     uncovered: int = 0
@@ -195,6 +206,8 @@ class Result:
             line = f"{line} freezes={self.freezes}"
         if self.catalog_restarts is not None:
             line = f"{line} catalog_restarts={self.catalog_restarts}"
+        if self.s3_faults is not None:
+            line = f"{line} s3_faults={self.s3_faults}"
         return line
 
 
@@ -424,6 +437,8 @@ def write_config(path: Path, opts: Options, bootstrap: str,
                         "conf": {"spark.driver.memory": "512m", "spark.ui.enabled": "false"}}
         if catalog is not None and catalog.settings:
             cfg["spark"]["catalog"] = catalog.settings
+            if "warehouse" in catalog.settings:  # S3: one warehouse, the catalog's
+                del cfg["spark"]["warehouse"]
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -503,6 +518,7 @@ def read_jsonl_outputs(work: Path, result: Result) -> list[dict[str, Any]]:
 
 
 def read_spark_tables(work: Path, url: str | None = None,
+                      s3_catalog: dict[str, Any] | None = None,
                       ) -> dict[str, list[list[Any]] | None]:
     """The staging and final tables' (dataset, Kafka partition, offset) rows, read with
     pyiceberg through the run's catalog (``url``, SQLAlchemy's; default: the SQLite one in
@@ -511,8 +527,13 @@ def read_spark_tables(work: Path, url: str | None = None,
     from pyiceberg.exceptions import NoSuchTableError
 
     warehouse = work / "warehouse"
-    catalog = SqlCatalog("kstage", uri=url or f"sqlite:///{warehouse / 'catalog.db'}",
-                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
+    if s3_catalog is not None:  # an S3 warehouse: tests/lake.py's reader knows its keys
+        from tests.lake import IcebergReader
+
+        catalog = IcebergReader({"catalog": s3_catalog}).catalog
+    else:
+        catalog = SqlCatalog("kstage", uri=url or f"sqlite:///{warehouse / 'catalog.db'}",
+                             warehouse=f"file://{warehouse}", init_catalog_tables="false")
     tables: dict[str, list[list[Any]] | None] = {}
     for name in (SPARK_TABLE, SPARK_FINAL):
         try:
@@ -544,7 +565,8 @@ def tally(opts: Options, work: Path, producer: Producer, result: Result,
         seen = {(p, o) for _, p, o in by_coords}
     else:
         result.exactly_once = True
-        tables = read_spark_tables(work, catalog.url if catalog else None)
+        tables = read_spark_tables(work, catalog.url if catalog else None,
+                                   catalog.settings if catalog and opts.s3 else None)
         staging, final = tables[SPARK_TABLE] or [], tables[SPARK_FINAL]
         result.lost, result.dup = count(Counter(spark_id(d) for d, _, _ in staging), produced)
         if not opts.merge:
@@ -570,20 +592,106 @@ class Catalog:
     settings: dict[str, Any] = field(default_factory=dict)  # spark.catalog ({}: SQLite)
     url: str | None = None  # SQLAlchemy's, for pyiceberg (None: the SQLite file)
     server: Any = None  # tests.postgres.Postgres
+    proxy: Any = None  # with --s3: s3_fault_proxy()'s, in front of the S3 server
 
 
 @contextlib.contextmanager
-def catalog_database(opts: Options) -> Iterator[Catalog]:
-    if opts.catalog != "postgres":
-        yield Catalog()
-        return
-    from tests.postgres import DATABASE, USER, postgres_server
+def catalog_database(opts: Options, work: Path) -> Iterator[Catalog]:
+    with contextlib.ExitStack() as stack:
+        catalog = Catalog()
+        if opts.catalog == "postgres":
+            from tests.postgres import DATABASE, USER, postgres_server
 
-    with contextlib.contextmanager(postgres_server)() as server:
-        yield Catalog(settings={"uri": server.url, "user": USER, "password": "secret"},
-                      url=f"postgresql+psycopg2://{USER}:secret@127.0.0.1:{server.port}/"
-                          f"{DATABASE}",
-                      server=server)
+            server = stack.enter_context(contextlib.contextmanager(postgres_server)())
+            catalog = Catalog(
+                settings={"uri": server.url, "user": USER, "password": "secret"},
+                url=f"postgresql+psycopg2://{USER}:secret@127.0.0.1:{server.port}/"
+                    f"{DATABASE}", server=server)
+        if opts.s3:
+            from tests.s3_server import S3Server
+
+            (work / "logs").mkdir(parents=True, exist_ok=True)
+            s3 = stack.enter_context(S3Server(work / "logs" / "s3.log"))
+            proxy = stack.enter_context(s3_fault_proxy()(("127.0.0.1", s3.port)))
+            catalog.proxy = proxy
+            catalog.settings = {
+                "uri": f"jdbc:sqlite:{work / 'catalog.db'}", **catalog.settings,
+                "warehouse": f"s3://{s3.new_bucket('chaos')}/warehouse",
+                "s3": s3.catalog_s3(proxy.url)}
+        yield catalog
+
+
+def s3_fault_proxy() -> Any:
+    """The proxy class of ``--s3`` (a subclass of tests/tcp_proxy.py's, made when
+    asked: ``tests`` is imported only by the modes that need it)."""
+    from tests.tcp_proxy import TcpProxy
+
+    class Proxy(TcpProxy):
+        """A :class:`~tests.tcp_proxy.TcpProxy` that can also answer every request with
+        S3's ``503 SlowDown`` (:attr:`unavailable`; each connection gets one answer and is
+        closed) and be slow (``delay_s``)."""
+
+        unavailable = False
+        answered_503 = 0
+
+        async def _serve(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:
+            if not self.unavailable:
+                await super()._serve(reader, writer)
+                return
+            try:
+                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+                writer.write(SLOW_DOWN)
+                await writer.drain()
+                self.answered_503 += 1
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                    TimeoutError):
+                pass
+            finally:
+                writer.close()
+
+        def answer_503(self, on: bool) -> None:
+            """On: every request answered 503 (open connections reset, so that their
+            next request comes on a new one); off: forwarded again."""
+            self.unavailable = on
+            if on:
+                self.down()
+                self.up()
+
+    return Proxy
+
+
+SLOW_DOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                  b"<Message>Please reduce your request rate.</Message></Error>")
+SLOW_DOWN = (b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+             b"Content-Length: " + str(len(SLOW_DOWN_BODY)).encode() +
+             b"\r\nConnection: close\r\n\r\n" + SLOW_DOWN_BODY)
+
+
+async def s3_faults(catalog: Catalog, opts: Options, result: Result) -> None:
+    """``opts.s3_faults`` times, every ``opts.s3_interval_s``: S3 answers every request
+    503 for ``opts.s3_fault_s``, then is slow (each chunk held ``opts.s3_delay_s``) as
+    long."""
+    if not opts.s3_faults:
+        return
+    proxy = catalog.proxy
+    result.s3_faults = 0
+    while result.s3_faults < opts.s3_faults:
+        await asyncio.sleep(opts.s3_interval_s)
+        await asyncio.to_thread(proxy.answer_503, True)
+        try:
+            await asyncio.sleep(opts.s3_fault_s)
+        finally:
+            await asyncio.to_thread(proxy.answer_503, False)
+        proxy.delay_s = opts.s3_delay_s
+        try:
+            await asyncio.sleep(opts.s3_fault_s)
+        finally:
+            proxy.delay_s = 0.0
+        result.s3_faults += 1
+        print(f"s3 fault {result.s3_faults}: {opts.s3_fault_s:g} s of 503 "
+              f"({proxy.answered_503} answered so far), {opts.s3_fault_s:g} s slow",
+              flush=True)
 
 
 async def restart_catalog(catalog: Catalog, opts: Options, result: Result) -> None:
@@ -728,6 +836,10 @@ def describe(opts: Options) -> str:
         line += f", a {opts.catalog} catalog"
     if opts.catalog_restarts:
         line += f" restarted {opts.catalog_restarts} times"
+    if opts.s3:
+        line += ", the warehouse on S3"
+    if opts.s3_faults:
+        line += f" failing {opts.s3_faults} times"
     return line
 
 
@@ -763,7 +875,7 @@ async def fetched_high_water(bootstrap: str, partitions: int, producer: Producer
 
 async def chaos(opts: Options, work: Path) -> Result:
     """The chaos run on the embedded broker (see the module doc)."""
-    with catalog_database(opts) as catalog:
+    with catalog_database(opts, work) as catalog:
         return await chaos_embedded(opts, work, catalog)
 
 
@@ -800,7 +912,8 @@ async def chaos_embedded(opts: Options, work: Path, catalog: Catalog) -> Result:
         others = [asyncio.create_task(freeze_members(members, opts, rng, result),
                                       name="freezing"),
                   asyncio.create_task(restart_catalog(catalog, opts, result),
-                                      name="restarting the catalog")]
+                                      name="restarting the catalog"),
+                  asyncio.create_task(s3_faults(catalog, opts, result), name="S3 faults")]
         tasks += others
         await kill_members(members, opts, rng, result, producer, producing, others)
         await finish(opts, work, config, broker.bootstrap, producer, producing, members,
@@ -860,7 +973,7 @@ async def end_offsets(bootstrap: str, partitions: int) -> dict[int, int]:
 
 async def chaos_on_cluster(opts: Options, work: Path) -> Result:
     """The chaos run on a 3-node Apache Kafka cluster (see the module doc)."""
-    with catalog_database(opts) as catalog:
+    with catalog_database(opts, work) as catalog:
         return await chaos_cluster(opts, work, catalog)
 
 
@@ -897,7 +1010,9 @@ async def chaos_cluster(opts: Options, work: Path, catalog: Catalog) -> Result:
                       asyncio.create_task(freeze_members(members, opts, rng, result),
                                           name="freezing"),
                       asyncio.create_task(restart_catalog(catalog, opts, result),
-                                          name="restarting the catalog")]
+                                          name="restarting the catalog"),
+                      asyncio.create_task(s3_faults(catalog, opts, result),
+                                          name="S3 faults")]
             tasks += others
             await kill_members(members, opts, rng, result, producer, producing, others)
             done.set()
@@ -976,7 +1091,23 @@ def parse(argv: list[str] | None) -> Options:
                    help="seconds between a catalog restart and the next")
     p.add_argument("--catalog-down-s", type=float, default=3.0,
                    help="seconds the catalog's server stays down at each restart")
+    p.add_argument("--s3", action="store_true",
+                   help="with --sink spark: the warehouse on S3 (moto's server, "
+                   "tests/s3_server.py) through a proxy; the catalog's database stays local")
+    p.add_argument("--s3-faults", type=int, default=0,
+                   help="with --s3: windows of S3 answering 503, each followed by one of "
+                   "S3 slow")
+    p.add_argument("--s3-interval-s", type=float, default=20.0,
+                   help="seconds between the S3 faults")
+    p.add_argument("--s3-fault-s", type=float, default=5.0,
+                   help="seconds of 503 answers, then as many of slowness, per S3 fault")
+    p.add_argument("--s3-delay-s", type=float, default=0.2,
+                   help="while S3 is slow: seconds each chunk of bytes is held, either way")
     a = p.parse_args(argv)
+    if a.s3 and a.sink != "spark":
+        p.error("--s3 is the Spark sink's warehouse: --sink spark")
+    if a.s3_faults and not a.s3:
+        p.error("--s3-faults need --s3")
     if a.catalog != "sqlite" and a.sink != "spark":
         p.error("--catalog is the Spark sink's: --sink spark")
     if a.catalog_restarts and a.catalog != "postgres":
@@ -995,7 +1126,8 @@ def parse(argv: list[str] | None) -> Options:
         appends=a.appends, freezes=a.freezes, freeze_s=a.freeze_s,
         freeze_interval_s=a.freeze_interval_s, merge=a.merge, catalog=a.catalog,
         catalog_restarts=a.catalog_restarts, catalog_interval_s=a.catalog_interval_s,
-        catalog_down_s=a.catalog_down_s)
+        catalog_down_s=a.catalog_down_s, s3=a.s3, s3_faults=a.s3_faults,
+        s3_interval_s=a.s3_interval_s, s3_fault_s=a.s3_fault_s, s3_delay_s=a.s3_delay_s)
 
 
 def run(opts: Options) -> Result:
@@ -1031,5 +1163,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
+    # Not bench/ first: its http.py would shadow the standard library's (httpx, --s3).
+    sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench")]
     sys.exit(main())
