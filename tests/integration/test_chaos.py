@@ -79,8 +79,8 @@ async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: P
     from the table's offsets, and the thawed zombie's append must not commit them again.
 
     Needs commit-time fencing of staging appends (issue 32, branches ``fence`` and
-    ``jfence``): before it, freezes leave duplicates (on main, three runs: 104, 294 and
-    335 rows, e.g. ``lost=0 dup=335 final_lost=- final_dup=- kills=0 freezes=2``). The
+    ``jfence``): before it, freezes leave duplicates (on main, four runs: 103, 104, 294
+    and 335 rows, e.g. ``lost=0 dup=335 final_lost=- final_dup=- kills=0 freezes=2``). The
     run also checks that each freeze made a zombie (``evicted``). No merge (no JVM at
     all): the final table's dedupe would hide duplicates anyway; the staging table is what
     is checked."""
@@ -101,3 +101,29 @@ async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: P
     assert result.uncovered == 0 and result.dead == 0, result.notes
     assert result.clean_exits, result.notes
     assert result.last_line().endswith("kills=0 freezes=2")
+
+
+@pytest.mark.fencing
+@pytest.mark.apache_kafka
+async def test_two_freezes_on_the_cluster_append_nothing_twice(tmp_path: Path) -> None:
+    """The same zombies on a 3-node Apache Kafka cluster (its group coordinator evicts the
+    frozen member), pyiceberg appends, no merge. Needs commit-time fencing (issue 32); on
+    main: ``lost=0 dup=102 final_lost=- final_dup=- kills=0 broker_kills=0 freezes=2``."""
+    chaos = load_bench()
+    opts = chaos.parse(["--cluster", "--sink", "spark", "--appends", "pyiceberg",
+                        "--kills", "0", "--broker-kills", "0", "--freezes", "2",
+                        "--rate", "100", "--drain-timeout-s", "60", "--no-merge",
+                        "--work-dir", str(tmp_path / "chaos")])
+    result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 170)
+    chaos.report(result)
+    assert result.freezes == 2
+    assert result.evicted == 2, f"each frozen member woke up evicted (a zombie): {result.notes}"
+    assert result.produced > 0
+    assert result.drained, "the members committed every partition up to its end offset"
+    assert result.lost == 0, result.notes
+    assert result.dup == 0, (
+        f"{result.dup} row(s) twice in the staging table: a member frozen past its session "
+        "committed an append of partitions the group had given to another member")
+    assert result.uncovered == 0 and result.dead == 0, result.notes
+    assert result.clean_exits, result.notes
+    assert result.last_line().endswith("kills=0 broker_kills=0 freezes=2")
