@@ -533,6 +533,9 @@ class StagingWriter(TableWriter):
         its commit id is looked up: found, it was committed after all; the lookup failing
         too raises :class:`_Unsure`. A fence refusal is raised as it is (nothing landed)."""
         started = time.monotonic()
+        # bench/chaos.py freezes a member on this line (a zombie with an append in flight).
+        logger.debug("spark sink: %s: appending %d part(s) as commit %s", self.name,
+                     len(parts), commit_id)
         try:
             rows = ops.write(parts, offsets, commit_id, expected)
         except Exception as exc:
