@@ -23,6 +23,10 @@ from aiokafka.errors import KafkaError
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
+# PYTHONPATH of a child process (kstage, a tool): the test processors and this checkout,
+# so the child runs the code under test, not the checkout the venv was installed from
+# (a git worktree shares the main checkout's venv).
+CHILD_PATH = os.pathsep.join((str(PLUGINS), str(ROOT)))
 
 # Tansu holds a group join for ~session_timeout/2 (ENVIRONMENT.md): keep it short.
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
@@ -133,7 +137,7 @@ class KstageProcess:
     def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
         self.log = log or config.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
-        full_env = {**os.environ, "PYTHONPATH": str(PLUGINS), **(env or {})}
+        full_env = {**os.environ, "PYTHONPATH": CHILD_PATH, **(env or {})}
         self._fh = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "run", "-c", str(config), *args],
