@@ -7,7 +7,9 @@
   tables hold it when that is ahead of its committed offset
   (:mod:`actors.worker.sink_offsets`).
 * On revoke: in-flight work of the revoked partitions is drained (bounded by half the
-  rebalance timeout) and committed, then what is left is fenced: its batches are
+  rebalance timeout) and committed, the batch being processed when the revoke began
+  included (it is shipped, so what its walk did, such as a dead letter, is not done
+  again by the partition's next reader), then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
   before the revoke are dropped, and nothing of the partition is written after the
   revoke returned; its failing writes no longer make ``/readyz`` answer 503 (the sink
@@ -290,7 +292,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         tracker = committer.tracker
         for task in list(self._resuming):  # their partitions are being taken away
             task.cancel()
+        under_way = flow.current_tp if drain and flow.current_tp in tps else None
         flow.let_go(tps)
+        if under_way is not None and committer.owns_offsets:
+            flow.draining[under_way] = flow.current_gen  # shipped and drained, see below
         self.unseeded -= tps
         parts = sorted(tp.partition for tp in tps)
         rebalance_s = self.rebalance_s
@@ -343,6 +348,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             logger.warning("%s: revoke: in-flight work of %s not drained within %.1fs; "
                            "cancelling it: the new owner re-reads it", self.label, parts,
                            timeout)
+        finally:
+            for tp in revoked:  # the batch under way ships no more: fenced from here on
+                flow.draining.pop(tp, None)
         try:
             async with asyncio.timeout(rebalance_s / 4):
                 await self.committer.commit()
