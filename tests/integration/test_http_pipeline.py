@@ -102,7 +102,9 @@ async def test_sigkill_in_flight_then_restart_delivers_everything(fresh, broker,
         api.hang(60)  # the third request is in flight when the process is killed
         first = kstage(cfg)
         await asyncio.to_thread(api.wait_for, 2, 30)
-        await asyncio.sleep(1.0)  # commits run every 0.5 s: events 0 and 1 committed
+        async with asyncio.timeout(60):  # events 0 and 1 committed (every 0.5 s)
+            while (await committed(broker, group, topic, 1))[0] != 2:
+                await asyncio.sleep(0.1)
         first.signal(signal.SIGKILL)
         await first.wait()
         second = kstage(cfg, "--drain")

@@ -109,6 +109,7 @@ def pg_rows(pg: Postgres, table: str) -> list[tuple[Any, ...]]:
             for i, s, ln, c, u, p, o in got]
 
 
+@pytest.mark.timeout(500)  # kstage starts a JVM; its waits inside add up past 180 s
 async def test_protobuf_and_json_schema_records_land_typed_in_postgresql_and_iceberg(
         broker: str, running: Postgres, jdbc_spark: SparkActor, tmp_path: Path,
         kstage: Any) -> None:
