@@ -206,6 +206,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         overtake, and a commit now would be of a generation the group left behind."""
         flow = self.flow
         lost, flow.assigned = flow.assigned, set()
+        flow.draining.clear()  # a revoke draining meanwhile ships its batch under way no more
         parts = sorted(tp.partition for tp in lost)
         self.lost = (f"lost its group membership: no heartbeat answered for {silent_s:.1f}s "
                      f"(session_timeout_ms {self.group.session_timeout_ms}); partitions "
