@@ -456,6 +456,25 @@ class KafkaCluster:
             await admin.close()
         return str(response.to_object()["groups"][0]["state"])
 
+    async def wait_group_state(self, group: str, states: Iterable[str], *,
+                               timeout_s: float) -> str:
+        """Until ``group``'s coordinator says it is in one of ``states``; that state. A
+        node just killed or a coordinator moving is asked again."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout_s
+        seen: object = None
+        while True:
+            try:
+                seen = await self.group_state(group)
+                if seen in wanted:
+                    return str(seen)
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                seen = exc
+            if time.monotonic() > deadline:
+                raise AssertionError(f"group {group} not in {sorted(wanted)} within "
+                                     f"{timeout_s:g}s (last seen: {seen!r})")
+            await asyncio.sleep(0.05)
+
     def active_controller(self) -> int | None:
         """The KRaft leader (active controller) of the newest epoch any running node
         recorded in its quorum state; None while an election is under way."""

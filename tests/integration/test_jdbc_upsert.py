@@ -244,6 +244,7 @@ async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_
 
 
 @pytest.mark.kafka
+@pytest.mark.timeout(400)  # kstage starts a JVM; its waits inside add up past 180 s
 async def test_kstage_run_drain_upserts_the_newest_record_per_key(
         broker: str, running: Postgres, tmp_path: Path, kstage: Any) -> None:
     """`kstage run --drain` with mode upsert: events of two partitions, several per key,

@@ -24,7 +24,7 @@ from processors.registry import for_options, load
 from service.cli import main
 from settings.models import TopicSettings
 from tests.doc_blocks import run_block
-from tests.kafkautil import PLUGINS
+from tests.kafkautil import CHILD_PATH
 from tests.unit.test_validate import HEAD, ROOT, only, validate
 
 OPTIONS = {"table": "customers", "key_columns": ["id"],
@@ -202,7 +202,7 @@ def test_run_exits_2_on_a_sink_that_cannot_take_deletions(tmp_path: Path) -> Non
                     + "        sink: {type: test_typed, dir: out}\n", encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, "-m", "service", "run", "-c", str(path)], cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PLUGINS)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": CHILD_PATH},
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
