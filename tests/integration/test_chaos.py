@@ -78,9 +78,9 @@ async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: P
     (6 s + 8 s): the group gives its partitions to the other member, which appends them
     from the table's offsets, and the thawed zombie's append must not commit them again.
 
-    Needs commit-time fencing of staging appends (issue 32, branches ``fence`` and
-    ``jfence``): before it, freezes leave duplicates (on main, four runs: 103, 104, 294
-    and 335 rows, e.g. ``lost=0 dup=335 final_lost=- final_dup=- kills=0 freezes=2``). The
+    The commit-time fence of staging appends (issue 32) keeps them out: before it,
+    freezes left duplicates (four runs: 103, 104, 294 and 335 rows, e.g. ``lost=0 dup=335
+    final_lost=- final_dup=- kills=0 freezes=2``). The
     run also checks that each freeze made a zombie (``evicted``). No merge (no JVM at
     all): the final table's dedupe would hide duplicates anyway; the staging table is what
     is checked."""
@@ -107,8 +107,8 @@ async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: P
 @pytest.mark.apache_kafka
 async def test_two_freezes_on_the_cluster_append_nothing_twice(tmp_path: Path) -> None:
     """The same zombies on a 3-node Apache Kafka cluster (its group coordinator evicts the
-    frozen member), pyiceberg appends, no merge. Needs commit-time fencing (issue 32); on
-    main: ``lost=0 dup=102 final_lost=- final_dup=- kills=0 broker_kills=0 freezes=2``."""
+    frozen member), pyiceberg appends, no merge. Before the commit-time fence (issue 32):
+    ``lost=0 dup=102 final_lost=- final_dup=- kills=0 broker_kills=0 freezes=2``."""
     chaos = load_bench()
     opts = chaos.parse(["--cluster", "--sink", "spark", "--appends", "pyiceberg",
                         "--kills", "0", "--broker-kills", "0", "--freezes", "2",
