@@ -183,6 +183,10 @@ class Flow:
 
     # -- the assignment and its generations --------------------------------------------
 
+    def refusals(self) -> list[str]:
+        """Why each refused partition is not consumed, in partition order."""
+        return [why for _, why in sorted(self.refused.items(), key=lambda i: i[0].partition)]
+
     def live(self, tp: TopicPartition, gen: int) -> bool:
         """Work of ``tp`` fetched in generation ``gen`` is still this worker's (where
         kstage does not own the offsets, as long as ``tp`` is assigned)."""
