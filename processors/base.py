@@ -236,6 +236,15 @@ class Processor:
     data to a reader schema only when the topic names one (``reader_schema`` in the
     topic's settings); otherwise values are read as written."""
 
+    source_order: ClassVar[str | None] = None
+    """A ``long`` column of :attr:`columns` holding the change's position in its source's
+    log (``debezium``: ``_source_lsn``, PostgreSQL's log sequence number), or None. The
+    table sinks that keep the newest row per key (the JDBC upsert, the final table's
+    merge) order a key's rows by offset within a Kafka partition; across partitions (or
+    topics), where offsets say nothing, by this column first (higher wins, NULL loses to
+    a value), then by the record timestamp. Declare it only for a position that grows
+    with every change of the source (a log sequence number), not for a clock."""
+
     emits_deletes: ClassVar[bool] = False
     """The processor may return deletions (rows made by :func:`deletion`): its rows then
     all carry the boolean column ``_is_deleted`` (:data:`DELETED`; kstage sets False on the
@@ -298,6 +307,19 @@ def table_columns(processor: type[Processor]) -> tuple[Column, ...]:
         return (*processor.columns, Column(DELETED, "boolean",
                                            doc="True: the row of this key was deleted"))
     return processor.columns
+
+
+def source_order_problem(processor: type[Processor], columns: Sequence[Column]) -> str | None:
+    """Why ``processor``'s :attr:`~Processor.source_order` is not a ``long`` column among
+    ``columns``, or None."""
+    name = processor.source_order
+    if name is None:
+        return None
+    found = [c for c in columns if c.name == name]
+    if not found or found[0].type != "long":
+        return (f"processor {processor.name!r} orders changes across partitions by "
+                f"{name!r} (Processor.source_order), which is not a long column of its rows")
+    return None
 
 
 def deletion(key: Mapping[str, Any], message: Message) -> Row:

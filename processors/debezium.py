@@ -211,6 +211,7 @@ class DebeziumProcessor(Processor):
     formats = ("json", "avro")
     description = "Debezium change events (c/u/r/d) -> upserts and deletions of a table"
     emits_deletes = True
+    source_order = "_source_lsn"
 
     options_model = DebeziumOptions
     options: DebeziumOptions
