@@ -12,8 +12,13 @@ decoded record is the same envelope). The processor maps:
 
 * ``c`` (insert), ``u`` (update), ``r`` (a snapshot's read) to the row ``after``;
 * ``d`` (delete) to a deletion of the key (:func:`~processors.base.deletion`);
-* the tombstone Debezium writes after a delete (a null value, for log compaction) to
-  nothing: the delete before it did the work;
+* the tombstone Debezium writes after a delete (a null value, for log compaction) to a
+  deletion of its record key too, as Kafka Connect's JDBC sinks do with
+  ``delete.enabled``: on a compacted topic a consumer that fell behind may see the
+  tombstone without the ``d`` before it (compaction removed it). After the ``d`` it is a
+  newer deletion of a key already deleted: nothing changes. Its ``_op`` and source
+  columns are NULL (a tombstone has no envelope). It needs the record key decoded
+  (``key_format: json`` or ``avro``), else it is poison naming that;
 * ``t`` (truncate) and ``m`` (a logical decoding message) to poison: neither is a change
   of one row (Debezium's PostgreSQL connector skips truncates unless told otherwise).
 
@@ -236,7 +241,7 @@ class DebeziumProcessor(Processor):
     def transform(self, message: Message) -> Sequence[Row]:
         value = message.value
         if value is None:
-            return []  # the tombstone after a delete: the delete did the work
+            return [self._tombstone(message)]
         if not isinstance(value, Mapping):
             raise PoisonMessage(f"a Debezium event is an object, not {type(value).__name__}")
         semantics: dict[str, str] = {}
@@ -244,7 +249,7 @@ class DebeziumProcessor(Processor):
             semantics = _semantics(value["schema"])
             value = value["payload"]
             if value is None:
-                return []
+                return [self._tombstone(message)]
             if not isinstance(value, Mapping):
                 raise PoisonMessage("the payload of a Debezium event is not an object")
         op = value.get("op")
@@ -266,6 +271,20 @@ class DebeziumProcessor(Processor):
         row["_source_txid"] = source.get("txId")
         row["_source_ts_ms"] = source.get("ts_ms")
         return [with_coordinates(row, message)]
+
+    def _tombstone(self, message: Message) -> Row:
+        """The deletion of a tombstone's record key (module docstring)."""
+        key = message.key
+        if isinstance(key, Mapping) and "payload" in key and "schema" in key:
+            key = key["payload"]
+        if not isinstance(key, Mapping) or not all(k in key for k in self._key):
+            raise PoisonMessage(
+                f"a Debezium tombstone (null value) at offset {message.offset} deletes its "
+                f"key, and its record key gives no {', '.join(self._key)} (got "
+                f"{type(key).__name__}); decode the key with key_format: json or avro")
+        row = deletion(self._key_values(message, {}, {}), message)
+        row.update(dict.fromkeys(c.name for c in SOURCE_COLUMNS))
+        return with_coordinates(row, message)
 
     @staticmethod
     def _image(value: Mapping[str, Any], name: str) -> Mapping[str, Any]:

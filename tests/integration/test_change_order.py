@@ -1,10 +1,11 @@
-"""The order of a key's changes in both tables that fold them:
+"""The order of a key's changes, and Debezium's tombstones, in both tables that fold them:
 the JDBC upsert table (and its deletions table) and the Iceberg final table (and its
 deletions table) must end with the same rows from the same replayed events.
 
 The order (docs/spark.md, "Final tables: the merge"): within a partition the offset
 decides, whatever the record timestamps say; across partitions the processor's source
-position (``debezium``: ``_source_lsn``), else the timestamp.
+position (``debezium``: ``_source_lsn``), else the timestamp. A tombstone (a null value)
+deletes its key, also when compaction removed the ``d`` before it.
 
 Real PostgreSQL, real Spark with Iceberg and the SQLite catalog; the rows are the
 ``debezium`` processor's, from Debezium's envelopes. One Spark session for the module.
@@ -46,6 +47,13 @@ def event(op: str, i: int, email: str | None, *, partition: int, offset: int,
     [row] = DebeziumProcessor(OPTIONS).transform(Message(
         TOPIC, partition, offset, timestamp, {"id": i}, value, (), None))
     row.setdefault(DELETED, False)
+    return row
+
+
+def tombstone(i: int, *, partition: int, offset: int, timestamp: int) -> Row:
+    """The row of the tombstone Debezium writes after a delete (a null value)."""
+    [row] = DebeziumProcessor(OPTIONS).transform(Message(
+        TOPIC, partition, offset, timestamp, {"id": i}, None, (), None))
     return row
 
 
@@ -113,6 +121,23 @@ async def test_within_a_partition_the_offset_decides_across_them_the_lsn(
     pg, gone = await both(jdbc_spark, running, "order_upsert", [first, second, replay])
     assert pg == ([(2, "p1@x", 1, 0), (4, "d2@x", 0, 7)], [(1, 0, 3), (3, 0, 5)])
     assert gone == pg
+
+
+async def test_a_tombstone_deletes_its_key_also_without_its_delete(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    """On a compacted topic a consumer that fell behind sees a key's tombstone without
+    the ``d`` before it: the tombstone deletes the row; after a ``d`` it changes nothing
+    more; a replay of the older insert does not bring the row back."""
+    inserts = [event("c", 5, "e@x", partition=0, offset=10, timestamp=5000, lsn=100),
+               event("c", 6, "f@x", partition=0, offset=11, timestamp=5001, lsn=110),
+               event("c", 7, "g@x", partition=0, offset=12, timestamp=5002, lsn=120)]
+    gone = [tombstone(5, partition=0, offset=14, timestamp=5004),  # its d compacted away
+            event("d", 6, None, partition=0, offset=15, timestamp=5005, lsn=150),
+            tombstone(6, partition=0, offset=16, timestamp=5006)]
+    pg, final = await both(jdbc_spark, running, "tombstone_upsert",
+                           [inserts, gone, inserts])
+    assert pg == ([(7, "g@x", 0, 12)], [(5, 0, 14), (6, 0, 16)])
+    assert final == pg
 
 
 async def test_deletions_tables_made_before_get_the_source_position_column(

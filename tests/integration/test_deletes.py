@@ -369,16 +369,16 @@ async def test_kstage_run_lands_deletes_from_the_broker_in_every_sink(
     assert await committed(broker, group, topic, 1) == {0: len(events)}
     assert not (tmp_path / "dead.jsonl").exists()
 
-    lines = read_jsonl(tmp_path / "out.jsonl")  # the tombstones made no row
+    lines = read_jsonl(tmp_path / "out.jsonl")  # a tombstone: a deletion of its key
     assert [(r["_offset"], r["id"], r["_op"], r[DELETED]) for r in lines] == [
         (0, 1, "r", False), (1, 2, "c", False), (2, 1, "u", False), (3, 2, "d", True),
-        (5, 3, "c", False), (6, 3, "d", True)]
+        (4, 2, None, True), (5, 3, "c", False), (6, 3, "d", True), (7, 3, None, True)]
     assert bodies == lines  # HTTP: each row a request body, a deletion with its marker
     assert lines[3]["_source_lsn"] == 40 and lines[3]["_source_txid"] == 4
     assert pg_rows(pg, upserted) == [(1, "a2@x", False, 2, "u")]
-    assert pg_deletions(pg, upserted) == [(2, 3), (3, 6)]
+    assert pg_deletions(pg, upserted) == [(2, 4), (3, 7)]  # the tombstones: newer
     final = qualified(jdbc_spark.settings, final_name(staging))
     rows = await jdbc_spark.call(lambda spark: [tuple(r) for r in spark.table(final).select(
         "id", "email", "_op").collect()])
     assert rows == [(1, "a2@x", "u")]
-    assert await final_deletions(jdbc_spark, staging) == [(2, 3), (3, 6)]
+    assert await final_deletions(jdbc_spark, staging) == [(2, 4), (3, 7)]

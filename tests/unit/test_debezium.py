@@ -84,7 +84,7 @@ def test_creates_updates_and_snapshot_reads_are_upserts_of_after() -> None:
                        "_partition": 0, "_offset": 5, "_timestamp": 1702}
 
 
-def test_a_delete_is_a_deletion_of_the_key_and_its_tombstone_is_nothing() -> None:
+def test_a_delete_is_a_deletion_of_the_key_and_so_is_its_tombstone() -> None:
     [row] = processor().transform(message(event("d", image(1, "a@x", 5), None)))
     assert row == {"id": 1, DELETED: True, "_op": "d", "_source_lsn": 24023128,
                    "_source_txid": 771, "_source_ts_ms": 1700,
@@ -94,7 +94,24 @@ def test_a_delete_is_a_deletion_of_the_key_and_its_tombstone_is_nothing() -> Non
     key = {"schema": {"type": "struct"}, "payload": {"id": 7}}
     [row] = processor().transform(message(event("d", {"id": 1}, None), key=key))
     assert row["id"] == 7
-    assert processor().transform(message(None, key=key)) == []
+    # the tombstone deletes its record key too (its d may have been compacted away)
+    gone = {"id": 7, DELETED: True, "_op": None, "_source_lsn": None, "_source_txid": None,
+            "_source_ts_ms": None, "_topic": "dbz.public.customers", "_partition": 0,
+            "_offset": 5, "_timestamp": 1702}
+    assert processor().transform(message(None, key=key)) == [gone]
+    assert processor().transform(message(None, key={"id": 7})) == [gone]
+    # the JSON converter's envelope of a null payload is a tombstone as well
+    assert processor().transform(message({"schema": None, "payload": None},
+                                         key={"id": 7})) == [gone]
+
+
+def test_a_tombstone_whose_key_is_not_decoded_is_poison_naming_key_format() -> None:
+    for key in (b'{"id": 7}', None, {"other": 1}):
+        with pytest.raises(PoisonMessage, match=(
+                r"^a Debezium tombstone \(null value\) at offset 5 deletes its key, and its "
+                r"record key gives no id \(got \w+\); decode the key with key_format: json "
+                "or avro$")):
+            processor().transform(message(None, key=key))
 
 
 def test_json_with_schema_and_avro_decoded_envelopes() -> None:
@@ -142,8 +159,8 @@ async def test_the_pipeline_marks_every_other_row_not_deleted() -> None:
     pipeline.decoded = True
     rows = await pipeline.rows([message(event("c", None, image(1, "a", 1)), 1),
                                 message(event("d", image(1, "a", 1), None), 2),
-                                message(None, 3)])  # type: ignore[list-item]
-    assert [(r["_offset"], r[DELETED]) for r in rows] == [(1, False), (2, True)]
+                                message(None, 3, key={"id": 1})])  # type: ignore[list-item]
+    assert [(r["_offset"], r[DELETED]) for r in rows] == [(1, False), (2, True), (3, True)]
 
 
 DEBEZIUM = """\
