@@ -167,6 +167,10 @@ class Message(NamedTuple):
         raw: the undecoded value bytes.
         timestamp_type: Kafka's timestamp type of the record: 0 CreateTime (set by the
             producer), 1 LogAppendTime (set by the broker), -1 none or unknown.
+        value_schema: for a processor with :attr:`Processor.wants_value_schema` and a
+            topic of ``format: avro``, the writer schema the value was decoded with
+            (fastavro's parsed schema: a dict keeping every property, e.g. Kafka
+            Connect's ``connect.name``); None otherwise (and for a null value).
     """
 
     topic: str
@@ -178,6 +182,7 @@ class Message(NamedTuple):
     headers: Sequence[tuple[str, bytes]]
     raw: bytes | None
     timestamp_type: int = -1
+    value_schema: Any = None
 
     def coordinates(self) -> Row:
         """The Kafka coordinate columns every row carries."""
@@ -244,6 +249,11 @@ class Processor:
     topics), where offsets say nothing, by this column first (higher wins, NULL loses to
     a value), then by the record timestamp. Declare it only for a position that grows
     with every change of the source (a log sequence number), not for a clock."""
+
+    wants_value_schema: ClassVar[bool] = False
+    """The processor reads the writer schema of each value, :attr:`Message.value_schema`
+    (Avro from the registry: what the decoded dict cannot say, such as Kafka Connect's
+    ``connect.name`` of a field). Off by default: it costs a lookup per message."""
 
     emits_deletes: ClassVar[bool] = False
     """The processor may return deletions (rows made by :func:`deletion`): its rows then
