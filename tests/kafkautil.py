@@ -133,7 +133,9 @@ class KstageProcess:
     def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
         self.log = log or config.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
-        full_env = {**os.environ, "PYTHONPATH": str(PLUGINS), **(env or {})}
+        # this checkout's code first: the venv's kstage may be installed from another one
+        full_env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(PLUGINS))),
+                    **(env or {})}
         self._fh = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "run", "-c", str(config), *args],
