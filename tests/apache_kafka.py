@@ -251,7 +251,12 @@ class KafkaNode:
 
 
 def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random cluster id as Kafka's ``Uuid.randomUuid`` makes one: never starting with
+    ``-``, which ``kafka-storage format -t`` would read as an option (1 id in 64 did)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 class KafkaCluster:

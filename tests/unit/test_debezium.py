@@ -421,7 +421,7 @@ def test_run_exits_2_on_a_timestamp_column_without_time_type(tmp_path: Path) -> 
                     encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, "-m", "service", "run", "-c", str(path)], cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PLUGINS)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": CHILD_PATH},
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.splitlines()
