@@ -41,14 +41,7 @@ from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.record_columns import RecordColumns
 from actors.tracing import Tracing, WalkTrace
 from actors.worker.filters import compile_filter
-from actors.worker.records import (
-    FILTERED,
-    Collect,
-    RecordLike,
-    Route,
-    key_decoder,
-    value_decoder,
-)
+from actors.worker.records import FILTERED, Collect, RecordLike, Route, key_decoder, value_decoder
 from processors.base import DELETED, Message, Processor, Row
 from processors.errors import PoisonMessage, ProcessorError
 from settings.models import FailureMode, FailureSettings, FilterSettings, TopicSettings
@@ -108,8 +101,7 @@ class RecordPipeline:
         self.filter = compile_filter(topic.filter)
         self.processor: Processor = None  # type: ignore[assignment]  # set by use()
         self.async_transform = self.deletes = False
-        # the writer schema of each value, for a processor that wants it (Avro only)
-        self.value_schema: Callable[[bytes], Any] | None = None
+        self.value_schema: Callable[[bytes], Any] | None = None  # see use()
         if processor is not None:
             self.use(processor)
         self.stats = stats if stats is not None else {}
@@ -150,7 +142,7 @@ class RecordPipeline:
         self.processor = processor
         self.async_transform = inspect.iscoroutinefunction(processor.transform)
         self.deletes = processor.emits_deletes  # each row then says if it is a deletion
-        avro = self.avro if self.topic.format == "avro" else None
+        avro = self.avro if self.topic.format == "avro" else None  # writer schemas: Avro
         self.value_schema = (None if avro is None or not processor.wants_value_schema
                              else lambda raw: avro.writer(raw)[1])
 
@@ -181,8 +173,7 @@ class RecordPipeline:
                   else self.value_schema(rec.value))
         return Message(
             rec.topic, rec.partition, rec.offset, rec.timestamp, key,
-            value, rec.headers, rec.value,  # type: ignore[arg-type]
-            rec.timestamp_type, schema,
+            value, rec.headers, rec.value, rec.timestamp_type, schema,  # type: ignore[arg-type]
         )
 
     async def load_schemas(self, records: Sequence[RecordLike]) -> None:
