@@ -59,6 +59,11 @@ class FetchedBounds:
         self.client_id = client_id
         self.timeout_s = timeout_s
 
+    @classmethod
+    def of(cls, kafka: Any, bootstrap: str, topic: str) -> FetchedBounds:
+        """The bounds of a worker of ``topic`` (``kafka``: the ``kafka:`` settings)."""
+        return cls(bootstrap, kafka.consumer_config, f"{kafka.client_id}-{topic}-bounds")
+
     async def log_bounds(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, Bounds]:
         if not tps:
             return {}

@@ -167,6 +167,10 @@ class Message(NamedTuple):
         raw: the undecoded value bytes.
         timestamp_type: Kafka's timestamp type of the record: 0 CreateTime (set by the
             producer), 1 LogAppendTime (set by the broker), -1 none or unknown.
+        value_schema: for a processor with :attr:`Processor.wants_value_schema` and a
+            topic of ``format: avro``, the writer schema the value was decoded with
+            (fastavro's parsed schema: a dict keeping every property, e.g. Kafka
+            Connect's ``connect.name``); None otherwise (and for a null value).
     """
 
     topic: str
@@ -178,6 +182,7 @@ class Message(NamedTuple):
     headers: Sequence[tuple[str, bytes]]
     raw: bytes | None
     timestamp_type: int = -1
+    value_schema: Any = None
 
     def coordinates(self) -> Row:
         """The Kafka coordinate columns every row carries."""
@@ -235,6 +240,20 @@ class Processor:
     ``kstage schemas check`` checks writer schemas against it. Decoding resolves writer
     data to a reader schema only when the topic names one (``reader_schema`` in the
     topic's settings); otherwise values are read as written."""
+
+    source_order: ClassVar[str | None] = None
+    """A ``long`` column of :attr:`columns` holding the change's position in its source's
+    log (``debezium``: ``_source_lsn``, PostgreSQL's log sequence number), or None. The
+    table sinks that keep the newest row per key (the JDBC upsert, the final table's
+    merge) order a key's rows by offset within a Kafka partition; across partitions (or
+    topics), where offsets say nothing, by this column first (higher wins, NULL loses to
+    a value), then by the record timestamp. Declare it only for a position that grows
+    with every change of the source (a log sequence number), not for a clock."""
+
+    wants_value_schema: ClassVar[bool] = False
+    """The processor reads the writer schema of each value, :attr:`Message.value_schema`
+    (Avro from the registry: what the decoded dict cannot say, such as Kafka Connect's
+    ``connect.name`` of a field). Off by default: it costs a lookup per message."""
 
     emits_deletes: ClassVar[bool] = False
     """The processor may return deletions (rows made by :func:`deletion`): its rows then
@@ -298,6 +317,19 @@ def table_columns(processor: type[Processor]) -> tuple[Column, ...]:
         return (*processor.columns, Column(DELETED, "boolean",
                                            doc="True: the row of this key was deleted"))
     return processor.columns
+
+
+def source_order_problem(processor: type[Processor], columns: Sequence[Column]) -> str | None:
+    """Why ``processor``'s :attr:`~Processor.source_order` is not a ``long`` column among
+    ``columns``, or None."""
+    name = processor.source_order
+    if name is None:
+        return None
+    found = [c for c in columns if c.name == name]
+    if not found or found[0].type != "long":
+        return (f"processor {processor.name!r} orders changes across partitions by "
+                f"{name!r} (Processor.source_order), which is not a long column of its rows")
+    return None
 
 
 def deletion(key: Mapping[str, Any], message: Message) -> Row:

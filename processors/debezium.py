@@ -12,8 +12,13 @@ decoded record is the same envelope). The processor maps:
 
 * ``c`` (insert), ``u`` (update), ``r`` (a snapshot's read) to the row ``after``;
 * ``d`` (delete) to a deletion of the key (:func:`~processors.base.deletion`);
-* the tombstone Debezium writes after a delete (a null value, for log compaction) to
-  nothing: the delete before it did the work;
+* the tombstone Debezium writes after a delete (a null value, for log compaction) to a
+  deletion of its record key too, as Kafka Connect's JDBC sinks do with
+  ``delete.enabled``: on a compacted topic a consumer that fell behind may see the
+  tombstone without the ``d`` before it (compaction removed it). After the ``d`` it is a
+  newer deletion of a key already deleted: nothing changes. Its ``_op`` and source
+  columns are NULL (a tombstone has no envelope). It needs the record key decoded
+  (``key_format: json`` or ``avro``), else it is poison naming that;
 * ``t`` (truncate) and ``m`` (a logical decoding message) to poison: neither is a change
   of one row (Debezium's PostgreSQL connector skips truncates unless told otherwise).
 
@@ -43,10 +48,18 @@ Values are converted to the declared types as Debezium's connectors write them b
 default: ``decimal(P,S)`` from Connect's Decimal (bytes, or their base64 in JSON: the
 unscaled value; Avro's decimal logical type; ``{"scale", "value"}`` of a variable scale)
 or from a string with ``decimal_handling: string``; ``timestamp`` from ISO 8601 text
-(``timestamptz``: ZonedTimestamp) or from epoch numbers (``timestamp``: microseconds,
-unless the JSON schema names Debezium's millisecond, nanosecond or date type: a ``date``
-is midnight UTC of its day); ``binary`` from
-bytes or base64 text. A value that does not convert is poison naming the column.
+(``timestamptz``: ZonedTimestamp), from Avro's date and timestamp logical types, or from
+an epoch number read in the unit of its time type (``io.debezium.time.Date`` and
+Connect's ``Date``: days, midnight UTC; ``Timestamp`` and Connect's ``Timestamp``:
+milliseconds; ``MicroTimestamp``; ``NanoTimestamp``). The time type comes from the event's
+schema: the JSON envelope's ``schema`` (a field's ``name``), or the Avro writer schema
+(a type's ``connect.name``: the processor reads it, :attr:`wants_value_schema`). An
+event without a schema (JSON with ``schemas.enable=false``) uses the column's declared
+``time_type``; with ``json_schemas: false`` every timestamp column must declare one
+(refused at start otherwise), and an epoch number whose unit nothing names is poison,
+never guessed. A time of day (``Time``, ``MicroTime``, ...) is not an instant: poison in
+a timestamp column (declare it ``long``). ``binary`` from bytes or base64 text. A value
+that does not convert is poison naming the column.
 """
 
 from __future__ import annotations
@@ -58,7 +71,8 @@ import decimal
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from processors.base import (
     Column,
@@ -81,10 +95,19 @@ SOURCE_COLUMNS = (
 )
 _UPSERTS = frozenset("cur")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-# Debezium's names of epoch-number timestamps, in units per second.
+# Debezium's and Kafka Connect's names of time types (a JSON schema field's "name", an
+# Avro type's "connect.name"): how a timestamp column reads the value.
+_DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")  # days
 _TIME_UNITS = {"io.debezium.time.Timestamp": 1_000, "org.apache.kafka.connect.data.Timestamp":
                1_000, "io.debezium.time.MicroTimestamp": 1_000_000,
-               "io.debezium.time.NanoTimestamp": 1_000_000_000}
+               "io.debezium.time.NanoTimestamp": 1_000_000_000}  # units per second
+_ZONED = "io.debezium.time.ZonedTimestamp"  # ISO 8601 text
+_TIMES_OF_DAY = ("io.debezium.time.Time", "io.debezium.time.MicroTime",
+                 "io.debezium.time.NanoTime", "io.debezium.time.ZonedTime",
+                 "org.apache.kafka.connect.data.Time")
+TIME_TYPES = (*_DATES, *_TIME_UNITS, _ZONED)
+"""The time types a ``timestamp`` column may declare (``time_type``) for events that carry
+no schema."""
 
 
 class TableColumn(BaseModel):
@@ -96,6 +119,10 @@ class TableColumn(BaseModel):
     type: str = Field("string", description="string, int, long, double, boolean, binary, "
                       "timestamp or decimal(P,S).")
     nullable: bool = Field(True, description="False for NOT NULL (the key's are).")
+    time_type: str | None = Field(
+        None, description="timestamp columns: the Debezium (or Kafka Connect) type of the "
+        "value, as its schema would name it (io.debezium.time.MicroTimestamp, ...): how an "
+        "epoch number reads when the event carries no schema (JSON without schemas).")
 
     @field_validator("type")
     @classmethod
@@ -103,6 +130,13 @@ class TableColumn(BaseModel):
         problem = column_type_problem(value)
         if problem is not None:
             raise ValueError(problem)
+        return value
+
+    @field_validator("time_type")
+    @classmethod
+    def _time_type(cls, value: str | None) -> str | None:
+        if value is not None and value not in TIME_TYPES:
+            raise ValueError(f"time_type {value!r} is not one of {', '.join(TIME_TYPES)}")
         return value
 
 
@@ -118,6 +152,10 @@ class DebeziumOptions(NoOptions):
     decimal_handling: Literal["precise", "string"] = Field(
         "precise", description="How the connector writes decimals (its "
         "decimal.handling.mode): precise (Connect's Decimal) or string.")
+    json_schemas: bool = Field(
+        True, description="format json: the events carry their schema (the JSON "
+        "converter's schemas.enable, its default), which names each value's time type. "
+        "false: they do not, and every timestamp column declares its time_type.")
 
     @model_validator(mode="after")
     def _key_in_columns(self) -> DebeziumOptions:
@@ -132,6 +170,17 @@ class DebeziumOptions(NoOptions):
         if missing:
             raise ValueError(f"key column(s) {', '.join(missing)} are not among the columns "
                              f"({', '.join(names)})")
+        unknown = [InitErrorDetails(
+            type=PydanticCustomError("value_error", "{why}", {"why": (
+                f"column {c.name!r} is a timestamp and json_schemas is false: the events "
+                "carry no schema to say whether a number is days, milliseconds, "
+                "microseconds or nanoseconds since the epoch; declare its time_type (one "
+                f"of {', '.join(TIME_TYPES)})")}),
+            loc=("columns", i, "time_type"), input=None)
+            for i, c in enumerate(self.columns)
+            if not self.json_schemas and c.type == "timestamp" and c.time_type is None]
+        if unknown:
+            raise ValidationError.from_exception_data(type(self).__name__, unknown)
         return self
 
 
@@ -160,14 +209,30 @@ def _bytes(value: Any) -> bytes:
     raise ValueError(f"{type(value).__name__} is not bytes or base64 text")
 
 
-def _timestamp(value: Any, unit: int) -> dt.datetime:
+def _timestamp(value: Any, semantic: str | None) -> dt.datetime:
+    """A timestamp column's value from what Debezium wrote, read as its time type
+    ``semantic`` says (None: no schema named one)."""
+    if isinstance(value, dt.datetime):  # Avro's timestamp logical types, decoded
+        return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    if isinstance(value, dt.date):  # Avro's date logical type: midnight UTC
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
     if isinstance(value, str):
         found = dt.datetime.fromisoformat(value)
         return found if found.tzinfo is not None else found.replace(tzinfo=dt.UTC)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{type(value).__name__} is not ISO 8601 text or an epoch number")
+    if semantic in _DATES:
+        return _EPOCH + dt.timedelta(days=value)  # a date: days since the epoch
+    unit = _TIME_UNITS.get(semantic or "")
+    if unit is not None:
         whole, part = divmod(value, unit)
         return _EPOCH + dt.timedelta(seconds=whole, microseconds=part * 1_000_000 // unit)
-    raise ValueError(f"{type(value).__name__} is not ISO 8601 text or an epoch number")
+    if semantic in _TIMES_OF_DAY:
+        raise ValueError(f"{semantic} is a time of day, not an instant; declare the column "
+                         "long (or string) to keep it")
+    raise ValueError(f"the unit of this epoch number is unknown: the event's schema names "
+                     f"{'no time type' if semantic is None else repr(semantic)} for it "
+                     "(JSON without schemas: declare the column's time_type)")
 
 
 def _converted(value: Any, column: Column, semantic: str | None, mode: str) -> Any:
@@ -176,9 +241,7 @@ def _converted(value: Any, column: Column, semantic: str | None, mode: str) -> A
         return None
     kind = column.type
     if kind == "timestamp":
-        if semantic == "io.debezium.time.Date" and isinstance(value, int):
-            return _EPOCH + dt.timedelta(days=value)  # a date: days since the epoch
-        return _timestamp(value, _TIME_UNITS.get(semantic or "", 1_000_000))
+        return _timestamp(value, semantic)
     if kind == "binary":
         return _bytes(value)
     if kind == "double" and isinstance(value, int) and not isinstance(value, bool):
@@ -200,6 +263,30 @@ def _semantics(schema: Any) -> dict[str, str]:
     return found
 
 
+def _avro_semantics(schema: Any) -> dict[str, str]:
+    """Column name -> ``connect.name`` (``io.debezium.time.Date``) of the row images of an
+    Avro envelope's writer schema (fastavro's parsed schema: named types referenced by
+    name are in ``__named_schemas``)."""
+    named = schema.get("__named_schemas") or {} if isinstance(schema, Mapping) else {}
+
+    def record(kind: Any) -> Mapping[str, Any] | None:
+        for branch in kind if isinstance(kind, list) else [kind]:
+            branch = named.get(branch, branch) if isinstance(branch, str) else branch
+            if isinstance(branch, Mapping) and branch.get("type") == "record":
+                return branch
+        return None
+
+    found: dict[str, str] = {}
+    for field in (schema or {}).get("fields") or () if isinstance(schema, Mapping) else ():
+        image = record(field.get("type")) if field.get("name") in ("after", "before") else None
+        for column in (image or {}).get("fields") or ():
+            for branch in (column["type"] if isinstance(column.get("type"), list)
+                           else [column.get("type")]):
+                if isinstance(branch, Mapping) and branch.get("connect.name"):
+                    found[str(column.get("name"))] = str(branch["connect.name"])
+    return found
+
+
 class DebeziumProcessor(Processor):
     """Debezium's change events of one table as upserts and deletions (module docstring).
 
@@ -211,6 +298,8 @@ class DebeziumProcessor(Processor):
     formats = ("json", "avro")
     description = "Debezium change events (c/u/r/d) -> upserts and deletions of a table"
     emits_deletes = True
+    source_order = "_source_lsn"
+    wants_value_schema = True  # Avro: the time types are in the writer schema
 
     options_model = DebeziumOptions
     options: DebeziumOptions
@@ -231,19 +320,24 @@ class DebeziumProcessor(Processor):
         shape = self.configured(self.options)
         self._columns = shape.columns[:len(self.options.columns)]
         self._key = shape.key
+        # a column's time type when the event names none (JSON without schemas)
+        self._declared = {c.name: c.time_type for c in self.options.columns if c.time_type}
+        self._avro: dict[int, tuple[Any, dict[str, str]]] = {}  # id(schema) -> semantics
 
     def transform(self, message: Message) -> Sequence[Row]:
         value = message.value
         if value is None:
-            return []  # the tombstone after a delete: the delete did the work
+            return [self._tombstone(message)]
         if not isinstance(value, Mapping):
             raise PoisonMessage(f"a Debezium event is an object, not {type(value).__name__}")
-        semantics: dict[str, str] = {}
-        if "payload" in value and "schema" in value:
-            semantics = _semantics(value["schema"])
+        semantics = self._declared
+        if message.value_schema is not None:
+            semantics = self._avro_schema(message.value_schema)
+        elif "payload" in value and "schema" in value:
+            semantics = {**self._declared, **_semantics(value["schema"])}
             value = value["payload"]
             if value is None:
-                return []
+                return [self._tombstone(message)]
             if not isinstance(value, Mapping):
                 raise PoisonMessage("the payload of a Debezium event is not an object")
         op = value.get("op")
@@ -265,6 +359,31 @@ class DebeziumProcessor(Processor):
         row["_source_txid"] = source.get("txId")
         row["_source_ts_ms"] = source.get("ts_ms")
         return [with_coordinates(row, message)]
+
+    def _avro_schema(self, schema: Any) -> dict[str, str]:
+        """The time types of an Avro writer schema's columns (cached per schema: the
+        decoder keeps one object per schema id)."""
+        found = self._avro.get(id(schema))
+        if found is None or found[0] is not schema:
+            if len(self._avro) > 64:
+                self._avro.clear()
+            found = self._avro[id(schema)] = (schema, {**self._declared,
+                                                        **_avro_semantics(schema)})
+        return found[1]
+
+    def _tombstone(self, message: Message) -> Row:
+        """The deletion of a tombstone's record key (module docstring)."""
+        key = message.key
+        if isinstance(key, Mapping) and "payload" in key and "schema" in key:
+            key = key["payload"]
+        if not isinstance(key, Mapping) or not all(k in key for k in self._key):
+            raise PoisonMessage(
+                f"a Debezium tombstone (null value) at offset {message.offset} deletes its "
+                f"key, and its record key gives no {', '.join(self._key)} (got "
+                f"{type(key).__name__}); decode the key with key_format: json or avro")
+        row = deletion(self._key_values(message, {}, {}), message)
+        row.update(dict.fromkeys(c.name for c in SOURCE_COLUMNS))
+        return with_coordinates(row, message)
 
     @staticmethod
     def _image(value: Mapping[str, Any], name: str) -> Mapping[str, Any]:

@@ -162,4 +162,6 @@ def avro_message(schema: SchemaLike, record: Any, *, reader_schema: SchemaLike |
     reader = writer if reader_schema is None else _parse(reader_schema)[0]
     raw = _encode_avro(writer, record, schema_id)
     value = _decode_avro(raw, writer, reader)
-    return Message(topic, partition, offset, timestamp, key, value, tuple(headers), raw)
+    # the writer schema, as kstage gives it to a processor with wants_value_schema
+    return Message(topic, partition, offset, timestamp, key, value, tuple(headers), raw,
+                   value_schema=writer)

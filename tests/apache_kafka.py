@@ -251,7 +251,12 @@ class KafkaNode:
 
 
 def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random cluster id as Kafka's ``Uuid.randomUuid`` makes one: never starting with
+    ``-``, which ``kafka-storage format -t`` would read as an option (1 id in 64 did)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 class KafkaCluster:
@@ -455,6 +460,25 @@ class KafkaCluster:
         finally:
             await admin.close()
         return str(response.to_object()["groups"][0]["state"])
+
+    async def wait_group_state(self, group: str, states: Iterable[str], *,
+                               timeout_s: float) -> str:
+        """Until ``group``'s coordinator says it is in one of ``states``; that state. A
+        node just killed or a coordinator moving is asked again."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout_s
+        seen: object = None
+        while True:
+            try:
+                seen = await self.group_state(group)
+                if seen in wanted:
+                    return str(seen)
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                seen = exc
+            if time.monotonic() > deadline:
+                raise AssertionError(f"group {group} not in {sorted(wanted)} within "
+                                     f"{timeout_s:g}s (last seen: {seen!r})")
+            await asyncio.sleep(0.05)
 
     def active_controller(self) -> int | None:
         """The KRaft leader (active controller) of the newest epoch any running node

@@ -217,7 +217,8 @@ class Watch:
                         self.violations.append(f"partition {part} committed offset moved "
                                                f"back {self.history[-1][part]} -> {offset}")
             self.history.append(offsets)
-        for name, port in self.status_ports.items():
+        # a copy: a test adds members (their ports) while a sample awaits an answer
+        for name, port in list(self.status_ports.items()):
             try:
                 answer = await client.get(f"http://127.0.0.1:{port}/readyz")
                 reasons = answer.json().get("reasons", []) if answer.status_code == 503 else []

@@ -23,9 +23,19 @@ from aiokafka.errors import KafkaError
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
+# PYTHONPATH of a child process (kstage, a tool): the test processors and this checkout,
+# so the child runs the code under test, not the checkout the venv was installed from
+# (a git worktree shares the main checkout's venv).
+CHILD_PATH = os.pathsep.join((str(PLUGINS), str(ROOT)))
 
 # Tansu holds a group join for ~session_timeout/2 (ENVIRONMENT.md): keep it short.
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+
+# The default deadline of a wait for a kstage process (a log line, a condition, its
+# status port, a /readyz answer): a process start and a group join take seconds, and
+# several times that on the 2-core machine running the suite beside JVMs. Only a wait
+# that fails takes this long.
+DEADLINE_S = 60
 
 
 def unique(prefix: str) -> str:
@@ -127,19 +137,13 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
-def kstage_env() -> dict[str, str]:
-    """``PYTHONPATH`` of a ``python -m service`` child: this checkout (not the one the
-    venv installed: a worktree runs its own code), then the test plugins."""
-    return {"PYTHONPATH": os.pathsep.join((str(ROOT), str(PLUGINS)))}
-
-
 class KstageProcess:
     """``kstage run`` as a child process, with its output captured to a file."""
 
     def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
         self.log = log or config.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
-        full_env = {**os.environ, **kstage_env(), **(env or {})}
+        full_env = {**os.environ, "PYTHONPATH": CHILD_PATH, **(env or {})}
         self._fh = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "run", "-c", str(config), *args],
@@ -149,7 +153,7 @@ class KstageProcess:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
-    async def wait_for_log(self, text: str, timeout: float = 30, count: int = 1) -> None:
+    async def wait_for_log(self, text: str, timeout: float = DEADLINE_S, count: int = 1) -> None:
         deadline = time.monotonic() + timeout
         while self.output().count(text) < count:
             if self.proc.poll() is not None:
@@ -181,7 +185,7 @@ class KstageProcess:
         self._fh.close()
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 30,
+async def wait_until(predicate: Callable[[], Any], timeout: float = DEADLINE_S,
                      what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -190,7 +194,7 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 30,
         await asyncio.sleep(0.1)
 
 
-async def status_port(proc: KstageProcess, timeout: float = 30) -> int:
+async def status_port(proc: KstageProcess, timeout: float = DEADLINE_S) -> int:
     """The port the status server of ``proc`` took (its log says; it may not be
     ``service.http_port`` when another process on this host holds that)."""
     await proc.wait_for_log("status server on port ", timeout=timeout)
@@ -210,7 +214,7 @@ async def readyz(base: str) -> tuple[int, dict[str, Any]]:
 
 
 async def wait_readyz(base: str, proc: KstageProcess, code: int, text: str = "",
-                      timeout: float = 30) -> dict[str, Any]:
+                      timeout: float = DEADLINE_S) -> dict[str, Any]:
     """The first /readyz answer with ``code`` whose JSON contains ``text`` (failing with
     kstage's output when it exits or ``timeout`` passes)."""
     deadline = time.monotonic() + timeout

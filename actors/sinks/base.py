@@ -119,6 +119,8 @@ class SinkContext:
             <processors.base.Processor.key>`; empty when it declares none).
         emits_deletes: the processor may emit deletions (:attr:`Processor.emits_deletes
             <processors.base.Processor.emits_deletes>`).
+        source_order: the processor's source position column (:attr:`Processor.source_order
+            <processors.base.Processor.source_order>`), or None.
         settings: the process settings (a sink reads its process-wide section, e.g.
             ``spark:``); None in tests that build a sink alone.
         resources: the process's shared resources (the SparkActor the spark and jdbc
@@ -141,6 +143,7 @@ class SinkContext:
     table: str = ""
     key: tuple[str, ...] = ()
     emits_deletes: bool = False
+    source_order: str | None = None
     settings: Settings | None = None
     resources: Resources | None = None
     health: SinkHealth | None = None

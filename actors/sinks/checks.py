@@ -85,7 +85,8 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                     label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
                     processor=topic.processor, columns=sink_columns(topic, cls), table=cls.table,
                     record_columns=record_column_names(topic), key=tuple(cls.key),
-                    emits_deletes=cls.emits_deletes, settings=settings))
+                    emits_deletes=cls.emits_deletes, source_order=cls.source_order,
+                    settings=settings))
                 # a sink names its keys as under sink:; under sinks: they are sinks.K.<key>
                 problems += [((*here, *_under(key, named.path)), why)
                              for key, why in sink.check()]

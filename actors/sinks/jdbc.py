@@ -95,6 +95,7 @@ from actors.sinks.jdbc_offsets import (
 )
 from actors.sinks.jdbc_upsert import (
     UNIQUE_INDEXES_SQL,
+    add_source_sql,
     delete_sql,
     deletions_columns,
     deletions_name_problem,
@@ -367,15 +368,17 @@ class JdbcTableWriter(TableWriter):
 
     def __init__(self, actor: SparkActor, settings: JdbcSinkSettings, table: str,
                  columns: tuple[Column, ...], key: tuple[str, ...] = (),
-                 deletes: bool = False) -> None:
+                 deletes: bool = False, source_order: str | None = None) -> None:
         super().__init__(table, columns, **flush_limits(actor.settings))
         self.actor = actor
         self.settings = settings
         self.key = key if settings.mode == "upsert" else ()
+        # the processor's source position column: orders a key's rows across partitions
+        self.source_order = source_order if self.key else None
         # mode: upsert of a processor that emits deletions: the deletions table
         # (actors.sinks.jdbc_upsert), the newest deletion of each key deleted from the table
         self.deletions = deletions_table(table) if self.key and deletes else None
-        self._deletion_columns = deletions_columns(self.key, columns)
+        self._deletion_columns = deletions_columns(self.key, columns, self.source_order)
         self.url = settings.url
         self.where = f"jdbc sink {table} at {safe_url(settings.url)}"
         self._registered = False
@@ -463,6 +466,11 @@ class JdbcTableWriter(TableWriter):
                 statement.execute(create_offsets_sql(_qualified(self.offsets)))
                 statement.close()
             if self.deletions is not None:
+                if self.source_order is not None:  # a deletions table made before it
+                    statement = conn.createStatement()
+                    statement.execute(add_source_sql(_qualified(self.deletions),
+                                                     self._deletion_columns[-1]))
+                    statement.close()
                 self._ensure_one(conn, self.deletions, self._deletion_columns)
         finally:
             conn.close()
@@ -883,8 +891,10 @@ class JdbcTableWriter(TableWriter):
         is written, and written in its place if PostgreSQL refuses that one."""
         names = [c.name for c in self._all]
         key = [names.index(k) for k in self.key]
-        coordinates = [names.index(c) for c in ("_topic", "_partition", "_offset",
-                                                "_timestamp")]
+        coordinates: list[int | None] = [
+            names.index(c) for c in ("_topic", "_partition", "_offset", "_timestamp")]
+        coordinates.append(None if self.source_order is None
+                           else names.index(self.source_order))
         pending = list(range(len(rows)))
         while pending:
             groups = newest_per_key([rows[i][1] for i in pending], key, coordinates)
@@ -993,16 +1003,17 @@ class JdbcTableWriter(TableWriter):
         conn = self._connect(spark)
         try:
             conn.setAutoCommit(False)
+            source = self.source_order
             statements = [conn.prepareStatement(upsert_sql(
                 qualified, self._all, self.key,
-                None if self.deletions is None else _qualified(self.deletions)))]
+                None if self.deletions is None else _qualified(self.deletions), source))]
             if self.deletions is not None:
                 deletions = _qualified(self.deletions)
                 statements += [
                     conn.prepareStatement(record_deletions_sql(
-                        deletions, self._deletion_columns, self.key)),
+                        deletions, self._deletion_columns, self.key, source)),
                     conn.prepareStatement(delete_sql(qualified, deletions, self.columns,
-                                                     self.key))]
+                                                     self.key, source))]
             for start in range(0, len(rows), size):  # the keys are distinct: no overlap
                 chunk = rows[start:start + size]
                 gone = [r for r in chunk if marked is not None and r[marked]]
@@ -1057,14 +1068,14 @@ _WRITERS: weakref.WeakKeyDictionary[SparkActor, dict[tuple[str, str, str], JdbcT
 
 def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
                  columns: Sequence[Column], key: Sequence[str] = (),
-                 deletes: bool = False) -> JdbcTableWriter:
+                 deletes: bool = False, source_order: str | None = None) -> JdbcTableWriter:
     """The shared writer of ``table`` at ``settings.url`` (created on first use)."""
     writers = _WRITERS.setdefault(actor, {})
     name = (settings.url, settings.user or "", table)
     writer = writers.get(name)
     if writer is None:
         writer = writers[name] = JdbcTableWriter(actor, settings, table, tuple(columns),
-                                                 tuple(key), deletes)
+                                                 tuple(key), deletes, source_order)
     elif writer.columns != tuple(columns):
         raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
                          "with two different column lists in this process")
@@ -1072,6 +1083,11 @@ def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
             settings.mode, tuple(key) if settings.mode == "upsert" else ()):
         raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
                          "with two different modes or natural keys in this process")
+    elif writer.key and writer.source_order != source_order:
+        raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
+                         "by processors ordering changes by different source positions "
+                         f"({writer.source_order!r}, {source_order!r}: "
+                         "Processor.source_order) in this process")
     return writer
 
 
@@ -1168,10 +1184,22 @@ class JdbcSink(SparkTableSink):
                 problems.append((("sink", "table"), f"jdbc sink {self.table}: {offsets_problem}"))
         if self.settings.mode == "upsert" and self.columns:
             problems += self._key_problems()
+            order = self._source_order_problem()
+            if order:
+                problems.append((("processor",), f"jdbc sink {self.table}: {order}"))
             name_problem = deletions_name_problem(self.table)
             if self.context.emits_deletes and name_problem:
                 problems.append((("sink", "table"), f"jdbc sink {self.table}: {name_problem}"))
         return problems
+
+    def _source_order_problem(self) -> str | None:
+        """The processor's source position column must be a long column of its rows."""
+        name = self.context.source_order
+        kinds = {c.name: c.type for c in self.columns}
+        if name is None or kinds.get(name) == "long":
+            return None
+        return (f"{self._what()} orders changes across partitions by {name!r} "
+                "(Processor.source_order), which is not a long column of its rows")
 
     def _key_problems(self) -> list[Problem]:
         """``mode: upsert`` needs the processor's natural key, made of its columns."""
@@ -1191,7 +1219,8 @@ class JdbcSink(SparkTableSink):
     async def open(self) -> None:
         self._refuse_problems()
         self._writer = table_writer(self._spark(), self.settings, self.table, self.columns,
-                                    self.context.key, self.context.emits_deletes)
+                                    self.context.key, self.context.emits_deletes,
+                                    self.context.source_order)
         try:
             await self._writer.register()
         except SinkError as exc:  # the database may come back: check again at first write

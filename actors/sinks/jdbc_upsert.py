@@ -15,24 +15,30 @@ The rows of a statement travel as one JSON array (one parameter, one round trip 
 JVM); PostgreSQL converts each value with its column's input function, so a value
 it refuses fails the statement with a class ``22`` SQLSTATE like an append does.
 
-"Newer" (:func:`newer`, and :data:`NEWER_SQL`, the same rule in SQL): offsets order the
+"Newer" (:func:`newer`, and :func:`newer_sql`, the same rule in SQL): offsets order the
 records of one partition only, and a key's records all come from one partition as long
 as producers keep partitioning by key. So:
 
 1. same ``_topic`` and ``_partition``: the higher ``_offset`` wins, whatever the record
    timestamps say (the log order is the order the producers' writes were serialized in;
-   producers' clocks may disagree). A replay of older offsets never rolls a row back, and
-   a replay of the same offset changes nothing;
+   producers' clocks may disagree, a Debezium delete's clock may step back). A replay of
+   older offsets never rolls a row back, and a replay of the same offset changes nothing;
 2. another partition or topic (producers changed a key's partitioning, or several topics
-   feed the table): offsets say nothing, the later ``_timestamp`` wins (a NULL timestamp
-   loses to any other);
-3. equal timestamps: the smaller ``(_topic, _partition)`` wins (byte order of the topic
+   feed the table): offsets say nothing. The processor's source position
+   (:attr:`Processor.source_order <processors.base.Processor.source_order>`, the
+   ``debezium`` processor's ``_source_lsn``), where it declares one, decides: the higher
+   wins, a NULL loses to any value;
+3. equal (or no) source positions: the later ``_timestamp`` wins (a NULL timestamp loses
+   to any other);
+4. equal timestamps: the smaller ``(_topic, _partition)`` wins (byte order of the topic
    name), an arbitrary but fixed choice, so that a replay gives the same row.
 
-Rule 2 and 3 are the Spark merge's order (:mod:`actors.sinks.spark.merge`); rule 1 differs
-from it only when a partition's timestamps go backwards. Mixing rules 1 and 2 is not
-transitive in that corner case (a key that moved partitions *and* timestamps out of log
-order): the row kept may then depend on the order records arrive.
+The final table's merge (:mod:`actors.sinks.spark.merge_fold`) uses the same rules.
+Mixing rule 1 with the others is not transitive in one corner case (a key that moved
+partitions *and* whose positions or timestamps went backwards within a partition): the
+row kept may then depend on how the records were split into flushes (or merges).
+A batch is folded as the merge folds its rows: the highest offset of each partition
+first, then the partitions' rows by rules 2-4 (:func:`newest_per_key`).
 
 PostgreSQL refuses ``ON CONFLICT DO UPDATE`` touching a row twice in one statement
 (SQLSTATE 21000), so :func:`newest_per_key` first keeps one row per key in the batch,
@@ -48,7 +54,9 @@ holds live rows only (``_is_deleted`` stays a column, always false), and kstage 
 truncated), with the key's columns and ``_topic, _partition, _offset, _timestamp,
 _ingested_at``, keyed like the table (:func:`key_constraint`), created with it (an
 existing one is checked like the table). It holds each key's newest deletion: a delete is
-a version. In the flush's transaction, after :func:`newest_per_key` (deletions included):
+a version. The deletions table also holds the processor's source position column, if it declares
+one (rule 2; a deletions table made before gets it added, NULL in its old rows). In the
+flush's transaction, after :func:`newest_per_key` (deletions included):
 
 * the winning deletions are upserted into the deletions table with the same newer rule
   (:func:`record_deletions_sql`), and delete the rows of the table they are newer than
@@ -72,34 +80,40 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from actors.sinks.table.columns import COORDINATES
+from actors.sinks.table.columns import COORDINATES, column_kind
 from processors.base import Column
 
 _COORDINATE_COLUMNS = tuple(COORDINATES)
 
 # The coordinates' positions in a row tuple are given by the caller (the table's order).
-Coordinates = tuple[str, int, int, int | None]
-"""``(_topic, _partition, _offset, _timestamp)`` of a row."""
+Coordinates = tuple[str, int, int, int | None, int | None]
+"""``(_topic, _partition, _offset, _timestamp, source position)`` of a row (the source
+position None where the processor declares none)."""
 
 
 def newer(incoming: Coordinates, existing: Coordinates) -> bool:
     """Whether a row at ``incoming`` replaces the row at ``existing`` (module docstring)."""
     if incoming[:2] == existing[:2]:
         return incoming[2] > existing[2]
-    if incoming[3] != existing[3]:
-        if incoming[3] is None:
-            return False
-        return existing[3] is None or incoming[3] > existing[3]
+    for i in (4, 3):  # the source position, then the timestamp: NULL loses
+        if incoming[i] != existing[i]:
+            if incoming[i] is None:
+                return False
+            return existing[i] is None or incoming[i] > existing[i]  # type: ignore[operator]
     return (incoming[0].encode(), incoming[1]) < (existing[0].encode(), existing[1])
 
 
-def newer_sql(incoming: str, existing: str) -> str:
+def newer_sql(incoming: str, existing: str, source: str | None = None) -> str:
     """The rule of :func:`newer` in SQL: whether the row aliased ``incoming`` replaces the
-    row aliased ``existing``. NULL (an incoming NULL timestamp against a value) counts as
-    false in a WHERE (``IS NOT TRUE`` reads it as "not newer", as :func:`newer` does)."""
+    row aliased ``existing`` (``source``: the source position column, if any). NULL (an
+    incoming NULL timestamp against a value) counts as false in a WHERE (``IS NOT TRUE``
+    reads it as "not newer", as :func:`newer` does)."""
     i, e = incoming, existing
+    position = (f'WHEN {i}."{source}" IS DISTINCT FROM {e}."{source}" '
+                f'THEN {i}."{source}" > {e}."{source}" OR {e}."{source}" IS NULL '
+                if source else "")
     return (f'CASE WHEN {e}."_topic" = {i}."_topic" AND {e}."_partition" = {i}."_partition" '
-            f'THEN {i}."_offset" > {e}."_offset" '
+            f'THEN {i}."_offset" > {e}."_offset" {position}'
             f'WHEN {i}."_timestamp" IS DISTINCT FROM {e}."_timestamp" '
             f'THEN {i}."_timestamp" > {e}."_timestamp" OR {e}."_timestamp" IS NULL '
             f'ELSE ({i}."_topic" COLLATE "C", {i}."_partition") '
@@ -108,31 +122,47 @@ def newer_sql(incoming: str, existing: str) -> str:
 
 # ``cur`` the row in the table, ``EXCLUDED`` the incoming one (ON CONFLICT DO UPDATE).
 NEWER_SQL = newer_sql("EXCLUDED", "cur")
+"""The upsert's condition without a source position column."""
 
 
 def newest_per_key(rows: Sequence[tuple[Any, ...]], key: Sequence[int],
-                   coordinates: Sequence[int]) -> list[tuple[int, list[int]]]:
+                   coordinates: Sequence[int | None]) -> list[tuple[int, list[int]]]:
     """One row per key: ``(winner, superseded)`` positions in ``rows``, in batch order.
 
     ``key``: the positions of the key columns in a row; ``coordinates``: the positions of
-    ``_topic, _partition, _offset, _timestamp``."""
-    groups: dict[tuple[Any, ...], tuple[int, list[int]]] = {}
-    topic, partition, offset, timestamp = coordinates
+    ``_topic, _partition, _offset, _timestamp`` and of the source position (None: the
+    processor declares none). The winner of a key: the highest offset of each partition
+    (the first of equal ones), then the newest of those (:func:`newer`), as the final
+    table's merge folds."""
+    topic, partition, offset, timestamp = (int(p) for p in coordinates[:4])  # type: ignore[arg-type]
+    source = coordinates[4] if len(coordinates) > 4 else None
+
+    def at(row: tuple[Any, ...]) -> Coordinates:
+        return (row[topic], row[partition], row[offset], row[timestamp],
+                None if source is None else row[source])
+
+    streams: dict[tuple[Any, ...], dict[tuple[Any, Any], int]] = {}
     for i, row in enumerate(rows):
         k = tuple(row[p] for p in key)
-        found = groups.get(k)
-        if found is None:
-            groups[k] = (i, [])
-            continue
-        best, losers = found
-        here = (row[topic], row[partition], row[offset], row[timestamp])
-        there = (rows[best][topic], rows[best][partition], rows[best][offset],
-                 rows[best][timestamp])
-        if newer(here, there):
-            groups[k] = (i, sorted([*losers, best]))
-        else:
-            losers.append(i)
-    return sorted(groups.values())
+        best = streams.setdefault(k, {})
+        here = (row[topic], row[partition])
+        if here not in best or row[offset] > rows[best[here]][offset]:
+            best[here] = i
+    groups = []
+    for k, best in streams.items():
+        winner = None
+        for i in sorted(best.values()):
+            if winner is None or newer(at(rows[i]), at(rows[winner])):
+                winner = i
+        assert winner is not None  # noqa: S101 - a key has a row
+        groups.append((winner, k))
+    winners = {k: w for w, k in groups}
+    losers: dict[int, list[int]] = {w: [] for w in winners.values()}
+    for i, row in enumerate(rows):
+        w = winners[tuple(row[p] for p in key)]
+        if i != w:
+            losers[w].append(i)
+    return sorted((w, losers[w]) for w in winners.values())
 
 
 def key_constraint(key: Sequence[str], columns: Sequence[Column]) -> str:
@@ -146,11 +176,12 @@ def key_constraint(key: Sequence[str], columns: Sequence[Column]) -> str:
 
 
 def upsert_sql(qualified: str, columns: Sequence[Column], key: Sequence[str],
-               deletions: str | None = None) -> str:
+               deletions: str | None = None, source: str | None = None) -> str:
     """The statement of a flush: one JSON array parameter, the rows (see the module
     docstring); ``columns``: every column written but ``_ingested_at`` (now()). With
     ``deletions`` (the qualified deletions table), a row is inserted or updated only if no
-    deletion of its key there is as new as it or newer."""
+    deletion of its key there is as new as it or newer. ``source``: the processor's
+    source position column (:func:`newer_sql`), or None."""
     names = [c.name for c in columns]
     listed = ", ".join(f'"{n}"' for n in names)
     conflict = ", ".join(f'"{k}"' for k in key)
@@ -160,12 +191,12 @@ def upsert_sql(qualified: str, columns: Sequence[Column], key: Sequence[str],
     if deletions is not None:
         alive = (f" WHERE NOT EXISTS (SELECT 1 FROM {deletions} AS del WHERE "  # noqa: S608
                  f"{key_match('del', 'src', key, columns)} "
-                 f"AND ({newer_sql('src', 'del')}) IS NOT TRUE)")
+                 f"AND ({newer_sql('src', 'del', source)}) IS NOT TRUE)")
     # Identifiers only, each a plain identifier checked by the settings, quoted.
     return (f'INSERT INTO {qualified} AS cur ({listed}, "_ingested_at") '  # noqa: S608
             f"SELECT {listed}, now() FROM json_populate_recordset(NULL::{qualified}, "
             f"CAST(? AS json)) AS src{alive} ON CONFLICT ({conflict}) "
-            f"DO UPDATE SET {updated} WHERE {NEWER_SQL}")
+            f"DO UPDATE SET {updated} WHERE {newer_sql('EXCLUDED', 'cur', source)}")
 
 
 def key_match(left: str, right: str, key: Sequence[str], columns: Sequence[Column]) -> str:
@@ -200,26 +231,37 @@ def deletions_name_problem(table: str) -> str | None:
             f"{MAX_IDENTIFIER - len(DELETIONS_SUFFIX)} characters (sink.table)")
 
 
-def deletions_columns(key: Sequence[str], columns: Sequence[Column]) -> tuple[Column, ...]:
-    """The columns of a deletions table but the coordinates: the key's, in key order."""
+def deletions_columns(key: Sequence[str], columns: Sequence[Column],
+                      source: str | None = None) -> tuple[Column, ...]:
+    """The columns of a deletions table but the coordinates: the key's, in key order,
+    then the source position column ``source`` if any."""
     by_name = {c.name: c for c in columns}
-    return tuple(by_name[k] for k in key)
+    return tuple(by_name[k] for k in (*key, *([source] if source else [])))
 
 
 def record_deletions_sql(deletions: str, key_columns: Sequence[Column],
-                         key: Sequence[str]) -> str:
+                         key: Sequence[str], source: str | None = None) -> str:
     """Upsert the deletions of a flush (one per key, the JSON parameter of
-    :func:`upsert_sql`'s shape) into the deletions table: the newest wins."""
-    return upsert_sql(deletions, (*key_columns, *_COORDINATE_COLUMNS), key)
+    :func:`upsert_sql`'s shape) into the deletions table: the newest wins.
+    ``key_columns``: :func:`deletions_columns`."""
+    return upsert_sql(deletions, (*key_columns, *_COORDINATE_COLUMNS), key, source=source)
 
 
 def delete_sql(qualified: str, deletions: str, columns: Sequence[Column],
-               key: Sequence[str]) -> str:
+               key: Sequence[str], source: str | None = None) -> str:
     """Delete the rows of the table that the flush's deletions (the JSON parameter) are
     newer than."""
     return (f"DELETE FROM {qualified} AS cur USING json_populate_recordset("  # noqa: S608
             f"NULL::{deletions}, CAST(? AS json)) AS del "
-            f"WHERE {key_match('cur', 'del', key, columns)} AND {newer_sql('del', 'cur')}")
+            f"WHERE {key_match('cur', 'del', key, columns)} "
+            f"AND {newer_sql('del', 'cur', source)}")
+
+
+def add_source_sql(deletions: str, source: Column) -> str:
+    """Give a deletions table made before it the source position column (NULL in its
+    rows); nothing when the table does not exist or has it."""
+    return (f'ALTER TABLE IF EXISTS {deletions} ADD COLUMN IF NOT EXISTS "{source.name}" '
+            f"{column_kind(source.type).postgres}")
 
 
 def _json_value(value: Any) -> Any:
@@ -276,6 +318,7 @@ def missing_key_index(table: str, key: Sequence[str], columns: Sequence[Column],
 
 
 __all__ = ["DELETIONS_SUFFIX", "MAX_IDENTIFIER", "NEWER_SQL", "UNIQUE_INDEXES_SQL",
-           "delete_sql", "deletions_columns", "deletions_name_problem", "deletions_table",
+           "add_source_sql", "delete_sql", "deletions_columns", "deletions_name_problem",
+           "deletions_table",
            "key_constraint", "key_match", "missing_key_index", "newer", "newer_sql",
            "newest_per_key", "record_deletions_sql", "rows_json", "upsert_sql"]

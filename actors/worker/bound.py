@@ -48,7 +48,8 @@ def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Pr
             group=group, topic=topic.topic, processor=topic.processor,
             columns=sink_columns(topic, processor_cls), table=processor_cls.table,
             record_columns=record_column_names(topic), key=tuple(processor_cls.key),
-            emits_deletes=processor_cls.emits_deletes, settings=settings, resources=resources,
+            emits_deletes=processor_cls.emits_deletes,
+            source_order=processor_cls.source_order, settings=settings, resources=resources,
             health=None if health is None else health(named.name), refuse=refuse(named)))
         bound.append(BoundSink(named, sink))
     return bound

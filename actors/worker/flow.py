@@ -103,6 +103,9 @@ class Flow:
         self.fetched_span: dict[TopicPartition, list[int]] = {}  # first, next offset
         self.current_tp: TopicPartition | None = None  # the partition being processed
         self.current_gen = 0  # the generation of its batch
+        # A revoked partition whose batch was being processed when the revoke began, and
+        # that batch's generation: it may still ship while the revoke drains (see ships).
+        self.draining: dict[TopicPartition, int] = {}
         self.process_ended = False  # no position is committable from then on
 
     def __repr__(self) -> str:
@@ -180,12 +183,24 @@ class Flow:
 
     # -- the assignment and its generations --------------------------------------------
 
+    def refusals(self) -> list[str]:
+        """Why each refused partition is not consumed, in partition order."""
+        return [why for _, why in sorted(self.refused.items(), key=lambda i: i[0].partition)]
+
     def live(self, tp: TopicPartition, gen: int) -> bool:
         """Work of ``tp`` fetched in generation ``gen`` is still this worker's (where
         kstage does not own the offsets, as long as ``tp`` is assigned)."""
         if tp not in self.assigned:
             return False
         return gen >= self.revoked_at.get(tp, 0) or not self.owns_offsets
+
+    def ships(self, tp: TopicPartition, gen: int) -> bool:
+        """Rows of ``tp`` walked from a batch of generation ``gen`` may go to the sinks:
+        the work is :meth:`live`, or it is the batch that was being processed when a
+        revoke of ``tp`` began, and the revoke still drains (it commits that batch, so
+        what its walk did, such as a dead letter, is not done again by the partition's
+        next reader)."""
+        return self.live(tp, gen) or self.draining.get(tp) == gen
 
     def let_go(self, tps: set[TopicPartition]) -> None:
         """``tps`` are no longer this worker's: bump the generation (their fetched work

@@ -41,14 +41,7 @@ from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.record_columns import RecordColumns
 from actors.tracing import Tracing, WalkTrace
 from actors.worker.filters import compile_filter
-from actors.worker.records import (
-    FILTERED,
-    Collect,
-    RecordLike,
-    Route,
-    key_decoder,
-    value_decoder,
-)
+from actors.worker.records import FILTERED, Collect, RecordLike, Route, key_decoder, value_decoder
 from processors.base import DELETED, Message, Processor, Row
 from processors.errors import PoisonMessage, ProcessorError
 from settings.models import FailureMode, FailureSettings, FilterSettings, TopicSettings
@@ -108,6 +101,7 @@ class RecordPipeline:
         self.filter = compile_filter(topic.filter)
         self.processor: Processor = None  # type: ignore[assignment]  # set by use()
         self.async_transform = self.deletes = False
+        self.value_schema: Callable[[bytes], Any] | None = None  # see use()
         if processor is not None:
             self.use(processor)
         self.stats = stats if stats is not None else {}
@@ -148,6 +142,9 @@ class RecordPipeline:
         self.processor = processor
         self.async_transform = inspect.iscoroutinefunction(processor.transform)
         self.deletes = processor.emits_deletes  # each row then says if it is a deletion
+        avro = self.avro if self.topic.format == "avro" else None  # writer schemas: Avro
+        self.value_schema = (None if avro is None or not processor.wants_value_schema
+                             else lambda raw: avro.writer(raw)[1])
 
     def keeps(self, value: Any) -> bool:
         """Whether the topic's filter lets a decoded ``value`` reach the processor; a
@@ -162,7 +159,8 @@ class RecordPipeline:
         """The hot path applies: no coroutine per message (sync transform, no savepoints,
         keys not decoded, no columns added)."""
         return (not self.async_transform and not self.savepoints and self.decode_key is None
-                and not self.decoded and self.record_columns is None and not self.deletes)
+                and not self.decoded and self.record_columns is None and not self.deletes
+                and self.value_schema is None)
 
     # -- decode ----------------------------------------------------------------------
 
@@ -170,10 +168,12 @@ class RecordPipeline:
         if self.decoded:
             return rec  # type: ignore[return-value]  # a Message already (for_processor)
         key = rec.key if self.decode_key is None else self.decode_key(rec.key)
+        value = self.decode(rec.value)
+        schema = (None if self.value_schema is None or rec.value is None
+                  else self.value_schema(rec.value))
         return Message(
             rec.topic, rec.partition, rec.offset, rec.timestamp, key,
-            self.decode(rec.value), rec.headers, rec.value,  # type: ignore[arg-type]
-            rec.timestamp_type,
+            value, rec.headers, rec.value, rec.timestamp_type, schema,  # type: ignore[arg-type]
         )
 
     async def load_schemas(self, records: Sequence[RecordLike]) -> None:

@@ -190,7 +190,7 @@ class ProcessLoop:
     ) -> SinkBatch:
         if lane is not None:
             lane.held -= count  # from here on the entry (or the fence) accounts for them
-        if self.flow.live(tp, self.flow.current_gen if gen is None else gen):
+        if self.flow.ships(tp, self.flow.current_gen if gen is None else gen):
             entry = self.committer.tracker.add(tp, next_offset, count, savepoint=savepoint)
         elif not self.committer.owns_offsets:
             # Revoked meanwhile, offsets not kstage's (auto-commit may have committed

@@ -9,7 +9,9 @@
   mark (a re-created topic) is refused there: it stays paused until its next assignment
   (:attr:`Flow.refused <actors.worker.flow.Flow.refused>`, in ``/readyz`` and ``/status``).
 * On revoke: in-flight work of the revoked partitions is drained (bounded by half the
-  rebalance timeout) and committed, then what is left is fenced: its batches are
+  rebalance timeout) and committed, the batch being processed when the revoke began
+  included (it is shipped, so what its walk did, such as a dead letter, is not done
+  again by the partition's next reader), then what is left is fenced: its batches are
   cancelled before or during their write (:class:`actors.sinks.Fence`), batches fetched
   before the revoke are dropped, and nothing of the partition is written after the
   revoke returned (but an Iceberg append already in its commit, which the table's
@@ -216,6 +218,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         overtake, and a commit now would be of a generation the group left behind."""
         flow = self.flow
         lost, flow.assigned = flow.assigned, set()
+        flow.draining.clear()  # a revoke draining meanwhile ships its batch under way no more
         parts = sorted(tp.partition for tp in lost)
         self.lost = (f"lost its group membership: no heartbeat answered for {silent_s:.1f}s "
                      f"(session_timeout_ms {self.group.session_timeout_ms}); partitions "
@@ -302,7 +305,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         tracker = committer.tracker
         for task in list(self._resuming):  # their partitions are being taken away
             task.cancel()
+        under_way = flow.current_tp if drain and flow.current_tp in tps else None
         flow.let_go(tps)
+        if under_way is not None and committer.owns_offsets:
+            flow.draining[under_way] = flow.current_gen  # shipped and drained, see below
         self.unseeded -= tps
         parts = sorted(tp.partition for tp in tps)
         rebalance_s = self.rebalance_s
@@ -359,6 +365,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             logger.warning("%s: revoke: in-flight work of %s not drained within %.1fs; "
                            "cancelling it: the new owner re-reads it", self.label, parts,
                            timeout)
+        finally:
+            for tp in revoked:  # the batch under way ships no more: fenced from here on
+                flow.draining.pop(tp, None)
         try:
             async with asyncio.timeout(rebalance_s / 4):
                 await self.committer.commit()

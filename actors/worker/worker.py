@@ -133,9 +133,8 @@ class Worker:
             of the spark and jdbc sinks); the master's.
         control: the topic's operator state, the master's (survives restarts): while
             paused, nothing more is fetched (:mod:`actors.control`).
-        log_bounds: reads partitions' log start and high-water mark at assignment (a
-            partition a table holds past its end is refused: :mod:`actors.worker.
-            sink_offsets`); default: a short-lived consumer of ``bootstrap``.
+        log_bounds: partitions' log start and high-water mark at assignment (default: a
+            short-lived consumer of ``bootstrap``; :mod:`actors.worker.sink_offsets`).
     """
 
     def __init__(
@@ -199,13 +198,10 @@ class Worker:
                              for named in topic.named_sinks()}
         self.rebalance = Rebalance(
             flow=flow, committer=self.committer, group=group, topic=topic.topic,
-            group_id=self.group_id, starts=self.starts,
+            group_id=self.group_id, starts=self.starts, label=self.label,
             rebalance_s=rebalance_timeout_ms(settings, group) / 1000,
-            grace_s=settings.supervisor.shutdown_grace_s,
-            healths=list(self._sink_health.values()), label=self.label,
-            bounds=log_bounds if log_bounds is not None else FetchedBounds(
-                bootstrap, settings.kafka.consumer_config,
-                f"{settings.kafka.client_id}-{topic.topic}-bounds"))
+            grace_s=settings.supervisor.shutdown_grace_s, healths=list(self._sink_health.values()),
+            bounds=log_bounds or FetchedBounds.of(settings.kafka, bootstrap, topic.topic))
         self.fetcher = Fetcher(
             flow=flow, rebalance=self.rebalance, group=group, topic=topic.topic,
             group_id=self.group_id, stats=self.stats,
@@ -276,9 +272,7 @@ class Worker:
             "security_problem": self.rebalance.security_problem,
             "token_problem": "; ".join(token_errors()) or None,
             "topic_missing": self.rebalance.topic_missing,
-            # Partitions a table holds past their high-water mark (not consumed).
-            "refused": [why for _, why in sorted(self.flow.refused.items(),
-                                                 key=lambda item: item[0].partition)],
+            "refused": self.flow.refusals(),  # partitions a table holds past their end
             "waiting_for": self.waiting_for,
             "sink_error": self.sink_error(),
             "sinks": {name: health.reason() for name, health in self._sink_health.items()},

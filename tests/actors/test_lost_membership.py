@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+from processors.base import Message, Row
+from processors.json_rows import JsonRowsProcessor
 from tests.fake_consumer import FakeConsumer
 from tests.kit import TOPIC, TP, RecordingSink, make_worker, until, values, worker_settings
 
@@ -104,3 +107,38 @@ async def test_a_hanging_security_probe_never_holds_the_fence_back(
     finally:
         worker.stop()
         await asyncio.wait_for(run, 10)  # the hanging probe does not hold the stop
+
+
+async def test_a_membership_lost_while_a_revoke_drains_fences_the_batch_under_way(
+        tmp_path: Path) -> None:
+    """A revoke's drain ships the batch being processed when it began; when the
+    membership is lost meanwhile (no heartbeat answered for a session), that batch is
+    fenced too: neither written nor committed (the partition may be another's now)."""
+    waiting, go = asyncio.Event(), asyncio.Event()
+
+    class Held(JsonRowsProcessor):
+        async def transform(self, message: Message) -> Sequence[Row]:  # type: ignore[override]
+            if message.value.get("hold"):
+                waiting.set()
+                await go.wait()
+            return super().transform(message)
+
+    consumer = FakeConsumer(TOPIC, {0: values({"hold": True}, {"i": 1}), 1: []})
+    sink = RecordingSink()
+    settings = worker_settings(tmp_path, supervisor={"shutdown_grace_s": 20}, **SESSION)
+    worker = make_worker(settings, consumer, sink, processor_cls=Held)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(waiting.wait(), 10)
+        revoking = asyncio.create_task(consumer.rebalance(revoked={TP}))
+        await until(lambda: TP not in worker.flow.assigned, "the revoke begun")
+        consumer.heartbeats = False  # partition 1 is still assigned: the watch looks
+        await until(lambda: worker.snapshot()["membership_lost"] is not None,
+                    "the membership lost")
+        go.set()  # the walk of partition 0 ends inside the drain
+        await asyncio.wait_for(revoking, 30)
+        assert sink.rows == [], "wrote the batch under way after the membership was lost"
+        assert TP not in consumer.committed_offsets, consumer.commits
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)

@@ -4,6 +4,8 @@
 * commit after ack, never before;
 * the revoke fence: a revoked partition's write under way is neither committed nor
   landed by the old owner, and its new owner loses nothing;
+* the revoke drain: the batch being processed when a revoke begins is shipped and
+  committed by the drain, so a dead letter it wrote is not written again;
 * retry lanes: a partition waiting to retry holds only itself, the others move;
 * drain: phase 1 of a stop waits for the write under way and commits it;
 * two-phase stop: phase 2 cancels, and commits nothing it cancelled;
@@ -20,12 +22,15 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from actors.worker import Worker
+from processors.base import Message, Row
+from processors.errors import PoisonMessage
+from processors.json_rows import JsonRowsProcessor
 from tests.behaviour.harness import Harness
 from tests.kit import FailingRows, HeldSleep, RecordingSink, stop_in_phase_two, until
 
@@ -95,6 +100,49 @@ async def test_a_revoked_partitions_write_under_way_is_fenced_and_its_new_owner_
             await harness.wait_committed(partition, 4, "the partition back, caught up")
     for partition in (0, 1):
         assert offsets(sink, partition) == [0, 1, 2, 3], "lost or written twice"
+
+
+def held_then_poison() -> tuple[type[JsonRowsProcessor], asyncio.Event, asyncio.Event]:
+    """json_rows whose transform of a value with ``hold`` waits until the test lets it
+    go, and which refuses a value with ``poison`` for good; (processor, waiting, go)."""
+    waiting, go = asyncio.Event(), asyncio.Event()
+
+    class HeldThenPoison(JsonRowsProcessor):
+        async def transform(self, message: Message) -> Sequence[Row]:  # type: ignore[override]
+            if message.value.get("hold"):
+                waiting.set()
+                await go.wait()
+            if message.value.get("poison"):
+                raise PoisonMessage("a poison value")
+            return super().transform(message)
+
+    return HeldThenPoison, waiting, go
+
+
+async def test_the_batch_under_way_at_a_revoke_is_drained_and_its_dead_letter_written_once(
+        harness: Harness, tmp_path: Path) -> None:
+    """A revoke begins while the process loop walks a batch of the revoked partition;
+    the walk then dead-letters a poison value. The drain ships the batch and commits
+    it, so whoever reads the partition next starts after it: one dead letter."""
+    processor, waiting, go = held_then_poison()
+    await harness.produce([{"hold": True}, {"poison": True}], 0)  # one batch (2 a poll)
+    sink = RecordingSink()
+    settings = harness.settings(tmp_path, supervisor={"shutdown_grace_s": 20})
+    worker = harness.worker(settings, sink, processor_cls=processor)
+    async with running(worker):
+        await asyncio.wait_for(waiting.wait(), 30)
+        handing = asyncio.create_task(harness.hand_over(worker))
+        await until(lambda: harness.tp(0) not in worker.flow.assigned or handing.done(),
+                    "the revoke begun", 60)
+        go.set()  # the walk goes on inside the revoke's drain
+        await asyncio.wait_for(handing, 90)
+        assert await harness.committed(0) == 2, "the drain did not commit the batch"
+        await harness.take_back(worker)
+        await harness.produce([{"i": 2}], 0)
+        await harness.wait_committed(0, 3, "partition 0 back and going on")
+    dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
+    assert [(d["partition"], d["offset"]) for d in dead] == [(0, 1)], dead
+    assert offsets(sink, 0) == [0, 2], sink.rows
 
 
 def lane_worker(harness: Harness, tmp_path: Path, sink: RecordingSink, sleep: HeldSleep,

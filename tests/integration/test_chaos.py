@@ -1,5 +1,7 @@
 """The chaos run's CI variants: 10 SIGKILLs of three JSONL members, nothing lost, on the
-embedded broker and on a 3-node Apache Kafka cluster whose brokers are killed too.
+embedded broker and on a 3-node Apache Kafka cluster whose brokers are killed too; and
+zombies: members of the Iceberg staging path frozen past their session as an append starts,
+no row twice.
 
 Each member slot keeps one output file across its restarts (a fixed sink path, as deployed).
 
@@ -67,3 +69,61 @@ async def test_cluster_chaos_three_broker_kills_and_ten_member_kills_lose_nothin
     assert result.uncovered == 0 and result.dead == 0, result.notes
     assert result.clean_exits, result.notes
     assert result.last_line().endswith("kills=10 broker_kills=3")
+
+
+@pytest.mark.fencing
+async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: Path) -> None:
+    """Two members append to one Iceberg staging table through pyiceberg; twice, one of
+    them is SIGSTOPped as one of its appends starts and kept stopped past its session
+    (6 s + 8 s): the group gives its partitions to the other member, which appends them
+    from the table's offsets, and the thawed zombie's append must not commit them again.
+
+    The commit-time fence of staging appends (issue 32) keeps them out: before it,
+    freezes left duplicates (four runs: 103, 104, 294 and 335 rows, e.g. ``lost=0 dup=335
+    final_lost=- final_dup=- kills=0 freezes=2``). The
+    run also checks that each freeze made a zombie (``evicted``). No merge (no JVM at
+    all): the final table's dedupe would hide duplicates anyway; the staging table is what
+    is checked."""
+    chaos = load_bench()
+    opts = chaos.parse(["--sink", "spark", "--appends", "pyiceberg", "--kills", "0",
+                        "--freezes", "2", "--rate", "100", "--drain-timeout-s", "60",
+                        "--no-merge", "--work-dir", str(tmp_path / "chaos")])
+    result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 150)
+    chaos.report(result)
+    assert result.freezes == 2
+    assert result.evicted == 2, f"each frozen member woke up evicted (a zombie): {result.notes}"
+    assert result.produced > 0 and result.send_failed == 0
+    assert result.drained, "the members committed every partition up to its high-water mark"
+    assert result.lost == 0, result.notes
+    assert result.dup == 0, (
+        f"{result.dup} row(s) twice in the staging table: a member frozen past its session "
+        "committed an append of partitions the group had given to another member")
+    assert result.uncovered == 0 and result.dead == 0, result.notes
+    assert result.clean_exits, result.notes
+    assert result.last_line().endswith("kills=0 freezes=2")
+
+
+@pytest.mark.fencing
+@pytest.mark.apache_kafka
+async def test_two_freezes_on_the_cluster_append_nothing_twice(tmp_path: Path) -> None:
+    """The same zombies on a 3-node Apache Kafka cluster (its group coordinator evicts the
+    frozen member), pyiceberg appends, no merge. Before the commit-time fence (issue 32):
+    ``lost=0 dup=102 final_lost=- final_dup=- kills=0 broker_kills=0 freezes=2``."""
+    chaos = load_bench()
+    opts = chaos.parse(["--cluster", "--sink", "spark", "--appends", "pyiceberg",
+                        "--kills", "0", "--broker-kills", "0", "--freezes", "2",
+                        "--rate", "100", "--drain-timeout-s", "60", "--no-merge",
+                        "--work-dir", str(tmp_path / "chaos")])
+    result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 170)
+    chaos.report(result)
+    assert result.freezes == 2
+    assert result.evicted == 2, f"each frozen member woke up evicted (a zombie): {result.notes}"
+    assert result.produced > 0
+    assert result.drained, "the members committed every partition up to its end offset"
+    assert result.lost == 0, result.notes
+    assert result.dup == 0, (
+        f"{result.dup} row(s) twice in the staging table: a member frozen past its session "
+        "committed an append of partitions the group had given to another member")
+    assert result.uncovered == 0 and result.dead == 0, result.notes
+    assert result.clean_exits, result.notes
+    assert result.last_line().endswith("kills=0 broker_kills=0 freezes=2")

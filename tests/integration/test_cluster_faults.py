@@ -47,6 +47,7 @@ from tests.tcp_proxy import TcpProxy
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.apache_kafka]
 
 RECOVERY_S = 60  # the stated bound: from the fault's end to everything landed and ready
+REBALANCING = ("PreparingRebalance", "CompletingRebalance")  # a classic group's states
 PARTITIONS = 3
 
 
@@ -105,9 +106,10 @@ async def whole(cluster: Cluster) -> AsyncIterator[Cluster]:
 
 def member(tmp_path: Path, kstage: type[KstageProcess], name: str, bootstrap: str,
            group: str, topic: str, *, sink: dict[str, Any] | None = None,
-           failure: dict[str, Any] | None = None, env: dict[str, str] | None = None
-           ) -> tuple[KstageProcess, int]:
-    """A ``kstage run`` member writing JSON lines to ``<name>.jsonl``; (process, port)."""
+           failure: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+           grace_s: float = 10) -> tuple[KstageProcess, int]:
+    """A ``kstage run`` member writing JSON lines to ``<name>.jsonl``; (process, port).
+    ``grace_s``: its ``shutdown_grace_s``, which also bounds a revoke's drain."""
     port = free_port()
     cfg = write_config(
         tmp_path / f"{name}.yml", bootstrap, group,
@@ -115,7 +117,7 @@ def member(tmp_path: Path, kstage: type[KstageProcess], name: str, bootstrap: st
           "sink": sink or {"type": "jsonl", "path": str(tmp_path / f"{name}.jsonl")}}],
         failure=failure, service={"http_port": port, "http_host": "127.0.0.1",
                                   "status_interval_s": 5},
-        supervisor={"shutdown_grace_s": 10, "sink_unready_after_s": 5})
+        supervisor={"shutdown_grace_s": grace_s, "sink_unready_after_s": 5})
     return kstage(cfg, env=env), port
 
 
@@ -139,12 +141,18 @@ class Scenario:
     producer_cls: type[AckedProducer] = AckedProducer
     failure: dict[str, Any] | None = None
     dead_letter_topic: str | None = None
+    # Member a writes to this HTTP API (one request per row) instead of a file, so the
+    # test can hold its writes (:meth:`HttpTestServer.hang`), and with them a's revoke.
+    api: HttpTestServer | None = None
 
     def __post_init__(self) -> None:
         self.topic, self.group = unique(self.name), unique(f"g-{self.name}")
         self.members: dict[str, KstageProcess] = {}
+        api = self.api
         self.watch = Watch(self.cluster.bootstrap, self.group, self.topic, PARTITIONS, [],
-                           None, dead_letter_topic=self.dead_letter_topic)
+                           None, dead_letter_topic=self.dead_letter_topic,
+                           rows=None if api is None else lambda: [
+                               r.json for r in list(api.requests) if r.json])
         self.producer = self.producer_cls(self.cluster.bootstrap, self.topic)
 
     async def start(self) -> Scenario:
@@ -163,10 +171,19 @@ class Scenario:
 
     def add_member(self, name: str) -> KstageProcess:
         failure = None if self.failure is None else dict(self.failure)
-        proc, port = member(self.tmp_path, self.kstage, name, self.cluster.bootstrap,
-                            self.group, self.topic, failure=failure)
+        if name == "a" and self.api is not None:
+            # a held write is retried (2 s timeout) until the test lets it go; a revoke
+            # drains for up to 30 s (half the rebalance timeout; shutdown_grace_s 30)
+            proc, port = member(
+                self.tmp_path, self.kstage, name, self.cluster.bootstrap, self.group,
+                self.topic, failure=failure, grace_s=30, env={"URL": f"{self.api.url}/a"},
+                sink={"type": "http", "url": "${URL}", "timeout_s": 2, "max_retries": 1000,
+                      "min_backoff_s": 0.1, "max_backoff_s": 0.5})
+        else:
+            proc, port = member(self.tmp_path, self.kstage, name, self.cluster.bootstrap,
+                                self.group, self.topic, failure=failure)
+            self.watch.sinks.append(self.tmp_path / f"{name}.jsonl")
         self.members[name] = proc
-        self.watch.sinks.append(self.tmp_path / f"{name}.jsonl")
         self.watch.status_ports[name] = port
         return proc
 
@@ -253,23 +270,32 @@ async def test_rolling_restart_of_every_broker_while_consuming(
 
 async def test_coordinator_killed_during_a_rebalance(
         whole: Cluster, scenario: Callable[..., Scenario]) -> None:
-    run = await scenario("coord").start()
-    coordinator = whole.kafka.node(await whole.kafka.coordinator(run.group))
-    b = run.add_member("b")  # its join starts a rebalance
-    deadline = time.monotonic() + 60
-    while (state := await whole.kafka.group_state(run.group)) == "Stable":
-        assert time.monotonic() < deadline, "member b never started a rebalance"
-        await asyncio.sleep(0.05)
-    coordinator.kill()  # mid-rebalance: the group moves to another node
-    assert state in ("PreparingRebalance", "CompletingRebalance"), state
-    await asyncio.sleep(5)
-    coordinator.start()
-    coordinator.wait_listening()
-    await whole.kafka.wait_in_sync()
-    fault_end = time.monotonic()
-    # The group settles with both members sharing the partitions.
-    await b.wait_for_log("assigned partitions [", timeout=RECOVERY_S)
-    await run.settle(fault_end)
+    """Member b's join starts a rebalance while member a's writes are held: a's revoke
+    drains its in-flight work before a rejoins, so the group stays in its rebalance
+    until the test lets the writes go (or a's drain bound, 30 s, passes), however slow
+    the machine. The group's coordinator is killed in that rebalance."""
+    with HttpTestServer() as api:
+        run = await scenario("coord", api=api).start()
+        coordinator = whole.kafka.node(await whole.kafka.coordinator(run.group))
+        a = run.members["a"]
+        held_at = time.monotonic()
+        api.hang(300, times=1_000_000)  # a's writes hang from here on (retried, unanswered)
+        await wait_until(lambda: any(r.at > held_at and r.answered_at is None
+                                     for r in list(api.requests)), 60, "a write of a held")
+        run.add_member("b")  # its join starts a rebalance; a's revoke cannot drain
+        await whole.kafka.wait_group_state(run.group, REBALANCING, timeout_s=120)
+        # a has not rejoined: its revoke (logged when it ends) still waits for its writes
+        assert "revoked partitions" not in a.output(), a.output()[-3000:]
+        coordinator.kill()  # mid-rebalance: the group moves to another node
+        api.release()  # a's next attempt of each write is answered: its drain ends
+        await asyncio.sleep(5)  # the coordinator stays down for a while
+        coordinator.start()
+        coordinator.wait_listening()
+        await whole.kafka.wait_in_sync()
+        fault_end = time.monotonic()
+        # The group settles with both members sharing the partitions.
+        await run.members["b"].wait_for_log("assigned partitions [", timeout=RECOVERY_S)
+        await run.settle(fault_end)
 
 
 async def test_active_controller_killed(

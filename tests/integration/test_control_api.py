@@ -25,7 +25,7 @@ import pytest
 
 from service.broker import free_port
 from tests.http_server import HttpTestServer
-from tests.kafkautil import committed, produce, wait_until, write_config
+from tests.kafkautil import committed, produce, wait_readyz, wait_until, write_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -112,8 +112,8 @@ async def test_pause_holds_across_rebalances_and_resume_and_restart_lose_nothing
     assert entry["paused"] and entry["paused_by"].startswith("127.0.0.1:")
     assert [p["state"] for p in entry["partitions"]] == ["paused", "paused"]
     assert ctl(cfg, "status").splitlines()[0] == f"{group}/{topic}: paused, restarts 0"
-    ready = httpx.get(f"{base}/readyz")
-    assert ready.status_code == 200 and ready.json()["paused"] == [f"{group}/{topic}"]
+    ready = await wait_readyz(base, a, 200, "paused")  # ready, and it says what is paused
+    assert ready["paused"] == [f"{group}/{topic}"], ready
     metrics = httpx.get(f"{base}/metrics").text
     assert f'kstage_topic_paused{{group="{group}",topic="{topic}"}} 1.0' in metrics
     assert httpx.get(f"{base}/healthz").status_code == 200

@@ -66,7 +66,8 @@ def change(op: str, i: int, email: str | None, offset: int, lsn: int = 0) -> Row
 
 def context(**extra: Any) -> SinkContext:
     return SinkContext(columns=table_columns(CUSTOMERS), processor="debezium",
-                       key=CUSTOMERS.key, emits_deletes=True, **extra)
+                       key=CUSTOMERS.key, emits_deletes=True,
+                       source_order=CUSTOMERS.source_order, **extra)
 
 
 async def jdbc(actor: SparkActor, pg: Postgres, table: str, mode: str,
@@ -130,17 +131,20 @@ async def test_jdbc_upsert_deletes_by_key_and_a_delete_is_a_version(
     assert pg_deletions(pg, table) == [(1, 4), (2, 7), (9, 5)]
 
 
-def moved(row: Row, partition: int, timestamp: int | None) -> Row:
-    """``row`` as if read from another partition (the key's partitioning changed)."""
-    return {**row, "_partition": partition, "_timestamp": timestamp}
+def moved(row: Row, partition: int, timestamp: int | None, lsn: int | None = None) -> Row:
+    """``row`` as if read from another partition (the key's partitioning changed); its
+    source position ``lsn`` if given."""
+    return {**row, "_partition": partition, "_timestamp": timestamp,
+            **({} if lsn is None else {"_source_lsn": lsn})}
 
 
 async def test_a_replayed_older_upsert_after_a_delete_stays_out_a_newer_one_lands(
         jdbc_spark: SparkActor, running: Postgres) -> None:
     """Each write its own flush: the deletion is the key's newest version in the deletions
-    table, so no upsert older than it, or as new (equal timestamps from another partition:
-    the smaller partition wins, the deletion's), or with no timestamp, lands; one newer
-    does, and the deletion stays recorded."""
+    table, so no upsert older than it, or as new (equal LSNs and timestamps from another
+    partition: the smaller partition wins, the deletion's), or with no LSN and no
+    timestamp, lands; one newer does, and the deletion stays recorded. Across partitions
+    the LSN decides before the timestamp."""
     pg, table = running, "dbz_upsert_replay"
     sink = await jdbc(jdbc_spark, pg, table, "upsert")
     async with asyncio.timeout(90):
@@ -149,13 +153,15 @@ async def test_a_replayed_older_upsert_after_a_delete_stays_out_a_newer_one_land
         assert pg_rows(pg, table) == []
         for stale in (change("c", 5, "e@x", 10), change("u", 5, "e2@x", 10),
                       moved(change("u", 5, "old@x", 3), 1, 1005),
-                      moved(change("u", 5, "tie@x", 4), 1, 1011),
-                      moved(change("u", 5, "nots@x", 5), 1, None)):
+                      moved(change("u", 5, "tie@x", 4), 1, 1011, lsn=11),
+                      moved(change("u", 5, "nots@x", 5), 1, None, lsn=11),
+                      moved(change("u", 5, "lsn@x", 6), 1, 2000, lsn=10)):
             await sink.write([stale])
             assert pg_rows(pg, table) == [], stale
-        await sink.write([moved(change("u", 5, "later@x", 6), 1, 1012)])
+        await sink.write([moved(change("u", 5, "later@x", 6), 1, 1012, lsn=11)])
         assert pg_rows(pg, table) == [(5, "later@x", False, 6, "u")]
-        await sink.write([change("u", 5, "p0@x", 12)])  # partition 0, timestamp 1012: tie
+        # partition 0, LSN 11 and timestamp 1012: a tie, the smaller partition wins
+        await sink.write([change("u", 5, "p0@x", 12, lsn=11)])
         await sink.write([change("c", 5, "e@x", 10)])  # older than the deletion: no effect
         await sink.close()
     assert pg_rows(pg, table) == [(5, "p0@x", False, 12, "u")]
@@ -363,16 +369,16 @@ async def test_kstage_run_lands_deletes_from_the_broker_in_every_sink(
     assert await committed(broker, group, topic, 1) == {0: len(events)}
     assert not (tmp_path / "dead.jsonl").exists()
 
-    lines = read_jsonl(tmp_path / "out.jsonl")  # the tombstones made no row
+    lines = read_jsonl(tmp_path / "out.jsonl")  # a tombstone: a deletion of its key
     assert [(r["_offset"], r["id"], r["_op"], r[DELETED]) for r in lines] == [
         (0, 1, "r", False), (1, 2, "c", False), (2, 1, "u", False), (3, 2, "d", True),
-        (5, 3, "c", False), (6, 3, "d", True)]
+        (4, 2, None, True), (5, 3, "c", False), (6, 3, "d", True), (7, 3, None, True)]
     assert bodies == lines  # HTTP: each row a request body, a deletion with its marker
     assert lines[3]["_source_lsn"] == 40 and lines[3]["_source_txid"] == 4
     assert pg_rows(pg, upserted) == [(1, "a2@x", False, 2, "u")]
-    assert pg_deletions(pg, upserted) == [(2, 3), (3, 6)]
+    assert pg_deletions(pg, upserted) == [(2, 4), (3, 7)]  # the tombstones: newer
     final = qualified(jdbc_spark.settings, final_name(staging))
     rows = await jdbc_spark.call(lambda spark: [tuple(r) for r in spark.table(final).select(
         "id", "email", "_op").collect()])
     assert rows == [(1, "a2@x", "u")]
-    assert await final_deletions(jdbc_spark, staging) == [(2, 3), (3, 6)]
+    assert await final_deletions(jdbc_spark, staging) == [(2, 4), (3, 7)]

@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
@@ -21,6 +20,7 @@ from tests.kafkautil import (
     read_jsonl,
     status_port,
     unique,
+    wait_readyz,
     wait_until,
     write_config,
 )
@@ -132,11 +132,6 @@ async def test_revoke_commits_drained_work_before_handing_over(fresh, broker, tm
     assert sorted(r["i"] for r in rows) == list(range(210)), "no replay after the handover"
 
 
-async def readyz(port: int) -> int:
-    async with httpx.AsyncClient(timeout=5) as client:
-        return (await client.get(f"http://127.0.0.1:{port}/readyz")).status_code
-
-
 @pytest.mark.parametrize("fresh", [2], indirect=True)
 async def test_two_processes_one_config_one_host_share_the_status_port(
         fresh, broker, tmp_path, kstage):
@@ -162,7 +157,8 @@ async def test_two_processes_one_config_one_host_share_the_status_port(
     await wait_until(lambda: len(read_jsonl(out_a)) + len(read_jsonl(out_b)) == 100,
                      what="100 rows")
     assert read_jsonl(out_a) and read_jsonl(out_b), "both processes consume in the group"
-    assert await readyz(port_a) == 200 and await readyz(port_b) == 200
+    for proc, its_port in ((a, port_a), (b, port_b)):  # awaited: not one read at a moment
+        await wait_readyz(f"http://127.0.0.1:{its_port}", proc, 200)
     for proc in (a, b):
         proc.signal(signal.SIGTERM)
     assert await a.wait() == 0, a.output()

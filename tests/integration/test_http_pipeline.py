@@ -101,8 +101,9 @@ async def test_sigkill_in_flight_then_restart_delivers_everything(fresh, broker,
         api.respond(200, times=2)
         api.hang(60)  # the third request is in flight when the process is killed
         first = kstage(cfg)
-        await asyncio.to_thread(api.wait_for, 2, 30)
-        await asyncio.sleep(1.0)  # commits run every 0.5 s: events 0 and 1 committed
+        # the hanging request arrived (not a sleep: its batch is never acked, so
+        # nothing of it is committed before the kill)
+        await asyncio.to_thread(api.wait_for, 3, 60)
         first.signal(signal.SIGKILL)
         await first.wait()
         second = kstage(cfg, "--drain")

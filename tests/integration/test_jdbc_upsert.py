@@ -20,7 +20,7 @@ import yaml
 from actors.errors import FatalError, SinkError
 from actors.sinks import SinkContext
 from actors.sinks.jdbc import JdbcSink, create_table_sql, execute_statement
-from actors.sinks.jdbc_upsert import NEWER_SQL, newer, newest_per_key
+from actors.sinks.jdbc_upsert import newer, newer_sql, newest_per_key
 from actors.sinks.spark.actor import SparkActor
 from processors.base import Column, Row
 from tests.gobblin_events import event
@@ -96,26 +96,31 @@ async def test_the_newest_record_per_key_lands_and_a_replay_never_rolls_it_back(
     assert pg.psql(f'SELECT count(*) FROM "{table}"') == [["3"]]  # noqa: S608
 
 
-# Coordinates (topic, partition, offset, timestamp) that exercise every branch of "newer":
-# same partition (offsets), other partitions and topics (timestamps, NULLs, equal
+# Coordinates (topic, partition, offset, timestamp, source position) that exercise every
+# branch of "newer": same partition (offsets, whatever the positions and timestamps say),
+# other partitions and topics (source positions, NULLs, then timestamps, NULLs, equal
 # timestamps broken by topic in byte order, then partition: 2 < 10).
-COORDINATES = [("a", 0, 5, 100), ("a", 0, 10, 50), ("a", 0, 10, None), ("a", 1, 2, 100),
-               ("a", 1, 3, None), ("a-b", 0, 1, 100), ("a.b", 0, 1, 100), ("B", 0, 9, 100),
-               ("a_b", 0, 1, 100), ("a", 10, 0, 100), ("a", 2, 0, 100)]
+COORDINATES = [("a", 0, 5, 100, 7), ("a", 0, 10, 50, 3), ("a", 0, 11, None, None),
+               ("a", 1, 2, 100, 5), ("a", 1, 3, None, 5), ("a", 1, 4, 40, 8),
+               ("a-b", 0, 1, 100, None), ("a.b", 0, 1, 100, None), ("B", 0, 9, 100, None),
+               ("a_b", 0, 1, 100, None), ("a", 10, 0, 100, None), ("a", 2, 0, 100, None)]
 
 
 def test_the_sql_rule_of_newer_is_the_python_one(running: Postgres) -> None:
-    """:data:`NEWER_SQL` (in the statement) and :func:`newer` (the dedupe of a batch)
+    """:func:`newer_sql` (in the statement) and :func:`newer` (the dedupe of a batch)
     agree on every pair (topics compare in byte order, COLLATE "C")."""
-    def literal(c: tuple[str, int, int, int | None]) -> str:
+    def literal(c: tuple[str, int, int, int | None, int | None]) -> str:
         # the topic in a collation that is not byte order, as a server's default may be
         timestamp = "NULL::bigint" if c[3] is None else c[3]
-        return f"('{c[0]}' COLLATE \"und-x-icu\", {c[1]}, {c[2]}, {timestamp})"
+        position = "NULL::bigint" if c[4] is None else c[4]
+        return (f"('{c[0]}' COLLATE \"und-x-icu\", {c[1]}, {c[2]}, {timestamp}, "
+                f"{position})")
 
-    names = '("_topic", "_partition", "_offset", "_timestamp")'
+    names = '("_topic", "_partition", "_offset", "_timestamp", "_source_lsn")'
     values = ", ".join(literal(c) for c in COORDINATES)
+    rule = newer_sql("excluded", "cur", "_source_lsn")
     query = ("SELECT cur._topic, cur._partition, cur._offset, excluded._topic, "  # noqa: S608
-             f"excluded._partition, excluded._offset, coalesce({NEWER_SQL}, false) "
+             f"excluded._partition, excluded._offset, coalesce({rule}, false) "
              f"FROM (VALUES {values}) AS cur {names} CROSS JOIN (VALUES {values}) "
              f"AS excluded {names}")
     got = running.psql(query)
@@ -132,6 +137,12 @@ def test_newest_per_key_folds_a_batch_in_order() -> None:
     rows = [("k1", "a", 0, 1, 0), ("k2", "a", 0, 2, 0), ("k1", "a", 0, 3, 0),
             ("k1", "a", 0, 2, 0), ("k1", "a", 1, 9, None), ("k3", "a", 0, 4, 0)]
     assert newest_per_key(rows, [0], [1, 2, 3, 4]) == [(1, []), (2, [0, 3, 4]), (5, [])]
+    # within a partition the offset decides, whatever the timestamps and positions say;
+    # the partitions' newest rows then meet by source position, then timestamp
+    rows = [("k", "a", 0, 1, 50, 9), ("k", "a", 0, 2, 10, 1), ("k", "a", 1, 1, 20, 0),
+            ("j", "a", 0, 1, 10, None), ("j", "a", 1, 1, 20, None)]
+    assert newest_per_key(rows, [0], [1, 2, 3, 4, 5]) == [(1, [0, 2]), (4, [3])]
+    assert newest_per_key(rows, [0], [1, 2, 3, 4]) == [(2, [0, 1]), (4, [3])]
 
 
 async def test_duplicate_keys_in_one_batch_keep_the_newest(jdbc_spark: SparkActor,
@@ -244,6 +255,7 @@ async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_
 
 
 @pytest.mark.kafka
+@pytest.mark.timeout(400)  # kstage starts a JVM; its waits inside add up past 180 s
 async def test_kstage_run_drain_upserts_the_newest_record_per_key(
         broker: str, running: Postgres, tmp_path: Path, kstage: Any) -> None:
     """`kstage run --drain` with mode upsert: events of two partitions, several per key,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafkautil import (
-    PLUGINS,
+    CHILD_PATH,
     KstageProcess,
     committed,
     produce,
@@ -45,7 +45,7 @@ def start_limited(config: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "service", "run", "-c", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=config.parent,
-        env={**os.environ, "PYTHONPATH": str(PLUGINS), "PYTHONDONTWRITEBYTECODE": "1"},
+        env={**os.environ, "PYTHONPATH": CHILD_PATH, "PYTHONDONTWRITEBYTECODE": "1"},
         preexec_fn=limit,
     )
 

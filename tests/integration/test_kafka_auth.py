@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from service.broker import free_port
 from tests.apache_kafka import KafkaCluster, Listener
 from tests.kafkautil import (
+    CHILD_PATH,
     FAST_GROUP,
-    PLUGINS,
     ROOT,
     KstageProcess,
     create_topic,
@@ -392,7 +392,7 @@ def _plugin_path(directory: Path) -> str:
     (info / "entry_points.txt").write_text(
         "[kstage.token_providers]\n"
         "exec_token = kstage_example_token_provider:ExecTokenProvider\n")
-    return os.pathsep.join([str(PLUGINS), str(directory), str(EXAMPLE)])
+    return os.pathsep.join([CHILD_PATH, str(directory), str(EXAMPLE)])
 
 
 async def test_a_token_provider_plugin_logs_in(secured: SecuredKafka, tmp_path: Path,

@@ -146,14 +146,15 @@ async def test_replays_dropped_latest_version_kept_incremental_and_idempotent(
 
 async def test_latest_per_key_ties_null_keys_and_keyless(actor: SparkActor,
                                                          warehouse: Path) -> None:
-    """The order: _timestamp desc nulls last, _topic, _kafka_partition, _offset desc,
-    then the other columns; NULL key values are one key."""
+    """The order: within a partition _offset desc (whatever the timestamps say); across
+    partitions _timestamp desc nulls last, _topic, _kafka_partition; then the other
+    columns; NULL key values are one key."""
     table = "stg_merge_ties"
     await stage(actor, table, [
         version("a", 1, "old", 0, timestamp=10),
         version("a", 1, "new", 1, timestamp=20),  # later timestamp wins
-        version("b", 1, "x", 2, timestamp=None),
-        version("b", 1, "y", 3, timestamp=5),  # a timestamp beats none
+        version("b", 1, "x", 2, timestamp=None, partition=1),
+        version("b", 1, "y", 3, timestamp=5),  # across partitions a timestamp beats none
         version("c", 1, "p0", 4, timestamp=30, partition=0),
         version("c", 1, "p1", 5, timestamp=30, partition=1),  # same time: lower partition
         version("d", 1, "o4", 6, timestamp=40),
@@ -171,9 +172,10 @@ async def test_latest_per_key_ties_null_keys_and_keyless(actor: SparkActor,
     assert got == {("a", 1): "new", ("b", 1): "y", ("c", 1): "p0", ("d", 1): "o7",
                    (None, None): "n2", (None, 1): "m", ("e", None): "a"}
 
-    # later merges: an older version loses to the final row, a newer one replaces it,
-    # NULL keys match their final rows (null-safe), equal rows change nothing
-    await stage(actor, table, [version("a", 1, "older", 12, timestamp=15),
+    # later merges: an older version (another partition) loses to the final row, a newer
+    # one replaces it, NULL keys match their final rows (null-safe), equal rows change
+    # nothing
+    await stage(actor, table, [version("a", 1, "older", 12, timestamp=15, partition=1),
                                version(None, None, "n3", 13, timestamp=65),
                                version(None, 1, "m", 10, timestamp=50)], processor=VERSIONS)
     [second] = await merge(cfg, resolve_processors(cfg), actor=actor)

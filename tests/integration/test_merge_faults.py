@@ -46,7 +46,7 @@ from tests.integration.merge_support import (
     version,
     write_config,
 )
-from tests.kafkautil import PLUGINS, ROOT
+from tests.kafkautil import CHILD_PATH, ROOT
 
 pytestmark = [pytest.mark.slow]
 
@@ -214,7 +214,7 @@ class KstageMerge:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service", "merge", "-c", str(config)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(PLUGINS),
+                env={**os.environ, "PYTHONPATH": CHILD_PATH,
                      "SPARK_LOCAL_IP": "127.0.0.1"})
 
     def output(self) -> str:

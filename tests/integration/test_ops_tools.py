@@ -23,7 +23,7 @@ from service.ops.dlq import Progress, replay_async
 from service.ops.lag import OpsError
 from settings import load_settings
 from tests.kafkautil import (
-    PLUGINS,
+    CHILD_PATH,
     committed,
     create_topic,
     produce,
@@ -41,7 +41,7 @@ async def cli(*args: str, cwd: Path) -> tuple[int, str, str]:
     """``python -m service ARGS`` (the real entry point); (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "service", *args, cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(PLUGINS)},
+        env={**os.environ, "PYTHONPATH": CHILD_PATH},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tests.kafkautil import (
-    PLUGINS,
+    CHILD_PATH,
     KstageProcess,
     committed,
     create_topic,
@@ -113,7 +113,7 @@ async def test_a_run_starts_no_jvm_resumes_after_sigkill_and_its_table_merges(
 
 def tables_show(cfg: Path) -> list[dict[str, Any]]:
     """``kstage tables show --json`` (its own process and JVM)."""
-    env = {**os.environ, "PYTHONPATH": str(PLUGINS)}
+    env = {**os.environ, "PYTHONPATH": CHILD_PATH}
     done = subprocess.run([sys.executable, "-m", "service", "tables", "show", "-c", str(cfg),
                            "--json"], capture_output=True, text=True, env=env,
                           cwd=cfg.parent, timeout=300, check=False)

@@ -135,6 +135,7 @@ def spark_read(settings: SparkSettings, table: str) -> Any:
 
 
 @pytest.mark.kafka
+@pytest.mark.timeout(500)  # kstage starts a JVM; its waits inside add up past 180 s
 async def test_record_columns_and_money_land_typed_in_every_sink(
         broker: str, running: Postgres, jdbc_spark: SparkActor, tmp_path: Path,
         kstage: Any) -> None:

@@ -109,6 +109,7 @@ def pg_rows(pg: Postgres, table: str) -> list[tuple[Any, ...]]:
             for i, s, ln, c, u, p, o in got]
 
 
+@pytest.mark.timeout(500)  # kstage starts a JVM; its waits inside add up past 180 s
 async def test_protobuf_and_json_schema_records_land_typed_in_postgresql_and_iceberg(
         broker: str, running: Postgres, jdbc_spark: SparkActor, tmp_path: Path,
         kstage: Any) -> None:
@@ -141,23 +142,29 @@ async def test_protobuf_and_json_schema_records_land_typed_in_postgresql_and_ice
     for topic in topics.values():
         assert await committed(broker, group, topic, 1) == {0: 4}
 
-    # the poison of each format dead-lettered once, by the worker (no sink got it)
+    # the poison of each format dead-lettered, by the worker (no sink got it). Dead
+    # letters are at least once (docs/operations.md#dead-letter-lines): a batch re-read
+    # after a revoke whose drain timed out (a worker's join moves the other's partition)
+    # is dead-lettered again; its lines name the same coordinates.
     dead = read_jsonl(tmp_path / "dead.jsonl")
-    assert sorted((d["topic"], d["offset"], "sink" in d) for d in dead) == sorted(
-        (topic, 1, False) for topic in topics.values())
+    assert {(d["topic"], d["partition"], d["offset"], "sink" in d) for d in dead} == {
+        (topic, 0, 1, False) for topic in topics.values()}, dead
     reasons = {d["topic"]: d["error"] for d in dead}
     assert "unknown message index [5]" in reasons[topics["pb"]], reasons
     assert "not valid for its JSON Schema" in reasons[topics["js"]], reasons
 
-    # PostgreSQL: typed columns, every record once, exact values
+    # PostgreSQL: typed columns, every record, exact values (an append is at least
+    # once, as above: a re-read batch is written again, with the same coordinates)
     for kind in topics:
         types = pg_types(pg, tables[f"{kind}_pg"])
         assert {k: types[k] for k in ("status", "lines", "units", "placed_at")} == {
             "status": "text", "lines": "integer", "units": "bigint",
             "placed_at": "timestamp with time zone"}
-        assert pg_rows(pg, tables[f"{kind}_pg"]) == expected("p" if kind == "pb" else "j")
+        assert sorted(set(pg_rows(pg, tables[f"{kind}_pg"])), key=lambda r: r[-1]) == (
+            expected("p" if kind == "pb" else "j"))
 
-    # Iceberg, read with Spark: the same types and values
+    # Iceberg, read with Spark: the same types and values, every record once (its
+    # commits hold the offsets they cover: exactly once)
     for kind, topic in topics.items():
         rows, dtypes = await jdbc_spark.call(spark_read(spark_settings, tables[f"{kind}_stg"]))
         assert {k: dtypes[k] for k in ("status", "lines", "units", "placed_at")} == {

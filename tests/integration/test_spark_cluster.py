@@ -32,7 +32,7 @@ from actors.codecs.avro import encode
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 from tests.fake_registry import FakeRegistry
-from tests.kafkautil import PLUGINS, committed, create_topic, produce, unique, write_config
+from tests.kafkautil import CHILD_PATH, committed, create_topic, produce, unique, write_config
 from tests.lake import IcebergReader
 from tests.s3_server import S3Server
 from tests.spark_cluster import SparkCluster, group_members
@@ -116,7 +116,7 @@ async def test_run_on_a_standalone_cluster_with_an_s3_warehouse(
         merge = await asyncio.to_thread(
             subprocess.run, [sys.executable, "-m", "service", "merge", "-c", str(cfg)],
             capture_output=True, text=True, timeout=300, cwd=driver,
-            env={**os.environ, "PYTHONPATH": str(PLUGINS), **cluster.env})
+            env={**os.environ, "PYTHONPATH": CHILD_PATH, **cluster.env})
         assert merge.returncode == 0, merge.stdout + merge.stderr
         assert merge.stdout.strip().splitlines() == [
             f"{TABLE} -> {FINAL}: {EVENTS + VERSIONS} staging rows, {EVENTS} final rows "

@@ -76,7 +76,7 @@ def state(spark: Any, settings: SparkSettings, table: str) -> tuple[list[str], i
     """The table's ids, its number of snapshots, its recorded offsets."""
     ids = sorted(r["id"] for r in spark.table(dotted(settings, table)).select("id").collect())
     snapshots = len(iceberg.table_metadata(spark, settings, table).get("snapshots", []))
-    return ids, snapshots, iceberg.table_offsets(spark, settings, table)
+    return ids, snapshots, offset_history.table_offsets(spark, settings, table)
 
 
 def data_files(warehouse: Path, table: str) -> list[Path]:
@@ -124,7 +124,7 @@ async def test_an_expectation_that_holds_lands_after_other_partitions_moved(
     def run(spark: Any) -> tuple[list[str], int, Offsets]:
         iceberg.create_staging(spark, settings, table, COLUMNS)
         append(spark, settings, table, 0, 5, 0, streams(p0=0))
-        read = iceberg.table_offsets(spark, settings, table)  # writer A reads: p0 at 5
+        read = offset_history.table_offsets(spark, settings, table)  # writer A reads: p0 at 5
         append(spark, settings, table, 0, 3, 1, streams(p1=0))  # writer B: partition 1
         expect = {s: o for s, o in read.items() if s[2] == 0}
         append(spark, settings, table, 5, 8, 0, expect)  # writer A continues p0 from 5

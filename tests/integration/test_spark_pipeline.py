@@ -40,6 +40,7 @@ COORDINATES = {"_topic": "string", "_kafka_partition": "int", "_offset": "bigint
                "_timestamp": "bigint", "_ingested_at": "timestamp"}
 
 
+@pytest.mark.timeout(400)  # kstage starts a JVM; its waits inside add up past 180 s
 async def test_real_schema_events_land_in_their_staging_tables(broker, tmp_path,
                                                                kstage) -> None:
     samples = {p: next(t for t in SAMPLE_TOPICS if t.processor == p) for p in CASES}

@@ -25,7 +25,7 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.preflight import resolve_processors
-from actors.sinks.spark import final_table, iceberg, maintenance, snapshots
+from actors.sinks.spark import final_table, iceberg, maintenance, offset_history, snapshots
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.maintenance import Maintained, maintain
@@ -150,7 +150,7 @@ async def test_small_appends_end_as_one_file_with_every_row_once(
     def check(spark: Any) -> tuple[list[str], dict[Any, int], int]:
         history = snapshots.history(spark, actor.settings, table)
         return (ids(spark, actor.settings, table),
-                iceberg.table_offsets(spark, actor.settings, table), len(history))
+                offset_history.table_offsets(spark, actor.settings, table), len(history))
 
     rows, held, kept = await actor.call(check)
     assert rows == expected_ids(topic, appends)  # every row, once
@@ -202,7 +202,7 @@ async def test_snapshots_offset_recovery_and_the_merge_need_are_kept(
 
     def check(spark: Any) -> tuple[list[int], dict[Any, int], list[str]]:
         return ([s.id for s in snapshots.history(spark, settings, table)],
-                iceberg.table_offsets(spark, settings, table), ids(spark, settings, table))
+                offset_history.table_offsets(spark, settings, table), ids(spark, settings, table))
 
     history, held, rows = await actor.call(check)
     assert merged in history and staging.expired == 3  # the three appends before the merge
@@ -361,8 +361,8 @@ async def test_maintenance_while_another_session_appends_loses_nothing(
     assert staging.compacted >= 2
 
     def check(spark: Any) -> tuple[list[str], dict[Any, int]]:
-        return ids(spark, actor.settings, table), iceberg.table_offsets(spark, actor.settings,
-                                                                        table)
+        return (ids(spark, actor.settings, table),
+                offset_history.table_offsets(spark, actor.settings, table))
 
     rows, held = await actor.call(check)
     assert rows == expected_ids(topic, before + during)  # every row, once

@@ -46,6 +46,7 @@ def config(path: Path, broker: str, group: str, topic: str, **spark: Any) -> Pat
     return path
 
 
+@pytest.mark.timeout(900)  # kstage starts a JVM; its waits inside add up past 180 s
 async def test_a_failed_maintenance_is_counted_and_retried_while_the_service_runs(
         broker: str, tmp_path: Path, kstage: Any) -> None:
     topic, group = unique("sched"), unique("g-sched")

@@ -31,10 +31,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from actors.sinks.spark.pyiceberg_tables import table_offsets
 from tests.kafkautil import (
+    CHILD_PATH,
     KstageProcess,
     committed,
     create_topic,
-    kstage_env,
     status_port,
     unique,
     wait_readyz,
@@ -75,7 +75,7 @@ def reset_offsets(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``kstage tables reset-offsets`` in its own process (this checkout's code)."""
     return subprocess.run(
         [sys.executable, "-m", "service", "tables", "reset-offsets", "-c", str(cfg), *args],
-        capture_output=True, text=True, env={**os.environ, **kstage_env()},
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": CHILD_PATH},
         cwd=cfg.parent, timeout=120, check=False)
 
 

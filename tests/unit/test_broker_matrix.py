@@ -13,14 +13,16 @@ TESTS = ROOT / "tests"
 
 
 def _broker_tests(module: str) -> dict[str, bool]:
-    """Test functions of the modules named ``module`` (unit/, actors/, integration/)
-    and whether each asks for a broker."""
+    """Test functions of the modules named ``module`` (unit/, actors/, behaviour/,
+    integration/) and whether each asks for a broker (or a behaviour harness: the fake
+    consumer and every broker, tests/behaviour/conftest.py)."""
     paths = list(TESTS.rglob(f"{module}.py"))
     assert paths, f"no module {module}"
     found: dict[str, bool] = {}
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        found |= {node.name: bool({"broker", "broker_kind"} & {a.arg for a in node.args.args})
+        found |= {node.name: bool({"broker", "broker_kind", "harness"}
+                                  & {a.arg for a in node.args.args})
                   for node in tree.body
                   if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
                   and node.name.startswith("test_")}

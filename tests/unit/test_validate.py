@@ -20,7 +20,7 @@ from service.cli import main
 from service.lifecycle import serve
 from settings.identifiers import QualifiedSqlIdentifier, SqlIdentifier, sql_identifier
 from settings.models import Settings
-from tests.kafkautil import PLUGINS
+from tests.kafkautil import CHILD_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -267,7 +267,7 @@ groups:
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "service", "run", "-c", str(path)], cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PLUGINS)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": CHILD_PATH},
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 2, proc.stderr

@@ -16,7 +16,7 @@ from processors.base import Column
 from processors.registry import load
 from service.cli import main
 from settings.models import TopicSettings
-from tests.kafkautil import PLUGINS
+from tests.kafkautil import CHILD_PATH
 from tests.unit.test_validate import HEAD, ROOT, only, validate
 
 PAYMENTS = """\
@@ -93,7 +93,7 @@ def test_run_exits_2_on_a_column_that_collides(tmp_path: Path) -> None:
                     + "          - {name: _topic, from: key}\n", encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, "-m", "service", "run", "-c", str(path)], cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PLUGINS)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": CHILD_PATH},
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [

@@ -21,7 +21,7 @@ import pytest
 from actors.sinks.spark.sink import SparkSinkSettings
 from service.cli import main
 from settings import SinkSettings, load_settings
-from tests.kafkautil import PLUGINS
+from tests.kafkautil import CHILD_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPED = "gobblin_compaction"  # a processor with columns and a table
@@ -150,7 +150,7 @@ def test_run_exits_2_before_starting_anything(tmp_path: Path) -> None:
     path.write_text(path.read_text() + "kafka: {bootstrap: '127.0.0.1:9'}\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "service", "run", "-c", str(path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=False,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PLUGINS)})
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": CHILD_PATH})
     assert proc.returncode == 2, proc.stderr
     assert "groups[0].topics[0].processor (line 5): spark sink: processor 'json_rows' " \
            "declares no columns" in proc.stderr
@@ -177,7 +177,7 @@ def without_pyspark(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[s
     hide = tmp_path / "hide"
     hide.mkdir()
     (hide / "sitecustomize.py").write_text(HIDE_PYSPARK, encoding="utf-8")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{hide}:{PLUGINS}", "HOME": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{hide}:{CHILD_PATH}", "HOME": str(tmp_path)}
     return subprocess.run([sys.executable, "-m", "service", *argv], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False, env=env)
 

@@ -5,7 +5,7 @@ newest snapshots while they are younger than ``older_than`` or fewer than
 ``retain_last``, and stops at the first one that is neither: everything older goes (see
 Iceberg's ``RemoveSnapshots``). A kept history is therefore always its newest part, and
 it must be: the offsets a staging table holds are read from the summaries of its
-*current ancestors* (:func:`actors.sinks.spark.iceberg.table_offsets`), and expiring a
+*current ancestors* (:func:`actors.sinks.spark.offset_history.table_offsets`), and expiring a
 snapshot in the middle would cut the parent chain (and Iceberg's history log) there, so
 the older snapshots would no longer count.
 

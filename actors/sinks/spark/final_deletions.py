@@ -46,7 +46,7 @@ from typing import Any
 
 from actors.sinks.spark import final_table
 from actors.sinks.spark.catalog import dotted, qualified
-from actors.sinks.spark.merge_fold import beats, null_safe, order, sort_column
+from actors.sinks.spark.merge_fold import later, null_safe, rank
 from processors.base import DELETED, Column
 from settings.models import SparkSettings
 
@@ -85,18 +85,27 @@ def applies(names: Sequence[str], key: Sequence[str]) -> bool:
     return bool(key) and DELETED in names
 
 
-def _terms(names: Sequence[str], key: Sequence[str]) -> list[Any]:
-    """The merge's order on the coordinates alone (what a deletion row holds)."""
-    return order(names, key)[:4]
+def _columns(key: Sequence[str], source: str | None) -> list[str]:
+    """The columns of a deletions table: the key, the coordinates, the source position
+    column if the processor declares one."""
+    return [*key, *ROW_COLUMNS, *([source] if source else [])]
+
+
+def _later(key: Sequence[str], source: str | None, s: str = "s", t: str = "t") -> str:
+    """The merge's order on what a deletion row holds (its coordinates, its source
+    position): ``s`` replaces ``t``."""
+    return later((), key, source, s, t)
 
 
 def ensure(spark: Any, settings: SparkSettings, final: str, columns: Sequence[Column],
-           key: Sequence[str], staging: str, end: int | None) -> None:
+           key: Sequence[str], staging: str, end: int | None,
+           source: str | None = None) -> None:
     """Create the deletions table of ``final`` if needed (or check it is that table's);
     a deletions table without a snapshot is filled from ``staging``'s deletions at
-    snapshot ``end``. FinalTableError when the table is another's."""
+    snapshot ``end``; one made before the processor's source position column
+    ``source`` gets it (NULL in its rows). FinalTableError when the table is another's."""
     name = deletions_name(final)
-    wanted = {*key, *ROW_COLUMNS}
+    wanted = set(_columns(key, source))
     declared = [c for c in final_table.final_columns(columns) if c.name in wanted]
     owner = dotted(settings, final)
     if not spark.catalog.tableExists(dotted(settings, name)):
@@ -116,21 +125,25 @@ def ensure(spark: Any, settings: SparkSettings, final: str, columns: Sequence[Co
             f"table of {owner} (its table property {DELETIONS_OF} is {recorded!r}); drop "
             "or rename it")
     have = {f.name for f in spark.table(qualified(settings, name)).schema}
+    if source is not None and source not in have:
+        [added] = [c for c in declared if c.name == source]
+        spark.sql(f"ALTER TABLE {qualified(settings, name)} ADD COLUMNS "
+                  f"({final_table.ddl([added])})")
+        have.add(source)
     missing = sorted(wanted - have)
     if missing:
         raise final_table.FinalTableError(
             f"deletions table {dotted(settings, name)} has no column(s) {missing}; drop it "
             "(the next merge fills it again from the staging table)")
     if table.currentSnapshot() is None and end is not None:
-        _fill(spark, settings, final, key, staging, end)
+        _fill(spark, settings, final, key, staging, end, source)
 
 
 def _fill(spark: Any, settings: SparkSettings, final: str, key: Sequence[str],
-          staging: str, end: int) -> None:
+          staging: str, end: int, source: str | None = None) -> None:
     """Fill a new deletions table with the newest deletion per key of ``staging`` at
     ``end`` (one commit, even of no row)."""
-    from pyspark.sql import Window  # pyspark only if used
-    from pyspark.sql import functions as f
+    from pyspark.sql import functions as f  # pyspark only if used
 
     rows = spark.read.format("iceberg").option("versionAsOf", str(end)).load(
         dotted(settings, staging))
@@ -138,14 +151,16 @@ def _fill(spark: Any, settings: SparkSettings, final: str, key: Sequence[str],
     if DELETED not in names:
         deletions = None
     else:
-        newest = Window.partitionBy(*key).orderBy(*(sort_column(t) for t in _terms(names, key)))
-        deletions = (rows.filter(f.coalesce(f.col(DELETED), f.lit(False)))
-                     .withColumn("_n", f.row_number().over(newest)).filter("_n = 1")
-                     .select(*key, *ROW_COLUMNS))
+        if source is not None and source not in names:
+            rows = rows.withColumn(source, f.lit(None).cast("bigint"))
+        columns = _columns(key, source)
+        deletions = (rank(rows.filter(f.coalesce(f.col(DELETED), f.lit(False)))
+                          .select(*columns), columns, key, source, "_n")
+                     .filter("_n = 1").select(*columns))
     properties = {FILLED: f"{dotted(settings, staging)}@{end}"}
     count = 0 if deletions is None else deletions.persist().count()
     if deletions is not None and count:
-        record(spark, settings, final, deletions, names, key, properties)
+        record(spark, settings, final, deletions, key, properties, source)
         deletions.unpersist()
     else:
         update = final_table.load(spark, settings, deletions_name(final)).newAppend()
@@ -167,18 +182,21 @@ def read(spark: Any, settings: SparkSettings, final: str) -> Any:
         dotted(settings, name))
 
 
-def guard(rows: Any, deletions: Any, names: Sequence[str], key: Sequence[str]) -> Any:
+def guard(rows: Any, deletions: Any, key: Sequence[str], source: str | None = None) -> Any:
     """``rows`` but those their key's recorded deletion (in ``deletions``) comes after
     in the merge's order (a deletion is kept against itself: equal coordinates)."""
     from pyspark.sql import functions as f  # pyspark only if used
 
     if deletions is None:
         return rows
-    recorded = deletions.select(*key, *ROW_COLUMNS).withColumn(_PRESENT, f.lit(True))
+    if source is not None and source not in deletions.columns:
+        # read at a snapshot from before the column was added: its schema has none
+        deletions = deletions.withColumn(source, f.lit(None).cast("bigint"))
+    recorded = deletions.select(*_columns(key, source)).withColumn(_PRESENT, f.lit(True))
     on = [f.col(f"s.`{k}`").eqNullSafe(f.col(f"d.`{k}`")) for k in key]
-    later = beats(_terms(names, key), "d", "s")
+    newer = _later(key, source, "d", "s")
     joined = rows.alias("s").join(recorded.alias("d"), on, "left")
-    return joined.where(f.expr(f"NOT (d.`{_PRESENT}` IS NOT NULL AND ({later}))")).select(
+    return joined.where(f.expr(f"NOT (d.`{_PRESENT}` IS NOT NULL AND ({newer}))")).select(
         "s.*")
 
 
@@ -198,19 +216,20 @@ def snapshot_properties(spark: Any, properties: dict[str, str]) -> Iterator[None
 
 
 def record(spark: Any, settings: SparkSettings, final: str, deletions: Any,
-           names: Sequence[str], key: Sequence[str],
-           properties: dict[str, str] | None = None) -> None:
-    """Record ``deletions`` (one per key: key and :data:`ROW_COLUMNS`) in the deletions
-    table of ``final``: a key's newer deletion replaces its older one."""
+           key: Sequence[str], properties: dict[str, str] | None = None,
+           source: str | None = None) -> None:
+    """Record ``deletions`` (one per key: key, :data:`ROW_COLUMNS` and the source
+    position ``source``) in the deletions table of ``final``: a key's newer deletion
+    replaces its older one."""
     view = f"kstage_deletions_{uuid.uuid4().hex}"
-    later = beats(_terms(names, key))
-    columns = [*key, *ROW_COLUMNS]
+    newer = _later(key, source)
+    columns = _columns(key, source)
     sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
     listed = ", ".join(f"`{c}`" for c in columns)
     values = ", ".join(f"s.`{c}`" for c in columns)
     statement = (f"MERGE INTO {qualified(settings, deletions_name(final))} t "  # noqa: S608
                  f"USING {view} s ON {null_safe(key)} "
-                 f"WHEN MATCHED AND ({later}) THEN UPDATE SET {sets} "
+                 f"WHEN MATCHED AND ({newer}) THEN UPDATE SET {sets} "
                  f"WHEN NOT MATCHED THEN INSERT ({listed}) VALUES ({values})")
     deletions.select(*columns).localCheckpoint(eager=True).createOrReplaceTempView(view)
     try:

@@ -17,7 +17,8 @@ commit (a snapshot) whose summary carries:
   the offset up to which that partition is done in the table (see
   :mod:`actors.sinks.spark.ledger`): the append's own partitions, and those the current
   snapshot recorded, carried forward (:func:`carried`). A partition's offset in the table
-  is the highest any snapshot of its current history records (:func:`table_offsets`);
+  is the highest any snapshot of its current history records, from its newest reset on
+  (:mod:`actors.sinks.spark.offset_history`);
 * ``kstage.expect``: the same JSON, per partition the append covers, the position this
   writer continues from (the table's offset it read when the partition was assigned, or
   the end of its own previous append of the partition): the fence (:func:`fence_violations`).
@@ -227,17 +228,6 @@ def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str,
     return merged
 
 
-def table_offsets(spark: Any, settings: SparkSettings, table: str,
-                  ) -> dict[tuple[str, str, int], int]:
-    """Per (group, topic, partition), the offset up to which the table holds the
-    partition: the highest any snapshot of its current history records, from its newest
-    reset on (:mod:`actors.sinks.spark.offset_history`)."""
-    from actors.sinks.spark import offset_history  # it reads this module's keys
-
-    return offset_history.fold(s.get("summary", {}) for s in
-                               current_history(table_metadata(spark, settings, table)))
-
-
 def parse_offsets(value: str) -> dict[tuple[str, str, int], int]:
     """``kstage.offsets`` (JSON) as (group, topic, partition) -> offset; a malformed
     value (not written by kstage) is ignored with a warning."""
@@ -321,4 +311,4 @@ __all__ = ["COMMIT_ID", "EXPECT", "FENCE_PREFIX", "OFFSETS", "Violation",
            "column_name", "table_columns", "committed_ids",
            "create_staging", "format_offsets", "parse_offsets", "schema_change",
            "carried", "current_history", "current_offsets", "struct_type",
-           "table_metadata", "table_offsets", "unfit"]
+           "table_metadata", "unfit"]

@@ -58,7 +58,7 @@ from actors.sinks.spark.merge_job import (
     describe,
 )
 from actors.sinks.spark.sink import SparkSinkSettings
-from processors.base import Processor
+from processors.base import Processor, source_order_problem
 from processors.registry import for_options
 from settings.errors import SettingsError
 from settings.models import Settings
@@ -124,18 +124,22 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                 if not cls.key:
                     raise MergeConfigError(f"table {name}: processor {cls.name!r} declares a "
                                            "final partition but no key")
+            order = source_order_problem(cls, columns)
+            if order is not None:
+                raise MergeConfigError(f"table {name}: {order}")
+            source = cls.source_order if cls.key else None
             seen = found.get(name)
             if seen is None:
                 found[name] = TablePlan(name, final_name(name), columns,
-                                        tuple(cls.key), (topic.topic,), partition)
+                                        tuple(cls.key), (topic.topic,), partition, source)
                 continue
-            if (seen.columns, seen.key, seen.partition) != (columns,
-                                                            tuple(cls.key), partition):
+            if (seen.columns, seen.key, seen.partition, seen.source_order) != (
+                    columns, tuple(cls.key), partition, source):
                 raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
-                                       f"{topic.topic!r} feed it with different columns, key "
-                                       "or final partition")
+                                       f"{topic.topic!r} feed it with different columns, "
+                                       "key, final partition or source order")
             found[name] = TablePlan(name, seen.final_table, seen.columns, seen.key,
-                                    (*seen.topics, topic.topic), partition)
+                                    (*seen.topics, topic.topic), partition, source)
     _check_names(found)
     if table is not None:
         if table not in found:

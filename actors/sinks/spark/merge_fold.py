@@ -8,13 +8,21 @@ table holds the first row of the group in :func:`order` among every row ever mer
 * Exact replays (rows equal in every column but ``_ingested_at``: same Kafka coordinates,
   same content, a re-delivered message) count once: the earliest ingest is kept, a row
   already final before a staging one of the same ingest.
-* With a key, rows are ordered by ``_timestamp desc nulls last, _topic, _kafka_partition,
-  _offset desc``, then the remaining columns (``asc nulls first``, ``_ingested_at`` last):
-  a total order over distinct rows, so the winner is deterministic. NULL key values are
-  one key (null-safe equality everywhere).
+* With a key, the order of a group's rows is the JDBC upsert's
+  (:mod:`actors.sinks.jdbc_upsert`): within one Kafka partition (``_topic,
+  _kafka_partition``) the higher ``_offset`` wins, whatever the timestamps say
+  (:func:`within`); the highest offset of each partition then meets the others' by the
+  processor's source position (``Processor.source_order``, e.g. ``_source_lsn``: desc,
+  nulls last), then ``_timestamp desc nulls last``, ``_topic``, ``_kafka_partition``
+  (:func:`across`). Remaining ties (equal coordinates, other content): the remaining
+  columns (``asc nulls first``, ``_ingested_at`` last), so the winner is deterministic.
+  NULL key values are one key (null-safe equality everywhere). Like the JDBC upsert's,
+  the order is not transitive in one corner case (a key in several partitions whose
+  positions or timestamps also went backwards within one): the row kept may then depend
+  on how the rows were split across merges.
 
 :func:`fold` ranks the new staging rows together with the final rows of their groups;
-:func:`beats` is the same order as a SQL condition, which the ``MERGE`` checks against
+:func:`later` is the same order as a SQL condition, which the ``MERGE`` checks against
 the row the final table holds when it runs (a merge that committed meanwhile may hold a
 later one). pyspark is imported only inside functions.
 """
@@ -34,15 +42,63 @@ OrderTerm = tuple[str, bool, bool]
 """(column, descending, nulls first)."""
 
 
-def order(names: Sequence[str], key: Sequence[str]) -> list[OrderTerm]:
-    """The order of a group's rows, first the one the final table keeps."""
+_COORDINATES = ("_timestamp", "_topic", "_kafka_partition", "_offset")
+_STREAM = ("_topic", "_kafka_partition")
+_PARTITION_RANK = "_kstage_stream_rank"
+
+
+def within(names: Sequence[str], key: Sequence[str], source: str | None = None,
+           ) -> list[OrderTerm]:
+    """The order of a group's rows within one partition: offset desc, then the other
+    columns (``names`` but the key, the coordinates and ``source``)."""
+    rest = [n for n in names if n not in key and n not in _COORDINATES and n != source]
+    return [("_offset", True, False), *((n, False, True) for n in rest)]
+
+
+def across(source: str | None = None) -> list[OrderTerm]:
+    """The order of the partitions' newest rows of a group: the source position (when
+    the processor declares one), the timestamp, then the partition."""
+    return [*([(source, True, False)] if source else []), ("_timestamp", True, False),
+            ("_topic", False, True), ("_kafka_partition", False, True)]
+
+
+def order(names: Sequence[str], key: Sequence[str], source: str | None = None,
+          ) -> list[OrderTerm]:
+    """The order of a group's rows once each partition's are ranked (:func:`rank`):
+    the partitions' newest first, among them :func:`across`, then :func:`within`.
+    Without a key: ``_ingested_at``."""
     if not key:
         return [("_ingested_at", False, True)]
-    coordinates = {"_timestamp", "_topic", "_kafka_partition", "_offset"}
-    rest = [n for n in names if n not in key and n not in coordinates]
-    return [("_timestamp", True, False), ("_topic", False, True),
-            ("_kafka_partition", False, True), ("_offset", True, False),
-            *((n, False, True) for n in rest)]
+    return [(_PARTITION_RANK, False, True), *across(source), *within(names, key, source)]
+
+
+def rank(frame: Any, names: Sequence[str], key: Sequence[str], source: str | None,
+         column: str) -> Any:
+    """``frame`` with ``column``: the row's place in its group (1: the row kept)."""
+    from pyspark.sql import Window  # pyspark only if used
+    from pyspark.sql import functions as f
+
+    groups = group_columns(names, key)
+    if key:
+        stream = Window.partitionBy(*groups, *_STREAM).orderBy(
+            *(sort_column(t) for t in within(names, key, source)))
+        frame = frame.withColumn(_PARTITION_RANK, f.row_number().over(stream))
+    latest = Window.partitionBy(*groups).orderBy(
+        *(sort_column(t) for t in order(names, key, source)))
+    frame = frame.withColumn(column, f.row_number().over(latest))
+    return frame.drop(_PARTITION_RANK) if key else frame
+
+
+def later(names: Sequence[str], key: Sequence[str], source: str | None = None,
+          s: str = "s", t: str = "t") -> str:
+    """SQL: row ``s`` replaces row ``t`` of its group: within one partition by
+    :func:`within`, else by :func:`across` (then :func:`within`)."""
+    if not key:
+        return beats(order(names, key), s, t)
+    same = " AND ".join(f"{s}.`{c}` <=> {t}.`{c}`" for c in _STREAM)
+    inside = within(names, key, source)
+    return (f"CASE WHEN {same} THEN ({beats(inside, s, t)}) "
+            f"ELSE ({beats([*across(source), *inside], s, t)}) END")
 
 
 def group_columns(names: Sequence[str], key: Sequence[str]) -> list[str]:
@@ -100,10 +156,10 @@ class Folded:
 
 
 def fold(staging: Any, current: Any, names: Sequence[str], key: Sequence[str],
-         columns: Sequence[str]) -> Folded:
+         columns: Sequence[str], source: str | None = None) -> Folded:
     """Fold the new ``staging`` rows with the ``current`` final rows of their groups
     (both with every final column, ``columns``; ``names``: the columns but the final
-    partition one)."""
+    partition one; ``source``: the processor's source position column, if any)."""
     from pyspark.sql import Window  # pyspark only if used
     from pyspark.sql import functions as f
 
@@ -119,9 +175,7 @@ def fold(staging: Any, current: Any, names: Sequence[str], key: Sequence[str],
                 .withColumn(_COPIES, f.count(f.lit(1)).over(same))
                 .withColumn(_FINALS, f.sum(1 - f.col(SOURCE)).over(same))
                 .filter("_n = 1").drop("_n"))
-    latest = Window.partitionBy(*groups).orderBy(
-        *(sort_column(term) for term in order(names, key)))
-    ranked = distinct.withColumn(_RANK, f.row_number().over(latest)).persist()
+    ranked = rank(distinct, names, key, source, _RANK).persist()
     try:
         stats = ranked.agg(
             f.count(f.lit(1)).alias("distinct"), f.sum(_COPIES).alias("union"),
@@ -141,5 +195,5 @@ def fold(staging: Any, current: Any, names: Sequence[str], key: Sequence[str],
                   changed=int(stats["changed"] or 0))
 
 
-__all__ = ["SOURCE", "Folded", "OrderTerm", "beats", "fold", "group_columns", "null_safe",
-           "order", "sort_column"]
+__all__ = ["SOURCE", "Folded", "OrderTerm", "across", "beats", "fold", "group_columns",
+           "later", "null_safe", "order", "rank", "sort_column", "within"]

@@ -48,7 +48,7 @@ from typing import Any
 
 from actors.sinks.spark import final_deletions, final_table, iceberg
 from actors.sinks.spark.catalog import dotted, qualified
-from actors.sinks.spark.merge_fold import beats, fold, group_columns, null_safe, order
+from actors.sinks.spark.merge_fold import fold, group_columns, later, null_safe
 from processors.base import DELETED, Column
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,9 @@ class MergeTableError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class TablePlan:
-    """One staging table to merge: its columns, natural key and the topics feeding it."""
+    """One staging table to merge: its columns, natural key and the topics feeding it;
+    ``source_order``: the processor's source position column (``Processor.source_order``),
+    which orders a key's rows across partitions."""
 
     table: str
     final_table: str
@@ -79,6 +81,7 @@ class TablePlan:
     key: tuple[str, ...]
     topics: tuple[str, ...]
     partition: tuple[str, str] | None = None
+    source_order: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +226,8 @@ class MergeJob:
     def _ensure_deletions(self, spark: Any, end: int | None) -> None:
         try:
             final_deletions.ensure(spark, self.settings, self.item.final_table,
-                                   self.item.columns, self.item.key, self.item.table, end)
+                                   self.item.columns, self.item.key, self.item.table, end,
+                                   self.item.source_order)
         except final_table.FinalTableError as exc:
             raise MergeTableError(str(exc)) from exc
         except Exception as exc:
@@ -290,13 +294,15 @@ class MergeJob:
         if self.deletes:  # rows older than their key's recorded deletion stay out
             read = rows.count()
             rows = final_deletions.guard(rows, final_deletions.read(
-                spark, self.settings, self.item.final_table), self.row_names, self.item.key)
+                spark, self.settings, self.item.final_table), self.item.key,
+                self.item.source_order)
         rows = rows.persist()
         try:
             if self.deletes:
                 guarded = read - rows.count()
             current = self._current(spark, base, rows, partition)
-            folded = fold(rows, current, self.row_names, self.item.key, columns)
+            folded = fold(rows, current, self.row_names, self.item.key, columns,
+                          self.item.source_order)
         except BaseException:
             rows.unpersist()
             raise
@@ -349,7 +355,7 @@ class MergeJob:
         deletions = changes.filter(f.coalesce(f.col(DELETED), f.lit(False)))
         if not deletions.isEmpty():
             final_deletions.record(spark, self.settings, self.item.final_table, deletions,
-                                   self.row_names, self.item.key)
+                                   self.item.key, source=self.item.source_order)
         final_deletions.commit_on(
             spark, self.settings, self.item.final_table, base,
             lambda target: self._merge_into(spark, changes, columns, partition, properties,
@@ -364,7 +370,7 @@ class MergeJob:
         view = f"kstage_merge_{uuid.uuid4().hex}"
         groups = group_columns(self.row_names, self.item.key)
         on = null_safe([*groups, *([partition[0]] if partition else [])])
-        later = beats(order(self.row_names, self.item.key))
+        newer = later(self.row_names, self.item.key, self.item.source_order)
         sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
         names = ", ".join(f"`{c}`" for c in columns)
         values = ", ".join(f"s.`{c}`" for c in columns)
@@ -372,13 +378,13 @@ class MergeJob:
         # inserts nothing (the final table's _is_deleted stays false). NULL: a row staged
         # before the processor emitted deletions.
         deleted = f"coalesce(s.`{DELETED}`, false)" if DELETED in columns else ""
-        matched = (f"WHEN MATCHED AND ({later}) AND {deleted} THEN DELETE "
+        matched = (f"WHEN MATCHED AND ({newer}) AND {deleted} THEN DELETE "
                    if deleted else "")
         insert = f"WHEN NOT MATCHED AND NOT {deleted}" if deleted else "WHEN NOT MATCHED"
         target = target or qualified(self.settings, self.item.final_table)
         statement = (f"MERGE INTO {target} t "  # noqa: S608
                      f"USING {view} s ON {on} {matched}"
-                     f"WHEN MATCHED AND ({later}) THEN UPDATE SET {sets} "
+                     f"WHEN MATCHED AND ({newer}) THEN UPDATE SET {sets} "
                      f"{insert} THEN INSERT ({names}) VALUES ({values})")
         # Materialized: the statement's plan then holds no reference to the tables read
         # (Spark 4.1 cannot plan a MERGE whose source view reads an Iceberg table at a

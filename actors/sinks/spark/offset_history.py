@@ -32,6 +32,7 @@ from typing import Any
 
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.ledger import Stream
+from settings.models import SparkSettings
 
 RESET = "kstage.offsets-reset"
 """Snapshot summary key of a reset of partitions' offsets (``kstage tables reset-offsets``)."""
@@ -63,6 +64,13 @@ def fold_parsed(history: Iterable[tuple[Mapping[Stream, int], Mapping[Stream, in
     return found
 
 
+def table_offsets(spark: Any, settings: SparkSettings, table: str) -> dict[Stream, int]:
+    """Spark thread: per (group, topic, partition), the offset up to which ``table`` holds
+    the partition (:func:`fold` over its current history, read through Spark)."""
+    return fold(s.get("summary", {}) for s in
+                iceberg.current_history(iceberg.table_metadata(spark, settings, table)))
+
+
 def pyiceberg_summaries(loaded: Any) -> list[dict[str, str]]:
     """The summaries of a pyiceberg table's current history (``loaded``), oldest first."""
     by_id = {snapshot.snapshot_id: snapshot for snapshot in loaded.metadata.snapshots}
@@ -85,4 +93,5 @@ def reset_summary(current: Mapping[Stream, int], resets: Mapping[Stream, int],
             iceberg.OFFSETS: iceberg.format_offsets(recorded)}
 
 
-__all__ = ["RESET", "fold", "fold_parsed", "pyiceberg_summaries", "reset_summary"]
+__all__ = ["RESET", "fold", "fold_parsed", "pyiceberg_summaries", "reset_summary",
+           "table_offsets"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from actors.sinks.spark import iceberg, offset_history
+from actors.sinks.spark import offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
@@ -89,11 +89,11 @@ class SparkOffsets:
 
     async def offsets(self, table: str) -> dict[Stream, int]:
         return await self.actor.call(
-            lambda spark: iceberg.table_offsets(spark, self.settings, table))
+            lambda spark: offset_history.table_offsets(spark, self.settings, table))
 
     async def reset(self, table: str, resets: Mapping[Stream, int]) -> int:
         def commit(spark: Any) -> int:
-            current = iceberg.table_offsets(spark, self.settings, table)
+            current = offset_history.table_offsets(spark, self.settings, table)
             util = spark._jvm.org.apache.iceberg.spark.Spark3Util
             loaded = util.loadIcebergTable(spark._jsparkSession, dotted(self.settings, table))
             append = loaded.newAppend()

@@ -20,7 +20,7 @@ types as Spark names them (:func:`spark_type_name`), compared with the processor
 ones (what Spark's ``ALTER TABLE ... ADD COLUMNS`` does), any other change refused with the
 same FatalError naming the table and the column. The offsets a worker resumes from are the
 highest any snapshot of the table's current history records (as
-:func:`~actors.sinks.spark.iceberg.table_offsets`).
+:func:`~actors.sinks.spark.offset_history.table_offsets`).
 
 pyiceberg is imported only inside functions.
 """
@@ -164,7 +164,7 @@ def summaries(loaded: Any, key: str) -> list[str]:
 
 def table_offsets(loaded: Any) -> dict[tuple[str, str, int], int]:
     """Per (group, topic, partition), the offset up to which the table ``loaded`` holds
-    the partition (as :func:`~actors.sinks.spark.iceberg.table_offsets`: resets honoured)."""
+    the partition (as :func:`~actors.sinks.spark.offset_history.table_offsets`: resets honoured)."""
     return offset_history.fold(offset_history.pyiceberg_summaries(loaded))
 
 

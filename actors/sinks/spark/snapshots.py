@@ -79,7 +79,7 @@ def _merged_id(value: str | None) -> int | None:
 def offsets(snapshots: Sequence[Snapshot]) -> dict[Stream, int]:
     """Per (group, topic, partition), the offset the history (newest first) holds it up
     to: the highest any of ``snapshots`` records from the partition's newest reset on (the
-    rule of :mod:`actors.sinks.spark.offset_history`, as :func:`iceberg.table_offsets`)."""
+    rule of :mod:`actors.sinks.spark.offset_history`, as :func:`offset_history.table_offsets`)."""
     return offset_history.fold_parsed((s.resets, s.offsets) for s in reversed(snapshots))
 
 
