@@ -69,14 +69,12 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import re
-import time
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,11 +106,12 @@ from actors.sinks.jdbc_upsert import (
     upsert_sql,
 )
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.ledger import OffsetLedger, Stream
+from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.sink import SparkTableSink
 from actors.sinks.spark.staging import flush_limits
 from actors.sinks.table.batching import Pending, RowsRefused, TableWriter
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
+from actors.sinks.table.exactly_once import ExactlyOnceWriter, Flight, held
 from actors.sinks.table.rows import check, check_rows
 from actors.sinks.table.sink import TableSink
 from processors.base import DELETED, Column, Row
@@ -346,22 +345,7 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-@dataclass(eq=False)
-class _Flight:
-    """A fenced flush (``mode: append``) handed to the Spark thread: its batches and
-    streams, the flushes of the same streams before it, the offsets it moves each stream
-    to, from where (``expected``), under which ownership; failed once it did."""
-
-    batches: list[Any]
-    streams: set[Stream]
-    after: list[_Flight]
-    offsets: dict[Stream, int]
-    expected: dict[Stream, int]
-    owners: dict[Stream, object]
-    failed: bool = False
-
-
-class JdbcTableWriter(TableWriter):
+class JdbcTableWriter(ExactlyOnceWriter):
     """Micro-batches one table's rows (see :class:`TableWriter`) and appends each batch
     with Spark's JDBC writer, in one transaction; with ``mode: upsert``, upserts it by
     ``key`` in one statement (:mod:`actors.sinks.jdbc_upsert`)."""
@@ -386,12 +370,6 @@ class JdbcTableWriter(TableWriter):
         # and per stream this writer owns, as the Iceberg writer keeps them
         # (actors.sinks.spark.staging): floor, landed, next and an ownership token.
         self.offsets = offsets_table(table) if not self.key else None
-        self.ledger = OffsetLedger()
-        self._floors: dict[Stream, int] = {}
-        self._landed: dict[Stream, int] = {}
-        self._next: dict[Stream, int] = {}
-        self._owner: dict[Stream, object] = {}
-        self._flights: list[_Flight] = []  # running fenced flushes, in the thread's order
         self.fenced = 0  # flushes refused because another writer moved the offsets
 
     def _properties(self) -> dict[str, str]:
@@ -573,127 +551,49 @@ class JdbcTableWriter(TableWriter):
     # -- offsets (mode: append) -----------------------------------------------------
 
     async def load_floors(self, streams: Iterable[Stream]) -> dict[Stream, int]:
-        """Read the table's offsets of ``streams`` (assigned to a worker of this
-        process): rows of messages before them are dropped from now on, and this
-        writer's flushes of a stream not yet owned continue from there. SinkError when
-        the database cannot be read (the caller retries)."""
-        wanted = set(streams)
-        await self.register()
-        offsets = self.offsets
-        if offsets is None:
+        """``mode: append``: as :meth:`ExactlyOnceWriter.load_floors
+        <actors.sinks.table.exactly_once.ExactlyOnceWriter.load_floors>`; ``mode:
+        upsert`` stores no offsets: none."""
+        if self.offsets is None:
+            await self.register()
             return {}
+        return await super().load_floors(streams)
+
+    async def _table_offsets(self, streams: set[Stream]) -> dict[Stream, int]:
+        await self.register()
+        offsets = self.offsets or ""
 
         def read(spark: Any) -> dict[Stream, int]:
             conn = self._connect(spark)
             try:
-                return read_offsets(conn, _qualified(offsets), wanted)
+                return read_offsets(conn, _qualified(offsets), streams)
             finally:
                 conn.close()
 
         try:
-            floors = await self.actor.call(read, retry=True)
+            return await self.actor.call(read, retry=True)
         except (SinkError, FatalError):
             raise
         except Exception as exc:
             raise SinkError(f"{self.where}: cannot read the Kafka offsets the table holds "
                             f"({offsets}): {_short(exc)}") from exc
-        for stream in wanted:
-            if stream not in self._owner:
-                offset = floors.get(stream, 0)
-                self._floors[stream] = self._landed[stream] = self._next[stream] = offset
-                self._owner[stream] = object()
-        return floors
-
-    def floor(self, stream: Stream) -> int | None:
-        """The offset before which ``stream``'s messages are in the table (None: not
-        read since the partition was assigned)."""
-        return self._floors.get(stream)
-
-    def _disown(self, stream: Stream) -> None:
-        for positions in (self._floors, self._landed, self._next, self._owner):
-            positions.pop(stream, None)
-
-    def forget(self, streams: Iterable[Stream]) -> None:
-        """The streams were revoked: their positions and batches are dropped; a flush of
-        them not yet written refuses to write."""
-        streams = list(streams)
-        for stream in streams:
-            self._disown(stream)
-        self.ledger.forget(streams)
-
-    async def wait_appends(self, streams: Iterable[Stream], within_s: float) -> bool:
-        """Wait (up to ``within_s``) until no running flush holds a batch of
-        ``streams``; False when one still runs."""
-        wanted = set(streams)
-        deadline = time.monotonic() + within_s
-        while any(f.streams & wanted for f in self._flights):
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.02)
-        return True
-
-    def running(self, streams: Iterable[Stream]) -> int:
-        wanted = set(streams)
-        return sum(bool(f.streams & wanted) for f in self._flights)
-
-    def register_batch(self, stream: Stream, batch: Any) -> None:
-        """A write of the worker's ``batch`` of ``stream`` started (in offset order)."""
-        self.ledger.register(stream, batch)
-
-    def finished(self, batch: Any) -> None:
-        """``batch`` has no row for the table: done."""
-        self.ledger.finished(batch)
 
     def _take(self) -> list[Pending]:
         """Without offsets (``mode: upsert``): every pending part. Else as the Iceberg
-        writer takes them (:meth:`StagingWriter._take
-        <actors.sinks.spark.staging.StagingWriter._take>`): a part waits until every
-        earlier batch of its partition is in the table or in a running flush; a part of
-        a cancelled batch or of a partition no longer owned fails; rows before the
-        partition's *landed* offset are cut (a part wholly before it is done)."""
+        writer takes them (:meth:`ExactlyOnceWriter._take_owned
+        <actors.sinks.table.exactly_once.ExactlyOnceWriter._take_owned>`)."""
         if self.offsets is None:
-            return super()._take()
-        ids = {id(b) for f in self._flights if not f.failed for b in f.batches}
+            return TableWriter._take(self)
+        return self._take_owned()
+
+    def _cut(self, item: Pending, landed: int) -> None:
         offset_at = [c.name for c in self._all].index("_offset")
-        taken: list[Pending] = []
-        dropped: list[tuple[Pending, str]] = []
-        done: list[Pending] = []
-        order = sorted(self._pending, key=lambda p: (
-            p.batch is None, p.stream or ("", "", 0), getattr(p.batch, "next_offset", 0)))
-        for item in order:
-            batch = item.batch
-            if batch is None:
-                taken.append(item)
-                continue
-            if batch.cancelled:
-                dropped.append((item, "its partition was revoked"))
-                continue
-            stream = self.ledger.stream_of(batch)
-            if stream is None or stream not in self._owner:
-                dropped.append((item, "its partition is no longer this writer's, or "
-                                      "where the table holds it is not known"))
-                continue
-            if not self.ledger.eligible(batch, ids):
-                continue
-            ids.add(id(batch))
-            landed = self._landed[stream]
-            part: JdbcPart = item.part
-            part.rows[:] = [r for r in part.rows if r[offset_at] >= landed]
-            item.rows = len(part)
-            if batch.next_offset <= landed or not item.rows:
-                done.append(item)  # its rows are in the table (its other messages had none)
-                continue
-            taken.append(item)
-        chosen = {id(item) for item in (*taken, *done)} | {id(i) for i, _ in dropped}
-        self._pending = [p for p in self._pending if id(p) not in chosen]
-        for item in done:
-            self.finished(item.batch)
-            if not item.future.done():
-                item.future.set_result(None)
-        for item, why in dropped:
-            if not item.future.done():
-                item.future.set_exception(SinkError(f"{self.where}: not written: {why}"))
-        return taken
+        part: JdbcPart = item.part
+        part.rows[:] = [r for r in part.rows if r[offset_at] >= landed]
+        item.rows = len(part)
+
+    def _not_written(self, why: str) -> SinkError:
+        return SinkError(f"{self.where}: not written: {why}")
 
     async def _flush_fenced(self, batch: list[Pending]) -> None:
         """Write ``batch`` and move the offsets of its partitions in one transaction
@@ -703,27 +603,16 @@ class JdbcTableWriter(TableWriter):
         their parts, so the sink dead-letters them before it writes the others again
         with the offsets past them (a dead letter is never lost to a crash between the
         table commit and the dead-letter write)."""
-        kept = []
-        for item in batch:
-            b = item.batch
-            if b is None or (not b.cancelled and self.ledger.stream_of(b) is not None
-                             and item.stream in self._owner):
-                kept.append(item)
-            elif not item.future.done():
-                item.future.set_exception(SinkError(
-                    f"{self.where}: not written: its partition was revoked"))
-        batch = kept
+        batch = self._owned(batch)
         if not batch:
             return
         batches = [item.batch for item in batch if item.batch is not None]
         moves = self.ledger.watermarks(batches)
         streams = set(moves)
-        flight = _Flight(batches, streams, [f for f in self._flights if f.streams & streams],
-                         moves, {s: self._next[s] for s in moves},
-                         {s: self._owner[s] for s in moves})
-        for stream, end in moves.items():
-            self._next[stream] = max(self._next[stream], end)
-        self._flights.append(flight)
+        flight = Flight(batches, streams, [f for f in self._appends if f.streams & streams],
+                        moves, {s: self._next[s] for s in moves},
+                        {s: self._owner[s] for s in moves})
+        self._hand_over(flight)
         rows = [(item.part, row) for item in batch for row in item.part.rows]
         error: Exception | None = None
         try:
@@ -759,7 +648,7 @@ class JdbcTableWriter(TableWriter):
                                     "refused by PostgreSQL; nothing written: the sink "
                                     "dead-letters them, then writes the others")
         finally:
-            self._flights.remove(flight)
+            self._appends.remove(flight)
         if error is not None:
             for stream in moves:
                 if self._owner.get(stream) is flight.owners[stream]:
@@ -770,15 +659,13 @@ class JdbcTableWriter(TableWriter):
             return
         self.flushes += 1
         self.ledger.committed(batches)
-        for stream, end in moves.items():
-            if self._owner.get(stream) is flight.owners[stream]:
-                self._landed[stream] = max(self._landed[stream], end)
+        self._landed_with(flight)
         for item in batch:
             item.part.rows.clear()
             if not item.future.done():
                 item.future.set_result(None)
 
-    async def _moved(self, flight: _Flight, exc: OffsetsMoved, rows: int) -> Exception:
+    async def _moved(self, flight: Flight, exc: OffsetsMoved, rows: int) -> Exception:
         """Another writer moved a partition of ``flight``: nothing of it is in the table.
         Count it, say so, and read the table's offsets of its partitions again: the
         retries drop the rows the table holds."""
@@ -788,23 +675,19 @@ class JdbcTableWriter(TableWriter):
             metrics.fenced_appends.labels(self.table).inc()
         logger.warning("%s: a flush of %d row(s) was refused (nothing of it written, "
                        "nothing committed to Kafka for it): %s", self.where, rows, exc)
-        mine = [s for s in flight.offsets if self._owner.get(s) is flight.owners[s]]
-        for stream in mine:
-            self._disown(stream)
-        try:
-            floors = await self.load_floors(mine) if mine else {}
-        except Exception as lookup:  # noqa: BLE001 - read again at the retry's write
+        mine = self._mine(flight)
+        floors = await self._read_again(mine)
+        if isinstance(floors, Exception):
             logger.warning("%s: the offsets of the refused partitions cannot be read now "
-                           "(%s); read at the retries", self.where, lookup)
+                           "(%s); read at the retries", self.where, floors)
         else:
             logger.warning("%s: the table holds %s now; the retries continue from there",
-                           self.where, ", ".join(f"{t}[{p}]@{floors.get((g, t, p), 0)}"
-                                                 for g, t, p in mine) or "none of these")
+                           self.where, held(floors, mine) or "none of these")
         error = SinkError(f"{self.where}: flush of {rows} row(s) refused: {exc}")
         error.__cause__ = exc
         return error
 
-    def _append_fenced(self, spark: Any, flight: _Flight,
+    def _append_fenced(self, spark: Any, flight: Flight,
                        rows: list[tuple[Any, ...]]) -> list[tuple[int, AppendError]]:
         """Spark thread: insert ``rows`` and move ``flight``'s offsets in one transaction
         (committed only when no row was refused); the positions of the rows PostgreSQL
@@ -1108,9 +991,6 @@ class JdbcSink(SparkTableSink):
         self.capabilities = replace(TableSink.capabilities,
                                     stores_offsets=settings.mode == "append")
 
-    def _stream(self, topic: str, partition: int) -> Stream:
-        return (self.context.group, topic, partition)
-
     def offsets_reset(self, group: str, topic: str, partition: int) -> str:
         """The SQL that forgets the partition's offset in the table's offsets table
         (the group stopped)."""
@@ -1130,16 +1010,7 @@ class JdbcSink(SparkTableSink):
         if writer.offsets is None:
             await self.write(rows)
             return
-        stream = self._stream(position.tp.topic, position.tp.partition)
-        writer.register_batch(stream, position)  # first: writes start in offset order
-        floor = writer.floor(stream)
-        if floor is None:
-            floor = (await writer.load_floors([stream])).get(stream, 0)
-        if floor and isinstance(rows, list) and rows:
-            # In place: a retry of this batch passes the same list (see TableSink.write).
-            rows[:] = [row for row in rows if row["_offset"] >= floor]
-        if not await self._write(rows, position, stream):
-            writer.finished(position)
+        await self._write_after_floor(writer, rows, position)
 
     async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """``mode: append``: the table's offsets of the assigned partitions (SinkError
@@ -1148,10 +1019,7 @@ class JdbcSink(SparkTableSink):
         writer = self._writer
         if writer is None or writer.offsets is None:
             return {}
-        streams = [self._stream(t, p) for t, p in partitions]
-        writer.forget(streams)
-        floors = await writer.load_floors(streams)
-        return {(topic, partition): offset for (_, topic, partition), offset in floors.items()}
+        return await self._assign_to(writer, partitions)
 
     async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
         """Wait (up to ``timeout_s``) for running flushes of the partitions, then forget
@@ -1160,13 +1028,11 @@ class JdbcSink(SparkTableSink):
         writer = self._writer
         if writer is None or writer.offsets is None:
             return
-        streams = [self._stream(t, p) for t, p in partitions]
-        if not await writer.wait_appends(streams, timeout_s):
+        still = await self._revoke_from(writer, partitions, timeout_s)
+        if still:
             logger.warning("%s: %d flush(es) of revoked partitions %s still running after "
                            "%.1fs; each commits only if no other writer moved their offsets",
-                           writer.where, writer.running(streams), sorted(partitions),
-                           timeout_s)
-        writer.forget(streams)
+                           writer.where, still, sorted(partitions), timeout_s)
 
     def check(self) -> list[Problem]:
         """The table name must be ``name`` or ``schema.name`` of plain identifiers; the

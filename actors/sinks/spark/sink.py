@@ -35,6 +35,7 @@ from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.staging import StagingWriter
 from actors.sinks.table.columns import COORDINATES
+from actors.sinks.table.exactly_once import ExactlyOnceWriter
 from actors.sinks.table.sink import TableSink
 from processors.base import Column, Row
 from settings.identifiers import SqlIdentifier, sql_identifier
@@ -78,6 +79,45 @@ class SparkTableSink(TableSink):
                                  "sink with the process's resources (SinkContext.resources)")
             self._actor = self._resources.spark()
         return self._actor
+
+    def _stream(self, topic: str, partition: int) -> Stream:
+        return (self.context.group, topic, partition)
+
+    async def _write_after_floor(self, writer: ExactlyOnceWriter, rows: Sequence[Row],
+                                 position: Position) -> None:
+        """Write the rows of one batch through ``writer``, which stores its offsets:
+        rows of messages the table already holds (before its offset for the partition)
+        are dropped."""
+        stream = self._stream(position.tp.topic, position.tp.partition)
+        writer.register_batch(stream, position)  # first: writes start in offset order
+        floor = writer.floor(stream)
+        if floor is None:
+            floor = (await writer.load_floors([stream])).get(stream, 0)
+        if floor and isinstance(rows, list) and rows:
+            # In place: a retry of this batch passes the same list (see TableSink.write).
+            rows[:] = [row for row in rows if row["_offset"] >= floor]
+        if not await self._write(rows, position, stream):
+            writer.finished(position)
+
+    async def _assign_to(self, writer: ExactlyOnceWriter,
+                         partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Forget the partitions' batches of an earlier ownership, then read the table's
+        offsets of them through ``writer``."""
+        streams = [self._stream(t, p) for t, p in partitions]
+        writer.forget(streams)
+        floors = await writer.load_floors(streams)
+        return {(topic, partition): offset for (_, topic, partition), offset in floors.items()}
+
+    async def _revoke_from(self, writer: ExactlyOnceWriter,
+                           partitions: Sequence[tuple[str, int]], timeout_s: float) -> int:
+        """Wait (up to ``timeout_s``) for ``writer``'s running appends of the
+        partitions, then forget them; how many still ran after the wait."""
+        streams = [self._stream(t, p) for t, p in partitions]
+        still = 0
+        if not await writer.wait_appends(streams, timeout_s):
+            still = writer.running(streams)
+        writer.forget(streams)
+        return still
 
 
 class SparkSink(SparkTableSink):
@@ -124,25 +164,13 @@ class SparkSink(SparkTableSink):
                              "different column lists in this process")
         return tracked
 
-    def _stream(self, topic: str, partition: int) -> Stream:
-        return (self.context.group, topic, partition)
-
     async def write_at(self, rows: Sequence[Row], position: Position) -> None:
         """Write the rows of one batch (see :meth:`TableSink.write`); rows of messages
         the table already holds (before its offset for the partition) are dropped."""
         writer = self._writer
         if writer is None:
             raise SinkError("spark sink: write before open")
-        stream = self._stream(position.tp.topic, position.tp.partition)
-        writer.register_batch(stream, position)  # first: writes start in offset order
-        floor = writer.floor(stream)
-        if floor is None:
-            floor = (await writer.load_floors([stream])).get(stream, 0)
-        if floor and isinstance(rows, list) and rows:
-            # In place: a retry of this batch passes the same list (see TableSink.write).
-            rows[:] = [row for row in rows if row["_offset"] >= floor]
-        if not await self._write(rows, position, stream):
-            writer.finished(position)
+        await self._write_after_floor(writer, rows, position)
 
     async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Read the table's offsets of the assigned partitions (SinkError when it cannot
@@ -155,10 +183,7 @@ class SparkSink(SparkTableSink):
         writer = self._writer
         if writer is None:
             return {}
-        streams = [self._stream(t, p) for t, p in partitions]
-        writer.forget(streams)
-        floors = await writer.load_floors(streams)
-        return {(topic, partition): offset for (_, topic, partition), offset in floors.items()}
+        return await self._assign_to(writer, partitions)
 
     async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
         """Wait (up to ``timeout_s``) for running appends of the partitions, then forget
@@ -171,14 +196,12 @@ class SparkSink(SparkTableSink):
         writer = self._writer
         if writer is None:
             return
-        streams = [self._stream(t, p) for t, p in partitions]
-        if not await writer.wait_appends(streams, timeout_s):
+        still = await self._revoke_from(writer, partitions, timeout_s)
+        if still:
             logger.warning("spark sink: table %s: %d append(s) of revoked partitions %s "
                            "still running after %.1fs; each commits only if no other "
                            "writer appended its partitions meanwhile (the fence)",
-                           writer.name, writer.running(streams), sorted(partitions),
-                           timeout_s)
-        writer.forget(streams)
+                           writer.name, still, sorted(partitions), timeout_s)
 
 
 __all__ = ["SparkSink", "SparkSinkSettings", "SparkTableSink"]

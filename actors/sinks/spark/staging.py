@@ -47,7 +47,6 @@ pyspark is imported only inside functions.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import time
@@ -60,9 +59,10 @@ from actors.errors import FatalError, SinkError
 from actors.sinks.spark import iceberg, offset_history, pyiceberg_tables
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.ledger import OffsetLedger, Stream
+from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.pyiceberg_appends import PyIcebergAppends
-from actors.sinks.table.batching import Pending, TableWriter
+from actors.sinks.table.batching import Pending
+from actors.sinks.table.exactly_once import ExactlyOnceWriter, Flight, held
 from actors.sinks.table.rows import arrow_table, record_batch
 from processors.base import Column, Row
 from settings.models import SparkSettings
@@ -91,7 +91,7 @@ def rest_ratio(settings: SparkSettings) -> float:
 
 
 @dataclass(slots=True, eq=False)
-class _Append:
+class _Append(Flight):
     """One flush of the table: its batches and streams, the running appends of the same
     streams it follows, what it records (``offsets``) and where it continues each stream
     from (``expected``, the fence), the ownership of each stream it was handed over in
@@ -99,14 +99,7 @@ class _Append:
     thread: ``resolved``, per stream, the end of an earlier append in doubt that the
     lookup found in the table)."""
 
-    batches: list[Any]
-    streams: set[Stream]
-    after: list[_Append]
-    offsets: dict[Stream, int] = field(default_factory=dict)
-    expected: dict[Stream, int] = field(default_factory=dict)
-    owners: dict[Stream, object] = field(default_factory=dict)
     resolved: dict[Stream, int] = field(default_factory=dict)
-    failed: bool = False
     done: bool = False
 
 
@@ -121,27 +114,19 @@ class _Doubt:
     ends: dict[str, int] = field(default_factory=dict)
 
 
-class StagingWriter(TableWriter):
+class StagingWriter(ExactlyOnceWriter):
     """Micro-batches one Iceberg staging table's rows (see the module docstring).
 
-    Per stream it owns (from :meth:`load_floors` to :meth:`forget`) it keeps three
-    positions: the *floor* (the table's offset read at assignment: rows before it are
-    dropped by the sink), *landed* (the end of its last append known in the table, the
-    floor at first: rows of a part before it are dropped when the part is taken), and
-    *next* (where its next append continues from, its ``kstage.expect``: advanced when an
-    append is handed over, back to *landed* when one fails)."""
+    Per stream it owns it keeps the positions of
+    :class:`~actors.sinks.table.exactly_once.ExactlyOnceWriter`: *next* is its
+    ``kstage.expect``."""
 
     def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...]) -> None:
         super().__init__(table, columns, **flush_limits(actor.settings),
                          rest_ratio=rest_ratio(actor.settings))
         self.actor = actor
         self.name = dotted(actor.settings, table)
-        self.ledger = OffsetLedger()
         self._registered = False
-        self._floors: dict[Stream, int] = {}
-        self._landed: dict[Stream, int] = {}
-        self._next: dict[Stream, int] = {}
-        self._owner: dict[Stream, object] = {}  # a token per ownership of the stream
         self._appends: list[_Append] = []  # running, in the Spark thread's order
         self._doubt: dict[int, _Doubt] = {}  # id(batch) -> its appends in doubt
         self.fenced = 0  # appends the fence refused
@@ -204,7 +189,7 @@ class StagingWriter(TableWriter):
 
     # -- offsets -------------------------------------------------------------------
 
-    async def _read_offsets(self) -> dict[Stream, int]:
+    async def _table_offsets(self, streams: set[Stream]) -> dict[Stream, int]:
         lake = self._lake
         try:
             if lake is not None:  # on the lake thread, after the appends handed over
@@ -218,31 +203,6 @@ class StagingWriter(TableWriter):
             raise SinkError(f"spark sink {self.name}: cannot read the Kafka offsets the "
                             f"table holds: {short(exc)}") from exc
 
-    async def load_floors(self, streams: Iterable[Stream]) -> dict[Stream, int]:
-        """Read the table's offsets of ``streams`` (assigned to a worker of this
-        process): rows of messages before them are dropped from now on, and this
-        writer's appends of a stream not yet owned continue from there (a stream owned
-        already keeps its positions: its appends may be under way). SinkError when the
-        table cannot be read (the caller retries)."""
-        wanted = set(streams)
-        found = await self._read_offsets()
-        floors = {stream: offset for stream, offset in found.items() if stream in wanted}
-        for stream in wanted:
-            if stream not in self._owner:
-                offset = floors.get(stream, 0)
-                self._floors[stream] = self._landed[stream] = self._next[stream] = offset
-                self._owner[stream] = object()
-        return floors
-
-    def floor(self, stream: Stream) -> int | None:
-        """The offset before which ``stream``'s messages are in the table (None: not
-        read since the partition was assigned)."""
-        return self._floors.get(stream)
-
-    def _disown(self, stream: Stream) -> None:
-        for positions in (self._floors, self._landed, self._next, self._owner):
-            positions.pop(stream, None)
-
     def forget(self, streams: Iterable[Stream]) -> None:
         """The streams were revoked from this process's worker: their positions and
         batches are dropped, and an append of them not yet written refuses to write
@@ -251,32 +211,11 @@ class StagingWriter(TableWriter):
         for stream in streams:
             for batch in self.ledger.open_batches(stream):
                 self._doubt.pop(id(batch), None)
-            self._disown(stream)
-        self.ledger.forget(streams)
-
-    async def wait_appends(self, streams: Iterable[Stream], within_s: float) -> bool:
-        """Wait (up to ``within_s``) until no running append holds a batch of
-        ``streams``; False when one still runs (the revoke then lets it finish alone)."""
-        wanted = set(streams)
-        deadline = time.monotonic() + within_s
-        while any(a.streams & wanted for a in self._appends):
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.02)
-        return True
-
-    def running(self, streams: Iterable[Stream]) -> int:
-        """How many running appends hold a batch of ``streams``."""
-        wanted = set(streams)
-        return sum(bool(a.streams & wanted) for a in self._appends)
-
-    def register_batch(self, stream: Stream, batch: Any) -> None:
-        """A write of the worker's ``batch`` of ``stream`` started (in offset order)."""
-        self.ledger.register(stream, batch)
+        super().forget(streams)
 
     def finished(self, batch: Any) -> None:
         """``batch`` has no row for the table: done."""
-        self.ledger.finished(batch)
+        super().finished(batch)
         self._doubt.pop(id(batch), None)
 
     def _doubts(self, batch: Any) -> dict[str, int]:
@@ -286,56 +225,17 @@ class StagingWriter(TableWriter):
     # -- flushes -------------------------------------------------------------------
 
     def _take(self) -> list[Pending]:
-        """The pending parts whose partitions' earlier batches are in the table, in a
-        running append (that has not failed), or taken with them; the others wait.
+        """The parts an append may take now (:meth:`ExactlyOnceWriter._take_owned
+        <actors.sinks.table.exactly_once.ExactlyOnceWriter._take_owned>`)."""
+        return self._take_owned()
 
-        A part of a cancelled batch (its partition revoked) or of a stream this writer
-        no longer owns (forgotten, or its positions unknown after a fence refusal) is
-        never appended: its write fails (retriable; a revoked one is not retried). A
-        part is cut to the rows at or after its stream's *landed* position: wholly
-        before it (the table holds its messages: another writer's appends read after a
-        fence refusal), its batch is done without an append."""
-        ids = {id(b) for a in self._appends if not a.failed for b in a.batches}
-        taken: list[Pending] = []
-        dropped: list[tuple[Pending, str]] = []
-        done: list[Pending] = []
-        order = sorted(self._pending, key=lambda p: (
-            p.batch is None, p.stream or ("", "", 0), getattr(p.batch, "next_offset", 0)))
-        for item in order:
-            batch = item.batch
-            if batch is None:
-                taken.append(item)
-                continue
-            if batch.cancelled:
-                dropped.append((item, "its partition was revoked"))
-                continue
-            stream = self.ledger.stream_of(batch)
-            if stream is None or stream not in self._owner:
-                dropped.append((item, "its partition is no longer this writer's, or "
-                                      "where the table holds it is not known"))
-                continue
-            if not self.ledger.eligible(batch, ids):
-                continue
-            ids.add(id(batch))
-            landed = self._landed[stream]
-            if batch.next_offset > landed and _first_offset(item.part) < landed:
-                item.part = _from_offset(item.part, landed)
-                item.rows = len(item.part)
-            if batch.next_offset <= landed or not item.rows:
-                done.append(item)  # its rows are in the table (its other messages had none)
-                continue
-            taken.append(item)
-        chosen = {id(item) for item in (*taken, *done)} | {id(i) for i, _ in dropped}
-        self._pending = [p for p in self._pending if id(p) not in chosen]
-        for item in done:  # in the table already: done without an append
-            self.finished(item.batch)
-            if not item.future.done():
-                item.future.set_result(None)
-        for item, why in dropped:
-            if not item.future.done():
-                item.future.set_exception(SinkError(
-                    f"spark sink {self.name}: not appended: {why}"))
-        return taken
+    def _cut(self, item: Pending, landed: int) -> None:
+        if item.batch.next_offset > landed and _first_offset(item.part) < landed:
+            item.part = _from_offset(item.part, landed)
+            item.rows = len(item.part)
+
+    def _not_written(self, why: str) -> SinkError:
+        return SinkError(f"spark sink {self.name}: not appended: {why}")
 
     async def _flush(self, batch: list[Pending]) -> None:
         batch = self._owned(batch)
@@ -348,9 +248,7 @@ class StagingWriter(TableWriter):
                          offsets=offsets,
                          expected={s: self._next[s] for s in offsets},
                          owners={s: self._owner[s] for s in offsets})
-        for stream, end in offsets.items():
-            self._next[stream] = max(self._next[stream], end)
-        self._appends.append(append)
+        self._hand_over(append)
         parts = [(item.part, item.batch, self.ledger.stream_of(item.batch)
                   if item.batch is not None else None) for item in batch]
         doubts = {id(b): self._doubts(b) for b in batches}
@@ -388,27 +286,10 @@ class StagingWriter(TableWriter):
         self.ledger.committed(batches)
         for b in batches:
             self._doubt.pop(id(b), None)
-        for stream, end in offsets.items():
-            if self._owner.get(stream) is append.owners[stream]:
-                self._landed[stream] = max(self._landed[stream], end)
+        self._landed_with(append)
         for item in batch:
             if not item.future.done():
                 item.future.set_result(None)
-
-    def _owned(self, batch: list[Pending]) -> list[Pending]:
-        """The parts of ``batch`` (taken by :meth:`_take`) whose batches are still not
-        cancelled and whose streams this writer still owns (a revoke may have run
-        between the take and the flush's start); the writes of the others fail."""
-        kept = []
-        for item in batch:
-            b = item.batch
-            if b is None or (not b.cancelled and self.ledger.stream_of(b) is not None
-                             and item.stream in self._owner):
-                kept.append(item)
-            elif not item.future.done():
-                item.future.set_exception(SinkError(
-                    f"spark sink {self.name}: not appended: its partition was revoked"))
-        return kept
 
     async def _failed(self, append: _Append, exc: Exception, commit_id: str,
                       rows: int) -> Exception:
@@ -417,7 +298,7 @@ class StagingWriter(TableWriter):
         doubt found meanwhile); an append whose outcome is unknown is looked up when its
         batches are appended again; one the fence refused is counted and said, and its
         streams' offsets are read again. The SinkError its writes fail with."""
-        mine = [s for s in append.offsets if self._owner.get(s) is append.owners[s]]
+        mine = self._mine(append)
         for stream in mine:
             landed = max(self._landed[stream], append.resolved.get(stream, 0))
             self._landed[stream] = self._next[stream] = landed
@@ -453,18 +334,14 @@ class StagingWriter(TableWriter):
         logger.warning("spark sink: %s: an append of %d row(s) was refused by the fence "
                        "(nothing of it written, nothing committed to Kafka for it): %s",
                        self.name, rows, refusal)
-        for stream in mine:
-            self._disown(stream)
-        try:
-            floors = await self.load_floors(mine) if mine else {}
-        except Exception as lookup:  # noqa: BLE001 - read again at the retry's write
+        floors = await self._read_again(mine)
+        if isinstance(floors, Exception):
             logger.warning("spark sink: %s: the offsets of the fenced partitions cannot "
-                           "be read now (%s); read at the retries", self.name, lookup)
+                           "be read now (%s); read at the retries", self.name, floors)
         else:
             logger.warning("spark sink: %s: the table holds %s now; the retries continue "
-                           "from there", self.name, ", ".join(
-                               f"{t}[{p}]@{floors.get((g, t, p), 0)}" for g, t, p in mine)
-                           or "none of this writer's partitions")
+                           "from there", self.name,
+                           held(floors, mine) or "none of this writer's partitions")
         error = SinkError(f"spark sink {self.name}: append of {rows} row(s) refused: "
                           f"{refusal}")
         error.__cause__ = exc
