@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from actors.preflight import resolve_processors
-from actors.sinks.jdbc import _WRITERS, JdbcSink
+from actors.sinks.jdbc import JdbcSink
+from actors.sinks.jdbc_append import _WRITERS
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
 from actors.sinks.spark.final_deletions import deletions_name

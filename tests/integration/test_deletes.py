@@ -186,7 +186,7 @@ async def test_the_server_going_down_between_the_statements_of_a_delete_rolls_it
     pg.start()
     assert pg_rows(pg, table) == [(1, "a@x", False, 1, "c"), (2, "b@x", False, 2, "c")]
     assert pg_deletions(pg, table) == []
-    monkeypatch.setattr("actors.sinks.jdbc.execute_statement", execute_statement)
+    monkeypatch.setattr("actors.sinks.jdbc_writer.execute_statement", execute_statement)
     async with asyncio.timeout(90):
         await sink.write(batch)  # the worker's retry of the same batch
         await sink.close()

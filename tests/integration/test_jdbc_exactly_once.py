@@ -19,7 +19,7 @@ from aiokafka import TopicPartition
 
 from actors.errors import SinkError
 from actors.offsets import Entry
-from actors.sinks import SinkContext, jdbc
+from actors.sinks import SinkContext, jdbc_append
 from actors.sinks.jdbc import JdbcSink, JdbcTableWriter
 from actors.sinks.spark.actor import SparkActor
 from tests.gobblin_events import event, events
@@ -41,7 +41,7 @@ GROUP = "g-jdbc-eo"
 
 async def fresh(actor: SparkActor, pg: Postgres, table: str) -> JdbcSink:
     """A sink with a writer of its own, as another process's would be."""
-    jdbc._WRITERS.pop(actor, None)
+    jdbc_append._WRITERS.pop(actor, None)
     sink = JdbcSink(settings(pg, table), actor)
     sink.bind(SinkContext(columns=PROCESSOR.columns, table=PROCESSOR.table,
                           processor=PROCESSOR.name, group=GROUP))
@@ -99,7 +99,7 @@ async def test_a_stale_writer_is_refused_and_writes_nothing_twice(
         assert await owner.assigned([(TOPIC, 0)]) == {}
         await owner.write_at(events(0, 0, 10), at(0, 10))
         late, late_at = events(0, 0, 14), at(0, 14)  # a retry passes the same batch
-        with caplog.at_level(logging.WARNING, "actors.sinks.jdbc"), \
+        with caplog.at_level(logging.WARNING, "actors.sinks.jdbc_append"), \
                 pytest.raises(SinkError, match="refused: kstage fence: table stg_eo_stale: "
                               f"group {GROUP} topic {TOPIC} partition 0: expected offset 0, "
                               "found 10"):

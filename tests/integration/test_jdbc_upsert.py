@@ -230,7 +230,7 @@ def stop_postgres_at_statement(pg: Postgres, n: int,
             pg.stop()
         execute_statement(statement, payload, rows)
 
-    monkeypatch.setattr("actors.sinks.jdbc.execute_statement", stop_at_n)
+    monkeypatch.setattr("actors.sinks.jdbc_writer.execute_statement", stop_at_n)
     return statements
 
 
@@ -249,7 +249,7 @@ async def test_the_server_going_down_inside_a_flush_rolls_it_back_and_the_retry_
     assert statements == [1, 1]
     pg.start()
     assert table_rows(pg, table) == [("a", 0, 1, 1)]  # the first statement rolled back
-    monkeypatch.setattr("actors.sinks.jdbc.execute_statement", execute_statement)
+    monkeypatch.setattr("actors.sinks.jdbc_writer.execute_statement", execute_statement)
     await write(sink, batch)  # the worker's retry of the same batch
     assert table_rows(pg, table) == [("a", 0, 6, 6), ("e", 0, 7, 7), ("f", 0, 8, 8)]
 

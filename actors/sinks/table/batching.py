@@ -26,7 +26,7 @@ them by default): the Spark writer holds back a part whose partition has an earl
 not yet written (:mod:`actors.sinks.spark.ledger`). Each part may carry what it belongs to
 (:class:`Pending`: the worker's batch and its stream). The Spark writer is
 :class:`actors.sinks.spark.staging.StagingWriter`, the JDBC one
-:class:`actors.sinks.jdbc.JdbcTableWriter`.
+:class:`actors.sinks.jdbc_append.JdbcTableWriter`.
 """
 
 from __future__ import annotations
