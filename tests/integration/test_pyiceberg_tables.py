@@ -36,7 +36,7 @@ from aiokafka import TopicPartition
 from actors.errors import FatalError, SinkError
 from actors.offsets import Entry
 from actors.sinks import SinkContext
-from actors.sinks.spark import iceberg, pyiceberg_tables
+from actors.sinks.spark import iceberg, offset_history, pyiceberg_tables
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.pyiceberg_appends import Lake, PyIcebergAppends
 from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
@@ -216,7 +216,7 @@ async def test_offsets_at_assignment_are_the_highest_of_the_current_history(
     finally:
         lake.stop()
     assert found == {("g", "a", 0): 7, ("g", "a", 1): 9}
-    assert found == await reader.call(lambda spark: iceberg.table_offsets(
+    assert found == await reader.call(lambda spark: offset_history.table_offsets(
         spark, settings, table))
 
 
