@@ -27,11 +27,16 @@ from urllib.parse import quote, urlsplit
 
 import yaml
 
+from actors.sinks import SinkContext
 from actors.sinks.spark import iceberg
+from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import catalog_uri, sqlite_file, warehouse_location
+from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
+from actors.sinks.spark.staging import StagingWriter
 from service.broker import free_port
 from settings.models import SparkSettings
-from tests.gobblin_events import compaction
+from tests.gobblin_events import PROCESSOR as GOBBLIN
+from tests.gobblin_events import TOPIC, compaction
 from tests.kafkautil import (
     KstageProcess,
     committed,
@@ -80,6 +85,23 @@ def lake_config(path: Path, broker: str, group: str, topic: str, table: str,
 
 def spark_settings(spark: dict[str, Any]) -> SparkSettings:
     return SparkSettings.model_validate(spark)
+
+
+async def opened_sink(actor: SparkActor, table: str, group: str = "g") -> SparkSink:
+    """A spark sink of the Gobblin compaction processor's rows (:mod:`tests.gobblin_events`)
+    on ``table``, bound to ``group`` and opened on ``actor``."""
+    sink = SparkSink(SparkSinkSettings(table=table), actor)
+    sink.bind(SinkContext(group=group, topic=TOPIC, columns=GOBBLIN.columns,
+                          table=GOBBLIN.table, processor=GOBBLIN.name))
+    await sink.open()
+    return sink
+
+
+def staging_writer(actor: SparkActor, table: str) -> StagingWriter:
+    """The process's writer of the staging table ``table``."""
+    writer = actor.tracked(table)
+    assert isinstance(writer, StagingWriter)
+    return writer
 
 
 class IcebergReader:

@@ -33,6 +33,7 @@ from processors.base import Column, Row
 from settings import SparkSettings
 from settings.models import SinkSettings
 from tests.gobblin_events import PROCESSOR, TOPIC, events
+from tests.lake import opened_sink, staging_writer
 
 pytestmark = pytest.mark.slow
 
@@ -51,20 +52,6 @@ def spark_actor(warehouse: Path) -> Iterator[SparkActor]:
                                      flush_max_interval_s=0.2, catalog={"uri": uri}))
     yield actor
     actor.stop()
-
-
-async def opened(actor: SparkActor, table: str, group: str = GROUP) -> SparkSink:
-    sink = SparkSink(SparkSinkSettings(table=table), actor)
-    sink.bind(SinkContext(group=group, topic=TOPIC, columns=PROCESSOR.columns,
-                          table=PROCESSOR.table, processor=PROCESSOR.name))
-    await sink.open()
-    return sink
-
-
-def writer_of(actor: SparkActor, table: str) -> StagingWriter:
-    writer = actor.tracked(table)
-    assert isinstance(writer, StagingWriter)
-    return writer
 
 
 def keys(rows: list[Any]) -> set[tuple[Any, ...]]:
@@ -106,8 +93,8 @@ def catalog_locked(warehouse: Path) -> Iterator[None]:
 async def test_two_sinks_share_a_micro_batch_and_write_is_durable(
         spark_actor: SparkActor) -> None:
     table = "stg_concurrent"
-    one, two = await opened(spark_actor, table), await opened(spark_actor, table)
-    writer = writer_of(spark_actor, table)
+    one, two = await opened_sink(spark_actor, table), await opened_sink(spark_actor, table)
+    writer = staging_writer(spark_actor, table)
     a, b = events(0, 0, 40), events(1, 0, 25)
     expected = keys(a + b)
     async with asyncio.timeout(60):
@@ -131,8 +118,8 @@ async def test_two_sinks_share_a_micro_batch_and_write_is_durable(
 
 async def test_flush_at_max_rows_without_waiting_for_the_interval(
         spark_actor: SparkActor) -> None:
-    sink = await opened(spark_actor, "stg_max_rows")
-    writer = writer_of(spark_actor, "stg_max_rows")
+    sink = await opened_sink(spark_actor, "stg_max_rows")
+    writer = staging_writer(spark_actor, "stg_max_rows")
     writer.max_rows, writer.max_interval_s = 10, 3600
     async with asyncio.timeout(30):  # would hang for an hour without the row limit
         await asyncio.gather(sink.write(events(0, 0, 4)), sink.write(events(1, 0, 6)))
@@ -142,8 +129,8 @@ async def test_flush_at_max_rows_without_waiting_for_the_interval(
 
 
 async def test_flush_after_the_interval(spark_actor: SparkActor) -> None:
-    sink = await opened(spark_actor, "stg_interval")
-    writer = writer_of(spark_actor, "stg_interval")
+    sink = await opened_sink(spark_actor, "stg_interval")
+    writer = staging_writer(spark_actor, "stg_interval")
     writer.max_rows, writer.max_interval_s = 1000, 0.5
     started = time.monotonic()
     async with asyncio.timeout(30):
@@ -160,8 +147,8 @@ async def test_flush_soon_flushes_now_or_right_after_the_running_flush(
         spark_actor: SparkActor) -> None:
     """A worker at its max_in_flight cannot add rows: its sink flushes without waiting
     for flush_max_rows or the interval (here 1000 rows / 60 s)."""
-    sink = await opened(spark_actor, "stg_soon")
-    writer = writer_of(spark_actor, "stg_soon")
+    sink = await opened_sink(spark_actor, "stg_soon")
+    writer = staging_writer(spark_actor, "stg_soon")
     writer.max_rows, writer.max_interval_s = 1000, 60
     async with asyncio.timeout(30):
         first = asyncio.create_task(sink.write(events(0, 0, 3)))
@@ -179,7 +166,7 @@ async def test_flush_soon_flushes_now_or_right_after_the_running_flush(
 async def test_each_append_commits_the_offsets_it_covers_and_assignment_reads_them(
         spark_actor: SparkActor) -> None:
     table = "stg_offsets"
-    sink = await opened(spark_actor, table)
+    sink = await opened_sink(spark_actor, table)
     assert await sink.assigned([(TOPIC, 0), (TOPIC, 1)]) == {}  # as a worker does first
     async with asyncio.timeout(60):
         await asyncio.gather(sink.write_at(events(0, 0, 10), at(0, 10, 10)),
@@ -192,7 +179,7 @@ async def test_each_append_commits_the_offsets_it_covers_and_assignment_reads_th
     assert [json.loads(s["kstage.offsets"]) for s in summaries] == [
         {GROUP: {TOPIC: {"0": 10, "1": 4}}}, {GROUP: {TOPIC: {"0": 15, "1": 4}}}]
     assert all(len(s["kstage.commit-id"]) == 32 for s in summaries)
-    other = await opened(spark_actor, table, group="other-group")  # its own offsets
+    other = await opened_sink(spark_actor, table, group="other-group")  # its own offsets
     assert await other.assigned([(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]) == {}
     assert await sink.assigned([(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]) == {
         (TOPIC, 0): 15, (TOPIC, 1): 4}
@@ -202,11 +189,11 @@ async def test_rows_of_messages_the_table_holds_are_dropped(spark_actor: SparkAc
     """A partition read again from before the table's offset (a replay for another sink
     of a fan-out, a rewind): the rows it holds are not written twice, the rest are."""
     table = "stg_replayed"
-    first = await opened(spark_actor, table)
+    first = await opened_sink(spark_actor, table)
     async with asyncio.timeout(60):
         await first.write_at(events(0, 0, 20), at(0, 20, 20))
         await first.close()
-        again = await opened(spark_actor, table)  # a new owner of partition 0
+        again = await opened_sink(spark_actor, table)  # a new owner of partition 0
         assert await again.assigned([(TOPIC, 0)]) == {(TOPIC, 0): 20}
         await again.write_at(events(0, 0, 10), at(0, 10, 10))  # all held: no append
         await again.write_at(events(0, 10, 15), at(0, 25, 15))  # 5 of 15 new
@@ -221,10 +208,10 @@ async def test_a_partition_first_written_without_assignment_reads_its_offset_fir
     """No `assigned` call (the catalog was down then): the first write of the partition
     reads the table's offset before it writes anything."""
     table = "stg_lazy_floor"
-    first = await opened(spark_actor, table)
+    first = await opened_sink(spark_actor, table)
     await first.write_at(events(3, 0, 8), at(3, 8, 8))
-    later = await opened(spark_actor, table)
-    writer_of(spark_actor, table).forget([(GROUP, TOPIC, 3)])
+    later = await opened_sink(spark_actor, table)
+    staging_writer(spark_actor, table).forget([(GROUP, TOPIC, 3)])
     await later.write_at(events(3, 0, 12), at(3, 12, 12))
     rows = await table_rows(spark_actor, table)
     assert sorted(r["_offset"] for r in rows) == list(range(12))
@@ -237,7 +224,7 @@ async def test_a_failed_append_fails_its_writes_and_a_later_batch_never_overtake
     meanwhile, waits instead of being committed ahead of it. Once batch 1 is written
     again, both are in the table and the offsets never claimed batch 2 alone."""
     table = "stg_in_order"
-    sink = await opened(spark_actor, table)
+    sink = await opened_sink(spark_actor, table)
     one, two = at(0, 5, 5), at(0, 9, 4)
     rows_one, rows_two = events(0, 0, 5), events(0, 5, 4)
     async with asyncio.timeout(90):
@@ -266,8 +253,8 @@ async def test_a_stale_writer_is_fenced_in_the_jvm(spark_actor: SparkActor) -> N
     worker's retry of the batch, wholly in the table, is done without an append. The
     refusal needs the JVM's catalog wrapper (branch ``jfence``) on the session."""
     table = "stg_fenced_jvm"
-    owner = await opened(spark_actor, table)
-    stale = await opened(spark_actor, table)
+    owner = await opened_sink(spark_actor, table)
+    stale = await opened_sink(spark_actor, table)
     theirs = StagingWriter(spark_actor, table, stale.columns)  # another process's writer
     await theirs.register()
     stale._writer = theirs
@@ -290,7 +277,7 @@ async def test_a_stale_writer_is_fenced_in_the_jvm(spark_actor: SparkActor) -> N
 
 
 async def test_bad_rows_raise_sink_error_without_a_handler(spark_actor: SparkActor) -> None:
-    sink = await opened(spark_actor, "stg_errors")
+    sink = await opened_sink(spark_actor, "stg_errors")
     wrong = events(0, 0, 2)
     wrong[1]["record_count"] = "1001"  # a string in a long column
     with pytest.raises(SinkError, match="'record_count'.*not a long"):
@@ -304,7 +291,7 @@ async def test_bad_rows_raise_sink_error_without_a_handler(spark_actor: SparkAct
 async def test_rows_that_do_not_fit_go_to_the_permanent_failure_handler(
         spark_actor: SparkActor, warehouse: Path) -> None:
     """The worker dead-letters them; the rest of the batch is written (no stall)."""
-    sink = await opened(spark_actor, "stg_refused")
+    sink = await opened_sink(spark_actor, "stg_refused")
     refused: list[tuple[list[Row], int, str]] = []
 
     async def handler(rows: list[Row], status: int, reason: str) -> None:
@@ -341,7 +328,7 @@ async def test_schema_change_adds_nullable_columns_and_refuses_the_rest(
     """A processor that gains a nullable column keeps writing the table (older rows read
     NULL, Iceberg rewrites nothing); a changed type, a removed or a new NOT NULL column
     stop the sink at open, naming the table and the change."""
-    sink = await opened(spark_actor, "stg_evolving")
+    sink = await opened_sink(spark_actor, "stg_evolving")
     await sink.write(events(0, 0, 4))
     files_before = await spark_actor.call(data_files)
     wider = (*PROCESSOR.columns, Column("comment", "string", True))
@@ -393,7 +380,7 @@ async def test_restart_finds_the_table_in_the_catalog(spark_actor: SparkActor) -
     fresh = SparkActor(spark_actor.settings)
     try:
         async with asyncio.timeout(60):
-            sink = await opened(fresh, "stg_concurrent")
+            sink = await opened_sink(fresh, "stg_concurrent")
             assert len(await table_rows(fresh, "stg_concurrent")) == 65
             await sink.write(events(3, 0, 5))
             writers = [s["kstage.writer-id"] for s in await snapshots(fresh, "stg_concurrent")]

@@ -35,15 +35,13 @@ from aiokafka import TopicPartition
 from actors.errors import SinkError
 from actors.metrics import Metrics
 from actors.offsets import Entry
-from actors.sinks import SinkContext
 from actors.sinks.runner import END, SinkBatch, run_sink
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
-from actors.sinks.spark.staging import StagingWriter
+from actors.sinks.spark.sink import SparkSink
 from processors.base import Row
-from tests.gobblin_events import PROCESSOR, TOPIC, events
-from tests.lake import IcebergReader, spark_settings
+from tests.gobblin_events import TOPIC, events
+from tests.lake import IcebergReader, opened_sink, spark_settings, staging_writer
 
 pytestmark = pytest.mark.slow
 
@@ -76,20 +74,6 @@ def actors(catalog: dict[str, Any]) -> Iterator[list[SparkActor]]:
     yield made
     for actor in made:
         actor.stop()
-
-
-async def opened(actor: SparkActor, table: str) -> SparkSink:
-    sink = SparkSink(SparkSinkSettings(table=table), actor)
-    sink.bind(SinkContext(group=GROUP, topic=TOPIC, columns=PROCESSOR.columns,
-                          table=PROCESSOR.table, processor=PROCESSOR.name))
-    await sink.open()
-    return sink
-
-
-def writer_of(actor: SparkActor, table: str) -> StagingWriter:
-    writer = actor.tracked(table)
-    assert isinstance(writer, StagingWriter)
-    return writer
 
 
 def at(partition: int, next_offset: int, count: int) -> Entry:
@@ -137,8 +121,8 @@ async def test_a_revoke_during_a_failed_append_appends_neither_batch(
     owner would resume past rows 0-4 the table lacks."""
     table = "stg_revoke_overtake"
     mine, theirs = actors
-    sink = await opened(mine, table)
-    writer = writer_of(mine, table)
+    sink = await opened_sink(mine, table)
+    writer = staging_writer(mine, table)
     assert await sink.assigned([(TOPIC, 0)]) == {}
     one, two = at(0, 5, 5), at(0, 9, 4)
     lock = Locked(catalog)
@@ -161,7 +145,7 @@ async def test_a_revoke_during_a_failed_append_appends_neither_batch(
     await sink.revoked([(TOPIC, 0)], 1.0)
 
     # The next owner resumes where the table holds the partition (nowhere): all rows once.
-    other = await opened(theirs, table)
+    other = await opened_sink(theirs, table)
     assert await other.assigned([(TOPIC, 0)]) == {}
     async with asyncio.timeout(60):
         await other.write_at(events(0, 0, 9), at(0, 9, 9))
@@ -191,8 +175,8 @@ async def test_a_later_batch_reusing_an_id_never_inherits_a_doubt(
     object) must be written, not skipped as "in the table already"."""
     table = "stg_doubt_reuse"
     mine = actors[0]
-    sink = await opened(mine, table)
-    writer = writer_of(mine, table)
+    sink = await opened_sink(mine, table)
+    writer = staging_writer(mine, table)
     assert await sink.assigned([(TOPIC, 0)]) == {}
     lake = mine.lake()
     load = lake.table
@@ -271,8 +255,8 @@ async def test_a_stale_writer_is_fenced_and_its_retry_commits_nothing_twice(
     and the next batch continues from the table's offset."""
     table = "stg_fenced"
     stale_actor, owner_actor = actors
-    stale = await opened(stale_actor, table)
-    owner = await opened(owner_actor, table)
+    stale = await opened_sink(stale_actor, table)
+    owner = await opened_sink(owner_actor, table)
     assert await stale.assigned([(TOPIC, 0)]) == {}  # before it froze
     assert await owner.assigned([(TOPIC, 0)]) == {}  # the new owner, after the session
     async with asyncio.timeout(60):
@@ -288,7 +272,7 @@ async def test_a_stale_writer_is_fenced_and_its_retry_commits_nothing_twice(
             await stale.write_at(rows, late)
     assert offsets_of(reader, table) == list(range(10))  # 0 duplicates
     assert len(reader.summaries(table)) == 1
-    assert writer_of(stale_actor, table).fenced == 1
+    assert staging_writer(stale_actor, table).fenced == 1
     assert fenced_count(stale_actor, table) == 1
     refused = [r.getMessage() for r in caplog.records if "refused by the fence" in
                r.getMessage()]
@@ -322,8 +306,8 @@ async def test_the_fence_is_checked_again_on_each_optimistic_retry(
     partition, the retry is refused."""
     table = "stg_fence_retry"
     mine_actor, other_actor = actors
-    mine = await opened(mine_actor, table)
-    other = await opened(other_actor, table)
+    mine = await opened_sink(mine_actor, table)
+    other = await opened_sink(other_actor, table)
     assert await mine.assigned([(TOPIC, 0)]) == {}
     assert await other.assigned([(TOPIC, 1), (TOPIC, 0)]) == {}
     catalog_ = mine_actor.lake().catalog()
@@ -358,7 +342,7 @@ async def test_the_fence_is_checked_again_on_each_optimistic_retry(
     # Now the other writer (a new owner of partition 0 that read offset 5) appends 5-9
     # between this one's check and its swap: the retry on the new metadata is refused.
     raced.clear()
-    other_writer = writer_of(other_actor, table)
+    other_writer = staging_writer(other_actor, table)
     other_writer.forget([P0])
     assert await other.assigned([(TOPIC, 0)]) == {(TOPIC, 0): 5}
     catalog_._update_and_stage_table = racing(events(0, 5, 5), at(0, 10, 5))
@@ -373,7 +357,7 @@ async def test_the_fence_is_checked_again_on_each_optimistic_retry(
     counts = reader.coordinates(table)
     assert sorted(o for t, p, o in counts if p == 0) == list(range(10))
     assert max(counts.values()) == 1
-    assert writer_of(mine_actor, table).fenced == 1
+    assert staging_writer(mine_actor, table).fenced == 1
 
 
 async def test_an_append_still_in_its_commit_after_a_lost_membership_is_fenced(
@@ -385,8 +369,8 @@ async def test_an_append_still_in_its_commit_after_a_lost_membership_is_fenced(
     The stalled commit then goes on, on the new owner's metadata: refused, 0 duplicates."""
     table = "stg_fenced_late"
     member_actor, owner_actor = actors
-    member = await opened(member_actor, table)
-    owner = await opened(owner_actor, table)
+    member = await opened_sink(member_actor, table)
+    owner = await opened_sink(owner_actor, table)
     assert await member.assigned([(TOPIC, 0)]) == {}
     catalog_ = member_actor.lake().catalog()
     stage = catalog_._update_and_stage_table
@@ -412,7 +396,7 @@ async def test_an_append_still_in_its_commit_after_a_lost_membership_is_fenced(
         async with asyncio.timeout(60):
             await owner.write_at(events(0, 0, 10), at(0, 10, 10))
         go_on.set()
-        writer = writer_of(member_actor, table)
+        writer = staging_writer(member_actor, table)
         await until(lambda: writer.fenced == 1, "the late append refused", timeout=60)
     finally:
         go_on.set()
@@ -430,8 +414,8 @@ async def test_an_append_queued_behind_others_when_its_partition_is_revoked_writ
     write once its turn comes, on the thread: nothing of it in the table."""
     table = "stg_queued_revoked"
     member_actor = actors[0]
-    member = await opened(member_actor, table)
-    writer = writer_of(member_actor, table)
+    member = await opened_sink(member_actor, table)
+    writer = staging_writer(member_actor, table)
     assert await member.assigned([(TOPIC, 0)]) == {}
     lake = member_actor.lake()
     busy, go_on = threading.Event(), threading.Event()
