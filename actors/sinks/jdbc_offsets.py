@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from actors.sinks.jdbc_upsert import MAX_IDENTIFIER
+from actors.sinks.jdbc_upsert import side_name_problem, side_table
 
 OFFSETS_SUFFIX = "_kafka_offsets"
 
@@ -40,19 +40,13 @@ Stream = tuple[str, str, int]
 
 def offsets_table(table: str) -> str:
     """The offsets table of staging table ``table`` (``name`` or ``schema.name``)."""
-    *schema, name = table.split(".")
-    return ".".join((*schema, name + OFFSETS_SUFFIX))
+    return side_table(table, OFFSETS_SUFFIX)
 
 
 def offsets_name_problem(table: str) -> str | None:
     """Why ``table``'s offsets table cannot be named, or None."""
-    name = offsets_table(table).split(".")[-1]
-    if len(name.encode()) <= MAX_IDENTIFIER:
-        return None
-    return (f"mode: append keeps the Kafka offsets of table {table} in the table {name}, "
-            f"longer than PostgreSQL's {MAX_IDENTIFIER}-byte identifier limit (it would be "
-            f"truncated); name the table with at most "
-            f"{MAX_IDENTIFIER - len(OFFSETS_SUFFIX)} characters (sink.table)")
+    return side_name_problem(table, OFFSETS_SUFFIX,
+                             "mode: append keeps the Kafka offsets")
 
 
 def create_offsets_sql(qualified: str) -> str:

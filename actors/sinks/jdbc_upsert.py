@@ -213,22 +213,34 @@ MAX_IDENTIFIER = 63
 silently, so kstage refuses it rather than write a table it did not name."""
 
 
+def side_table(table: str, suffix: str) -> str:
+    """A table kstage keeps beside ``table`` (``name`` or ``schema.name``): same schema,
+    ``<name><suffix>``."""
+    *schema, name = table.split(".")
+    return ".".join((*schema, name + suffix))
+
+
+def side_name_problem(table: str, suffix: str, what: str) -> str | None:
+    """Why the side table ``<table><suffix>`` (holding ``what``, e.g. "mode: upsert keeps
+    the deletions") cannot be named within PostgreSQL's identifier limit, or None."""
+    name = side_table(table, suffix).split(".")[-1]
+    if len(name.encode()) <= MAX_IDENTIFIER:
+        return None
+    return (f"{what} of table {table} in the table {name}, "
+            f"longer than PostgreSQL's {MAX_IDENTIFIER}-byte identifier limit (it would be "
+            f"truncated); name the table with at most "
+            f"{MAX_IDENTIFIER - len(suffix)} characters (sink.table)")
+
+
 def deletions_table(table: str) -> str:
     """The deletions table of upsert table ``table`` (``name`` or ``schema.name``): same
     schema, ``<name>_deletions``."""
-    *schema, name = table.split(".")
-    return ".".join((*schema, name + DELETIONS_SUFFIX))
+    return side_table(table, DELETIONS_SUFFIX)
 
 
 def deletions_name_problem(table: str) -> str | None:
     """Why ``table``'s deletions table cannot be named, or None."""
-    name = deletions_table(table).split(".")[-1]
-    if len(name.encode()) <= MAX_IDENTIFIER:
-        return None
-    return (f"mode: upsert keeps the deletions of table {table} in the table {name}, "
-            f"longer than PostgreSQL's {MAX_IDENTIFIER}-byte identifier limit (it would be "
-            f"truncated); name the table with at most "
-            f"{MAX_IDENTIFIER - len(DELETIONS_SUFFIX)} characters (sink.table)")
+    return side_name_problem(table, DELETIONS_SUFFIX, "mode: upsert keeps the deletions")
 
 
 def deletions_columns(key: Sequence[str], columns: Sequence[Column],
@@ -321,4 +333,5 @@ __all__ = ["DELETIONS_SUFFIX", "MAX_IDENTIFIER", "NEWER_SQL", "UNIQUE_INDEXES_SQ
            "add_source_sql", "delete_sql", "deletions_columns", "deletions_name_problem",
            "deletions_table",
            "key_constraint", "key_match", "missing_key_index", "newer", "newer_sql",
-           "newest_per_key", "record_deletions_sql", "rows_json", "upsert_sql"]
+           "newest_per_key", "record_deletions_sql", "rows_json", "side_name_problem",
+           "side_table", "upsert_sql"]
