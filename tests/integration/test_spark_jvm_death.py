@@ -53,8 +53,8 @@ from tests.integration.test_spark_exactly_once import (
     config,
     expected,
 )
-from tests.integration.test_spark_sink import opened
 from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
+from tests.lake import opened_sink
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -223,7 +223,7 @@ async def test_replacement_session_and_giving_up_when_no_jvm_can_start(
                                      flush_max_interval_s=0.2, max_session_restarts=2))
     table = "stg_jvm_gone"
     try:
-        sink = await opened(actor, table)
+        sink = await opened_sink(actor, table)
         await sink.write(events(0, 0, 4))
         first = actor.jvm_pid
         assert first is not None
@@ -277,7 +277,7 @@ async def test_a_session_that_fails_to_stop_is_forgotten_and_the_next_one_is_new
 
     actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(tmp_path / "wh"),
                                      flush_max_interval_s=0.2))
-    sink = await opened(actor, "stg_stop_fails")
+    sink = await opened_sink(actor, "stg_stop_fails")
     await sink.write(events(0, 0, 4))
     first = actor.jvm_pid
     assert first is not None
@@ -288,7 +288,7 @@ async def test_a_session_that_fails_to_stop_is_forgotten_and_the_next_one_is_new
     with pytest.raises(FatalError, match=rf"a Spark session already runs in this process "
                        rf"\(app 'kstage-{actor.writer_id}', master 'local\[1\]', JVM pid "
                        rf"{first}\) and is not this actor's \({again.writer_id}"):
-        await opened(again, "stg_stop_fails")
+        await opened_sink(again, "stg_stop_fails")
     # Forgetting a session that is not pyspark's current one leaves the current one be.
     await actor.call(lambda spark: discard_session(
         SimpleNamespace(sparkContext=SimpleNamespace(), _jvm=object()), None))
@@ -299,7 +299,7 @@ async def test_a_session_that_fails_to_stop_is_forgotten_and_the_next_one_is_new
     assert SparkContext._active_spark_context is None and SparkContext._gateway is None
 
     try:
-        sink = await opened(again, "stg_stop_fails")
+        sink = await opened_sink(again, "stg_stop_fails")
         await sink.write(events(0, 4, 4))
         assert again.jvm_pid not in (None, first)
         assert await again.call(lambda spark: spark.table("stg_stop_fails").count()) == 8
@@ -319,7 +319,7 @@ async def test_a_jvm_out_of_heap_exits_and_is_replaced(tmp_path: Path) -> None:
         jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Long.TYPE, 2**30)
 
     try:
-        sink = await opened(actor, "stg_out_of_heap")
+        sink = await opened_sink(actor, "stg_out_of_heap")
         await sink.write(events(0, 0, 4))
         first = actor.jvm_pid
         assert first is not None
