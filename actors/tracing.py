@@ -25,6 +25,10 @@ The spans follow the OpenTelemetry messaging semantic conventions for Kafka:
   Otherwise the write's first traced message would lend its trace to every request of
   the batch, and a receiver would file the events under another event's trace.
 
+Spans leave the process through :class:`~actors.tracing_mask.MaskingExporter`: the
+process's secrets are masked from what they carry (exception messages and stack traces,
+status descriptions, attributes) as from log and dead-letter lines.
+
 One span per message, not per batch with links: a consumer's trace then reads as the
 producer's trace continued (the parent is the producer's span), which is what an
 operator follows; the per-batch write span keeps the sinks' cost at one span per write.
@@ -162,7 +166,10 @@ class Tracing:
         provider = TracerProvider(
             resource=Resource.create({"service.name": service}),
             sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
-        provider.add_span_processor(BatchSpanProcessor(_exporter(settings, env)))
+        from actors.tracing_mask import MaskingExporter
+
+        provider.add_span_processor(
+            BatchSpanProcessor(MaskingExporter(_exporter(settings, env))))
         logger.info("tracing: OTLP spans of service %r (%s)", service,
                     _protocol(settings, env))
         return cls(provider, service)

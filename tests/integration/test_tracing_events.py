@@ -1,4 +1,4 @@
-"""Traces that belong to their event: ``kstage run`` on the
+"""Traces that belong to their event, and spans masked like logs: ``kstage run`` on the
 real broker, the real HTTP sink posting to a real local server that records each
 request's headers, spans exported over OTLP/HTTP to a real receiver on loopback.
 
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from settings.secrets import MASK
 from tests.http_server import HttpTestServer, RecordedRequest
 from tests.integration.test_dead_letter_topic import produce_with_headers as send
 from tests.integration.test_tracing import with_observability
-from tests.kafkautil import write_config
+from tests.kafkautil import read_jsonl, write_config
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.kafka
@@ -126,3 +127,53 @@ async def test_a_request_of_several_events_belongs_to_the_write_linked_to_each(
         assert set(post.links) == contexts, (events, post.links)
     linked = {link for w in writes.values() for link in w.links}
     assert {(TRACES[trace_of(i)], process[i].span_id) for i in range(EVENTS)} <= linked
+
+
+SECRET = "tok-Pa55w0rd-of-the-backend"  # noqa: S105 - the secret to mask
+
+
+def strings(span: ReceivedSpan) -> list[str]:
+    """Every text a span carried to the collector."""
+    values = [span.name, span.status_message, *map(str, span.attributes.values())]
+    for name, attributes in span.events:
+        values += [name, *map(str, attributes.values())]
+    return values
+
+
+async def test_an_exception_on_a_span_reaches_the_collector_masked(
+        fresh: Any, broker: str, tmp_path: Path, kstage: Any) -> None:
+    """A processor's error quotes its configured token (as a client library's error may
+    quote its credentials): the spans carry the error with the token masked, as the
+    dead-letter line does."""
+    await send(broker, fresh.topic, [
+        (None, b'{"i": 0}', [("traceparent", f"00-{TRACES[0]}-{PARENTS[0]}-01".encode())]),
+        (None, b'{"i": 1, "fail": true}',
+         [("traceparent", f"00-{TRACES[1]}-{PARENTS[1]}-01".encode())])])
+    with OtlpReceiver() as otlp:
+        config = with_observability(write_config(
+            tmp_path / "kstage.yml", broker, fresh.group,
+            [{"topic": fresh.topic, "processor": "test_leaky",
+              "options": {"api_token": SECRET},
+              "sink": {"type": "jsonl", "path": str(tmp_path / "o.jsonl")}}]),
+            {"tracing": True, "endpoint": otlp.url})
+        proc = kstage(config, "--drain")
+        assert await proc.wait(90) == 0, proc.output()
+    [dead] = read_jsonl(tmp_path / "dead.jsonl")
+    assert "backend refused token" in dead["error"] and SECRET not in json.dumps(dead)
+    [poison] = [s for s in otlp.named("process ") if s.trace_id == TRACES[1]]
+    transform = next(s for s in otlp.spans
+                     if s.name == "transform test_leaky" and s.parent_span_id == poison.span_id)
+    recorded = [(s, attributes) for s in (poison, transform)
+                for name, attributes in s.events if name == "exception"]
+    assert len(recorded) >= 2, (poison.events, transform.events)
+    for _, exception in recorded:
+        # the error is there, its token masked in its message and its stack trace
+        assert exception["exception.type"] == "PermissionError", exception
+        assert f"backend refused token '{MASK}'" in exception["exception.message"], exception
+        assert f"PermissionError: backend refused token '{MASK}'" in (
+            exception["exception.stacktrace"]), exception
+    assert transform.status_message == f"PermissionError: backend refused token '{MASK}'"
+    [dead_letter] = [a for name, a in poison.events if name == "kstage.dead_letter"]
+    assert MASK in dead_letter["exception.message"], dead_letter
+    leaked = [(s.name, text) for s in otlp.spans for text in strings(s) if SECRET in text]
+    assert not leaked, leaked
