@@ -17,9 +17,17 @@ The spans follow the OpenTelemetry messaging semantic conventions for Kafka:
   (``kstage.dead_letter``) on it, with the exception recorded;
 * ``write <sink>`` (kind INTERNAL), one per sink write of a batch, the child of the
   batch's first message whose producer sent a ``traceparent`` (else of its first
-  message), linked to every message span of the batch (up to :data:`MAX_LINKS`); an
-  HTTP sink's requests are ``<METHOD>`` children (kind CLIENT) carrying the
-  ``traceparent`` of their span.
+  message), linked to every message span of the batch (up to :data:`MAX_LINKS`);
+* an HTTP sink's requests, ``<METHOD>`` spans (kind CLIENT) whose ``traceparent`` the
+  request carries (:meth:`Tracing.http`): a request made for one message continues that
+  message's trace (the child of its ``process`` span, linked to the write span), a
+  request of several messages is the child of the write span, linked to each of them.
+  Otherwise the write's first traced message would lend its trace to every request of
+  the batch, and a receiver would file the events under another event's trace.
+
+Spans leave the process through :class:`~actors.tracing_mask.MaskingExporter`: the
+process's secrets are masked from what they carry (exception messages and stack traces,
+status descriptions, attributes) as from log and dead-letter lines.
 
 One span per message, not per batch with links: a consumer's trace then reads as the
 producer's trace continued (the parent is the producer's span), which is what an
@@ -33,6 +41,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from settings.models import ObservabilitySettings
@@ -50,6 +59,10 @@ MAX_LINKS = 128
 """Links of one write span to its messages' spans (the rest are counted, not linked)."""
 
 TRACEPARENT = "traceparent"
+
+_WRITING: ContextVar[tuple[BatchTrace, Span] | None] = ContextVar("kstage_writing",
+                                                                  default=None)
+"""The sink write in progress in this task (:meth:`BatchTrace.write`) and its span."""
 
 _ENV_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
@@ -153,7 +166,10 @@ class Tracing:
         provider = TracerProvider(
             resource=Resource.create({"service.name": service}),
             sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
-        provider.add_span_processor(BatchSpanProcessor(_exporter(settings, env)))
+        from actors.tracing_mask import MaskingExporter
+
+        provider.add_span_processor(
+            BatchSpanProcessor(MaskingExporter(_exporter(settings, env))))
         logger.info("tracing: OTLP spans of service %r (%s)", service,
                     _protocol(settings, env))
         return cls(provider, service)
@@ -258,19 +274,38 @@ class Tracing:
 
     # -- sink writes -----------------------------------------------------------------
 
-    def batch(self, spans: Sequence[tuple[SpanContext, bool]]) -> BatchTrace | None:
-        """What a batch's sink writes are traced with: its messages' span contexts, each
-        with whether its producer sent a context."""
+    def batch(self, spans: Sequence[tuple[int, SpanContext, bool]]) -> BatchTrace | None:
+        """What a batch's sink writes are traced with: its messages' offsets and span
+        contexts, each with whether its producer sent a context."""
         if not spans:
             return None
         return BatchTrace(self, spans)
 
     @contextlib.contextmanager
-    def http(self, method: str, url: str) -> Iterator[Span]:
-        """The span of one HTTP request (the URL without its query)."""
+    def http(self, method: str, url: str, offsets: Sequence[int] = ()) -> Iterator[Span]:
+        """The current span of one HTTP request (the URL without its query) that sends
+        the rows of messages at ``offsets`` (of the partition being written).
+
+        In a sink write (:meth:`BatchTrace.write`), a request for one message is the
+        child of that message's span, linked to the write span; a request for several is
+        the child of the write span, linked to each message's span. Outside a write it
+        is the child of the current span."""
+        from opentelemetry.trace import Link, NonRecordingSpan
+
         shown = url.split("?", 1)[0].split("#", 1)[0]
+        parent: Context | None = None
+        links: list[Link] = []
+        writing = _WRITING.get()
+        if writing is not None:
+            batch, write = writing
+            contexts = batch.contexts(offsets)
+            if len(contexts) == 1 and len(set(offsets)) == 1:
+                parent = self._trace.set_span_in_context(NonRecordingSpan(contexts[0]))
+                links = [Link(write.get_span_context())]
+            else:
+                links = [Link(ctx) for ctx in contexts[:MAX_LINKS]]
         with self.tracer.start_as_current_span(
-                method, kind=self._client,
+                method, context=parent, kind=self._client, links=links,
                 attributes={"http.request.method": method, "url.full": shown}) as span:
             yield span
 
@@ -285,13 +320,13 @@ class WalkTrace:
         self.group_id = group_id
         self.processor = processor
         self.open: tuple[Span, Context, object] | None = None
-        self.spans: list[tuple[SpanContext, bool]] = []
+        self.spans: list[tuple[int, SpanContext, bool]] = []
 
     def begin(self, rec: RecordLike) -> None:
         """Open the span of ``rec`` (the walk's record at hand)."""
         span, ctx, token, remote = self.tracing.begin(rec, self.group_id)
         self.open = (span, ctx, token)
-        self.spans.append((span.get_span_context(), remote))
+        self.spans.append((rec.offset, span.get_span_context(), remote))
 
     def end(self) -> None:
         """End the open span (the walk is done with its record)."""
@@ -317,14 +352,25 @@ class WalkTrace:
 
 
 class BatchTrace:
-    """A batch's messages' span contexts, for its sinks' ``write <sink>`` spans."""
+    """A batch's messages' span contexts, for its sinks' ``write <sink>`` spans and
+    the requests a write makes for some of its messages."""
 
-    __slots__ = ("parent", "spans", "tracing")
+    __slots__ = ("_by_offset", "parent", "spans", "tracing")
 
-    def __init__(self, tracing: Tracing, spans: Sequence[tuple[SpanContext, bool]]) -> None:
+    def __init__(self, tracing: Tracing,
+                 spans: Sequence[tuple[int, SpanContext, bool]]) -> None:
         self.tracing = tracing
         self.spans = spans
-        self.parent = next((ctx for ctx, remote in spans if remote), spans[0][0])
+        self.parent = next((ctx for _, ctx, remote in spans if remote), spans[0][1])
+        self._by_offset: dict[int, SpanContext] | None = None
+
+    def contexts(self, offsets: Sequence[int]) -> list[SpanContext]:
+        """The span contexts of the messages at ``offsets`` (once each, in order; an
+        offset not of this batch has none)."""
+        if self._by_offset is None:
+            self._by_offset = {offset: ctx for offset, ctx, _ in self.spans}
+        found = (self._by_offset.get(offset) for offset in dict.fromkeys(offsets))
+        return [ctx for ctx in found if ctx is not None]
 
     @contextlib.contextmanager
     def write(self, sink: str, sink_type: str, rows: int, partition: int) -> Iterator[Span]:
@@ -332,13 +378,17 @@ class BatchTrace:
         from opentelemetry.trace import Link, NonRecordingSpan, set_span_in_context
 
         parent = set_span_in_context(NonRecordingSpan(self.parent))
-        links = [Link(ctx) for ctx, _ in self.spans[:MAX_LINKS]]
+        links = [Link(ctx) for _, ctx, _ in self.spans[:MAX_LINKS]]
         with self.tracing.tracer.start_as_current_span(
                 f"write {sink}", context=parent, links=links, attributes={
                     "kstage.sink.name": sink, "kstage.sink.type": sink_type,
                     "kstage.rows": rows, "kstage.messages": len(self.spans),
                     "messaging.destination.partition.id": str(partition)}) as span:
-            yield span
+            token = _WRITING.set((self, span))
+            try:
+                yield span
+            finally:
+                _WRITING.reset(token)
 
 
 __all__ = ["MAX_LINKS", "TRACEPARENT", "BatchTrace", "Tracing", "WalkTrace", "enabled",

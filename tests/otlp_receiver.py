@@ -48,6 +48,7 @@ class ReceivedSpan:
     links: list[tuple[str, str]]
     service: str
     status: int = 0
+    status_message: str = ""
     resource: dict[str, Any] = field(default_factory=dict)
 
 
@@ -105,7 +106,8 @@ class OtlpReceiver:
                         events=[(e.name, _attrs(e.attributes)) for e in s.events],
                         links=[(lk.trace_id.hex(), lk.span_id.hex()) for lk in s.links],
                         service=str(resource.get("service.name", "")),
-                        status=s.status.code, resource=resource))
+                        status=s.status.code, status_message=s.status.message,
+                        resource=resource))
         with self._lock:
             self.requests += 1
             self.spans.extend(got)

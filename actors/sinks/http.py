@@ -524,7 +524,7 @@ class HttpSink(Sink):
             wait: float | None = None
             started = time.monotonic()
             try:
-                response, head = await self._exchange(client, request.url, body, headers)
+                response, head = await self._exchange(client, request, body, headers)
             except (httpx.TransportError, ssl.SSLError) as exc:  # httpx lets some through
                 text, auth = describe_transport_error(
                     exc, https=request.url.startswith("https:"), settings="sink.tls")
@@ -574,14 +574,16 @@ class HttpSink(Sink):
         if self.health is not None:
             self.health.succeeded(where)
 
-    async def _exchange(self, client: httpx.AsyncClient, url: str, body: bytes,
+    async def _exchange(self, client: httpx.AsyncClient, request: _Request, body: bytes,
                         headers: dict[str, str]) -> tuple[httpx.Response, str]:
         """One attempt: the response and, for a non-2xx, the first KB of its body; with
-        tracing, in its span, the request carrying its ``traceparent``."""
-        tracing = self._tracing
+        tracing, in its span, the request carrying its ``traceparent``: a request for
+        one event continues that event's trace (see :meth:`Tracing.http`)."""
+        tracing, url = self._tracing, request.url
         if tracing is None:
             return await self._exchange_once(client, url, body, headers)
-        with tracing.http(self.settings.method, _shown(url)) as span:
+        offsets = [row["_offset"] for row in request.rows]
+        with tracing.http(self.settings.method, _shown(url), offsets) as span:
             headers = dict(headers)
             tracing.inject(headers)
             response, head = await self._exchange_once(client, url, body, headers)

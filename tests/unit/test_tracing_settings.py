@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from actors import tracing
+from actors.tracing_mask import MaskingExporter
 from service.cli import main
 from settings import load_settings
 from settings.models import ObservabilitySettings
@@ -89,8 +90,11 @@ def test_the_exporter_of_each_protocol() -> None:
                                    {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                                     "OTEL_SERVICE_NAME": "from-env"})
     try:
-        exporters = [t.provider._active_span_processor._span_processors[0]  # type: ignore[attr-defined]
-                     ._batch_processor._exporter for t in (http, grpc, by_env)]
+        masking = [t.provider._active_span_processor._span_processors[0]  # type: ignore[attr-defined]
+                   ._batch_processor._exporter for t in (http, grpc, by_env)]
+        # every exporter behind the masking of the process's secrets
+        assert all(isinstance(m, MaskingExporter) for m in masking)
+        exporters = [m.exporter for m in masking]
         assert type(exporters[0]).__module__.endswith("proto.http.trace_exporter")
         assert exporters[0]._endpoint == "http://127.0.0.1:4318/v1/traces"
         assert type(exporters[1]).__module__.endswith("proto.grpc.trace_exporter")

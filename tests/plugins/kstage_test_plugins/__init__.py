@@ -271,3 +271,22 @@ class ShopOrdersProcessor(Processor):
             "id": value["id"], "status": value.get("status"),
             "lines": len(value.get("lines") or []), "currency": total.get("currency"),
             "units": total.get("units"), "placed_at": placed_at}, message)]
+
+
+class LeakyOptions(NoOptions):
+    api_token: str = Field("", description="A credential (a secret by its name).")
+
+
+class LeakyProcessor(Processor):
+    """Fails for values with ``fail: true`` with an error that quotes ``api_token``, as a
+    client library's error may quote the credentials it was given."""
+
+    name = "test_leaky"
+    formats = ("json",)
+    options_model = LeakyOptions
+    options: LeakyOptions
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        if message.value.get("fail"):
+            raise PermissionError(f"backend refused token {self.options.api_token!r}")
+        return [with_coordinates(dict(message.value), message)]
