@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 
 from actors.sinks.spark.catalog import catalog_conf
-from actors.sinks.spark.catalog_connection import connection_problems, libpq_arguments
+from actors.sinks.spark.catalog_connection import (
+    connection_problems,
+    libpq_arguments,
+    tls_failure,
+)
 from actors.sinks.spark.pyiceberg_catalog import sqlalchemy_uri
 from service.cli import main
 from settings import SparkSettings
@@ -166,3 +170,21 @@ def test_validate_refuses_a_tls_setting_libpq_cannot_honour(
     assert f"{path}: spark.catalog.properties['jdbc.sslpassword'] (line 8): " in output, \
         output
     assert "hunter2x" not in output
+
+
+def test_a_tls_failure_names_the_catalog_and_its_tls_never_the_login() -> None:
+    spark = settings("jdbc:postgresql://db.example:5433/lake?user=u&password=hunter2x",
+                     appends="spark", properties={"jdbc.sslmode": "verify-full",
+                                                  "jdbc.sslrootcert": "/etc/ca.pem"})
+    refused = ConnectionError("SSL error: certificate verify failed")
+    why = tls_failure(spark, refused)
+    assert why is not None
+    assert why.startswith("catalog 'kstage' (PostgreSQL db.example:5433/lake, TLS "
+                          "sslmode=verify-full, sslrootcert=/etc/ca.pem): the TLS connection")
+    assert "hunter2x" not in why
+    java = RuntimeError("Failed to connect")
+    java.__cause__ = RuntimeError("PKIX path building failed")
+    assert tls_failure(spark, java) is not None  # the cause says it
+    assert tls_failure(spark, ConnectionError("connection refused")) is None
+    assert tls_failure(settings("jdbc:sqlite:/w/c.db"), refused) is None
+    assert "TLS sslmode=prefer)" in (tls_failure(settings(), refused) or "")

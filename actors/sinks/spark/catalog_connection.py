@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
@@ -231,16 +232,35 @@ def libpq_arguments(settings: SparkSettings) -> dict[str, str]:
     return args
 
 
+TLS_FAILURE = re.compile(r"\bSSL\b|\bTLS\b|certificate|PKIX|handshake", re.IGNORECASE)
+"""What the JDBC driver's and libpq's errors say when the TLS connection failed
+(``SSL error: certificate verify failed``, ``PKIX path building failed``, ``The server
+does not support SSL``, ``no pg_hba.conf entry ... no encryption``...)."""
+
+
+def tls_failure(settings: SparkSettings, exc: BaseException) -> str | None:
+    """For an error of the PostgreSQL catalog that is about TLS: the catalog, its server
+    and its TLS settings (:func:`describe`) and what to check, to put before the error;
+    else None."""
+    if not is_postgres(settings):
+        return None
+    text = str(exc)
+    if exc.__cause__ is not None:
+        text += f"\n{exc.__cause__}"
+    if TLS_FAILURE.search(text) is None:
+        return None
+    return (f"{describe(settings)}: the TLS connection to the catalog failed (check that "
+            "the server's certificate is signed by sslrootcert's CA for the URI's host, "
+            "and the catalog's ssl* settings: docs/security.md)")
+
+
 def describe(settings: SparkSettings) -> str:
     """The catalog's server and TLS as an error names them (no credentials):
     ``catalog 'kstage' (PostgreSQL 127.0.0.1:5432/kstage, TLS sslmode=verify-full,
     sslrootcert=/etc/ca.pem)``."""
-    place = urlsplit(catalog_uri(settings).partition("?")[0].removeprefix("jdbc:"))
-    server = f"{place.hostname or ''}{f':{place.port}' if place.port else ''}{place.path}"
-    try:
-        given = _problems(settings)[0]
-    except ValueError:
-        given = {}
+    server = catalog_uri(settings).partition("?")[0].removeprefix("jdbc:postgresql:")
+    server = server.removeprefix("//").rpartition("@")[2]  # never a login
+    given = _problems(settings)[0]
     tls = f"TLS sslmode={_sslmode(given)}"
     if "sslrootcert" in given:
         tls += f", sslrootcert={given['sslrootcert'].value}"
@@ -249,4 +269,4 @@ def describe(settings: SparkSettings) -> str:
 
 __all__ = ["JDBC_CONNECT_TIMEOUT_S", "JDBC_SSLMODE", "LIBPQ_NAMES", "Parameter",
            "connection_problems", "describe", "is_postgres", "libpq_arguments", "login",
-           "parameters"]
+           "parameters", "tls_failure"]
