@@ -61,6 +61,9 @@ def test_the_jdbc_defaults_are_explicit_for_libpq() -> None:
         assert found["sslmode"] == "verify-full", flag
     assert libpq_arguments(settings("jdbc:postgresql://db/lake?ssl=false"))["sslmode"] \
         == "prefer"
+    # The driver reads the mode in any case; libpq only in lower case.
+    assert libpq_arguments(settings("jdbc:postgresql://db/lake?sslmode=Verify-Full"))[
+        "sslmode"] == "verify-full"
 
 
 def test_user_and_password_from_the_query_settings_or_properties_log_in() -> None:

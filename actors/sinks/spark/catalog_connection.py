@@ -9,7 +9,8 @@ and other defaults. Here every such parameter is either given to libpq with the 
 meaning (:func:`libpq_arguments`, :func:`login`) or refused (:func:`connection_problems`,
 which ``kstage validate`` names by file, line and key):
 
-* ``user``, ``password``: the URL's login; ``sslmode`` (the same six modes; PgJDBC's
+* ``user``, ``password``: the URL's login; ``sslmode`` (the same six modes, lower-cased
+  as PgJDBC reads them in any case; PgJDBC's
   ``ssl=true`` or a bare ``ssl`` without ``sslmode`` is ``verify-full``, as in the driver),
   ``sslrootcert``, ``sslcert``, ``sslkey``, ``ApplicationName`` -> ``application_name``,
   ``connectTimeout`` -> ``connect_timeout``;
@@ -149,7 +150,7 @@ def _problems(settings: SparkSettings) -> tuple[dict[str, Parameter], list[Probl
 def _tls_problems(given: dict[str, Parameter]) -> list[Problem]:
     problems: list[Problem] = []
     mode = given.get("sslmode")
-    if mode is not None and mode.value not in SSLMODES:
+    if mode is not None and mode.value.lower() not in SSLMODES:
         problems.append((mode.where, f"sslmode {mode.value!r} is none of "
                                      f"{', '.join(SSLMODES)}"))
     effective = _sslmode(given)
@@ -184,7 +185,7 @@ def _sslmode(given: dict[str, Parameter]) -> str:
     is true or bare, else ``prefer``."""
     mode = given.get("sslmode")
     if mode is not None:
-        return mode.value
+        return mode.value.lower()  # PgJDBC ignores its case, libpq does not
     flag = given.get(SSL_FLAG)
     if flag is not None and flag.value.lower() in ("", "true"):
         return "verify-full"
