@@ -99,7 +99,12 @@ def _spark_problems(settings: Settings) -> Iterator[Problem]:
     for why in jar_problems(settings.spark):
         yield ("spark", "jars"), why
     if settings.spark.appends == "pyiceberg":
+        from actors.sinks.spark.catalog_connection import connection_problems
         from actors.sinks.spark.pyiceberg_catalog import missing_modules
+
+        # The catalog's connection (TLS included) means the same to libpq as to the
+        # JDBC driver, or the setting is refused here.
+        yield from connection_problems(settings.spark)
 
         for package in missing_modules(settings.spark):
             yield ("spark", "appends"), (f"appends: pyiceberg needs {package}, which is not "

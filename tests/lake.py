@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 import yaml
 
@@ -31,6 +30,7 @@ from actors.sinks import SinkContext
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import catalog_uri, sqlite_file, warehouse_location
+from actors.sinks.spark.pyiceberg_catalog import sqlalchemy_uri
 from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
 from actors.sinks.spark.staging import StagingWriter
 from service.broker import free_port
@@ -188,20 +188,16 @@ class IcebergReader:
 
 
 def sqlalchemy_url(settings: SparkSettings) -> str:
-    """The catalog's JDBC URI as SQLAlchemy's (``sqlite:///PATH``,
-    ``postgresql+psycopg2://USER:PASSWORD@HOST:PORT/DB``)."""
+    """The catalog's JDBC URI as SQLAlchemy's (``sqlite:///PATH``; for PostgreSQL kstage's
+    own, :func:`~actors.sinks.spark.pyiceberg_catalog.sqlalchemy_uri`: the login and TLS
+    of the URI's query and the ``jdbc.*`` properties)."""
     sqlite = sqlite_file(settings)
     if sqlite is not None:
         return f"sqlite:///{sqlite}"
     uri = catalog_uri(settings)
     if not uri.startswith("jdbc:postgresql:"):
         raise ValueError(f"no SQLAlchemy URL for {uri}")
-    parts = urlsplit(uri.removeprefix("jdbc:"))
-    catalog = settings.catalog
-    user = quote(catalog.user or "", safe="")
-    password = catalog.password.get_secret_value() if catalog.password else ""
-    login = f"{user}:{quote(password, safe='')}@" if user else ""
-    return f"postgresql+psycopg2://{login}{parts.netloc}{parts.path}"
+    return sqlalchemy_uri(settings)
 
 
 def normalized(row: dict[str, Any]) -> dict[str, Any]:

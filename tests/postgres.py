@@ -170,3 +170,59 @@ def postgres_server(settings: dict[str, str] | None = None) -> Iterator[Postgres
             server.stop("immediate")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+TLS_ONLY_HBA = """\
+# TLS only: no plain TCP entry, so a client that does not do TLS is refused.
+local   all all                 trust
+hostssl all postgres 127.0.0.1/32 trust
+hostssl all all      127.0.0.1/32 scram-sha-256
+"""
+
+
+class TlsPostgres(Postgres):
+    """A server that requires TLS (``ssl=on``, ``hostssl`` entries only; the role
+    ``kstage`` logs in with its password) and serves the certificate :meth:`serve` gave
+    it (copied into its directory, owned by the server's user)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, {"ssl": "on", "ssl_cert_file": str(root / "server.crt"),
+                                "ssl_key_file": str(root / "server.key")})
+        self.serving: Path | None = None  # the certificate it presents
+
+    def init(self) -> TlsPostgres:
+        super().init()
+        (self.data / "pg_hba.conf").write_text(TLS_ONLY_HBA, encoding="utf-8")
+        self._own(self.data / "pg_hba.conf")
+        return self
+
+    def _own(self, path: Path) -> None:
+        if self._as_postgres:
+            pw = pwd.getpwnam("postgres")
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+
+    def serve(self, cert: Path, key: Path) -> None:
+        """(Re)start the server with ``cert`` and ``key`` as its TLS certificate."""
+        self.stop()
+        for source, name in ((cert, "server.crt"), (key, "server.key")):
+            target = self.root / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+            self._own(target)
+        self.serving = cert
+        self.start()
+
+
+def tls_postgres_server(cert: Path, key: Path) -> Iterator[TlsPostgres]:
+    """:func:`postgres_server` for a :class:`TlsPostgres` serving ``cert``."""
+    root = Path(tempfile.mkdtemp(prefix="kstage-pg-tls-"))
+    try:
+        server = TlsPostgres(root).init()
+        server.serve(cert, key)
+        try:
+            server.create_database()
+            yield server
+        finally:
+            server.stop("immediate")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

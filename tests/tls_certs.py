@@ -1,6 +1,7 @@
 """Test certificates made with ``cryptography``: a private CA, a server certificate for
 127.0.0.1/localhost, a client certificate, an expired server certificate, and a second CA
-that signed none of them (the "wrong CA")."""
+that signed none of them (the "wrong CA") but a server certificate of its own (a server
+whose certificate the first CA's clients must refuse)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ class Pki:
     client_key: Path
     expired_client_cert: Path
     expired_client_key: Path
+    other_server_cert: Path  # for 127.0.0.1/localhost, signed by other_ca
+    other_server_key: Path
 
 
 def _name(common: str) -> x509.Name:
@@ -88,6 +91,9 @@ def make_pki(directory: Path) -> Pki:
     other = _issue("some other CA", other_key, _name("some other CA"), other_key, ca=True)
     ca, _ = _write(directory, "ca", ca_cert)
     other_ca, _ = _write(directory, "other-ca", other)
+    foreign_key = ec.generate_private_key(ec.SECP256R1())
+    foreign = _write(directory, "other-server", _issue(
+        "127.0.0.1", foreign_key, other.subject, other_key, server=True), foreign_key)
     paths: dict[str, tuple[Path, Path]] = {}
     for stem, kind in (("server", "server"), ("expired", "server-expired"),
                        ("client", "client"), ("expired-client", "client-expired")):
@@ -101,4 +107,5 @@ def make_pki(directory: Path) -> Pki:
                expired_cert=paths["expired"][0], expired_key=paths["expired"][1],
                client_cert=paths["client"][0], client_key=paths["client"][1],
                expired_client_cert=paths["expired-client"][0],
-               expired_client_key=paths["expired-client"][1])
+               expired_client_key=paths["expired-client"][1],
+               other_server_cert=foreign[0], other_server_key=foreign[1])

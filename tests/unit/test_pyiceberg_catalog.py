@@ -48,7 +48,8 @@ def test_a_postgres_catalog_logs_in_with_quoted_secrets() -> None:
     pg = settings(catalog={"uri": "jdbc:postgresql://db.example:5433/lake", "user": "kst age",
                            "password": "p@ss/word"}, warehouse="/w")
     assert sqlalchemy_uri(pg) == (
-        "postgresql+psycopg2://kst%20age:p%40ss%2Fword@db.example:5433/lake")
+        "postgresql+psycopg2://kst%20age:p%40ss%2Fword@db.example:5433/lake"
+        "?sslmode=prefer&connect_timeout=10")  # the JDBC driver's defaults
     assert "p@ss/word" not in repr(pg)
 
 

@@ -34,9 +34,9 @@ import sqlite3
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from actors.sinks.spark import iceberg, offset_history
+from actors.sinks.spark import catalog_connection, iceberg, offset_history
 from actors.sinks.spark.catalog import catalog_uri, is_local, sqlite_file, warehouse_location
 from settings.models import SparkSettings
 
@@ -62,7 +62,10 @@ CATALOG_TABLES = {
 
 def sqlalchemy_uri(settings: SparkSettings) -> str:
     """The jdbc catalog's URI as SQLAlchemy's: ``sqlite:///PATH?timeout=S`` (the JDBC
-    URI's ``busy_timeout``), ``postgresql+psycopg2://USER:PASSWORD@HOST[:PORT]/DB``."""
+    URI's ``busy_timeout``), ``postgresql+psycopg2://USER:PASSWORD@HOST[:PORT]/DB?...``
+    with the libpq parameters of the JDBC ones (TLS included:
+    :mod:`~actors.sinks.spark.catalog_connection`); raises ValueError for a setting libpq
+    cannot honour as the JDBC driver does."""
     database = sqlite_file(settings)
     uri = catalog_uri(settings)
     if database is not None:
@@ -73,13 +76,17 @@ def sqlalchemy_uri(settings: SparkSettings) -> str:
         return f"sqlite:///{database}?timeout={timeout:g}"
     if not uri.startswith("jdbc:postgresql:"):
         raise ValueError(f"appends: pyiceberg: no SQLAlchemy URL for the catalog {uri!r}")
-    parts = urlsplit(uri.removeprefix("jdbc:"))
-    catalog = settings.catalog
+    # Every connection parameter of Spark's catalog, with the same meaning for libpq, or
+    # a ValueError naming what cannot be (catalog_connection; validate refuses it too).
+    user, password = catalog_connection.login(settings)
+    libpq = catalog_connection.libpq_arguments(settings)
+    parts = urlsplit(uri.partition("?")[0].removeprefix("jdbc:"))
     login = ""
-    if catalog.user:
-        secret = catalog.password.get_secret_value() if catalog.password else ""
-        login = f"{quote(catalog.user, safe='')}:{quote(secret, safe='')}@"
-    return f"postgresql+psycopg2://{login}{parts.netloc}{parts.path}"
+    if user:
+        login = f"{quote(user, safe='')}:{quote(password or '', safe='')}@"
+    elif password is not None:  # the login name's default user, as the JDBC driver
+        libpq["password"] = password
+    return f"postgresql+psycopg2://{login}{parts.netloc}{parts.path}?{urlencode(libpq)}"
 
 
 def catalog_properties(settings: SparkSettings) -> dict[str, str]:

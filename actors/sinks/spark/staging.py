@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.errors import FatalError, SinkError
-from actors.sinks.spark import iceberg, offset_history, pyiceberg_tables
+from actors.sinks.spark import catalog_connection, iceberg, offset_history, pyiceberg_tables
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
@@ -183,7 +183,7 @@ class StagingWriter(ExactlyOnceWriter):
             raise
         except Exception as exc:  # any Spark failure is a retriable sink error
             raise SinkError(f"spark sink {self.name}: cannot register the table: "
-                            f"{short(exc)}") from exc
+                            f"{self._why(exc)}") from exc
         self._registered = True
         logger.info("spark sink: table %s registered", self.name)
 
@@ -201,7 +201,13 @@ class StagingWriter(ExactlyOnceWriter):
             raise
         except Exception as exc:  # any Spark failure is a retriable sink error
             raise SinkError(f"spark sink {self.name}: cannot read the Kafka offsets the "
-                            f"table holds: {short(exc)}") from exc
+                            f"table holds: {self._why(exc)}") from exc
+
+    def _why(self, exc: BaseException) -> str:
+        """``exc`` in one line, after the catalog and its TLS settings when the catalog's
+        TLS connection failed (on either append path)."""
+        tls = catalog_connection.tls_failure(self.actor.settings, exc)
+        return short(exc) if tls is None else f"{tls}: {short(exc)}"
 
     def forget(self, streams: Iterable[Stream]) -> None:
         """The streams were revoked from this process's worker: their positions and
