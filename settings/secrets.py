@@ -35,10 +35,12 @@ _SECRET_NAME = re.compile(
 )
 # Names of where a secret comes from, what for and by whom: they hold none although a word
 # above matches (``sasl.oauthbearer.scope``, ``sasl.oauthbearer.token.endpoint.url``,
-# ``sasl.oauthbearer.client.id``: OAUTHBEARER's settings; a scope "kafka" masked as a
-# secret masked every "kafka" in kstage's messages).
+# ``sasl.oauthbearer.client.id``, ``sasl.oauthbearer.allow.insecure.token.endpoint``:
+# OAUTHBEARER's settings; a scope "kafka" masked as a secret masked every "kafka" in
+# kstage's messages).
 _PUBLIC_NAME = re.compile(
-    r"[-_.](url|uri|scope|id|method|mechanisms?|location|extensions)$", re.IGNORECASE)
+    r"[-_.](url|uri|endpoint|scope|id|method|mechanisms?|location|extensions)$",
+    re.IGNORECASE)
 # Header names are looser than setting names: masking a harmless header in ``dlq show``
 # costs nothing, printing a session cookie does.
 _SECRET_HEADER = re.compile(
