@@ -8,7 +8,8 @@ A setting is a secret when it is declared one: a typed field is a ``SecretStr``
 options, ``spark.conf``, catalog and JDBC ``properties``, HTTP ``headers``) is one when it
 names a credential: a password or passphrase (``sasl.password``, ``ssl.key.password``), a
 secret (``fs.s3a.secret.key``), a token or bearer, a credential, a JAAS config, an API,
-access, account or private key, an authorization or a cookie. The loader sees untyped
+access, account, private, encryption or keystore key, a key in PEM, an authorization or
+a cookie. The loader sees untyped
 YAML, so the rule is written on names (:func:`secret_name`, any part of a path); a test
 (``tests/unit/test_masked_settings.py``) lists every masked setting and checks that the
 names of typed fields say exactly what their types declare. A name that merely ends in
@@ -38,7 +39,8 @@ MASK = "**********"
 
 _SECRET_NAME = re.compile(
     r"passw|passphrase|secret|token|bearer|credential|jaas"
-    r"|(api|access|account|private)[-_.]?key|authorization|cookie",
+    r"|(api|access|account|private|encryption|keystore)[-_.]?key(?![a-z])|(^|[-_.])key[-_.]pem$"
+    r"|authorization|cookie",
     re.IGNORECASE,
 )
 # Names of where a secret comes from, what for and by whom: they hold none although a word

@@ -134,11 +134,15 @@ def test_the_names_of_typed_settings_say_what_their_types_declare() -> None:
     ("spark.hadoop.fs.azure.account.key", True), ("s3.secret-access-key", True),
     ("s3.access-key-id", True), ("gcs.oauth2.token", True), ("private_key", True),
     ("Authorization", True), ("X-Api-Key", True), ("Cookie", True), ("password", True),
+    ("spark.hadoop.fs.s3a.encryption.key", True), ("fs.s3a.server-side-encryption.key", True),
+    ("ssl.keystore.key", True), ("ssl.key.pem", True),
     # not credentials: shown as they are
     ("key", False), ("partition_key", False), ("primary_key", False), ("key_columns", False),
     ("client_key", False), ("ssl.key.location", False), ("Idempotency-Key", False),
     ("sasl.oauthbearer.client.id", False), ("sasl.oauthbearer.token.endpoint.url", False),
     ("sasl.oauthbearer.allow.insecure.token.endpoint", False), ("keys", False),
+    ("spark.io.encryption.keySizeBits", False), ("ssl.keystore.location", False),
+    ("ssl.keystore.type", False),
 ])
 def test_a_free_form_key_is_a_secret_when_it_names_a_credential(key: str, secret: bool) -> None:
     assert secrets.secret_name(key) is secret
