@@ -9,6 +9,12 @@ Keys (``kafka.consumer_config``; librdkafka's names)::
     sasl.oauthbearer.client.secret: ${OIDC_CLIENT_SECRET}    # a secret: never printed
     sasl.oauthbearer.scope: kafka                            # optional
     sasl.oauthbearer.extensions: logicalCluster=lkc-1,identityPoolId=pool-2   # optional
+    sasl.oauthbearer.allow.insecure.token.endpoint: false    # true: accept an http:// URL
+
+The endpoint must be ``https://``: the client secret travels in every token request, so an
+``http://`` endpoint is refused by ``validate`` unless
+``sasl.oauthbearer.allow.insecure.token.endpoint`` is true (on loopback too: a name such
+as ``localhost`` is resolved, and one rule keeps every cleartext secret written down).
 
 The client authenticates with HTTP Basic (``client_secret_basic``, what Kafka's Java
 client sends) and asks for ``grant_type=client_credentials`` and the scope. The answer's
@@ -27,7 +33,7 @@ import time
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
 from actors.tokens import Token, TokenError, TokenProvider
 
@@ -41,7 +47,12 @@ class OidcOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
-    token_endpoint_url: str = Field(description="The token endpoint (http:// or https://).")
+    # Declared before token_endpoint_url: that field's check reads it.
+    allow_insecure_token_endpoint: bool = Field(
+        False, description="Accept an http:// token endpoint, which receives the client "
+        "secret in cleartext (every token request carries it); also needed on loopback.")
+    token_endpoint_url: str = Field(description="The token endpoint: https://, or http:// "
+                                    "with allow_insecure_token_endpoint.")
     client_id: str = Field(min_length=1, description="The OAuth client id.")
     client_secret: SecretStr = Field(description="The OAuth client secret.")
     scope: str | None = Field(None, description="Scopes asked for, space-separated.")
@@ -50,9 +61,16 @@ class OidcOptions(BaseModel):
 
     @field_validator("token_endpoint_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("https://", "http://")):
+    def _http_url(cls, value: str, info: ValidationInfo) -> str:
+        scheme = value.partition("://")[0].lower() if "://" in value else ""
+        if scheme not in ("https", "http"):
             raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        if scheme == "http" and not info.data.get("allow_insecure_token_endpoint"):
+            raise ValueError(
+                f"{value!r} sends the client secret in cleartext (HTTP basic auth on every "
+                "token request): use https://, or set "
+                "sasl.oauthbearer.allow.insecure.token.endpoint: true where the network "
+                "path is trusted (loopback included: see docs/security.md)")
         return value
 
     @field_validator("extensions")

@@ -23,8 +23,7 @@ decoded record is the same envelope). The processor maps:
   of one row (Debezium's PostgreSQL connector skips truncates unless told otherwise).
 
 The table's columns are not known in advance: the topic's options declare them, with the
-natural key (``key_columns``; an option named ``key`` or ``*_key`` would be masked in
-messages like a secret) and the staging table::
+natural key (``key_columns``) and the staging table::
 
     options:
       table: customers

@@ -8,9 +8,6 @@ _timestamp``). A list, one column each, its ``name`` and where it comes ``from``
       - {name: sig, from: header, header: signature, type: binary}  # the bytes as they are
       - {name: ts_type, from: timestamp_type}       # CreateTime or LogAppendTime
 
-(A list rather than a ``key: COLUMN`` mapping: a setting named ``key`` is taken for a
-secret by :mod:`settings.secrets`, which would mask the column's name in every message.)
-
 The names are SQL identifiers, distinct; that they do not collide with the processor's
 columns or the coordinates is checked where the processor is known
 (:mod:`actors.record_columns`, by ``kstage validate`` and ``run``).

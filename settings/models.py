@@ -727,13 +727,30 @@ class ServiceSettings(_Model):
         description="Bearer token of the control API on the status server (GET /status, "
                     "POST /groups/{group}/topics/{topic}/pause|resume|restart; never "
                     "printed); none: the control endpoints are off (404). At least 16 "
-                    "characters.")
+                    "characters, no whitespace; a trailing newline (a Secret made from a "
+                    "file) is dropped.")
     stall_after_s: float = Field(
         600, gt=0,
         description="/healthz answers 503 when a worker's fetch loop has not run for this long, "
                     "or a partition with lag, neither paused nor retrying, has not committed "
                     "for this long (a consumer alive but stuck: let the orchestrator restart "
                     "it). Longer than a rebalance may take (max_poll_interval_ms).")
+
+    @field_validator("control_token", mode="before")
+    @classmethod
+    def _bearer_token(cls, value: Any) -> Any:
+        """A trailing newline (what a file, and a Secret made from one, ends with) is
+        dropped; any other whitespace is refused: a client's Authorization header cannot
+        carry it (HTTP strips a value's edges, the inside splits it), so the token could
+        never match. Checked before the length: blanks are not characters of a token."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if not isinstance(text, str):
+            return value
+        text = text.rstrip("\r\n")
+        if any(c.isspace() for c in text):
+            raise ValueError("a bearer token cannot contain whitespace (spaces, tabs, "
+                             "line breaks): an HTTP header cannot carry it as it is")
+        return text
 
 
 class ObservabilitySettings(_Model):

@@ -1,11 +1,20 @@
-"""Which settings and headers hold secrets, and how their values are kept out of output.
+"""Which settings and headers hold secrets, and how their values are kept out of output:
+the one owner of masking (the loader, the models' reprs, the log formatter, dead letters
+and ``kstage dlq show`` use these functions).
 
-A setting is a secret by its **name** (the last part of its path, or any part above it):
-``password``, ``bearer_token``, ``auth.bearer``, a ``consumer_config`` key such as
-``sasl.jaas.config``, a Spark conf key such as ``fs.s3a.secret.key`` ... Names decide, not
-types, so a rule holds for every settings model, including the free-form mappings
-(``consumer_config``, sink options, ``spark.conf``, JDBC ``properties``, HTTP ``headers``)
-and models added later.
+A setting is a secret when it is declared one: a typed field is a ``SecretStr``
+(``password``, ``bearer_token``, ``auth.bearer``, ``control_token``, the S3
+``access_key_id``...), and a key of a free-form mapping (``consumer_config``, sink
+options, ``spark.conf``, catalog and JDBC ``properties``, HTTP ``headers``) is one when it
+names a credential: a password or passphrase (``sasl.password``, ``ssl.key.password``), a
+secret (``fs.s3a.secret.key``), a token or bearer, a credential, a JAAS config, an API,
+access, account, private, encryption or keystore key, a key in PEM, an authorization or
+a cookie. The loader sees untyped
+YAML, so the rule is written on names (:func:`secret_name`, any part of a path); a test
+(``tests/unit/test_masked_settings.py``) lists every masked setting and checks that the
+names of typed fields say exactly what their types declare. A name that merely ends in
+``key`` is no secret: ``key`` (a list of key columns), ``partition_key``, ``client_key``
+(a file's path) are shown as they are.
 
 * The loader keeps every scalar under a secret name a string, whatever its YAML type
   (``password: ${PG_PASSWORD}`` of digits is the text of the digits, not an int).
@@ -29,16 +38,20 @@ MASK = "**********"
 """What a masked value reads as (pydantic's ``SecretStr`` shows the same)."""
 
 _SECRET_NAME = re.compile(
-    r"passw|passphrase|secret|token|bearer|credential|jaas|api[-_.]?key|private[-_.]?key"
-    r"|(^|[-_.])key$|authorization|cookie",
+    r"passw|passphrase|secret|token|bearer|credential|jaas"
+    r"|(api|access|account|private|encryption|keystore)[-_.]?key(?![a-z])|(^|[-_.])key[-_.]pem$"
+    r"|authorization|cookie",
     re.IGNORECASE,
 )
 # Names of where a secret comes from, what for and by whom: they hold none although a word
 # above matches (``sasl.oauthbearer.scope``, ``sasl.oauthbearer.token.endpoint.url``,
-# ``sasl.oauthbearer.client.id``: OAUTHBEARER's settings; a scope "kafka" masked as a
-# secret masked every "kafka" in kstage's messages).
+# ``sasl.oauthbearer.client.id``, ``sasl.oauthbearer.allow.insecure.token.endpoint``:
+# OAUTHBEARER's settings; a scope "kafka" masked as a secret masked every "kafka" in
+# kstage's messages).
+# (An id is public, but a key's id is the declared secret ``access_key_id``.)
 _PUBLIC_NAME = re.compile(
-    r"[-_.](url|uri|scope|id|method|mechanisms?|location|extensions)$", re.IGNORECASE)
+    r"[-_.](url|uri|endpoint|scope|(?<!key[-_.])id|method|mechanisms?|location|extensions)$",
+    re.IGNORECASE)
 # Header names are looser than setting names: masking a harmless header in ``dlq show``
 # costs nothing, printing a session cookie does.
 _SECRET_HEADER = re.compile(

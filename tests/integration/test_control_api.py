@@ -25,7 +25,14 @@ import pytest
 
 from service.broker import free_port
 from tests.http_server import HttpTestServer
-from tests.kafkautil import committed, produce, wait_readyz, wait_until, write_config
+from tests.kafkautil import (
+    committed,
+    produce,
+    unique,
+    wait_readyz,
+    wait_until,
+    write_config,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -187,3 +194,27 @@ async def test_a_write_that_hangs_with_lag_behind_it_fails_liveness_until_it_mov
         assert f"liveness: {group}/{topic}[0] moves again" in output
         proc.signal(signal.SIGTERM)
         assert await proc.wait(60) == 0, proc.output()
+
+
+async def test_a_token_from_a_secret_file_with_its_newline_opens_the_control_api(
+        broker: str, tmp_path: Path, kstage) -> None:
+    """The token comes from a Secret made from a file: the variable ends in a newline.
+    The running service and ``kstage ctl`` both drop it, so a client's header (which never
+    carries it) matches."""
+    port = free_port()
+    cfg = write_config(tmp_path / "k.yml", broker, unique("g-token-file"),
+                       [{"topic": unique("token-file"), "processor": "json_rows",
+                         "sink": {"type": "null"}}],
+                       service={"http_port": port, "control_token": "${TOKEN}"})
+    proc = kstage(cfg, env={"TOKEN": TOKEN + "\n"})
+    await proc.wait_for_log(f"status server on port {port}", timeout=60)
+    answer = get(f"http://127.0.0.1:{port}/status")
+    assert answer.status_code == 200 and "groups" in answer.json(), answer.text
+    assert get(f"http://127.0.0.1:{port}/status", "wrong-token-0123456789").status_code == 401
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "ctl", "status", "-c", str(cfg)],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "TOKEN": TOKEN + "\n"}, check=False)
+    assert done.returncode == 0, done.stderr
+    proc.signal(signal.SIGTERM)
+    assert await proc.wait(timeout=60) == 0, proc.output()

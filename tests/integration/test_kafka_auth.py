@@ -143,6 +143,8 @@ def _sasl(mechanism: str, protocol: str, secure: SecuredKafka) -> dict[str, Any]
     if mechanism == "OAUTHBEARER":
         config |= {"sasl.oauthbearer.method": "oidc",
                    "sasl.oauthbearer.token.endpoint.url": secure.idp.token_url,
+                   # the test's IdP is http:// on loopback: allowed only when said
+                   "sasl.oauthbearer.allow.insecure.token.endpoint": True,
                    "sasl.oauthbearer.client.id": CLIENT,
                    "sasl.oauthbearer.client.secret": "${OIDC_SECRET}",
                    "sasl.oauthbearer.scope": "kafka"}

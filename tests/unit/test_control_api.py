@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.master import Master
+from service.cli import main
 from service.control import ControlApi
 from service.ops.ctl import base_url, group_of, status_lines
 from service.ops.lag import OpsError
+from settings import ConfigValidationError, load_settings
 from settings.models import Settings
 
 TOKEN = "s3cret-token-0123456789"  # noqa: S105 - a fake secret to look for
@@ -128,3 +131,55 @@ def test_a_topic_whose_worker_crashed_and_is_not_running_shows_failed(api: Contr
     assert topics[("g/2", "views")]["state"] == "starting"
     assert "g1/clicks: failed, restarts 0; last crash: RuntimeError: the sink's host is " \
            "gone" in status_lines(status)
+
+
+CONFIG = """\
+service:
+  control_token: ${KSTAGE_CONTROL_TOKEN}
+groups:
+  - group_id: g1
+    topics:
+      - {topic: clicks, processor: json_rows, sink: {type: "null"}}
+"""
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\n\n"])
+def test_a_token_from_a_secret_file_with_a_trailing_newline_works(
+        tmp_path: Path, ending: str) -> None:
+    """A Secret made from a file (``kubectl create secret --from-file``) ends in a newline;
+    the client's header never carries it (HTTP strips a header value's edges), so a token
+    kept with it could never match: the newline is dropped at load."""
+    path = tmp_path / "kstage.yml"
+    path.write_text(CONFIG)
+    cfg = load_settings(path, {"KSTAGE_CONTROL_TOKEN": TOKEN + ending})
+    token = cfg.service.control_token
+    assert token is not None and token.get_secret_value() == TOKEN
+    api = ControlApi(Master(cfg, "localhost:9"), now, token.get_secret_value())
+    code, _ = api.act("/groups/g1/topics/clicks/pause", "127.0.0.1:1", f"Bearer {TOKEN}")
+    assert code == 200 and api.master.controls["g1/clicks"].paused
+
+
+@pytest.mark.parametrize("value", [
+    " " * 20, "\t" * 16 + "\n", f"{TOKEN[:8]} {TOKEN[8:]}", f" {TOKEN}", f"{TOKEN}\t",
+    f"{TOKEN}\n ", f"{TOKEN[:8]}\n{TOKEN[8:]}"],
+    ids=["spaces", "tabs", "inner-space", "leading-space", "trailing-tab",
+         "newline-then-space", "inner-newline"])
+def test_a_token_with_whitespace_is_refused_with_file_line_and_key(
+        tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Whitespace in a bearer token cannot travel in the header as it is (its edges are
+    stripped, the inside splits the credentials): refused, without printing the value.
+    A token of only whitespace is no token, whatever its length."""
+    path = tmp_path / "kstage.yml"
+    path.write_text(CONFIG)
+    with pytest.raises(ConfigValidationError) as info:
+        load_settings(path, {"KSTAGE_CONTROL_TOKEN": value})
+    said = str(info.value)
+    assert said.startswith(f"{path}: 1 configuration problem(s):"), said
+    assert "- service.control_token (line 2): a bearer token cannot contain whitespace" \
+        in said, said
+    assert TOKEN[:8] not in said and TOKEN[8:] not in said
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KSTAGE_CONTROL_TOKEN", value)
+        assert main(["validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "service.control_token (line 2)" in err and TOKEN[8:] not in err

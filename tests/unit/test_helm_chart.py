@@ -93,6 +93,7 @@ ALL_ON: dict[str, Any] = {
     "env": {"KAFKA_BOOTSTRAP": "kafka-0.kafka:9092,kafka-1.kafka:9092", "TZ": "UTC"},
     "secretEnv": {"API_TOKEN": "tok-a1b2c3-secret"},
     "existingSecret": "kstage-external",
+    "existingSecretVersion": "5d41402abc4b2a76b9719d911017c592",
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
     "keda": {"enabled": True, "maxReplicaCount": 6, "lagThreshold": "5000",
              "authenticationRef": {"name": "kstage-kafka"},
@@ -405,6 +406,53 @@ def test_secrets_reach_the_container_as_variables(tmp_path: Path) -> None:
     assert annotations[0]["checksum/config"] == annotations[1]["checksum/config"]
 
 
+def _image_writes() -> set[str]:
+    """Where the image's kstage writes: its working directory and home (the Dockerfile's
+    last WORKDIR and the kstage user's --home-dir), and the temporary directory (Python's
+    tempfile and the JVM's java.io.tmpdir, which is also Spark's spark.local.dir)."""
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    workdir = re.findall(r"^WORKDIR\s+(\S+)", dockerfile, re.MULTILINE)[-1]
+    (home,) = re.findall(r"--home-dir\s+(\S+)", dockerfile)
+    return {workdir, home, "/tmp"}
+
+
+def test_the_root_filesystem_is_read_only_and_what_kstage_writes_is_an_empty_dir(
+        tmp_path: Path) -> None:
+    for values in (None, ALL_ON):
+        found = objects(template(tmp_path, values))
+        main = container(found)
+        assert main["securityContext"]["readOnlyRootFilesystem"] is True
+        assert main["securityContext"]["allowPrivilegeEscalation"] is False
+        volumes = {v["name"]: v for v in
+                   one(found, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+        writable = {m["mountPath"] for m in main["volumeMounts"]
+                    if not m.get("readOnly") and "emptyDir" in volumes[m["name"]]}
+        assert _image_writes() <= writable, _image_writes() - writable
+
+
+def test_a_new_version_of_the_existing_secret_rolls_the_pods(tmp_path: Path) -> None:
+    """kstage reads its environment once, at start, and the chart cannot read a Secret
+    it does not own: existingSecretVersion (any text that changes with the Secret's
+    content, e.g. its hash) goes into the pod template, so a new one rolls the pods."""
+    def annotations(values: dict[str, Any]) -> dict[str, str]:
+        found = objects(template(tmp_path, values))
+        meta: dict[str, str] = one(found, "Deployment")["spec"]["template"]["metadata"][
+            "annotations"]
+        return meta
+
+    base = {"existingSecret": "mine", "existingSecretVersion": "3f2a"}
+    first, again = annotations(base), annotations(base)
+    rotated = annotations({**base, "existingSecretVersion": "9c1e"})
+    other = annotations({**base, "existingSecret": "theirs"})
+    key = "checksum/existing-secret"
+    assert first[key] == again[key]  # the same values: no roll
+    assert rotated[key] != first[key] and other[key] != first[key]
+    assert rotated["checksum/config"] == first["checksum/config"]
+    assert key not in annotations({})  # no existing Secret: nothing to follow
+    assert key in annotations({"existingSecret": "mine"})  # unversioned: still rendered
+    assert key in annotations(ALL_ON)
+
+
 def test_the_disruption_budget(tmp_path: Path) -> None:
     found = objects(template(tmp_path))
     pdb = one(found, "PodDisruptionBudget")["spec"]
@@ -499,9 +547,10 @@ def test_keda_scales_on_each_groups_lag(tmp_path: Path) -> None:
     ({"keda": {"enabled": True}, "config": {"kafka": {"bootstrap": "${HOST}:9092"}}},
      "set keda.bootstrapServers"),
     ({"serviceMonitor": {"enable": True}}, "additional properties 'enable' not allowed"),
+    ({"existingSecretVersion": "3f2a"}, "existingSecretVersion is set but existingSecret"),
 ], ids=["loopback", "no-host", "no-port", "grace-variable", "env-override",
         "secret-override", "margin", "pdb-both", "keda-embedded", "keda-composite",
-        "typo"])
+        "typo", "version-without-secret"])
 def test_the_chart_refuses_what_cannot_work(values: dict[str, Any], says: str,
                                             tmp_path: Path) -> None:
     assert says in template_error(tmp_path, values)

@@ -160,3 +160,50 @@ async def test_an_unreachable_broker_is_not_a_security_error(tmp_path) -> None:
     consumer = build_consumer(settings, settings.groups[0], bootstrap, "t")
     with pytest.raises(KafkaConnectionError):  # KafkaSecurityError is no KafkaError
         await consumer.start()
+
+
+OIDC = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "kstage",
+        "sasl.oauthbearer.client.secret": "s3cret-value"}
+INSECURE = "sasl.oauthbearer.allow.insecure.token.endpoint"
+
+
+@pytest.mark.parametrize("url", ["http://idp.example.com/oauth2/token",
+                                 "HTTP://idp.example.com/token", "http://127.0.0.1:8080/token",
+                                 "http://localhost/token", "http://[::1]:80/token"])
+def test_an_http_token_endpoint_is_refused_without_the_flag(tmp_path, capsys, url) -> None:
+    """client_secret_basic sends the client secret in every token request: over http://
+    anyone on the path reads it. Loopback too needs the flag (see docs/security.md)."""
+    key = "sasl.oauthbearer.token.endpoint.url"
+    path = config(tmp_path, {**OIDC, key: url})
+    assert main(["validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"kafka.consumer_config['{key}'] (line {line_of(path, key)})" in err, err
+    assert "sends the client secret in cleartext" in err and INSECURE in err
+    assert "s3cret-value" not in err
+    assert main(["run", "-c", str(path)]) == 2
+    assert "sends the client secret in cleartext" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [True, "true"])
+def test_an_http_token_endpoint_is_accepted_with_the_flag_which_is_no_secret(
+        tmp_path, capsys, flag) -> None:
+    path = config(tmp_path, {**OIDC, INSECURE: flag,
+                             "sasl.oauthbearer.token.endpoint.url": "http://127.0.0.1:1/t"})
+    settings = load_settings(path, {})
+    assert settings.kafka.consumer_config[INSECURE] in (True, "true")
+    assert not isinstance(settings.kafka.consumer_config[INSECURE], SecretStr)
+    assert "true" not in secrets.secret_values(settings)
+    assert main(["validate", "-c", str(path)]) == 0
+    capsys.readouterr()
+
+
+def test_an_https_token_endpoint_needs_no_flag_and_the_flag_is_a_boolean(
+        tmp_path, capsys) -> None:
+    path = config(tmp_path, {**OIDC, "sasl.oauthbearer.token.endpoint.url": "https://idp/t"})
+    assert main(["validate", "-c", str(path)]) == 0
+    path = config(tmp_path, {**OIDC, INSECURE: "maybe",
+                             "sasl.oauthbearer.token.endpoint.url": "http://idp/t"})
+    assert main(["validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"kafka.consumer_config['{INSECURE}'] (line {line_of(path, INSECURE)})" in err, err

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from actors.sinks import Sink, SinkCapabilities, SinkSettingsBase
 from processors import (
@@ -188,6 +188,30 @@ class PickyProcessor(Processor):
 
     def transform(self, message: Message) -> Sequence[Row]:
         return []
+
+
+class KeyedOptions(NoOptions):
+    key: list[str] = Field(min_length=1, description="The natural key's columns.")
+    columns: list[str] = Field(min_length=1, description="The row's columns.")
+
+    @model_validator(mode="after")
+    def _key_in_columns(self) -> KeyedOptions:
+        missing = [k for k in self.key if k not in self.columns]
+        if missing:
+            raise ValueError(f"key column(s) {', '.join(missing)} are not among the columns "
+                             f"({', '.join(self.columns)})")
+        return self
+
+
+class KeyedProcessor(Processor):
+    """Options with a list of key columns named ``key`` (issue 33: no secret)."""
+
+    name = "test_keyed"
+    formats = ("json",)
+    options_model = KeyedOptions
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        return [with_coordinates(dict(message.value), message)]
 
 
 class UnkeyedProcessor(Processor):

@@ -112,6 +112,9 @@ before the kubelet's SIGKILL.
 {{- fail "podDisruptionBudget: set one of maxUnavailable and minAvailable (and null the other)" }}
 {{- end }}
 {{- end }}
+{{- if and .Values.existingSecretVersion (not .Values.existingSecret) }}
+{{- fail "existingSecretVersion is set but existingSecret is not: it versions a Secret you manage (name it in existingSecret)" }}
+{{- end }}
 {{- $_ := include "kstage.httpPort" . }}
 {{- end }}
 
