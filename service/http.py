@@ -28,6 +28,7 @@ import errno
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_S = 0.5
 STALE_S = 5.0
 _LOOP_CALL_TIMEOUT_S = 2.0
+MAX_BODY = 65536  # bytes of a POST body read (and dropped: the control API uses none)
 
 
 class StatusServer:
@@ -175,9 +177,20 @@ def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, "application/json", b'{"error": "not found"}')
 
         def do_POST(self) -> None:  # http.server's naming
-            length = int(self.headers.get("Content-Length") or 0)
+            given = (self.headers.get("Content-Length") or "0").strip()
+            if not re.fullmatch(r"[0-9]{1,18}", given):
+                self.close_connection = True  # where the body ends is unknown
+                self._json(400, {"error": f"Content-Length {given[:40]!r} is not a byte "
+                                          "count"})
+                return
+            length = int(given)
+            if length > MAX_BODY:
+                self.close_connection = True  # the body is not read
+                self._json(413, {"error": f"a body of {length} bytes: the control API "
+                                          f"reads none, and refuses one past {MAX_BODY}"})
+                return
             if length:
-                self.rfile.read(min(length, 65536))  # no body is used: read and drop it
+                self.rfile.read(length)  # no body is used: read and drop it
             self._json(*server.control.act(self.path.split("?", 1)[0], self._caller(),
                                            self._authorization()))
 
