@@ -186,14 +186,17 @@ class ValidationSandbox:
         try:
             await child.send((key, None if key in child.known else schema, bodies[start:]))
             child.known.add(key)
-            for _ in range(start, len(bodies)):
-                try:
-                    _, verdict = await asyncio.wait_for(child.receive(), self.budget_s)
-                except TimeoutError:
-                    done = True  # _alone replaces the child
-                    verdicts.append(await self._alone(key, schema, bodies[len(verdicts)]))
-                    return
-                verdicts.append(verdict)
+            loop = asyncio.get_running_loop()
+            try:
+                # one timer for the request, moved on at each answer (no task per value)
+                async with asyncio.timeout_at(loop.time() + self.budget_s) as timer:
+                    for _ in range(start, len(bodies)):
+                        verdicts.append((await child.receive())[1])
+                        timer.reschedule(loop.time() + self.budget_s)
+            except TimeoutError:
+                done = True  # _alone replaces the child
+                verdicts.append(await self._alone(key, schema, bodies[len(verdicts)]))
+                return
             done = True
         finally:
             self.busy = False
