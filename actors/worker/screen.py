@@ -57,15 +57,17 @@ class Screen:
         """The poison of ``records`` by index; None when a stop ended a wait."""
         cap = self.cap
         found: dict[int, PoisonMessage] = {}
-        for k, rec in enumerate(records):
-            for what, raw in (("value", rec.value), ("key", rec.key)):
-                if raw is not None and len(raw) > cap:
-                    exc = PoisonMessage(
-                        f"{what} of {len(raw)} bytes at {rec.topic}[{rec.partition}]@"
-                        f"{rec.offset} is over max_message_bytes {cap}: not decoded")
-                    exc.details = {"value_head_hex": head_hex(rec.value)}
-                    found[k] = exc
-                    break
+        for k in [k for k, r in enumerate(records)  # one cheap pass: the hot path
+                  if (r.value is not None and len(r.value) > cap)
+                  or (r.key is not None and len(r.key) > cap)]:
+            rec = records[k]
+            what, raw = (("value", rec.value) if rec.value is not None and len(rec.value) > cap
+                         else ("key", rec.key))
+            exc = PoisonMessage(
+                f"{what} of {len(raw or b'')} bytes at {rec.topic}[{rec.partition}]@"
+                f"{rec.offset} is over max_message_bytes {cap}: not decoded")
+            exc.details = {"value_head_hex": head_hex(rec.value)}
+            found[k] = exc
         if self.decoder is None:
             return found
         rest = [k for k in range(len(records)) if k not in found]
