@@ -150,3 +150,45 @@ async def test_a_cancelled_request_never_leaks_its_answers(sandbox: ValidationSa
         await task
     assert pid is not None and sandbox.pid is None
     assert await sandbox.validate("p", PATTERN, [b'"b"']) == ["$: 'b' does not match '^(a+)+$'"]
+
+
+async def test_a_batch_waits_while_the_child_cannot_run_and_says_why() -> None:
+    """A child that dies at start every time (10 MB of address space): the batch is not
+    poison, it waits (``waiting_for`` for /readyz) until a stop abandons it."""
+    from actors.codecs.json_schema import JsonSchemaDecoder
+    from actors.codecs.schema_registry import RegisteredSchema
+    from actors.failure import FailurePolicy
+    from actors.worker.pipeline import RecordPipeline, no_wait
+    from actors.worker.records import Collect, Record
+    from processors.json_rows import JsonRowsProcessor
+    from settings.models import FailureMode, FailureSettings, TopicSettings
+
+    class Source:
+        async def get_registered(self, schema_id: int | str) -> RegisteredSchema:
+            return RegisteredSchema(OBJECT[0], "JSON", ())
+
+    box = ValidationSandbox(1.0, crash_retries=0, memory_limit_bytes=10 << 20)
+    topic = TopicSettings.model_construct(topic="t", processor="json_rows",
+                                          format="json_schema")
+    pipeline = RecordPipeline(
+        topic=topic, processor=JsonRowsProcessor({}), group_id="g",
+        avro=JsonSchemaDecoder(Source(), sandbox=box),  # type: ignore[arg-type]
+        failure=FailurePolicy(FailureSettings(mode=FailureMode.THROW), no_wait))
+    waits: list[str | None] = []
+
+    async def sleep(seconds: float) -> bool:
+        waits.append(pipeline.screen.waiting_for)
+        return len(waits) < 2  # then a stop
+
+    pipeline.sleep = sleep
+    route = Collect()
+    records = [Record("t", 0, i, 0, None, b"\x00\x00\x00\x00\x01{}") for i in range(3)]
+    try:
+        assert await pipeline.walk(records, route) is False
+    finally:
+        await pipeline.close()
+    assert (route.dropped, route.rows, box.crashes) == (3, [], 2)
+    assert len(waits) == 2 and all(
+        w is not None and w.startswith("JSON Schema validation: the JSON Schema validation "
+                                       "process died 1 times in a row") for w in waits), waits
+    assert pipeline.screen.waiting_for is None and pipeline.stats["dead_lettered"] == 0
