@@ -103,7 +103,8 @@ class Master:
                 retry_s = registry.not_found_retry_s
                 if topic.format in REGISTRY_FORMATS:
                     avro = decoder_for(topic.format, self._registry, registry,
-                                       reader_schema=reader, validate=topic.validate_schema)
+                                       reader_schema=reader, validate=topic.validate_schema,
+                                       budget_s=topic.validate_budget_s)
                 avro_keys = AvroDecoder(self._registry, registry.id_type,
                                         not_found_retry_s=retry_s)
             return Worker(

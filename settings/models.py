@@ -338,6 +338,13 @@ class TopicSettings(_Model):
     validate_schema: bool = Field(
         True, description="json_schema: validate each value against its writer JSON Schema "
         "(a value it refuses is poison); false only parses the JSON.")
+    validate_budget_s: float = Field(
+        2.0, gt=0, le=3600, description="json_schema: the most one value's validation may "
+        "take, in seconds; it runs in a child process, killed past it: the value is then "
+        "poison naming the budget, the schema id and its coordinates.")
+    max_message_bytes: int = Field(
+        16 * 1024 * 1024, ge=1, description="A value or key longer than this (bytes) is "
+        "poison before any decoding (default 16 MiB: 16x Kafka's default message.max.bytes).")
     # SerializeAsAny: a dump holds the sink type's own keys, not only ``type``.
     sink: SerializeAsAny[SinkSettings] | None = Field(
         default_factory=lambda: SinkSettings.model_validate({"type": "null"}),

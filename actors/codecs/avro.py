@@ -6,7 +6,10 @@ verdicts are :mod:`~actors.codecs.by_id`'s; the body is Avro binary.
 id bytes (no int conversion), then cavro's decode where it gives fastavro's results,
 else ``fastavro.schemaless_reader`` (:mod:`actors.codecs.avro_fast`). A truncated or
 undecodable body raises :class:`PoisonMessage` carrying the schema id and the first bytes
-in hex.
+in hex. Hostile bodies stay bounded (:mod:`actors.codecs.avro_shape`): a recursive writer
+schema's bodies are decoded by fastavro's pure-Python reader (depth bounded by the
+interpreter's recursion limit: the C decoders would crash the process), and a schema
+with an array of items encoded in no bytes poisons its messages.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader
+from fastavro._read_py import schemaless_reader as py_schemaless_reader
 
 from actors.codecs.avro_fast import FastDecode, fast_decoder
+from actors.codecs.avro_shape import shape
 from actors.codecs.by_id import ID_SIZES, MAGIC, SchemaIdDecoder, SchemaSource, head_hex, poison
 from processors.errors import PoisonMessage
 
@@ -60,6 +65,7 @@ class AvroDecoder(SchemaIdDecoder):
         # raw id bytes -> cavro's decode of the writer schema, where it gives fastavro's
         # results and no reader schema asks for resolution (actors/codecs/avro_fast.py)
         self._fast: dict[bytes, FastDecode] = {}
+        self._recursive: set[bytes] = set()  # ids of recursive writer schemas
 
     async def build(self, id_bytes: bytes, schema_id: int | str) -> Any:
         text = await self._source.get_schema(schema_id)
@@ -69,7 +75,16 @@ class AvroDecoder(SchemaIdDecoder):
             raise PoisonMessage(
                 f"writer schema id {schema_id} from the registry does not parse: {exc}"
             ) from exc
-        fast = fast_decoder(json.loads(text)) if self._reader is None else None
+        found = shape(json.loads(text))
+        if found["zero_items"]:
+            raise PoisonMessage(
+                f"writer schema id {schema_id} has an array of items encoded in no bytes "
+                "(null, a record without fields, a fixed of size 0): a message could declare "
+                "any number of them in a few bytes, its messages are not decoded")
+        if found["recursive"]:
+            self._recursive.add(id_bytes)
+        fast = (fast_decoder(json.loads(text))
+                if self._reader is None and not found["recursive"] else None)
         if fast is not None:
             self._fast[id_bytes] = fast
         return parsed
@@ -88,8 +103,13 @@ class AvroDecoder(SchemaIdDecoder):
         id_bytes, writer = self.writer(raw)
         fo = BytesIO(raw)
         fo.seek(end)
+        read = py_schemaless_reader if id_bytes in self._recursive else schemaless_reader
         try:
-            return schemaless_reader(fo, writer, self._reader)
+            return read(fo, writer, self._reader)
+        except RecursionError:
+            sid = self.schema_id(id_bytes)
+            raise poison(f"Avro body for schema id {sid} nested too deeply (deeper than the "
+                         "interpreter's recursion limit)", raw, sid) from None
         except Exception as exc:  # fastavro raises many types on bad bodies
             raise poison(
                 f"undecodable Avro body for schema id {self.schema_id(id_bytes)} "

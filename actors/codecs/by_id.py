@@ -19,6 +19,9 @@ Decoding is split so the per-message hot path never awaits:
   one batch that asked, never longer: the next :meth:`SchemaIdDecoder.missing` forgets
   it, so a later message with the id asks the registry again (issue 11). A schema that
   does not build (bad text, a wrong ``schemaType``) poisons its messages, forever;
+* :meth:`SchemaIdDecoder.screen` checks a batch's values where checking them may cost
+  without bound (JSON Schema validation: in a child process, within a budget) and gives
+  the poison among them; the record pipeline awaits it before decoding the batch;
 * ``decode`` is synchronous (each format's own).
 
 Bad input is classified, never guessed: a wrong magic byte, a short header, an unknown
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from actors.codecs.schema_registry import SchemaNotFound, SchemaNotFoundYet
@@ -133,8 +136,19 @@ class SchemaIdDecoder:
         raise NotImplementedError
 
     def decode(self, raw: bytes | None) -> Any:
-        """Decode one value (None stays None); PoisonMessage for every bad input."""
+        """Decode one value (None stays None); PoisonMessage for every bad input.
+        Values of a batch go through :meth:`screen` first."""
         raise NotImplementedError
+
+    async def screen(self, raws: Sequence[bytes | None], where: Sequence[str]
+                     ) -> dict[int, PoisonMessage]:
+        """The poison among a batch's values (schemas fetched) by index, found off the
+        event loop (``where``: each value's coordinates, for errors); what :meth:`decode`
+        may then skip. Here: none (decoding is bounded by the body's size)."""
+        return {}
+
+    async def close(self) -> None:
+        """Release what :meth:`screen` holds (a child process)."""
 
     async def fetch(self, id_bytes: bytes) -> None:
         """Load, build and cache one writer schema (registry errors propagate).

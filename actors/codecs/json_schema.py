@@ -11,15 +11,22 @@ resolved by their ``name``, the ``$ref`` URL the schema uses), as Confluent's
 ``JSONDeserializer`` does: a value the schema refuses is poison, dead-lettered with the
 failing path. ``false`` only parses the JSON (the schema id must still exist).
 
+Validation is bounded when the decoder has a sandbox (the worker's, ``dlq replay``'s):
+:meth:`JsonSchemaDecoder.screen` validates a batch's values in a child process, each
+within ``validate_budget_s`` (:mod:`actors.codecs.sandbox`), and :meth:`decode` then only
+parses. Without one (tools, tests) :meth:`decode` validates inline.
+
 Poison (the dead-letter line names the schema id): a schema that is not a valid JSON
-Schema, a body that is not JSON, a value its schema refuses.
+Schema, a body that is not JSON, a value its schema refuses, a value whose validation
+took more than its budget.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import validators
@@ -29,10 +36,20 @@ from referencing.jsonschema import DRAFT202012
 
 from actors.codecs.by_id import SchemaIdDecoder, poison
 from actors.codecs.references import RegisteredSource, fetch_references
+from actors.codecs.sandbox import OVER_BUDGET, Validator
 from processors.errors import PoisonMessage
 from processors.jsonfast import loads
 
 _PARSE_ONLY = object()  # the cached "schema" of an id with validate_schema: false
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What an id's values are validated with: the validator (inline) and the schema's
+    texts (for the sandbox's child)."""
+
+    validator: Any
+    texts: tuple[str, dict[str, str]]
 
 
 class JsonSchemaDecoder(SchemaIdDecoder):
@@ -41,6 +58,8 @@ class JsonSchemaDecoder(SchemaIdDecoder):
     Args:
         source: the registry server's client (schemas with types and references).
         validate: validate each value against its writer schema.
+        sandbox: validate off the event loop, within a budget (:meth:`screen`); None:
+            inline, in :meth:`decode`.
         id_type, not_found_retry_s, clock: as :class:`~actors.codecs.by_id.SchemaIdDecoder`.
     """
 
@@ -48,9 +67,11 @@ class JsonSchemaDecoder(SchemaIdDecoder):
 
     def __init__(self, source: RegisteredSource, id_type: str = "int", *,
                  validate: bool = True, not_found_retry_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sandbox: Validator | None = None) -> None:
         super().__init__(source, id_type, not_found_retry_s=not_found_retry_s, clock=clock)
         self.validate = validate
+        self.sandbox = sandbox if validate else None
 
     async def build(self, id_bytes: bytes, schema_id: int | str) -> Any:
         registered = await self._source.get_registered(schema_id)
@@ -61,7 +82,39 @@ class JsonSchemaDecoder(SchemaIdDecoder):
         await fetch_references(self._source, registered.references, texts)
         if not self.validate:
             return _PARSE_ONLY
-        return _validator(schema_id, registered.schema, texts)
+        return _Checked(_validator(schema_id, registered.schema, texts),
+                        (registered.schema, texts))
+
+    async def screen(self, raws: Sequence[bytes | None], where: Sequence[str]
+                     ) -> dict[int, PoisonMessage]:
+        """Validate the values of a batch in the sandbox (one request per schema id):
+        the poison among them by index (``where``: their coordinates, for errors)."""
+        if self.sandbox is None:
+            return {}
+        end = self._end
+        groups: dict[bytes, list[int]] = {}
+        for k, raw in enumerate(raws):
+            if raw is not None and isinstance(self._schemas.get(raw[1:end]), _Checked):
+                groups.setdefault(raw[1:end], []).append(k)
+        found: dict[int, PoisonMessage] = {}
+        for id_bytes, indexes in groups.items():
+            checked, sid = self._schemas[id_bytes], self.schema_id(id_bytes)
+            verdicts = await self.sandbox.validate(
+                id_bytes, checked.texts, [raws[k][end:] for k in indexes])  # type: ignore[index]
+            for k, verdict in zip(indexes, verdicts, strict=True):
+                if verdict is OVER_BUDGET:
+                    found[k] = poison(
+                        f"JSON Schema validation of {where[k]} (schema id {sid}) took more "
+                        f"than its budget of {self.sandbox.budget_s:g}s (validate_budget_s): "
+                        "the value is not decoded", raws[k], sid)
+                elif verdict is not None:
+                    found[k] = poison(f"value not valid for its JSON Schema (schema id {sid}) "
+                                      f"at {verdict}", raws[k], sid)
+        return found
+
+    async def close(self) -> None:
+        if self.sandbox is not None:
+            await self.sandbox.close()
 
     def decode(self, raw: bytes | None) -> Any:
         """Decode (and validate) one value; raises PoisonMessage for every bad input."""
@@ -71,8 +124,8 @@ class JsonSchemaDecoder(SchemaIdDecoder):
         sid = self.schema_id(id_bytes)
         try:
             value = loads(raw[self._end:])
-            error = (None if validator is _PARSE_ONLY
-                     else best_match(validator.iter_errors(value)))
+            error = (None if validator is _PARSE_ONLY or self.sandbox is not None
+                     else best_match(validator.validator.iter_errors(value)))
         except ValueError as exc:
             raise poison(f"the body is not JSON (schema id {sid}): {exc}", raw, sid) from exc
         except RecursionError as exc:  # nesting deeper than the interpreter's limit

@@ -57,8 +57,11 @@ def missing_extra(fmt: str) -> str | None:
 
 
 def decoder_for(fmt: str, registry: SchemaRegistry, settings: SchemaRegistrySettings, *,
-                reader_schema: Any = None, validate: bool = True) -> SchemaIdDecoder:
-    """The decoder of values in a registry format (``REGISTRY_FORMATS``)."""
+                reader_schema: Any = None, validate: bool = True,
+                budget_s: float | None = None) -> SchemaIdDecoder:
+    """The decoder of values in a registry format (``REGISTRY_FORMATS``); ``budget_s``:
+    JSON Schema validation runs in a child process, within it a value
+    (:mod:`actors.codecs.sandbox`)."""
     retry_s = settings.not_found_retry_s
     if fmt == "protobuf":
         from actors.codecs.protobuf import ProtobufDecoder
@@ -67,9 +70,11 @@ def decoder_for(fmt: str, registry: SchemaRegistry, settings: SchemaRegistrySett
                                not_found_retry_s=retry_s)
     if fmt == "json_schema":
         from actors.codecs.json_schema import JsonSchemaDecoder
+        from actors.codecs.sandbox import ValidationSandbox
 
         return JsonSchemaDecoder(_registered(registry, fmt), settings.id_type,
-                                 validate=validate, not_found_retry_s=retry_s)
+                                 validate=validate, not_found_retry_s=retry_s,
+                                 sandbox=None if budget_s is None else ValidationSandbox(budget_s))
     if fmt != "avro":
         raise ValueError(f"format {fmt!r} is not read through a schema registry")
     return AvroDecoder(registry, settings.id_type, reader_schema, not_found_retry_s=retry_s)

@@ -7,7 +7,8 @@ and sends what it made to a :class:`~actors.worker.records.Route`:
 
 * the writer schemas the batch needs are loaded first (:meth:`fetch_schemas`, the
   only registry I/O), waiting out an unreachable registry or a 404 window (worker);
-  :meth:`load_schemas` asks once and raises (tools);
+  :meth:`load_schemas` asks once and raises (tools); then the batch is screened
+  (:mod:`actors.worker.screen`: the size cap, JSON Schema validation off the loop);
 * each record is decoded (key and value, per the topic's ``format``/``key_format``) into
   the :class:`~processors.base.Message` a processor sees, passed through the topic's
   declared filter (:mod:`actors.worker.filters`; a filtered message gives no rows and
@@ -42,6 +43,7 @@ from actors.record_columns import RecordColumns
 from actors.tracing import Tracing, WalkTrace
 from actors.worker.filters import compile_filter
 from actors.worker.records import FILTERED, Collect, RecordLike, Route, key_decoder, value_decoder
+from actors.worker.screen import Screen, schema_wait
 from processors.base import DELETED, Message, Processor, Row
 from processors.errors import PoisonMessage, ProcessorError
 from settings.models import FailureMode, FailureSettings, FilterSettings, TopicSettings
@@ -95,6 +97,7 @@ class RecordPipeline:
         self.avro_keys = avro_keys if topic.key_format == "avro" else None
         self.decode = value_decoder(topic, self.avro)
         self.decode_key = key_decoder(topic, self.avro_keys)
+        self.screen = Screen(topic, self.avro, self.label)
         self.record_columns = RecordColumns.of(topic)  # key, headers... added to rows
         self.savepoints = savepoints
         self.decoded = False  # the records are Messages already (the plugin test kit)
@@ -221,8 +224,9 @@ class RecordPipeline:
                     if (answer := any(not isinstance(e, SchemaNotFoundYet)
                                       for _, e in waiting)) != unreachable:
                         attempt, unreachable = 0, answer  # outage <-> 404: start afresh
-                    wait = self._schema_wait(decoder, records, values, waiting,
-                                             backoff_s(attempt, *_SCHEMA_BACKOFF_S))
+                    wait, self.waiting_for = schema_wait(
+                        self.label, decoder, records, values, waiting,
+                        backoff_s(attempt, *_SCHEMA_BACKOFF_S))
                     if not await self.sleep(wait):
                         return False
                     pending = [id_bytes for id_bytes, _ in waiting] + untried
@@ -230,31 +234,6 @@ class RecordPipeline:
         finally:
             self.waiting_for = None
         return True
-
-    def _schema_wait(self, decoder: SchemaIdDecoder, records: Sequence[RecordLike],
-                     values: list[bytes | None], waiting: list[tuple[bytes, ProcessorError]],
-                     delay: float) -> float:
-        """Log and show why the batch waits for schema ids; the seconds to wait."""
-        id_bytes, exc = next(((i, e) for i, e in waiting if not isinstance(e, SchemaNotFoundYet)),
-                             waiting[0])
-        sid = decoder.schema_id(id_bytes)
-        if not isinstance(exc, SchemaNotFoundYet):
-            self.waiting_for = f"schema registry unavailable for schema id {sid}"
-            logger.warning("%s: schema registry unavailable for id %s (%s); retrying in %.1fs",
-                           self.label, sid, exc, delay)
-            return delay
-        remaining = min(e.remaining_s for _, e in waiting if isinstance(e, SchemaNotFoundYet))
-        wait = min(delay, remaining)
-        rec = next(r for r, v in zip(records, values, strict=True)
-                   if decoder.header_id(v) == id_bytes)
-        where = f"{rec.topic}[{rec.partition}]@{rec.offset}"
-        more = f" and {len(waiting) - 1} more id(s)" if len(waiting) > 1 else ""
-        self.waiting_for = (f"schema registry: 404 for schema id {sid} ({where}){more} for "
-                            f"{exc.waited_s:.0f}s; unknown in {exc.remaining_s:.0f}s")
-        logger.warning("%s: schema registry answers 404 for schema id %s of %s%s (for %.1fs); "
-                       "retrying in %.1fs, for %.1fs more before it counts as unknown",
-                       self.label, sid, where, more, exc.waited_s, wait, exc.remaining_s)
-        return wait
 
     # -- the walk --------------------------------------------------------------------
 
@@ -281,17 +260,20 @@ class RecordPipeline:
             MessageFailedError: the policy says throw (what came before was shipped, the
                 rest dropped).
         """
-        if not await self.fetch_schemas(records):
+        if (not await self.fetch_schemas(records)
+                or (poison := await self.screen.verdicts(records, self.sleep)) is None):
             route.drop(len(records))
             return False
         if self.tracing is None:
-            return await self._walk(records, route, each, failed, policy, None)
+            return await self._walk(records, route, each, failed, policy, None, poison)
         with self.tracing.walk(self.group_id, self.topic.processor) as traced:
-            return await self._walk(records, route, each, failed, policy, traced)
+            return await self._walk(records, route, each, failed, policy, traced, poison)
 
     async def _walk(self, records: Sequence[RecordLike], route: Route, each: bool,
-                    failed: Exception | None, policy: bool, traced: WalkTrace | None) -> bool:
-        """:meth:`walk`; ``traced``: each message in its span (tracing on)."""
+                    failed: Exception | None, policy: bool, traced: WalkTrace | None,
+                    poison: dict[int, PoisonMessage]) -> bool:
+        """:meth:`walk`; ``traced``: each message in its span (tracing on); ``poison``:
+        the screen's verdicts by index."""
         stats = self.stats
         hot = self.sync and not each and traced is None
         n = len(records)
@@ -304,8 +286,10 @@ class RecordPipeline:
                 traced.begin(records[i])
             if failed is not None and i == 0:
                 exc = failed
+            elif i in poison:
+                exc = poison[i]
             elif hot:
-                i, exc = self._rows_into(records, i, rows)
+                i, exc = self._rows_into(records, i, rows, poison)
                 if exc is None:
                     break
             else:
@@ -366,18 +350,19 @@ class RecordPipeline:
         await self.walk(records, route, policy=policy)
         return route.rows
 
-    def _rows_into(self, records: Sequence[RecordLike], i: int, rows: list[Row]
-                   ) -> tuple[int, Exception | None]:
+    def _rows_into(self, records: Sequence[RecordLike], i: int, rows: list[Row],
+                   poison: dict[int, PoisonMessage]) -> tuple[int, Exception | None]:
         """The hot path: decode, filter and transform ``records[i:]`` into ``rows``,
-        inline; stops at the first record that raises: (its index, the error), else
-        (``len(records)``, None)."""
+        inline; stops at the first record that raises or is ``poison``: (its index, the
+        error), else (``len(records)``, None)."""
         decode = self.decode
         transform = self.processor.transform
         keeps = self.keeps if self.filter is not None else None
         extend = rows.extend
-        n = at = len(records)
+        n = len(records)
+        at = end = min((k for k in poison if k >= i), default=n)
         try:
-            for at in range(i, n):
+            for at in range(i, end):
                 rec = records[at]
                 value = decode(rec.value)
                 if keeps is None or keeps(value):
@@ -386,7 +371,7 @@ class RecordPipeline:
                         value, rec.headers, rec.value)))  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - every processor error goes to policy
             return at, exc
-        return n, None
+        return (n, None) if end == n else (end, poison[end])
 
     # -- transform -------------------------------------------------------------------
 
@@ -444,7 +429,13 @@ class RecordPipeline:
         finally:
             self.stats["retried"] += self.failure.retries - retries_before
 
-
+    async def close(self) -> None:
+        """Close the dead-letter topic's producer and the decoders' child processes."""
+        for decoder in (self.avro, self.avro_keys):
+            if decoder is not None:
+                await decoder.close()
+        if self.dead_letters.dead_letter_topic is not None:
+            await self.dead_letters.dead_letter_topic.close()
 
 
 __all__ = ["RecordPipeline", "no_wait"]

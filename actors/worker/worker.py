@@ -241,7 +241,7 @@ class Worker:
     @property
     def waiting_for(self) -> str | None:
         """Why processing waits instead of progressing (e.g. a registry 404 window)."""
-        return self.pipeline.waiting_for
+        return self.pipeline.waiting_for or self.pipeline.screen.waiting_for
 
     @property
     def dead_letter_error(self) -> str | None:
@@ -350,8 +350,7 @@ class Worker:
             try:
                 await processor.stop()
             finally:
-                if self.pipeline.dead_letters.dead_letter_topic is not None:
-                    await self.pipeline.dead_letters.dead_letter_topic.close()
+                await self.pipeline.close()  # its dead-letter producer, its child processes
 
     async def _start_consumer(self) -> AIOKafkaConsumer:
         """A started consumer. The brokers refusing this client's login, certificate or

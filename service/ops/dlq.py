@@ -477,7 +477,8 @@ class _Target:
             label=label, failure=FailurePolicy(failure, no_wait),
             avro=None if registry is None or topic.format not in REGISTRY_FORMATS else
             decoder_for(topic.format, registry, settings.schema_registry,  # type: ignore[arg-type]
-                        reader_schema=reader, validate=topic.validate_schema),
+                        reader_schema=reader, validate=topic.validate_schema,
+                        budget_s=topic.validate_budget_s),
             avro_keys=AvroDecoder(registry, id_type) if registry is not None else None,
             # rows the sinks refuse again go to the dead-letter topic too
             dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(
@@ -500,8 +501,7 @@ class _Target:
             await self.processor.start()
             self._started = True
             stack.push_async_callback(self.processor.stop)
-            if self.pipeline.dead_letters.dead_letter_topic is not None:
-                stack.push_async_callback(self.pipeline.dead_letters.dead_letter_topic.close)
+            stack.push_async_callback(self.pipeline.close)  # dead-letter topic, children
 
     async def _sink(self, name: str) -> BoundSink:
         """The sink ``name``, opened on first use (closed by the stack of :meth:`start`)."""
