@@ -1,0 +1,145 @@
+"""The hostile-bytes corpus of issue 33, shared by ``tests/unit/test_hostile_bytes.py``
+(each case must be poison at once) and ``bench/hostile.py`` (each case's verdict, time
+and peak RSS): 10,000 levels of nesting, a length prefix of 1 GB in a 20-byte message,
+invalid UTF-8, an array declaring 2^40 items in a few bytes, for every decoder.
+
+:data:`RUNNER` decodes one case in a child interpreter (``python -c RUNNER FORMAT
+SCHEMA`` with the body on stdin) under a 2 GB address-space limit and prints one JSON
+line: the verdict, the CPU and wall time of the decode, and the child's peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+RUNNER = textwrap.dedent("""
+    import asyncio, json, resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    from processors.errors import PoisonMessage
+    from actors.codecs.schema_registry import RegisteredSchema
+
+    class Source:
+        def __init__(self, text, kind):
+            self.text, self.kind = text, kind
+        async def get_schema(self, schema_id):
+            return self.text
+        async def get_registered(self, schema_id):
+            return RegisteredSchema(self.text, self.kind, ())
+
+    fmt, schema, body = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.stdin.buffer.read()
+    header = b"\\x00\\x00\\x00\\x00\\x01"
+    if fmt == "json":
+        from actors.decoding import DECODERS
+        decode, raw = DECODERS["json"], body
+    elif fmt == "json_key":
+        from actors.decoding import KEY_DECODERS
+        decode, raw = KEY_DECODERS["json"], body
+    else:
+        if fmt == "avro":
+            from actors.codecs.avro import AvroDecoder
+            decoder = AvroDecoder(Source(schema, "AVRO"))
+        elif fmt == "protobuf":
+            from actors.codecs.protobuf import ProtobufDecoder
+            decoder = ProtobufDecoder(Source(schema, "PROTOBUF"))
+            header += b"\\x00"  # message index [0]
+        else:
+            from actors.codecs.json_schema import JsonSchemaDecoder
+            decoder = JsonSchemaDecoder(Source(schema, "JSON"))
+        asyncio.run(decoder.fetch(header[1:5]))
+        decode, raw = decoder.decode, header + body
+    start, wall = time.process_time(), time.monotonic()
+    try:
+        value = decode(raw)
+        verdict = "decoded"
+    except PoisonMessage as exc:
+        verdict = "poison: " + str(exc)
+    print(json.dumps({"verdict": verdict, "cpu_s": time.process_time() - start,
+                      "wall_s": time.monotonic() - wall,
+                      "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+""")
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
+
+
+AVRO_STRING = json.dumps({"type": "record", "name": "R", "fields": [
+    {"name": "s", "type": "string"}]})
+AVRO_LIST = json.dumps({"type": "record", "name": "Node", "fields": [
+    {"name": "next", "type": ["null", "Node"]}]})
+AVRO_NULLS = json.dumps({"type": "record", "name": "R", "fields": [
+    {"name": "a", "type": {"type": "array", "items": "null"}}]})
+AVRO_EMPTIES = json.dumps({"type": "record", "name": "R", "fields": [
+    {"name": "a", "type": {"type": "array", "items": {
+        "type": "record", "name": "Empty", "fields": []}}}]})
+PROTO_NODE = ('syntax = "proto3";\npackage t;\n'
+              'message Node {\n  Node child = 1;\n  string name = 2;\n}\n')
+PLAIN = json.dumps({"type": "object"})
+
+
+def _proto_nested(depth: int) -> bytes:
+    body = b"\x12\x01x"  # name = "x"
+    for _ in range(depth):
+        body = b"\x0a" + _varint(len(body)) + body
+    return body
+
+
+CASES = {
+    # name: (format, schema, body, what the poison says)
+    "json 10,000 deep": ("json", "", b"[" * 10_000 + b"]" * 10_000, "nested deeper"),
+    "json invalid UTF-8": ("json", "", b'{"a": "\xff\xfe"}', "not valid JSON"),
+    "json key 10,000 deep": ("json_key", "", b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+                             "nested deeper"),
+    "json_schema 10,000 deep": ("json_schema", PLAIN, b"[" * 10_000 + b"]" * 10_000,
+                                "nested too deeply"),
+    "json_schema invalid UTF-8": ("json_schema", PLAIN, b'{"a": "\xc3\x28"}', "not JSON"),
+    "avro 1 GB string prefix": ("avro", AVRO_STRING, _zigzag(1 << 30) + b"abc" * 5,
+                                "undecodable Avro body"),
+    "avro invalid UTF-8": ("avro", AVRO_STRING, _zigzag(4) + b"\xff\xfe\xfd\xfc",
+                           "undecodable Avro body"),
+    "avro 10,000 deep": ("avro", AVRO_LIST, _zigzag(1) * 10_000 + _zigzag(0),
+                         "nested too deeply"),
+    "avro 100,000 deep": ("avro", AVRO_LIST, _zigzag(1) * 100_000 + _zigzag(0),
+                          "nested too deeply"),
+    "avro 2^40 nulls": ("avro", AVRO_NULLS, _zigzag(1 << 40) + b"\x00",
+                        "items encoded in no bytes"),
+    "avro 2^40 empty records": ("avro", AVRO_EMPTIES, _zigzag(1 << 40) + b"\x00",
+                                "items encoded in no bytes"),
+    "protobuf 1 GB string prefix": ("protobuf", PROTO_NODE, b"\x12" + _varint(1 << 30) + b"x" * 14,
+                                    "undecodable Protobuf body"),
+    "protobuf 10,000 deep": ("protobuf", PROTO_NODE, _proto_nested(10_000),
+                             "undecodable Protobuf body"),
+    "protobuf invalid UTF-8": ("protobuf", PROTO_NODE, b"\x12\x02\xff\xfe",
+                               "undecodable Protobuf body"),
+}
+
+
+def run_case(name: str, child_path: str, timeout_s: float = 60) -> dict[str, Any]:
+    """Decode :data:`CASES` ``[name]`` in a child interpreter: its JSON line, or
+    ``{"verdict": "crash: ..."}`` when the child did not print one."""
+    fmt, schema, body, _ = CASES[name]
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(fmt), json.dumps(schema)],
+        input=body, capture_output=True, timeout=timeout_s,
+        env={"PYTHONPATH": child_path, "PATH": "/usr/bin:/bin"}, check=False)
+    if done.returncode != 0:
+        return {"verdict": f"crash: exit {done.returncode}: {done.stderr[-2000:]!r}"}
+    result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return result
