@@ -100,10 +100,17 @@ CAPPED = _PRELUDE + textwrap.dedent("""
         pipeline = RecordPipeline(topic=topic, processor=JsonRowsProcessor({}), group_id="g",
                                   failure=FailurePolicy(FailureSettings(mode=FailureMode.THROW),
                                                         no_wait))
+        if len(sys.argv) > 1:  # a header of that name as a string column
+            topic = TopicSettings.model_validate({**topic.model_dump(), "columns": [
+                {"name": "h", "from": "header", "header": sys.argv[1]}]})
+            pipeline = RecordPipeline(topic=topic, processor=JsonRowsProcessor({}),
+                                      group_id="g", failure=pipeline.failure)
         body = sys.stdin.buffer.read()
+        headers = [(sys.argv[1], b"\\xff\\xfe")] if len(sys.argv) > 1 else []
         start = time.monotonic()
         try:
-            await pipeline.rows([Record("hostile", 0, 0, 0, None, body)], policy=False)
+            await pipeline.rows([Record("hostile", 0, 0, 0, None, body, headers)],
+                                policy=False)
             verdict = "decoded"
         except PoisonMessage as exc:
             verdict = "poison: " + str(exc)
@@ -145,6 +152,7 @@ def extra_cases(bomb_mib: int) -> dict[str, tuple[str, list[str], bytes, bool]]:
         "json_schema pattern ^(a+)+$, 40 chars": (
             SANDBOXED, [PATTERN], json.dumps({"s": "a" * 39 + "!"}).encode(), True),
         "json_schema $ref to a URL": (SANDBOXED, [REMOTE_REF], b'{"s": "x"}', True),
+        "header invalid UTF-8, as a string column": (CAPPED, ["trace-id"], b'{"a": 1}', True),
         "json 50 MB single message": (
             CAPPED, [], b'{"s": "' + b"x" * (50 << 20) + b'"}', True),
         f"zstd bomb ({bomb_mib} MiB of zeros)": (INFLATED, ["zstd"], _bomb("zstd", bomb_mib),

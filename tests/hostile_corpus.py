@@ -35,9 +35,9 @@ RUNNER = textwrap.dedent("""
     if fmt == "json":
         from actors.decoding import DECODERS
         decode, raw = DECODERS["json"], body
-    elif fmt == "json_key":
+    elif fmt in ("json_key", "string_key"):
         from actors.decoding import KEY_DECODERS
-        decode, raw = KEY_DECODERS["json"], body
+        decode, raw = KEY_DECODERS[fmt.split("_")[0]], body
     else:
         if fmt == "avro":
             from actors.codecs.avro import AvroDecoder
@@ -107,6 +107,8 @@ CASES = {
     "json invalid UTF-8": ("json", "", b'{"a": "\xff\xfe"}', "not valid JSON"),
     "json key 10,000 deep": ("json_key", "", b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
                              "nested deeper"),
+    "json key invalid UTF-8": ("json_key", "", b'{"\xff": 1}', "not valid JSON"),
+    "string key invalid UTF-8": ("string_key", "", b"k\xff\xfe", "key is not UTF-8"),
     "json_schema 10,000 deep": ("json_schema", PLAIN, b"[" * 10_000 + b"]" * 10_000,
                                 "nested too deeply"),
     "json_schema invalid UTF-8": ("json_schema", PLAIN, b'{"a": "\xc3\x28"}', "not JSON"),

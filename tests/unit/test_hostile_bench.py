@@ -22,7 +22,8 @@ def test_the_short_hostile_run_prints_every_case_and_the_worst() -> None:
     lines = done.stdout.strip().splitlines()
     table = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
     for name in [*CASES, "json_schema uniqueItems, 4,000 objects",
-                 "json_schema pattern ^(a+)+$, 40 chars", "json 50 MB single message"]:
+                 "json_schema pattern ^(a+)+$, 40 chars", "json 50 MB single message",
+                 "header invalid UTF-8, as a string column"]:
         assert "| poison: " in table[name], table.get(name, lines)
     assert "took more than its budget" in table["json_schema uniqueItems, 4,000 objects"]
     assert not any(line.startswith("not poison") for line in lines), lines
