@@ -97,8 +97,10 @@ def _check(served: Served, raw: bytes, *, may_change: bool = False) -> int:
 
 SEGMENT = st.one_of(st.sampled_from(["groups", "g1", "topics", "clicks", "pause", "resume",
                                      "restart", "status", "..", "%2F", "%", "%zz", ""]),
-                    st.text(max_size=12).map(lambda s: s.encode("utf-8", "surrogatepass")
-                                             .decode("latin-1")))
+                    # CR or LF would end the request line (an HTTP/0.9 request: its answer
+                    # has no status line); the headers' own fuzzing is below.
+                    st.text(st.characters(blacklist_characters="\r\n"), max_size=12).map(
+                        lambda s: s.encode("utf-8", "surrogatepass").decode("latin-1")))
 LENGTHS = st.one_of(st.integers(-10, 70000).map(str),
                     st.sampled_from(["", "abc", "-1", "1e3", " 5", "99999999999999999999",
                                      "0x10", "5, 5"]))
@@ -107,7 +109,7 @@ AUTH = st.one_of(st.none(), st.sampled_from([f"Bearer {TOKEN}", f"bearer  {TOKEN
                  st.text(max_size=40))
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=150, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD"]),
        segments=st.lists(SEGMENT, max_size=6), query=st.booleans(),
@@ -128,6 +130,10 @@ def test_every_request_gets_an_answer_and_changes_nothing_unauthorised(
                         .replace(b"\n", b"")))
     if length is not None:
         headers.append((b"Content-Length", length.encode()))
+    # Only a body the server reads: bytes left unread when it closes make the kernel
+    # answer with a reset, which may overtake the answer on the client's side.
+    count = (length or "0").strip()
+    body = body[:int(count)] if count.isdigit() and int(count) <= 65536 else b""
     authorised = authorization is not None and authorization.strip().lower().startswith(
         "bearer") and authorization.split(None, 1)[-1].strip() == TOKEN
     pause = segments == ["groups", "g1", "topics", "clicks", "pause"] and method == "POST"
@@ -151,9 +157,10 @@ def test_a_bad_content_length_is_a_400_naming_it(served: Served, length: str) ->
 
 
 def test_a_body_past_64_kib_is_refused_with_413(served: Served) -> None:
+    # The body is not sent: the server answers without reading it (see above).
     raw = _request("POST", b"/groups/g1/topics/clicks/pause",
                    [(b"Authorization", f"Bearer {TOKEN}".encode()),
-                    (b"Content-Length", b"70000")], b"x" * 70000)
+                    (b"Content-Length", b"70000")], b"")
     code, _, body = served.request(raw)
     assert code == 413 and "65536" in json.loads(body)["error"], body
     assert not served.master.controls["g1/clicks"].paused
