@@ -18,8 +18,9 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -152,6 +153,9 @@ class Postgres:
         raise AssertionError(f"postgres on port {self.port} still accepts connections")
 
 
+P = TypeVar("P", bound=Postgres)
+
+
 def postgres_server(settings: dict[str, str] | None = None) -> Iterator[Postgres]:
     """A started server with database and role ``kstage``; stopped and removed at the end.
     ``settings``: server settings (``{"wal_level": "logical"}`` for change data capture).
@@ -159,10 +163,18 @@ def postgres_server(settings: dict[str, str] | None = None) -> Iterator[Postgres
     Its directory is a fresh one under the system temp dir, not pytest's ``tmp_path``:
     pytest keeps its base temp dir private to the current user (0700), which the
     ``postgres`` user could not enter."""
-    root = Path(tempfile.mkdtemp(prefix="kstage-pg-"))
+    yield from _served("kstage-pg-", lambda root: Postgres(root, settings).init(),
+                       lambda server: server.start())
+
+
+def _served(prefix: str, make: Callable[[Path], P], start: Callable[[P], None]
+            ) -> Iterator[P]:
+    """The server ``make`` builds in a fresh temp directory, started by ``start``, with
+    database and role ``kstage``; stopped and removed at the end."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        server = Postgres(root, settings).init()
-        server.start()
+        server = make(root)
+        start(server)
         try:
             server.create_database()
             yield server
@@ -215,14 +227,5 @@ class TlsPostgres(Postgres):
 
 def tls_postgres_server(cert: Path, key: Path) -> Iterator[TlsPostgres]:
     """:func:`postgres_server` for a :class:`TlsPostgres` serving ``cert``."""
-    root = Path(tempfile.mkdtemp(prefix="kstage-pg-tls-"))
-    try:
-        server = TlsPostgres(root).init()
-        server.serve(cert, key)
-        try:
-            server.create_database()
-            yield server
-        finally:
-            server.stop("immediate")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    yield from _served("kstage-pg-tls-", lambda root: TlsPostgres(root).init(),
+                       lambda server: server.serve(cert, key))
