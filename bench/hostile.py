@@ -35,12 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import subprocess  # noqa: E402
 import textwrap  # noqa: E402
 import time  # noqa: E402
-from typing import Any  # noqa: E402
 
-from tests.hostile_corpus import CASES, run_case  # noqa: E402
+from tests.hostile_corpus import CASES, run_case, run_child  # noqa: E402
 
 _PRELUDE = """
 import asyncio, json, resource, sys, time
@@ -162,16 +160,6 @@ def extra_cases(bomb_mib: int) -> dict[str, tuple[str, list[str], bytes, bool]]:
     }
 
 
-def run(runner: str, args: list[str], body: bytes) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", runner, *args], input=body,
-                          capture_output=True, timeout=300, check=False,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    if done.returncode != 0:
-        return {"verdict": f"crash: exit {done.returncode}: {done.stderr[-500:]!r}"}
-    result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bomb-mib", type=int, default=256,
@@ -185,7 +173,7 @@ def main() -> None:
         rows.append((name, result["verdict"], wall, result.get("rss_kb", 0) / 1024, True))
     for name, (runner, argv, body, bounded) in extra_cases(args.bomb_mib).items():
         started = time.monotonic()
-        result = run(runner, argv, body)
+        result = run_child(runner, argv, body, str(ROOT), timeout_s=300)
         wall = result.get("wall_s", time.monotonic() - started)
         rows.append((name, result["verdict"], wall, result.get("rss_kb", 0) / 1024, bounded))
     print("| case | verdict | time (s) | peak RSS (MB) |")

@@ -134,13 +134,20 @@ CASES = {
 
 
 def run_case(name: str, child_path: str, timeout_s: float = 60) -> dict[str, Any]:
-    """Decode :data:`CASES` ``[name]`` in a child interpreter: its JSON line, or
-    ``{"verdict": "crash: ..."}`` when the child did not print one."""
+    """Decode :data:`CASES` ``[name]`` in a child interpreter (:func:`run_child`)."""
     fmt, schema, body, _ = CASES[name]
+    return run_child(RUNNER, [json.dumps(fmt), json.dumps(schema)], body, child_path,
+                     timeout_s)
+
+
+def run_child(runner: str, args: list[str], body: bytes, child_path: str,
+              timeout_s: float) -> dict[str, Any]:
+    """Run ``python -c runner *args`` with ``body`` on stdin: the JSON line it printed
+    last, or ``{"verdict": "crash: ..."}`` when it exited without success."""
     done = subprocess.run(
-        [sys.executable, "-c", RUNNER, json.dumps(fmt), json.dumps(schema)],
-        input=body, capture_output=True, timeout=timeout_s,
-        env={"PYTHONPATH": child_path, "PATH": "/usr/bin:/bin"}, check=False)
+        [sys.executable, "-c", runner, *args], input=body, capture_output=True,
+        timeout=timeout_s, env={"PYTHONPATH": child_path, "PATH": "/usr/bin:/bin"},
+        check=False)
     if done.returncode != 0:
         return {"verdict": f"crash: exit {done.returncode}: {done.stderr[-2000:]!r}"}
     result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
