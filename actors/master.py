@@ -10,8 +10,12 @@ stops the service once every worker reported its partitions drained.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from actors.codecs.avro import AvroDecoder, load_schema
 from actors.codecs.by_id import REGISTRY_FORMATS, SchemaIdDecoder
@@ -20,6 +24,7 @@ from actors.codecs.schema_registry import SchemaRegistry
 from actors.control import TopicControl
 from actors.errors import FatalError
 from actors.failure import Sleep
+from actors.kafka import connection_kwargs
 from actors.lifecycle import Lifecycle
 from actors.liveness import StallWatch
 from actors.metrics import Metrics
@@ -27,6 +32,7 @@ from actors.preflight import resolve_processors as resolve_processors  # re-expo
 from actors.preflight import resolve_sinks
 from actors.resources import Resources
 from actors.supervisor import ChildFactory, OneForOneSupervisor
+from actors.topic_patterns import Changes, PatternWatch
 from actors.worker import Worker
 from actors.worker.start_from import StartRegistry
 from processors.registry import for_options
@@ -72,7 +78,10 @@ class Master:
         self._registry: SchemaRegistry | None = None
         # What operators asked of each topic (the control API), kept across restarts.
         self.controls = {c.name: c for c in (TopicControl(settings.group_id(g), t.topic)
-                                             for g in settings.groups for t in g.topics)}
+                                             for g in settings.groups for t in g.topics
+                                             if t.topic_pattern is None)}
+        self.patterns = PatternWatch([(settings.group_id(g), g) for g in settings.groups])
+        self._patterns_listed = asyncio.Event()
         self.stalls = StallWatch(settings.service.stall_after_s)
         self._stop_requested = asyncio.Event()
         self.lifecycle = Lifecycle("master")
@@ -80,9 +89,10 @@ class Master:
         self._starts = StartRegistry()
         factories = [
             (f"{settings.group_id(g)}/{t.topic}", self._factory(g, t))
-            for g in settings.groups for t in g.topics
+            for g in settings.groups for t in g.topics if t.topic_pattern is None
         ]
-        self.supervisor = OneForOneSupervisor(factories, settings.supervisor)
+        self.supervisor = OneForOneSupervisor(factories, settings.supervisor,
+                                              dynamic=bool(self.patterns))
         self._expected = {name for name, _ in factories}
 
     def __repr__(self) -> str:
@@ -118,6 +128,51 @@ class Master:
                 control=self.controls[f"{self.settings.group_id(group)}/{topic.topic}"],
             )
         return make
+
+    def _apply(self, changes: Changes) -> None:
+        """Start a worker per topic a pattern claimed; stop the ones whose topic went."""
+        for name in changes.gone:
+            self._expected.discard(name)
+            self._drained.discard(name)
+            self.controls.pop(name, None)
+            with contextlib.suppress(KeyError):
+                self.supervisor.retire(name)
+        for group, topic in changes.started:
+            name = f"{self.settings.group_id(group)}/{topic.topic}"
+            self.controls[name] = TopicControl(self.settings.group_id(group), topic.topic)
+            self._expected.add(name)
+            self.supervisor.add(name, self._factory(group, topic))
+
+    async def _list_topics(self) -> None:
+        """Every ``kafka.metadata_refresh_s``: list the cluster's topics and start or stop
+        the workers of the pattern entries (a listing that fails is logged and retried at
+        the next refresh; the running workers go on)."""
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap, client_id=f"{self.settings.kafka.client_id}-topics",
+            **connection_kwargs(self.settings.kafka.consumer_config))
+        started = False
+        try:
+            while True:
+                try:
+                    if not started:
+                        await admin.start()
+                        started = True
+                    topics = set(await admin.list_topics())
+                except (KafkaError, OSError) as exc:
+                    logger.warning("cannot list the cluster's topics for the topic patterns "
+                                   "(%s: %s); retrying in %gs", type(exc).__name__, exc,
+                                   self.settings.kafka.metadata_refresh_s)
+                else:
+                    self._apply(self.patterns.update(topics))
+                    for entry in self.patterns.entries:
+                        if not entry.topics:
+                            logger.info("%s: pattern %r matches no topic yet", entry.group,
+                                        entry.pattern)
+                    self._patterns_listed.set()
+                await asyncio.sleep(self.settings.kafka.metadata_refresh_s)
+        finally:
+            if started:
+                await admin.close()
 
     def _worker_drained(self, worker: Worker) -> None:
         self._drained.add(f"{worker.group_id}/{worker.topic.topic}")
@@ -196,7 +251,11 @@ class Master:
             if errors:
                 entry["error"] = "; ".join(errors)
             groups.setdefault(control.group, []).append(entry)
-        return {"groups": [{"group": g, "topics": t} for g, t in groups.items()],
+        for group in {e.group for e in self.patterns.entries}:
+            groups.setdefault(group, [])
+        return {"groups": [{"group": g, "topics": t,
+                            **({"patterns": self.patterns.status(g)} if self.patterns else {})}
+                           for g, t in groups.items()],
                 "live": not self.liveness(), "stalled": self.liveness()}
 
     def readiness(self) -> list[str]:
@@ -300,6 +359,8 @@ class Master:
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-request")
         status = asyncio.create_task(self._status_loop(), name="status")
         stalls = asyncio.create_task(self._watch_stalls(), name="stall-watch")
+        listing = (asyncio.create_task(self._list_topics(), name="topic-patterns")
+                   if self.patterns else None)
         try:
             await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
             if not run.done():
@@ -311,5 +372,9 @@ class Master:
             stop.cancel()
             status.cancel()
             stalls.cancel()
+            if listing is not None:
+                listing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listing
             if not run.done():
                 run.cancel()

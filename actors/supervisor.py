@@ -54,6 +54,7 @@ class _Slot:
     task: asyncio.Task[None] | None = None
     restart: bool = False  # an operator asked for a restart: start again when it ends
     crashed: tuple[float, str] | None = None  # the last crash: wall time, error
+    retired: bool = False  # its topic is gone: stop it for good, then drop the slot
 
 
 @dataclass
@@ -87,6 +88,8 @@ class OneForOneSupervisor:
         factories: (name, factory) pairs, one per child.
         settings: restart intensity, backoff and grace periods.
         sleep: awaitable sleep (a fake clock in tests).
+        dynamic: children come and go (:meth:`add`, :meth:`retire`): :meth:`run` keeps
+            running with none until stopped, instead of returning once all ended.
     """
 
     def __init__(
@@ -96,14 +99,17 @@ class OneForOneSupervisor:
         *,
         policy: RestartPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        dynamic: bool = False,
     ) -> None:
         self.settings = settings
+        self.dynamic = dynamic
         self.policy = policy or RestartPolicy(settings)
         self._slots = [_Slot(f, name) for name, f in factories]
         self._sleep = sleep
         self._stopping = False  # the two phases began
         self.lifecycle = Lifecycle("supervisor")
         self._wakeup = asyncio.Event()
+        self._started = False
         self.restarts = 0
         self.cancelled: list[str] = []
         self.crash_reason: BaseException | None = None
@@ -164,6 +170,50 @@ class OneForOneSupervisor:
                 task.cancel()
         asyncio.get_running_loop().call_later(self.settings.shutdown_grace_s, overdue)
 
+    def names(self) -> list[str]:
+        """The name of every child, running or not."""
+        return [s.name for s in self._slots]
+
+    def add(self, name: str, factory: ChildFactory) -> None:
+        """A child more (a topic found by a pattern): started at once when :meth:`run`
+        runs, with the others otherwise; nothing happens once a stop began. ValueError
+        for a name it already has."""
+        if any(s.name == name for s in self._slots):
+            raise ValueError(f"a child named {name!r} is already supervised")
+        if self._stop_asked:
+            return
+        slot = _Slot(factory, name)
+        self._slots.append(slot)
+        if self._started:
+            self._launch(slot)
+
+    def retire(self, name: str) -> None:
+        """Stop the child ``name`` for good (its topic was deleted): it is asked to stop
+        as in phase 1 (drain, commit), cancelled past ``shutdown_grace_s``, never
+        restarted, and forgotten once it ended. KeyError for an unknown name."""
+        slot = next((s for s in self._slots if s.name == name), None)
+        if slot is None:
+            raise KeyError(name)
+        if slot.retired:
+            return
+        slot.retired = True
+        if slot.task is None or slot.task.done():
+            self._wakeup.set()  # not running: forgotten at once
+            return
+        if slot.child is None:
+            slot.task.cancel()  # waiting out a restart backoff: nothing to drain
+            return
+        slot.child.stop()
+        task = slot.task
+
+        def overdue() -> None:
+            if not task.done():
+                logger.warning("%s: did not stop within the shutdown grace of %gs after its "
+                               "topic was deleted; cancelling it", name,
+                               self.settings.shutdown_grace_s)
+                task.cancel()
+        asyncio.get_running_loop().call_later(self.settings.shutdown_grace_s, overdue)
+
     def stop(self) -> None:
         """Phase 1 of a stop (idempotent): :meth:`run` asks every child to stop, waits
         ``shutdown_grace_s``, cancels what is left (phase 2), waits ``abort_grace_s`` and
@@ -181,12 +231,16 @@ class OneForOneSupervisor:
         if self.lifecycle.stopping_or_done:  # stop() came first: nothing to start
             self._stopping = True
             return
+        self._started = True
         for slot in self._slots:
             self._launch(slot)
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            for slot in self._slots:
+            for slot in list(self._slots):
+                if slot.retired and (slot.task is None or slot.task.done()):
+                    self._forget(slot)
+                    continue
                 task = slot.task
                 if task is None or not task.done():
                     continue
@@ -204,10 +258,21 @@ class OneForOneSupervisor:
             if (self.crash_reason is not None or self.lifecycle.stopping_or_done) \
                     and not self._stopping:
                 await self._shutdown()
-            if all(s.task is None for s in self._slots):
+            if all(s.task is None for s in self._slots) and (
+                    not self.dynamic or self._stop_asked or self.crash_reason is not None):
                 if self.crash_reason is not None:
                     raise self.crash_reason
                 return
+
+    def _forget(self, slot: _Slot) -> None:
+        """A retired child ended: drop its slot (an error while it stopped is logged)."""
+        self._slots.remove(slot)
+        task = slot.task
+        exc = None if task is None or task.cancelled() else task.exception()
+        if exc is not None:
+            logger.error("%s: stopped with an error after its topic was deleted: %s: %s",
+                         slot.name, type(exc).__name__, exc, exc_info=exc)
+        logger.info("%s: stopped and removed (its topic was deleted)", slot.name)
 
     def _restarted(self, slot: _Slot, task: asyncio.Task[None]) -> None:
         """``slot``'s child ended for an operator's restart: start the next incarnation

@@ -43,3 +43,31 @@ SqlIdentifier = Annotated[str, AfterValidator(sql_identifier)]
 
 QualifiedSqlIdentifier = Annotated[str, AfterValidator(_qualified)]
 """A table name, or ``schema.name``."""
+
+TOPIC_PLACEHOLDER = "{topic}"
+"""In a sink's table (or file) setting: the topic's name made safe (:func:`table_part`)."""
+
+
+def table_part(topic: str) -> str:
+    """``topic`` as part of a table name: every character that is not ``[A-Za-z0-9_]``
+    made ``_``, lower-cased (``dbz.public.Orders`` -> ``dbz_public_orders``)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", topic).lower()
+
+
+def _template(value: str, *, qualified: bool = False) -> str:
+    try:
+        sql_identifier(value.replace(TOPIC_PLACEHOLDER, "t"), qualified=qualified)
+    except ValueError:
+        sql_identifier(value, qualified=qualified)  # the message names the value as written
+    return value
+
+
+def _qualified_template(value: str) -> str:
+    return _template(value, qualified=True)
+
+
+TableTemplate = Annotated[str, AfterValidator(_template)]
+"""A table name that may hold ``{topic}`` (replaced by the topic's :func:`table_part`)."""
+
+QualifiedTableTemplate = Annotated[str, AfterValidator(_qualified_template)]
+"""A table name, or ``schema.name``, that may hold ``{topic}``."""

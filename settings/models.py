@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.metadata import EntryPoint
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, ClassVar, Literal, NoReturn
 
 from pydantic import (
     AfterValidator,
@@ -30,7 +30,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.columns import RecordColumn, distinct_columns
-from settings.identifiers import SqlIdentifier
+from settings.identifiers import TOPIC_PLACEHOLDER, SqlIdentifier, table_part
 from settings.kafka_security import check_security
 from settings.plugins import DuplicatePlugin, pick, registered
 from settings.secrets import MaskedRepr, secret_name
@@ -81,6 +81,10 @@ class KafkaSettings(_Model):
         description="Free-form Kafka client keys (security.protocol, sasl.*, ssl.*, ...).",
     )
     client_id: str = Field("kstage", description="Kafka client.id prefix.")
+    metadata_refresh_s: float = Field(
+        30.0, gt=0, le=3600, description="How often the topics are listed for the "
+        "topic_pattern entries: a topic created (or deleted) is picked up (or its worker "
+        "stopped) within this many seconds.")
 
     _check_bootstrap = field_validator("bootstrap")(_bootstrap)
 
@@ -221,6 +225,22 @@ class SinkSettings(_Model):
         whose destination is one key of several (a file's path, a table) narrows it."""
         return f"{self.type} sink {self.model_dump_json(exclude={'name'})}"
 
+    topic_templates: ClassVar[tuple[str, ...]] = ()
+    """The keys in which ``{topic}`` stands for the topic's name made safe
+    (:func:`~settings.identifiers.table_part`): a table, a file's path."""
+
+    def for_topic(self, topic: str) -> SinkSettings:
+        """These settings for ``topic``: ``{topic}`` replaced in :attr:`topic_templates`,
+        the result validated again (a name that is no SQL identifier is refused)."""
+        data = self.model_dump(by_alias=True, exclude_unset=True)
+        changed = False
+        for key in self.topic_templates:
+            value = getattr(self, key)
+            if isinstance(value, str) and TOPIC_PLACEHOLDER in value:
+                data[key] = value.replace(TOPIC_PLACEHOLDER, table_part(topic))
+                changed = True
+        return type(self).model_validate(data) if changed else self
+
     @model_validator(mode="wrap")
     @classmethod
     def _by_type(cls, data: Any, handler: ModelWrapValidatorHandler[SinkSettings],
@@ -320,7 +340,12 @@ class FilterSettings(_Model):
 
 
 class TopicSettings(_Model):
-    topic: str = Field(description="Kafka topic name.")
+    topic: str = Field("", description="Kafka topic name (or topic_pattern).")
+    topic_pattern: str | None = Field(
+        None, description="Instead of topic: a regular expression (full match) of topic "
+        "names; every matching topic gets its own worker, and {topic} in its sink's table "
+        "(or file) its own name made safe. Topics created while kstage runs are picked up "
+        "within kafka.metadata_refresh_s; an explicit topic entry of the group wins.")
     processor: str = Field(description="Processor name (entry point in kstage.processors).")
     format: Literal["json", "bytes", "avro", "protobuf", "json_schema"] = Field(
         "json", description="Value encoding; avro, protobuf and json_schema are read in the "
@@ -364,8 +389,52 @@ class TopicSettings(_Model):
         "every row: a list of {name, from: key|header|timestamp_type} (see "
         "settings.columns).")
 
-    _topic = field_validator("topic", "processor")(_name)
+    _processor = field_validator("processor")(_name)
     _columns = field_validator("columns")(distinct_columns)
+
+    @field_validator("topic")
+    @classmethod
+    def _topic_name(cls, value: str) -> str:
+        return value if value == "" else _name(value)
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_topic_form(self) -> TopicSettings:
+        if self.topic_pattern is not None:
+            if self.topic:
+                _topic_error("topic_pattern", "topic and topic_pattern are exclusive: name "
+                             "one topic, or a pattern of topics in an entry of its own")
+            return self
+        if not self.topic:
+            _topic_error("topic", "Field required: topic (or topic_pattern)")
+        # {topic} in a fixed topic's sinks: its own name, as a pattern's topics get theirs.
+        if self.sinks is not None:
+            object.__setattr__(self, "sinks", [s.for_topic(self.topic) for s in self.sinks])
+        elif self.sink is not None:
+            object.__setattr__(self, "sink", self.sink.for_topic(self.topic))
+        return self
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str] | None:
+        """The compiled ``topic_pattern`` (None for a fixed topic)."""
+        return None if self.topic_pattern is None else re.compile(self.topic_pattern)
+
+    def for_topic(self, topic: str) -> TopicSettings:
+        """This pattern entry for one matching ``topic``: a fixed topic entry whose sinks
+        name their table (or file) after it. ValueError when a name is refused."""
+        data = self.model_dump(by_alias=True, exclude_unset=True, round_trip=True)
+        data.pop("topic_pattern", None)
+        data["topic"] = topic
+        return TopicSettings.model_validate(data)
 
     @model_validator(mode="after")
     def _key_as_text(self) -> TopicSettings:
@@ -828,10 +897,10 @@ class Settings(BaseSettings):
         for gi, group in enumerate(self.groups):
             gid = group.group_id or self.name
             for topic in group.topics:
-                key = (gid, topic.topic)
+                key = (gid, topic.topic or f"/{topic.topic_pattern}/")
                 if key in seen:
                     raise ValueError(
-                        f"topic {topic.topic!r} appears twice in group {gid!r} "
+                        f"topic {key[1]!r} appears twice in group {gid!r} "
                         f"(groups[{seen[key]}] and groups[{gi}])"
                     )
                 seen[key] = gi

@@ -8,7 +8,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -31,7 +31,10 @@ class JsonlSinkSettings(SinkSettingsBase):
     """``sink: {type: jsonl, path: FILE}``."""
 
     type: Literal["jsonl"] = Field("jsonl", description="Sink type.")
-    path: str = Field(min_length=1, description="Output file (appended; created 0644).")
+    path: str = Field(min_length=1, description="Output file (appended; created 0644); "
+                      "{topic} in it stands for the topic's name made safe (see "
+                      "topic_pattern).")
+    topic_templates: ClassVar[tuple[str, ...]] = ("path",)
     fsync: bool = Field(True, description="fsync after every write (off: faster, but a "
                         "machine crash can lose acknowledged rows).")
 

@@ -4,12 +4,12 @@ its URL as shown (:func:`safe_url`: never a password)."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
 from actors.sinks.base import SinkSettingsBase
-from settings.identifiers import QualifiedSqlIdentifier
+from settings.identifiers import QualifiedTableTemplate
 
 DEFAULT_JAR = "/usr/share/java/postgresql.jar"
 
@@ -18,8 +18,10 @@ class JdbcSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: jdbc, table: NAME, url: jdbc:postgresql://...}``."""
 
     type: Literal["jdbc"] = Field("jdbc", description="Sink type.")
-    table: QualifiedSqlIdentifier | None = Field(
-        None, description="Staging table, `name` or `schema.name` (default: the processor's).")
+    table: QualifiedTableTemplate | None = Field(
+        None, description="Staging table, `name` or `schema.name` (default: the processor's); "
+        "{topic} in it stands for the topic's name made safe (see topic_pattern).")
+    topic_templates: ClassVar[tuple[str, ...]] = ("table",)
     url: str = Field(description="JDBC URL, e.g. jdbc:postgresql://host:5432/db.")
     user: str | None = Field(None, description="Database user.")
     password: SecretStr | None = Field(None, description="Database password (never logged).")

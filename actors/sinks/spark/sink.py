@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -38,7 +38,7 @@ from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.exactly_once import ExactlyOnceWriter
 from actors.sinks.table.sink import TableSink
 from processors.base import Column, Row
-from settings.identifiers import SqlIdentifier, sql_identifier
+from settings.identifiers import TableTemplate, sql_identifier
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,10 @@ class SparkSinkSettings(SinkSettingsBase):
     """Options of ``sink: {type: spark, table: NAME}``."""
 
     type: Literal["spark"] = Field("spark", description="Sink type.")
-    table: SqlIdentifier | None = Field(
-        None, description="Staging table, a SQL identifier (default: the processor's).")
+    table: TableTemplate | None = Field(
+        None, description="Staging table, a SQL identifier (default: the processor's); "
+        "{topic} in it stands for the topic's name made safe (see topic_pattern).")
+    topic_templates: ClassVar[tuple[str, ...]] = ("table",)
 
     def destination(self) -> str:
         table = self.table or "(the processor's)"
