@@ -15,7 +15,6 @@ import logging
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 
 from actors.codecs.avro import AvroDecoder, load_schema
 from actors.codecs.by_id import REGISTRY_FORMATS, SchemaIdDecoder
@@ -81,7 +80,6 @@ class Master:
                                              for g in settings.groups for t in g.topics
                                              if t.topic_pattern is None)}
         self.patterns = PatternWatch([(settings.group_id(g), g) for g in settings.groups])
-        self._patterns_listed = asyncio.Event()
         self.stalls = StallWatch(settings.service.stall_after_s)
         self._stop_requested = asyncio.Event()
         self.lifecycle = Lifecycle("master")
@@ -147,32 +145,33 @@ class Master:
         """Every ``kafka.metadata_refresh_s``: list the cluster's topics and start or stop
         the workers of the pattern entries (a listing that fails is logged and retried at
         the next refresh; the running workers go on)."""
+        refresh = self.settings.kafka.metadata_refresh_s
+        while True:
+            try:
+                topics = await asyncio.wait_for(self._cluster_topics(), max(refresh, 10))
+            except Exception as exc:  # noqa: BLE001 - any failure: listed again later
+                logger.warning("cannot list the cluster's topics for the topic patterns "
+                               "(%s: %s); retrying in %gs", type(exc).__name__, exc, refresh)
+            else:
+                self._apply(self.patterns.update(topics))
+                for entry in self.patterns.entries:
+                    if not entry.topics:
+                        logger.info("%s: pattern %r matches no topic yet", entry.group,
+                                    entry.pattern)
+            await asyncio.sleep(refresh)
+
+    async def _cluster_topics(self) -> set[str]:
+        """The cluster's topics, from fresh metadata (a client of its own each time: a
+        long-lived one never reported a deleted topic gone on Apache Kafka, in the test)."""
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap, client_id=f"{self.settings.kafka.client_id}-topics",
+            bootstrap_servers=self.bootstrap,
+            client_id=f"{self.settings.kafka.client_id}-topics",
             **connection_kwargs(self.settings.kafka.consumer_config))
-        started = False
+        await admin.start()
         try:
-            while True:
-                try:
-                    if not started:
-                        await admin.start()
-                        started = True
-                    topics = set(await admin.list_topics())
-                except (KafkaError, OSError) as exc:
-                    logger.warning("cannot list the cluster's topics for the topic patterns "
-                                   "(%s: %s); retrying in %gs", type(exc).__name__, exc,
-                                   self.settings.kafka.metadata_refresh_s)
-                else:
-                    self._apply(self.patterns.update(topics))
-                    for entry in self.patterns.entries:
-                        if not entry.topics:
-                            logger.info("%s: pattern %r matches no topic yet", entry.group,
-                                        entry.pattern)
-                    self._patterns_listed.set()
-                await asyncio.sleep(self.settings.kafka.metadata_refresh_s)
+            return set(await admin.list_topics())
         finally:
-            if started:
-                await admin.close()
+            await admin.close()
 
     def _worker_drained(self, worker: Worker) -> None:
         self._drained.add(f"{worker.group_id}/{worker.topic.topic}")
