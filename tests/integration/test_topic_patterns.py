@@ -10,6 +10,7 @@ metadata requests allow auto-creation), which docs/operations.md says."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,7 +56,7 @@ def running(body: dict[str, Any]) -> set[str]:
     return {t["topic"] for g in body.get("groups", []) for t in g["topics"] if t["running"]}
 
 
-@pytest.fixture
+@contextlib.contextmanager
 def pattern_broker(broker_kind: str, tmp_path: Path,
                    request: pytest.FixtureRequest) -> Iterator[str]:
     """The shared Tansu broker, or an Apache Kafka of its own without auto-creation."""
@@ -69,8 +70,13 @@ def pattern_broker(broker_kind: str, tmp_path: Path,
 
 @pytest.mark.timeout(400)
 async def test_a_pattern_follows_the_topics_created_and_deleted_while_it_runs(
-        pattern_broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
-    broker = pattern_broker
+        broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
+        request: pytest.FixtureRequest) -> None:
+    with pattern_broker(broker_kind, tmp_path, request) as broker:
+        await follow_topics(broker, tmp_path, kstage)
+
+
+async def follow_topics(broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
     prefix, group = unique("pat").replace("-", ""), unique("g-pat")
     topics = [f"{prefix}.src.T{k}" for k in range(3)]
     for topic in [*topics, f"{prefix}.other"]:
