@@ -151,7 +151,8 @@ def _processor_problems(settings: Settings,
     for gi, group in enumerate(settings.groups):
         for ti, topic in enumerate(group.topics):
             where: ConfigPath = ("groups", gi, "topics", ti)
-            claims.append((settings.group_id(group), topic.topic, topic.processor))
+            if topic.topic_pattern is None:  # a pattern's topics are claimed when found
+                claims.append((settings.group_id(group), topic.topic, topic.processor))
             cls = classes.get(topic.processor)
             if cls is None:
                 if topic.processor in broken:

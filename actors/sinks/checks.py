@@ -57,6 +57,11 @@ def missing_packages(sink_types: Iterable[str]) -> list[str]:
     return lines
 
 
+SAMPLE_TOPIC = "topic"
+"""The topic a ``topic_pattern`` entry's sinks are checked for (its templates are
+validated with a placeholder already: any topic name makes the same kind of name)."""
+
+
 def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                   ) -> list[tuple[ConfigPath, str]]:
     """Every problem of the configuration's sinks, as (settings path, why) pairs.
@@ -67,8 +72,10 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
     problems: list[tuple[ConfigPath, str]] = []
     reported: set[str] = set()
     for gi, group in enumerate(settings.groups):
-        for ti, topic in enumerate(group.topics):
+        for ti, entry in enumerate(group.topics):
             here: ConfigPath = ("groups", gi, "topics", ti)
+            # A pattern's sinks as a matching topic's: {topic} filled in.
+            topic = entry if entry.topic_pattern is None else entry.for_topic(SAMPLE_TOPIC)
             found = processors.get(topic.processor)
             cls = None if found is None else for_options(found, topic.options)
             for named in topic.named_sinks():

@@ -113,3 +113,25 @@ def test_a_pattern_matching_nothing_is_no_error(tmp_path: Path) -> None:
     assert patterns.update({"x"}).started == []
     assert patterns.status("patterns") == [
         {"pattern": "nothing\\..*", "topics": [], "count": 0, "refused": []}]
+
+
+def test_pattern_entries_validate_with_their_table_templates(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sinks of a pattern entry are checked as a matching topic's would be (the
+    template filled in), and two pattern entries of other processors claim no topic."""
+    path = config(tmp_path, """\
+        - topic_pattern: 'gob\\..*'
+          processor: gobblin_compaction
+          sink: {type: spark, table: 'stg_{topic}'}
+        - topic_pattern: 'pg\\..*'
+          processor: gobblin_compaction
+          sinks:
+            - {type: jdbc, url: 'jdbc:postgresql://h/db', table: 's.stg_{topic}'}
+            - {type: jsonl, path: 'out/{topic}.jsonl'}
+        - topic_pattern: 'raw\\..*'
+          processor: json_rows
+          sink: {type: jsonl, path: 'out/raw_{topic}.jsonl'}
+        """)
+    code = main(["validate", "-c", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
