@@ -473,3 +473,82 @@ async def test_a_child_that_ignores_the_restart_is_cancelled_after_the_grace() -
         stuck.ignore_stop = False
         sup.stop()
         await runner
+
+
+# ------------------------------------------------------ children that come and go
+
+
+def dynamic_supervisor(settings: SupervisorSettings, fake: FakeTime) -> OneForOneSupervisor:
+    policy = RestartPolicy(settings, rng=random.Random(SEED), clock=fake.clock)  # noqa: S311
+    return OneForOneSupervisor([], settings, policy=policy, sleep=fake.sleep, dynamic=True)
+
+
+async def test_a_dynamic_supervisor_waits_for_children_and_starts_each_added_one() -> None:
+    settings = make_settings()
+    sup = dynamic_supervisor(settings, FakeTime())
+    early, late = Family("early"), Family("late")
+    sup.add("early", early)  # before run: started with the others
+    async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
+        await early.running.wait()
+        sup.add("late", late)
+        await late.running.wait()
+        with pytest.raises(ValueError, match="'late' is already supervised"):
+            sup.add("late", late)
+        assert sup.names() == ["early", "late"]
+        sup.stop()
+        await runner
+    assert [c.finished for c in (*early.instances, *late.instances)] == [True, True]
+
+
+async def test_a_dynamic_supervisor_left_without_children_runs_until_stopped() -> None:
+    """Its only child retired (the only topic of a pattern deleted), it goes on: a child
+    added later still starts (a supervisor that had returned would never start it)."""
+    sup = dynamic_supervisor(make_settings(), FakeTime())
+    first, second = Family("first"), Family("second")
+    sup.add("first", first)
+    async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
+        await first.running.wait()
+        sup.retire("first")
+        while sup.names():  # bounded by GUARD_S
+            await asyncio.sleep(0.01)
+        sup.add("second", second)
+        await second.running.wait()
+        assert not runner.done()
+        sup.stop()
+        await runner
+
+
+async def test_a_retired_child_is_stopped_once_never_restarted_and_forgotten() -> None:
+    settings = make_settings()
+    sup = dynamic_supervisor(settings, FakeTime())
+    gone, stays = Family("gone"), Family("stays")
+    sup.add("gone", gone)
+    sup.add("stays", stays)
+    async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
+        await gone.running.wait()
+        await stays.running.wait()
+        sup.retire("gone")
+        sup.retire("gone")  # idempotent
+        while "gone" in sup.names():  # bounded by GUARD_S
+            await asyncio.sleep(0.01)
+        assert [c.stop_calls for c in gone.instances] == [1] and gone.instances[0].finished
+        assert sup.restarts == 0 and sup.names() == ["stays"]
+        with pytest.raises(KeyError):
+            sup.retire("gone")
+        sup.stop()
+        await runner
+
+
+async def test_a_retired_child_that_ignores_stop_is_cancelled_after_the_grace() -> None:
+    settings = make_settings()
+    sup = dynamic_supervisor(settings, FakeTime())
+    stuck = Family("stuck", ignore_stop=True)
+    sup.add("stuck", stuck)
+    async with asyncio.timeout(GUARD_S), supervising(sup) as runner:
+        await stuck.running.wait()
+        sup.retire("stuck")
+        while sup.names():  # bounded by GUARD_S: cancelled after shutdown_grace_s
+            await asyncio.sleep(0.01)
+        assert stuck.instances[0].cancels == 1 and sup.restarts == 0
+        sup.stop()
+        await runner
