@@ -134,4 +134,19 @@ class PatternWatch:
         return None
 
 
-__all__ = ["Changes", "PatternEntry", "PatternWatch"]
+def pattern_entry(group: GroupSettings, topic: str) -> TopicSettings | None:
+    """The entry the first ``topic_pattern`` of ``group`` matching ``topic`` makes for it
+    (for the tools that meet a topic outside the running process: ``kstage dlq
+    replay``); None when none matches, or the name makes no valid entry."""
+    if topic.startswith("__"):
+        return None
+    for entry in group.topics:
+        if entry.pattern is not None and entry.pattern.fullmatch(topic):
+            try:
+                return entry.for_topic(topic)
+            except ValueError:
+                return None
+    return None
+
+
+__all__ = ["Changes", "PatternEntry", "PatternWatch", "pattern_entry"]

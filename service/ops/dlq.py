@@ -68,6 +68,7 @@ from actors.deadletters.file import FILE_MODE
 from actors.deadletters.topic import HEADER_PREFIX, SINK_HEADER_FIELDS, DeadLetterTopic
 from actors.failure import FailurePolicy
 from actors.resources import Resources
+from actors.topic_patterns import pattern_entry
 from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.pipeline import RecordPipeline, no_wait
 from actors.worker.records import Collect, Record
@@ -575,21 +576,24 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
     by_topic: dict[str, list[tuple[GroupSettings, TopicSettings]]] = {}
     for g, t in exact.values():
         by_topic.setdefault(t.topic, []).append((g, t))
-    targets: dict[int, _Target] = {}
+    targets: dict[tuple[str, str], _Target] = {}
 
     async def handle(rec: dict[str, Any]) -> str | None:
-        # the line's (group, topic); else its topic, when one configured group reads it
+        # the line's (group, topic); else its topic, when one configured group reads it;
+        # else the entry the line's group's topic_pattern makes for it
         found = exact.get((str(rec.get("group")), str(rec.get("topic"))))
         candidates = by_topic.get(str(rec.get("topic")), [])
         found = found or (candidates[0] if len(candidates) == 1 else None)
+        found = found or _by_pattern(settings, str(rec.get("group")), str(rec.get("topic")))
         if found is None:
             return "topic not in the configuration"
         group, topic = found
-        if id(topic) not in targets:
-            targets[id(topic)] = _Target(settings, group, topic,
-                                         for_options(classes[topic.processor], topic.options),
-                                         registry, id_type, resources)
-        target = targets[id(topic)]
+        key = (settings.group_id(group), topic.topic)
+        if key not in targets:
+            targets[key] = _Target(settings, group, topic,
+                                   for_options(classes[topic.processor], topic.options),
+                                   registry, id_type, resources)
+        target = targets[key]
         await target.start(stack)
         filtered = target.pipeline.stats["filtered"]
         skipped = await target.replay(rec)
@@ -597,6 +601,17 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
             result.filtered += target.pipeline.stats["filtered"] - filtered
         return skipped
     return handle
+
+
+def _by_pattern(settings: Settings, group_id: str, topic: str
+                ) -> tuple[GroupSettings, TopicSettings] | None:
+    """The entry a ``topic_pattern`` of group ``group_id`` makes for ``topic``, if any."""
+    for group in settings.groups:
+        if settings.group_id(group) == group_id:
+            entry = pattern_entry(group, topic)
+            if entry is not None:
+                return group, entry
+    return None
 
 
 async def _kafka_handler(settings: Settings, stack: AsyncExitStack) -> Handler:

@@ -37,6 +37,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from actors.errors import FatalError
 from actors.kafka import CONNECTION_KEYS as _CONNECTION_KEYS
 from actors.kafka import client_kwargs
+from actors.topic_patterns import PatternWatch
 from service.errors import ServiceError
 from settings.models import Settings
 
@@ -197,15 +198,28 @@ class PartitionLag:
     lag: int
 
 
+async def topics_of(admin: AIOKafkaAdminClient, settings: Settings) -> dict[str, list[str]]:
+    """Each group's topics: its ``topic`` entries, and the topics of the cluster its
+    ``topic_pattern`` entries match now (as the running process would claim them)."""
+    named = {settings.group_id(g): [t.topic for t in g.topics if t.topic_pattern is None]
+             for g in settings.groups}
+    watch = PatternWatch([(settings.group_id(g), g) for g in settings.groups])
+    if watch:
+        for group, entry in watch.update(set(await admin.list_topics())).started:
+            named[settings.group_id(group)].append(entry.topic)
+    return named
+
+
 async def collect(settings: Settings) -> list[PartitionLag]:
     """Lag of every partition of every (group, topic) of the configuration."""
     rows: list[PartitionLag] = []
     async with admin_client(settings) as admin, plain_consumer(settings) as consumer:
-        topics = sorted({t.topic for g in settings.groups for t in g.topics})
+        named = await topics_of(admin, settings)
+        topics = sorted({t for names in named.values() for t in names})
         partitions = await topic_partitions(admin, topics)
         for group in settings.groups:
             gid = settings.group_id(group)
-            tps = [tp for t in group.topics for tp in partitions[t.topic]]
+            tps = [tp for t in named[gid] for tp in partitions[t]]
             committed = await committed_offsets(admin, gid, tps)
             hws = await high_waters(consumer, tps, committed)
             uncommitted = [tp for tp in tps if committed[tp] is None]

@@ -7,6 +7,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import signal
 import sys
 from collections import Counter
@@ -343,3 +344,21 @@ def test_progress_bar_only_for_a_tty_or_long_replays():
     bar.close()
     lines = long.getvalue().splitlines()
     assert len(lines) == 11 and lines[-1].startswith("replay [" + "#" * 30 + "] 2000/2000")
+
+
+@pytest.mark.parametrize("fresh", [2], indirect=True)
+async def test_lag_of_the_topics_a_pattern_matches(fresh, broker, tmp_path):
+    """``kstage lag`` lists the topics a ``topic_pattern`` matches on the cluster now;
+    the same pattern drains them in ``kstage run --drain``."""
+    topic, group = fresh.topic, fresh.group
+    await produce(broker, topic, [{"i": i} for i in range(10)], partition_of=lambda i: i % 2)
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic_pattern": re.escape(topic), "processor": "json_rows",
+        "sink": {"type": "jsonl", "path": str(tmp_path / "{topic}.jsonl")}}])
+    await asyncio.wait_for(Master(load_settings(cfg), broker, drain=True).run(), 120)
+    await produce(broker, topic, [{"i": i} for i in range(10, 13)], partition_of=lambda i: 0,
+                  one_per_batch=True)
+    code, out, err = await cli("lag", "-c", str(cfg), "--json", cwd=tmp_path)
+    assert code == 0, err
+    assert sorted((r["topic"], r["partition"], r["committed"], r["lag"])
+                  for r in json.loads(out)) == [(topic, 0, 5, 3), (topic, 1, 5, 0)]

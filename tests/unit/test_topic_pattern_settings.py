@@ -4,6 +4,7 @@ table (or file) template ``{topic}``; which topics a pattern entry claims
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -135,3 +136,30 @@ def test_pattern_entries_validate_with_their_table_templates(
     code = main(["validate", "-c", str(path)])
     out, err = capsys.readouterr()
     assert code == 0, out + err
+
+
+def test_dlq_replay_finds_the_pattern_entry_of_a_dead_letter(tmp_path: Path) -> None:
+    """A dead letter of a topic a pattern ran is replayed into that topic's own file;
+    one of a topic no entry matches is not (the topic is not in the configuration)."""
+    from actors.deadletters.file import dead_letter_line
+    from service.ops import dlq
+
+    dead = tmp_path / "dead.jsonl"
+    cfg = tmp_path / "kstage.yml"
+    cfg.write_text(json.dumps({"groups": [{
+        "group_id": "g", "failure": {"dead_letter_path": str(dead)},
+        "topics": [{"topic_pattern": r"a\..*", "processor": "json_rows",
+                    "sink": {"type": "jsonl", "path": str(tmp_path / "{topic}.jsonl")}}]}]}))
+    dead.write_text("".join(dead_letter_line(
+        group="g", topic=topic, partition=0, offset=o, timestamp=0, key=None,
+        value=json.dumps({"i": o}).encode(), headers=(), processor="json_rows",
+        exc=RuntimeError("sink down"), attempts=1) + "\n"
+        for o, topic in enumerate(["a.x", "a.Y", "b", "a.x"])))
+    result = dlq.replay(load_settings(cfg))
+    assert (len(result.replayed), len(result.skipped), len(result.failed)) == (3, 1, 0), \
+        dlq.render_replay(result)
+    assert "topic not in the configuration" in dlq.render_replay(result)
+    assert [json.loads(x)["i"] for x in (tmp_path / "a_x.jsonl").read_text().splitlines()] \
+        == [0, 3]
+    assert [json.loads(x)["i"] for x in (tmp_path / "a_y.jsonl").read_text().splitlines()] \
+        == [1]
