@@ -163,3 +163,16 @@ def test_dlq_replay_finds_the_pattern_entry_of_a_dead_letter(tmp_path: Path) -> 
         == [0, 3]
     assert [json.loads(x)["i"] for x in (tmp_path / "a_y.jsonl").read_text().splitlines()] \
         == [1]
+
+
+@pytest.mark.parametrize("section", [{"merge": {"interval_s": 60}},
+                                     {"spark": {"maintenance": {"every_s": 3600}}}])
+def test_the_merge_and_maintenance_are_refused_over_a_patterns_tables(
+        section: dict[str, object]) -> None:
+    """Neither plans a pattern's tables (known only to the running process): refused,
+    rather than leaving those tables unmerged or unmaintained without a word."""
+    entries = [{"topic_pattern": r"gob\..*", "processor": "gobblin_compaction",
+                "sink": {"type": "spark", "table": "stg_{topic}"}}]
+    with pytest.raises(ValueError, match="do not cover yet"):
+        Settings.model_validate({"name": "g", "groups": [{"topics": entries}], **section})
+    Settings.model_validate({"name": "g", "groups": [{"topics": entries}]})
