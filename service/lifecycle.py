@@ -35,12 +35,12 @@ from actors.metrics import Metrics
 from actors.resources import Resources
 from processors.errors import RegistryError
 from service.broker import EmbeddedBroker
+from service.exits import EXIT_ABORT, EXIT_CONFIG, EXIT_CRASH, EXIT_OK
 from service.http import StatusServer, bind_status_server
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_CRASH, EXIT_CONFIG, EXIT_ABORT = 0, 1, 2, 130
 _HARD_STOP_MARGIN_S = 5.0
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _GC_GEN0_THRESHOLD = 50_000

@@ -45,7 +45,8 @@ from service.dev.samples import (
     poison_values,
     sample_records,
 )
-from service.lifecycle import EXIT_CONFIG, serve
+from service.exits import EXIT_CONFIG
+from service.lifecycle import serve
 from service.ops.dlq import load_topic
 from service.ops.tables import TableView, show
 from settings.models import Settings

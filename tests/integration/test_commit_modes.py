@@ -78,8 +78,8 @@ async def test_run_warns_at_start_that_auto_can_lose_data(fresh, broker, tmp_pat
                 if text.strip() == "mode: auto")
     proc = kstage(path)
     await proc.wait_for_log("assigned partitions [0]")  # a warning: it runs
-    assert (f"WARNING service.cli: {path}: groups[0].commit.mode (line {line}): 'auto' can "
-            "lose data") in proc.output()
+    assert (f"WARNING service.commands.run: {path}: groups[0].commit.mode (line {line}): "
+            "'auto' can lose data") in proc.output()
     proc.signal(signal.SIGTERM)
     assert await proc.wait() == 0, proc.output()
 

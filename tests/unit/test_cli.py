@@ -209,3 +209,46 @@ def test_help_says_what_kstage_and_each_command_are_for(
     assert "``" not in out and ":class:" not in out, "no reStructuredText in the help"
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
     assert listed == set(parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------- the command table
+
+def test_every_command_is_one_module_of_the_table_with_its_contract() -> None:
+    """A command is a module of service.commands named as in the table, with
+    add_arguments and run (the CommandModule contract), and nothing else is a command."""
+    from service.commands import COMMANDS
+
+    modules = {p.stem for p in (ROOT / "service" / "commands").glob("*.py")}
+    names = [command.name for command in COMMANDS]
+    assert len(names) == len(set(names))
+    assert set(names) == modules - {"__init__", "common"}
+    for command in COMMANDS:
+        module = command.module()
+        assert callable(module.add_arguments) and callable(module.run), command.name
+
+
+def test_a_command_parses_with_only_its_own_options(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """main() builds only the named command's options; the result is the same as with the
+    whole parser (a command's options never leak into another's)."""
+    whole = parser().parse_args(["lag", "-c", "x.yml", "--json"])
+    alone = parser("lag").parse_args(["lag", "-c", "x.yml", "--json"])
+    assert vars(whole) == vars(alone)
+    with pytest.raises(SystemExit):
+        parser("validate").parse_args(["validate", "--json"])  # lag's option, not validate's
+    assert "unrecognized arguments: --json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["validate", "--help"], ["tables", "--help"]])
+def test_help_imports_neither_the_settings_nor_the_actors(argv: list[str]) -> None:
+    """kstage --help (and a command's --help) starts without loading pydantic, the
+    settings, the actors or a Kafka client: what makes it quick (bench/throughput.py
+    prints its time)."""
+    heavy = ("pydantic", "settings", "actors", "aiokafka", "httpx", "processors")
+    code = ("import sys\nfrom service.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout

@@ -21,8 +21,8 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from actors.deadletters.file import dead_letter_line
 from actors.sinks.registry import settings_for
-from service import cli
 from service.cli import main
+from service.commands import common
 from service.logs import configure_logging
 from settings import SettingsError, load_settings, secrets
 from settings.models import Settings
@@ -226,7 +226,7 @@ def test_a_log_line_never_shows_a_secret(tmp_path: Path, monkeypatch: pytest.Mon
                                          known_secrets: None) -> None:
     """Whatever a library's exception quotes (here a driver quoting its connection
     string), the log line of a process that loaded the settings masks their secrets."""
-    settings = cli._load(str(_jdbc_and_registry(tmp_path, monkeypatch)))  # as `run` loads
+    settings = common.load(str(_jdbc_and_registry(tmp_path, monkeypatch)))  # as `run` loads
     assert settings.schema_registry is not None
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
@@ -250,7 +250,7 @@ def test_a_log_line_never_shows_a_secret(tmp_path: Path, monkeypatch: pytest.Mon
 def test_a_dead_letter_line_never_shows_a_secret(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  known_secrets: None) -> None:
-    cli._load(str(_jdbc_and_registry(tmp_path, monkeypatch)))
+    common.load(str(_jdbc_and_registry(tmp_path, monkeypatch)))
     error = RuntimeError(f"jdbc:postgresql://db/x?password={SECRET}, Bearer {TOKEN}")
     line = dead_letter_line(group="g", topic="t", partition=0, offset=1, timestamp=0,
                             key=None, value=b"{}", headers=(), processor="json_rows",
