@@ -12,7 +12,7 @@ NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
 DEBEZIUM_JARS := tests/jars/debezium/lib
 DEBEZIUM_STAMP := $(DEBEZIUM_JARS)/.fetched
 
-.PHONY: demo test lint setup jars kafka-jars peer-jars tools debezium-jars cdc-e2e
+.PHONY: demo test test-fast lint setup jars kafka-jars peer-jars tools debezium-jars cdc-e2e
 
 $(STAMP): pyproject.toml .ci/system-deps
 	bash .ci/system-deps
@@ -108,6 +108,14 @@ test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS)
 	$(VENV)/bin/pytest examples/kstage-example-sink/tests
 	$(VENV)/bin/pip install -q -e examples/kstage-example-token-provider
 	$(VENV)/bin/pytest examples/kstage-example-token-provider/tests
+
+# The edit-run loop, about 5 minutes on the 2-core machine: ruff, mypy, and the unit,
+# actor and behaviour tests not marked slow on the embedded broker (the fake consumer
+# and Tansu; no Apache Kafka JVM, no kstage process driven through a fault). `make test`
+# before a merge runs everything: the integration and slow tests on both brokers.
+FAST_TESTS := tests/unit tests/actors tests/behaviour
+test-fast: lint jars tools
+	$(VENV)/bin/pytest -m "not slow and not apache_kafka" $(FAST_TESTS)
 
 # Change data capture end to end with Debezium itself (PostgreSQL -> Debezium in Kafka
 # Connect -> both brokers -> kstage -> JDBC upsert and Iceberg final tables, kstage killed

@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.hostile_corpus import CASES
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow]  # the whole benchmark's short variant: ~40 s
 
 
 def test_the_short_hostile_run_prints_every_case_and_the_worst() -> None:

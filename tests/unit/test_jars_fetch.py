@@ -62,6 +62,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         return None
 
 
+@pytest.mark.slow  # builds the fence with mvn (a JVM): 20-35 s
 def test_download_checks_every_jar_and_keeps_good_ones(
         tmp_path: Path, repository: tuple[str, Path]) -> None:
     url, _ = repository
@@ -100,6 +101,7 @@ def test_an_unreachable_repository_is_named(tmp_path: Path,
     assert "ConnectError" in err
 
 
+@pytest.mark.slow  # builds the fence with mvn (a JVM): 20-35 s
 def test_with_mvn_from_the_pinned_pom(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                       ) -> None:
     assert shutil.which("mvn"), "mvn is installed by .ci/system-deps"
@@ -124,6 +126,7 @@ def fence_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str) -> Pa
     return copy
 
 
+@pytest.mark.slow  # builds the fence with mvn (a JVM): 20-35 s
 def test_the_fence_is_built_again_when_its_sources_change(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "jars"

@@ -151,10 +151,12 @@ def test_bad_arguments() -> None:
 
 
 def test_thousand_records_per_topic_are_fast() -> None:
-    start = time.perf_counter()
+    # This process's CPU time, not the wall clock: other processes on a loaded 2-core
+    # machine stretched the wall time of the same work past the bound (2.4 s).
+    start = time.process_time()
     for topic in SAMPLE_TOPICS:
         assert len(sample_records(topic, 1000, seed=1)) == 1000
-    assert time.perf_counter() - start < 2.0  # ~0.15 s measured: generous for slow CI
+    assert time.process_time() - start < 2.0  # ~0.15 s measured: generous for slow CI
 
 
 class OneSchemaSource:
