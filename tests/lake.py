@@ -270,7 +270,9 @@ async def through_outage(broker: str, proc: KstageProcess, topic: str, group: st
     having logged its retries. The caller checks the table."""
     base = f"http://127.0.0.1:{await status_port(proc, timeout=120)}"
     await produce_events(broker, topic, 0, events, partitions)
-    await wait_committed(broker, group, topic, partitions, events, [proc])
+    # Deadlines, not timings: the first commit waits for the JVM's start (65 s and 87 s
+    # of table registration seen at load 10), the last for the retries under way.
+    await wait_committed(broker, group, topic, partitions, events, [proc], timeout=360)
     before = await committed(broker, group, topic, partitions)
 
     begin()
@@ -281,7 +283,7 @@ async def through_outage(broker: str, proc: KstageProcess, topic: str, group: st
     assert await committed(broker, group, topic, partitions) == before
 
     end()
-    await wait_committed(broker, group, topic, partitions, 2 * events, [proc])
+    await wait_committed(broker, group, topic, partitions, 2 * events, [proc], timeout=360)
     await wait_readyz(base, proc, 200, timeout=60)
     proc.signal(signal.SIGTERM)
     assert await proc.wait(timeout=60) == 0, proc.output()
