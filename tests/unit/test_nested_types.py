@@ -20,8 +20,9 @@ from actors.sinks.jdbc_tables import pg_check
 from actors.sinks.jdbc_upsert import rows_json
 from actors.sinks.spark.iceberg import schema_change
 from actors.sinks.spark.pyiceberg_tables import iceberg_type, spark_type_name, staging_schema
-from actors.sinks.table.columns import arrow_type, column_kind, spark_type
+from actors.sinks.table.columns import COORDINATES, arrow_type, column_kind, spark_type
 from actors.sinks.table.rows import check, check_rows, record_batch
+from processors import testing
 from processors.base import Column, column_type_problem
 from processors.column_types import (
     Array,
@@ -33,6 +34,7 @@ from processors.column_types import (
     parse_type,
     type_string,
 )
+from tests.doc_blocks import run_block
 
 ORDER = ("struct<id:long NOT NULL,lines:array<struct<sku:string,qty:int NOT NULL>>,"
          "attrs:map<string,array<struct<at:timestamp_ntz,on:date>>>,`unit price`:decimal(9,2),"
@@ -232,3 +234,20 @@ def test_arrow_takes_the_checked_rows_of_every_new_type() -> None:
     assert got[0]["o"]["attrs"] == [("x", [{"at": None, "on": dt.date(2024, 1, 1)}])]
     assert got[0]["f"] == 0.10000000149011612  # the nearest float32 to 0.1
     assert got[0]["n"] == dt.datetime(2024, 1, 1, 1) and got[0]["n"].tzinfo is None
+
+
+def test_the_plugin_guides_nested_example_gives_rows_that_fit() -> None:
+    """docs/plugins.md's Orders processor runs; its rows fit its columns, and a line
+    without a sku is refused naming the path."""
+    orders = run_block("docs/plugins.md", "class Orders(Processor)")["Orders"]()
+    value = {"id": "o1", "day": "2024-02-29", "lines": [{"sku": "a", "qty": 2}, {"sku": "b"}],
+             "attrs": {"gift": "yes"}}
+    rows = orders.transform(testing.message(value, offset=3))
+    good, bad = check_rows(rows, (*orders.columns, *COORDINATES), "stg_orders")
+    assert bad == []
+    assert good[0][:4] == ("o1", dt.date(2024, 2, 29), [{"sku": "a", "qty": 2},
+                                                        {"sku": "b", "qty": None}],
+                           {"gift": "yes"})
+    rows = orders.transform(testing.message({**value, "lines": [{"sku": None}]}, offset=4))
+    _, bad = check_rows(rows, (*orders.columns, *COORDINATES), "stg_orders")
+    assert bad[0][1].endswith("column 'lines': at [0].sku: is null but it is NOT NULL")

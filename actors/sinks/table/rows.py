@@ -4,10 +4,13 @@ The staging sinks (:mod:`actors.sinks.spark.sink`, :mod:`actors.sinks.jdbc`) acc
 rows only when every value fits its :class:`~processors.base.Column`: the Python types a
 column type accepts are in :data:`TYPES`, from the one map of column types
 (:mod:`actors.sinks.table.columns`; ``bool`` is not an ``int`` here), ints must fit
-``int``/``long``, a ``timestamp`` is an aware datetime (converted to UTC), a
-``decimal(P,S)`` a finite Decimal or int that fits P and S exactly (never rounded), a NOT
-NULL column must have a value (see :data:`processors.base.ColumnType`). A row that does
-not fit is refused with a reason that names the table, the row's Kafka coordinates and the column.
+``int``/``long``, a ``float`` within the 32-bit range, a ``date`` is not a datetime, a
+``timestamp`` is an aware datetime (converted to UTC), a ``timestamp_ntz`` a naive one, a
+``decimal(P,S)`` a finite Decimal or int that fits P and S exactly (never rounded), a
+nested value is checked to its leaves (:mod:`actors.sinks.table.nested`), a NOT NULL
+column must have a value (see :data:`processors.base.ColumnType`). A row that does not fit
+is refused with a reason that names the table, the row's Kafka coordinates and the column
+(and the path inside a nested value).
 
 :func:`record_batch` is the Spark sink's path: the rows become one ``pyarrow.RecordBatch``
 as soon as a worker hands them over, checked column by column. Arrow holds a row in a
