@@ -16,6 +16,7 @@ every table.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 from decimal import Decimal
@@ -26,10 +27,13 @@ import pytest
 import yaml
 from kstage_test_plugins import NESTED_COLUMNS
 
+from actors.sinks import SinkContext
+from actors.sinks.jdbc import JdbcSink
 from actors.sinks.spark import iceberg, pyiceberg_nulls
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
 from tests.integration.test_jdbc_sink import PASSWORD
+from tests.integration.test_jdbc_sink import settings as jdbc_settings
 from tests.integration.test_pyiceberg_tables import created_by_pyiceberg
 from tests.integration.test_record_columns import pg_types
 from tests.kafkautil import committed, create_topic, produce, read_jsonl, unique, write_config
@@ -214,3 +218,28 @@ async def test_every_new_type_lands_in_iceberg_both_ways_and_in_postgresql(
          [1, None, -(2**63)]),
         ("b", "1.6777216e+07", "", "", None, None, None),
         ("i", "", "", "", ORDER_I, None, [])]
+
+
+async def test_a_write_without_a_position_lands_nested_values_in_postgresql(
+        jdbc_spark: SparkActor, running: Postgres) -> None:
+    """:meth:`JdbcSink.write` (no Kafka position: not the exactly-once flush) goes through
+    Spark's JDBC writer, which has no jsonb: the rows of a table with nested columns go
+    through the driver as their JSON instead, in one transaction."""
+    pg, table = running, unique("pg_nw").replace("-", "_")
+    sink = JdbcSink(jdbc_settings(pg, table), jdbc_spark)
+    sink.bind(SinkContext(columns=NESTED_COLUMNS, processor="test_nested"))
+    row = {"id": "a", "f": 0.5, "d": dt.date(2024, 2, 29), "n": NTZ,
+           "order": {"id": 1, "lines": [{"qty": 2}], "unit price": Decimal("0.10")},
+           "tags": {"k": None}, "xs": [1], "_topic": "t", "_partition": 0, "_offset": 0,
+           "_timestamp": 0}
+    async with asyncio.timeout(90):
+        await sink.open()
+        await sink.write([row])
+        await sink.close()
+    got = pg.psql('SELECT f::text, d::text, n::text, "order"::text, '  # noqa: S608
+                  f'tags::text, xs::text FROM "{table}"')
+    assert [(f, d, n, json.loads(o, parse_float=Decimal), json.loads(t), json.loads(x))
+            for f, d, n, o, t, x in got] == [
+        ("0.5", "2024-02-29", "2024-02-29 23:59:58.123456",
+         {"id": 1, "lines": [{"sku": None, "qty": 2}], "placed": None,
+          "unit price": Decimal("0.10")}, {"k": None}, [1])]
