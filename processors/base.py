@@ -39,13 +39,20 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import re
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
+
+from processors.column_types import (
+    FLAT_TYPES,
+    MAX_DECIMAL_PRECISION,
+    DecimalType,
+    parse_type,
+    type_problem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,30 +70,36 @@ SCHEMA_DIR = Path(__file__).parent / "schemas"
 """Avro schemas and DDL shipped with kstage (see the SOURCES.md files for provenance)."""
 
 ColumnType = str
-"""A column's logical type: one of :data:`COLUMN_TYPE_NAMES`, or ``decimal(P,S)`` (see
-:func:`decimal_type`). The values a row may give each type:
+"""A column's logical type (the grammar: :mod:`processors.column_types`): one of
+:data:`COLUMN_TYPE_NAMES`, ``decimal(P,S)`` (see :func:`decimal_type`), or a nested type in
+Spark's DDL syntax: ``struct<name:type,...>`` (a field may end in `` NOT NULL``; a name
+that is not ``[A-Za-z_][A-Za-z0-9_]*`` in backticks), ``array<T>``, ``map<K,V>`` (K a
+type without nesting), to any depth. The values a row may give each type:
 
 * ``string``: str; ``int``/``long``: int (not bool) within 32/64 bits; ``double``: float
-  or int; ``boolean``: bool; ``binary``: bytes;
+  or int; ``float``: float or int, stored as a 32-bit float (rounded to the nearest one,
+  a finite value beyond its range refused); ``boolean``: bool; ``binary``: bytes;
+* ``date``: a :class:`datetime.date` (not a datetime);
 * ``timestamp``: a :class:`datetime.datetime` with a time zone (``tzinfo``); a naive one
   is refused (its instant is unknown), so are strings and numbers: convert epoch
   milliseconds with :func:`timestamp_from_millis`. Written as the instant, in UTC
   (Spark/Iceberg ``TIMESTAMP``, PostgreSQL ``TIMESTAMPTZ``), to the microsecond;
+* ``timestamp_ntz``: a naive :class:`datetime.datetime` (a local date-time without a
+  zone, e.g. Avro's ``local-timestamp-micros``); an aware one is refused. Written as is
+  (Spark ``TIMESTAMP_NTZ``, Iceberg ``timestamp``, PostgreSQL ``TIMESTAMP``);
 * ``decimal(P,S)``: :class:`decimal.Decimal` (finite) or int, with at most S digits after
   the point and P - S before it; a float is refused (it is not the amount it was meant to
   be), so are strings; a value beyond the precision is refused, never rounded. Written as
-  Spark/Iceberg ``DECIMAL(P,S)``, PostgreSQL ``NUMERIC(P,S)``.
+  Spark/Iceberg ``DECIMAL(P,S)``, PostgreSQL ``NUMERIC(P,S)``;
+* ``struct<...>``: a dict keyed by field name (a missing nullable field is NULL, an
+  unknown key is refused); ``array<T>``: a list or tuple; ``map<K,V>``: a dict (keys
+  never None). PostgreSQL stores every nested type as ``jsonb`` (docs/plugins.md).
 
 A value that does not fit is refused by the table sinks as the row's failure: the row is
-dead-lettered with a reason naming the column."""
+dead-lettered with a reason naming the column (and the path inside a nested value)."""
 
-COLUMN_TYPE_NAMES = ("string", "int", "long", "double", "boolean", "binary", "timestamp")
-"""The column types without parameters (``decimal(P,S)`` is the one with)."""
-
-MAX_DECIMAL_PRECISION = 38
-"""The largest precision of ``decimal(P,S)`` (Spark's, Iceberg's and Arrow's decimal128)."""
-
-_DECIMAL = re.compile(r"decimal\((\d{1,2}),(\d{1,2})\)")
+COLUMN_TYPE_NAMES = FLAT_TYPES
+"""The column types without parameters (``decimal(P,S)`` and the nested ones have them)."""
 
 
 def decimal_type(precision: int, scale: int) -> ColumnType:
@@ -104,23 +117,16 @@ def decimal_parts(kind: str) -> tuple[int, int] | None:
     """``(precision, scale)`` of a ``decimal(P,S)`` type; None for any other string
     (also for a precision or scale out of range). Cached: the row check asks for every
     value of a decimal column."""
-    found = _DECIMAL.fullmatch(kind.replace(" ", ""))
-    if found is None:
+    try:
+        node = parse_type(kind)
+    except ValueError:
         return None
-    precision, scale = int(found[1]), int(found[2])
-    if not (1 <= precision <= MAX_DECIMAL_PRECISION and 0 <= scale <= precision):
-        return None
-    return precision, scale
+    return (node.precision, node.scale) if isinstance(node, DecimalType) else None
 
 
 def column_type_problem(kind: object) -> str | None:
-    """Why ``kind`` is not a column type, or None."""
-    if kind in COLUMN_TYPE_NAMES:
-        return None
-    if isinstance(kind, str) and kind.replace(" ", "") == kind and decimal_parts(kind):
-        return None
-    return (f"type {kind!r} is not one of {', '.join(COLUMN_TYPE_NAMES)} or decimal(P,S) "
-            f"(precision P 1..{MAX_DECIMAL_PRECISION}, scale S 0..P, no spaces)")
+    """Why ``kind`` is not a column type (naming the position of the fault), or None."""
+    return type_problem(kind)
 
 
 def timestamp_from_millis(millis: int) -> dt.datetime:

@@ -33,7 +33,8 @@ How it works:
   off, and the sink dead-letters them, then writes the others at once. Writes without a
   position (:meth:`JdbcSink.write`) go through Spark's JDBC writer as before.
 * The table is created if missing with explicit PostgreSQL DDL (TEXT, INTEGER, BIGINT,
-  DOUBLE PRECISION, BOOLEAN, BYTEA, TIMESTAMPTZ; NOT NULL where the column is not
+  REAL, DOUBLE PRECISION, BOOLEAN, BYTEA, DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC(P,S), JSONB
+  for a nested type: :mod:`actors.sinks.table.columns`; NOT NULL where the column is not
   nullable). An existing table must have every column with a compatible type and
   nullability (FatalError naming the table and the columns otherwise).
 * Failures are told apart by the PostgreSQL SQLSTATE of the JDBC exception

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from actors.sinks.jdbc_json import jsonb_text
 from actors.sinks.jdbc_upsert import key_constraint
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind
 from actors.sinks.table.rows import check
@@ -74,8 +75,12 @@ def table_mismatches(table: str, existing: Sequence[tuple[str, str, bool, bool]]
 
 
 def pg_check(value: Any, column: Column) -> Any:
-    """:func:`~actors.sinks.table.rows.check`, and no NUL in text (PostgreSQL cannot store it)."""
+    """:func:`~actors.sinks.table.rows.check`, and no NUL in text (PostgreSQL cannot store
+    it); a nested value becomes its ``jsonb`` text (:func:`~actors.sinks.jdbc_json.jsonb_text`)."""
     value = check(value, column)
     if isinstance(value, str) and "\x00" in value:
         raise ValueError("contains a NUL character (PostgreSQL text cannot store it)")
+    node = column_kind(column.type).node
+    if node is not None and value is not None:
+        return jsonb_text(value, node)
     return value

@@ -80,6 +80,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from actors.sinks.jdbc_json import JsonText
 from actors.sinks.table.columns import COORDINATES, column_kind
 from processors.base import Column
 
@@ -281,7 +282,7 @@ def _json_value(value: Any) -> Any:
     Decimal as its digits, a datetime in ISO 8601 with its offset."""
     if isinstance(value, decimal.Decimal):
         return str(value)
-    if isinstance(value, dt.datetime):
+    if isinstance(value, dt.date):  # a datetime too (a naive one: a timestamp_ntz)
         return value.isoformat()
     if isinstance(value, bytes | bytearray):
         return "\\x" + bytes(value).hex()  # bytea's hex input format
@@ -291,9 +292,17 @@ def _json_value(value: Any) -> Any:
 
 
 def rows_json(rows: Sequence[tuple[Any, ...]], names: Sequence[str]) -> str:
-    """The rows as the JSON array of objects :func:`upsert_sql` takes."""
-    return json.dumps([{n: _json_value(v) for n, v in zip(names, row, strict=True)}
-                       for row in rows], ensure_ascii=False, separators=(",", ":"))
+    """The rows as the JSON array of objects :func:`upsert_sql` takes (the JSON text of a
+    nested value, a :class:`~actors.sinks.jdbc_json.JsonText`, embedded as is)."""
+    if not any(type(v) is JsonText for row in rows for v in row):
+        return json.dumps([{n: _json_value(v) for n, v in zip(names, row, strict=True)}
+                           for row in rows], ensure_ascii=False, separators=(",", ":"))
+    keys = [json.dumps(n, ensure_ascii=False) + ":" for n in names]
+    return "[" + ",".join(
+        "{" + ",".join(k + (v if type(v) is JsonText else
+                            json.dumps(_json_value(v), ensure_ascii=False))
+                       for k, v in zip(keys, row, strict=True)) + "}"
+        for row in rows) + "]"
 
 
 # The unique indexes of a table usable by ON CONFLICT (valid, neither partial nor on

@@ -17,6 +17,7 @@ from actors.errors import FatalError, SinkError
 from actors.sinks.jdbc_errors import AppendError, short, sql_error, state_text
 from actors.sinks.jdbc_offsets import (
     create_offsets_sql,
+    insert_rows_sql,
     offsets_table,
 )
 from actors.sinks.jdbc_settings import JdbcSinkSettings, safe_url
@@ -36,7 +37,7 @@ from actors.sinks.jdbc_upsert import (
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.staging import flush_limits
 from actors.sinks.table.batching import Pending, TableWriter
-from actors.sinks.table.columns import COORDINATES, INGESTED_AT, spark_schema
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
 from actors.sinks.table.rows import check_rows
 from processors.base import DELETED, Column, Row
 
@@ -370,6 +371,9 @@ class JdbcWriter(TableWriter):
         """Spark thread: append ``rows`` in one JDBC write of one partition (one
         transaction)."""
         self._driver(spark)  # the jar is on this session's classpath
+        if any(column_kind(c.type).node is not None for c in self.columns):
+            self._insert_json(spark, rows)
+            return
         now = dt.datetime.now(dt.UTC)
         schema = spark_schema((*self.columns, *COORDINATES))
         frame = spark.createDataFrame([(*r, now) for r in rows], schema,
@@ -383,6 +387,21 @@ class JdbcWriter(TableWriter):
         writer.save()
         logger.debug("jdbc sink: %s: appended %d row(s)", self.table, len(rows))
 
+
+    def _insert_json(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Spark thread: append ``rows`` through the driver as one JSON array, in one
+        transaction: Spark's JDBC writer has no ``jsonb``, which a nested column is."""
+        names = [c.name for c in self._all]
+        conn = self._connect(spark)
+        try:
+            conn.setAutoCommit(False)
+            insert = conn.prepareStatement(insert_rows_sql(qualified(self.table), names))
+            execute_statement(insert, rows_json(rows, names), len(rows))
+            insert.close()
+            conn.commit()
+        finally:
+            conn.close()  # not committed: rolled back
+        logger.debug("jdbc sink: %s: appended %d row(s) as JSON", self.table, len(rows))
 
     def _upsert(self, spark: Any, rows: list[tuple[Any, ...]]) -> None:
         """Spark thread: upsert ``rows`` (one row per key) in one transaction, one

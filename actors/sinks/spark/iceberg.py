@@ -111,7 +111,7 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
     """Compare a table's columns (name -> Spark simple type string) with the ``declared``
     ones (coordinates included): the new nullable columns, and one message per change that
     is not allowed (a column removed, a type changed, a new NOT NULL column)."""
-    declared_types = {c.name: column_kind(c.type).spark_sql.lower()
+    declared_types = {c.name: column_kind(c.type).spark_simple
                       for c in (*declared, INGESTED_AT)}
     errors = [f"column {name!r} ({kind}) is no longer declared" for name, kind in
               existing.items() if name not in declared_types]

@@ -41,7 +41,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from actors.sinks.spark import iceberg
+from actors.sinks.spark import iceberg, pyiceberg_nulls
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.pyiceberg_catalog import open_catalog
 from actors.sinks.spark.pyiceberg_tables import summaries
@@ -71,6 +71,7 @@ class Lake:
         """Lake thread: the catalog (opened on first use, its own tables created when
         absent: :func:`~actors.sinks.spark.pyiceberg_catalog.open_catalog`)."""
         if self._catalog is None:
+            pyiceberg_nulls.install()  # a NULL list of structs stays NULL (its docstring)
             self._catalog = open_catalog(self.settings)
         return self._catalog
 

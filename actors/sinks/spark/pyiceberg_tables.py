@@ -27,7 +27,8 @@ pyiceberg is imported only inside functions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from actors.sinks.spark import iceberg, offset_history
@@ -44,11 +45,19 @@ JAVA_DEFAULTS = {"write.parquet.compression-codec": "zstd"}
 """Properties Iceberg's Java library records in every table it creates."""
 
 
-def iceberg_type(kind: str) -> Any:
-    """The Iceberg type of a column type (as Spark's type of it becomes in Iceberg)."""
+NESTED_IDS = 100_000
+"""Where the placeholder ids of nested fields start (the table's create or schema update
+assigns fresh ones, as Iceberg's Java library does: top-level fields first)."""
+
+
+def iceberg_type(kind: str, ids: Iterator[int] | None = None) -> Any:
+    """The Iceberg type of a column type (as Spark's type of it becomes in Iceberg); a
+    nested one's fields numbered from ``ids`` (default: placeholders from
+    :data:`NESTED_IDS`)."""
     from pyiceberg import types  # only with appends: pyiceberg
 
-    return column_kind(kind).iceberg(types)
+    return column_kind(kind).iceberg(types, itertools.count(NESTED_IDS) if ids is None
+                                     else ids)
 
 
 def spark_type_name(field_type: Any) -> str:
@@ -83,7 +92,9 @@ def staging_schema(declared: Sequence[Column]) -> Any:
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
-    return Schema(*[NestedField(field_id=i, name=c.name, field_type=iceberg_type(c.type),
+    nested = itertools.count(NESTED_IDS)
+    return Schema(*[NestedField(field_id=i, name=c.name,
+                                field_type=iceberg_type(c.type, nested),
                                 required=not c.nullable)
                     for i, c in enumerate((*declared, INGESTED_AT), start=1)])
 
@@ -168,6 +179,6 @@ def table_offsets(loaded: Any) -> dict[tuple[str, str, int], int]:
     return offset_history.fold(offset_history.pyiceberg_summaries(loaded))
 
 
-__all__ = ["JAVA_DEFAULTS", "PARTITION_FIELD", "create_staging", "iceberg_type",
+__all__ = ["JAVA_DEFAULTS", "NESTED_IDS", "PARTITION_FIELD", "create_staging", "iceberg_type",
            "spark_type_name", "staging_properties", "staging_schema", "staging_spec",
            "summaries", "table_location", "table_offsets"]

@@ -4,10 +4,13 @@ The staging sinks (:mod:`actors.sinks.spark.sink`, :mod:`actors.sinks.jdbc`) acc
 rows only when every value fits its :class:`~processors.base.Column`: the Python types a
 column type accepts are in :data:`TYPES`, from the one map of column types
 (:mod:`actors.sinks.table.columns`; ``bool`` is not an ``int`` here), ints must fit
-``int``/``long``, a ``timestamp`` is an aware datetime (converted to UTC), a
-``decimal(P,S)`` a finite Decimal or int that fits P and S exactly (never rounded), a NOT
-NULL column must have a value (see :data:`processors.base.ColumnType`). A row that does
-not fit is refused with a reason that names the table, the row's Kafka coordinates and the column.
+``int``/``long``, a ``float`` within the 32-bit range, a ``date`` is not a datetime, a
+``timestamp`` is an aware datetime (converted to UTC), a ``timestamp_ntz`` a naive one, a
+``decimal(P,S)`` a finite Decimal or int that fits P and S exactly (never rounded), a
+nested value is checked to its leaves (:mod:`actors.sinks.table.nested`), a NOT NULL
+column must have a value (see :data:`processors.base.ColumnType`). A row that does not fit
+is refused with a reason that names the table, the row's Kafka coordinates and the column
+(and the path inside a nested value).
 
 :func:`record_batch` is the Spark sink's path: the rows become one ``pyarrow.RecordBatch``
 as soon as a worker hands them over, checked column by column. Arrow holds a row in a
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +34,9 @@ from actors.sinks.table.columns import (
     INT_RANGE,
     arrow_type,
 )
+from actors.sinks.table.nested import NestedFault, nested_value
 from processors.base import Column, Row, decimal_parts
+from processors.column_types import DecimalType, parse_type
 
 # The Python types each column type accepts (bool is not an int here: type(True) is bool).
 TYPES: dict[str, frozenset[type]] = {kind: k.python for kind, k in COLUMN_TYPES.items()}
@@ -74,13 +80,51 @@ def _decimal(value: Any, kind: str) -> decimal.Decimal:
                          f"of {kind}; it is refused, not rounded") from None
 
 
-def check(value: Any, column: Column) -> Any:
-    """``value`` converted for ``column``; ValueError when it does not fit."""
-    if value is None:
-        if column.nullable:
-            return None
-        raise ValueError("is null but the column is NOT NULL")
-    kind = column.type
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite 32-bit float: a finite value beyond it does not fit ``float``."""
+
+
+def _float32(value: Any) -> float:
+    """A ``float`` value (float or int, not bool) as a Python float; ValueError when it
+    is none, or finite beyond the 32-bit range (Arrow would make it infinite)."""
+    if isinstance(value, bool) or not isinstance(value, float | int):
+        raise ValueError(f"value {repr(value)[:80]} ({type(value).__name__}) is not a float")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if math.isfinite(number) and -FLOAT32_MAX <= number <= FLOAT32_MAX:
+        return number
+    if isinstance(value, float) and not math.isfinite(value):
+        return number  # NaN and the infinities are 32-bit floats too
+    raise ValueError(f"value {repr(value)[:80]} is beyond the range of a float (32-bit, "
+                     f"at most {FLOAT32_MAX:g} either way): declare it double")
+
+
+def _naive(value: Any) -> dt.datetime:
+    """A naive datetime (a ``timestamp_ntz``); ValueError for anything else."""
+    if not isinstance(value, dt.datetime):
+        raise ValueError(f"value {repr(value)[:80]} ({type(value).__name__}) is not a "
+                         "timestamp_ntz: give a datetime without a time zone")
+    if value.tzinfo is not None and value.utcoffset() is not None:
+        raise ValueError(f"datetime {value.isoformat()} has a time zone, but a "
+                         "timestamp_ntz is a local date-time without one: declare the "
+                         "column timestamp, or give a naive datetime")
+    return value.replace(tzinfo=None) if value.tzinfo is not None else value
+
+
+def _date(value: Any) -> dt.date:
+    """A ``date`` value; ValueError for a datetime or anything else."""
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value
+    hint = (": a datetime is not a date (give its .date(), or declare timestamp)"
+            if isinstance(value, dt.datetime) else "")
+    raise ValueError(f"value {repr(value)[:80]} ({type(value).__name__}) is not a date{hint}")
+
+
+def convert(value: Any, kind: str) -> Any:
+    """A value (not None) converted for the column type ``kind``; ValueError when it does
+    not fit (for a nested type, naming the path inside it: ``at lines[3].qty: ...``)."""
     ok = False
     if kind == "string":
         ok = isinstance(value, str)
@@ -96,12 +140,34 @@ def check(value: Any, column: Column) -> Any:
         ok = isinstance(value, bytes | bytearray)
     elif kind == "timestamp":
         return _timestamp(value)
-    elif kind not in COLUMN_TYPES:
-        return _decimal(value, kind)
+    elif kind == "timestamp_ntz":
+        return _naive(value)
+    elif kind == "date":
+        return _date(value)
+    elif kind == "float":
+        return _float32(value)
+    else:
+        node = parse_type(kind)
+        if isinstance(node, DecimalType):
+            return _decimal(value, kind)
+        try:
+            return nested_value(value, node, convert)
+        except NestedFault as fault:
+            raise ValueError(f"at {fault.where()}: {fault.why}" if fault.parts
+                             else fault.why) from None
     if not ok:
         shown = repr(value)[:80]
         raise ValueError(f"value {shown} ({type(value).__name__}) is not a {kind}")
     return value
+
+
+def check(value: Any, column: Column) -> Any:
+    """``value`` converted for ``column``; ValueError when it does not fit."""
+    if value is None:
+        if column.nullable:
+            return None
+        raise ValueError("is null but the column is NOT NULL")
+    return convert(value, column.type)
 
 
 def check_rows(rows: Sequence[Row], columns: Sequence[Column], what: str,
@@ -140,10 +206,15 @@ def _fits(values: list[Any], column: Column) -> bool:
     return True
 
 
+_CONVERTED = frozenset({"timestamp", "timestamp_ntz", "float"})
+"""The flat types whose values the check converts or bounds one by one."""
+
+
 def _converted(values: list[Any], column: Column) -> list[Any]:
     """One column's values as Arrow takes them (timestamps in UTC, decimals at their
-    scale); ValueError when one does not fit (the rows are then checked one by one)."""
-    if column.type == "timestamp" or column.type not in COLUMN_TYPES:
+    scale, nested values checked to their leaves); ValueError when one does not fit (the
+    rows are then checked one by one)."""
+    if column.type in _CONVERTED or column.type not in COLUMN_TYPES:
         return [check(v, column) for v in values]
     if not _fits(values, column):
         raise ValueError(column.name)
@@ -189,5 +260,6 @@ def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime, *,
                                                          len(table)))
 
 
-__all__ = ["COORDINATES", "INT_RANGE", "TYPES", "arrow_table", "arrow_type", "check",
+__all__ = ["COORDINATES", "FLOAT32_MAX", "INT_RANGE", "TYPES", "arrow_table", "arrow_type",
+           "check", "convert",
            "check_rows", "record_batch"]

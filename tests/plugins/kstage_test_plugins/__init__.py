@@ -314,3 +314,47 @@ class LeakyProcessor(Processor):
         if message.value.get("fail"):
             raise PermissionError(f"backend refused token {self.options.api_token!r}")
         return [with_coordinates(dict(message.value), message)]
+
+
+NESTED_COLUMNS = (
+    Column("id", nullable=False), Column("f", "float"), Column("d", "date"),
+    Column("n", "timestamp_ntz"),
+    Column("order", "struct<id:long NOT NULL,lines:array<struct<sku:string,qty:int NOT NULL>>,"
+                    "placed:date,`unit price`:decimal(9,2)>"),
+    Column("tags", "map<string,array<struct<at:timestamp_ntz,raw:binary,when:timestamp>>>"),
+    Column("xs", "array<long>"))
+
+
+def _typed(value: object) -> object:
+    """A JSON value with its tagged objects made typed: ``{"$date": iso}`` a date,
+    ``{"$ntz": iso}`` a naive datetime, ``{"$ts": iso}`` an aware one, ``{"$dec": text}``
+    a Decimal, ``{"$hex": text}`` bytes; anything else as it is (so a test can give a
+    value that does not fit its column)."""
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        (tag, text), = value.items()
+        makers = {"$date": dt.date.fromisoformat, "$ntz": dt.datetime.fromisoformat,
+                  "$ts": dt.datetime.fromisoformat, "$dec": decimal.Decimal,
+                  "$hex": bytes.fromhex}
+        if tag in makers:
+            return makers[tag](text)
+    return {k: _typed(v) for k, v in value.items()}
+
+
+class NestedTypesProcessor(Processor):
+    """Every column type of issue 34 (float, date, timestamp_ntz, struct, array, map, a
+    struct inside an array inside a map): a JSON object with those keys gives one row,
+    its tagged values made typed (:func:`_typed`), the others passed on as they are."""
+
+    name = "test_nested"
+    formats = ("json",)
+    table = "stg_nested"
+    columns = NESTED_COLUMNS
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        typed = _typed(message.value)
+        assert isinstance(typed, dict)
+        return [with_coordinates(typed, message)]
