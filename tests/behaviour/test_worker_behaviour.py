@@ -393,15 +393,16 @@ class PoisonRows(JsonRowsProcessor):
 
 async def test_a_poison_message_is_dead_lettered_to_the_file_with_its_context_and_passed(
         harness: Harness, tmp_path: Path) -> None:
-    await harness.produce([{"i": 0}, {"poison": True}, {"i": 2}])
+    await harness.produce([{"i": 0}, b"{not json", {"i": 2}])
     sink = RecordingSink()
-    worker = harness.worker(harness.settings(tmp_path), sink, processor_cls=PoisonRows)
+    worker = harness.worker(harness.settings(tmp_path), sink)
     async with running(worker):
         await harness.wait_committed(0, 3, "committed past the poison message")
     assert sink.written == [0, 2], "the poison message was written"
-    (dead,) = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
-    assert (dead["topic"], dead["partition"], dead["offset"]) == (harness.topic, 0, 1), dead
-    assert "a poison value" in json.dumps(dead) and worker.stats["dead_lettered"] == 1
+    lines = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
+    assert [(d["topic"], d["partition"], d["offset"], d["error_type"]) for d in lines] == [
+        (harness.topic, 0, 1, "processors.errors.PoisonMessage")], lines
+    assert (worker.stats["dead_lettered"], worker.stats["processed"]) == (1, 3)
 
 
 @pytest.mark.broker_only("the dead-letter topic is written by a Kafka producer: the fake "
