@@ -494,7 +494,7 @@ async def test_start_from_committed_resumes_at_the_committed_offset_and_reads_no
     worker = harness.worker(harness.settings(tmp_path, start_from="committed"), sink)
     async with running(worker):
         await harness.wait_committed(0, 5, "the backlog committed")
-        await until(lambda: len(sink.rows) == 2, "the backlog written")
+        await until(lambda: len(sink.rows) >= 2, "the backlog written")
     assert [row["phase"] for row in sink.rows] == ["backlog"] * 2, sink.rows
     assert worker.snapshot()["start_from_counts"] == {}
 
