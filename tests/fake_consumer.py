@@ -185,6 +185,10 @@ class FakeConsumer:
     async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return dict.fromkeys(tps, 0)
 
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each log's length (asked while an operator pause fetches nothing)."""
+        return {tp: len(self.logs.get(tp, [])) for tp in tps}
+
     async def log_bounds(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, Bounds]:
         """:class:`~actors.log_bounds.LogBounds`: every log starts at 0 and ends at its
         length (the worker's, see ``tests.kit.make_worker``)."""

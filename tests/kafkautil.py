@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import yaml
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
@@ -102,6 +102,24 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
         await admin.close()
     return {tp.partition: (meta.offset if meta is not None else -1)
             for tp, meta in offsets.items()}
+
+
+async def read_all(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[Any]:
+    """The first ``expected`` records of ``topic``'s partition 0 (bounded wait)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        await consumer.seek_to_beginning()
+        got: list[Any] = []
+        async with asyncio.timeout(timeout):
+            while len(got) < expected:
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(msgs)
+        return got
+    finally:
+        await consumer.stop()
 
 
 def write_config(path: Path, bootstrap: str, group: str, topics: list[dict[str, Any]], *,

@@ -1,6 +1,7 @@
 """The fixture ``harness``: each behaviour test runs once per harness (see
 :mod:`tests.behaviour.harness`): ``fake`` (no broker), then on every broker the test is
-declared for in tests/brokers.py (``tansu``; ``kafka``, marked ``apache_kafka``)."""
+declared for in tests/brokers.py (``tansu``; ``kafka``, marked ``apache_kafka``). A test marked
+``broker_only(reason)`` skips the fake, with that reason."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "harness_kind" in metafunc.fixturenames:
         module = metafunc.module.__name__.rsplit(".", 1)[-1]
         brokers = kinds_for(module, metafunc.function.__name__)
-        metafunc.parametrize("harness_kind", [FAKE, *(
+        # A behaviour the fake consumer cannot show runs on the brokers alone; the
+        # fake's run is skipped with the reason, never left out silently.
+        broker_only = metafunc.definition.get_closest_marker("broker_only")
+        fake = FAKE if broker_only is None else pytest.param(
+            FAKE, marks=pytest.mark.skip(reason=f"broker only: {broker_only.args[0]}"))
+        metafunc.parametrize("harness_kind", [fake, *(
             pytest.param(kind, marks=[pytest.mark.kafka, pytest.mark.apache_kafka]
                          if kind == KAFKA else [pytest.mark.kafka])
             for kind in brokers)], indirect=True)

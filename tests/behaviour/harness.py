@@ -22,6 +22,7 @@ import asyncio
 import json
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,15 @@ from actors.sinks import Sink
 from actors.worker import Worker
 from processors.base import Processor
 from processors.json_rows import JsonRowsProcessor
-from settings import Settings
+from settings import Settings, SinkSettings
 from tests.fake_consumer import FakeConsumer
 from tests.kafkautil import FAST_GROUP, committed, produce
 from tests.kit import make_worker, until, worker_settings
 
 PARTITIONS = 2
+
+# A worker's sinks: one for every sink of its topic, or one per sink's settings (fan-out).
+Sinks = Sink | Callable[[SinkSettings], Sink]
 
 
 class Harness(ABC):
@@ -68,9 +72,10 @@ class Harness(ABC):
         batch of its own (Tansu's end offsets are right only then)."""
 
     @abstractmethod
-    def worker(self, settings: Settings, sink: Sink, *,
+    def worker(self, settings: Settings, sink: Sinks, *,
                processor_cls: type[Processor] = JsonRowsProcessor, **kwargs: Any) -> Worker:
-        """A worker of ``settings`` (from :meth:`settings`) writing into ``sink``;
+        """A worker of ``settings`` (from :meth:`settings`) writing into ``sink`` (or,
+        for a fan-out, into the sink a function of each sink's settings gives);
         ``kwargs`` go to :class:`~actors.worker.Worker`."""
 
     @abstractmethod
@@ -124,7 +129,7 @@ class FakeHarness(Harness):
         self.log.append(partition, [v if isinstance(v, bytes) else json.dumps(v).encode()
                                     for v in values])
 
-    def worker(self, settings: Settings, sink: Sink, *,
+    def worker(self, settings: Settings, sink: Sinks, *,
                processor_cls: type[Processor] = JsonRowsProcessor, **kwargs: Any) -> Worker:
         consumer = FakeConsumer(self.topic, {}, shares=self.log)
         worker = make_worker(settings, consumer, sink, processor_cls=processor_cls, **kwargs)
@@ -160,7 +165,7 @@ class BrokerHarness(Harness):
         await produce(self.bootstrap, self.topic, values, partition_of=lambda _: partition,
                       one_per_batch=True)
 
-    def worker(self, settings: Settings, sink: Sink, *,
+    def worker(self, settings: Settings, sink: Sinks, *,
                processor_cls: type[Processor] = JsonRowsProcessor, **kwargs: Any) -> Worker:
         return make_worker(settings, None, sink, processor_cls=processor_cls,
                            bootstrap=self.bootstrap, **kwargs)

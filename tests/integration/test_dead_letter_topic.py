@@ -9,11 +9,10 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from actors.master import Master
 from service.ops.dlq import load_topic, replay_group, replay_topic_async
@@ -23,6 +22,7 @@ from tests.integration.test_ops_tools import cli
 from tests.kafkautil import (
     committed,
     create_topic,
+    read_all,
     read_jsonl,
     unique,
     wait_until,
@@ -46,23 +46,6 @@ async def produce_with_headers(bootstrap: str, topic: str,
             await producer.send_and_wait(topic, value, key=key, headers=headers)
     finally:
         await producer.stop()
-
-
-async def read_all(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[Any]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        await consumer.seek_to_beginning()
-        got: list[Any] = []
-        async with asyncio.timeout(timeout):
-            while len(got) < expected:
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    got.extend(msgs)
-        return got
-    finally:
-        await consumer.stop()
 
 
 async def test_poison_lands_in_the_dead_letter_topic_with_its_context(broker: str,
