@@ -325,7 +325,8 @@ class Worker:
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
                             build=self._sink_factory,
                             refuse=self.pipeline.dead_letters.refuser, health=self._sink_health.get,
-                            group=self.group_id, resources=self._resources)
+                            group=self.group_id, resources=self._resources,
+                            processor=processor)
         self.sinks = self.rebalance.sinks = [bound.sink for bound in sinks]
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self.flush_soon = self.fetcher.flush_soon = (
