@@ -1,0 +1,121 @@
+"""``schema_rows`` end to end: Avro topics land in their own Iceberg staging tables by
+configuration alone (``spark.appends: pyiceberg``, a real catalog, the real broker, the
+tests' registry), the table created on first sight and evolved within the run when a
+writer schema adds an optional field (v1 and v2 producers interleaved: every row once,
+v1 rows NULL in the new column, the table's schema has it), and an incompatible writer
+schema (a string field become int) dead-lettered per message, naming the field and both
+schema ids, while the rest of the topic flows."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiokafka import AIOKafkaProducer
+from fastavro import parse_schema
+
+from actors.codecs.avro import encode
+from tests.fake_registry import FakeRegistry
+from tests.kafkautil import (
+    KstageProcess,
+    create_topic,
+    read_jsonl,
+    unique,
+    wait_until,
+    write_config,
+)
+from tests.lake import IcebergReader, spark_section
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def schema(*fields: tuple[str, Any]) -> dict[str, Any]:
+    return {"type": "record", "name": "Order", "namespace": "shop",
+            "fields": [{"name": n, "type": t, **({"default": None} if isinstance(t, list)
+                                                 else {})} for n, t in fields]}
+
+
+V1 = schema(("id", "string"), ("qty", "int"))
+V2 = schema(("id", "string"), ("qty", "long"), ("note", ["null", "string"]))  # compatible
+BAD = schema(("id", "int"), ("qty", "int"))  # id: string -> int
+
+
+async def send(broker: str, topic: str, records: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    await producer.start()
+    try:
+        for value in records:
+            await producer.send_and_wait(topic, value, partition=0)
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.timeout(300)
+async def test_avro_topics_land_and_evolve_by_configuration(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    group = unique("g-schema-rows")
+    topics = [unique(f"orders{i}") for i in range(3)]
+    tables = [f"stg_schema_rows_{i}" for i in range(3)]
+    catalog = {"uri": f"jdbc:sqlite:{tmp_path / 'lake' / 'catalog.db'}",
+               "warehouse": str(tmp_path / "lake" / "wh")}
+    with FakeRegistry() as registry:
+        ids = {}
+        for name, sch in (("v1", V1), ("v2", V2), ("bad", BAD)):
+            ids[name] = registry.register(f"{topics[0]}-value", json.dumps(sch))
+        parsed = {k: parse_schema(s) for k, s in (("v1", V1), ("v2", V2), ("bad", BAD))}
+
+        def rec(kind: str, value: dict[str, Any]) -> bytes:
+            return encode(parsed[kind], ids[kind], value)
+
+        first = [rec("v1", {"id": "a", "qty": 1})]
+        # then, once the table holds the first row (made with v1): v1 and v2 interleaved,
+        # a bad one, v1 again
+        mixed = [rec("v2", {"id": "b", "qty": 2**40, "note": "new"}),
+                 rec("v1", {"id": "c", "qty": 3}),
+                 rec("bad", {"id": 7, "qty": 4}),
+                 rec("v2", {"id": "d", "qty": 5, "note": None}),
+                 rec("v1", {"id": "e", "qty": 6})]
+        for topic in topics:
+            await create_topic(broker, topic)
+        await send(broker, topics[0], first)
+        for topic in topics[1:]:  # v1 only
+            await send(broker, topic, [rec("v1", {"id": "x", "qty": 9})])
+        cfg = write_config(tmp_path / "kstage.yml", broker, group, [
+            {"topic": topic, "format": "avro", "processor": "schema_rows",
+             "sink": {"type": "spark", "table": table}}
+            for topic, table in zip(topics, tables, strict=True)])
+        data = yaml.safe_load(cfg.read_text())
+        data["schema_registry"] = {"url": registry.url}
+        data["spark"] = spark_section(catalog, appends="pyiceberg")
+        cfg.write_text(yaml.safe_dump(data))
+        proc = kstage(cfg)
+        reader = IcebergReader(data["spark"])
+        await wait_until(lambda: all(len(reader.rows(t)) == 1 for t in tables), 120,
+                         "the first row of each table")
+        assert "note" not in reader.rows(tables[0])[0]  # made with v1
+        await send(broker, topics[0], mixed)
+        await wait_until(lambda: len(reader.rows(tables[0])) == 5, 120, "every good row")
+        await proc.wait_for_log("evolved with the writer schema: added note, widened qty")
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait(timeout=60) == 0, proc.output()
+        assert "restart" not in proc.output().lower(), proc.output()
+
+    rows = sorted(reader.rows(tables[0]), key=lambda r: r["_offset"])
+    assert [(r["_offset"], r["id"], r["qty"], r["note"]) for r in rows] == [
+        (0, "a", 1, None), (1, "b", 2**40, "new"), (2, "c", 3, None), (4, "d", 5, None),
+        (5, "e", 6, None)]
+    fields = {f.name: str(f.field_type) for f in
+              reader.catalog.load_table((reader.settings.catalog.namespace, tables[0]))
+              .schema().fields}
+    assert fields["qty"] == "long" and fields["note"] == "string"
+    for table in tables[1:]:
+        assert [(r["id"], r["qty"]) for r in reader.rows(table)] == [("x", 9)]
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    assert [d["offset"] for d in dead] == [3]
+    error = dead[0]["error"]
+    assert f"writer schema id {ids['bad']} does not fit the table: field 'id' is int" in error
+    assert f"typed by writer schema id {ids['v1']}" in error
