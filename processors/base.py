@@ -298,6 +298,13 @@ class Processor:
         """The columns of a processor with :attr:`columns_from_schema` (None otherwise)."""
         return None
 
+    def schema_known(self, schema: Any, schema_id: int | str) -> None:
+        """A processor with :attr:`columns_from_schema`: the latest writer schema of the
+        topic's value subject (``<topic>-value``), parsed as :attr:`Message.value_schema`
+        is, given once before the sinks open when the registry has one, so the table is
+        made before the first message. ValueError when the processor can never take it
+        (a recursive type): the worker does not start, naming why."""
+
     @classmethod
     def configured(cls, options: Mapping[str, Any] | BaseModel | None) -> type[Processor]:
         """The class whose ``table``, ``columns`` and ``key`` describe the rows made with

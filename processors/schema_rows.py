@@ -84,6 +84,11 @@ class SchemaRowsProcessor(Processor):
     def live_columns(self) -> LiveColumns:
         return self._live
 
+    def schema_known(self, schema: Any, schema_id: int | str) -> None:
+        shape = self._shapes[schema_id] = self._shape(schema, schema_id)
+        if shape.refused is not None:
+            raise ValueError(shape.refused)
+
     def _shape(self, schema: Any, schema_id: int | str | None) -> _Shape:
         try:
             fields, convert = avro_columns(schema)
@@ -95,8 +100,9 @@ class SchemaRowsProcessor(Processor):
             top = exc.path[0]
             return _Shape(None, (
                 f"writer schema id {schema_id} does not fit the table: field "
-                f"{'.'.join(exc.path)!r} is {exc.now.sql()} in it, {exc.was.sql()} in the "
-                f"table's column (typed by writer schema id {self._origin.get(top)}): not a "
+                f"{'.'.join(exc.path)!r} is {exc.now.sql()} in writer schema id {schema_id}, "
+                f"{exc.was.sql()} in the table's column (typed by writer schema id "
+                f"{self._origin.get(top)}): not a "
                 "widening Iceberg allows (int->long, float->double, a decimal's precision)"))
         if changes:
             try:

@@ -22,6 +22,7 @@ from actors.codecs.avro import encode
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import (
     KstageProcess,
+    committed,
     create_topic,
     read_jsonl,
     unique,
@@ -117,5 +118,87 @@ async def test_avro_topics_land_and_evolve_by_configuration(
     dead = read_jsonl(tmp_path / "dead.jsonl")
     assert [d["offset"] for d in dead] == [3]
     error = dead[0]["error"]
-    assert f"writer schema id {ids['bad']} does not fit the table: field 'id' is int" in error
+    assert (f"writer schema id {ids['bad']} does not fit the table: field 'id' is int in "
+            f"writer schema id {ids['bad']}, string in the table's column") in error
     assert f"typed by writer schema id {ids['v1']}" in error
+
+
+def config(tmp_path: Path, broker: str, group: str, topic: str, table: str, registry: str,
+           catalog: dict[str, Any], **options: Any) -> tuple[Path, dict[str, Any]]:
+    """A configuration of ``topic`` through ``schema_rows`` into ``table`` (pyiceberg)."""
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [
+        {"topic": topic, "format": "avro", "processor": "schema_rows",
+         **({"options": options} if options else {}),
+         "sink": {"type": "spark", "table": table}}])
+    data = yaml.safe_load(cfg.read_text())
+    data["schema_registry"] = {"url": registry}
+    data["spark"] = spark_section(catalog, appends="pyiceberg")
+    cfg.write_text(yaml.safe_dump(data))
+    return cfg, data
+
+
+def lake(tmp_path: Path) -> dict[str, Any]:
+    return {"uri": f"jdbc:sqlite:{tmp_path / 'lake' / 'catalog.db'}",
+            "warehouse": str(tmp_path / "lake" / "wh")}
+
+
+@pytest.mark.timeout(300)
+async def test_on_incompatible_stop_fails_the_worker_and_commits_nothing_past_it(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    group, topic, table = unique("g-schema-stop"), unique("orders-stop"), "stg_schema_stop"
+    with FakeRegistry() as registry:
+        v1 = registry.register(f"{topic}-value", json.dumps(V1))
+        bad = registry.register(f"{topic}-other", json.dumps(BAD))
+        await create_topic(broker, topic)
+        await send(broker, topic, [encode(parse_schema(V1), v1, {"id": "a", "qty": 1}),
+                                   encode(parse_schema(BAD), bad, {"id": 2, "qty": 2}),
+                                   encode(parse_schema(V1), v1, {"id": "c", "qty": 3})])
+        cfg, data = config(tmp_path, broker, group, topic, table, registry.url, lake(tmp_path),
+                           on_incompatible="stop")
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=240) == 1, proc.output()
+    out = proc.output()
+    assert (f"{topic}[0]@1 failed: StopTopic: writer schema id {bad} does not fit the "
+            f"table: field 'id' is int in writer schema id {bad}") in out, out
+    assert f"typed by writer schema id {v1}" in out
+    assert (await committed(broker, group, topic, 1)).get(0, 0) <= 1
+    assert [r["_offset"] for r in IcebergReader(data["spark"]).rows(table)] == [0]
+    assert not (tmp_path / "dead.jsonl").exists()
+
+
+@pytest.mark.timeout(300)
+async def test_a_recursive_schema_is_refused_at_start_with_the_cycle(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    group, topic = unique("g-schema-rec"), unique("tree")
+    node = {"type": "record", "name": "Node", "namespace": "t", "fields": [
+        {"name": "v", "type": "int"},
+        {"name": "kids", "type": {"type": "array", "items": "t.Node"}}]}
+    with FakeRegistry() as registry:
+        registry.register(f"{topic}-value", json.dumps(node))
+        await create_topic(broker, topic)
+        cfg, _ = config(tmp_path, broker, group, topic, "stg_schema_rec", registry.url,
+                        lake(tmp_path))
+        proc = kstage(cfg)
+        assert await proc.wait(timeout=120) != 0, proc.output()
+    assert ("recursive type 't.Node': kids.element refers back to it") in proc.output()
+
+
+@pytest.mark.timeout(300)
+async def test_the_table_is_made_at_start_from_the_subjects_latest_schema(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    group, topic, table = unique("g-schema-start"), unique("empty"), "stg_schema_start"
+    with FakeRegistry() as registry:
+        registry.register(f"{topic}-value", json.dumps(V2))
+        await create_topic(broker, topic)
+        cfg, data = config(tmp_path, broker, group, topic, table, registry.url,
+                           lake(tmp_path))
+        proc = kstage(cfg)
+        reader = IcebergReader(data["spark"])
+        await wait_until(lambda: reader.exists(table), 120, "the table, before any message")
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait(timeout=60) == 0, proc.output()
+    fields = {f.name: str(f.field_type) for f in
+              reader.catalog.load_table((reader.settings.catalog.namespace, table))
+              .schema().fields}
+    assert {k: fields[k] for k in ("id", "qty", "note")} == {
+        "id": "string", "qty": "long", "note": "string"}

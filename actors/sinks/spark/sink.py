@@ -154,6 +154,7 @@ class SparkSink(SparkTableSink):
             self._extras = self.columns
             self._applied = 0
             self._evolving = asyncio.Lock()
+            await self._follow_schema()  # columns known at start: the table made now
             return
         self._writer = self._staging()
         await self._writer.register()
