@@ -3,6 +3,7 @@ LiveColumns before the row of a new shape, incompatible and recursive schemas re
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 from processors.errors import PoisonMessage, StopTopic
 from processors.schema_rows import SchemaRowsProcessor
 from processors.testing import avro_message
+from service.cli import main
 
 
 def order(*fields: tuple[str, Any]) -> dict[str, Any]:
@@ -75,3 +77,24 @@ def test_a_tombstone_makes_no_row_and_options_are_checked() -> None:
     assert p.transform(avro_message(V1, {"id": "a", "qty": 1})._replace(value=None)) == []
     with pytest.raises(ValidationError):
         SchemaRowsProcessor({"on_incompatible": "ignore"})
+
+
+def validate(tmp_path: Path, options: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    path = tmp_path / "kstage.yml"
+    path.write_text("name: s\nschema_registry: {url: 'http://registry:8081'}\ngroups:\n"
+                    "  - topics:\n      - topic: orders\n        format: avro\n"
+                    "        processor: schema_rows\n"
+                    f"        sink: {{type: spark, table: orders}}\n{options}",
+                    encoding="utf-8")
+    code = main(["validate", "-c", str(path)])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def test_validate_takes_a_table_sink_and_refuses_a_bad_option_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = validate(tmp_path, "", capsys)
+    assert code == 0, out  # a spark sink takes it: its columns come from the schema
+    code, out = validate(tmp_path, "        options: {on_incompatible: ignore}\n", capsys)
+    assert code == 2, out
+    assert "groups[0].topics[0].options.on_incompatible (line 9): " in out, out
