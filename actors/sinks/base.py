@@ -94,6 +94,10 @@ class SinkCapabilities:
             :attr:`Processor.emits_deletes <processors.base.Processor.emits_deletes>`):
             it deletes the key's row or keeps the deletion with its marker. A processor
             that emits deletions cannot feed a sink without it (refused at start).
+        evolves_columns: a sink that ``needs_columns`` follows a processor whose columns
+            come from writer schemas (:attr:`SinkContext.live`): it creates its table
+            with the first ones and evolves it, committed, before rows of a new shape.
+            Such a processor cannot feed a table sink without it (refused at start).
     """
 
     pipelined: bool = False
@@ -102,6 +106,7 @@ class SinkCapabilities:
     refuses_rows: bool = False
     stores_offsets: bool = False
     deletes: bool = False
+    evolves_columns: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +212,11 @@ class Sink(abc.ABC):
             return [(("processor",), f"{processor} emits deletions and a {self.type} sink "
                      "cannot take them (its SinkCapabilities.deletes is False); use a sink "
                      "that can (jsonl, http, spark, jdbc)")]
+        if (self.capabilities.needs_columns and self.context.columns_from_schema
+                and not self.capabilities.evolves_columns):
+            return [(("processor",), f"{processor} takes its columns from the writer "
+                     f"schemas and a {self.type} sink cannot evolve its table with them "
+                     "(its SinkCapabilities.evolves_columns is False); use a spark sink")]
         if (self.capabilities.needs_columns and not self.context.columns
                 and not self.context.columns_from_schema):
             return [(("processor",), f"{processor} declares no columns; a {self.type} sink "

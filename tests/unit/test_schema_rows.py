@@ -79,12 +79,13 @@ def test_a_tombstone_makes_no_row_and_options_are_checked() -> None:
         SchemaRowsProcessor({"on_incompatible": "ignore"})
 
 
-def validate(tmp_path: Path, options: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def validate(tmp_path: Path, options: str, capsys: pytest.CaptureFixture[str],
+             sink: str = "{type: spark, table: orders}") -> tuple[int, str]:
     path = tmp_path / "kstage.yml"
     path.write_text("name: s\nschema_registry: {url: 'http://registry:8081'}\ngroups:\n"
                     "  - topics:\n      - topic: orders\n        format: avro\n"
                     "        processor: schema_rows\n"
-                    f"        sink: {{type: spark, table: orders}}\n{options}",
+                    f"        sink: {sink}\n{options}",
                     encoding="utf-8")
     code = main(["validate", "-c", str(path)])
     out, err = capsys.readouterr()
@@ -98,3 +99,12 @@ def test_validate_takes_a_table_sink_and_refuses_a_bad_option_with_its_line(
     code, out = validate(tmp_path, "        options: {on_incompatible: ignore}\n", capsys)
     assert code == 2, out
     assert "groups[0].topics[0].options.on_incompatible (line 9): " in out, out
+
+
+def test_validate_refuses_a_table_sink_that_cannot_evolve(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = validate(tmp_path, "", capsys, sink="{type: jdbc, table: orders, "
+                         "url: 'jdbc:postgresql://db/x', jar: x.jar}")
+    assert code == 2, out
+    assert ("groups[0].topics[0].processor (line 7): jdbc sink: processor 'schema_rows' takes "
+            "its columns from the writer schemas and a jdbc sink cannot evolve") in out, out

@@ -128,7 +128,7 @@ class SparkSink(SparkTableSink):
     settings_model = SparkSinkSettings
     requires = {"pyspark": "kstage[spark]", "pyarrow": "kstage[spark]"}
     capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True,
-                                    stores_offsets=True, deletes=True)
+                                    stores_offsets=True, deletes=True, evolves_columns=True)
     settings: SparkSinkSettings
     _writer: StagingWriter | None
 
