@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.backoff import linear_delays_s
 from actors.errors import MessageFailedError
-from processors.errors import PoisonMessage
+from processors.errors import PoisonMessage, StopTopic
 from settings.models import FailureMode, FailureSettings
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,9 @@ class FailurePolicy:
         """
         mode = self.settings.mode
         attempts = 1
+        if isinstance(exc, StopTopic):  # whatever the policy: the topic goes no further
+            raise MessageFailedError(f"{describe} failed: {type(exc).__name__}: {exc}",
+                                     attempts=attempts) from exc
         if mode is FailureMode.RETRY and not isinstance(exc, PoisonMessage):
             for delay in self.delays_s:
                 logger.warning(

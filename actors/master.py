@@ -122,7 +122,7 @@ class Master:
                 drain=self.drain, on_drained=self._worker_drained,
                 sleep=self._retry_sleep, incarnation=incarnation,
                 avro=avro, avro_keys=avro_keys, metrics=self.metrics,
-                starts=self._starts, resources=self.resources,
+                starts=self._starts, resources=self.resources, registry=self._registry,
                 control=self.controls[f"{self.settings.group_id(group)}/{topic.topic}"],
             )
         return make

@@ -60,6 +60,8 @@ def extra_columns(topic: TopicSettings) -> tuple[Column, ...]:
 def sink_columns(topic: TopicSettings, processor: type[Processor]) -> tuple[Column, ...]:
     """The columns a table sink of the topic writes: the processor's, then the extra ones
     (none for a processor that declares no columns: the sink refuses it anyway)."""
+    if processor.columns_from_schema:  # the processor's come from the writer schemas
+        return extra_columns(topic)
     if not processor.columns:
         return ()
     return (*table_columns(processor), *extra_columns(topic))

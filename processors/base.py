@@ -177,6 +177,7 @@ class Message(NamedTuple):
             topic of ``format: avro``, the writer schema the value was decoded with
             (fastavro's parsed schema: a dict keeping every property, e.g. Kafka
             Connect's ``connect.name``); None otherwise (and for a null value).
+        value_schema_id: the registry's id of ``value_schema`` (None when that is None).
     """
 
     topic: str
@@ -189,6 +190,7 @@ class Message(NamedTuple):
     raw: bytes | None
     timestamp_type: int = -1
     value_schema: Any = None
+    value_schema_id: int | str | None = None
 
     def coordinates(self) -> Row:
         """The Kafka coordinate columns every row carries."""
@@ -198,6 +200,28 @@ class Message(NamedTuple):
             "_offset": self.offset,
             "_timestamp": self.timestamp,
         }
+
+
+class LiveColumns:
+    """The columns of a processor whose rows' shape comes from the messages' writer
+    schemas (:attr:`Processor.columns_from_schema`): they change while the worker runs.
+
+    The processor sets them (:meth:`set`) *before* it returns the first row of a new
+    shape; a table sink bound to them compares :attr:`version` with the one it last
+    applied before each write, and evolves its table (new nullable columns, widened
+    types) and commits that before it writes the rows. Columns only ever grow or widen:
+    a column once set stays (a field removed from the schema reads NULL in new rows).
+    """
+
+    __slots__ = ("columns", "version")
+
+    def __init__(self) -> None:
+        self.columns: tuple[Column, ...] = ()
+        self.version = 0  # 0: none known yet
+
+    def set(self, columns: Sequence[Column]) -> None:
+        self.columns = tuple(columns)
+        self.version += 1
 
 
 class NoOptions(BaseModel):
@@ -270,6 +294,22 @@ class Processor:
 
     options_model: ClassVar[type[BaseModel]] = NoOptions
     """The pydantic model of the topic's ``options`` (see the module docstring)."""
+
+    columns_from_schema: ClassVar[bool] = False
+    """The rows' columns come from the messages' writer schemas, not from :attr:`columns`:
+    the processor's :meth:`live_columns` says them while it runs, and table sinks bound
+    to it evolve their table when they change (see :class:`LiveColumns`)."""
+
+    def live_columns(self) -> LiveColumns | None:
+        """The columns of a processor with :attr:`columns_from_schema` (None otherwise)."""
+        return None
+
+    def schema_known(self, schema: Any, schema_id: int | str) -> None:
+        """A processor with :attr:`columns_from_schema`: the latest writer schema of the
+        topic's value subject (``<topic>-value``), parsed as :attr:`Message.value_schema`
+        is, given once before the sinks open when the registry has one, so the table is
+        made before the first message. ValueError when the processor can never take it
+        (a recursive type): the worker does not start, naming why."""
 
     @classmethod
     def configured(cls, options: Mapping[str, Any] | BaseModel | None) -> type[Processor]:

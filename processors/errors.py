@@ -4,6 +4,7 @@ Tree::
 
     ProcessorError           root
     ├── PoisonMessage        the message itself is bad (undecodable, wrong shape): not retriable
+    ├── StopTopic            the topic cannot go on: its worker stops, nothing past is committed
     ├── RegistryError        loading processors failed: unknown, duplicate, topic claimed twice
     └── Retry                control flow: ask for this message to be retried (retriable)
 
@@ -29,6 +30,12 @@ class PoisonMessage(ProcessorError):
     """
 
     details: dict[str, Any] = {}  # replaced per instance, never mutated
+
+
+class StopTopic(ProcessorError):
+    """The topic must not go past this message (e.g. an incompatible schema change under
+    ``on_incompatible: stop``): whatever the group's failure policy, the worker fails
+    with it (as ``failure.mode: throw`` does) and nothing from it on is committed."""
 
 
 class RegistryError(ProcessorError):

@@ -164,4 +164,4 @@ def avro_message(schema: SchemaLike, record: Any, *, reader_schema: SchemaLike |
     value = _decode_avro(raw, writer, reader)
     # the writer schema, as kstage gives it to a processor with wants_value_schema
     return Message(topic, partition, offset, timestamp, key, value, tuple(headers), raw,
-                   value_schema=writer)
+                   value_schema=writer, value_schema_id=schema_id)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from actors.errors import SinkError
-from processors.base import Column, Row
+from processors.base import Column, LiveColumns, Row
 from settings.models import SinkSettings
 
 if TYPE_CHECKING:
@@ -94,6 +94,10 @@ class SinkCapabilities:
             :attr:`Processor.emits_deletes <processors.base.Processor.emits_deletes>`):
             it deletes the key's row or keeps the deletion with its marker. A processor
             that emits deletions cannot feed a sink without it (refused at start).
+        evolves_columns: a sink that ``needs_columns`` follows a processor whose columns
+            come from writer schemas (:attr:`SinkContext.live`): it creates its table
+            with the first ones and evolves it, committed, before rows of a new shape.
+            Such a processor cannot feed a table sink without it (refused at start).
     """
 
     pipelined: bool = False
@@ -102,6 +106,7 @@ class SinkCapabilities:
     refuses_rows: bool = False
     stores_offsets: bool = False
     deletes: bool = False
+    evolves_columns: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,12 @@ class SinkContext:
         record_columns: the names, in order, of the topic's ``columns:`` (the record's
             key, headers, timestamp type) among ``columns``, for problems to name them
             where they are declared.
+        columns_from_schema: the processor's columns come from the messages' writer
+            schemas (:attr:`Processor.columns_from_schema
+            <processors.base.Processor.columns_from_schema>`): ``columns`` then holds only
+            the topic's record columns, the processor's are in ``live``.
+        live: the running processor's columns (:class:`~processors.base.LiveColumns`),
+            for a processor with ``columns_from_schema``; None in ``kstage validate``.
     """
 
     label: str = ""
@@ -149,6 +160,8 @@ class SinkContext:
     health: SinkHealth | None = None
     refuse: RefuseRows | None = None
     record_columns: tuple[str, ...] = ()
+    live: LiveColumns | None = None
+    columns_from_schema: bool = False
 
 
 class Sink(abc.ABC):
@@ -199,7 +212,13 @@ class Sink(abc.ABC):
             return [(("processor",), f"{processor} emits deletions and a {self.type} sink "
                      "cannot take them (its SinkCapabilities.deletes is False); use a sink "
                      "that can (jsonl, http, spark, jdbc)")]
-        if self.capabilities.needs_columns and not self.context.columns:
+        if (self.capabilities.needs_columns and self.context.columns_from_schema
+                and not self.capabilities.evolves_columns):
+            return [(("processor",), f"{processor} takes its columns from the writer "
+                     f"schemas and a {self.type} sink cannot evolve its table with them "
+                     "(its SinkCapabilities.evolves_columns is False); use a spark sink")]
+        if (self.capabilities.needs_columns and not self.context.columns
+                and not self.context.columns_from_schema):
             return [(("processor",), f"{processor} declares no columns; a {self.type} sink "
                      "writes a typed table and needs them (use a processor with columns, "
                      "or another sink type)")]

@@ -93,6 +93,7 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                     processor=topic.processor, columns=sink_columns(topic, cls), table=cls.table,
                     record_columns=record_column_names(topic), key=tuple(cls.key),
                     emits_deletes=cls.emits_deletes, source_order=cls.source_order,
+                    columns_from_schema=cls.columns_from_schema,
                     settings=settings))
                 # a sink names its keys as under sink:; under sinks: they are sinks.K.<key>
                 problems += [((*here, *_under(key, named.path)), why)

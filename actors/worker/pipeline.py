@@ -104,7 +104,8 @@ class RecordPipeline:
         self.filter = compile_filter(topic.filter)
         self.processor: Processor = None  # type: ignore[assignment]  # set by use()
         self.async_transform = self.deletes = False
-        self.value_schema: Callable[[bytes], Any] | None = None  # see use()
+        # (writer schema, its id) of a value: see use()
+        self.value_schema: Callable[[bytes], tuple[Any, int | str]] | None = None
         if processor is not None:
             self.use(processor)
         self.stats = stats if stats is not None else {}
@@ -146,8 +147,13 @@ class RecordPipeline:
         self.async_transform = inspect.iscoroutinefunction(processor.transform)
         self.deletes = processor.emits_deletes  # each row then says if it is a deletion
         avro = self.avro if self.topic.format == "avro" else None  # writer schemas: Avro
-        self.value_schema = (None if avro is None or not processor.wants_value_schema
-                             else lambda raw: avro.writer(raw)[1])
+        if avro is None or not processor.wants_value_schema:
+            self.value_schema = None
+        else:
+            def writer(raw: bytes) -> tuple[Any, int | str]:
+                id_bytes, schema = avro.writer(raw)
+                return schema, avro.schema_id(id_bytes)
+            self.value_schema = writer
 
     def keeps(self, value: Any) -> bool:
         """Whether the topic's filter lets a decoded ``value`` reach the processor; a
@@ -172,11 +178,12 @@ class RecordPipeline:
             return rec  # type: ignore[return-value]  # a Message already (for_processor)
         key = rec.key if self.decode_key is None else self.decode_key(rec.key)
         value = self.decode(rec.value)
-        schema = (None if self.value_schema is None or rec.value is None
-                  else self.value_schema(rec.value))
+        schema, schema_id = ((None, None) if self.value_schema is None or rec.value is None
+                             else self.value_schema(rec.value))
         return Message(
             rec.topic, rec.partition, rec.offset, rec.timestamp, key,
-            value, rec.headers, rec.value, rec.timestamp_type, schema,  # type: ignore[arg-type]
+            value, rec.headers, rec.value, rec.timestamp_type,  # type: ignore[arg-type]
+            schema, schema_id,
         )
 
     async def load_schemas(self, records: Sequence[RecordLike]) -> None:

@@ -54,6 +54,7 @@ from aiokafka.errors import KafkaError
 from actors.backoff import backoff_s
 from actors.codecs.avro import AvroDecoder
 from actors.codecs.by_id import SchemaIdDecoder
+from actors.codecs.schema_registry import SchemaRegistry
 from actors.control import TopicControl
 from actors.deadletters.topic import DeadLetterTopic
 from actors.failure import FailurePolicy, Sleep
@@ -76,6 +77,7 @@ from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
 from actors.worker.flow import Flow
+from actors.worker.known_schema import give_latest_schema
 from actors.worker.pipeline import RecordPipeline
 from actors.worker.process import ProcessLoop
 from actors.worker.rebalance import Rebalance
@@ -158,6 +160,7 @@ class Worker:
         resources: Resources | None = None,
         control: TopicControl | None = None,
         log_bounds: LogBounds | None = None,
+        registry: SchemaRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
@@ -169,6 +172,7 @@ class Worker:
         self._consumer_factory = consumer_factory
         self._sink_factory = sink_factory
         self._resources = resources
+        self._registry = registry
         self.drain = drain
         self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
                       "dead_lettered": 0, "filtered": 0, "committed": 0, "paused": 0}
@@ -325,7 +329,8 @@ class Worker:
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
                             build=self._sink_factory,
                             refuse=self.pipeline.dead_letters.refuser, health=self._sink_health.get,
-                            group=self.group_id, resources=self._resources)
+                            group=self.group_id, resources=self._resources,
+                            processor=processor)
         self.sinks = self.rebalance.sinks = [bound.sink for bound in sinks]
         # A micro-batching sink flushes early when this worker cannot send it more rows.
         self.flush_soon = self.fetcher.flush_soon = (
@@ -333,6 +338,8 @@ class Worker:
             else functools.partial(_flush_all, sinks))
         await processor.start()
         try:
+            if processor.columns_from_schema:
+                await give_latest_schema(self._registry, self.topic, processor, self.label)
             async with contextlib.AsyncExitStack() as opened:  # closes the sinks it opened
                 for bound in sinks:
                     await bound.sink.open()

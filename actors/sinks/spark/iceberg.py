@@ -53,7 +53,7 @@ from typing import Any
 from actors.errors import FatalError
 from actors.sinks.spark.catalog import dotted, namespace, qualified
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
-from processors.base import Column
+from processors.base import Column, decimal_parts
 from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -130,6 +130,45 @@ def schema_change(existing: dict[str, str], declared: Sequence[Column],
     return added, errors
 
 
+SPARK_WIDENS = {("int", "bigint"), ("float", "double")}
+"""(table's type, declared type): the promotions Iceberg applies to a column in place."""
+
+
+def widens(was: str, now: str) -> bool | None:
+    """Whether a column of Spark type ``was`` takes values of ``now`` once widened to it
+    (True), as it is (False: the same or a narrower type), or not at all (None)."""
+    if was == now or (now, was) in SPARK_WIDENS:
+        return False
+    if (was, now) in SPARK_WIDENS:
+        return True
+    old, new = decimal_parts(was), decimal_parts(now)
+    if old is not None and new is not None and old[1] == new[1]:
+        return new[0] > old[0]
+    return None
+
+
+def evolution(existing: dict[str, str], declared: Sequence[Column],
+              ) -> tuple[list[Column], list[Column], list[str]]:
+    """Compare a table's columns with the ``declared`` ones of a processor whose columns
+    come from writer schemas (:attr:`~processors.base.Processor.columns_from_schema`):
+    the new columns (added nullable), the columns to widen (``int`` -> ``bigint``,
+    ``float`` -> ``double``, a decimal's precision) and one message per change that
+    cannot be made. A column of the table no longer declared stays (NULL in new rows); a
+    declared type narrower than the table's is written as it is."""
+    added, widened, errors = [], [], []
+    for column in declared:
+        if column.name not in existing:
+            added.append(Column(column.name, column.type, True))
+            continue
+        was, now = existing[column.name], column_kind(column.type).spark_sql.lower()
+        verdict = widens(was, now)
+        if verdict is None:
+            errors.append(f"column {column.name!r} is {was}, cannot become {now}")
+        elif verdict:
+            widened.append(column)
+    return added, widened, errors
+
+
 def unfit(table: str, errors: Sequence[str]) -> FatalError:
     """The error of a processor whose columns do not fit the staging table ``table``
     (``catalog.namespace.table``): ``errors`` from :func:`schema_change`."""
@@ -164,6 +203,31 @@ def create_staging(spark: Any, settings: SparkSettings, table: str,
     if added:
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_ddl_columns(added)})")
     return [c.name for c in added]
+
+
+def evolve_staging(spark: Any, settings: SparkSettings, table: str,
+                   columns: Sequence[Column]) -> list[str]:
+    """Create the staging table of a processor whose columns come from writer schemas,
+    or evolve it to ``columns`` (:func:`evolution`: new nullable columns, widened types,
+    each an Iceberg schema commit); the changes made, as text. FatalError when a column
+    cannot take the declared type."""
+    name = qualified(settings, table)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(settings)}")
+    if not spark.catalog.tableExists(dotted(settings, table)):
+        create_staging(spark, settings, table, columns)
+        return []
+    spark.sql(f"REFRESH TABLE {name}")
+    existing = {f.name: f.dataType.simpleString() for f in spark.table(name).schema}
+    added, widened, errors = evolution(existing, table_columns(columns))
+    if errors:
+        raise unfit(dotted(settings, table), errors)
+    if added:
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_ddl_columns(added)})")
+    for column in widened:
+        spark.sql(f"ALTER TABLE {name} ALTER COLUMN `{column.name}` TYPE "
+                  f"{column_kind(column.type).spark_sql}")
+    return [f"added {c.name}" for c in added] + [f"widened {c.name} to {c.type}"
+                                                  for c in widened]
 
 
 def table_metadata(spark: Any, settings: SparkSettings, table: str) -> dict[str, Any]:

@@ -118,11 +118,27 @@ def conformed(table: Any, schema: Any) -> Any:
     for column in schema.fields:
         if column.name in table.column_names:
             array = table.column(column.name)
+            wanted = schema_to_pyarrow(column.field_type)
+            if array.type != wanted and _widening(array.type, wanted):
+                array = array.cast(wanted)  # rows converted before the column was widened
         else:
             array = pa.nulls(len(table), schema_to_pyarrow(column.field_type))
         arrays.append(array)
         fields.append(pa.field(column.name, array.type, nullable=not column.required))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _widening(have: Any, wanted: Any) -> bool:
+    """Whether Arrow type ``have`` is one Iceberg widens to ``wanted`` (int32 -> int64,
+    float32 -> float64, a decimal's precision)."""
+    import pyarrow as pa  # only with the spark extra
+
+    if pa.types.is_int32(have) and pa.types.is_int64(wanted):
+        return True
+    if pa.types.is_float32(have) and pa.types.is_float64(wanted):
+        return True
+    return bool(pa.types.is_decimal(have) and pa.types.is_decimal(wanted)
+                and have.scale == wanted.scale and have.precision < wanted.precision)
 
 
 class PyIcebergAppends:

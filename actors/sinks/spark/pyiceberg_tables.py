@@ -156,6 +156,33 @@ def create_staging(catalog: Any, settings: SparkSettings, table: str,
     return [c.name for c in added]
 
 
+def evolve_staging(catalog: Any, settings: SparkSettings, table: str,
+                   columns: Sequence[Column]) -> list[str]:
+    """:func:`actors.sinks.spark.iceberg.evolve_staging` through pyiceberg: create the
+    table, or add the new nullable columns and widen the types in one ``update_schema()``
+    commit; the changes made, as text."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    namespace = settings.catalog.namespace
+    try:
+        loaded = catalog.load_table((namespace, table))
+    except NoSuchTableError:
+        create_staging(catalog, settings, table, columns)
+        return []
+    existing = {f.name: spark_type_name(f.field_type) for f in loaded.schema().fields}
+    added, widened, errors = iceberg.evolution(existing, iceberg.table_columns(columns))
+    if errors:
+        raise iceberg.unfit(dotted(settings, table), errors)
+    if added or widened:
+        with loaded.update_schema() as update:
+            for column in added:
+                update.add_column(column.name, iceberg_type(column.type), required=False)
+            for column in widened:
+                update.update_column(column.name, field_type=iceberg_type(column.type))
+    return [f"added {c.name}" for c in added] + [f"widened {c.name} to {c.type}"
+                                                  for c in widened]
+
+
 def summaries(loaded: Any, key: str) -> list[str]:
     """``summary[key]`` of the snapshots of ``loaded``'s current history that carry it
     (newest first)."""

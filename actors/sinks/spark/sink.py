@@ -21,6 +21,7 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
@@ -129,7 +130,7 @@ class SparkSink(SparkTableSink):
     settings_model = SparkSinkSettings
     requires = {"pyspark": "kstage[spark]", "pyarrow": "kstage[spark]"}
     capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True,
-                                    stores_offsets=True, deletes=True)
+                                    stores_offsets=True, deletes=True, evolves_columns=True)
     settings: SparkSinkSettings
     _writer: StagingWriter | None
 
@@ -149,8 +150,34 @@ class SparkSink(SparkTableSink):
 
     async def open(self) -> None:
         self._refuse_problems()
+        if self.context.live is not None:
+            # Columns from writer schemas: the table is made (or evolved) with the first
+            # ones the processor knows, before the rows of that shape (write_at).
+            self._extras = self.columns
+            self._applied = 0
+            self._evolving = asyncio.Lock()
+            await self._follow_schema()  # columns known at start: the table made now
+            return
         self._writer = self._staging()
         await self._writer.register()
+
+    async def _follow_schema(self) -> None:
+        """A processor whose columns come from writer schemas changed them since the
+        last write: create or evolve the table (committed) before its rows are written."""
+        live = self.context.live
+        if live is None or live.version == self._applied:
+            return
+        async with self._evolving:
+            version = live.version
+            if version == self._applied:
+                return
+            columns = (*live.columns, *self._extras)
+            if self._writer is None:
+                self.columns = columns
+                self._writer = self._staging()
+            await self._writer.evolve(columns)
+            self.columns = columns
+            self._applied = version
 
     def _staging(self) -> StagingWriter:
         """The process's writer of this sink's table (created on first use)."""
@@ -161,7 +188,7 @@ class SparkSink(SparkTableSink):
         if not isinstance(tracked, StagingWriter):
             raise FatalError(f"spark sink: table {self.table!r} is written by another sink "
                              "type in this process")
-        if tracked.columns != self.columns:
+        if tracked.columns != self.columns and self.context.live is None:
             raise FatalError(f"spark sink: table {self.table!r} is written with two "
                              "different column lists in this process")
         return tracked
@@ -169,8 +196,11 @@ class SparkSink(SparkTableSink):
     async def write_at(self, rows: Sequence[Row], position: Position) -> None:
         """Write the rows of one batch (see :meth:`TableSink.write`); rows of messages
         the table already holds (before its offset for the partition) are dropped."""
+        await self._follow_schema()
         writer = self._writer
         if writer is None:
+            if self.context.live is not None and not rows:
+                return  # nothing known of the schema, nothing to write
             raise SinkError("spark sink: write before open")
         await self._write_after_floor(writer, rows, position)
 

@@ -47,6 +47,7 @@ pyspark is imported only inside functions.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import time
@@ -62,6 +63,7 @@ from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.pyiceberg_appends import PyIcebergAppends
 from actors.sinks.table.batching import Pending
+from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.exactly_once import ExactlyOnceWriter, Flight, held
 from actors.sinks.table.rows import arrow_table, record_batch
 from processors.base import Column, Row
@@ -186,6 +188,42 @@ class StagingWriter(ExactlyOnceWriter):
                             f"{self._why(exc)}") from exc
         self._registered = True
         logger.info("spark sink: table %s registered", self.name)
+
+    async def evolve(self, columns: tuple[Column, ...]) -> None:
+        """Evolve the table to ``columns`` (a processor whose columns come from writer
+        schemas: new nullable columns, widened types) and write with them from now on:
+        the rows already converted are written first (with the columns they were
+        converted for), then the table's schema is committed, then the columns change;
+        the rows converted after are written to the evolved table. Created on first
+        sight when it does not exist."""
+        if self._registered and columns == self.columns:
+            return
+        waits = [item.future for item in self._pending] + list(self._tasks)
+        if waits:
+            self.flush_soon()
+            await asyncio.gather(*waits, return_exceptions=True)  # their writers see errors
+        lake, settings = self._lake, self.actor.settings
+        try:
+            if lake is not None:
+                made = await lake.lake.call(lambda: pyiceberg_tables.evolve_staging(
+                    lake.lake.catalog(), settings, self.table, columns))
+            else:
+                def run(spark: Any) -> list[str]:
+                    self.actor.warm_up(spark)
+                    return iceberg.evolve_staging(spark, settings, self.table, columns)
+                made = await self.actor.call(run)
+        except (SinkError, FatalError):
+            raise
+        except Exception as exc:  # any catalog failure is a retriable sink error
+            raise SinkError(f"spark sink {self.name}: cannot evolve the table: "
+                            f"{self._why(exc)}") from exc
+        self.columns = columns
+        self._all = (*columns, *COORDINATES)
+        self._registered = True
+        if made:
+            logger.warning("spark sink: table %s evolved with the writer schema: %s (rows "
+                           "written before read new columns as NULL)", self.name,
+                           ", ".join(made))
 
     # -- offsets -------------------------------------------------------------------
 

@@ -68,7 +68,11 @@ class TableSink(Sink):
     def _column_problems(self, reserved: Collection[str]) -> list[Problem]:
         """The processor's columns: none declared, or names that are not plain
         identifiers or are ``reserved`` (the sink's own columns)."""
-        if not self.columns:
+        if self.context.columns_from_schema and not self.capabilities.evolves_columns:
+            return [(("processor",), f"{self.type} sink: {self._what()} takes its columns "
+                     f"from the writer schemas and a {self.type} sink cannot evolve table "
+                     f"{self.table!r} with them yet; use a spark sink")]
+        if not self.columns and not self.context.columns_from_schema:
             return [(("processor",), f"{self.type} sink: {self._what()} declares no columns "
                      f"for table {self.table!r}; a {self.type} sink needs a typed schema")]
         declared = self.context.record_columns

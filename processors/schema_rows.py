@@ -1,0 +1,139 @@
+"""``schema_rows``: a registry-typed topic lands in its own table by configuration alone.
+
+Named for what it makes: rows whose columns come from each message's writer *schema*
+(as ``json_rows`` makes rows of JSON objects). A topic needs no code::
+
+    {topic: orders, format: avro, processor: schema_rows, sink: {type: spark, table: orders}}
+
+Each message's value is decoded once, by kstage, with the writer schema of its id (the
+processor reads :attr:`Message.value_schema`, :attr:`Message.value_schema_id`); the
+schema's fields are the table's columns (the type map: :mod:`processors.avro_columns`).
+The table is created on first sight and evolves while kstage runs, without a restart:
+a message of a writer schema id not seen before is compared with the table's columns
+(:func:`processors.schema_types.fit`); a compatible change (a field added, ``int`` ->
+``long``, ``float`` -> ``double``, a decimal's precision widened, required -> optional,
+a field removed) is set on :class:`~processors.base.LiveColumns` before the message's row
+is returned, and the table sinks apply it (one table commit) before they write that row.
+Old and new producers writing at once both land: every column is nullable, older rows
+read NULL in the columns added after them.
+
+An incompatible change (``string`` -> ``int``, a narrowed type) follows
+``on_incompatible``: ``dead_letter`` (default) dead-letters each message of that schema
+id naming the field, both schema ids and the reason, while the rest of the topic flows;
+``stop`` fails the topic's worker at the first such message (nothing past it is
+committed). A recursive writer schema has no table: its messages are poison naming the
+cycle's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field as OptionField
+
+from processors.avro_columns import Recursive, avro_columns
+from processors.base import (
+    Column,
+    LiveColumns,
+    Message,
+    NoOptions,
+    Processor,
+    Row,
+    with_coordinates,
+)
+from processors.errors import PoisonMessage, StopTopic
+from processors.schema_types import Field, Unfit, fit
+
+
+class SchemaRowsOptions(NoOptions):
+    """Options of ``schema_rows``."""
+
+    on_incompatible: Literal["dead_letter", "stop"] = OptionField(
+        "dead_letter", description="A message whose writer schema does not fit the table: "
+        "dead_letter it (naming the field, both schema ids, the reason) or stop the topic.")
+
+
+@dataclass(slots=True)
+class _Shape:
+    """What one writer schema id makes: its row conversion, or why it is refused."""
+
+    convert: Callable[[dict[str, Any]], Any] | None
+    refused: str | None = None
+
+
+class SchemaRowsProcessor(Processor):
+    """One row per record, its columns from the writer schema (see the module doc)."""
+
+    name = "schema_rows"
+    formats = ("avro",)
+    description = "Avro record -> one row, its columns from the writer schema (evolving)"
+    wants_value_schema = True
+    columns_from_schema: ClassVar[bool] = True
+    options_model = SchemaRowsOptions
+    options: SchemaRowsOptions
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self._live = LiveColumns()
+        self._table: tuple[Field, ...] = ()  # the columns the table has (merged)
+        self._origin: dict[str, int | str | None] = {}  # column -> schema id that typed it
+        self._shapes: dict[Any, _Shape] = {}  # by schema id
+
+    def live_columns(self) -> LiveColumns:
+        return self._live
+
+    def schema_known(self, schema: Any, schema_id: int | str) -> None:
+        shape = self._shapes[schema_id] = self._shape(schema, schema_id)
+        if shape.refused is not None:
+            raise ValueError(shape.refused)
+
+    def _shape(self, schema: Any, schema_id: int | str | None) -> _Shape:
+        try:
+            fields, convert = avro_columns(schema)
+        except (Recursive, ValueError) as exc:
+            return _Shape(None, f"writer schema id {schema_id}: {exc}")
+        try:
+            table, changes = fit(self._table, fields)
+        except Unfit as exc:
+            top = exc.path[0]
+            return _Shape(None, (
+                f"writer schema id {schema_id} does not fit the table: field "
+                f"{'.'.join(exc.path)!r} is {exc.now.sql()} in writer schema id {schema_id}, "
+                f"{exc.was.sql()} in the table's column (typed by writer schema id "
+                f"{self._origin.get(top)}): not a "
+                "widening Iceberg allows (int->long, float->double, a decimal's precision)"))
+        if changes:
+            try:
+                columns = [Column(f.name, f.type.sql(), True) for f in table]
+            except ValueError as exc:  # a type the table sinks do not take (yet)
+                return _Shape(None, f"writer schema id {schema_id}: {exc}")
+            for change in changes:
+                self._origin[change.path[0]] = schema_id
+            self._table = table
+            self._live.set(columns)
+        return _Shape(convert)
+
+    def transform(self, message: Message) -> Sequence[Row]:
+        value = message.value
+        if value is None:
+            return []  # a tombstone: no row
+        if not isinstance(value, dict) or message.value_schema is None:
+            raise PoisonMessage("schema_rows: the value is not an Avro record with a writer "
+                                "schema (format: avro, a registry)")
+        sid = message.value_schema_id
+        shape = self._shapes.get(sid)
+        if shape is None:
+            shape = self._shapes[sid] = self._shape(message.value_schema, sid)
+        if shape.refused is not None:
+            if self.options.on_incompatible == "stop":
+                raise StopTopic(shape.refused)
+            error = PoisonMessage(shape.refused)
+            error.details = {"schema_id": sid}
+            raise error
+        assert shape.convert is not None  # noqa: S101 - refused is None
+        return [with_coordinates(shape.convert(value), message)]
+
+
+__all__ = ["SchemaRowsOptions", "SchemaRowsProcessor"]
