@@ -174,9 +174,12 @@ class Message(NamedTuple):
         timestamp_type: Kafka's timestamp type of the record: 0 CreateTime (set by the
             producer), 1 LogAppendTime (set by the broker), -1 none or unknown.
         value_schema: for a processor with :attr:`Processor.wants_value_schema` and a
-            topic of ``format: avro``, the writer schema the value was decoded with
-            (fastavro's parsed schema: a dict keeping every property, e.g. Kafka
-            Connect's ``connect.name``); None otherwise (and for a null value).
+            topic of a registry format, the writer schema the value was decoded with:
+            ``avro``: fastavro's parsed schema (a dict keeping every property, e.g. Kafka
+            Connect's ``connect.name``); ``protobuf``: the ``Descriptor`` of the message
+            type the record's index list names; ``json_schema``: a
+            :class:`~processors.json_schema_columns.JsonWriterSchema`. None otherwise
+            (and for a null value).
         value_schema_id: the registry's id of ``value_schema`` (None when that is None).
     """
 

@@ -5,9 +5,13 @@ Named for what it makes: rows whose columns come from each message's writer *sch
 
     {topic: orders, format: avro, processor: schema_rows, sink: {type: spark, table: orders}}
 
-Each message's value is decoded once, by kstage, with the writer schema of its id (the
-processor reads :attr:`Message.value_schema`, :attr:`Message.value_schema_id`); the
-schema's fields are the table's columns (the type map: :mod:`processors.avro_columns`).
+``format: avro``, ``protobuf`` or ``json_schema``. Each message's value is decoded once,
+by kstage, with the writer schema of its id (the processor reads
+:attr:`Message.value_schema`, :attr:`Message.value_schema_id`); the schema's fields are
+the table's columns (the type maps: :mod:`processors.avro_columns`,
+:mod:`processors.protobuf_columns` for the message the record's index list names,
+:mod:`processors.json_schema_columns`). Protobuf writer schemas are told apart per
+message type (a schema id with two messages: two shapes).
 The table is created on first sight and evolves while kstage runs, without a restart:
 a message of a writer schema id not seen before is compared with the table's columns
 (:func:`processors.schema_types.fit`); a compatible change (a field added, ``int`` ->
@@ -22,7 +26,9 @@ An incompatible change (``string`` -> ``int``, a narrowed type) follows
 id naming the field, both schema ids and the reason, while the rest of the topic flows;
 ``stop`` fails the topic's worker at the first such message (nothing past it is
 committed). A recursive writer schema has no table: its messages are poison naming the
-cycle's path.
+cycle's path (at start too, for the latest Avro schema of the topic's subject; a
+Protobuf or JSON Schema topic's table is made with its first message). A value the type
+map cannot take (a JSON Schema ``date-time`` that is not one) is poison naming the field.
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from google.protobuf.descriptor import Descriptor
 from pydantic import Field as OptionField
 
+from processors import column_types as ct
+from processors import schema_types as st
 from processors.avro_columns import Recursive, avro_columns
 from processors.base import (
     Column,
@@ -44,6 +53,8 @@ from processors.base import (
     with_coordinates,
 )
 from processors.errors import PoisonMessage, StopTopic
+from processors.json_schema_columns import JsonWriterSchema, json_schema_columns
+from processors.protobuf_columns import protobuf_columns
 from processors.schema_types import Field, Unfit, fit
 
 
@@ -67,8 +78,9 @@ class SchemaRowsProcessor(Processor):
     """One row per record, its columns from the writer schema (see the module doc)."""
 
     name = "schema_rows"
-    formats = ("avro",)
-    description = "Avro record -> one row, its columns from the writer schema (evolving)"
+    formats = ("avro", "protobuf", "json_schema")
+    description = ("Avro record, Protobuf message or JSON Schema object -> one row, its "
+                   "columns from the writer schema (evolving)")
     wants_value_schema = True
     columns_from_schema: ClassVar[bool] = True
     options_model = SchemaRowsOptions
@@ -91,7 +103,7 @@ class SchemaRowsProcessor(Processor):
 
     def _shape(self, schema: Any, schema_id: int | str | None) -> _Shape:
         try:
-            fields, convert = avro_columns(schema)
+            fields, convert = _columns(schema)
         except (Recursive, ValueError) as exc:
             return _Shape(None, f"writer schema id {schema_id}: {exc}")
         try:
@@ -120,12 +132,14 @@ class SchemaRowsProcessor(Processor):
         if value is None:
             return []  # a tombstone: no row
         if not isinstance(value, dict) or message.value_schema is None:
-            raise PoisonMessage("schema_rows: the value is not an Avro record with a writer "
-                                "schema (format: avro, a registry)")
+            raise PoisonMessage("schema_rows: the value is not a record with a writer "
+                                "schema (format: avro, protobuf or json_schema, a registry)")
         sid = message.value_schema_id
-        shape = self._shapes.get(sid)
+        schema = message.value_schema
+        key = (sid, schema.full_name) if isinstance(schema, Descriptor) else sid
+        shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[sid] = self._shape(message.value_schema, sid)
+            shape = self._shapes[key] = self._shape(schema, sid)
         if shape.refused is not None:
             if self.options.on_incompatible == "stop":
                 raise StopTopic(shape.refused)
@@ -133,7 +147,38 @@ class SchemaRowsProcessor(Processor):
             error.details = {"schema_id": sid}
             raise error
         assert shape.convert is not None  # noqa: S101 - refused is None
-        return [with_coordinates(shape.convert(value), message)]
+        try:
+            row = shape.convert(value)
+        except ValueError as exc:
+            error = PoisonMessage(f"schema_rows: writer schema id {sid}: {exc}")
+            error.details = {"schema_id": sid}
+            raise error from exc
+        return [with_coordinates(row, message)]
+
+
+def _columns(schema: Any) -> tuple[tuple[Field, ...], Callable[[dict[str, Any]], Any]]:
+    """The columns of a writer schema of any of the formats (see the module doc)."""
+    if isinstance(schema, Descriptor):
+        found = protobuf_columns(schema)
+    elif isinstance(schema, JsonWriterSchema):
+        found = json_schema_columns(schema.schema)
+    else:
+        return avro_columns(schema)
+    return tuple(Field(f.name, _evolving(f.type), f.nullable) for f in found[0]), found[1]
+
+
+def _evolving(node: ct.TypeNode) -> st.Type:
+    """A column type as :func:`~processors.schema_types.fit` compares it (until the
+    evolution rules work on :mod:`processors.column_types`' tree itself)."""
+    if isinstance(node, ct.Flat):
+        return st.Prim(node.name)
+    if isinstance(node, ct.DecimalType):
+        return st.Decimal(node.precision, node.scale)
+    if isinstance(node, ct.Array):
+        return st.Array(_evolving(node.element))
+    if isinstance(node, ct.Map):
+        return st.Map(_evolving(node.key), _evolving(node.value))
+    return st.Struct(tuple(Field(f.name, _evolving(f.type), f.nullable) for f in node.fields))
 
 
 __all__ = ["SchemaRowsOptions", "SchemaRowsProcessor"]

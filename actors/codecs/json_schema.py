@@ -38,18 +38,19 @@ from actors.codecs.by_id import SchemaIdDecoder, poison
 from actors.codecs.references import RegisteredSource, fetch_references
 from actors.codecs.sandbox import OVER_BUDGET, Validator
 from processors.errors import PoisonMessage
+from processors.json_schema_columns import JsonWriterSchema
 from processors.jsonfast import loads
-
-_PARSE_ONLY = object()  # the cached "schema" of an id with validate_schema: false
 
 
 @dataclass(frozen=True, slots=True)
 class _Checked:
-    """What an id's values are validated with: the validator (inline) and the schema's
-    texts (for the sandbox's child)."""
+    """What an id's values are validated with: the validator (inline; None with
+    ``validate_schema: false``), the schema's texts (for the sandbox's child) and the
+    parsed schema (for a processor that reads writer schemas)."""
 
     validator: Any
     texts: tuple[str, dict[str, str]]
+    schema: JsonWriterSchema
 
 
 class JsonSchemaDecoder(SchemaIdDecoder):
@@ -80,10 +81,19 @@ class JsonSchemaDecoder(SchemaIdDecoder):
                                 "not JSON (the topic's format is json_schema)")
         texts: dict[str, str] = {}
         await fetch_references(self._source, registered.references, texts)
-        if not self.validate:
-            return _PARSE_ONLY
-        return _Checked(_validator(schema_id, registered.schema, texts),
-                        (registered.schema, texts))
+        validator = (_validator(schema_id, registered.schema, texts) if self.validate
+                     else None)
+        try:
+            parsed = json.loads(registered.schema)
+        except ValueError as exc:
+            raise PoisonMessage(f"writer schema id {schema_id} is not JSON: {exc}") from exc
+        return _Checked(validator, (registered.schema, texts), JsonWriterSchema(parsed))
+
+    def writer_schema(self, raw: bytes) -> tuple[Any, int | str]:
+        """The parsed writer schema (:class:`~processors.json_schema_columns.JsonWriterSchema`)
+        of a value and its id."""
+        id_bytes, checked = self.writer(raw)
+        return checked.schema, self.schema_id(id_bytes)
 
     async def screen(self, raws: Sequence[bytes | None], where: Sequence[str]
                      ) -> dict[int, PoisonMessage]:
@@ -124,7 +134,7 @@ class JsonSchemaDecoder(SchemaIdDecoder):
         sid = self.schema_id(id_bytes)
         try:
             value = loads(raw[self._end:])
-            error = (None if validator is _PARSE_ONLY or self.sandbox is not None
+            error = (None if validator.validator is None or self.sandbox is not None
                      else best_match(validator.validator.iter_errors(value)))
         except ValueError as exc:
             raise poison(f"the body is not JSON (schema id {sid}): {exc}", raw, sid) from exc

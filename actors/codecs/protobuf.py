@@ -161,10 +161,14 @@ class ProtobufDecoder(SchemaIdDecoder):
                     len(imports))
         return compiled
 
-    def decode(self, raw: bytes | None) -> Any:
-        """Decode one value to its dict; raises PoisonMessage for every kind of bad input."""
-        if raw is None:
-            return None
+    def writer_schema(self, raw: bytes) -> tuple[Any, int | str]:
+        """The descriptor of the message type the value's index list names, and the
+        schema id (PoisonMessage as :meth:`decode`)."""
+        cls, _, sid, _ = self._message_class(raw)
+        return cls.DESCRIPTOR, sid
+
+    def _message_class(self, raw: bytes) -> tuple[Any, Convert, int | str, int]:
+        """(message class, its converter, schema id, offset of the body) of a value."""
         id_bytes, compiled = self.writer(raw)
         sid = self.schema_id(id_bytes)
         try:
@@ -177,6 +181,13 @@ class ProtobufDecoder(SchemaIdDecoder):
         except (LookupError, ValueError, TypeError) as exc:
             raise poison(f"unknown message index {indexes} in schema id {sid}: {exc}", raw,
                          sid) from exc
+        return cls, convert, sid, at
+
+    def decode(self, raw: bytes | None) -> Any:
+        """Decode one value to its dict; raises PoisonMessage for every kind of bad input."""
+        if raw is None:
+            return None
+        cls, convert, sid, at = self._message_class(raw)
         message = cls()
         try:
             message.ParseFromString(raw[at:])
