@@ -111,6 +111,9 @@ class IcebergReader:
     def __init__(self, spark: dict[str, Any] | SparkSettings) -> None:
         from pyiceberg.catalog.sql import SqlCatalog  # dev dependency
 
+        from actors.sinks.spark import pyiceberg_nulls
+
+        pyiceberg_nulls.install()  # reads too lose a NULL list of structs without it
         settings = spark if isinstance(spark, SparkSettings) else spark_settings(spark)
         self.settings = settings
         catalog = settings.catalog

@@ -133,10 +133,12 @@ async def test_avro_topics_land_and_evolve_by_configuration(
 
 
 def config(tmp_path: Path, broker: str, group: str, topic: str, table: str, registry: str,
-           catalog: dict[str, Any], **options: Any) -> tuple[Path, dict[str, Any]]:
-    """A configuration of ``topic`` through ``schema_rows`` into ``table`` (pyiceberg)."""
+           catalog: dict[str, Any], fmt: str = "avro", **options: Any,
+           ) -> tuple[Path, dict[str, Any]]:
+    """A configuration of ``topic`` (``format: fmt``) through ``schema_rows`` into
+    ``table`` (pyiceberg)."""
     cfg = write_config(tmp_path / "kstage.yml", broker, group, [
-        {"topic": topic, "format": "avro", "processor": "schema_rows",
+        {"topic": topic, "format": fmt, "processor": "schema_rows",
          **({"options": options} if options else {}),
          "sink": {"type": "spark", "table": table}}])
     data = yaml.safe_load(cfg.read_text())
