@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from actors.codecs.json_schema import JsonSchemaDecoder
+from actors.codecs.schema_registry import RegisteredSchema
 from processors.base import Message
 from processors.column_types import parse_type, type_string
 from processors.errors import PoisonMessage
@@ -128,3 +129,25 @@ async def test_a_value_the_map_cannot_take_is_poison_naming_the_field() -> None:
     with pytest.raises(PoisonMessage, match=r"writer schema id \d+: field 'at': Invalid "
                        "isoformat string: 'yesterday'"):
         await rows({"id": "c", "at": "yesterday"})
+
+
+class NotJson:
+    """A registry answering a JSON schema id with text that is not JSON (no registry
+    stores one; a value still parses with ``validate_schema: false``)."""
+
+    async def get_registered(self, schema_id: int | str) -> RegisteredSchema:
+        return RegisteredSchema("{not json", "JSON", ())
+
+    async def get_version(self, subject: str, version: int) -> RegisteredSchema:
+        raise AssertionError("no references")
+
+
+async def test_a_writer_schema_that_is_not_json_gives_no_table() -> None:
+    raw = b"\x00\x00\x00\x00\x07" + b'{"id": "a"}'
+    lax = JsonSchemaDecoder(NotJson(), validate=False)
+    with pytest.raises(PoisonMessage, match="writer schema id 7: the writer schema is not "
+                       "an object with properties"):
+        await schema_rows(lax, [raw])
+    assert lax.decode(raw) == {"id": "a"}
+    with pytest.raises(PoisonMessage, match="writer schema id 7 is not a valid JSON Schema"):
+        await schema_rows(JsonSchemaDecoder(NotJson()), [raw])
