@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from google.protobuf.descriptor import Descriptor
 from pydantic import Field as OptionField
 
 from processors import column_types as ct
@@ -54,7 +53,6 @@ from processors.base import (
 )
 from processors.errors import PoisonMessage, StopTopic
 from processors.json_schema_columns import JsonWriterSchema, json_schema_columns
-from processors.protobuf_columns import protobuf_columns
 from processors.schema_types import Field, Unfit, fit
 
 
@@ -136,7 +134,8 @@ class SchemaRowsProcessor(Processor):
                                 "schema (format: avro, protobuf or json_schema, a registry)")
         sid = message.value_schema_id
         schema = message.value_schema
-        key = (sid, schema.full_name) if isinstance(schema, Descriptor) else sid
+        # a Protobuf schema id holds many message types: one shape each
+        key = sid if isinstance(schema, dict | JsonWriterSchema) else (sid, schema.full_name)
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = self._shape(schema, sid)
@@ -157,13 +156,17 @@ class SchemaRowsProcessor(Processor):
 
 
 def _columns(schema: Any) -> tuple[tuple[Field, ...], Callable[[dict[str, Any]], Any]]:
-    """The columns of a writer schema of any of the formats (see the module doc)."""
-    if isinstance(schema, Descriptor):
-        found = protobuf_columns(schema)
-    elif isinstance(schema, JsonWriterSchema):
+    """The columns of a writer schema of any of the formats (see the module doc): Avro's
+    is a dict, JSON Schema's a JsonWriterSchema, Protobuf's a message Descriptor (its map
+    imported only then: the protobuf runtime is an extra)."""
+    if isinstance(schema, dict):
+        return avro_columns(schema)
+    if isinstance(schema, JsonWriterSchema):
         found = json_schema_columns(schema.schema)
     else:
-        return avro_columns(schema)
+        from processors.protobuf_columns import protobuf_columns
+
+        found = protobuf_columns(schema)
     return tuple(Field(f.name, _evolving(f.type), f.nullable) for f in found[0]), found[1]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -182,3 +184,25 @@ async def test_serialized_records_become_rows_of_exact_values() -> None:
     assert rows[1] == EMPTY_ROW
     assert (rows[2]["as_text"], rows[2]["as_inner"]) == ("t", None)  # the oneof: one set
     assert [(c.name, c.type) for c in p.live_columns().columns] == COLUMNS
+
+
+def test_schema_rows_needs_no_protobuf_runtime_for_avro_and_json_schema() -> None:
+    """``protobuf`` is an extra: without it schema_rows still lands Avro and JSON Schema."""
+    code = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "google.protobuf" or name.startswith("google.protobuf."):
+            raise ImportError("no protobuf runtime")
+sys.meta_path.insert(0, Block())
+from processors.json_schema_columns import JsonWriterSchema
+from processors.schema_rows import SchemaRowsProcessor
+from processors.base import Message
+schema = JsonWriterSchema({"type": "object", "properties": {"a": {"type": "integer"}}})
+row = SchemaRowsProcessor().transform(Message("t", 0, 0, 0, None, {"a": 1}, [], b"",
+                                              value_schema=schema, value_schema_id=1))[0]
+assert row["a"] == 1 and "google.protobuf" not in sys.modules, row
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
