@@ -26,8 +26,8 @@ An incompatible change (``string`` -> ``int``, a narrowed type) follows
 id naming the field, both schema ids and the reason, while the rest of the topic flows;
 ``stop`` fails the topic's worker at the first such message (nothing past it is
 committed). A recursive writer schema has no table: its messages are poison naming the
-cycle's path (at start too, for the latest Avro schema of the topic's subject; a
-Protobuf or JSON Schema topic's table is made with its first message). A value the type
+cycle's path (at start too, for the latest Avro or JSON Schema schema of the topic's
+subject; a Protobuf topic's table is made with its first message). A value the type
 map cannot take (a JSON Schema ``date-time`` that is not one) is poison naming the field.
 """
 

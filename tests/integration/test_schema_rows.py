@@ -9,7 +9,8 @@ catalog, through both append paths (``spark.appends: pyiceberg`` and ``spark``):
 * an incompatible writer schema (a string field become int) is dead-lettered per message,
   naming the field and both schema ids, while the rest flows; with ``on_incompatible:
   stop`` the worker fails and nothing past it is committed;
-* a recursive latest schema is refused at start, naming the cycle's path.
+* a recursive latest schema is refused at start, naming the cycle's path, and the table
+  is made at start from the subject's latest schema (Avro and JSON Schema).
 """
 
 from __future__ import annotations
@@ -177,32 +178,48 @@ async def test_on_incompatible_stop_fails_the_worker_and_commits_nothing_past_it
     assert not (tmp_path / "dead.jsonl").exists()
 
 
+NODE = {"type": "record", "name": "Node", "namespace": "t", "fields": [
+    {"name": "v", "type": "int"},
+    {"name": "kids", "type": {"type": "array", "items": "t.Node"}}]}
+JSON_NODE = {"type": "object", "properties": {"root": {"$ref": "#/$defs/node"}},
+             "$defs": {"node": {"type": "object", "properties": {
+                 "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}}
+JSON_V2 = {"type": "object", "properties": {"id": {"type": "string"},
+                                            "qty": {"type": "integer"},
+                                            "note": {"type": ["null", "string"]}}}
+
+
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(("fmt", "kind", "node", "cycle"), [
+    ("avro", "AVRO", NODE, "recursive type 't.Node': kids.element refers back to it"),
+    ("json_schema", "JSON", JSON_NODE,
+     "recursive type '#/$defs/node': root.kids.element refers back to it")])
 async def test_a_recursive_schema_is_refused_at_start_with_the_cycle(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], fmt: str, kind: str,
+        node: dict[str, Any], cycle: str) -> None:
     group, topic = unique("g-schema-rec"), unique("tree")
-    node = {"type": "record", "name": "Node", "namespace": "t", "fields": [
-        {"name": "v", "type": "int"},
-        {"name": "kids", "type": {"type": "array", "items": "t.Node"}}]}
     with FakeRegistry() as registry:
-        registry.register(f"{topic}-value", json.dumps(node))
+        registry.register(f"{topic}-value", json.dumps(node), kind)
         await create_topic(broker, topic)
         cfg, _ = config(tmp_path, broker, group, topic, "stg_schema_rec", registry.url,
-                        lake(tmp_path))
+                        lake(tmp_path), fmt=fmt)
         proc = kstage(cfg)
         assert await proc.wait(timeout=120) != 0, proc.output()
-    assert ("recursive type 't.Node': kids.element refers back to it") in proc.output()
+    assert cycle in proc.output()
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(("fmt", "kind", "latest"), [
+    ("avro", "AVRO", V2), ("json_schema", "JSON", JSON_V2)])
 async def test_the_table_is_made_at_start_from_the_subjects_latest_schema(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], fmt: str, kind: str,
+        latest: dict[str, Any]) -> None:
     group, topic, table = unique("g-schema-start"), unique("empty"), "stg_schema_start"
     with FakeRegistry() as registry:
-        registry.register(f"{topic}-value", json.dumps(V2))
+        registry.register(f"{topic}-value", json.dumps(latest), kind)
         await create_topic(broker, topic)
         cfg, data = config(tmp_path, broker, group, topic, table, registry.url,
-                           lake(tmp_path))
+                           lake(tmp_path), fmt=fmt)
         proc = kstage(cfg)
         reader = IcebergReader(data["spark"])
         await wait_until(lambda: reader.exists(table), 120, "the table, before any message")
