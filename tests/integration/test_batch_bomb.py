@@ -101,3 +101,32 @@ async def test_a_compressed_batch_bomb_is_dead_lettered_within_the_memory_ceilin
         rf"inflates to more than {CAP} bytes \(kafka\.max_batch_inflated_bytes\): not decoded",
         d["error"]) for d in dead), dead[0]["error"]
     assert await committed(broker, group, topic, 2) == expected
+
+
+async def test_compressed_batches_within_the_cap_land_whole(
+        tansu_broker: str, tmp_path: Path, kstage: Any) -> None:
+    """The bounded decoders read what aiokafka's did: a batch of each codec (snappy
+    xerial-framed, as aiokafka writes it) lands whole, none is poison."""
+    broker = tansu_broker
+    topic, group = unique("compressed"), unique("g-compressed")
+    await create_topic(broker, topic)
+    codecs = ["gzip", "snappy", "lz4", "zstd"]
+    for n, codec in enumerate(codecs):
+        producer = AIOKafkaProducer(bootstrap_servers=broker, compression_type=codec)
+        await producer.start()
+        try:
+            batch = producer.create_batch()
+            for i in range(50):
+                batch.append(key=None, timestamp=None,
+                             value=json.dumps({"i": n * 50 + i, "c": codec}).encode())
+            batch.close()
+            await (await producer.send_batch(batch, topic, partition=0))
+        finally:
+            await producer.stop()
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [
+        {"topic": topic, "processor": "json_rows",
+         "sink": {"type": "jsonl", "path": str(tmp_path / "out.jsonl")}}])
+    proc = kstage(cfg, "--drain")
+    assert await proc.wait(timeout=120) == 0, proc.output()[-3000:]
+    assert sorted(r["i"] for r in read_jsonl(tmp_path / "out.jsonl")) == list(range(200))
+    assert read_jsonl(tmp_path / "dead.jsonl") == []
