@@ -43,6 +43,7 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr
 
+from actors import inflate
 from actors.errors import FatalError
 from actors.tokens import PREFIX as OAUTH_PREFIX
 from actors.tokens import CachedTokens, TokenError, cached_tokens
@@ -172,6 +173,7 @@ def build_consumer(
 
     ``client_suffix`` (the worker's topic) also suffixes ``group.instance.id``."""
     auto = group.commit.mode is CommitMode.AUTO
+    inflate.install(settings.kafka.max_batch_inflated_bytes)  # the process's batches
     kwargs = client_kwargs(settings.kafka.consumer_config)
     # Explicit: aiokafka's default is session_timeout_ms, shorter than a revoke's drain.
     kwargs["rebalance_timeout_ms"] = rebalance_timeout_ms(settings, group)

@@ -85,6 +85,11 @@ class KafkaSettings(_Model):
         30.0, gt=0, le=3600, description="How often the topics are listed for the "
         "topic_pattern entries: a topic created (or deleted) is picked up (or its worker "
         "stopped) within this many seconds.")
+    max_batch_inflated_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="A compressed record batch that inflates past "
+        "this (bytes) is not inflated further: each of its offsets is poison (default 64 "
+        "MiB; at least every topic's max_message_bytes). Bounds the memory a decompression "
+        "bomb takes.")
 
     _check_bootstrap = field_validator("bootstrap")(_bootstrap)
 
@@ -904,6 +909,19 @@ class Settings(BaseSettings):
                         f"(groups[{seen[key]}] and groups[{gi}])"
                     )
                 seen[key] = gi
+        return self
+
+    @model_validator(mode="after")
+    def _batches_hold_a_message(self) -> Settings:
+        cap = self.kafka.max_batch_inflated_bytes
+        for gi, group in enumerate(self.groups):
+            for ti, topic in enumerate(group.topics):
+                if topic.max_message_bytes > cap:
+                    raise ValueError(
+                        f"kafka.max_batch_inflated_bytes ({cap}) is less than "
+                        f"groups[{gi}].topics[{ti}].max_message_bytes "
+                        f"({topic.max_message_bytes}): a batch of one message that size "
+                        "could never be read")
         return self
 
     @model_validator(mode="after")

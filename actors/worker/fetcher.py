@@ -30,9 +30,11 @@ from aiokafka.errors import (
 )
 
 from actors.errors import NoCommittedOffsetError
+from actors.inflate import BatchRefused
 from actors.sinks import END
 from actors.worker.flow import Flow
 from actors.worker.rebalance import Rebalance
+from actors.worker.refused import take_refused
 from settings.models import GroupSettings
 
 logger = logging.getLogger(__name__)
@@ -239,7 +241,10 @@ class Fetcher:
         task = asyncio.current_task()
         self._poll_task = task
         try:
-            return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            try:
+                return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            except BatchRefused as exc:  # a decompression bomb: its offsets become poison
+                return await take_refused(consumer, exc, self.label)
         except asyncio.CancelledError:
             if not self._poll_given_up or task is None:
                 raise
