@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from aiokafka import TopicPartition
+if TYPE_CHECKING:  # aiokafka is not loaded by the modules that only name it
+    from aiokafka import TopicPartition
 
 
 @dataclass(slots=True, eq=False)
