@@ -185,6 +185,7 @@ class Fetcher:
                 paused = False
             data = await self.poll(consumer, max_records, _POLL_MS)
             if not data:
+                await rebalance.note_starts(consumer)
                 await rebalance.advance_to_positions(consumer)
                 if self._on_drained is not None:
                     await self._check_drained(consumer)
@@ -219,7 +220,10 @@ class Fetcher:
         flow = self.flow
         gen = flow.generation
         observe = self._observe_batch
+        tracker = self._rebalance.committer.tracker
         for tp, records in data.items():
+            if records and tp in flow.assigned:  # a fresh group's lag counts from here
+                tracker.note_start(tp, records[0].offset)
             flow.fetched(tp, records)
             self._stats["consumed"] += len(records)
             if observe is not None:
