@@ -1,0 +1,178 @@
+"""The sink of a routed topic (``route:``, :mod:`settings.routes`): one inner sink per
+table, made on first use from the topic's sink settings with ``{table}`` filled in (and
+so its table created on first sight, as that sink creates any table), each bound as the
+topic's sink with a label and dead letters naming its table.
+
+The worker tags each row with its table (:data:`actors.routing.ROUTE_FIELD`, stripped
+here). A batch is split by table and written to each of its tables at once; it is
+accepted (and its offsets committable) only once every table it touched accepted its
+rows. A table that fails is retried alone: a retry of the batch writes only the tables
+that have not accepted their rows yet, so the others are never written twice. A row a
+table refuses for good is dead-lettered by that table's sink (naming the table), which
+then accepts the rest: the other tables are not held back by it.
+
+Offsets (sinks that ``stores_offsets``, the Iceberg staging tables): the routed sink
+declares what its inner sinks declare, tells every inner sink of the partitions assigned
+and revoked, tells a table made mid-run of the partitions held now before its first
+write, and hands each table the batch's position; a table a batch did not touch keeps
+its old offset. It reports no offsets of its own at assignment (the partitions resume at
+Kafka's committed offset, every table dropping the rows it holds already): a table not
+yet written in this run is not known then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from actors.errors import SinkError
+from actors.routing import ROUTE_FIELD
+from actors.sinks.base import Position, Problem, Sink, SinkContext
+from processors.base import Row
+from settings.models import SinkSettings
+
+
+class RoutedSink(Sink):
+    """One inner sink per table (see the module docstring).
+
+    Args:
+        settings: the topic's sink settings, ``{table}`` in its table or path.
+        build: makes a sink from settings (:func:`~actors.sinks.build_sink`).
+    """
+
+    type: ClassVar[str] = "routed"
+
+    def __init__(self, settings: SinkSettings, build: Callable[[SinkSettings], Sink]) -> None:
+        self._settings = settings
+        self._build = build
+        self._probe = build(settings.for_table("routed"))  # what every table's sink is
+        self.capabilities = dataclasses.replace(self._probe.capabilities, pipelined=False,
+                                                max_concurrency=1)
+        self.tables: dict[str, Sink] = {}
+        self._opening: dict[str, asyncio.Task[Sink]] = {}
+        self._held: list[tuple[str, int]] = []  # the partitions assigned now
+        # The batch being written and what of it each table has still to accept (a
+        # retry passes the same list: only the tables that failed are written again).
+        self._batch: tuple[Sequence[Row], dict[str, list[Row]]] | None = None
+
+    def bind(self, context: SinkContext) -> None:
+        super().bind(context)
+        self._probe.bind(context)
+
+    def check(self) -> list[Problem]:
+        return self._probe.check()
+
+    def offsets_holder(self) -> str:
+        return f"the tables of the route of topic {self.context.topic!r}"
+
+    async def _sink(self, table: str) -> Sink:
+        """The sink of ``table``, made, bound and opened on first use (one at a time per
+        table; a failed opening is tried again at the next write)."""
+        sink = self.tables.get(table)
+        if sink is not None:
+            return sink
+        task = self._opening.get(table)
+        if task is None:
+            task = self._opening[table] = asyncio.ensure_future(self._open(table))
+        try:
+            sink = await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._opening.pop(table, None)
+        return sink
+
+    async def _open(self, table: str) -> Sink:
+        sink = self._build(self._settings.for_table(table))
+        outer = self.context.refuse
+
+        def refuse(rows: list[Row], status: int, reason: str) -> Any:
+            return None if outer is None else outer(rows, status, f"table {table}: {reason}")
+
+        sink.bind(dataclasses.replace(
+            self.context, label=f"{self.context.label} table {table!r}",
+            refuse=None if outer is None else refuse))
+        await sink.open()
+        if self.capabilities.stores_offsets and self._held:
+            try:
+                await sink.assigned(self._held)
+            except BaseException:
+                await sink.close()
+                raise
+        self.tables[table] = sink
+        return sink
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        await self._write(rows, None)
+
+    async def write_at(self, rows: Sequence[Row], position: Position) -> None:
+        await self._write(rows, position)
+
+    async def _write(self, rows: Sequence[Row], position: Position | None) -> None:
+        if self._batch is None or self._batch[0] is not rows:
+            split: dict[str, list[Row]] = {}
+            for row in rows:
+                table = row.pop(ROUTE_FIELD, None)
+                if not isinstance(table, str):
+                    raise SinkError(f"{self.context.label}: a row reached the routed sink "
+                                    "without its table (the worker routes every row)")
+                split.setdefault(table, []).append(row)
+            self._batch = (rows, split)
+        left = self._batch[1]
+        tables = list(left)
+        results = await asyncio.gather(*(self._one(t, left[t], position) for t in tables),
+                                       return_exceptions=True)
+        failed = []
+        for table, result in zip(tables, results, strict=True):
+            if isinstance(result, BaseException):
+                failed.append((table, result))
+            else:
+                del left[table]
+        if failed:
+            for _, exc in failed:
+                if not isinstance(exc, SinkError | OSError):
+                    raise exc
+            raise SinkError("; ".join(f"table {t}: {e}" for t, e in failed))
+        self._batch = None
+
+    async def _one(self, table: str, rows: list[Row], position: Position | None) -> None:
+        sink = await self._sink(table)
+        if position is None:
+            await sink.write(rows)
+        else:
+            await sink.write_at(rows, position)
+
+    async def assigned(self, partitions: Sequence[tuple[str, int]]
+                       ) -> dict[tuple[str, int], int]:
+        self._held = sorted({*self._held, *partitions})
+        for sink in list(self.tables.values()):
+            await sink.assigned(partitions)
+        return {}
+
+    async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
+        gone = set(partitions)
+        self._held = [p for p in self._held if p not in gone]
+        self._batch = None
+        await asyncio.gather(*(s.revoked(partitions, timeout_s)
+                               for s in list(self.tables.values())))
+
+    def flush_soon(self) -> None:
+        for sink in self.tables.values():
+            sink.flush_soon()
+
+    async def close(self) -> None:
+        for task in self._opening.values():
+            task.cancel()
+        errors = []
+        for sink in self.tables.values():
+            try:
+                await sink.close()
+            except Exception as exc:  # noqa: BLE001 - close every table, then raise
+                errors.append(exc)
+        self.tables.clear()
+        if errors:
+            raise errors[0]
+
+
+__all__ = ["RoutedSink"]
