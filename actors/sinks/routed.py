@@ -9,7 +9,12 @@ accepted (and its offsets committable) only once every table it touched accepted
 rows. A table that fails is retried alone: a retry of the batch writes only the tables
 that have not accepted their rows yet, so the others are never written twice. A row a
 table refuses for good is dead-lettered by that table's sink (naming the table), which
-then accepts the rest: the other tables are not held back by it.
+then accepts the rest: the other tables are not held back by it. A table that cannot
+take the topic's rows at all (its sink refuses to open it with a
+:class:`~actors.errors.FatalError`, e.g. an existing table whose column types conflict
+with the rows') refuses every row routed to it, each dead-lettered naming the table and
+why, for the rest of the run; an ERROR line says so once. A table that fails for a while
+(its catalog down: :class:`~actors.errors.SinkError`) is retried, never dead-lettered.
 
 Offsets (sinks that ``stores_offsets``, the Iceberg staging tables): the routed sink
 declares what its inner sinks declare, tells every inner sink of the partitions assigned
@@ -24,14 +29,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from actors.errors import SinkError
+from actors.errors import FatalError, SinkError
 from actors.routing import ROUTE_FIELD
 from actors.sinks.base import Position, Problem, Sink, SinkContext
 from processors.base import Row
 from settings.models import SinkSettings
+
+logger = logging.getLogger(__name__)
 
 
 class RoutedSink(Sink):
@@ -51,6 +59,7 @@ class RoutedSink(Sink):
         self.capabilities = dataclasses.replace(self._probe.capabilities, pipelined=False,
                                                 max_concurrency=1)
         self.tables: dict[str, Sink] = {}
+        self.refused: dict[str, str] = {}  # table -> why it takes no row
         self._opening: dict[str, asyncio.Task[Sink]] = {}
         self._held: list[tuple[str, int]] = []  # the partitions assigned now
         # The batch being written and what of it each table has still to accept (a
@@ -137,7 +146,18 @@ class RoutedSink(Sink):
         self._batch = None
 
     async def _one(self, table: str, rows: list[Row], position: Position | None) -> None:
-        sink = await self._sink(table)
+        why = self.refused.get(table)
+        if why is None:
+            try:
+                sink = await self._sink(table)
+            except FatalError as exc:
+                why = self.refused[table] = str(exc)
+                logger.error("%s: table %s refuses the topic's rows: every row routed to "
+                             "it is dead-lettered (the other tables flow on): %s",
+                             self.context.label, table, why)
+        if why is not None:
+            await self.refuse(rows, 0, f"table {table} refuses the rows routed to it: {why}")
+            return
         if position is None:
             await sink.write(rows)
         else:
