@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from service.broker import free_port
 from tests.integration.test_topic_patterns import wait_until_committed
 from tests.kafkautil import (
     KstageProcess,
+    committed,
     create_topic,
     read_jsonl,
     unique,
+    wait_readyz,
     wait_until,
     write_config,
 )
@@ -116,4 +119,40 @@ async def test_a_message_with_no_route_or_past_max_tables_is_poison(
             "(tables: buy, click, view) and the route has no default") in letters[strict, 1]
     assert (f"{capped}[0]@3: route by value.kind: value 'd': it would make table 't_d', "
             "past the route's max_tables (2) of this topic") in letters[capped, 3]
+    proc.kill()
+
+
+@pytest.mark.timeout(300)
+async def test_a_failing_table_is_retried_alone_the_others_not_written_twice(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """One table cannot be opened for a while (its directory's name taken by a file):
+    the batch is retried, /readyz names the table, the other table's rows are written
+    once however many retries; once the table can be opened its rows land and every
+    offset is committed."""
+    group, topic = unique("g-route"), unique("route-fail")
+    await create_topic(broker, topic)
+    blocker = tmp_path / "out" / "t_b"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a directory")
+    cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
+        "topic": topic, "processor": "json_rows",
+        "route": {"by": "value.kind", "tables": {"a": "t_a", "b": "t_b"}},
+        "sink": {"type": "jsonl", "path": str(tmp_path / "out" / "{table}" / "rows.jsonl")}}],
+        service={"http_port": (port := free_port()), "http_host": "127.0.0.1"},
+        supervisor={"max_restarts": 0})
+    proc = kstage(cfg)
+    await send(broker, topic, ((b"k", {"i": i, "kind": "ab"[i % 2]}, []) for i in range(10)))
+    rows_a = tmp_path / "out" / "t_a" / "rows.jsonl"
+    await wait_readyz(f"http://127.0.0.1:{port}", proc, 503, "table t_b", timeout=90)
+    await proc.wait_for_log("sink write failed", count=3, timeout=60)  # retried, again
+    assert [r["i"] for r in read_jsonl(rows_a)] == [0, 2, 4, 6, 8]  # once, not per retry
+    assert (await committed(broker, group, topic, 1))[0] in (-1, 0)
+
+    blocker.unlink()  # the table can be opened: its rows land, the batch is acked
+    await wait_until(lambda: len(read_jsonl(tmp_path / "out" / "t_b" / "rows.jsonl")) == 5,
+                     90, "the rows of t_b")
+    await wait_until_committed(broker, group, topic, 10)
+    assert [r["i"] for r in read_jsonl(rows_a)] == [0, 2, 4, 6, 8]
+    assert [r["i"] for r in read_jsonl(tmp_path / "out" / "t_b" / "rows.jsonl")] == [
+        1, 3, 5, 7, 9]
     proc.kill()
