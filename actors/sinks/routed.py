@@ -8,8 +8,9 @@ here). A batch is split by table and written to each of its tables at once; it i
 accepted (and its offsets committable) only once every table it touched accepted its
 rows. A table that fails is retried alone: a retry of the batch writes only the tables
 that have not accepted their rows yet, so the others are never written twice. A row a
-table refuses for good is dead-lettered by that table's sink (naming the table), which
-then accepts the rest: the other tables are not held back by it. A table that cannot
+table refuses for good is dead-lettered by that table's sink (naming the table, the row
+tagged with it again so that ``kstage dlq replay`` writes it to that table), which then
+accepts the rest: the other tables are not held back by it. A table that cannot
 take the topic's rows at all (its sink refuses to open it with a
 :class:`~actors.errors.FatalError`, e.g. an existing table whose column types conflict
 with the rows') refuses every row routed to it, each dead-lettered naming the table and
@@ -97,7 +98,8 @@ class RoutedSink(Sink):
         outer = self.context.refuse
 
         def refuse(rows: list[Row], status: int, reason: str) -> Any:
-            return None if outer is None else outer(rows, status, f"table {table}: {reason}")
+            return None if outer is None else outer(_tagged(rows, table), status,
+                                                    f"table {table}: {reason}")
 
         sink.bind(dataclasses.replace(
             self.context, label=f"{self.context.label} table {table!r}",
@@ -156,7 +158,8 @@ class RoutedSink(Sink):
                              "it is dead-lettered (the other tables flow on): %s",
                              self.context.label, table, why)
         if why is not None:
-            await self.refuse(rows, 0, f"table {table} refuses the rows routed to it: {why}")
+            await self.refuse(_tagged(rows, table), 0,
+                              f"table {table} refuses the rows routed to it: {why}")
             return
         if position is None:
             await sink.write(rows)
@@ -193,6 +196,14 @@ class RoutedSink(Sink):
         self.tables.clear()
         if errors:
             raise errors[0]
+
+
+def _tagged(rows: list[Row], table: str) -> list[Row]:
+    """``rows`` tagged with their table again, for their dead letters: ``kstage dlq
+    replay`` offers such a row to the routed sink, which writes it to that table."""
+    for row in rows:
+        row[ROUTE_FIELD] = table
+    return rows
 
 
 __all__ = ["RoutedSink"]

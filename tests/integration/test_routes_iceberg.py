@@ -12,6 +12,8 @@ real broker (both):
 
 from __future__ import annotations
 
+import base64
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -46,8 +48,6 @@ async def produce_routed(broker: str, topic: str, count: int) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=broker)
     await producer.start()
     try:
-        import json
-
         for i in range(count):
             await producer.send(topic, json.dumps(compaction(i)).encode(),
                                 partition=i % PARTITIONS,
@@ -119,6 +119,9 @@ async def test_a_table_that_refuses_rows_while_the_others_keep_committing(
     assert all("table stg_rt_bad refuses the rows routed to it" in d["error"]
                and "do not fit" in d["error"] for d in letters), letters[0]
     assert proc.output().count("table stg_rt_bad refuses the topic's rows") == 1
+    # Each dead letter's row holds its table: `kstage dlq replay` writes it back there.
+    assert {json.loads(base64.b64decode(d["value"]))["_kstage_route"]
+            for d in letters} == {"stg_rt_bad"}
 
 
 @pytest.mark.timeout(500)
