@@ -965,15 +965,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _pattern_tables_unplanned(self) -> Settings:
-        patterns = [t.topic_pattern for g in self.groups for t in g.topics
-                    if t.topic_pattern is not None
+        patterns = [f"topic_pattern {t.topic_pattern!r}" if t.topic_pattern is not None
+                    else f"the route of topic {t.topic!r}" for g in self.groups
+                    for t in g.topics
+                    if (t.topic_pattern is not None or t.route is not None)
                     and any(s.settings.type == "spark" for s in t.named_sinks())]
         if patterns and (self.merge.interval_s is not None
                          or self.spark.maintenance.every_s is not None):
             raise ValueError(
-                f"topic_pattern {patterns[0]!r} feeds spark tables, which the merge "
+                f"{patterns[0]} feeds spark tables, which the merge "
                 "(merge.interval_s) and the table maintenance (spark.maintenance.every_s) "
-                "do not cover yet: unset them, or name the topics in topic entries")
+                "do not cover yet: unset them, or name the topics (the tables) in topic "
+                "entries")
         return self
 
     def group_id(self, group: GroupSettings) -> str:

@@ -12,6 +12,7 @@ from actors.routing import ROUTE_FIELD, Router
 from processors.base import Message
 from processors.errors import PoisonMessage
 from service.cli import main
+from settings.models import Settings
 from settings.routes import RouteSettings
 
 SINK = "  sink: {type: jsonl, path: 'out/{table}.jsonl'}\n"
@@ -81,3 +82,17 @@ def test_the_route_of_a_value_field_a_header_and_a_key() -> None:
     assert [r[ROUTE_FIELD] for r in rows] == ["t_k", "t_k"]
     with pytest.raises(PoisonMessage, match=r"max_tables \(1\)"):
         by_key.table(message({}, key="other"))
+
+
+@pytest.mark.parametrize("section", [{"merge": {"interval_s": 60}},
+                                     {"spark": {"maintenance": {"every_s": 3600}}}])
+def test_the_merge_and_maintenance_are_refused_over_a_routes_tables(
+        section: dict[str, object]) -> None:
+    """Neither plans a route's tables (known only to the running process): refused,
+    rather than leaving them unmerged or unmaintained without a word."""
+    entries = [{"topic": "gob", "processor": "gobblin_compaction",
+                "route": {"by": "header.kind", "template": "stg_{value}"},
+                "sink": {"type": "spark", "table": "{table}"}}]
+    with pytest.raises(ValueError, match="the route of topic 'gob' feeds spark tables"):
+        Settings.model_validate({"name": "g", "groups": [{"topics": entries}], **section})
+    Settings.model_validate({"name": "g", "groups": [{"topics": entries}]})
