@@ -43,6 +43,16 @@ from settings.models import SinkSettings
 logger = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(slots=True, eq=False)
+class _Split:
+    """A batch being written: its rows, its position, and its rows by the table that
+    has still to accept them."""
+
+    rows: Sequence[Row]
+    position: Position | None
+    left: dict[str, list[Row]]
+
+
 class RoutedSink(Sink):
     """One inner sink per table (see the module docstring).
 
@@ -57,15 +67,17 @@ class RoutedSink(Sink):
         self._settings = settings
         self._build = build
         self._probe = build(settings.for_table("routed"))  # what every table's sink is
-        self.capabilities = dataclasses.replace(self._probe.capabilities, pipelined=False,
-                                                max_concurrency=1)
+        # As its tables' sinks: a pipelined one (spark, jdbc) gets every batch at once,
+        # each table's writes joining that table's micro-batch.
+        self.capabilities = self._probe.capabilities
         self.tables: dict[str, Sink] = {}
         self.refused: dict[str, str] = {}  # table -> why it takes no row
         self._opening: dict[str, asyncio.Task[Sink]] = {}
         self._held: list[tuple[str, int]] = []  # the partitions assigned now
-        # The batch being written and what of it each table has still to accept (a
-        # retry passes the same list: only the tables that failed are written again).
-        self._batch: tuple[Sequence[Row], dict[str, list[Row]]] | None = None
+        # The batches being written (by the id of their row list) and what of each every
+        # table has still to accept: a retry passes the same list, and only the tables
+        # that failed are written again.
+        self._batches: dict[int, _Split] = {}
 
     def bind(self, context: SinkContext) -> None:
         super().bind(context)
@@ -121,19 +133,16 @@ class RoutedSink(Sink):
         await self._write(rows, position)
 
     async def _write(self, rows: Sequence[Row], position: Position | None) -> None:
-        if self._batch is None or self._batch[0] is not rows:
-            split: dict[str, list[Row]] = {}
-            for row in rows:
-                table = row.pop(ROUTE_FIELD, None)
-                if not isinstance(table, str):
-                    raise SinkError(f"{self.context.label}: a row reached the routed sink "
-                                    "without its table (the worker routes every row)")
-                split.setdefault(table, []).append(row)
-            self._batch = (rows, split)
-        left = self._batch[1]
+        split = self._batches.get(id(rows))
+        if split is None or split.rows is not rows:
+            split = self._batches[id(rows)] = _Split(rows, position, self._split(rows))
+        left = split.left
         tables = list(left)
-        results = await asyncio.gather(*(self._one(t, left[t], position) for t in tables),
-                                       return_exceptions=True)
+        try:
+            results = await asyncio.gather(
+                *(self._one(t, left[t], position) for t in tables), return_exceptions=True)
+        finally:
+            self._forget_cancelled()
         failed = []
         for table, result in zip(tables, results, strict=True):
             if isinstance(result, BaseException):
@@ -143,9 +152,27 @@ class RoutedSink(Sink):
         if failed:
             for _, exc in failed:
                 if not isinstance(exc, SinkError | OSError):
+                    self._batches.pop(id(rows), None)
                     raise exc
             raise SinkError("; ".join(f"table {t}: {e}" for t, e in failed))
-        self._batch = None
+        self._batches.pop(id(rows), None)
+
+    def _split(self, rows: Sequence[Row]) -> dict[str, list[Row]]:
+        """``rows`` by their table, the tag taken off."""
+        split: dict[str, list[Row]] = {}
+        for row in rows:
+            table = row.pop(ROUTE_FIELD, None)
+            if not isinstance(table, str):
+                raise SinkError(f"{self.context.label}: a row reached the routed sink "
+                                "without its table (the worker routes every row)")
+            split.setdefault(table, []).append(row)
+        return split
+
+    def _forget_cancelled(self) -> None:
+        """Drop the batches of revoked partitions (never written again)."""
+        for key in [k for k, b in self._batches.items()
+                    if b.position is not None and b.position.cancelled]:
+            del self._batches[key]
 
     async def _one(self, table: str, rows: list[Row], position: Position | None) -> None:
         why = self.refused.get(table)
@@ -153,10 +180,7 @@ class RoutedSink(Sink):
             try:
                 sink = await self._sink(table)
             except FatalError as exc:
-                why = self.refused[table] = str(exc)
-                logger.error("%s: table %s refuses the topic's rows: every row routed to "
-                             "it is dead-lettered (the other tables flow on): %s",
-                             self.context.label, table, why)
+                why = self._refuse_table(table, exc)
         if why is not None:
             await self.refuse(_tagged(rows, table), 0,
                               f"table {table} refuses the rows routed to it: {why}")
@@ -165,6 +189,17 @@ class RoutedSink(Sink):
             await sink.write(rows)
         else:
             await sink.write_at(rows, position)
+
+    def _refuse_table(self, table: str, exc: FatalError) -> str:
+        """Why ``table`` takes no row, said once (batches written at once share the
+        failed opening)."""
+        why = self.refused.get(table)
+        if why is None:
+            why = self.refused[table] = str(exc)
+            logger.error("%s: table %s refuses the topic's rows: every row routed to it is "
+                         "dead-lettered (the other tables flow on): %s", self.context.label,
+                         table, why)
+        return why
 
     async def assigned(self, partitions: Sequence[tuple[str, int]]
                        ) -> dict[tuple[str, int], int]:
@@ -176,7 +211,7 @@ class RoutedSink(Sink):
     async def revoked(self, partitions: Sequence[tuple[str, int]], timeout_s: float) -> None:
         gone = set(partitions)
         self._held = [p for p in self._held if p not in gone]
-        self._batch = None
+        self._forget_cancelled()
         await asyncio.gather(*(s.revoked(partitions, timeout_s)
                                for s in list(self.tables.values())))
 
