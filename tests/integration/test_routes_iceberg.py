@@ -12,9 +12,11 @@ real broker (both):
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 
-from actors.sinks.spark import pyiceberg_tables
+from actors.sinks.spark import iceberg, pyiceberg_tables
 from actors.sinks.spark.pyiceberg_appends import Lake
 from processors.base import Column, table_columns
 from tests.gobblin_events import PROCESSOR, compaction
@@ -157,3 +159,66 @@ async def test_sigkill_then_restart_leaves_every_routed_row_once(
         coordinates = reader.coordinates(table)
         assert sorted(coordinates) == expected(topic, events, kind), table
         assert max(coordinates.values()) == 1, (table, coordinates.most_common(3))
+
+
+@pytest.mark.timeout(500)
+async def test_a_rebalance_mid_stream_leaves_every_routed_row_once(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """A second process joins while the first writes the routed tables: the first's
+    partitions are revoked mid-stream (its tables told, its batches of them dropped),
+    the second's tables made on first use resume where each holds the partitions: every
+    routed row once, every offset committed."""
+    from tests.integration.test_pyiceberg_appends import split_between
+    from tests.lake import wait_committed
+
+    partitions = 4
+    topic, group = unique("route-two"), unique("g-route-two")
+    spark = lake(tmp_path)
+    tables = {"a": "stg_r2_a", "b": "stg_r2_b", "c": "stg_r2_c"}
+    await create_topic(broker, topic, partitions=partitions)
+    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    await producer.start()
+    events = 0
+
+    async def produce(count: int) -> None:
+        nonlocal events
+        for i in range(events, events + count):
+            await producer.send(topic, json.dumps(compaction(i)).encode(),
+                                partition=i % partitions,
+                                headers=[("kind", KINDS[i % 3].encode())])
+        await producer.flush()
+        events += count
+
+    try:
+        await produce(300)
+        cfg = config(tmp_path, broker, group, topic, tables, spark, max_poll_records=20)
+        reader = IcebergReader(spark)
+        first = kstage(cfg)
+        await wait_until(lambda: first.proc.poll() is not None or sum(
+            sum(reader.coordinates(t).values()) for t in tables.values()) > 0,
+            timeout=180, what="the first routed rows")
+        second = kstage(cfg)
+        deadline = time.monotonic() + 120
+        while (not split_between(first, second, partitions)  # rows flow in while the
+               and time.monotonic() < deadline):                # second joins (paced)
+            await produce(4)
+            await asyncio.sleep(0.1)
+        assert split_between(first, second, partitions), second.output()
+        await produce(300)  # both processes write
+    finally:
+        await producer.stop()
+    await first.wait_for_log("revoked", timeout=120)
+    await wait_committed(broker, group, topic, partitions, events, [first, second])
+    for proc in (first, second):
+        proc.signal(signal.SIGTERM)
+    assert await first.wait(timeout=90) == 0, first.output()
+    assert await second.wait(timeout=90) == 0, second.output()
+    for kind, table in tables.items():
+        coordinates = reader.coordinates(table)
+        assert sorted(coordinates) == sorted(
+            (topic, i % partitions, i // partitions) for i in range(events)
+            if KINDS[i % 3] == kind), table
+        assert max(coordinates.values()) == 1, (table, coordinates.most_common(3))
+    # Both processes wrote the routed tables.
+    writers = {s.get(iceberg.WRITER_ID) for t in tables.values() for s in reader.summaries(t)}
+    assert len(writers - {None}) == 2, writers
