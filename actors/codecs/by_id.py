@@ -222,3 +222,9 @@ class SchemaIdDecoder:
                     else str(built))  # a schema that does not build names its id
             raise poison(text, raw, sid) from built
         return id_bytes, built
+
+    def writer_and_id(self, raw: bytes) -> tuple[Any, int | str]:
+        """``(what the body decodes with, its registry id)`` of a value (see
+        :meth:`writer`)."""
+        id_bytes, built = self.writer(raw)
+        return built, self.schema_id(id_bytes)

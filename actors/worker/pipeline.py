@@ -149,13 +149,8 @@ class RecordPipeline:
         self.async_transform = inspect.iscoroutinefunction(processor.transform)
         self.deletes = processor.emits_deletes  # each row then says if it is a deletion
         avro = self.avro if self.topic.format == "avro" else None  # writer schemas: Avro
-        if avro is None or not processor.wants_value_schema:
-            self.value_schema = None
-        else:
-            def writer(raw: bytes) -> tuple[Any, int | str]:
-                id_bytes, schema = avro.writer(raw)
-                return schema, avro.schema_id(id_bytes)
-            self.value_schema = writer
+        self.value_schema = (None if avro is None or not processor.wants_value_schema
+                             else avro.writer_and_id)
 
     def keeps(self, value: Any) -> bool:
         """Whether the topic's filter lets a decoded ``value`` reach the processor; a
