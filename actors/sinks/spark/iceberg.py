@@ -52,7 +52,13 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark.catalog import dotted, namespace, qualified
-from actors.sinks.spark.nested_evolution import nested_evolution, spark_path, spark_tree, split
+from actors.sinks.spark.nested_evolution import (
+    names,
+    nested_evolution,
+    spark_path,
+    spark_tree,
+    split,
+)
 from actors.sinks.table.columns import (
     COORDINATES,
     INGESTED_AT,
@@ -229,7 +235,7 @@ def evolve_staging(spark: Any, settings: SparkSettings, table: str,
     inside, declared = split(existing, table_columns(columns))
     added, widened, errors = evolution(existing, declared)
     nested = nested_evolution({f.name: spark_tree(f.dataType) for f in schema
-                               if f.name in existing}, inside)
+                               if f.name in names(inside)}, inside)
     if errors or nested.errors:
         raise unfit(dotted(settings, table), [*errors, *nested.errors])
     if added:

@@ -56,6 +56,11 @@ def split(existing: Mapping[str, Any], declared: Sequence[Column],
     return nested, rest
 
 
+def names(columns: Sequence[Column]) -> frozenset[str]:
+    """The names of ``columns`` (the table's types are read back for these only)."""
+    return frozenset(c.name for c in columns)
+
+
 def nested_evolution(existing: Mapping[str, TypeNode], declared: Sequence[Column],
                      ) -> NestedEvolution:
     """Compare the table's types of the ``declared`` nested columns (``existing``, by
@@ -135,5 +140,5 @@ def spark_path(path: Sequence[str]) -> str:
     return ".".join("`" + part.replace("`", "``") + "`" for part in path)
 
 
-__all__ = ["NestedEvolution", "iceberg_tree", "nested_evolution", "spark_path", "spark_tree",
-           "split"]
+__all__ = ["NestedEvolution", "iceberg_tree", "names", "nested_evolution", "spark_path",
+           "spark_tree", "split"]

@@ -33,7 +33,7 @@ from typing import Any
 
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.catalog import dotted, warehouse_location
-from actors.sinks.spark.nested_evolution import iceberg_tree, nested_evolution, split
+from actors.sinks.spark.nested_evolution import iceberg_tree, names, nested_evolution, split
 from actors.sinks.spark.pyiceberg_catalog import ensure_namespace, owner
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_simple
 from processors.base import Column
@@ -159,7 +159,7 @@ def evolve_staging(catalog: Any, settings: SparkSettings, table: str,
     inside, declared = split(existing, iceberg.table_columns(columns))
     added, widened, errors = iceberg.evolution(existing, declared)
     nested = nested_evolution({f.name: iceberg_tree(f.field_type) for f in fields
-                               if f.name in existing}, inside)
+                               if f.name in names(inside)}, inside)
     if errors or nested.errors:
         raise iceberg.unfit(dotted(settings, table), [*errors, *nested.errors])
     if added or widened or nested.changes or nested.loosened:
