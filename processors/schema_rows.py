@@ -10,7 +10,7 @@ processor reads :attr:`Message.value_schema`, :attr:`Message.value_schema_id`); 
 schema's fields are the table's columns (the type map: :mod:`processors.avro_columns`).
 The table is created on first sight and evolves while kstage runs, without a restart:
 a message of a writer schema id not seen before is compared with the table's columns
-(:func:`processors.schema_types.fit`); a compatible change (a field added, ``int`` ->
+(:func:`processors.type_evolution.fit`); a compatible change (a field added, ``int`` ->
 ``long``, ``float`` -> ``double``, a decimal's precision widened, required -> optional,
 a field removed) is set on :class:`~processors.base.LiveColumns` before the message's row
 is returned, and the table sinks apply it (one table commit) before they write that row.
@@ -43,8 +43,9 @@ from processors.base import (
     Row,
     with_coordinates,
 )
+from processors.column_types import Field, type_string
 from processors.errors import PoisonMessage, StopTopic
-from processors.schema_types import Field, Unfit, fit
+from processors.type_evolution import Unfit, fit
 
 
 class SchemaRowsOptions(NoOptions):
@@ -100,13 +101,14 @@ class SchemaRowsProcessor(Processor):
             top = exc.path[0]
             return _Shape(None, (
                 f"writer schema id {schema_id} does not fit the table: field "
-                f"{'.'.join(exc.path)!r} is {exc.now.sql()} in writer schema id {schema_id}, "
-                f"{exc.was.sql()} in the table's column (typed by writer schema id "
+                f"{'.'.join(exc.path)!r} is {type_string(exc.now)} in writer schema id "
+                f"{schema_id}, "
+                f"{type_string(exc.was)} in the table's column (typed by writer schema id "
                 f"{self._origin.get(top)}): not a "
                 "widening Iceberg allows (int->long, float->double, a decimal's precision)"))
         if changes:
             try:
-                columns = [Column(f.name, f.type.sql(), True) for f in table]
+                columns = [Column(f.name, type_string(f.type), True) for f in table]
             except ValueError as exc:  # a type the table sinks do not take (yet)
                 return _Shape(None, f"writer schema id {schema_id}: {exc}")
             for change in changes:
