@@ -6,8 +6,9 @@ The names below are imported on first use (PEP 562): ``import actors.preflight``
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from actors.lazy_exports import exports as _exports
 
 if _typing.TYPE_CHECKING:
     from actors.errors import (
@@ -56,14 +57,7 @@ _HOME = {
 """Where each name of the package lives."""
 
 
-def __getattr__(name: str) -> object:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = _exports(__name__, _HOME)
 
 __all__ = [
     "ActorError",

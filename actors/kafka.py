@@ -30,7 +30,6 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer
@@ -43,8 +42,9 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr
 
+from actors import inflate
 from actors.errors import FatalError
-from actors.tokens import PREFIX as OAUTH_PREFIX
+from actors.kafka_keys import KEYS, OAUTH_PREFIX, SSL_KEYS, supported_keys
 from actors.tokens import CachedTokens, TokenError, cached_tokens
 from settings.models import CommitMode, GroupSettings, Settings
 
@@ -58,52 +58,8 @@ class KafkaSecurityError(FatalError):
     failed verification: a configuration error (exit 2), never retried."""
 
 
-# Kafka client key -> aiokafka keyword. Keys not listed are rejected at start.
-_KEYS: dict[str, str] = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "sasl.plain.username": "sasl_plain_username",
-    "sasl.plain.password": "sasl_plain_password",
-    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
-    "sasl.kerberos.domain.name": "sasl_kerberos_domain_name",
-    "client.rack": "client_rack",
-    "fetch.max.bytes": "fetch_max_bytes",
-    "fetch.min.bytes": "fetch_min_bytes",
-    "max.partition.fetch.bytes": "max_partition_fetch_bytes",
-    "request.timeout.ms": "request_timeout_ms",
-    "retry.backoff.ms": "retry_backoff_ms",
-    "metadata.max.age.ms": "metadata_max_age_ms",
-    "connections.max.idle.ms": "connections_max_idle_ms",
-    "isolation.level": "isolation_level",
-    "check.crcs": "check_crcs",
-    "group.instance.id": "group_instance_id",
-    "rebalance.timeout.ms": "rebalance_timeout_ms",
-}
-_SSL_KEYS = {
-    "ssl.ca.location": "cafile",
-    "ssl.certificate.location": "certfile",
-    "ssl.key.location": "keyfile",
-    "ssl.key.password": "password",
-}
-
-
 def _plain(value: Any) -> Any:
     return value.get_secret_value() if isinstance(value, SecretStr) else value
-
-
-def supported_keys() -> list[str]:
-    """The ``kafka.consumer_config`` keys kstage translates to aiokafka, sorted."""
-    return sorted([*_KEYS, *_SSL_KEYS])
-
-
-def unsupported_keys(consumer_config: Mapping[str, Any]) -> list[str]:
-    """The keys of ``consumer_config`` that :func:`client_kwargs` refuses, in order
-    (``sasl.oauthbearer.*`` keys are the token provider's, checked by it)."""
-    return [key for key in consumer_config if key not in _KEYS and key not in _SSL_KEYS
-            and not key.startswith(OAUTH_PREFIX)]
 
 
 # aiokafka keywords that concern the connection (security, timeouts); the others in
@@ -139,10 +95,10 @@ def client_kwargs(consumer_config: dict[str, Any]) -> dict[str, Any]:
     for key, value in consumer_config.items():
         if key.startswith(OAUTH_PREFIX):
             continue  # the token provider's: see below
-        if key in _KEYS:
-            kwargs[_KEYS[key]] = _plain(value)
-        elif key in _SSL_KEYS:
-            ssl_files[_SSL_KEYS[key]] = _plain(value)
+        if key in KEYS:
+            kwargs[KEYS[key]] = _plain(value)
+        elif key in SSL_KEYS:
+            ssl_files[SSL_KEYS[key]] = _plain(value)
         else:
             raise FatalError(
                 f"kafka.consumer_config: key {key!r} is not supported "
@@ -172,6 +128,7 @@ def build_consumer(
 
     ``client_suffix`` (the worker's topic) also suffixes ``group.instance.id``."""
     auto = group.commit.mode is CommitMode.AUTO
+    inflate.install(settings.kafka.max_batch_inflated_bytes)  # the process's batches
     kwargs = client_kwargs(settings.kafka.consumer_config)
     # Explicit: aiokafka's default is session_timeout_ms, shorter than a revoke's drain.
     kwargs["rebalance_timeout_ms"] = rebalance_timeout_ms(settings, group)

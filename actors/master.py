@@ -16,6 +16,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from actors.backoff import backoff_s
 from actors.codecs.avro import AvroDecoder, load_schema
 from actors.codecs.by_id import REGISTRY_FORMATS, SchemaIdDecoder
 from actors.codecs.registries import decoder_for, registry_from_settings
@@ -80,6 +81,8 @@ class Master:
                                              for g in settings.groups for t in g.topics
                                              if t.topic_pattern is None)}
         self.patterns = PatternWatch([(settings.group_id(g), g) for g in settings.groups])
+        # Why the last listing of the cluster's topics failed (None: it succeeded).
+        self._listing_error: str | None = None
         self.stalls = StallWatch(settings.service.stall_after_s)
         self._stop_requested = asyncio.Event()
         self.lifecycle = Lifecycle("master")
@@ -143,22 +146,38 @@ class Master:
 
     async def _list_topics(self) -> None:
         """Every ``kafka.metadata_refresh_s``: list the cluster's topics and start or stop
-        the workers of the pattern entries (a listing that fails is logged and retried at
-        the next refresh; the running workers go on)."""
+        the workers of the pattern entries. A listing that fails (the broker unreachable,
+        an authentication error) is retried with backoff (from 1 s, doubling, up to the
+        refresh interval) and shown in ``/readyz`` until one succeeds; the running
+        workers go on. With ``drain``, a first listing that leaves no worker to run
+        (no fixed topic, no topic matched) has nothing to drain: the master stops."""
         refresh = self.settings.kafka.metadata_refresh_s
+        failures = 0
         while True:
             try:
                 topics = await asyncio.wait_for(self._cluster_topics(), max(refresh, 10))
             except Exception as exc:  # noqa: BLE001 - any failure: listed again later
+                wait = backoff_s(failures, min(1.0, refresh), refresh)
+                failures += 1
+                self._listing_error = f"{type(exc).__name__}: {exc}"
                 logger.warning("cannot list the cluster's topics for the topic patterns "
-                               "(%s: %s); retrying in %gs", type(exc).__name__, exc, refresh)
+                               "(%s); retrying in %gs", self._listing_error, wait)
             else:
+                if self._listing_error is not None:
+                    logger.info("the cluster's topics are listed again (after %d failed "
+                                "listing(s))", failures)
+                failures, wait, self._listing_error = 0, refresh, None
                 self._apply(self.patterns.update(topics))
                 for entry in self.patterns.entries:
                     if not entry.topics:
-                        logger.info("%s: pattern %r matches no topic yet", entry.group,
-                                    entry.pattern)
-            await asyncio.sleep(refresh)
+                        logger.info("%s: pattern %r matches no topic%s", entry.group,
+                                    entry.pattern, ": nothing to drain" if self.drain
+                                    else " yet")
+                if self.drain and not self._expected:
+                    logger.info("--drain: no topic to drain: stopping")
+                    self.stop()
+                    return
+            await asyncio.sleep(wait)
 
     async def _cluster_topics(self) -> set[str]:
         """The cluster's topics, from fresh metadata (a client of its own each time: a
@@ -261,9 +280,12 @@ class Master:
         """Why the service is not ready (empty when every worker has joined its group,
         opened its sink, reaches its coordinator, and neither waits for the registry nor
         fails to write its sink or its dead letters, nor refuses a partition a table holds
-        past its high-water mark); call on the event loop."""
+        past its high-water mark, and the last listing of the cluster's topics for the
+        topic patterns succeeded); call on the event loop."""
         running = {f"{w['group']}/{w['topic']}": w for w in self.snapshot()}
-        reasons = []
+        reasons = [f"{e.group}: pattern {e.pattern!r}: cannot list the cluster's topics "
+                   f"({self._listing_error}); retrying"
+                   for e in self.patterns.entries if self._listing_error is not None]
         for name in sorted(self._expected):
             worker = running.get(name)
             if worker is not None and worker["security_problem"]:

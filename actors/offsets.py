@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from aiokafka import TopicPartition
+if TYPE_CHECKING:  # aiokafka is not loaded by the modules that only name it
+    from aiokafka import TopicPartition
 
 
 @dataclass(slots=True, eq=False)
@@ -42,6 +44,10 @@ class _PartitionState:
     committable: int | None = None
     committed: int | None = None
     acked: int | None = None  # next_offset of the last acked entry (savepoint or not)
+    # The lowest offset the worker was seen to read from (a fetched record, a consumer
+    # position) while the partition had no committable and no committed offset: the
+    # lag's base then (:meth:`OffsetTracker.lag_base`). Never committed.
+    started: int | None = None
 
 
 class OffsetTracker:
@@ -86,6 +92,28 @@ class OffsetTracker:
         """``tp`` was sought to ``offset`` before any of its work (``start_from``): the
         offset is committable (backwards too); ``committed`` is the group's until then."""
         self._parts[tp] = _PartitionState(committable=offset, committed=committed)
+
+    def note_start(self, tp: TopicPartition, offset: int) -> None:
+        """The worker reads ``tp`` from ``offset`` (a record it fetched, or its consumer
+        position): the lag's base while the partition has no committable and no
+        committed offset (a fresh group), so that work stuck from the first batch on
+        has lag. The lowest offset noted wins (a position read after a fetch is past
+        the records fetched). Not committable: nothing is committed for it."""
+        state = self._parts.setdefault(tp, _PartitionState())
+        if state.started is None or offset < state.started:
+            state.started = offset
+
+    def lag_base(self, tp: TopicPartition) -> int | None:
+        """The offset ``tp``'s lag counts from: the committable one (everything before
+        it done), else the group's committed one, else where the worker started reading
+        (:meth:`note_start`); None when none is known."""
+        state = self._parts.get(tp)
+        if state is None:
+            return None
+        for base in (state.committable, state.committed, state.started):
+            if base is not None:
+                return base
+        return None
 
     def advance(self, tp: TopicPartition, position: int) -> bool:
         """Everything of ``tp`` before the consumer ``position`` is done: the position

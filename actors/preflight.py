@@ -22,7 +22,7 @@ from typing import Any
 from fastavro.schema import SchemaParseException
 from pydantic import ValidationError
 
-from actors import kafka, tokens, tracing
+from actors import kafka_keys, tracing
 from actors.codecs.avro import load_schema
 from actors.codecs.registries import missing_extra
 from actors.record_columns import column_problems
@@ -46,13 +46,17 @@ def check(settings: Settings) -> list[Problem]:
     if not settings.groups:
         problems.append((("groups",), "no consumer groups: add at least one group with its "
                                       "topics (there is nothing to run)"))
-    for key in kafka.unsupported_keys(settings.kafka.consumer_config):
+    consumer_config = settings.kafka.consumer_config
+    for key in kafka_keys.unsupported_keys(consumer_config):
         problems.append((("kafka", "consumer_config", key),
                          f"key {key!r} is not supported by kstage's Kafka client "
-                         f"(supported: {', '.join(kafka.supported_keys())}, and the "
+                         f"(supported: {', '.join(kafka_keys.supported_keys())}, and the "
                          "token provider's sasl.oauthbearer.* keys)"))
-    for key, why in tokens.options_problems(settings.kafka.consumer_config):
-        problems.append((("kafka", "consumer_config", key), why))
+    if any(key.startswith(kafka_keys.OAUTH_PREFIX) for key in consumer_config):
+        from actors import tokens  # the token providers load aiokafka: only if used
+
+        for key, why in tokens.options_problems(consumer_config):
+            problems.append((("kafka", "consumer_config", key), why))
     classes: dict[str, type[Processor]] = {}
     problems.extend(_processor_problems(settings, classes))
     problems.extend(sink_problems(settings, classes))

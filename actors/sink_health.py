@@ -20,7 +20,7 @@ them (the HTTP sink masks its tokens and shows URLs without their query).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 _REASON_CHARS = 300
@@ -102,3 +102,13 @@ class SinkHealth:
             worst.error[:_REASON_CHARS] + "...")
         return (f"{what} for {now - worst.since:.0f}s ({worst.attempts} failed "
                 f"attempt(s)): {error}")
+
+
+def sinks_reason(healths: Mapping[str, SinkHealth]) -> str | None:
+    """Why a topic's sinks are not ready (None: they are): the one sink's reason, or each
+    failing sink of a fan-out named."""
+    if len(healths) == 1:
+        return next(iter(healths.values())).reason()
+    reasons = [f"sink {name!r}: {reason}" for name, health in healths.items()
+               if (reason := health.reason()) is not None]
+    return "; ".join(reasons) or None

@@ -50,12 +50,13 @@ from aiokafka.errors import KafkaConnectionError
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from actors.backoff import Jitter, backoff_s
+from actors.kafka_keys import OAUTH_PREFIX
 from settings.plugins import DuplicatePlugin, pick, registered
 
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "kstage.token_providers"
-PREFIX = "sasl.oauthbearer."
+PREFIX = OAUTH_PREFIX
 METHOD_KEY = "sasl.oauthbearer.method"
 _REFRESH_AT = 0.8  # of a token's lifetime: fetch a new one from then on
 _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 10.0  # the wait after a failed fetch (see the module doc)

@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from processors.schema_types import Array, Decimal, Field, Map, Prim, Struct, Type
+from processors.column_types import Array, DecimalType, Field, Flat, Map, Struct, TypeNode
 
 Convert = Callable[[Any], Any] | None
 """How a decoded value becomes the row's value (None: as it is)."""
@@ -82,9 +82,9 @@ _PYTHON: dict[str, tuple[type, ...]] = {
     "timestamp": (dt.datetime,), "timestamp_ntz": (dt.datetime,)}
 
 
-def _takes(kind: Type, value: Any) -> bool:
+def _takes(kind: TypeNode, value: Any) -> bool:
     """Whether a union branch of ``kind`` holds the decoded ``value``."""
-    if isinstance(kind, Prim):
+    if isinstance(kind, Flat):
         if kind.name in ("int", "long") and isinstance(value, bool):
             return False
         if kind.name == "date" and isinstance(value, dt.datetime):
@@ -92,7 +92,7 @@ def _takes(kind: Type, value: Any) -> bool:
         if kind.name == "string" and isinstance(value, uuid.UUID):
             return True
         return isinstance(value, _PYTHON.get(kind.name, ()))
-    if isinstance(kind, Decimal):
+    if isinstance(kind, DecimalType):
         return isinstance(value, decimal.Decimal)
     if isinstance(kind, Array):
         return isinstance(value, list)
@@ -104,27 +104,28 @@ class _Mapper:
         self.named = named
 
     def map(self, schema: Any, path: tuple[str, ...], seen: tuple[str, ...],
-            ) -> tuple[Type, bool, Convert]:
+            ) -> tuple[TypeNode, bool, Convert]:
         """(type, nullable, convert) of an Avro schema at ``path``; ``seen``: the
         records being mapped (a name among them is a cycle)."""
         if isinstance(schema, list):
             return self.union(schema, path, seen)
         if isinstance(schema, str):
             if schema in PRIMITIVES:
-                return Prim(PRIMITIVES[schema]), False, None
+                return Flat(PRIMITIVES[schema]), False, None
             if schema == "null":
-                return Prim("string"), True, None  # a field that is always null
+                return Flat("string"), True, None  # a field that is always null
             if schema in seen:
                 raise Recursive(schema, path)
             return self.map(self.named[schema], path, seen)
         kind = schema["type"]
         logical = schema.get("logicalType")
         if logical == "decimal":
-            return Decimal(int(schema["precision"]), int(schema.get("scale", 0))), False, None
+            precision, scale = int(schema["precision"]), int(schema.get("scale", 0))
+            return DecimalType(precision, scale), False, None
         if logical in LOGICAL and kind in ("int", "long", "string"):
             convert: Convert = (_micros if logical.startswith("time-")
                                 else _text if logical == "uuid" else None)
-            return Prim(LOGICAL[logical]), False, convert
+            return Flat(LOGICAL[logical]), False, convert
         if kind == "record":
             name = schema["name"]
             if name in seen:
@@ -132,15 +133,15 @@ class _Mapper:
             fields, convert = self.fields(schema["fields"], path, (*seen, name))
             return Struct(fields), False, convert
         if kind == "enum":
-            return Prim("string"), False, None
+            return Flat("string"), False, None
         if kind == "fixed":
-            return Prim("binary"), False, None
+            return Flat("binary"), False, None
         if kind == "array":
             element, _, conv = self.map(schema["items"], (*path, "element"), seen)
             return Array(element), False, None if conv is None else _each(conv)
         if kind == "map":
             value, _, conv = self.map(schema["values"], (*path, "value"), seen)
-            return Map(Prim("string"), value), False, None if conv is None else _values(conv)
+            return Map(Flat("string"), value), False, None if conv is None else _values(conv)
         return self.map(kind, path, seen)  # {"type": "int"} and the like
 
     def fields(self, fields: list[Any], path: tuple[str, ...], seen: tuple[str, ...],
@@ -165,7 +166,7 @@ class _Mapper:
         return tuple(out), convert
 
     def union(self, branches: list[Any], path: tuple[str, ...], seen: tuple[str, ...],
-              ) -> tuple[Type, bool, Convert]:
+              ) -> tuple[TypeNode, bool, Convert]:
         nullable = "null" in branches
         rest = [b for b in branches if b != "null"]
         if len(rest) == 1:

@@ -14,7 +14,7 @@ the table's columns (the type maps: :mod:`processors.avro_columns`,
 message type (a schema id with two messages: two shapes).
 The table is created on first sight and evolves while kstage runs, without a restart:
 a message of a writer schema id not seen before is compared with the table's columns
-(:func:`processors.schema_types.fit`); a compatible change (a field added, ``int`` ->
+(:func:`processors.type_evolution.fit`); a compatible change (a field added, ``int`` ->
 ``long``, ``float`` -> ``double``, a decimal's precision widened, required -> optional,
 a field removed) is set on :class:`~processors.base.LiveColumns` before the message's row
 is returned, and the table sinks apply it (one table commit) before they write that row.
@@ -39,8 +39,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field as OptionField
 
-from processors import column_types as ct
-from processors import schema_types as st
 from processors.avro_columns import Recursive, avro_columns
 from processors.base import (
     Column,
@@ -51,9 +49,10 @@ from processors.base import (
     Row,
     with_coordinates,
 )
+from processors.column_types import Field, type_string
 from processors.errors import PoisonMessage, StopTopic
 from processors.json_schema_columns import JsonWriterSchema, json_schema_columns
-from processors.schema_types import Field, Unfit, fit
+from processors.type_evolution import Unfit, fit
 
 
 class SchemaRowsOptions(NoOptions):
@@ -110,13 +109,14 @@ class SchemaRowsProcessor(Processor):
             top = exc.path[0]
             return _Shape(None, (
                 f"writer schema id {schema_id} does not fit the table: field "
-                f"{'.'.join(exc.path)!r} is {exc.now.sql()} in writer schema id {schema_id}, "
-                f"{exc.was.sql()} in the table's column (typed by writer schema id "
+                f"{'.'.join(exc.path)!r} is {type_string(exc.now)} in writer schema id "
+                f"{schema_id}, "
+                f"{type_string(exc.was)} in the table's column (typed by writer schema id "
                 f"{self._origin.get(top)}): not a "
                 "widening Iceberg allows (int->long, float->double, a decimal's precision)"))
         if changes:
             try:
-                columns = [Column(f.name, f.type.sql(), True) for f in table]
+                columns = [Column(f.name, type_string(f.type), True) for f in table]
             except ValueError as exc:  # a type the table sinks do not take (yet)
                 return _Shape(None, f"writer schema id {schema_id}: {exc}")
             for change in changes:
@@ -162,26 +162,10 @@ def _columns(schema: Any) -> tuple[tuple[Field, ...], Callable[[dict[str, Any]],
     if isinstance(schema, dict):
         return avro_columns(schema)
     if isinstance(schema, JsonWriterSchema):
-        found = json_schema_columns(schema.schema)
-    else:
-        from processors.protobuf_columns import protobuf_columns
+        return json_schema_columns(schema.schema)
+    from processors.protobuf_columns import protobuf_columns
 
-        found = protobuf_columns(schema)
-    return tuple(Field(f.name, _evolving(f.type), f.nullable) for f in found[0]), found[1]
-
-
-def _evolving(node: ct.TypeNode) -> st.Type:
-    """A column type as :func:`~processors.schema_types.fit` compares it (until the
-    evolution rules work on :mod:`processors.column_types`' tree itself)."""
-    if isinstance(node, ct.Flat):
-        return st.Prim(node.name)
-    if isinstance(node, ct.DecimalType):
-        return st.Decimal(node.precision, node.scale)
-    if isinstance(node, ct.Array):
-        return st.Array(_evolving(node.element))
-    if isinstance(node, ct.Map):
-        return st.Map(_evolving(node.key), _evolving(node.value))
-    return st.Struct(tuple(Field(f.name, _evolving(f.type), f.nullable) for f in node.fields))
+    return protobuf_columns(schema)
 
 
 __all__ = ["SchemaRowsOptions", "SchemaRowsProcessor"]

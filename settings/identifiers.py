@@ -54,9 +54,15 @@ def table_part(topic: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", topic).lower()
 
 
+TABLE_PLACEHOLDER = "{table}"
+"""In a routed topic's sink (table or file): the table of the message's route
+(:mod:`settings.routes`)."""
+
+
 def _template(value: str, *, qualified: bool = False) -> str:
     try:
-        sql_identifier(value.replace(TOPIC_PLACEHOLDER, "t"), qualified=qualified)
+        sql_identifier(value.replace(TOPIC_PLACEHOLDER, "t").replace(TABLE_PLACEHOLDER, "t"),
+                       qualified=qualified)
     except ValueError:
         sql_identifier(value, qualified=qualified)  # the message names the value as written
     return value
@@ -67,7 +73,8 @@ def _qualified_template(value: str) -> str:
 
 
 TableTemplate = Annotated[str, AfterValidator(_template)]
-"""A table name that may hold ``{topic}`` (replaced by the topic's :func:`table_part`)."""
+"""A table name that may hold ``{topic}`` (replaced by the topic's :func:`table_part`)
+and ``{table}`` (a routed topic's table, :mod:`settings.routes`)."""
 
 QualifiedTableTemplate = Annotated[str, AfterValidator(_qualified_template)]
 """A table name, or ``schema.name``, that may hold ``{topic}``."""

@@ -30,9 +30,15 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from settings.columns import RecordColumn, distinct_columns
-from settings.identifiers import TOPIC_PLACEHOLDER, SqlIdentifier, table_part
+from settings.identifiers import (
+    TABLE_PLACEHOLDER,
+    TOPIC_PLACEHOLDER,
+    SqlIdentifier,
+    table_part,
+)
 from settings.kafka_security import check_security
 from settings.plugins import DuplicatePlugin, pick, registered
+from settings.routes import RouteSettings
 from settings.secrets import MaskedRepr, secret_name
 from settings.suggest import did_you_mean
 
@@ -85,6 +91,11 @@ class KafkaSettings(_Model):
         30.0, gt=0, le=3600, description="How often the topics are listed for the "
         "topic_pattern entries: a topic created (or deleted) is picked up (or its worker "
         "stopped) within this many seconds.")
+    max_batch_inflated_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="A compressed record batch that inflates past "
+        "this (bytes) is not inflated further: each of its offsets is poison (default 64 "
+        "MiB; at least every topic's max_message_bytes). Bounds the memory a decompression "
+        "bomb takes.")
 
     _check_bootstrap = field_validator("bootstrap")(_bootstrap)
 
@@ -241,6 +252,23 @@ class SinkSettings(_Model):
                 changed = True
         return type(self).model_validate(data) if changed else self
 
+    def routed_keys(self) -> list[str]:
+        """The keys of :attr:`topic_templates` that hold ``{table}`` (a routed topic's
+        table, see :mod:`settings.routes`)."""
+        return [key for key in self.topic_templates
+                if TABLE_PLACEHOLDER in str(getattr(self, key) or "")]
+
+    def for_table(self, table: str) -> SinkSettings:
+        """These settings for a routed topic's ``table``: ``{table}`` replaced by it in
+        :attr:`topic_templates`, validated again."""
+        keys = self.routed_keys()
+        if not keys:
+            return self
+        data = self.model_dump(by_alias=True, exclude_unset=True)
+        for key in keys:
+            data[key] = str(getattr(self, key)).replace(TABLE_PLACEHOLDER, table)
+        return type(self).model_validate(data)
+
     @model_validator(mode="wrap")
     @classmethod
     def _by_type(cls, data: Any, handler: ModelWrapValidatorHandler[SinkSettings],
@@ -388,6 +416,10 @@ class TopicSettings(_Model):
         None, description="The record's key, headers and timestamp type as extra columns of "
         "every row: a list of {name, from: key|header|timestamp_type} (see "
         "settings.columns).")
+    route: RouteSettings | None = Field(
+        None, description="Each message's rows to the table a field of its value, a header "
+        "or its key chooses: {by, tables, default} or {by, template, max_tables}; {table} "
+        "in the sinks' table (or file) is that table (see settings.routes).")
 
     _processor = field_validator("processor")(_name)
     _columns = field_validator("columns")(distinct_columns)
@@ -409,6 +441,7 @@ class TopicSettings(_Model):
 
     @model_validator(mode="after")
     def _one_topic_form(self) -> TopicSettings:
+        self._check_route()
         if self.topic_pattern is not None:
             if self.topic:
                 _topic_error("topic_pattern", "topic and topic_pattern are exclusive: name "
@@ -422,6 +455,26 @@ class TopicSettings(_Model):
         elif self.sink is not None:
             object.__setattr__(self, "sink", self.sink.for_topic(self.topic))
         return self
+
+    def _check_route(self) -> None:
+        """A routed topic's sinks each name their destination by ``{table}``; a topic
+        without ``route`` has no ``{table}``."""
+        named = self.named_sinks()
+        for one in named:
+            keys = one.settings.routed_keys()
+            where = ".".join(str(k) for k in one.path)
+            if self.route is None and keys:
+                _topic_error(str(one.path[0]), f"{where}.{keys[0]} holds {TABLE_PLACEHOLDER}, "
+                             "which stands for a route's table: add route: to the topic, "
+                             "or name the table")
+            if self.route is not None and not keys and one.settings.topic_templates:
+                _topic_error("route", f"the topic is routed but {where} names no "
+                             f"{TABLE_PLACEHOLDER} in its "
+                             f"{' or '.join(one.settings.topic_templates)}: every route "
+                             "would write one place (write e.g. table: '{table}')")
+            if self.route is not None and not one.settings.topic_templates:
+                _topic_error("route", f"a {one.settings.type} sink ({where}) writes no "
+                             "table or file a route could choose")
 
     @functools.cached_property
     def pattern(self) -> re.Pattern[str] | None:
@@ -907,6 +960,19 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _batches_hold_a_message(self) -> Settings:
+        cap = self.kafka.max_batch_inflated_bytes
+        for gi, group in enumerate(self.groups):
+            for ti, topic in enumerate(group.topics):
+                if topic.max_message_bytes > cap:
+                    raise ValueError(
+                        f"kafka.max_batch_inflated_bytes ({cap}) is less than "
+                        f"groups[{gi}].topics[{ti}].max_message_bytes "
+                        f"({topic.max_message_bytes}): a batch of one message that size "
+                        "could never be read")
+        return self
+
+    @model_validator(mode="after")
     def _merge_needs_spark(self) -> Settings:
         if self.merge.interval_s is not None and not any(
                 s.settings.type == "spark" for g in self.groups for t in g.topics
@@ -917,15 +983,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _pattern_tables_unplanned(self) -> Settings:
-        patterns = [t.topic_pattern for g in self.groups for t in g.topics
-                    if t.topic_pattern is not None
+        patterns = [f"topic_pattern {t.topic_pattern!r}" if t.topic_pattern is not None
+                    else f"the route of topic {t.topic!r}" for g in self.groups
+                    for t in g.topics
+                    if (t.topic_pattern is not None or t.route is not None)
                     and any(s.settings.type == "spark" for s in t.named_sinks())]
         if patterns and (self.merge.interval_s is not None
                          or self.spark.maintenance.every_s is not None):
             raise ValueError(
-                f"topic_pattern {patterns[0]!r} feeds spark tables, which the merge "
+                f"{patterns[0]} feeds spark tables, which the merge "
                 "(merge.interval_s) and the table maintenance (spark.maintenance.every_s) "
-                "do not cover yet: unset them, or name the topics in topic entries")
+                "do not cover yet: unset them, or name the topics (the tables) in topic "
+                "entries")
         return self
 
     def group_id(self, group: GroupSettings) -> str:

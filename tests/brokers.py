@@ -55,6 +55,9 @@ TANSU_ONLY: dict[str, str] = {
     "test_tables_maintain": f"{_SPARK} (table maintenance and its output)",
     "test_control_api::test_a_write_that_hangs_with_lag_behind_it_fails_liveness_until_it_moves":
         "kstage's own stall watch over a hanging HTTP write; the broker only feeds it",
+    "test_control_api::test_a_fresh_groups_first_write_that_hangs_fails_liveness_until_it_"
+    "moves": "kstage's own stall watch over a hanging first HTTP write; the broker only "
+    "feeds it (the worker's part runs on both: test_worker_behaviour)",
 }
 
 # Tests of the modules above that run on both brokers all the same: each covers a row of

@@ -38,6 +38,21 @@ RUNNER = textwrap.dedent("""
     elif fmt in ("json_key", "string_key"):
         from actors.decoding import KEY_DECODERS
         decode, raw = KEY_DECODERS[fmt.split("_")[0]], body
+    elif fmt == "batch":  # a record batch, read as aiokafka's fetcher reads it
+        from aiokafka import TopicPartition
+        from aiokafka.consumer.fetcher import READ_UNCOMMITTED, PartitionRecords
+        from aiokafka.record.memory_records import MemoryRecords
+        from actors.inflate import BatchRefused, install
+        from settings.models import KafkaSettings
+        install(KafkaSettings.model_fields["max_batch_inflated_bytes"].default)
+
+        def decode(raw):
+            try:
+                return list(PartitionRecords(TopicPartition("hostile", 0), MemoryRecords(raw),
+                                             [], 0, None, None, True, READ_UNCOMMITTED))
+            except BatchRefused as exc:
+                raise PoisonMessage(str(exc)) from None
+        raw = body
     else:
         if fmt == "avro":
             from actors.codecs.avro import AvroDecoder
@@ -93,6 +108,49 @@ PROTO_NODE = ('syntax = "proto3";\npackage t;\n'
               'message Node {\n  Node child = 1;\n  string name = 2;\n}\n')
 PLAIN = json.dumps({"type": "object"})
 
+BOMB_MIB = 256
+_CODECS = {"gzip": 1, "lz4": 3, "zstd": 4}
+
+
+def _bomb_batch(codec: str, mib: int) -> bytes:
+    """A v2 record batch of ``mib`` JSON values of 1 MiB of blanks, compressed with
+    ``codec``: a few hundred KB (gzip), about 1 MB (lz4) or a few KB (zstd) that inflate
+    to ``mib`` MiB. Built a record at a time (a streaming compressor): little memory."""
+    import zlib
+
+    import cramjam
+    from aiokafka.record.util import calc_crc32c
+
+    value = json.dumps({"pad": " " * ((1 << 20) - 11)}).encode()
+    compress: Any
+    if codec == "gzip":
+        deflater = zlib.compressobj(6, zlib.DEFLATED, 31)
+        compress, finish = deflater.compress, deflater.flush
+    else:
+        packer = (cramjam.zstd.Compressor(3) if codec == "zstd" else cramjam.lz4.Compressor(
+            level=9, content_checksum=False, block_linked=False))
+
+        def compress(data: bytes) -> bytes:
+            packer.compress(data)
+            return b""
+
+        def finish() -> bytes:
+            return bytes(packer.finish())
+    parts = []
+    for i in range(mib):
+        body = (b"\x00" + _zigzag(0) + _zigzag(i) + _zigzag(-1) + _zigzag(len(value)) + value
+                + _zigzag(0))
+        parts.append(compress(_zigzag(len(body)) + body))
+    parts.append(finish())
+    records = b"".join(parts)
+    after_crc = (_CODECS[codec].to_bytes(2, "big") + (mib - 1).to_bytes(4, "big")
+                 + bytes(16) + (-1).to_bytes(8, "big", signed=True)
+                 + (-1).to_bytes(2, "big", signed=True) + (-1).to_bytes(4, "big", signed=True)
+                 + mib.to_bytes(4, "big") + records)
+    crc = calc_crc32c(after_crc)
+    tail = (0).to_bytes(4, "big") + b"\x02" + crc.to_bytes(4, "big") + after_crc
+    return bytes(8) + len(tail).to_bytes(4, "big") + tail
+
 
 def _proto_nested(depth: int) -> bytes:
     body = b"\x12\x01x"  # name = "x"
@@ -130,6 +188,9 @@ CASES = {
                              "undecodable Protobuf body"),
     "protobuf invalid UTF-8": ("protobuf", PROTO_NODE, b"\x12\x02\xff\xfe",
                                "undecodable Protobuf body"),
+    **{f"{codec} batch bomb ({BOMB_MIB} MiB of blanks)": (
+        "batch", "", _bomb_batch(codec, BOMB_MIB), "max_batch_inflated_bytes")
+       for codec in ("gzip", "lz4", "zstd")},
 }
 
 

@@ -190,6 +190,14 @@ class KstageProcess:
             await asyncio.sleep(0.1)
         return self.proc.returncode
 
+    def peak_rss_kb(self) -> int:
+        """The process's peak RSS so far, in KiB: the kernel's high-water mark of its
+        memory (``VmHWM``), kept since its exec (no sampling)."""
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+        assert found is not None, status
+        return int(found.group(1))
+
     def signal(self, sig: signal.Signals) -> None:
         self.proc.send_signal(sig)
 

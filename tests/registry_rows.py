@@ -1,6 +1,6 @@
 """Rows ``schema_rows`` makes of wire-format records, decoded as a worker decodes them:
 the writer schemas fetched from the registry by the format's decoder, each value given
-to the processor with its writer schema (:meth:`SchemaIdDecoder.writer_schema`)."""
+to the processor with its writer schema (:meth:`SchemaIdDecoder.writer_and_id`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ async def schema_rows(decoder: SchemaIdDecoder, raws: list[bytes],
     p = processor if processor is not None else SchemaRowsProcessor()
     rows = []
     for offset, raw in enumerate(raws):
-        schema, sid = decoder.writer_schema(raw)
+        schema, sid = decoder.writer_and_id(raw)
         message = Message("topic", 0, offset, 0, None, decoder.decode(raw), [], raw,
                           value_schema=schema, value_schema_id=sid)
         rows.append({k: v for k, v in p.transform(message)[0].items()

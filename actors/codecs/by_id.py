@@ -201,15 +201,6 @@ class SchemaIdDecoder:
                        "(schema_registry.not_found_retry_s %s): unknown id", sid, waited,
                        window)
 
-    def writer_schema(self, raw: bytes) -> tuple[Any, int | str]:
-        """``(writer schema, its id)`` of a value, as a processor with
-        :attr:`~processors.base.Processor.wants_value_schema` reads it
-        (:attr:`Message.value_schema <processors.base.Message.value_schema>`): what the
-        body decodes with, unless the format says otherwise. PoisonMessage as
-        :meth:`writer`."""
-        id_bytes, built = self.writer(raw)
-        return built, self.schema_id(id_bytes)
-
     def writer(self, raw: bytes) -> tuple[bytes, Any]:
         """``(id bytes, what the body decodes with)`` of a value; PoisonMessage for a
         short header, a wrong magic byte, an unknown id or a schema that did not build."""
@@ -231,3 +222,11 @@ class SchemaIdDecoder:
                     else str(built))  # a schema that does not build names its id
             raise poison(text, raw, sid) from built
         return id_bytes, built
+
+    def writer_and_id(self, raw: bytes) -> tuple[Any, int | str]:
+        """``(writer schema, its registry id)`` of a value, as a processor with
+        :attr:`~processors.base.Processor.wants_value_schema` reads it
+        (:attr:`Message.value_schema <processors.base.Message.value_schema>`): what the
+        body decodes with (see :meth:`writer`), unless the format says otherwise."""
+        id_bytes, built = self.writer(raw)
+        return built, self.schema_id(id_bytes)

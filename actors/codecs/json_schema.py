@@ -89,7 +89,7 @@ class JsonSchemaDecoder(SchemaIdDecoder):
             parsed = {}  # values still parse; a table has no columns from it
         return _Checked(validator, (registered.schema, texts), JsonWriterSchema(parsed))
 
-    def writer_schema(self, raw: bytes) -> tuple[Any, int | str]:
+    def writer_and_id(self, raw: bytes) -> tuple[Any, int | str]:
         """The parsed writer schema (:class:`~processors.json_schema_columns.JsonWriterSchema`)
         of a value and its id."""
         id_bytes, checked = self.writer(raw)

@@ -161,7 +161,7 @@ class ProtobufDecoder(SchemaIdDecoder):
                     len(imports))
         return compiled
 
-    def writer_schema(self, raw: bytes) -> tuple[Any, int | str]:
+    def writer_and_id(self, raw: bytes) -> tuple[Any, int | str]:
         """The descriptor of the message type the value's index list names, and the
         schema id (PoisonMessage as :meth:`decode`)."""
         cls, _, sid, _ = self._message_class(raw)

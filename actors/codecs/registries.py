@@ -11,8 +11,6 @@ import asyncio
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from actors.codecs.avro import AvroDecoder
 from actors.codecs.by_id import SchemaIdDecoder
 from actors.codecs.references import RegisteredSource
@@ -20,6 +18,8 @@ from actors.codecs.schema_files import FileSchemaRegistry
 from actors.codecs.schema_registry import SchemaRegistry, SchemaRegistryClient, Sleep
 
 if TYPE_CHECKING:
+    import httpx
+
     from settings.models import SchemaRegistrySettings
 
 

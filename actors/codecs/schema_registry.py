@@ -50,12 +50,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, Protocol, Self, TypeVar
 from urllib.parse import quote
 
-import httpx
-
 from actors.backoff import Jitter, backoff_s
 from processors.errors import PoisonMessage, ProcessorError
 
 if TYPE_CHECKING:
+    import httpx
+
     from settings.models import SchemaRegistrySettings, SchemaRegistryTls
 
 logger = logging.getLogger(__name__)
@@ -261,6 +261,8 @@ class SchemaRegistryClient:
         """Open the HTTP client; raises RuntimeError when started twice or closed."""
         if self._state is not _State.INIT:
             raise RuntimeError(f"schema registry client is {self._state.value}, not INIT")
+        import httpx  # loaded by the clients that run, not by `kstage validate`
+
         s = self._settings
         headers = {"Accept": _ACCEPT}
         if s.bearer_token is not None:
@@ -422,6 +424,8 @@ class SchemaRegistryClient:
         ``not_found`` is what a 404 is about (id or subject): SchemaNotFound names it;
         without it a 404 is a RegistryRequestError.
         """
+        import httpx
+
         client = self._running_client()
         headers = {"Content-Type": CONTENT_TYPE} if content is not None else None
         retries = self._settings.max_retries
@@ -511,6 +515,8 @@ def describe_transport_error(exc: BaseException, *, https: bool, settings: str
     """``(text, tls)``: an httpx transport error (or an ``ssl.SSLError`` httpx let
     through) for an error message, and whether it is a TLS failure; a TLS failure names
     the ``settings`` to check (e.g. ``sink.tls``)."""
+    import httpx
+
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     seen: set[int] = set()
     cause: BaseException | None = exc

@@ -62,6 +62,11 @@ SAMPLE_TOPIC = "topic"
 validated with a placeholder already: any topic name makes the same kind of name)."""
 
 
+SAMPLE_TABLE = "routed"
+"""The table a routed topic's sinks are checked for (``{table}`` filled in; the route's
+tables are SQL identifiers already)."""
+
+
 def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                   ) -> list[tuple[ConfigPath, str]]:
     """Every problem of the configuration's sinks, as (settings path, why) pairs.
@@ -87,7 +92,9 @@ def sink_problems(settings: Settings, processors: Mapping[str, type[Processor]],
                                  for line in missing_packages([kind])]
                 if cls is None:
                     continue
-                sink = build_sink(named.settings)  # built, never opened
+                # built, never opened; a routed topic's as one of its tables
+                sink = build_sink(named.settings if topic.route is None
+                                  else named.settings.for_table(SAMPLE_TABLE))
                 sink.bind(SinkContext(
                     label=f"{settings.group_id(group)}/{topic.topic}", topic=topic.topic,
                     processor=topic.processor, columns=sink_columns(topic, cls), table=cls.table,

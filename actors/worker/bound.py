@@ -10,6 +10,7 @@ from actors.record_columns import record_column_names, sink_columns
 from actors.resources import Resources
 from actors.sink_health import SinkHealth
 from actors.sinks import RefuseRows, Sink, SinkContext, build_sink
+from actors.sinks.routed import RoutedSink
 from processors.base import Processor
 from settings.models import NamedSink, Settings, SinkSettings, TopicSettings
 
@@ -39,12 +40,15 @@ def bound_sinks(settings: Settings, topic: TopicSettings, processor_cls: type[Pr
     name), where the rows it refuses go (``refuse(named)``: dead letters naming it) and
     the consumer ``group`` of the worker and the process's ``resources`` (the SparkActor
     of the spark and jdbc sinks). ``build`` makes each sink from its settings
-    (:func:`~actors.sinks.build_sink`; a test passes its own). ``processor``: the running
-    instance, whose :meth:`~processors.base.Processor.live_columns` the sinks follow."""
+    (:func:`~actors.sinks.build_sink`; a test passes its own); a routed topic's sink is a
+    :class:`~actors.sinks.routed.RoutedSink` of such sinks, one per table. ``processor``:
+    the running instance, whose :meth:`~processors.base.Processor.live_columns` the sinks
+    follow."""
     bound = []
     sinks = topic.named_sinks()
     for named in sinks:
-        sink = build(named.settings)
+        sink = (build(named.settings) if topic.route is None
+                else RoutedSink(named.settings, build))
         sink.bind(SinkContext(
             label=label if len(sinks) == 1 else f"{label} sink {named.name!r}",
             group=group, topic=topic.topic, processor=topic.processor,

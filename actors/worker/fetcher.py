@@ -30,9 +30,11 @@ from aiokafka.errors import (
 )
 
 from actors.errors import NoCommittedOffsetError
+from actors.inflate import BatchRefused
 from actors.sinks import END
 from actors.worker.flow import Flow
 from actors.worker.rebalance import Rebalance
+from actors.worker.refused import take_refused
 from settings.models import GroupSettings
 
 logger = logging.getLogger(__name__)
@@ -183,6 +185,7 @@ class Fetcher:
                 paused = False
             data = await self.poll(consumer, max_records, _POLL_MS)
             if not data:
+                await rebalance.note_starts(consumer)
                 await rebalance.advance_to_positions(consumer)
                 if self._on_drained is not None:
                     await self._check_drained(consumer)
@@ -217,7 +220,10 @@ class Fetcher:
         flow = self.flow
         gen = flow.generation
         observe = self._observe_batch
+        tracker = self._rebalance.committer.tracker
         for tp, records in data.items():
+            if records and tp in flow.assigned:  # a fresh group's lag counts from here
+                tracker.note_start(tp, records[0].offset)
             flow.fetched(tp, records)
             self._stats["consumed"] += len(records)
             if observe is not None:
@@ -239,7 +245,10 @@ class Fetcher:
         task = asyncio.current_task()
         self._poll_task = task
         try:
-            return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            try:
+                return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            except BatchRefused as exc:  # a decompression bomb: its offsets become poison
+                return await take_refused(consumer, exc, self.label)
         except asyncio.CancelledError:
             if not self._poll_given_up or task is None:
                 raise

@@ -40,6 +40,7 @@ from actors.deadletters.writer import DeadLetters
 from actors.errors import MessageFailedError
 from actors.failure import FailurePolicy, Outcome, Sleep
 from actors.record_columns import RecordColumns
+from actors.routing import Router
 from actors.tracing import Tracing, WalkTrace
 from actors.worker.filters import compile_filter
 from actors.worker.records import FILTERED, Collect, RecordLike, Route, key_decoder, value_decoder
@@ -99,6 +100,7 @@ class RecordPipeline:
         self.decode_key = key_decoder(topic, self.avro_keys)
         self.screen = Screen(topic, self.avro, self.label)
         self.record_columns = RecordColumns.of(topic)  # key, headers... added to rows
+        self.router = Router(topic.route) if topic.route is not None else None
         self.savepoints = savepoints
         self.decoded = False  # the records are Messages already (the plugin test kit)
         self.filter = compile_filter(topic.filter)
@@ -146,10 +148,9 @@ class RecordPipeline:
         self.processor = processor
         self.async_transform = inspect.iscoroutinefunction(processor.transform)
         self.deletes = processor.emits_deletes  # each row then says if it is a deletion
-        if self.avro is None or not processor.wants_value_schema:
-            self.value_schema = None
-        else:  # the writer schema as the format gives it (SchemaIdDecoder.writer_schema)
-            self.value_schema = self.avro.writer_schema
+        # the writer schema as the value's format gives it (SchemaIdDecoder.writer_and_id)
+        self.value_schema = (None if self.avro is None or not processor.wants_value_schema
+                             else self.avro.writer_and_id)
 
     def keeps(self, value: Any) -> bool:
         """Whether the topic's filter lets a decoded ``value`` reach the processor; a
@@ -162,10 +163,10 @@ class RecordPipeline:
     @property
     def sync(self) -> bool:
         """The hot path applies: no coroutine per message (sync transform, no savepoints,
-        keys not decoded, no columns added)."""
+        keys not decoded, no columns added, no route)."""
         return (not self.async_transform and not self.savepoints and self.decode_key is None
                 and not self.decoded and self.record_columns is None and not self.deletes
-                and self.value_schema is None)
+                and self.value_schema is None and self.router is None)
 
     # -- decode ----------------------------------------------------------------------
 
@@ -387,6 +388,8 @@ class RecordPipeline:
         out = self.processor.transform(msg)
         if inspect.isawaitable(out):  # an async transform (or one returning an awaitable)
             out = await out
+        if self.router is not None:  # before the columns: the value may be a row
+            self.router.tag(out, msg)
         if self.record_columns is not None:
             self.record_columns.add(out, msg)
         for row in out if self.deletes else ():  # not marked: not a deletion

@@ -1,7 +1,10 @@
 """Rebalance handling: the consumer's listener, the assignment and its generations.
 
 * On assign: the partitions are this worker's; their committed offsets are read later
-  (:meth:`Rebalance.seed_committed`, from the fetch task) as the base of their lag. The
+  (:meth:`Rebalance.seed_committed`, from the fetch task) as the base of their lag; a
+  partition without one (a fresh group) counts its lag from where the worker started
+  reading (the first record fetched, else the consumer position after an empty poll:
+  :meth:`Rebalance.note_starts`). The
   first assignment of the process run applies ``start_from``
   (:mod:`actors.worker.start_from`); otherwise a partition resumes where the topic's
   tables hold it when that is ahead of its committed offset
@@ -392,6 +395,25 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             self.unseeded.discard(tp)
             if offset is not None:
                 self.committer.tracker.seed(tp, offset)
+
+    async def note_starts(self, consumer: AIOKafkaConsumer) -> None:
+        """A poll came back empty: each assigned partition whose lag has no base yet (no
+        committed offset, nothing fetched: a fresh group with nothing to read) gets its
+        consumer position as the base, the offset the worker starts reading at, so its
+        lag is 0, not unknown."""
+        flow = self.flow
+        tracker = self.committer.tracker
+        gen = flow.generation
+        for tp in sorted(flow.assigned - self.unseeded, key=lambda t: t.partition):
+            if tracker.lag_base(tp) is not None:
+                continue
+            try:
+                async with asyncio.timeout(1):  # a position being reset: try next time
+                    position = await consumer.position(tp)
+            except (IllegalStateError, KafkaError, TimeoutError):
+                continue
+            if flow.live(tp, gen):  # not revoked meanwhile
+                tracker.note_start(tp, position)
 
     async def advance_to_positions(self, consumer: AIOKafkaConsumer) -> None:
         """A poll came back empty and nothing is in flight: everything before each

@@ -57,6 +57,15 @@ class Record:
     timestamp_type: int = -1  # 0 CreateTime, 1 LogAppendTime, -1 none or unknown
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedRecord(Record):
+    """A record of a compressed batch that was not inflated (past
+    ``kafka.max_batch_inflated_bytes``, :mod:`actors.inflate`): only its coordinates are
+    known; the screen makes it poison with ``reason``."""
+
+    reason: str = ""
+
+
 class _Filtered(tuple[Row, ...]):
     """The type of :data:`FILTERED`."""
 
@@ -146,5 +155,5 @@ def key_decoder(topic: TopicSettings, avro_keys: SchemaIdDecoder | None
     return decode_key
 
 
-__all__ = ["FILTERED", "Collect", "Record", "RecordLike", "Route", "key_decoder",
+__all__ = ["FILTERED", "Collect", "Record", "RecordLike", "RefusedRecord", "Route", "key_decoder",
            "value_decoder"]

@@ -30,11 +30,12 @@ def high_water(consumer: AIOKafkaConsumer | None, end_offsets: Mapping[TopicPart
 def lag(tracker: OffsetTracker, tp: TopicPartition, high: int | None) -> int | None:
     """The one definition of lag (also ``kstage lag``'s): high-water minus the
     committable offset (everything before it done: the consumer position once a
-    partition is drained), else the group's committed offset; None when neither is
-    known (never counted from 0)."""
-    done = tracker.committable(tp)
-    if done is None:
-        done = tracker.committed(tp)
+    partition is drained), else the group's committed offset, else (a fresh group,
+    nothing committed yet) the offset the worker started reading at: the first record
+    it fetched, or its consumer position (the log start for ``auto_offset_reset:
+    earliest``, the end for ``latest``; ``start_from`` makes its seek committable).
+    None when none is known (never counted from 0)."""
+    done = tracker.lag_base(tp)
     if high is None or done is None:
         return None
     return max(high - done, 0)

@@ -3,6 +3,9 @@ decoding it inline, on the event loop (issue 33).
 
 * A value or key longer than the topic's ``max_message_bytes`` is poison before any
   decoding, naming the cap, its size and its coordinates.
+* A record of a compressed batch refused at inflation (a :class:`RefusedRecord`, past
+  ``kafka.max_batch_inflated_bytes``: :mod:`actors.worker.refused`) is poison naming the
+  batch, its codec and the cap.
 * The value decoder's :meth:`~actors.codecs.by_id.SchemaIdDecoder.screen` finds the
   poison whose check costs without bound (JSON Schema validation, in a child process
   within ``validate_budget_s`` a value: :mod:`actors.codecs.sandbox`).
@@ -24,7 +27,7 @@ from actors.codecs.by_id import SchemaIdDecoder, head_hex
 from actors.codecs.sandbox import SandboxUnavailable
 from actors.codecs.schema_registry import SchemaNotFoundYet
 from actors.failure import Sleep
-from actors.worker.records import RecordLike
+from actors.worker.records import RecordLike, RefusedRecord
 from processors.errors import PoisonMessage, ProcessorError
 from settings.models import TopicSettings
 
@@ -59,8 +62,12 @@ class Screen:
         found: dict[int, PoisonMessage] = {}
         for k in [k for k, r in enumerate(records)  # one cheap pass: the hot path
                   if (r.value is not None and len(r.value) > cap)
-                  or (r.key is not None and len(r.key) > cap)]:
+                  or (r.key is not None and len(r.key) > cap)
+                  or (r.value is None and type(r) is RefusedRecord)]:
             rec = records[k]
+            if isinstance(rec, RefusedRecord):
+                found[k] = PoisonMessage(rec.reason)
+                continue
             what, raw = (("value", rec.value) if rec.value is not None and len(rec.value) > cap
                          else ("key", rec.key))
             exc = PoisonMessage(

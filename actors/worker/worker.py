@@ -6,23 +6,21 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
     (getmany)          (decode, transform,    (durable      (contiguous
                         failure policy)        write)         offsets)
 
-* **fetch** (:class:`~actors.worker.fetcher.Fetcher`) owns the consumer's reads, the
+* **fetch** (:class:`~actors.worker.fetcher.Fetcher`): the consumer's reads, the
   in-flight window and pausing.
-* **process** (:class:`~actors.worker.process.ProcessLoop`) takes batches in offset
-  order through the record pipeline (:class:`~actors.worker.pipeline.RecordPipeline`:
-  decode, transform, failure policy) and hands each partition batch to the sink as a
-  :class:`SinkBatch`, tracked by the offset tracker; retry waits park a partition in a
-  lane of its own.
+* **process** (:class:`~actors.worker.process.ProcessLoop`): batches in offset order
+  through the record pipeline (:class:`~actors.worker.pipeline.RecordPipeline`: decode,
+  transform, failure policy), each partition batch handed to the sink as a
+  :class:`SinkBatch` tracked by the offset tracker; a retry wait parks its partition.
+* **sink** (:func:`actors.sinks.run_sink` per sink, fed by
+  :func:`actors.sinks.run_fanout`): writes batches in order and acks each once every
+  sink acked it.
+* **commit** (:class:`~actors.worker.committer.Committer`): per commit mode, only acked,
+  contiguous offsets; also on revoke (:class:`~actors.worker.rebalance.Rebalance`).
 
-The parts share one flow state (:class:`~actors.worker.flow.Flow`: the inbox, the
-in-flight window, room and progress, the retry lanes, the assignment's generations and
-the fence); none of them gets the worker.
-* **sink** (:func:`actors.sinks.run_sink`, one per sink of the topic, fed by
-  :func:`actors.sinks.run_fanout`) writes batches in order and acks them; a batch is
-  acked to the commit task once every sink acked it.
-* **commit** (:class:`~actors.worker.committer.Committer`) commits, per commit mode,
-  only offsets whose work the sink acked, only contiguous ones; also on partition revoke
-  (:class:`~actors.worker.rebalance.Rebalance`), after draining.
+They share one flow state (:class:`~actors.worker.flow.Flow`: inbox, in-flight window,
+room and progress, retry lanes, the assignment's generations and the fence); none of
+them gets the worker.
 
 Revoke: the drain of a revoked partition's work is bounded by half the rebalance timeout,
 then what is left is fenced: its batches are cancelled before or during their write
@@ -69,7 +67,7 @@ from actors.lifecycle import Lifecycle
 from actors.log_bounds import FetchedBounds, LogBounds
 from actors.metrics import Metrics
 from actors.resources import Resources
-from actors.sink_health import SinkHealth
+from actors.sink_health import SinkHealth, sinks_reason
 from actors.sinks import FanOutSink, Sink, SinkBatch, build_sink, run_fanout
 from actors.tokens import token_errors
 from actors.worker import report
@@ -94,8 +92,7 @@ ConsumerFactory = Callable[[Settings, GroupSettings, str, str], AIOKafkaConsumer
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The first exception of ``group`` (nested groups searched) that is no
-    cancellation."""
+    """The first exception of ``group`` (nested groups searched) but cancellations."""
     for exc in group.exceptions:
         found = _first_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
         if found is not None and not isinstance(found, asyncio.CancelledError):
@@ -127,16 +124,16 @@ class Worker:
         metrics: histograms to observe (batch sizes, sink writes, commits).
         starts: the process run's ``start_from`` registry (the master's, shared by
             every incarnation; a fresh one by default).
-        consumer_factory: builds the (unstarted) consumer, called as
-            :func:`~actors.kafka.build_consumer` is (the default); a test hands a fake.
-        sink_factory: builds each of the topic's sinks from its settings, as
-            :func:`~actors.sinks.build_sink` does (the default); a test hands its own.
-        resources: the process's shared resources, handed to its sinks (the SparkActor
-            of the spark and jdbc sinks); the master's.
+        consumer_factory, sink_factory: build the (unstarted) consumer and each sink, as
+            :func:`~actors.kafka.build_consumer` and :func:`~actors.sinks.build_sink` do
+            (the defaults); a test hands its own.
+        resources: the process's shared resources for its sinks (the SparkActor).
         control: the topic's operator state, the master's (survives restarts): while
             paused, nothing more is fetched (:mod:`actors.control`).
         log_bounds: partitions' log start and high-water mark at assignment (default: a
             short-lived consumer of ``bootstrap``; :mod:`actors.worker.sink_offsets`).
+        registry: the schema registry that gives ``schema_rows`` its subject's latest
+            schema at start (:mod:`actors.worker.known_schema`).
     """
 
     def __init__(
@@ -437,13 +434,8 @@ class Worker:
             self.committer.due.set()
 
     def sink_error(self) -> str | None:
-        """Why the sinks are not ready (None: they are); each failing sink of a fan-out
-        named."""
-        if len(self._sink_health) == 1:
-            return next(iter(self._sink_health.values())).reason()
-        reasons = [f"sink {name!r}: {reason}" for name, health in self._sink_health.items()
-                   if (reason := health.reason()) is not None]
-        return "; ".join(reasons) or None
+        """Why the sinks are not ready (None: they are): :func:`sinks_reason`."""
+        return sinks_reason(self._sink_health)
 
     def _on_ack(self, batch: SinkBatch) -> None:
         entry = batch.entry

@@ -20,6 +20,9 @@ def run(args: argparse.Namespace) -> int:
     settings = load_for_run(args.config, warnings)
     for warning in warnings:  # valid, so exit 0, but said before the OK line
         print(f"kstage: warning: {warning}", file=sys.stderr)
-    topics = sum(len(g.topics) for g in settings.groups)
-    print(f"{args.config}: OK ({len(settings.groups)} group(s), {topics} topic(s))")
+    entries = [t for g in settings.groups for t in g.topics]
+    patterns = sum(t.topic_pattern is not None for t in entries)
+    counts = f"{len(entries) - patterns} topic(s)" + (f", {patterns} pattern(s)"
+                                                       if patterns else "")
+    print(f"{args.config}: OK ({len(settings.groups)} group(s), {counts})")
     return EXIT_OK

@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from actors.kafka import _KEYS, _SSL_KEYS
+from actors.kafka_keys import KEYS, SSL_KEYS
 from processors import registry
 from settings.errors import SettingsError
 
@@ -70,7 +70,7 @@ _GROUP_KEYS = {
 _RESETS = {"earliest": "earliest", "smallest": "earliest", "beginning": "earliest",
            "latest": "latest", "largest": "latest", "end": "latest", "none": "none"}
 _CLIENT_KEYS = {"group.id": "group_id", "bootstrap.servers": "bootstrap", "client.id": "client_id"}
-SUPPORTED_KAFKA_KEYS = frozenset(_KEYS) | frozenset(_SSL_KEYS) | frozenset(_GROUP_KEYS)
+SUPPORTED_KAFKA_KEYS = frozenset(KEYS) | frozenset(SSL_KEYS) | frozenset(_GROUP_KEYS)
 _SR_TLS = {"ssl.ca.location": "ca_file", "ssl.certificate.location": "client_cert",
            "ssl.key.location": "client_key"}
 _WH_LISTS = ("kafka.topics", "kafka.processors", "kafka.db.tables")

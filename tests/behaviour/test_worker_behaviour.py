@@ -20,7 +20,9 @@
 * pause/resume (:mod:`actors.control`): a paused topic fetches nothing more, a resume
   loses nothing;
 * stall liveness (:mod:`actors.liveness`): a sink hung past ``stall_after_s`` with lag
-  behind it makes the process not live, until the partition moves;
+  behind it makes the process not live, until the partition moves; also a fresh group's
+  first write (its lag counts from where the worker started reading), while a fresh
+  partition with nothing to read has lag 0 and never stalls;
 * drain (``kstage run --drain``): the worker says it is drained once everything is
   committed;
 * two-phase stop: phase 1 waits for the write under way and commits it, phase 2
@@ -592,6 +594,52 @@ async def test_a_sink_that_hangs_past_the_stall_bound_with_lag_fails_liveness_un
         now[0] = 62
         watch.update([worker.snapshot()])
         assert watch.reasons() == [], "still stalled once it moved"
+
+
+async def test_a_fresh_group_whose_first_write_hangs_fails_liveness_until_it_moves(
+        harness: Harness, tmp_path: Path) -> None:
+    """No committed offset yet: the lag counts from where the worker started reading
+    (here the log start, ``auto_offset_reset: earliest``), so a first write that hangs
+    is a stall like any other, not a partition without lag."""
+    await harness.produce([{"i": i} for i in range(6)])  # writes [0, 1] [2, 3] [4, 5]
+    sink = RecordingSink(hold=1)  # the first write hangs
+    worker = harness.worker(harness.settings(tmp_path), sink)
+    now = [0.0]
+    watch = StallWatch(stall_after_s=60, clock=lambda: now[0])
+    async with running(worker):
+        await asyncio.wait_for(sink.held.wait(), 30)
+        await until(lambda: lag(worker, 0) == 6, "the lag behind the hung first write", 30)
+        assert await harness.committed(0) is None, "committed before the write was done"
+        watch.update([worker.snapshot()])
+        assert watch.reasons() == []
+        now[0] = 61  # past the bound, the write still hanging
+        watch.update([worker.snapshot()])
+        (reason,) = watch.reasons()  # partition 1 (nothing to read) is not stalled
+        assert f"{harness.topic}[0]: lag 6, the offset 0 has not moved for 61s" in reason
+        sink.release.set()
+        await harness.wait_committed(0, 6, "the hung write done")
+        await until(lambda: lag(worker, 0) == 0, "no lag", 30)
+        now[0] = 62
+        watch.update([worker.snapshot()])
+        assert watch.reasons() == [], "still stalled once it moved"
+
+
+async def test_a_fresh_group_with_nothing_to_read_has_no_lag_and_never_stalls(
+        harness: Harness, tmp_path: Path) -> None:
+    """No committed offset and nothing to read: lag 0 (counted from the position the
+    worker starts reading at, the log end here), not unknown, and never a stall."""
+    sink = RecordingSink()
+    worker = harness.worker(harness.settings(tmp_path), sink)
+    now = [0.0]
+    watch = StallWatch(stall_after_s=60, clock=lambda: now[0])
+    async with running(worker):
+        await until(lambda: bool(worker.flow.assigned) and all(
+            lag(worker, p) == 0 for p in range(PARTITIONS)), "lag 0 on every partition", 30)
+        watch.update([worker.snapshot()])
+        now[0] = 61
+        watch.update([worker.snapshot()])
+        assert watch.reasons() == [], "an idle partition reported stalled"
+    assert sink.written == [] and await harness.committed(0) is None
 
 
 async def test_a_draining_worker_reports_drained_once_everything_is_committed(

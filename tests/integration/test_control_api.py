@@ -6,7 +6,9 @@
   nothing; ``resume`` delivers everything, and ``restart`` restarts the worker after a
   commit (nothing is delivered twice);
 * a sink write that hangs without failing, with lag behind it, turns ``/healthz`` 503
-  naming the partition after ``service.stall_after_s``, and 200 again once it moves.
+  naming the partition after ``service.stall_after_s``, and 200 again once it moves;
+  so does a fresh group's first write (no committed offset: the lag counts from where
+  the worker started reading).
 """
 
 from __future__ import annotations
@@ -194,6 +196,55 @@ async def test_a_write_that_hangs_with_lag_behind_it_fails_liveness_until_it_mov
         assert f"liveness: {group}/{topic}[0] moves again" in output
         proc.signal(signal.SIGTERM)
         assert await proc.wait(60) == 0, proc.output()
+
+
+async def test_a_fresh_groups_first_write_that_hangs_fails_liveness_until_it_moves(
+        fresh, broker: str, tmp_path: Path, kstage) -> None:
+    """No committed offset yet (a fresh group): the lag counts from where the worker
+    started reading, so a first write that hangs is shown as a stall too."""
+    topic, group = fresh.topic, fresh.group
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with HttpTestServer() as api:
+        api.hang(20, times=1)  # the first request hangs 20 s, then is answered 200
+        cfg = write_config(
+            tmp_path / "kstage.yml", broker, group,
+            [{"topic": topic, "processor": "json_rows",
+              "sink": {"type": "http", "url": f"{api.url}/events", "timeout_s": 60}}],
+            service={"http_port": port, "stall_after_s": 2})
+        await produce(broker, topic, ({"i": i} for i in range(5)))
+        proc = kstage(cfg)
+        await wait_until(lambda: len(api.requests) >= 1, 60, "the first request")
+
+        async def health() -> tuple[int, dict[str, Any]]:
+            answer = await asyncio.to_thread(httpx.get, f"{base}/healthz", timeout=5)
+            return answer.status_code, answer.json()
+
+        seen: list[tuple[int, dict[str, Any]]] = []
+        async with asyncio.timeout(15):  # stall_after_s 2 and a watch a second
+            while not seen or seen[-1][0] != 503:
+                seen.append(await health())
+                await asyncio.sleep(0.1)
+        assert api.requests[0].answered_at is None, "the stall seen after the hang ended"
+        ready = await asyncio.to_thread(httpx.get, f"{base}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text  # nothing failed: only liveness says it
+        assert seen[-1][1]["reason"].startswith(f"{group}/{topic}[0]: lag 5, the offset 0 ")
+        assert "(service.stall_after_s 2): the consumer is stuck" in seen[-1][1]["reason"]
+        metrics = httpx.get(f"{base}/metrics", timeout=10).text
+        assert f'kstage_stalled_partitions{{group="{group}",topic="{topic}"}} 1.0' in metrics
+        assert f'kstage_lag{{group="{group}",partition="0",topic="{topic}"}} 5.0' in metrics
+        assert await committed(broker, group, topic, 1) == {0: -1}, "committed before the ack"
+        await wait_until(lambda: api.requests[0].answered_at is not None, 30,
+                         "the hanging request answered")
+        async with asyncio.timeout(30):
+            while (await health())[0] != 200:
+                await asyncio.sleep(0.2)
+        output = proc.output()
+        assert f"liveness: {group}/{topic}[0]: lag 5" in output
+        assert f"liveness: {group}/{topic}[0] moves again" in output
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait(60) == 0, proc.output()
+    assert await committed(broker, group, topic, 1) == {0: 5}
 
 
 async def test_a_token_from_a_secret_file_with_its_newline_opens_the_control_api(

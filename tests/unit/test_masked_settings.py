@@ -48,6 +48,7 @@ FREE_FORM = [
     "groups.topics.filter.exclude",
     "groups.topics.filter.include",
     "groups.topics.options",
+    "groups.topics.route.tables",  # routing value -> table: no credential
     "kafka.consumer_config",
     "spark.catalog.properties",
     "spark.conf",

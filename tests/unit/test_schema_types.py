@@ -10,7 +10,8 @@ import pytest
 from fastavro import parse_schema
 
 from processors.avro_columns import Recursive, avro_columns
-from processors.schema_types import Decimal, Field, Prim, Unfit, fit
+from processors.column_types import DecimalType, Field, Flat, type_string
+from processors.type_evolution import Unfit, fit
 
 
 def record(*fields: tuple[str, Any], name: str = "R") -> dict[str, Any]:
@@ -21,7 +22,7 @@ def record(*fields: tuple[str, Any], name: str = "R") -> dict[str, Any]:
 def types(schema: dict[str, Any]) -> dict[str, str]:
     columns, _ = avro_columns(parse_schema(schema))
     assert all(c.nullable for c in columns)
-    return {c.name: c.type.sql() for c in columns}
+    return {c.name: type_string(c.type) for c in columns}
 
 
 def test_every_avro_type_has_its_column_type() -> None:
@@ -91,14 +92,14 @@ def test_a_non_record_schema_is_refused() -> None:
 
 
 def cols(**kinds: str) -> tuple[Field, ...]:
-    return tuple(Field(n, Prim(k)) for n, k in kinds.items())
+    return tuple(Field(n, Flat(k)) for n, k in kinds.items())
 
 
 def test_compatible_changes_evolve_the_table() -> None:
     table = cols(a="int", b="float", c="string")
     new, changes = fit(table, cols(a="long", b="double", d="string"))
     assert [str(c) for c in changes] == ["widen a long", "widen b double", "add d string"]
-    assert [(f.name, f.type.sql()) for f in new] == [
+    assert [(f.name, type_string(f.type)) for f in new] == [
         ("a", "long"), ("b", "double"), ("c", "string"), ("d", "string")]
     # an older writer (narrower, without d) fits the evolved table as it is
     assert fit(new, cols(a="int", b="float", c="string")) == (new, [])
@@ -127,4 +128,4 @@ def test_incompatible_changes_name_the_field() -> None:
     scale = avro_columns(parse_schema(record(
         ("p", {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 3}))))[0]
     with pytest.raises(Unfit, match="field 'p'"):
-        fit((Field("p", Decimal(9, 2)),), scale)
+        fit((Field("p", DecimalType(9, 2)),), scale)

@@ -136,6 +136,7 @@ def test_pattern_entries_validate_with_their_table_templates(
     code = main(["validate", "-c", str(path)])
     out, err = capsys.readouterr()
     assert code == 0, out + err
+    assert out.strip() == f"{path}: OK (1 group(s), 0 topic(s), 3 pattern(s))", out + err
 
 
 def test_dlq_replay_finds_the_pattern_entry_of_a_dead_letter(tmp_path: Path) -> None:

@@ -341,3 +341,22 @@ groups:
     assert [line.rsplit("; ", 1)[1] for line in lines] == [
         "did you mean 'per_message'?", "did you mean 'max_in_flight'?",
         "did you mean 'json_rows'?", "did you mean 'jsonl'?"]
+
+
+def test_a_batch_cap_below_a_topics_message_cap_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, lines = validate(tmp_path, capsys, """\
+name: validate-test
+kafka:
+  bootstrap: 127.0.0.1:9092
+  max_batch_inflated_bytes: 1000000
+groups:
+  - topics:
+      - topic: events
+        processor: json_rows
+        max_message_bytes: 2000000
+""")
+    assert len(lines) == 1, lines
+    assert "kafka.max_batch_inflated_bytes (1000000) is less than groups[0].topics[0]." \
+        "max_message_bytes (2000000)" in lines[0], lines
+    assert str(path) in lines[0], lines

@@ -52,7 +52,20 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.sinks.spark.catalog import dotted, namespace, qualified
-from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_schema
+from actors.sinks.spark.nested_evolution import (
+    names,
+    nested_evolution,
+    spark_path,
+    spark_tree,
+    split,
+)
+from actors.sinks.table.columns import (
+    COORDINATES,
+    INGESTED_AT,
+    column_kind,
+    spark_ddl,
+    spark_schema,
+)
 from processors.base import Column, decimal_parts
 from settings.models import SparkSettings
 
@@ -217,17 +230,27 @@ def evolve_staging(spark: Any, settings: SparkSettings, table: str,
         create_staging(spark, settings, table, columns)
         return []
     spark.sql(f"REFRESH TABLE {name}")
-    existing = {f.name: f.dataType.simpleString() for f in spark.table(name).schema}
-    added, widened, errors = evolution(existing, table_columns(columns))
-    if errors:
-        raise unfit(dotted(settings, table), errors)
+    schema = spark.table(name).schema
+    existing = {f.name: f.dataType.simpleString() for f in schema}
+    inside, declared = split(existing, table_columns(columns))
+    added, widened, errors = evolution(existing, declared)
+    nested = nested_evolution({f.name: spark_tree(f.dataType) for f in schema
+                               if f.name in names(inside)}, inside)
+    if errors or nested.errors:
+        raise unfit(dotted(settings, table), [*errors, *nested.errors])
     if added:
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_ddl_columns(added)})")
     for column in widened:
         spark.sql(f"ALTER TABLE {name} ALTER COLUMN `{column.name}` TYPE "
                   f"{column_kind(column.type).spark_sql}")
-    return [f"added {c.name}" for c in added] + [f"widened {c.name} to {c.type}"
-                                                  for c in widened]
+    for path in nested.loosened:
+        spark.sql(f"ALTER TABLE {name} ALTER COLUMN {spark_path(path)} DROP NOT NULL")
+    for change in nested.changes:
+        action = "ADD COLUMN" if change.kind == "add" else "ALTER COLUMN"
+        spark.sql(f"ALTER TABLE {name} {action} {spark_path(change.path)}"
+                  f"{'' if change.kind == 'add' else ' TYPE'} {spark_ddl(change.type)}")
+    return ([f"added {c.name}" for c in added]
+            + [f"widened {c.name} to {c.type}" for c in widened] + nested.described())
 
 
 def table_metadata(spark: Any, settings: SparkSettings, table: str) -> dict[str, Any]:

@@ -98,10 +98,10 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
     """
     found: dict[str, TablePlan] = {}
     for group in settings.groups:
-        # A topic_pattern's tables are known only to the running process: not planned
-        # (settings refuse merge.interval_s and maintenance.every_s over them).
+        # A topic_pattern's tables, and a route's, are known only to the running process:
+        # not planned (settings refuse merge.interval_s and maintenance.every_s over them).
         for topic, sink in ((t, n.settings) for t in group.topics for n in t.named_sinks()
-                            if t.topic_pattern is None):
+                            if t.topic_pattern is None and t.route is None):
             if not isinstance(sink, SparkSinkSettings):
                 continue
             cls = for_options(processors[topic.processor], topic.options)

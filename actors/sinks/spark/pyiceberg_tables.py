@@ -33,9 +33,11 @@ from typing import Any
 
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.catalog import dotted, warehouse_location
+from actors.sinks.spark.nested_evolution import iceberg_tree, names, nested_evolution, split
 from actors.sinks.spark.pyiceberg_catalog import ensure_namespace, owner
-from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_simple
 from processors.base import Column
+from processors.column_types import type_string
 from settings.models import SparkSettings
 
 PARTITION_FIELD = "_ingested_at_day"
@@ -63,27 +65,10 @@ def iceberg_type(kind: str, ids: Iterator[int] | None = None) -> Any:
 def spark_type_name(field_type: Any) -> str:
     """An Iceberg type as Spark names it (``simpleString``: ``bigint``, ``timestamp``,
     ``decimal(10,2)``, ``array<int>`` ...), for the column check."""
-    from pyiceberg import types as t  # only with appends: pyiceberg
-
-    simple = {t.StringType: "string", t.UUIDType: "string", t.IntegerType: "int",
-              t.LongType: "bigint", t.FloatType: "float", t.DoubleType: "double",
-              t.BooleanType: "boolean", t.BinaryType: "binary", t.FixedType: "binary",
-              t.TimestamptzType: "timestamp", t.TimestampType: "timestamp_ntz",
-              t.DateType: "date", t.TimeType: "bigint"}
-    for kind, name in simple.items():
-        if isinstance(field_type, kind):
-            return name
-    if isinstance(field_type, t.DecimalType):
-        return f"decimal({field_type.precision},{field_type.scale})"
-    if isinstance(field_type, t.ListType):
-        return f"array<{spark_type_name(field_type.element_type)}>"
-    if isinstance(field_type, t.MapType):
-        return (f"map<{spark_type_name(field_type.key_type)},"
-                f"{spark_type_name(field_type.value_type)}>")
-    if isinstance(field_type, t.StructType):
-        return "struct<" + ",".join(f"{f.name}:{spark_type_name(f.field_type)}"
-                                    for f in field_type.fields) + ">"
-    return str(field_type)
+    try:
+        return spark_simple(iceberg_tree(field_type))
+    except ValueError:  # not a type a staging table is made of
+        return str(field_type)
 
 
 def staging_schema(declared: Sequence[Column]) -> Any:
@@ -169,18 +154,30 @@ def evolve_staging(catalog: Any, settings: SparkSettings, table: str,
     except NoSuchTableError:
         create_staging(catalog, settings, table, columns)
         return []
-    existing = {f.name: spark_type_name(f.field_type) for f in loaded.schema().fields}
-    added, widened, errors = iceberg.evolution(existing, iceberg.table_columns(columns))
-    if errors:
-        raise iceberg.unfit(dotted(settings, table), errors)
-    if added or widened:
+    fields = loaded.schema().fields
+    existing = {f.name: spark_type_name(f.field_type) for f in fields}
+    inside, declared = split(existing, iceberg.table_columns(columns))
+    added, widened, errors = iceberg.evolution(existing, declared)
+    nested = nested_evolution({f.name: iceberg_tree(f.field_type) for f in fields
+                               if f.name in names(inside)}, inside)
+    if errors or nested.errors:
+        raise iceberg.unfit(dotted(settings, table), [*errors, *nested.errors])
+    if added or widened or nested.changes or nested.loosened:
         with loaded.update_schema() as update:
             for column in added:
                 update.add_column(column.name, iceberg_type(column.type), required=False)
             for column in widened:
                 update.update_column(column.name, field_type=iceberg_type(column.type))
-    return [f"added {c.name}" for c in added] + [f"widened {c.name} to {c.type}"
-                                                  for c in widened]
+            for path in nested.loosened:
+                update.make_column_optional(path)
+            for change in nested.changes:
+                kind = iceberg_type(type_string(change.type))
+                if change.kind == "add":
+                    update.add_column(change.path, kind, required=False)
+                else:
+                    update.update_column(change.path, field_type=kind)
+    return ([f"added {c.name}" for c in added]
+            + [f"widened {c.name} to {c.type}" for c in widened] + nested.described())
 
 
 def summaries(loaded: Any, key: str) -> list[str]:
