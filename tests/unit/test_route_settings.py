@@ -3,7 +3,6 @@ of each message (:class:`actors.routing.Router`), and its poison."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,19 +10,16 @@ import pytest
 from actors.routing import ROUTE_FIELD, Router
 from processors.base import Message
 from processors.errors import PoisonMessage
-from service.cli import main
 from settings.models import Settings
 from settings.routes import RouteSettings
+from tests.validate_kit import assert_refused_at, topics_config
 
 SINK = "  sink: {type: jsonl, path: 'out/{table}.jsonl'}\n"
 
 
 def config(tmp_path: Path, entries: str) -> Path:
     """A config of one group; ``entries`` holds its topics (the first on line 4)."""
-    path = tmp_path / "kstage.yml"
-    path.write_text("name: routes\ngroups:\n  - topics:\n"
-                    + textwrap.indent(textwrap.dedent(entries), "      "), encoding="utf-8")
-    return path
+    return topics_config(tmp_path, entries, "routes")
 
 
 @pytest.mark.parametrize(("entries", "key", "line", "why"), [
@@ -49,14 +45,7 @@ def config(tmp_path: Path, entries: str) -> Path:
 def test_a_bad_route_is_refused_with_file_line_and_key(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], entries: str, key: str,
         line: int, why: str) -> None:
-    path = config(tmp_path, entries)
-    code = main(["validate", "-c", str(path)])
-    out, err = capsys.readouterr()
-    lines = (out + err).splitlines()
-    assert code == 2, lines
-    prefix = f"kstage: {path}: groups[0].topics[0].{key} (line {line}): "
-    assert len(lines) == 1 and lines[0].startswith(prefix), lines
-    assert why in lines[0], lines
+    assert_refused_at(tmp_path, capsys, entries, key, line, why)
 
 
 def message(value: object, key: object = None,

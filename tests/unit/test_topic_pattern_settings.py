@@ -5,7 +5,6 @@ table (or file) template ``{topic}``; which topics a pattern entry claims
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,12 @@ from service.cli import main
 from settings import load_settings
 from settings.identifiers import table_part
 from settings.models import Settings
+from tests.validate_kit import assert_refused_at, topics_config
 
 
 def config(tmp_path: Path, entries: str) -> Path:
     """A config of one group; ``entries`` holds its topics (the first on line 4)."""
-    path = tmp_path / "kstage.yml"
-    path.write_text("name: patterns\ngroups:\n  - topics:\n"
-                    + textwrap.indent(textwrap.dedent(entries), "      "), encoding="utf-8")
-    return path
+    return topics_config(tmp_path, entries, "patterns")
 
 
 @pytest.mark.parametrize(("entries", "key", "line", "why"), [
@@ -37,14 +34,7 @@ def config(tmp_path: Path, entries: str) -> Path:
 def test_a_bad_pattern_is_refused_with_file_line_and_key(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], entries: str, key: str,
         line: int, why: str) -> None:
-    path = config(tmp_path, entries)
-    code = main(["validate", "-c", str(path)])
-    out, err = capsys.readouterr()
-    lines = (out + err).splitlines()
-    assert code == 2, lines
-    prefix = f"kstage: {path}: groups[0].topics[0].{key} (line {line}): "
-    assert len(lines) == 1 and lines[0].startswith(prefix), lines
-    assert why in lines[0], lines
+    assert_refused_at(tmp_path, capsys, entries, key, line, why)
 
 
 def test_topic_names_are_made_safe_and_lower_cased() -> None:
