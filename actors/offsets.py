@@ -20,10 +20,20 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # aiokafka is not loaded by the modules that only name it
     from aiokafka import TopicPartition
+
+
+class OffsetView(Protocol):
+    """What the worker's other parts may read of the offsets (never change)."""
+
+    def pending_count(self, tp: TopicPartition | None = None) -> int: ...
+    def committed(self, tp: TopicPartition) -> int | None: ...
+    def committable(self, tp: TopicPartition) -> int | None: ...
+    def lag_base(self, tp: TopicPartition) -> int | None: ...
+    def to_commit(self) -> dict[TopicPartition, int]: ...
 
 
 @dataclass(slots=True, eq=False)

@@ -1,15 +1,15 @@
-"""Commits: one small policy class per commit mode, and the committer that applies it.
+"""The Committer: the one owner of a worker's offsets and of its commits.
 
-A :class:`CommitPolicy` answers every question the worker used to answer by branching
-on ``CommitMode``: does kstage own the offsets at all (not in ``none``/``auto``, where
-auto-commit or nobody commits), does a periodic commit task run, is every message written
-and committed on its own (``per_message``), do processors mark savepoints, and is a
-commit due after an ack. A new commit mode is a new subclass in :data:`POLICIES`.
-
-The :class:`Committer` owns the commit task and the single-flight commit over the
-worker's :class:`~actors.offsets.OffsetTracker`: only offsets whose work the sink acked,
-only contiguous ones, as next-offset (or the consumer position once everything before it
-is done: past a transaction's commit marker).
+The worker's other parts report what happened: work was *shipped* to the sinks and
+*acked* by them, records were *fetched*, the group's committed offset was *seeded*,
+partitions were *sought*, a poll came back idle (positions *reached*), partitions are
+*revoked* (drained, then let go), the processing *failed*, the worker is *stopping*.
+The Committer alone changes the :class:`~actors.offsets.OffsetTracker`, decides (with
+its :class:`~actors.worker.commit_policies.CommitPolicy`) when to commit, and calls the
+consumer's commit: single-flight, only offsets whose work the sink acked, only
+contiguous ones, as next-offset (or the consumer position once everything before it is
+done: past a transaction's commit marker). Readers get :attr:`Committer.offsets`, a
+read-only view.
 """
 
 from __future__ import annotations
@@ -17,88 +17,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import ClassVar
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from actors.metrics import Metrics
-from actors.offsets import Entry, OffsetTracker
-from settings.models import CommitMode, CommitSettings
+from actors.offsets import Entry, OffsetTracker, OffsetView
+from actors.worker.commit_policies import (
+    POLICIES,
+    BatchCommits,
+    CommitPolicy,
+    NoCommits,
+    PerMessageCommits,
+    SavepointCommits,
+    commit_policy,
+)
+from settings.models import CommitSettings
 
 logger = logging.getLogger(__name__)
 
 
-class CommitPolicy:
-    """What a commit mode means to the worker (the base: kstage commits, periodically
-    and on demand).
-
-    Attributes:
-        owns_offsets: kstage commits the offsets: revoked partitions are drained and
-            fenced, abandoned work is reported, stale work is dropped.
-        periodic: a commit task commits every ``max_interval_s`` and when one is due.
-        per_message: each message is written, acked and committed before the next.
-        savepoints: processors are asked for savepoints; only those are committed.
-    """
-
-    owns_offsets: ClassVar[bool] = True
-    periodic: ClassVar[bool] = True
-    per_message: ClassVar[bool] = False
-    savepoints: ClassVar[bool] = False
-
-    def __init__(self, settings: CommitSettings) -> None:
-        self.settings = settings
-
-    def due_on_ack(self, entry: Entry, acked_since_commit: int) -> bool:
-        """Whether this ack makes a commit due now (else the interval does)."""
-        return False
-
-
-class NoCommits(CommitPolicy):
-    """``none`` (never commit) and ``auto`` (aiokafka's auto-commit): kstage does not own
-    the offsets."""
-
-    owns_offsets = False
-    periodic = False
-
-
-class PerMessageCommits(CommitPolicy):
-    """``per_message``: write, await the ack and commit after every message (inline, no
-    commit task)."""
-
-    periodic = False
-    per_message = True
-
-
-class BatchCommits(CommitPolicy):
-    """``batch``: commit after ``max_messages`` acked or ``max_interval_s``."""
-
-    def due_on_ack(self, entry: Entry, acked_since_commit: int) -> bool:
-        return acked_since_commit >= self.settings.max_messages
-
-
-class SavepointCommits(CommitPolicy):
-    """``savepoint``: commit exactly up to the messages the processor marks."""
-
-    savepoints = True
-
-    def due_on_ack(self, entry: Entry, acked_since_commit: int) -> bool:
-        return entry.savepoint
-
-
-POLICIES: dict[CommitMode, type[CommitPolicy]] = {
-    CommitMode.NONE: NoCommits, CommitMode.AUTO: NoCommits,
-    CommitMode.PER_MESSAGE: PerMessageCommits, CommitMode.BATCH: BatchCommits,
-    CommitMode.SAVEPOINT: SavepointCommits,
-}
-
-
-def commit_policy(settings: CommitSettings) -> CommitPolicy:
-    return POLICIES[settings.mode](settings)
-
-
 class Committer:
-    """The commit task and the single-flight commit of one worker.
+    """The offsets and the commits of one worker.
 
     Args:
         settings: the group's ``commit`` settings.
@@ -112,10 +52,10 @@ class Committer:
                  ) -> None:
         self.policy = commit_policy(settings)
         self.settings = settings
-        self.tracker = OffsetTracker(savepoint_only=self.policy.savepoints)
-        self.consumer: AIOKafkaConsumer | None = None
+        self._tracker = OffsetTracker(savepoint_only=self.policy.savepoints)
+        self._consumer: AIOKafkaConsumer | None = None
         self.lock = asyncio.Lock()
-        self.due = asyncio.Event()
+        self._due = asyncio.Event()
         self.acked_since_commit = 0
         self.last_commit = time.monotonic()
         self._label = label
@@ -127,40 +67,126 @@ class Committer:
     def owns_offsets(self) -> bool:
         return self.policy.owns_offsets
 
-    def on_ack(self, entry: Entry) -> None:
+    @property
+    def due(self) -> asyncio.Event:
+        """Set when an ack made a commit due, or the sink finished."""
+        return self._due
+
+    @property
+    def offsets(self) -> OffsetView:
+        """The offsets, read-only."""
+        return self._tracker
+
+    @property
+    def consumer(self) -> AIOKafkaConsumer | None:
+        return self._consumer
+
+    def attach(self, consumer: AIOKafkaConsumer) -> None:
+        """The worker's consumer exists: commits go to it from now on."""
+        self._consumer = consumer
+
+    # -- events: what the other parts report -------------------------------------------
+
+    def shipped(self, tp: TopicPartition, next_offset: int, count: int, *,
+                savepoint: bool) -> Entry:
+        """``count`` messages of ``tp`` up to ``next_offset`` went to the sinks."""
+        return self._tracker.add(tp, next_offset, count, savepoint=savepoint)
+
+    def acked(self, entry: Entry) -> None:
         """The sink acked ``entry`` (not fenced): its offsets become committable."""
-        self.tracker.ack(entry)
+        self._tracker.ack(entry)
         self.acked_since_commit += entry.count
         if self.policy.due_on_ack(entry, self.acked_since_commit):
-            self.due.set()
+            self._due.set()
+
+    def fetched(self, tp: TopicPartition, first_offset: int) -> None:
+        """Records of ``tp`` from ``first_offset`` were fetched (a fresh group's lag
+        counts from there)."""
+        self._tracker.note_start(tp, first_offset)
+
+    def positioned(self, tp: TopicPartition, position: int) -> None:
+        """``tp`` has nothing to read and no lag base yet: its position is the base."""
+        self._tracker.note_start(tp, position)
+
+    def seeded(self, tp: TopicPartition, committed: int) -> None:
+        """The group's committed offset of ``tp`` was read."""
+        self._tracker.seed(tp, committed)
+
+    def sought(self, tp: TopicPartition, position: int, committed: int | None) -> None:
+        """``tp`` was sought to ``position`` (the group had ``committed``): where kstage
+        owns the offsets, the position becomes committable (:meth:`seeks_done` commits
+        it, so a crash right after resumes there)."""
+        if self.owns_offsets:
+            self._tracker.start_at(tp, position, committed)
+
+    async def seeks_done(self) -> None:
+        """The seeks of a start or an assignment are done: commit them at once."""
+        await self.commit()
+
+    def reached(self, tp: TopicPartition, position: int) -> bool:
+        """Everything before ``position`` of ``tp`` is done (an idle poll, nothing in
+        flight): whether that moved its committable offset."""
+        return self._tracker.advance(tp, position)
+
+    async def idle(self, advanced: bool) -> None:
+        """An idle poll moved positions (``advanced``): committed now if the policy
+        says so, else by the commit task."""
+        if advanced and self.policy.commits_when_idle():
+            await self.commit()
+
+    async def message_done(self) -> None:
+        """``per_message``: the message's ack arrived: commit it before the next."""
+        await self.commit()
+
+    async def revoking(self) -> None:
+        """Partitions are about to be let go, their work drained: commit what was
+        acked (the caller bounds the wait)."""
+        await self.commit()
+
+    def let_go(self, tps: set[TopicPartition]) -> int:
+        """``tps`` are no longer this worker's: their unacked work is cancelled (kstage
+        owning the offsets) or their state forgotten (none/auto). Returns how many
+        messages were cancelled."""
+        if self.owns_offsets:
+            return self._tracker.cancel(tps)
+        self._tracker.forget(tps)
+        return 0
+
+    async def failed(self) -> None:
+        """Processing threw: commit the work before the failed message, never it."""
+        await self.commit()
+
+    async def drained(self) -> bool:
+        """``--drain`` reached every high-water mark: commit; whether all is committed."""
+        await self.commit()
+        return not self.uncommitted()
+
+    async def stopping(self) -> None:
+        """The worker stops: commit what the sink acked (never cancelled work)."""
+        await self.commit()
+
+    def sink_finished(self) -> None:
+        """The sink loop ended: the commit task commits what is left and ends."""
+        self._due.set()
 
     async def run(self, done: asyncio.Event) -> None:
-        """The commit task: until ``done`` (the sink finished), commit when due or every
-        ``max_interval_s``. Nothing periodic in modes none/auto (never) and per_message
-        (inline)."""
-        if not self.policy.periodic:
-            return
-        interval = self.settings.max_interval_s
-        while not done.is_set():
-            try:
-                await asyncio.wait_for(self.due.wait(), interval)
-            except TimeoutError:
-                pass
-            self.due.clear()
-            await self.commit()
+        """The policy's background task (the periodic commit), until ``done``."""
+        await self.policy.background(self, done)
+
+    # -- the commit --------------------------------------------------------------------
 
     async def commit(self) -> None:
         """Commit every partition's contiguous acked offset (single-flight)."""
-        if not self.policy.owns_offsets or self.consumer is None:
+        if not self.policy.owns_offsets or self._consumer is None:
             return
         async with self.lock:
-            offsets = self.tracker.to_commit()
+            offsets = self._tracker.to_commit()
             if not offsets:
                 return
             acked = self.acked_since_commit  # acks arriving during the commit stay counted
             started = time.monotonic()
             try:
-                await self.consumer.commit(offsets)
+                await self._consumer.commit(offsets)
             except (CommitFailedError, IllegalStateError) as exc:
                 # A rebalance took partitions away: their new owner replays from the last
                 # committed offset (at-least-once); nothing to do here.
@@ -169,7 +195,7 @@ class Committer:
             except KafkaError as exc:
                 logger.warning("%s: commit failed, will retry: %s", self._label, exc)
                 return
-            self.tracker.mark_committed(offsets)
+            self._tracker.mark_committed(offsets)
             self.acked_since_commit = max(self.acked_since_commit - acked, 0)
             self.last_commit = time.monotonic()
             self._stats["committed"] += 1
@@ -182,8 +208,8 @@ class Committer:
 
     def uncommitted(self) -> bool:
         """Acked work waits for a commit (always False where kstage commits nothing)."""
-        return self.policy.owns_offsets and bool(self.tracker.to_commit())
+        return self.policy.owns_offsets and bool(self._tracker.to_commit())
 
 
 __all__ = ["POLICIES", "BatchCommits", "CommitPolicy", "Committer", "NoCommits",
-           "PerMessageCommits", "SavepointCommits", "commit_policy"]
+           "OffsetView", "PerMessageCommits", "SavepointCommits", "commit_policy"]

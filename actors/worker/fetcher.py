@@ -220,10 +220,10 @@ class Fetcher:
         flow = self.flow
         gen = flow.generation
         observe = self._observe_batch
-        tracker = self._rebalance.committer.tracker
+        committer = self._rebalance.committer
         for tp, records in data.items():
             if records and tp in flow.assigned:  # a fresh group's lag counts from here
-                tracker.note_start(tp, records[0].offset)
+                committer.fetched(tp, records[0].offset)
             flow.fetched(tp, records)
             self._stats["consumed"] += len(records)
             if observe is not None:
@@ -274,7 +274,7 @@ class Fetcher:
         (then ``on_drained``, once)."""
         rebalance = self._rebalance
         committer = rebalance.committer
-        tracker = committer.tracker
+        tracker = committer.offsets
         flow = self.flow
         if self._drained or not rebalance.joined.is_set() or rebalance.lost is not None:
             return
@@ -295,9 +295,8 @@ class Fetcher:
                 return
             if position < hw or tracker.pending_count(tp) or tp in flow.lanes:
                 return  # a retry lane (waiting, or abandoned by a throw) holds it
-            tracker.advance(tp, position)  # past a transaction marker: commit it
-        await committer.commit()
-        if committer.uncommitted():
+            committer.reached(tp, position)  # past a transaction marker: commit it
+        if not await committer.drained():
             return  # commit failed: try again on the next empty poll
         self._drained = True
         logger.info("%s: drained partitions %s", self.label,

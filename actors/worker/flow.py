@@ -32,7 +32,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from actors.control import TopicControl
-from actors.offsets import OffsetTracker
+from actors.offsets import OffsetView
 from actors.sinks import Fence
 
 _INBOX_BATCHES = 2
@@ -218,7 +218,7 @@ class Flow:
         self.room.set()
         self.progress.set()
 
-    def abandoned(self, tracker: OffsetTracker) -> list[str]:
+    def abandoned(self, tracker: OffsetView) -> list[str]:
         """The work fetched but not committed (per ``tracker``), per partition (empty:
         nothing), for a stop that had to cancel the worker; its new owner or next start
         re-reads it."""

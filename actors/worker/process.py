@@ -125,7 +125,7 @@ class ProcessLoop:
         if failure is not None:
             # throw: commit the work before the failed message, never the message itself.
             await self._sink_done.wait()
-            await self.committer.commit()
+            await self.committer.failed()
             raise failure
 
     async def _walk(self, tp: TopicPartition, records: list[Any], *,
@@ -191,7 +191,7 @@ class ProcessLoop:
         if lane is not None:
             lane.held -= count  # from here on the entry (or the fence) accounts for them
         if self.flow.ships(tp, self.flow.current_gen if gen is None else gen):
-            entry = self.committer.tracker.add(tp, next_offset, count, savepoint=savepoint)
+            entry = self.committer.shipped(tp, next_offset, count, savepoint=savepoint)
         elif not self.committer.owns_offsets:
             # Revoked meanwhile, offsets not kstage's (auto-commit may have committed
             # them): the rows are still written, untracked.
@@ -230,7 +230,7 @@ class _Route:
             while not (batch.entry.done or batch.entry.cancelled):
                 progress.clear()
                 await progress.wait()
-            await loop.committer.commit()
+            await loop.committer.message_done()
 
     def drop(self, count: int) -> None:
         self._loop.flow.drop(count, self._lane)

@@ -305,7 +305,6 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         fence whatever is left; else (none/auto) forget them, writes under way finish."""
         flow = self.flow
         committer = self.committer
-        tracker = committer.tracker
         for task in list(self._resuming):  # their partitions are being taken away
             task.cancel()
         under_way = flow.current_tp if drain and flow.current_tp in tps else None
@@ -321,7 +320,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             dropped = flow.cancel_lanes(tps)
             if drain:
                 await self._drain_and_commit(tps, rebalance_s)
-            cancelled = tracker.cancel(tps)
+            cancelled = committer.let_go(tps)
             flow.drop(cancelled)
             writes = await flow.fence.revoke(tps)
             for health in self.healths:
@@ -342,7 +341,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         else:
             # none/auto: kstage does not own the offsets (auto-commit already committed
             # the position): writes under way finish, or their messages would be lost.
-            tracker.forget(tps)
+            committer.let_go(tps)
             await revoke_in_sinks(self.sinks, tps, 0)
         flow.forget_spans(tps)
 
@@ -351,7 +350,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         """Wait for the revoked partitions' in-flight work (at most half the rebalance
         timeout), then commit what the sink acked (at most a quarter of it)."""
         flow = self.flow
-        tracker = self.committer.tracker
+        tracker = self.committer.offsets
         parts = sorted(tp.partition for tp in revoked)
         timeout = min(self.grace_s, self.group.max_poll_interval_ms / 2000, rebalance_s / 2)
 
@@ -373,7 +372,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 flow.draining.pop(tp, None)
         try:
             async with asyncio.timeout(rebalance_s / 4):
-                await self.committer.commit()
+                await self.committer.revoking()
         except TimeoutError:
             logger.warning("%s: revoke: commit of %s did not finish within %.1fs",
                            self.label, parts, rebalance_s / 4)
@@ -394,7 +393,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 continue  # revoked meanwhile
             self.unseeded.discard(tp)
             if offset is not None:
-                self.committer.tracker.seed(tp, offset)
+                self.committer.seeded(tp, offset)
 
     async def note_starts(self, consumer: AIOKafkaConsumer) -> None:
         """A poll came back empty: each assigned partition whose lag has no base yet (no
@@ -402,7 +401,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         consumer position as the base, the offset the worker starts reading at, so its
         lag is 0, not unknown."""
         flow = self.flow
-        tracker = self.committer.tracker
+        committer = self.committer
+        tracker = committer.offsets
         gen = flow.generation
         for tp in sorted(flow.assigned - self.unseeded, key=lambda t: t.partition):
             if tracker.lag_base(tp) is not None:
@@ -413,7 +413,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             except (IllegalStateError, KafkaError, TimeoutError):
                 continue
             if flow.live(tp, gen):  # not revoked meanwhile
-                tracker.note_start(tp, position)
+                committer.positioned(tp, position)
 
     async def advance_to_positions(self, consumer: AIOKafkaConsumer) -> None:
         """A poll came back empty and nothing is in flight: everything before each
@@ -421,7 +421,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         a transaction's commit marker, one more than the last record + 1)."""
         flow = self.flow
         committer = self.committer
-        tracker = committer.tracker
+        tracker = committer.offsets
         if (flow.in_flight or flow.process_ended or flow.should_stop
                 or not flow.inbox.empty() or not committer.owns_offsets):
             return
@@ -437,9 +437,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 continue  # errors of the partition surface from the next poll
             if flow.in_flight or not flow.live(tp, gen) or tp in flow.lanes:
                 return  # fetched, revoked or parked meanwhile (a lane that threw stays)
-            advanced = tracker.advance(tp, position) or advanced
-        if advanced and committer.policy.per_message:
-            await committer.commit()  # no commit loop in this mode
+            advanced = committer.reached(tp, position) or advanced
+        await committer.idle(advanced)
 
 
 __all__ = ["Rebalance"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.offsets import OffsetTracker
+from actors.offsets import OffsetView
 from actors.sink_health import SinkHealth
 from actors.worker.flow import Flow
 
@@ -27,7 +27,7 @@ def high_water(consumer: AIOKafkaConsumer | None, end_offsets: Mapping[TopicPart
     return hw if end is None else max(end, hw or 0)
 
 
-def lag(tracker: OffsetTracker, tp: TopicPartition, high: int | None) -> int | None:
+def lag(tracker: OffsetView, tp: TopicPartition, high: int | None) -> int | None:
     """The one definition of lag (also ``kstage lag``'s): high-water minus the
     committable offset (everything before it done: the consumer position once a
     partition is drained), else the group's committed offset, else (a fresh group,
@@ -55,7 +55,7 @@ def failing_partitions(healths: Mapping[str, SinkHealth], topic: str,
     return failing
 
 
-def partitions(flow: Flow, tracker: OffsetTracker, consumer: AIOKafkaConsumer | None,
+def partitions(flow: Flow, tracker: OffsetView, consumer: AIOKafkaConsumer | None,
                end_offsets: Mapping[TopicPartition, int], healths: Mapping[str, SinkHealth],
                topic: str) -> list[dict[str, Any]]:
     """Each assigned partition: committed offset, high-water mark, lag, state

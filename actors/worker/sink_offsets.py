@@ -83,7 +83,6 @@ async def resume_from_sinks(sinks: Sequence[Sink], consumer: AIOKafkaConsumer,
     refused = await _refused(storing, held, assigned, bounds, group, label)
     if not seek or len(storing) != len(sinks):
         return refused
-    tracker = committer.tracker
     sought = False
     for tp in sorted(assigned - refused.keys(), key=lambda t: t.partition):
         offsets = [h.get((tp.topic, tp.partition)) for h in held]
@@ -105,11 +104,11 @@ async def resume_from_sinks(sinks: Sequence[Sink], consumer: AIOKafkaConsumer,
         logger.info("%s: partition %d resumes at offset %d, where the table holds it "
                     "(Kafka's committed offset: %s)", label, tp.partition, target, committed)
         if committer.owns_offsets:
-            tracker.start_at(tp, target, committed)
+            committer.sought(tp, target, committed)
             unseeded.discard(tp)
             sought = True
     if sought:
-        await committer.commit()
+        await committer.seeks_done()
     return refused
 
 

@@ -67,7 +67,6 @@ async def seek_at_start(consumer: AIOKafkaConsumer, assigned: set[TopicPartition
                     "assigned later continue from their committed offsets", label, mode)
         return
     tps = sorted(assigned, key=lambda t: t.partition)
-    tracker = committer.tracker
     owns = committer.owns_offsets
     try:
         if mode == "latest":
@@ -98,14 +97,14 @@ async def seek_at_start(consumer: AIOKafkaConsumer, assigned: set[TopicPartition
                 # Committed at once: a crash right after start resumes here, not at the
                 # old offset (latest: the skipped backlog stays skipped, also for a
                 # member this partition moves to; earliest: the re-read is not cut short).
-                tracker.start_at(tp, position, committed)
+                committer.sought(tp, position, committed)
                 unseeded.discard(tp)
     except (KafkaError, IllegalStateError) as exc:
         logger.error("%s: start_from %s: seeking %s failed (%s: %s); they continue from "
                      "their committed offsets", label, mode,
                      [tp.partition for tp in tps], type(exc).__name__, exc)
         return
-    await committer.commit()
+    await committer.seeks_done()
 
 
 __all__ = ["StartRegistry", "seek_at_start"]

@@ -253,7 +253,7 @@ class Worker:
         """State for metrics and readiness; call on the event loop."""
         consumer = self._consumer
         control = self.flow.control
-        rows = report.partitions(self.flow, self.committer.tracker, consumer,
+        rows = report.partitions(self.flow, self.committer.offsets, consumer,
                                  self.fetcher.end_offsets, self._sink_health,
                                  self.topic.topic)
         return {
@@ -291,7 +291,7 @@ class Worker:
     def status(self) -> dict[str, int]:
         """Counters for the status line: processed, failed, commits, in-flight, lag."""
         total = 0
-        tracker = self.committer.tracker
+        tracker = self.committer.offsets
         for tp in self.flow.assigned:
             hw = report.high_water(self._consumer, self.fetcher.end_offsets, tp)
             total += report.lag(tracker, tp, hw) or 0
@@ -300,7 +300,7 @@ class Worker:
     def abandoned(self) -> list[str]:
         """The work fetched but not committed, per partition (empty: nothing), for a stop
         that had to cancel this worker (see :meth:`Flow.abandoned`)."""
-        return self.flow.abandoned(self.committer.tracker)
+        return self.flow.abandoned(self.committer.offsets)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -342,8 +342,8 @@ class Worker:
                     await bound.sink.open()
                     opened.push_async_callback(bound.sink.close)
                 self._sink_open = True
-                consumer = self._consumer = self.committer.consumer = \
-                    await self._start_consumer()
+                consumer = self._consumer = await self._start_consumer()
+                self.committer.attach(consumer)
                 try:
                     consumer.subscribe([self.topic.topic], listener=self.rebalance)
                     logger.info("%s: started, joining group %s", self.label, self.group_id)
@@ -407,7 +407,7 @@ class Worker:
             return
         try:
             async with asyncio.timeout(10):
-                await self.committer.commit()
+                await self.committer.stopping()
         except (TimeoutError, KafkaError) as exc:
             logger.warning("%s: final commit failed: %s", self.label, exc)
         self.leaving_group = True
@@ -431,7 +431,7 @@ class Worker:
                 self.outbox, self._on_ack, label=self.label, fence=self.flow.fence)
         finally:
             self._sink_done.set()
-            self.committer.due.set()
+            self.committer.sink_finished()
 
     def sink_error(self) -> str | None:
         """Why the sinks are not ready (None: they are): :func:`sinks_reason`."""
@@ -441,7 +441,7 @@ class Worker:
         entry = batch.entry
         if entry.cancelled:  # fenced on revoke: counted out of flight there
             return
-        self.committer.on_ack(entry)
+        self.committer.acked(entry)
         self.flow.acked(entry.count)
 
 

@@ -1,0 +1,84 @@
+"""The Committer is the one owner of a worker's offsets and commits (issue 36, point 1).
+
+Read from the source, so that a new part cannot quietly take a share again: outside
+``actors/worker/committer.py`` no module of the actors (the worker and everything it
+runs; the operator tools of ``service/ops`` commit their own consumers) calls a
+consumer's ``commit``, builds an :class:`~actors.offsets.OffsetTracker` or reaches a
+tracker; the other parts hold :class:`~actors.offsets.OffsetView` (read-only, which mypy
+enforces) and report events to the Committer.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from aiokafka import TopicPartition
+
+from actors.worker.commit_policies import CommitPolicy
+from actors.worker.committer import Committer
+from settings.models import CommitSettings
+from tests.doc_blocks import run_block
+
+ROOT = Path(__file__).resolve().parents[2]
+OWNER = ROOT / "actors" / "worker" / "committer.py"
+TRACKER = ROOT / "actors" / "offsets.py"
+
+
+def _product_modules() -> list[Path]:
+    return sorted((ROOT / "actors").rglob("*.py"))
+
+
+def _offences(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = ast.unparse(node.func.value)
+            if node.func.attr == "commit" and "consumer" in receiver.lower():
+                found.append(f"{where}: {receiver}.commit(...)")
+        if isinstance(node, ast.Name) and node.id == "OffsetTracker":
+            found.append(f"{where}: OffsetTracker")
+        if isinstance(node, ast.Attribute) and node.attr in ("tracker", "_tracker"):
+            found.append(f"{where}: .{node.attr}")
+    return found
+
+
+def test_only_the_committer_commits_and_changes_the_offsets() -> None:
+    offences = [o for path in _product_modules() if path not in (OWNER, TRACKER)
+                for o in _offences(path)]
+    assert offences == []
+
+
+def test_the_check_sees_the_committer_itself() -> None:
+    """The check is not blind: the owner's own module does each thing it forbids."""
+    found = "\n".join(_offences(OWNER))
+    assert ".commit(...)" in found and "OffsetTracker" in found and "._tracker" in found
+
+
+async def test_the_commit_mode_of_the_architecture_doc_commits_when_caught_up() -> None:
+    """docs/architecture.md's example policy, run by a real Committer over a consumer
+    that records commits: an idle advance commits at once, an ack commits when due."""
+    policy_type = run_block("docs/architecture.md", "class CaughtUpCommits")["CaughtUpCommits"]
+    assert issubclass(policy_type, CommitPolicy)
+    committed: list[dict[TopicPartition, int]] = []
+
+    class Consumer:
+        async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+            committed.append(dict(offsets))
+
+    stats = {"committed": 0}
+    committer = Committer(CommitSettings(mode="batch", max_messages=3), label="t",
+                          stats=stats)
+    committer.policy = policy_type(committer.settings)
+    committer.attach(Consumer())  # type: ignore[arg-type]
+    tp = TopicPartition("t", 0)
+    committer.seeded(tp, 0)
+    entry = committer.shipped(tp, 2, 2, savepoint=False)
+    committer.acked(entry)
+    assert not committer.due.is_set(), "2 acked of max_messages 3: not due yet"
+    await committer.idle(committer.reached(tp, 5))  # caught up past a commit marker
+    assert committed == [{tp: 5}] and stats["committed"] == 1
+    third = committer.shipped(tp, 8, 3, savepoint=False)
+    committer.acked(third)
+    assert committer.due.is_set(), "3 acked since the last commit: due"
