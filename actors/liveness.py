@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+
+from actors.worker_status import WorkerStatus
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class StallWatch:
         return (f"<StallWatch stalled={len(self._stalled)} "
                 f"not_polling={len(self._not_polling)}>")
 
-    def update(self, workers: Iterable[dict[str, Any]]) -> None:
+    def update(self, workers: Iterable[WorkerStatus]) -> None:
         """Look at the workers' snapshots (:meth:`Worker.snapshot`) taken now."""
         now = self._clock()
         limit = self.stall_after_s

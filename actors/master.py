@@ -35,6 +35,7 @@ from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.topic_patterns import Changes, PatternWatch
 from actors.worker import Worker
 from actors.worker.start_from import StartRegistry
+from actors.worker_status import WorkerStatus
 from processors.registry import for_options
 from settings.models import GroupSettings, Settings, TopicSettings
 from settings.suggest import did_you_mean
@@ -208,7 +209,7 @@ class Master:
                                 " ".join(f"{k}={v}" for k, v in child.status().items()),
                                 self.supervisor.restarts)
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[WorkerStatus]:
         """Every running worker's state (metrics, readiness); call on the event loop."""
         workers = [c.snapshot() for c in self.supervisor.children if isinstance(c, Worker)]
         for worker in workers:

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from actors.worker_status import WorkerStatus
+
 _LABELS = ("group", "topic")
 _COUNTERS = {
     # snapshot stat -> (metric name, help)
@@ -72,13 +74,13 @@ class Metrics:
             "Unix time of the last successful maintenance of the table.", ("table",),
             registry=self.registry)
 
-    def watch(self, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
+    def watch(self, snapshot: Callable[[], list[WorkerStatus]]) -> None:
         """Expose counters and gauges computed from ``snapshot()`` at each scrape."""
         self.registry.register(_SnapshotCollector(snapshot))
 
 
 class _SnapshotCollector(Collector):
-    def __init__(self, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
+    def __init__(self, snapshot: Callable[[], list[WorkerStatus]]) -> None:
         self._snapshot = snapshot
 
     def describe(self) -> Iterable[Any]:

@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from actors.offsets import OffsetView
 from actors.sink_health import SinkHealth
 from actors.worker.flow import Flow
+from actors.worker_status import PartitionStatus
 
 
 def high_water(consumer: AIOKafkaConsumer | None, end_offsets: Mapping[TopicPartition, int],
@@ -57,13 +58,13 @@ def failing_partitions(healths: Mapping[str, SinkHealth], topic: str,
 
 def partitions(flow: Flow, tracker: OffsetView, consumer: AIOKafkaConsumer | None,
                end_offsets: Mapping[TopicPartition, int], healths: Mapping[str, SinkHealth],
-               topic: str) -> list[dict[str, Any]]:
+               topic: str) -> list[PartitionStatus]:
     """Each assigned partition: committed offset, high-water mark, lag, state
     (``refused``: a table holds it past its high-water mark, never consumed; ``paused``
     by an operator, ``retrying`` a retry wait or a failing write, ``running``), its
     failing write if any and why it is refused if it is."""
     failing = failing_partitions(healths, topic)
-    rows = []
+    rows: list[PartitionStatus] = []
     for tp in sorted(flow.assigned, key=lambda t: t.partition):
         hw = high_water(consumer, end_offsets, tp)
         refused = flow.refused.get(tp)

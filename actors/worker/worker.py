@@ -80,6 +80,7 @@ from actors.worker.pipeline import RecordPipeline
 from actors.worker.process import ProcessLoop
 from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
+from actors.worker_status import WorkerStatus
 from processors.base import Processor
 from settings.models import GroupSettings, Settings, SinkSettings, TopicSettings
 
@@ -249,7 +250,7 @@ class Worker:
         """Why the last dead-letter write failed (None: it did not)."""
         return self.pipeline.dead_letters.error
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WorkerStatus:
         """State for metrics and readiness; call on the event loop."""
         consumer = self._consumer
         control = self.flow.control
