@@ -261,7 +261,7 @@ class Fetcher:
                 f"{self._topic!r} and auto_offset_reset is 'none': refusing to start"
             ) from exc
         except ConsumerStoppedError:
-            self.flow.intake_stopped.set()
+            self.flow.intake_ended()
             return {}
         finally:
             self._poll_task = None

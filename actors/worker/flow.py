@@ -202,6 +202,74 @@ class Flow:
         next reader)."""
         return self.live(tp, gen) or self.draining.get(tp) == gen
 
+    # -- what the other parts report ----------------------------------------------------
+
+    def assign(self, tps: set[TopicPartition]) -> None:
+        """The group assigned ``tps`` (the whole assignment)."""
+        self.assigned = tps
+
+    def revoke(self, tps: set[TopicPartition]) -> None:
+        """The group revoked ``tps`` (the rest stays assigned)."""
+        self.assigned -= tps
+
+    def lose_all(self) -> set[TopicPartition]:
+        """The membership is lost: nothing is assigned, and a revoke draining meanwhile
+        ships its batch under way no more. Returns what was assigned."""
+        lost, self.assigned = self.assigned, set()
+        self.draining.clear()
+        return lost
+
+    def drain_under_way(self, tp: TopicPartition) -> None:
+        """A revoke of ``tp`` lets the batch under way ship (see :meth:`ships`)."""
+        self.draining[tp] = self.current_gen
+
+    def stop_draining(self, tps: set[TopicPartition]) -> None:
+        """The revoke's drain of ``tps`` ended: their batch under way ships no more."""
+        for tp in tps:
+            self.draining.pop(tp, None)
+
+    def hold(self, tps: set[TopicPartition], gen: int) -> None:
+        """``tps`` wait (paused) until the sinks tell where they resume, for ``gen``."""
+        self.held.update(dict.fromkeys(tps, gen))
+
+    def refuse(self, refused: dict[TopicPartition, str], gen: int) -> None:
+        """The sinks refuse ``refused`` (why, each), those still held for ``gen``."""
+        self.refused.update((tp, why) for tp, why in refused.items()
+                            if self.held.get(tp) == gen)
+
+    def release(self, tps: set[TopicPartition], gen: int) -> list[TopicPartition]:
+        """The hold of ``tps`` for ``gen`` ends; those it still held."""
+        mine = [tp for tp in tps if self.held.get(tp) == gen]
+        for tp in mine:
+            del self.held[tp]
+        return mine
+
+    def processing(self, tp: TopicPartition, gen: int) -> None:
+        """The process loop walks a batch of ``tp`` fetched in ``gen``."""
+        self.current_tp, self.current_gen = tp, gen
+
+    def processed(self) -> None:
+        """The walk of the batch under way ended."""
+        self.current_tp = None
+        self.progress.set()
+
+    def end_processing(self) -> None:
+        """The process loop ended: no position is committable from now on."""
+        self.process_ended = True
+
+    def intake_ended(self) -> None:
+        """The consumer stopped: nothing more comes in."""
+        self.intake_stopped.set()
+
+    def park(self, tp: TopicPartition, lane: Lane) -> None:
+        """``tp`` waits in ``lane`` (a retry wait)."""
+        self.lanes[tp] = lane
+
+    def unpark(self, tp: TopicPartition, lane: Lane) -> None:
+        """``lane`` of ``tp`` finished (if it is still the partition's)."""
+        if self.lanes.get(tp) is lane:
+            del self.lanes[tp]
+
     def let_go(self, tps: set[TopicPartition]) -> None:
         """``tps`` are no longer this worker's: bump the generation (their fetched work
         is stale) and forget what was held or fetched of them."""

@@ -99,12 +99,11 @@ class ProcessLoop:
                 if self._wait_for_ack and self.committer.lock.locked():
                     async with self.committer.lock:  # layline's wait_for_ack: no overlap
                         pass
-                flow.current_tp, flow.current_gen = tp, gen
+                flow.processing(tp, gen)
                 try:
                     finished = await self._walk(tp, records)
                 finally:
-                    flow.current_tp = None
-                    flow.progress.set()
+                    flow.processed()
                 if not finished:
                     break
             ended = True
@@ -119,7 +118,7 @@ class ProcessLoop:
             if running:  # a stop ends their waits: they ship what they finished
                 await asyncio.wait(running)
         failure = failure or self._lane_failure
-        flow.process_ended = True  # no position is committable from now on
+        flow.end_processing()  # no position is committable from now on
         # Normal end, abandon or throw: the sink finishes what it was given first.
         await self.outbox.put(END)
         if failure is not None:
@@ -154,7 +153,8 @@ class ProcessLoop:
         if self.committer.owns_offsets and not flow.live(tp, flow.current_gen):
             self.flow.drop(len(records), None)  # revoked meanwhile: the new owner re-reads
             return
-        lane = flow.lanes[tp] = Lane(flow.current_gen, len(records))
+        lane = Lane(flow.current_gen, len(records))
+        flow.park(tp, lane)
         consumer = self._consumer
         if consumer is not None and tp in consumer.assignment():
             consumer.pause(tp)  # nothing more of it is fetched while it waits
@@ -176,8 +176,7 @@ class ProcessLoop:
             lane.dead = True
             self.flow.drop(lane.held, lane)
             return
-        if self.flow.lanes.get(tp) is lane:
-            del self.flow.lanes[tp]
+        self.flow.unpark(tp, lane)
         consumer = self._consumer
         if (consumer is not None and tp in self.flow.assigned
                 and tp in consumer.paused() and not self.flow.keeps_paused(tp)):

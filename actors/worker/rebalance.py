@@ -140,7 +140,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         gen = flow.generation
         if hold and consumer is not None:
             consumer.pause(*assigned)
-            flow.held.update(dict.fromkeys(assigned, gen))
+            flow.hold(set(assigned), gen)
         elif flow.paused_by_operator and consumer is not None:
             consumer.pause(*assigned)  # before the first await, as above
         started = False
@@ -174,22 +174,19 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 live=lambda tp: held.get(tp) == gen, label=self.label,
                 committer=self.committer, unseeded=self.unseeded, bounds=self.bounds,
                 group=self.group_id)
-            self.flow.refused.update((tp, why) for tp, why in refused.items()
-                                     if held.get(tp) == gen)
+            self.flow.refuse(refused, gen)
         except Exception as exc:  # noqa: BLE001 - never lose the partitions over it
             logger.warning("%s: asking the sinks where to resume %s failed (%s); reading "
                            "from the committed offsets", self.label,
                            sorted(tp.partition for tp in assigned), exc)
         finally:
-            mine = [tp for tp in assigned if held.get(tp) == gen]
-            for tp in mine:
-                del held[tp]
+            mine = self.flow.release(assigned, gen)
             current = consumer.assignment()
             consumer.resume(*(tp for tp in mine
                               if tp in current and not self.flow.keeps_paused(tp)))
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.flow.assigned = assigned
+        self.flow.assign(assigned)
         self.unseeded = set(assigned)
         self.assigned_at = time.monotonic()
         self.lost = None
@@ -208,7 +205,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         Work not drained by then is cancelled (never written later, never committed):
         the partitions' new owner re-reads it from the committed offset.
         """
-        self.flow.assigned -= revoked
+        self.flow.revoke(revoked)
         if revoked:
             await self._let_go(revoked, drain=True)
             logger.info("%s: revoked partitions %s", self.label,
@@ -220,8 +217,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         have handed it to another member already, whose writes a late one of ours could
         overtake, and a commit now would be of a generation the group left behind."""
         flow = self.flow
-        lost, flow.assigned = flow.assigned, set()
-        flow.draining.clear()  # a revoke draining meanwhile ships its batch under way no more
+        lost = flow.lose_all()  # and a revoke draining meanwhile ships no more
         parts = sorted(tp.partition for tp in lost)
         self.lost = (f"lost its group membership: no heartbeat answered for {silent_s:.1f}s "
                      f"(session_timeout_ms {self.group.session_timeout_ms}); partitions "
@@ -310,7 +306,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         under_way = flow.current_tp if drain and flow.current_tp in tps else None
         flow.let_go(tps)
         if under_way is not None and committer.owns_offsets:
-            flow.draining[under_way] = flow.current_gen  # shipped and drained, see below
+            flow.drain_under_way(under_way)  # shipped and drained, see below
         self.unseeded -= tps
         parts = sorted(tp.partition for tp in tps)
         rebalance_s = self.rebalance_s
@@ -368,8 +364,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                            "cancelling it: the new owner re-reads it", self.label, parts,
                            timeout)
         finally:
-            for tp in revoked:  # the batch under way ships no more: fenced from here on
-                flow.draining.pop(tp, None)
+            flow.stop_draining(revoked)  # the batch under way ships no more: fenced
         try:
             async with asyncio.timeout(rebalance_s / 4):
                 await self.committer.revoking()
