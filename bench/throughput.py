@@ -148,6 +148,7 @@ import random
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -271,6 +272,7 @@ class RawResult:
     cpu_s: tuple[float, float]  # CPU seconds in the window: this process, the broker
     # (monotonic time, committed offset, process CPU s, broker CPU s) after every commit
     commits: list[tuple[float, int, float, float]] = field(default_factory=list)
+    start_s: float = 0.0  # consumer made -> first commit returned (start, join, fetch)
 
     def warm(self, offset: int, n: int) -> tuple[float, int, float]:
         """The window from the first commit at or past ``offset`` to the last commit:
@@ -302,6 +304,7 @@ async def run_raw(bootstrap: str, topic: str, n: int,
     """The raw loop; ``await handle(records)`` per batch, when given, replaces
     ``decode(record.value)`` per record."""
     group = unique("bench-raw")
+    made = time.monotonic()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
         auto_offset_reset="earliest", max_poll_records=MAX_RECORDS, **FAST_GROUP,
@@ -356,7 +359,15 @@ async def run_raw(bootstrap: str, topic: str, n: int,
     assert first is not None
     return RawResult(done - listener.at, first - listener.at,
                      (cpu_done[0] - listener.cpu_at[0], cpu_done[1] - listener.cpu_at[1]),
-                     commits)
+                     commits, start_s=commits[0][0] - made)
+
+
+def interpreter_start_s() -> float:
+    """What a bare aiokafka loop costs before its own code runs, as a process of its
+    own: the interpreter's start and the imports of asyncio, json and aiokafka."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import asyncio, json, aiokafka"], check=True)
+    return time.monotonic() - started
 
 
 # -- (b) kstage run --drain ------------------------------------------------------------
@@ -381,6 +392,7 @@ class KstageResult:
     warm_s: float = 0.0
     warm_cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     warehouse: Path | None = None
+    first_commit_s: float = 0.0  # process spawned -> its first commit (log line)
 
 
 def _log_times(pattern: re.Pattern[str], text: str) -> list[datetime]:
@@ -664,6 +676,7 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
     cfg = write_config(run_dir / "kstage.yml", bootstrap, group, topic, work, processor)
     log_path = run_dir / "kstage.log"
     started = time.monotonic()
+    spawned = datetime.now()  # the log lines' clock (local time)
     with open(log_path, "wb") as log:  # noqa: ASYNC230 - opened once, before the run
         proc = await asyncio.create_subprocess_exec(
             *command, "run", "-c", str(cfg), "--drain",
@@ -709,6 +722,7 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
         workers=rss.python_workers(),
         cpu_s=(rss.cpu_s, rss.cpu_of("java")),
         window_cpu_s=rss.cpu_between(assigned[0], commits[-1]),
+        first_commit_s=(commits[0] - spawned).total_seconds(),
     )
     if warmup:
         at = [(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f"), int(offset))
@@ -818,11 +832,13 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
     raw_s: list[float] = []
     kstage_s: list[float] = []
     runs: list[KstageResult] = []
+    raws: list[RawResult] = []
     raw_warm: list[float] = []  # events/s in the warm window, per round
     ks_warm: list[float] = []
     for r in range(1, rounds + 1):
         raw = await run_raw(bootstrap, topic, n, work.raw_decode, work.raw_handle)
         raw_s.append(raw.seconds)
+        raws.append(raw)
         print(f"round {r}: raw aiokafka    {raw.seconds:6.2f} s ({n / raw.seconds:6.0f}/s; "
               f"first message {raw.first_message_s * 1000:.0f} ms after assignment; CPU "
               f"in the window: Python {raw.cpu_s[0]:.1f} s, broker {raw.cpu_s[1]:.1f} s)",
@@ -864,6 +880,13 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
                   f"{ks.warm_cpu_s[2]:.1f} s); ratio {ks_warm[-1] / raw_warm[-1]:.2f}",
                   flush=True)
 
+    interpreter_s = interpreter_start_s()
+    raw_start = interpreter_s + statistics.median(r.start_s for r in raws)
+    ks_start = statistics.median(ks.first_commit_s for ks in runs)
+    print(f"start to first commit: raw aiokafka {raw_start:.2f} s (interpreter and imports "
+          f"{interpreter_s:.2f} s, then start, join, first fetch and commit), kstage "
+          f"{ks_start:.2f} s (process spawned to its first commit); kstage "
+          f"{ks_start - raw_start:+.2f} s{' (median)' if rounds > 1 else ''}")
     raw_med = statistics.median(raw_s)
     ks_med = statistics.median(kstage_s)
     raw_rate, ks_rate = n / raw_med, n / ks_med
