@@ -78,9 +78,10 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from settings.errors import ConfigFileError, ConfigValidationError, UndefinedVariableError
+from settings.model_keys import keys_at
 from settings.models import Settings
 from settings.secrets import redact, secret_name, secret_values
-from settings.suggest import did_you_mean, keys_at, quoted
+from settings.suggest import did_you_mean, quoted
 
 logger = logging.getLogger(__name__)
 

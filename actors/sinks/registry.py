@@ -16,8 +16,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from actors.sinks.base import Sink, SinkSettingsBase
-from settings.models import SINK_TYPES, sink_entry_point, sink_entry_points
 from settings.plugins import DuplicatePlugin
+from settings.sink_types import SINK_TYPES, sink_entry_point, sink_entry_points
 from settings.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = SINK_TYPES
