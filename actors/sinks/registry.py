@@ -9,6 +9,10 @@ used as ``sink: {type: NAME}``::
 The built-in sinks (``null``, ``jsonl``, ``http``, ``spark``, ``jdbc``) are registered the
 same way in kstage's own ``pyproject.toml``. Loading a sink type imports only its module,
 so a process without PySpark can use every sink but ``spark`` and ``jdbc``.
+
+The lookup of a name's entry point (a name registered twice refused) is
+:mod:`settings.sink_types`', the one the settings model validates ``sink:`` with; this
+module loads the sink classes from it.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from actors.sinks.base import Sink, SinkSettingsBase
-from settings.models import SINK_TYPES, sink_entry_point, sink_entry_points
 from settings.plugins import DuplicatePlugin
+from settings.sink_types import SINK_TYPES, sink_entry_point, sink_entry_points
 from settings.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = SINK_TYPES

@@ -41,8 +41,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from actors.sinks import registry
 from service import cli
 from settings.errors import SettingsError
-from settings.loader import _read_yaml, load_settings
+from settings.loader import load_settings
 from settings.models import GroupSettings, Settings, TopicSettings
+from settings.yaml_file import read_yaml
 from tests.kafkautil import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -192,7 +193,7 @@ def check_fragment(block: Block, tmp_path: Path) -> list[str]:
     fragment = tmp_path / "fragment.yml"
     fragment.write_text("\n" * (block.line - 1) + block.text, encoding="utf-8")  # same lines
     try:
-        data, _ = _read_yaml(fragment, str(block.path.relative_to(ROOT)),
+        data, _ = read_yaml(fragment, str(block.path.relative_to(ROOT)),
                              _dummy_environment(block.text))
     except SettingsError as exc:  # names the markdown file and line
         return [str(exc)]

@@ -1,6 +1,7 @@
 """The package edges the architecture promises (docs/architecture.md): no import cycle
 inside ``actors/`` (imports under ``TYPE_CHECKING`` count too), the worker's parts never
-import the worker, and no module of ``actors/worker/`` grows past ~450 lines."""
+import the worker, and no module of ``actors/worker/`` grows past ~450 lines; no import
+cycle inside ``settings/`` (lazy imports included) and no module of it past 400 lines."""
 
 from __future__ import annotations
 
@@ -77,6 +78,16 @@ def test_the_worker_parts_never_import_the_worker() -> None:
                        if "actors.worker.worker" in out and name != "actors.worker")
     assert importers == [], importers
 
+
+def test_no_import_cycle_inside_settings() -> None:
+    cycle = _cycle(_imports("settings"))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def test_no_settings_module_is_over_400_lines() -> None:
+    sizes = {p.name: len(p.read_text().splitlines())
+             for p in (ROOT / "settings").rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
 
 
 def test_no_worker_module_is_over_450_lines() -> None:

@@ -1,0 +1,248 @@
+"""The ``spark:`` section (the Iceberg catalog, its S3 store, table maintenance) and
+``merge:``."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import (
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+from settings.base import Model
+from settings.identifiers import (
+    SqlIdentifier,
+)
+
+
+class S3Settings(Model):
+    """``spark.catalog.s3``: the S3-compatible object store of an ``s3://`` warehouse
+    (Iceberg's S3FileIO)."""
+
+    endpoint: str | None = Field(
+        None, description="S3 endpoint URL (none: AWS's own for the region).")
+    region: str = Field("us-east-1", description="S3 region.")
+    path_style_access: bool = Field(
+        False, description="Path-style addressing (bucket in the path), as most "
+        "S3-compatible servers need.")
+    access_key_id: SecretStr | None = Field(
+        None, description="Access key id (none: the AWS default credential chain).")
+    secret_access_key: SecretStr | None = Field(
+        None, description="Secret access key (never printed).")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _key_pair(self) -> S3Settings:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("set access_key_id and secret_access_key together (or neither: "
+                             "the AWS default credential chain)")
+        return self
+
+
+WAREHOUSE_SCHEMES = ("s3://", "s3a://")
+"""URI schemes of a remote warehouse (Iceberg's S3FileIO); anything else is a local path."""
+
+
+def _warehouse(value: str) -> str:
+    if value.startswith("file://"):
+        return value[len("file://"):] or "/"
+    if value.startswith(WAREHOUSE_SCHEMES):
+        if not re.match(r"^s3a?://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", value):
+            raise ValueError(f"{value!r} is not s3://bucket[/prefix] (a bucket name: 3-63 "
+                             "lowercase letters, digits, '.' and '-')")
+        return value.rstrip("/")
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        raise ValueError(
+            f"{value!r}: a warehouse is a local (or shared) path, file://, or s3://bucket"
+            "/prefix (an S3-compatible object store, with spark.catalog.s3)")
+    return value
+
+
+class CatalogSettings(Model):
+    """``spark.catalog``: the Apache Iceberg catalog of the staging and final tables."""
+
+    name: SqlIdentifier = Field("kstage", description="The Spark catalog name.")
+    type: Literal["jdbc", "rest"] = Field(
+        "jdbc", description="jdbc: an Iceberg JDBC catalog in SQLite (one host) or "
+        "PostgreSQL (several hosts); rest: an Iceberg REST catalog server.")
+    uri: str | None = Field(
+        None, description="jdbc:sqlite:PATH, jdbc:postgresql://HOST/DB or the REST "
+        "catalog's http(s) URL (default, jdbc: jdbc:sqlite:<warehouse>/catalog.db; never "
+        "printed with its credentials).")
+    warehouse: str | None = Field(
+        None, description="Where the tables' files live: a local path or s3://bucket/prefix "
+        "(default: spark.warehouse).")
+    namespace: SqlIdentifier = Field(
+        "kstage", description="The namespace of the tables (they keep their names).")
+    user: str | None = Field(None, description="jdbc: the catalog database's user.")
+    password: SecretStr | None = Field(
+        None, description="jdbc: the catalog database's password (never printed).")
+    s3: S3Settings | None = Field(
+        None, description="The S3-compatible store of an s3:// warehouse.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="More Iceberg catalog properties "
+        "(spark.sql.catalog.<name>.<key>), e.g. a REST catalog's credential.")
+
+    @field_validator("warehouse")
+    @classmethod
+    def _warehouse_uri(cls, value: str | None) -> str | None:
+        return None if value is None else _warehouse(value)
+
+    @model_validator(mode="after")
+    def _uri_kind(self) -> CatalogSettings:
+        uri = self.uri
+        if self.type == "jdbc" and uri is not None and not uri.startswith(
+                ("jdbc:sqlite:", "jdbc:postgresql:")):
+            raise ValueError("a jdbc catalog's uri is jdbc:sqlite:PATH or "
+                             "jdbc:postgresql://HOST[:PORT]/DB")
+        if uri is not None and uri.startswith("jdbc:sqlite:") and (
+                uri == "jdbc:sqlite:" or ":memory:" in uri or "mode=memory" in uri):
+            raise ValueError("an in-memory SQLite catalog loses the tables (each pooled "
+                             "connection gets its own empty database): name a file, "
+                             "jdbc:sqlite:/path/catalog.db")
+        if self.type == "rest" and (uri is None or not re.match(r"^https?://", uri)):
+            raise ValueError("a rest catalog needs its uri: http(s)://HOST[:PORT][/PATH]")
+        return self
+
+
+class MaintenanceSettings(Model):
+    """``spark.maintenance``: what ``kstage tables maintain`` does to each Iceberg table
+    of the spark sinks (staging and final), and how often ``kstage run`` does it."""
+
+    every_s: float | None = Field(
+        None, gt=0, description="Maintain every spark table this often inside `kstage run` "
+        "(on its Spark thread; a failure is logged and retried at the next interval); "
+        "none: only `kstage tables maintain`.")
+    snapshot_max_age_s: float = Field(
+        3600, gt=0, description="Snapshots older than this are expired, except those Kafka "
+        "offset recovery or the merge still needs; younger ones are kept (a reader's query "
+        "planned on one keeps its files).")
+    snapshot_min_keep: int = Field(
+        10, ge=1, description="The newest snapshots of a table kept whatever their age.")
+    target_file_mb: int = Field(
+        128, ge=1, description="Compaction writes data files of about this size (MiB).")
+    min_input_files: int = Field(
+        5, ge=2, description="Compaction rewrites a partition's small files once it has at "
+        "least this many.")
+    orphan_min_age_s: float = Field(
+        86400, ge=86400, description="Files in a table's directory that no snapshot "
+        "references are removed once older than this (at least one day: a write still in "
+        "progress has files no snapshot references yet).")
+    kafka_timeout_s: float = Field(
+        30, gt=0, description="How long maintenance waits for Kafka's committed offsets "
+        "before it expires nothing.")
+
+
+class SparkSettings(Model):
+    """The process-wide ``spark:`` section (one SparkSession per process)."""
+
+    master: str = Field("local[2]", description="Spark master URL.")
+    warehouse: str = Field(
+        "./warehouse", description="Where the Iceberg tables' files live (the default of "
+        "catalog.warehouse): a local or shared path, file://, or s3://bucket/prefix.")
+    catalog: CatalogSettings = Field(
+        default_factory=lambda: CatalogSettings(),
+        description="The Iceberg catalog of the staging and final tables.")
+    jars: Literal["fetched"] | list[str] = Field(
+        "fetched", description="The JVM jars of the session: fetched (those `kstage jars "
+        "fetch` put in the jar directory), or the paths of jars a cluster already has "
+        "([] when its Spark has them on its class path).")
+    conf: dict[str, str] = Field(
+        default_factory=lambda: {"spark.driver.memory": "512m"},
+        description="Extra Spark configuration (overrides kstage's defaults).",
+    )
+    flush_max_rows: int = Field(10000, ge=1, description="Flush a table at this many rows.")
+    flush_min_rows: int = Field(
+        1000, ge=1, description="Flush a table at this many rows when none of its appends "
+        "is running (a busy table keeps Spark writing; a quiet one waits for the interval).")
+    appends: Literal["spark", "pyiceberg"] = Field(
+        "spark", description="What writes the staging appends: spark (the Arrow rows go to "
+        "the JVM, Spark writes the Parquet files and commits), or pyiceberg (Apache "
+        "Iceberg's Python library writes the files and commits from the Python process, to "
+        "the same table in the same jdbc catalog; Spark still creates the tables, reads the "
+        "offsets at assignment, merges and maintains).")
+    staging_write_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Iceberg Spark write options of the staging appends (e.g. "
+        "compression-codec); kstage sets the snapshot properties itself.")
+    flush_max_interval_s: float = Field(
+        5, gt=0, description="Longest wait of a row before its table is flushed."
+    )
+    flush_idle_s: float = Field(
+        1, gt=0, description="Longest wait of a row while none of its table's appends runs: "
+        "a quiet table is flushed within about this long, below flush_min_rows (at most "
+        "about one append per flush_idle_s); at or above flush_max_interval_s: off.")
+    flush_rest_ratio: float | None = Field(
+        None, ge=0, le=100, description="After the appends of a staging table took d "
+        "seconds, an append that flush_min_rows would start waits until d times this has "
+        "passed since they ended, or until the oldest waiting row waited flush_idle_s "
+        "(flush_max_rows, flush_max_interval_s and a worker at its max_in_flight do not "
+        "wait): fewer, larger appends. Unset: 1 with appends: "
+        "pyiceberg (each pyiceberg commit costs more CPU, in the process, the more "
+        "snapshots the table keeps), 0 with appends: spark (back to back).")
+    max_session_restarts: int = Field(
+        3, ge=0, description="New SparkSessions started after the Spark JVM died (or while "
+        "its replacement fails to start) within session_restart_window_s; one more death "
+        "stops the process with exit code 1 (its orchestrator restarts it).")
+    session_restart_window_s: float = Field(
+        600, gt=0, description="Window of max_session_restarts, in seconds.")
+    maintenance: MaintenanceSettings = Field(
+        default_factory=lambda: MaintenanceSettings(),
+        description="Snapshot expiry, compaction and orphan removal of the tables.")
+
+    @field_validator("warehouse")
+    @classmethod
+    def _warehouse_uri(cls, value: str) -> str:
+        return _warehouse(value)
+
+    @model_validator(mode="after")
+    def _catalog_place(self) -> SparkSettings:
+        catalog = self.catalog
+        if (catalog.warehouse is not None and "warehouse" in self.model_fields_set
+                and catalog.warehouse != self.warehouse):
+            raise ValueError(f"spark.warehouse ({self.warehouse!r}) and "
+                             f"spark.catalog.warehouse ({catalog.warehouse!r}) differ: set "
+                             "one of them")
+        warehouse = self.table_warehouse
+        remote = warehouse.startswith(WAREHOUSE_SCHEMES)
+        if catalog.type == "jdbc" and catalog.uri is None and remote:
+            raise ValueError(f"the warehouse {warehouse!r} is in object storage: set "
+                             "spark.catalog.uri (jdbc:postgresql://HOST/DB for several hosts, "
+                             "or jdbc:sqlite:/local/path/catalog.db for one)")
+        if self.appends == "pyiceberg" and catalog.type != "jdbc":
+            raise ValueError(f"appends: pyiceberg commits through a jdbc catalog (SQLite or "
+                             f"PostgreSQL) only, not a {catalog.type} catalog: set "
+                             "appends: spark")
+        if self.appends == "pyiceberg" and self.staging_write_options:
+            raise ValueError("staging_write_options are Spark write options, which "
+                             "appends: pyiceberg does not use: set the table's write "
+                             "properties instead, or appends: spark")
+        if remote and catalog.s3 is None:
+            raise ValueError(f"the warehouse {warehouse!r} is in object storage: set "
+                             "spark.catalog.s3 (endpoint, region, credentials)")
+        return self
+
+    @property
+    def table_warehouse(self) -> str:
+        """The warehouse of the tables: ``catalog.warehouse``, else ``warehouse``."""
+        return self.catalog.warehouse or self.warehouse
+
+
+class MergeSettings(Model):
+    """The ``merge:`` section: merging staging into final tables inside the service."""
+
+    interval_s: float | None = Field(
+        None, gt=0, description="Merge every spark staging table this often while running "
+        "(and once more at the end of --drain); none: only `kstage merge` merges.")
+
+
