@@ -16,6 +16,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -143,7 +144,21 @@ def test_every_request_gets_an_answer_and_changes_nothing_unauthorised(
     if not authorised and method in ("GET", "POST") and segments and segments[0] in (
             "groups", "status") and not query:
         assert code in (400, 401, 404, 413), code
-    assert served.request(_request("GET", b"/healthz", [], b""))[0] == 200
+    _still_healthy(served)
+
+
+def _still_healthy(served: Served) -> None:
+    """The server still answers, and ``/healthz`` is 200: a 503 for the event loop's
+    heartbeat alone (its thread starved past ``STALE_S`` on a loaded machine) is waited
+    out, bounded, as the heartbeat's next tick; any other answer fails at once."""
+    deadline = time.monotonic() + 60
+    while True:
+        code, _, body = served.request(_request("GET", b"/healthz", [], b""))
+        if code == 200:
+            return
+        assert b"event loop unresponsive" in body, (code, body)
+        assert time.monotonic() < deadline, (code, body)
+        time.sleep(0.1)  # the heartbeat ticks every 0.5 s on the loop
 
 
 @pytest.mark.parametrize("length", ["-1", "abc", "99999999999999999999", "1e3"])
