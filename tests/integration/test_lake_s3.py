@@ -5,8 +5,10 @@ loopback) through Iceberg's S3FileIO, a SQLite catalog on local disk.
   commits; pyiceberg (an engine that is not Spark) reads exactly the rows Spark reads;
 * a data file above the multipart size goes up in parts (moto's multipart upload);
 * the S3 server down during appends (a proxy in front of it refuses connections): the
-  appends fail and are retried, ``/readyz`` says so, no Kafka offset is committed past
-  the table, and once it is back every event is in the table once;
+  appends fail (Iceberg's retries of the metadata read bounded by
+  ``kstage.metadata-read-retries``) and are retried, ``/readyz`` says so, no Kafka offset
+  is committed past the table, and once it is back every event is in the table once;
+  that setting with a FileIO the fence cannot stand in for is refused;
 * the S3 server slow (the proxy delays every chunk): appends slow down, the worker's
   in-flight messages stay bounded (partitions paused), every event lands once;
 * the SQLite catalog locked by another process beyond its busy timeout (that table in a
@@ -288,3 +290,31 @@ async def test_sqlite_catalog_locked_beyond_the_busy_timeout_is_retried(
     assert pyiceberg.offsets(table) == {(group, topic, 0): 40, (group, topic, 1): 40}
     by_spark = await reader.call(lambda session: spark_rows(session, table))
     assert as_set(by_spark) == as_set(pyiceberg.rows(table)) and len(by_spark) == 80
+
+
+async def test_metadata_read_retries_with_another_file_io_is_refused_naming_both(
+        catalog: dict[str, Any], reader: SparkActor) -> None:
+    """``kstage.metadata-read-retries`` below 20 puts the fence's FileIO in the catalog's
+    place: a catalog whose ``io-impl`` is another class is refused when it is first used,
+    naming the setting and the class (a catalog registered in the module's session)."""
+    prefix = "spark.sql.catalog.bounded_other_io"
+
+    def use(spark: Any) -> str:
+        for key, value in {
+                "": "org.apache.iceberg.spark.SparkCatalog",
+                ".catalog-impl": "io.kstage.iceberg.FencingCatalog",
+                ".kstage.delegate-type": "jdbc", ".uri": catalog["uri"],
+                ".warehouse": catalog["warehouse"],
+                ".io-impl": "com.example.OtherFileIO",
+                ".kstage.metadata-read-retries": "1"}.items():
+            spark.conf.set(prefix + key, value)
+        try:
+            spark.sql("SHOW NAMESPACES IN bounded_other_io").collect()
+        except Exception as exc:  # noqa: BLE001 - the refusal is what is checked
+            return str(exc)
+        return "no error"
+
+    refusal = await reader.call(use)
+    assert ("kstage fence: catalog bounded_other_io: kstage.metadata-read-retries needs "
+            "Iceberg's S3FileIO, HadoopFileIO or ResolvingFileIO as io-impl, not "
+            "com.example.OtherFileIO") in refusal, refusal
