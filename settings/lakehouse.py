@@ -68,6 +68,12 @@ def _warehouse(value: str) -> str:
     return value
 
 
+# The catalog property bounding Iceberg's retries of a table metadata read
+# (io.kstage.iceberg.BoundedMetadataReads; docs/spark.md), and Iceberg's own count.
+METADATA_READ_RETRIES = "kstage.metadata-read-retries"
+ICEBERG_METADATA_READ_RETRIES = 20
+
+
 class CatalogSettings(Model):
     """``spark.catalog``: the Apache Iceberg catalog of the staging and final tables."""
 
@@ -97,6 +103,17 @@ class CatalogSettings(Model):
     @classmethod
     def _warehouse_uri(cls, value: str | None) -> str | None:
         return None if value is None else _warehouse(value)
+
+    @field_validator("properties")
+    @classmethod
+    def _metadata_read_retries(cls, value: dict[str, str]) -> dict[str, str]:
+        # io.kstage.iceberg.BoundedMetadataReads refuses it too, when the JVM starts.
+        retries = value.get(METADATA_READ_RETRIES)
+        if retries is not None and not (retries.strip().isdigit()
+                                         and int(retries) <= ICEBERG_METADATA_READ_RETRIES):
+            raise ValueError(f"{METADATA_READ_RETRIES} is a whole number from 0 to "
+                             f"{ICEBERG_METADATA_READ_RETRIES} (Iceberg's own), not {retries!r}")
+        return value
 
     @model_validator(mode="after")
     def _uri_kind(self) -> CatalogSettings:

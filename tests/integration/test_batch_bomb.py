@@ -38,20 +38,24 @@ CAP = 16 << 20
 CEILING_MB = 200
 
 
-async def _produce_bomb(broker: str, topic: str, codec: str) -> None:
-    """One compressed batch of BOMB_RECORDS values, to partition 0."""
+async def _produce_bomb(broker: str, topic: str, codec: str) -> int:
+    """One compressed batch of BOMB_RECORDS values, to partition 0; its base offset.
+    The batch is built and closed before it is sent, so it goes at once and whole (values
+    sent one by one stay in one batch only under a long linger, which the producer then
+    waited out: 60 s of each test)."""
     producer = AIOKafkaProducer(bootstrap_servers=broker, compression_type=codec,
-                                max_request_size=1 << 30, max_batch_size=1 << 30,
-                                linger_ms=60_000)
+                                max_request_size=1 << 30, max_batch_size=1 << 30)
     await producer.start()
     try:
-        sent = [await producer.send(topic, BOMB_VALUE, partition=0)
-                for _ in range(BOMB_RECORDS)]
-        await producer.flush()
-        offsets = [(await s).offset for s in sent]
+        batch = producer.create_batch()
+        for _ in range(BOMB_RECORDS):
+            assert batch.append(key=None, value=BOMB_VALUE, timestamp=None) is not None
+        batch.close()
+        sent = await (await producer.send_batch(batch, topic, partition=0))
     finally:
         await producer.stop()
-    assert offsets == list(range(offsets[0], offsets[0] + BOMB_RECORDS)), offsets[:3]
+    assert batch.record_count() == BOMB_RECORDS, batch.record_count()
+    return int(sent.offset)
 
 
 @pytest.mark.parametrize(("codec", "records"), [
@@ -66,7 +70,7 @@ async def test_a_compressed_batch_bomb_is_dead_lettered_within_the_memory_ceilin
                   one_per_batch=True)
     await produce(broker, topic, [{"i": i} for i in range(100, 103)],
                   partition_of=lambda i: 1, one_per_batch=True)
-    await _produce_bomb(broker, topic, codec)
+    assert await _produce_bomb(broker, topic, codec) == 3
     await produce(broker, topic, [{"i": i} for i in range(3, 6)], partition_of=lambda i: 0,
                   one_per_batch=True)
     cfg = write_config(tmp_path / "kstage.yml", broker, group, [

@@ -5,8 +5,10 @@ loopback) through Iceberg's S3FileIO, a SQLite catalog on local disk.
   commits; pyiceberg (an engine that is not Spark) reads exactly the rows Spark reads;
 * a data file above the multipart size goes up in parts (moto's multipart upload);
 * the S3 server down during appends (a proxy in front of it refuses connections): the
-  appends fail and are retried, ``/readyz`` says so, no Kafka offset is committed past
-  the table, and once it is back every event is in the table once;
+  appends fail (Iceberg's retries of the metadata read bounded by
+  ``kstage.metadata-read-retries``) and are retried, ``/readyz`` says so, no Kafka offset
+  is committed past the table, and once it is back every event is in the table once;
+  that setting with a FileIO the fence cannot stand in for is refused;
 * the S3 server slow (the proxy delays every chunk): appends slow down, the worker's
   in-flight messages stay bounded (partitions paused), every event lands once;
 * the SQLite catalog locked by another process beyond its busy timeout (that table in a
@@ -169,7 +171,7 @@ async def metrics(base: str) -> dict[str, float]:
     return totals
 
 
-@pytest.mark.timeout(900)  # the outage must outlast Iceberg's own retries (2-3.5 min)
+@pytest.mark.timeout(600)
 async def test_s3_down_during_appends_is_retried_and_loses_nothing(
         broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
         s3: S3Server, catalog: dict[str, Any]) -> None:
@@ -178,11 +180,13 @@ async def test_s3_down_during_appends_is_retried_and_loses_nothing(
     await create_topic(broker, topic, partitions=PARTITIONS)
     direct = IcebergReader(spark_section(catalog))  # moto itself, not the proxy
     with TcpProxy(("127.0.0.1", s3.port)) as proxy:
-        # One request per S3 call (Iceberg's s3.retry.num-retries, 5 by default): each of
-        # Iceberg's own 20 retries of a metadata read then costs its backoff alone (~5 s,
-        # not ~7 s with the SDK's 6 attempts), and the outage ~35 s less.
+        # One request per S3 call (Iceberg's s3.retry.num-retries, 5 by default), and one
+        # retry of a table metadata read (kstage.metadata-read-retries, Iceberg's own 20
+        # by default: ~90 s of backoff per read): the outage outlasts Iceberg's retries
+        # within seconds instead of minutes.
         spark = spark_section({**catalog, "s3": s3.catalog_s3(proxy.url),
-                               "properties": {"s3.retry.num-retries": "0"}})
+                               "properties": {"s3.retry.num-retries": "0",
+                                              "kstage.metadata-read-retries": "1"}})
         cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark,
                           supervisor={"sink_unready_after_s": 1, "max_backoff_s": 2})
 
@@ -190,12 +194,15 @@ async def test_s3_down_during_appends_is_retried_and_loses_nothing(
             assert len(direct.coordinates(table)) == 40
             proxy.down()
 
-        # An append fails only after Iceberg retried reading the table's metadata
-        # (20 times, ~90 s: hard-coded in BaseMetastoreTableOperations) and the lookup
-        # of its commit failed too (as long again).
-        await through_outage(broker, kstage(cfg), topic, group, begin=down, end=proxy.up,
-                             unready_within_s=400)
+        # An append fails once Iceberg gave up reading the table's metadata, and the
+        # lookup of its commit fails too (its outcome unknown): retried until S3 is back.
+        proc = kstage(cfg)
+        await through_outage(broker, proc, topic, group, begin=down, end=proxy.up,
+                             unready_within_s=60)
         assert proxy.connections > 0
+        # It was the bound that ended Iceberg's retries of the metadata read.
+        assert "unreadable after 2 attempts (kstage.metadata-read-retries=1)" in \
+            proc.output(), proc.output()[-3000:]
 
     assert_once(direct, table, topic, 80, PARTITIONS)
     assert direct.offsets(table) == {(group, topic, 0): 40, (group, topic, 1): 40}
@@ -283,3 +290,31 @@ async def test_sqlite_catalog_locked_beyond_the_busy_timeout_is_retried(
     assert pyiceberg.offsets(table) == {(group, topic, 0): 40, (group, topic, 1): 40}
     by_spark = await reader.call(lambda session: spark_rows(session, table))
     assert as_set(by_spark) == as_set(pyiceberg.rows(table)) and len(by_spark) == 80
+
+
+async def test_metadata_read_retries_with_another_file_io_is_refused_naming_both(
+        catalog: dict[str, Any], reader: SparkActor) -> None:
+    """``kstage.metadata-read-retries`` below 20 puts the fence's FileIO in the catalog's
+    place: a catalog whose ``io-impl`` is another class is refused when it is first used,
+    naming the setting and the class (a catalog registered in the module's session)."""
+    prefix = "spark.sql.catalog.bounded_other_io"
+
+    def use(spark: Any) -> str:
+        for key, value in {
+                "": "org.apache.iceberg.spark.SparkCatalog",
+                ".catalog-impl": "io.kstage.iceberg.FencingCatalog",
+                ".kstage.delegate-type": "jdbc", ".uri": catalog["uri"],
+                ".warehouse": catalog["warehouse"],
+                ".io-impl": "com.example.OtherFileIO",
+                ".kstage.metadata-read-retries": "1"}.items():
+            spark.conf.set(prefix + key, value)
+        try:
+            spark.sql("SHOW NAMESPACES IN bounded_other_io").collect()
+        except Exception as exc:  # noqa: BLE001 - the refusal is what is checked
+            return str(exc)
+        return "no error"
+
+    refusal = await reader.call(use)
+    assert ("kstage fence: catalog bounded_other_io: kstage.metadata-read-retries needs "
+            "Iceberg's S3FileIO, HadoopFileIO or ResolvingFileIO as io-impl, not "
+            "com.example.OtherFileIO") in refusal, refusal

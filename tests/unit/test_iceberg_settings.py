@@ -187,9 +187,27 @@ def test_the_pinned_jars_are_the_poms(tmp_path: Path, jars: Path) -> None:
     assert jar_problems(listed) == []
     # The fence compiles against the Iceberg runtime Spark loads: the same version.
     fence = ET.parse(fence_dir() / "pom.xml").getroot()  # noqa: S314 - our own file
-    [(group, artifact, version, scope)] = [
+    [(group, artifact, version, scope), hadoop] = [
         tuple(d.find(f"m:{k}", ns).text for k in ("groupId", "artifactId", "version", "scope"))
         for d in fence.iterfind("m:dependencies/m:dependency", ns)]
     runtime = PINNED[0]
     assert (group, artifact, version, scope) == (runtime.group, runtime.artifact,
                                                  runtime.version, "provided")
+    # And against the Hadoop client API PySpark ships (ResolvingFileIO's Configuration).
+    import pyspark
+
+    assert hadoop[:2] == ("org.apache.hadoop", "hadoop-client-api") and hadoop[3] == "provided"
+    shipped = Path(pyspark.__file__).parent / "jars" / f"hadoop-client-api-{hadoop[2]}.jar"
+    assert shipped.is_file(), sorted(shipped.parent.glob("hadoop-client-api-*"))
+
+
+@pytest.mark.parametrize("value", ["-1", "21", "two", "1.5", ""])
+def test_metadata_read_retries_outside_0_to_20_is_refused_naming_the_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], jars: Path, value: str) -> None:
+    spark = f"catalog:\n  properties: {{kstage.metadata-read-retries: '{value}'}}\n"
+    code, output = validate(config(tmp_path, spark), capsys)
+    assert code == 2 and "spark.catalog.properties" in output, output
+    assert "kstage.metadata-read-retries is a whole number from 0 to 20" in output, output
+    for good in ("0", "1", "20"):
+        path = config(tmp_path, spark.replace(f"'{value}'", f"'{good}'"))
+        assert validate(path, capsys)[0] == 0

@@ -31,12 +31,18 @@ import org.apache.iceberg.view.ViewBuilder;
  * ({@code jdbc}, {@code rest}) or {@code kstage.delegate-impl} as its {@code catalog-impl}.
  * It must support namespaces and views (Spark's SparkCatalog asks for both), as the JDBC and
  * REST catalogs do. Everything else (namespaces, views, metadata tables, transactions of
- * CREATE/REPLACE ... AS SELECT) is the wrapped catalog's own.
+ * CREATE/REPLACE ... AS SELECT) is the wrapped catalog's own. With {@code
+ * kstage.metadata-read-retries} below Iceberg's 20, the wrapped catalog's FileIO is {@link
+ * BoundedMetadataReads}.
  */
 public class FencingCatalog implements Catalog, SupportsNamespaces, ViewCatalog,
     Configurable<Object>, Closeable {
   public static final String DELEGATE_TYPE = "kstage.delegate-type";
   public static final String DELEGATE_IMPL = "kstage.delegate-impl";
+  /** The FileIOs {@link BoundedMetadataReads} (a ResolvingFileIO) stands in for. */
+  static final Set<String> BOUNDABLE_IO = Set.of("org.apache.iceberg.aws.s3.S3FileIO",
+      "org.apache.iceberg.hadoop.HadoopFileIO", "org.apache.iceberg.io.ResolvingFileIO",
+      BoundedMetadataReads.class.getName());
 
   private Object conf;
   private Catalog catalog;
@@ -58,6 +64,15 @@ public class FencingCatalog implements Catalog, SupportsNamespaces, ViewCatalog,
     if ((type == null) == (impl == null)) {
       throw new IllegalArgumentException("kstage fence: catalog " + name + ": set exactly one of "
           + DELEGATE_TYPE + " (jdbc, rest) and " + DELEGATE_IMPL + " (a catalog class)");
+    }
+    if (BoundedMetadataReads.retries(props) < BoundedMetadataReads.ICEBERG_RETRIES) {
+      String io = props.get(CatalogProperties.FILE_IO_IMPL);
+      if (io != null && !BOUNDABLE_IO.contains(io)) {
+        throw new IllegalArgumentException("kstage fence: catalog " + name + ": "
+            + BoundedMetadataReads.RETRIES + " needs Iceberg's S3FileIO, HadoopFileIO or "
+            + "ResolvingFileIO as io-impl, not " + io);
+      }
+      props.put(CatalogProperties.FILE_IO_IMPL, BoundedMetadataReads.class.getName());
     }
     if (type != null) {
       props.put(CatalogUtil.ICEBERG_CATALOG_TYPE, type);
