@@ -7,9 +7,9 @@ through both append paths (``spark.appends: pyiceberg`` and ``spark``):
   the configured ones besides kstage's, and every row lands in the partition Iceberg's
   transforms give its values (the table's partitions, counted, against the transforms
   applied to the rows produced);
-* a partition column the writer schema lacks (the registry had no schema when ``kstage
-  validate`` ran): the worker fails at the create, naming the transform and the table,
-  nothing is created and nothing committed;
+* a partition column the writer schema lacks (the subject had no version when ``kstage
+  run`` started, so its start could not check it, and said so): the worker fails at the
+  create, naming the transform and the table, nothing is created and nothing committed;
 * a table that exists with another spec is not changed: a warning names both specs and the
   rows land in the table as it is partitioned.
 """
@@ -121,7 +121,8 @@ async def test_a_partition_column_the_schema_lacks_fails_the_create_and_commits_
         broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
     group, topic, table = unique("g-partspec-bad"), unique("orders-psb"), "stg_partspec_bad"
     with FakeRegistry() as registry:
-        sid = registry.register(f"{topic}-value", json.dumps(ORDER))
+        # not under the topic's subject: validate (run's start) cannot check the spec
+        sid = registry.register(f"{topic}-other", json.dumps(ORDER))
         await create_topic(broker, topic)
         await send(broker, topic, [encode(parse_schema(ORDER), sid, ORDERS[0])])
         cfg, data = config(tmp_path, broker, group, topic, table, registry.url, "pyiceberg",
@@ -129,6 +130,8 @@ async def test_a_partition_column_the_schema_lacks_fails_the_create_and_commits_
         proc = kstage(cfg, "--drain")
         assert await proc.wait(timeout=240) == 1, proc.output()
     out = proc.output()
+    assert (f"sink.partition_by: not checked against the writer schema: subject {topic}-value "
+            "has no version yet") in out, out
     name = dotted(IcebergReader(data["spark"]).settings, table)
     assert (f"spark sink: table {name}: partition_by cannot be applied: "
             "bucket(8, account): the table has no column 'account'") in out, out
