@@ -11,13 +11,16 @@ through both append paths (``spark.appends: pyiceberg`` and ``spark``):
   run`` started, so its start could not check it, and said so): the worker fails at the
   create, naming the transform and the table, nothing is created and nothing committed;
 * a table that exists with another spec is not changed: a warning names both specs and the
-  rows land in the table as it is partitioned.
+  rows land in the table as it is partitioned;
+* kstage SIGKILLed between the create (at start) and the first append, then run again: the
+  same table (not made twice, its spec and properties as created), every row once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -167,3 +170,34 @@ async def test_an_existing_table_with_another_spec_is_not_changed(
     assert spec(reader, table) == [("_ingested_at_day", "day")]
     await wait_until(lambda: len(reader.rows(table)) == len(ORDERS), 30, "every row once")
     assert sorted(r["id"] for r in reader.rows(table)) == [o["id"] for o in ORDERS]
+
+
+@pytest.mark.timeout(400)
+async def test_killed_between_the_create_and_the_first_append_then_run_again(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """The table is made at start from the subject's latest schema, with the spec; kstage
+    is SIGKILLed before any row: run again, the table is not made twice (the spec and the
+    properties as created, no warning) and every row lands once."""
+    group, topic, table = unique("g-partspec-kill"), unique("orders-psk"), "stg_partspec_kill"
+    with FakeRegistry() as registry:
+        sid = registry.register(f"{topic}-value", json.dumps(ORDER))
+        await create_topic(broker, topic)
+        cfg, data = config(tmp_path, broker, group, topic, table, registry.url, "pyiceberg",
+                           partition_by=PARTITION_BY, table_properties=PROPERTIES)
+        reader = IcebergReader(data["spark"])
+        first = kstage(cfg)
+        await wait_until(lambda: reader.exists(table), 120, "the table made at start")
+        first.signal(signal.SIGKILL)
+        await first.wait(timeout=60)
+        created = reader.catalog.load_table((reader.settings.catalog.namespace, table))
+        assert created.current_snapshot() is None  # no append yet
+        await send(broker, topic, [encode(parse_schema(ORDER), sid, o) for o in ORDERS])
+        second = kstage(cfg, "--drain")
+        assert await second.wait(timeout=300) == 0, second.output()
+    assert "exists with partition spec" not in second.output()
+    loaded = reader.catalog.load_table((reader.settings.catalog.namespace, table))
+    assert loaded.metadata.table_uuid == created.metadata.table_uuid  # the same table
+    assert len(loaded.metadata.partition_specs) == 1
+    assert PROPERTIES.items() <= dict(loaded.properties).items()
+    assert sorted(r["id"] for r in reader.rows(table)) == [o["id"] for o in ORDERS]
+    assert table_partitions(reader, table) == expected_partitions(ORDERS)
