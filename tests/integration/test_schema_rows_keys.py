@@ -1,6 +1,6 @@
 """``schema_rows`` with a natural key and deletes by tombstone, through the final table's
 MERGE, on the real broker, the tests' registry and a real Iceberg catalog (staging through
-pyiceberg, the merge on Spark): ``kstage run --drain`` with ``merge.interval_s`` lands an
+either append path, the merge on Spark): ``kstage run --drain`` with ``merge.interval_s`` lands an
 Avro topic keyed by a JSON record key and merges it once more after the drain:
 
 * the final table holds the newest row per ``options.key`` (an update of a key replaces
@@ -41,8 +41,9 @@ V2 = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_the_final_merge_keeps_the_newest_row_per_key_and_tombstones_delete(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
     group, topic, staging = unique("g-keys"), unique("customers"), "stg_keyed"
     with FakeRegistry() as registry:
         v1 = registry.register(f"{topic}-value", json.dumps(V1))
@@ -80,7 +81,7 @@ async def test_the_final_merge_keeps_the_newest_row_per_key_and_tombstones_delet
         data["schema_registry"] = {"url": registry.url}
         data["spark"] = spark_section({
             "uri": f"jdbc:sqlite:{tmp_path / 'lake' / 'catalog.db'}",
-            "warehouse": str(tmp_path / "lake" / "wh")}, appends="pyiceberg")
+            "warehouse": str(tmp_path / "lake" / "wh")}, appends=appends)
         data["merge"] = {"interval_s": 3600}  # the merge after the drain
         cfg.write_text(yaml.safe_dump(data))
         proc = kstage(cfg, "--drain")
