@@ -33,20 +33,23 @@ map cannot take (a JSON Schema ``date-time`` that is not one) is poison naming t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
+from pydantic import BaseModel, StringConstraints, model_validator
 from pydantic import Field as OptionField
 
 from processors.avro_columns import Recursive, avro_columns
 from processors.base import (
+    DELETED,
     Column,
     LiveColumns,
     Message,
     NoOptions,
     Processor,
     Row,
+    deletion,
     with_coordinates,
 )
 from processors.column_types import Field, type_string
@@ -61,6 +64,23 @@ class SchemaRowsOptions(NoOptions):
     on_incompatible: Literal["dead_letter", "stop"] = OptionField(
         "dead_letter", description="A message whose writer schema does not fit the table: "
         "dead_letter it (naming the field, both schema ids, the reason) or stop the topic.")
+    key: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = \
+        OptionField(default_factory=list, description="The natural key: top-level fields "
+                    "of the writer schema (the final table's MERGE keeps the newest row "
+                    "per key; a jdbc sink in mode: upsert upserts on it). Its values come "
+                    "from the decoded record key when it holds them, else from the value.")
+    deletes: bool = OptionField(False, description="A tombstone (a null value) deletes "
+                                "the row of its record key's key values (needs key and a "
+                                "decoded record key: key_format json or avro).")
+
+    @model_validator(mode="after")
+    def _deletes_need_a_key(self) -> SchemaRowsOptions:
+        if self.deletes and not self.key:
+            raise ValueError("deletes: true needs the natural key (key: [...]): a tombstone "
+                             "deletes the row of its key")
+        if len(set(self.key)) != len(self.key):
+            raise ValueError(f"key: a field is given twice ({', '.join(self.key)})")
+        return self
 
 
 @dataclass(slots=True)
@@ -83,8 +103,22 @@ class SchemaRowsProcessor(Processor):
     options_model = SchemaRowsOptions
     options: SchemaRowsOptions
 
+    @classmethod
+    def configured(cls, options: Mapping[str, Any] | BaseModel | None) -> type[Processor]:
+        """With ``key`` (and ``deletes``): a subclass whose ``key`` and ``emits_deletes``
+        say them (the merge and the upsert read them), as ``debezium``'s do."""
+        parsed = cls.parse_options(options)
+        assert isinstance(parsed, SchemaRowsOptions)  # noqa: S101 - options_model
+        if not parsed.key:
+            return cls
+        return type(cls.__name__, (cls,), {
+            "key": tuple(parsed.key), "emits_deletes": parsed.deletes,
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
+        self._key = tuple(self.options.key)
+        self._deletes = self.options.deletes
         self._live = LiveColumns()
         self._table: tuple[Field, ...] = ()  # the columns the table has (merged)
         self._origin: dict[str, int | str | None] = {}  # column -> schema id that typed it
@@ -103,6 +137,10 @@ class SchemaRowsProcessor(Processor):
             fields, convert = _columns(schema)
         except (Recursive, ValueError) as exc:
             return _Shape(None, f"writer schema id {schema_id}: {exc}")
+        lacking = [k for k in self._key if k not in {f.name for f in fields}]
+        if lacking:
+            return _Shape(None, f"writer schema id {schema_id} has no field for the key "
+                          f"column(s) {', '.join(lacking)} (options.key)")
         try:
             table, changes = fit(self._table, fields)
         except Unfit as exc:
@@ -122,13 +160,15 @@ class SchemaRowsProcessor(Processor):
             for change in changes:
                 self._origin[change.path[0]] = schema_id
             self._table = table
+            if self._deletes:  # each row says whether it deletes its key's row
+                columns.append(Column(DELETED, "boolean", True))
             self._live.set(columns)
         return _Shape(convert)
 
     def transform(self, message: Message) -> Sequence[Row]:
         value = message.value
-        if value is None:
-            return []  # a tombstone: no row
+        if value is None:  # a tombstone: the deletion of its key, or no row
+            return [self._tombstone(message)] if self._deletes else []
         if not isinstance(value, dict) or message.value_schema is None:
             raise PoisonMessage("schema_rows: the value is not a record with a writer "
                                 "schema (format: avro, protobuf or json_schema, a registry)")
@@ -152,7 +192,36 @@ class SchemaRowsProcessor(Processor):
             error = PoisonMessage(f"schema_rows: writer schema id {sid}: {exc}")
             error.details = {"schema_id": sid}
             raise error from exc
+        if self._key:
+            self._keyed(row, message)
         return [with_coordinates(row, message)]
+
+    def _keyed(self, row: Row, message: Message) -> None:
+        """The key's values in ``row``: the record key's when it holds them (decoded),
+        else the value's; poison when one is missing."""
+        key = message.key
+        if isinstance(key, Mapping) and all(k in key for k in self._key):
+            for k in self._key:
+                row[k] = key[k]
+        missing = [k for k in self._key if row.get(k) is None]
+        if missing:
+            raise PoisonMessage(f"schema_rows: the message at offset {message.offset} has "
+                                f"no value for the key column(s) {', '.join(missing)}")
+
+    def _tombstone(self, message: Message) -> Row:
+        """The deletion of a tombstone's record key (``deletes: true``)."""
+        key = message.key
+        if not isinstance(key, Mapping) or not all(k in key for k in self._key):
+            raise PoisonMessage(
+                f"schema_rows: a tombstone (null value) at offset {message.offset} deletes "
+                f"its key, and its record key gives no {', '.join(self._key)} (got "
+                f"{type(key).__name__}); decode the key with key_format: json or avro")
+        if not self._live.version:
+            raise PoisonMessage(
+                f"schema_rows: a tombstone at offset {message.offset} before any writer "
+                "schema of the topic is known: the table's columns are not, so neither "
+                "is what to delete")
+        return deletion({k: key[k] for k in self._key}, message)
 
 
 def _columns(schema: Any) -> tuple[tuple[Field, ...], Callable[[dict[str, Any]], Any]]:

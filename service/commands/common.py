@@ -33,13 +33,15 @@ def load(path: str) -> Settings:
 def load_for_run(path: str, warnings: list[str]) -> Settings:
     """Load ``path`` with every check ``run`` makes at start (processors built with their
     options, Kafka client keys, no Parquet tables of an earlier version in the
-    warehouse...): ``validate`` and ``run`` refuse the same files."""
+    warehouse, a schema_rows table's partition_by against its latest writer schema...):
+    ``validate`` and ``run`` refuse the same files."""
     from actors import preflight
-    from actors.sinks.spark import legacy
+    from actors.sinks.spark import layout_check, legacy
     from settings.loader import load_settings
 
     return remembered(load_settings(path, warnings=warnings, checks=[
-        preflight.check, lambda settings: list(legacy.problems(settings, path))],
+        preflight.check, lambda settings: list(legacy.problems(settings, path)),
+        lambda settings: layout_check.problems(settings, warnings, path)],
         name_checks=[preflight.check_names]))
 
 

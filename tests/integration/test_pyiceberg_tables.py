@@ -7,6 +7,8 @@ with no JVM, exactly as Spark makes and checks them:
   nullable column is added each way; the catalog's own tables (a fresh catalog made by the
   JVM, another by pyiceberg) have the same columns, and the rows of the table and the
   namespace the same values; Spark reads and appends to the table pyiceberg created;
+  with a configured ``partition_by`` (every transform kind) and ``table_properties`` too,
+  the spec also read back by Spark's ``DESCRIBE``;
 * the column check of a table Spark created, through pyiceberg: the same FatalError text as
   Spark's, naming the table and the column, for a changed type, a removed column and a new
   NOT NULL column;
@@ -36,8 +38,9 @@ from aiokafka import TopicPartition
 from actors.errors import FatalError, SinkError
 from actors.offsets import Entry
 from actors.sinks import SinkContext
-from actors.sinks.spark import iceberg, offset_history, pyiceberg_tables
+from actors.sinks.spark import iceberg, offset_history, partitioning, pyiceberg_tables
 from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.partitioning import Layout
 from actors.sinks.spark.pyiceberg_appends import Lake, PyIcebergAppends
 from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
 from actors.sinks.table.columns import COORDINATES
@@ -155,6 +158,49 @@ async def test_pyiceberg_creates_the_table_spark_ddl_creates(
         "0, 0, current_timestamp())"))
     rows = await reader.call(lambda spark: spark_rows(spark, "stg_ddl_by_pyiceberg"))
     assert [(r["s"], r["i"], r["added"]) for r in rows] == [("x", 1, None)]
+
+
+async def created_with(settings: Any, table: str, columns: tuple[Column, ...],
+                       made: Layout) -> list[str]:
+    lake = Lake(settings)
+    try:
+        return await lake.call(lambda: pyiceberg_tables.create_staging(
+            lake.catalog(), settings, table, columns, made))
+    finally:
+        lake.stop()
+
+
+@pytest.mark.timeout(300)
+async def test_a_configured_spec_and_properties_are_made_the_same_both_ways(
+        tmp_path: Path, catalog: dict[str, Any], reader: SparkActor) -> None:
+    """``sink.partition_by`` (every transform kind) and ``sink.table_properties``: the
+    table Spark's DDL makes and the one pyiceberg makes are the same, field by field (the
+    spec's field ids, names, transforms, sources), and Spark's ``DESCRIBE`` shows the
+    spec."""
+    table = "stg_ddl_layout"
+    made = Layout(partitioning.parse_all(["i", "day(ts)", "bucket(16, s)",
+                                          "truncate(4, dec)", "bucket(3, _offset)"]),
+                  (("kstage.team", "it's \\ quoted"), ("write.target-file-size-bytes", "4096")))
+    by_spark = reader.settings
+    await reader.call(lambda spark: iceberg.create_staging(spark, by_spark, table, COLUMNS,
+                                                           made))
+    by_pyiceberg = spark_settings(spark_section(place(tmp_path), appends="pyiceberg"))
+    assert await created_with(by_pyiceberg, table, COLUMNS, made) == []
+    spark_made = layout(IcebergReader(by_spark)._table(table), catalog["warehouse"])
+    assert spark_made == layout(IcebergReader(by_pyiceberg)._table(table),
+                                str(tmp_path / "wh"))
+    assert [(name, transform) for _, _, transform, name in spark_made["spec"]] == [
+        ("i", "identity"), ("ts_day", "day"), ("s_bucket", "bucket[16]"),
+        ("dec_trunc", "truncate[4]"), ("_offset_bucket", "bucket[3]")]
+    assert spark_made["properties"]["kstage.team"] == "it's \\ quoted"
+    assert spark_made["properties"]["write.target-file-size-bytes"] == "4096"
+    described = await reader.call(lambda spark: [
+        (r["col_name"], r["data_type"]) for r in spark.sql(
+            f"DESCRIBE TABLE kstage.kstage.{table}").collect()])
+    at = described.index(("# Partitioning", ""))
+    assert described[at + 1:] == [
+        ("Part 0", "i"), ("Part 1", "days(ts)"), ("Part 2", "bucket(16, s)"),
+        ("Part 3", "truncate(4, dec)"), ("Part 4", "bucket(3, _offset)")]
 
 
 @pytest.mark.timeout(300)

@@ -108,3 +108,36 @@ def test_validate_refuses_a_table_sink_that_cannot_evolve(
     assert code == 2, out
     assert ("groups[0].topics[0].processor (line 7): jdbc sink: processor 'schema_rows' takes "
             "its columns from the writer schemas and a jdbc sink cannot evolve") in out, out
+
+
+def test_a_key_and_deletes_make_a_keyed_class_and_tombstones_deletions() -> None:
+    options = {"key": ["id"], "deletes": True}
+    cls = SchemaRowsProcessor.configured(options)
+    assert (cls.key, cls.emits_deletes) == (("id",), True)
+    assert SchemaRowsProcessor.configured({"key": ["id"]}).emits_deletes is False
+    assert SchemaRowsProcessor.configured({}) is SchemaRowsProcessor
+    p = cls(options)
+    row = p.transform(avro_message(V1, {"id": "a", "qty": 1}, key={"id": "a"}))[0]
+    assert columns(p) == [("id", "string"), ("qty", "int"), ("_is_deleted", "boolean")]
+    assert (row["id"], row["qty"]) == ("a", 1)  # _is_deleted False: the worker sets it
+    gone = p.transform(avro_message(V1, {"id": "a", "qty": 1}, key={"id": "b"}, offset=4)
+                       ._replace(value=None))
+    assert gone == [{"id": "b", "_is_deleted": True, "_topic": "topic", "_partition": 0,
+                     "_offset": 4, "_timestamp": gone[0]["_timestamp"]}]
+
+
+def test_a_key_the_message_or_schema_lacks_is_poison_and_deletes_need_a_key() -> None:
+    p = SchemaRowsProcessor({"key": ["id"], "deletes": True})
+    with pytest.raises(PoisonMessage, match="before any writer schema of the topic is known"):
+        p.transform(avro_message(V1, {"id": "a", "qty": 1}, key={"id": "a"})
+                    ._replace(value=None))
+    p.transform(avro_message(V1, {"id": "a", "qty": 1}))  # the value's id: no record key
+    with pytest.raises(PoisonMessage, match=r"a tombstone \(null value\) at offset 0 deletes "
+                       "its key, and its record key gives no id \\(got bytes\\); decode the "
+                       "key with key_format: json or avro"):
+        p.transform(avro_message(V1, {"id": "a", "qty": 1}, key=b"a")._replace(value=None))
+    with pytest.raises(PoisonMessage, match="writer schema id 9 has no field for the key "
+                       r"column\(s\) id \(options.key\)"):
+        p.transform(avro_message(order(("sku", "string")), {"sku": "x"}, schema_id=9))
+    with pytest.raises(ValidationError, match="deletes: true needs the natural key"):
+        SchemaRowsProcessor({"deletes": True})

@@ -59,6 +59,7 @@ from actors.sinks.spark.nested_evolution import (
     spark_tree,
     split,
 )
+from actors.sinks.spark.partitioning import Layout, property_text, spark_clause
 from actors.sinks.table.columns import (
     COORDINATES,
     INGESTED_AT,
@@ -196,19 +197,25 @@ def _ddl_columns(columns: Iterable[Column]) -> str:
 
 
 def create_staging(spark: Any, settings: SparkSettings, table: str,
-                   columns: Sequence[Column]) -> list[str]:
-    """Create the staging table (and its namespace) if needed, or check the existing
-    one's columns and add the new nullable ones; returns the names of the columns added.
-    FatalError when the processor's columns do not fit the table."""
+                   columns: Sequence[Column], layout: Layout | None = None) -> list[str]:
+    """Create the staging table (and its namespace) if needed, with ``layout``'s
+    partition spec and properties, or check the existing one's columns and add the new
+    nullable ones (and warn when its spec is not ``layout``'s: it is not changed);
+    returns the names of the columns added. FatalError when the processor's columns do
+    not fit the table, or ``layout`` does not fit the columns (nothing created)."""
     name = qualified(settings, table)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(settings)}")
     declared = table_columns((*columns, *COORDINATES))
     if not spark.catalog.tableExists(dotted(settings, table)):
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in STAGING_PROPERTIES.items())
+        layout = layout or Layout()
+        layout.check(dotted(settings, table), (*declared, INGESTED_AT))
+        props = property_text({**dict(layout.properties), **STAGING_PROPERTIES})
         spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({_ddl_columns(declared)}, "
                   "`_ingested_at` TIMESTAMP NOT NULL) USING iceberg "
-                  f"PARTITIONED BY (days(`_ingested_at`)) TBLPROPERTIES ({props})")
+                  f"{spark_clause(layout.transforms)} TBLPROPERTIES ({props})")
         return []
+    if layout is not None:
+        _warn_spec(spark, settings, table, layout)
     existing = {f.name: f.dataType.simpleString() for f in spark.table(name).schema}
     added, errors = schema_change(existing, declared)
     if errors:
@@ -218,18 +225,32 @@ def create_staging(spark: Any, settings: SparkSettings, table: str,
     return [c.name for c in added]
 
 
+def _warn_spec(spark: Any, settings: SparkSettings, table: str, layout: Layout) -> None:
+    """Warn when the existing table's current partition spec is not ``layout``'s."""
+    metadata = table_metadata(spark, settings, table)
+    specs = {s["spec-id"]: s for s in metadata.get("partition-specs", ())}
+    current = specs.get(metadata.get("default-spec-id"), {"fields": []})
+    warning = layout.differs(dotted(settings, table), [
+        (f["name"], f["transform"]) for f in current["fields"]])
+    if warning is not None:
+        logger.warning("%s", warning)
+
+
 def evolve_staging(spark: Any, settings: SparkSettings, table: str,
-                   columns: Sequence[Column]) -> list[str]:
+                   columns: Sequence[Column], layout: Layout | None = None) -> list[str]:
     """Create the staging table of a processor whose columns come from writer schemas,
     or evolve it to ``columns`` (:func:`evolution`: new nullable columns, widened types,
     each an Iceberg schema commit); the changes made, as text. FatalError when a column
-    cannot take the declared type."""
+    cannot take the declared type. ``layout``: the table is created with it, or an
+    existing one's spec compared with it (None: not compared)."""
     name = qualified(settings, table)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(settings)}")
     if not spark.catalog.tableExists(dotted(settings, table)):
-        create_staging(spark, settings, table, columns)
+        create_staging(spark, settings, table, columns, layout)
         return []
     spark.sql(f"REFRESH TABLE {name}")
+    if layout is not None:
+        _warn_spec(spark, settings, table, layout)
     schema = spark.table(name).schema
     existing = {f.name: f.dataType.simpleString() for f in schema}
     inside, declared = split(existing, table_columns(columns))

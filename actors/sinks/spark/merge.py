@@ -6,7 +6,10 @@ columns, key and final partition), the final table is ``final_<rest>`` for ``stg
 (else ``<table>_final``), an Iceberg table in the same catalog and namespace, created at
 the first merge: the processor's columns, ``_topic, _kafka_partition, _offset,
 _timestamp, _ingested_at``, then the processor's ``final_partition`` column when it
-declares one (:mod:`actors.sinks.spark.final_table`).
+declares one (:mod:`actors.sinks.spark.final_table`). A processor whose columns come from
+writer schemas (``schema_rows``) has the staging table's columns, read at each merge; its
+``options.key`` is the natural key, and with ``options.deletes`` its tombstones' deletions
+delete the rows.
 
 A merge reads the staging rows committed since the last merge (Iceberg's incremental
 append scan between the staging snapshot the final table records as merged through and
@@ -58,7 +61,7 @@ from actors.sinks.spark.merge_job import (
     describe,
 )
 from actors.sinks.spark.sink import SparkSinkSettings
-from processors.base import Processor, source_order_problem
+from processors.base import DELETED, Column, Processor, source_order_problem
 from processors.registry import for_options
 from settings.errors import SettingsError
 from settings.models import Settings
@@ -110,10 +113,14 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
                                        "table; set sink.table")
-            if not columns:
+            staged = cls.columns_from_schema  # its columns: the staging table's, at merge
+            if staged and cls.emits_deletes:
+                columns = (*columns, Column(DELETED, "boolean"))
+            if not columns and not staged:
                 raise MergeConfigError(f"table {name}: processor {cls.name!r} declares no "
                                        "columns")
-            missing = [k for k in cls.key if k not in {c.name for c in columns}]
+            missing = [] if staged else [k for k in cls.key
+                                         if k not in {c.name for c in columns}]
             if missing:
                 raise MergeConfigError(f"table {name}: key columns {missing} of processor "
                                        f"{cls.name!r} are not among its columns")
@@ -134,15 +141,16 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
             seen = found.get(name)
             if seen is None:
                 found[name] = TablePlan(name, final_name(name), columns,
-                                        tuple(cls.key), (topic.topic,), partition, source)
+                                        tuple(cls.key), (topic.topic,), partition, source,
+                                        staged)
                 continue
-            if (seen.columns, seen.key, seen.partition, seen.source_order) != (
-                    columns, tuple(cls.key), partition, source):
+            if (seen.columns, seen.key, seen.partition, seen.source_order, seen.staged) != (
+                    columns, tuple(cls.key), partition, source, staged):
                 raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
                                        f"{topic.topic!r} feed it with different columns, "
                                        "key, final partition or source order")
             found[name] = TablePlan(name, seen.final_table, seen.columns, seen.key,
-                                    (*seen.topics, topic.topic), partition, source)
+                                    (*seen.topics, topic.topic), partition, source, staged)
     _check_names(found)
     if table is not None:
         if table not in found:

@@ -48,8 +48,12 @@ from typing import Any
 
 from actors.sinks.spark import final_deletions, final_table, iceberg
 from actors.sinks.spark.catalog import dotted, qualified
+from actors.sinks.spark.iceberg import column_name
 from actors.sinks.spark.merge_fold import fold, group_columns, later, null_safe
+from actors.sinks.spark.nested_evolution import spark_tree
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT
 from processors.base import DELETED, Column
+from processors.column_types import type_string
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +86,9 @@ class TablePlan:
     topics: tuple[str, ...]
     partition: tuple[str, str] | None = None
     source_order: str | None = None
+    staged: bool = False
+    """The columns are the staging table's, read at each merge (a processor whose columns
+    come from writer schemas: ``columns`` then holds only what the configuration adds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +160,31 @@ class MergeJob:
 
     def __init__(self, settings: Any, item: TablePlan, writer_id: str = "") -> None:
         self.settings = settings
-        self.item = item
         self.writer_id = writer_id
-        self.row_names = [c.name for c in iceberg.table_columns(item.columns)] + [
-            "_topic", "_kafka_partition", "_offset", "_timestamp", "_ingested_at"]
         self.staging = dotted(settings, item.table)
         self.final = dotted(settings, item.final_table)
+        self._use(item)
+
+    def _use(self, item: TablePlan) -> None:
+        """Merge with ``item``'s columns."""
+        self.item = item
+        self.row_names = [c.name for c in iceberg.table_columns(item.columns)] + [
+            "_topic", "_kafka_partition", "_offset", "_timestamp", "_ingested_at"]
         self.deletes = final_deletions.applies(self.row_names, item.key)
+
+    def _staged(self, spark: Any) -> None:
+        """A plan whose columns are the staging table's (:attr:`TablePlan.staged`): read
+        them now (the table evolves between merges); MergeTableError when it lacks a key
+        column."""
+        spark.sql(f"REFRESH TABLE {qualified(self.settings, self.item.table)}")
+        own = {column_name(c.name) for c in (*COORDINATES, INGESTED_AT)}
+        columns = tuple(Column(f.name, type_string(spark_tree(f.dataType)), True)
+                        for f in spark.table(self.staging).schema if f.name not in own)
+        missing = [k for k in self.item.key if k not in {c.name for c in columns}]
+        if missing:
+            raise MergeTableError(f"the staging table {self.staging} has no key column(s) "
+                                  f"{', '.join(missing)} (options.key) yet")
+        self._use(dataclasses.replace(self.item, columns=columns, staged=False))
 
     def _partition(self, spark: Any) -> tuple[str, str, str] | None:
         """The final partition (name, expression, Spark type); MergeTableError when the
@@ -186,6 +211,8 @@ class MergeJob:
         """One attempt of the merge; MergeConflict when its commit raced another."""
         if not spark.catalog.tableExists(self.staging):
             return self._result(skipped=True, note=f"no staging table {self.staging}")
+        if self.item.staged:
+            self._staged(spark)
         partition = self._partition(spark)
         try:
             final_table.ensure(spark, self.settings, self.item.final_table, self.item.table,

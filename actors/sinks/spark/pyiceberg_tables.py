@@ -9,9 +9,12 @@ compares them field by field):
 * the schema: the processor's columns, the coordinates, ``_ingested_at``, field ids from 1
   in that order, each column required exactly when it is NOT NULL, each type the Iceberg
   type Spark's type maps to (``TIMESTAMP``: ``timestamptz``);
-* the partition spec ``days(_ingested_at)``, field ``_ingested_at_day`` (id 1000); unsorted;
+* the partition spec ``days(_ingested_at)``, field ``_ingested_at_day`` (id 1000), or the
+  topic's ``sink.partition_by`` (:mod:`actors.sinks.spark.partitioning`: fields from id
+  1000, named as Spark names them); unsorted;
 * the location ``<warehouse>/<namespace>/<table>`` (the JDBC catalog's default), format
-  version 2, the properties :data:`~actors.sinks.spark.iceberg.STAGING_PROPERTIES`, and those
+  version 2, the properties :data:`~actors.sinks.spark.iceberg.STAGING_PROPERTIES` (after the
+  topic's ``sink.table_properties``), and those
   Spark and Iceberg's Java library add: ``owner``, ``write.parquet.compression-codec: zstd``.
 
 An existing table (made by Spark or pyiceberg) is checked as Spark checks it: its columns'
@@ -28,17 +31,21 @@ pyiceberg is imported only inside functions.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.catalog import dotted, warehouse_location
 from actors.sinks.spark.nested_evolution import iceberg_tree, names, nested_evolution, split
+from actors.sinks.spark.partitioning import Layout, pyiceberg_spec
 from actors.sinks.spark.pyiceberg_catalog import ensure_namespace, owner
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind, spark_simple
 from processors.base import Column
 from processors.column_types import type_string
 from settings.models import SparkSettings
+
+logger = logging.getLogger(__name__)
 
 PARTITION_FIELD = "_ingested_at_day"
 """The staging tables' partition field (``days(_ingested_at)``), named as Spark names it."""
@@ -84,20 +91,23 @@ def staging_schema(declared: Sequence[Column]) -> Any:
                     for i, c in enumerate((*declared, INGESTED_AT), start=1)])
 
 
-def staging_spec(schema: Any) -> Any:
-    """``days(_ingested_at)`` over ``schema``."""
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import DayTransform
-
-    source = schema.find_field(INGESTED_AT.name).field_id
-    return PartitionSpec(PartitionField(source_id=source, field_id=1000,
-                                        transform=DayTransform(), name=PARTITION_FIELD))
+def staging_spec(schema: Any, layout: Layout | None = None) -> Any:
+    """``layout``'s partition spec over ``schema`` (default ``days(_ingested_at)``)."""
+    return pyiceberg_spec(schema, layout.transforms if layout else ())
 
 
-def staging_properties() -> dict[str, str]:
+def staging_properties(layout: Layout | None = None) -> dict[str, str]:
     """The properties a staging table is created with (``format-version`` is taken out of
-    them by the library: it is the metadata's own field)."""
-    return {**iceberg.STAGING_PROPERTIES, **JAVA_DEFAULTS, "owner": owner()}
+    them by the library: it is the metadata's own field): ``layout``'s, then kstage's."""
+    return {**dict(layout.properties if layout else ()), **iceberg.STAGING_PROPERTIES,
+            **JAVA_DEFAULTS, "owner": owner()}
+
+
+def _warn_spec(loaded: Any, name: str, layout: Layout) -> None:
+    """Warn when the existing table's current spec is not ``layout``'s."""
+    warning = layout.differs(name, [(f.name, str(f.transform)) for f in loaded.spec().fields])
+    if warning is not None:
+        logger.warning("%s", warning)
 
 
 def table_location(settings: SparkSettings, table: str) -> str:
@@ -107,11 +117,12 @@ def table_location(settings: SparkSettings, table: str) -> str:
 
 
 def create_staging(catalog: Any, settings: SparkSettings, table: str,
-                   columns: Sequence[Column]) -> list[str]:
-    """Create the staging table (and its namespace) if needed, or check the existing
-    one's columns and add the new nullable ones; returns the names of the columns added.
-    FatalError when the processor's columns do not fit the table (the text of
-    :func:`~actors.sinks.spark.iceberg.create_staging`'s)."""
+                   columns: Sequence[Column], layout: Layout | None = None) -> list[str]:
+    """Create the staging table (and its namespace) if needed, with ``layout``'s spec and
+    properties, or check the existing one's columns and add the new nullable ones (and
+    warn when its spec is not ``layout``'s); returns the names of the columns added.
+    FatalError when the processor's columns do not fit the table, or ``layout`` the
+    columns (the texts of :func:`~actors.sinks.spark.iceberg.create_staging`'s)."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
     namespace = settings.catalog.namespace
@@ -121,15 +132,19 @@ def create_staging(catalog: Any, settings: SparkSettings, table: str,
     try:
         loaded = catalog.load_table(identifier)
     except NoSuchTableError:
+        layout = layout or Layout()
+        layout.check(dotted(settings, table), (*declared, INGESTED_AT))
         schema = staging_schema(declared)
         try:
             catalog.create_table(identifier, schema=schema,
                                  location=table_location(settings, table),
-                                 partition_spec=staging_spec(schema),
-                                 properties=staging_properties())
+                                 partition_spec=staging_spec(schema, layout),
+                                 properties=staging_properties(layout))
             return []
         except TableAlreadyExistsError:  # another process made it meanwhile: check it
             loaded = catalog.load_table(identifier)
+    if layout is not None:
+        _warn_spec(loaded, dotted(settings, table), layout)
     existing = {f.name: spark_type_name(f.field_type) for f in loaded.schema().fields}
     added, errors = iceberg.schema_change(existing, declared)
     if errors:
@@ -142,18 +157,21 @@ def create_staging(catalog: Any, settings: SparkSettings, table: str,
 
 
 def evolve_staging(catalog: Any, settings: SparkSettings, table: str,
-                   columns: Sequence[Column]) -> list[str]:
+                   columns: Sequence[Column], layout: Layout | None = None) -> list[str]:
     """:func:`actors.sinks.spark.iceberg.evolve_staging` through pyiceberg: create the
-    table, or add the new nullable columns and widen the types in one ``update_schema()``
-    commit; the changes made, as text."""
+    table (with ``layout``), or add the new nullable columns and widen the types in one
+    ``update_schema()`` commit (an existing table's spec compared with ``layout`` when
+    given); the changes made, as text."""
     from pyiceberg.exceptions import NoSuchTableError
 
     namespace = settings.catalog.namespace
     try:
         loaded = catalog.load_table((namespace, table))
     except NoSuchTableError:
-        create_staging(catalog, settings, table, columns)
+        create_staging(catalog, settings, table, columns, layout)
         return []
+    if layout is not None:
+        _warn_spec(loaded, dotted(settings, table), layout)
     fields = loaded.schema().fields
     existing = {f.name: spark_type_name(f.field_type) for f in fields}
     inside, declared = split(existing, iceberg.table_columns(columns))

@@ -24,24 +24,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, field_validator
 
 from actors.errors import FatalError, SinkError
 from actors.resources import Resources
 from actors.sinks.base import Position, Problem, SinkCapabilities, SinkContext, SinkSettingsBase
-from actors.sinks.spark import iceberg
+from actors.sinks.spark import iceberg, partitioning
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.staging import StagingWriter
-from actors.sinks.table.columns import COORDINATES
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT
 from actors.sinks.table.exactly_once import ExactlyOnceWriter
 from actors.sinks.table.sink import TableSink
 from processors.base import Column, Row
 from settings.identifiers import TableTemplate, sql_identifier
 
 logger = logging.getLogger(__name__)
+
+
+def _transform(text: str) -> str:
+    partitioning.parse(text)
+    return text
 
 
 class SparkSinkSettings(SinkSettingsBase):
@@ -51,7 +56,38 @@ class SparkSinkSettings(SinkSettingsBase):
     table: TableTemplate | None = Field(
         None, description="Staging table, a SQL identifier (default: the processor's); "
         "{topic} in it stands for the topic's name made safe (see topic_pattern).")
+    partition_by: list[Annotated[str, AfterValidator(_transform)]] = Field(
+        default_factory=list, description="The table's Iceberg partition transforms, applied "
+        "when kstage creates it: col, year/month/day/hour(col), bucket(N, col), truncate(W, "
+        "col) (default: day(_ingested_at)); see docs/configuration.md.")
+    table_properties: dict[str, str] = Field(
+        default_factory=dict, description="Iceberg table properties set when kstage creates "
+        "the table (besides its own, which cannot be overridden).")
     topic_templates: ClassVar[tuple[str, ...]] = ("table",)
+
+    @field_validator("partition_by")
+    @classmethod
+    def _not_redundant(cls, value: list[str]) -> list[str]:
+        partitioning.parse_all(value)
+        return value
+
+    @field_validator("table_properties", mode="before")
+    @classmethod
+    def _properties(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        own = sorted(k for k in value if k in iceberg.STAGING_PROPERTIES)
+        if own:
+            raise ValueError(f"{', '.join(own)}: kstage sets these properties of its staging "
+                             "tables (exactly-once appends rely on them); leave them out")
+        return {k: (str(v).lower() if isinstance(v, bool) else v if isinstance(v, str)
+                    else str(v) if isinstance(v, int | float) else v)
+                for k, v in value.items()}
+
+    def layout(self) -> partitioning.Layout:
+        """``partition_by`` parsed, with ``table_properties``."""
+        return partitioning.Layout(partitioning.parse_all(self.partition_by),
+                                   tuple(sorted(self.table_properties.items())))
 
     def destination(self) -> str:
         table = self.table or "(the processor's)"
@@ -144,9 +180,17 @@ class SparkSink(SparkTableSink):
         except ValueError as exc:
             problems.append((("sink", "table"), f"spark sink: table name of {self._what()}: "
                              f"{exc}; set sink.table"))
-        return problems + self._column_problems(
+        problems += self._column_problems(
             {*(x.name for x in COORDINATES), "_ingested_at", *iceberg.RESERVED,
              *iceberg.RENAMED.values()})
+        if self.columns and not self.context.columns_from_schema:
+            # declared columns: the spec is checked now (from writer schemas: kstage
+            # validate checks it against the registry's latest, the create in any case)
+            problems += [(("sink", "partition_by", i), f"spark sink {self.table}: {why}")
+                         for i, why in partitioning.problems(
+                             self.settings.layout().transforms, iceberg.table_columns(
+                                 (*self.columns, *COORDINATES, INGESTED_AT)))]
+        return problems
 
     async def open(self) -> None:
         self._refuse_problems()
@@ -184,10 +228,14 @@ class SparkSink(SparkTableSink):
         actor = self._spark()
         tracked = actor.tracked(self.table)
         if tracked is None:
-            tracked = actor.track(StagingWriter(actor, self.table, self.columns))
+            tracked = actor.track(StagingWriter(actor, self.table, self.columns,
+                                                self.settings.layout()))
         if not isinstance(tracked, StagingWriter):
             raise FatalError(f"spark sink: table {self.table!r} is written by another sink "
                              "type in this process")
+        if tracked.layout != self.settings.layout():
+            raise FatalError(f"spark sink: table {self.table!r} is written with two "
+                             "different partition_by or table_properties in this process")
         if tracked.columns != self.columns and self.context.live is None:
             raise FatalError(f"spark sink: table {self.table!r} is written with two "
                              "different column lists in this process")

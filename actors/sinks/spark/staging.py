@@ -61,6 +61,7 @@ from actors.sinks.spark import catalog_connection, iceberg, offset_history, pyic
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
+from actors.sinks.spark.partitioning import Layout
 from actors.sinks.spark.pyiceberg_appends import PyIcebergAppends
 from actors.sinks.table.batching import Pending
 from actors.sinks.table.columns import COORDINATES
@@ -123,10 +124,12 @@ class StagingWriter(ExactlyOnceWriter):
     :class:`~actors.sinks.table.exactly_once.ExactlyOnceWriter`: *next* is its
     ``kstage.expect``."""
 
-    def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...]) -> None:
+    def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...],
+                 layout: Layout | None = None) -> None:
         super().__init__(table, columns, **flush_limits(actor.settings),
                          rest_ratio=rest_ratio(actor.settings))
         self.actor = actor
+        self.layout = layout or Layout()  # the partition spec and properties it creates
         self.name = dotted(actor.settings, table)
         self._registered = False
         self._appends: list[_Append] = []  # running, in the Spark thread's order
@@ -162,7 +165,7 @@ class StagingWriter(ExactlyOnceWriter):
             return
         self.actor.warm_up(spark)  # the JVM writes the Parquet files
         self._added(iceberg.create_staging(spark, self.actor.settings, self.table,
-                                           self.columns))
+                                           self.columns, self.layout))
 
     def _added(self, added: list[str]) -> None:
         if added:
@@ -178,7 +181,8 @@ class StagingWriter(ExactlyOnceWriter):
         try:
             if lake is not None:
                 self._added(await lake.lake.call(lambda: pyiceberg_tables.create_staging(
-                    lake.lake.catalog(), self.actor.settings, self.table, self.columns)))
+                    lake.lake.catalog(), self.actor.settings, self.table, self.columns,
+                    self.layout)))
             else:
                 await self.actor.call(self.register_in)
         except (SinkError, FatalError):
@@ -203,14 +207,17 @@ class StagingWriter(ExactlyOnceWriter):
             self.flush_soon()
             await asyncio.gather(*waits, return_exceptions=True)  # their writers see errors
         lake, settings = self._lake, self.actor.settings
+        # created with the layout, or an existing table's spec compared with it (once)
+        layout = None if self._registered else self.layout
         try:
             if lake is not None:
                 made = await lake.lake.call(lambda: pyiceberg_tables.evolve_staging(
-                    lake.lake.catalog(), settings, self.table, columns))
+                    lake.lake.catalog(), settings, self.table, columns, layout))
             else:
                 def run(spark: Any) -> list[str]:
                     self.actor.warm_up(spark)
-                    return iceberg.evolve_staging(spark, settings, self.table, columns)
+                    return iceberg.evolve_staging(spark, settings, self.table, columns,
+                                                  layout)
                 made = await self.actor.call(run)
         except (SinkError, FatalError):
             raise
