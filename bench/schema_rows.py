@@ -76,6 +76,7 @@ from tests.fake_registry import FakeRegistry  # noqa: E402
 TABLE = "stg_gobblin_schema_rows"
 NEW_FIELD = "tracking_version"
 AROUND_S = 5.0  # the change's neighbourhood, in produce stamps
+START_TIMEOUT_S = 300.0  # kstage's start and join (latency.py's 120 s ran out at load 25)
 
 
 def schema_texts() -> tuple[str, str]:
@@ -250,8 +251,7 @@ async def change_run(bootstrap: str, workdir: Path, path: str, rate: float,
                                args=(bootstrap, topic, n, rate, change_at, registry.url,
                                      out))
     try:
-        await latency._wait_for_log(log_path, latency._ASSIGNED, proc,
-                                    latency.START_TIMEOUT_S)
+        await latency._wait_for_log(log_path, latency._ASSIGNED, proc, START_TIMEOUT_S)
         producer.start()
         producing = asyncio.ensure_future(asyncio.to_thread(producer.join))
 
