@@ -45,6 +45,16 @@ from service.dev.samples import (
     poison_values,
     sample_records,
 )
+from service.dev.schema_demo import (
+    SCHEMA_TOPIC,
+    V1_FILE,
+    SchemaTable,
+    add_v2,
+    read_table,
+    topic_settings,
+)
+from service.dev.schema_demo import summary_rows as schema_summary_rows
+from service.dev.schema_demo import values as schema_values
 from service.exits import EXIT_CONFIG
 from service.lifecycle import serve
 from service.ops.dlq import load_topic
@@ -72,6 +82,8 @@ def write_registry(directory: Path) -> dict[str, int]:
         (directory / name).write_text((SCHEMA_DIR / schema_file).read_text())
         ids[schema_file] = n
         index[str(n)] = {"subject": f"{Path(schema_file).stem}-value", "file": name}
+    ids[SCHEMA_TOPIC] = POISON_SCHEMA_ID + len(files)  # the schema-driven topic's version 2
+    add_v2(directory, index, ids[SCHEMA_TOPIC])
     (directory / "index.json").write_text(json.dumps(index, indent=2))
     return ids
 
@@ -91,10 +103,20 @@ async def produce(bootstrap: str, events: int, ids: dict[str, int]) -> dict[str,
             for i, value in enumerate(values):
                 await producer.send(topic.topic, value, key=str(i % 64).encode())
             counts[topic.topic] = len(values)
+        changing = values_of_schema_topic(events, ids)
+        for i, value in enumerate(changing):
+            await producer.send(SCHEMA_TOPIC, value, key=str(i % 64).encode(),
+                                partition=0)  # in order: the change comes midway
+        counts[SCHEMA_TOPIC] = len(changing)
         await producer.flush()
     finally:
         await producer.stop()
     return counts
+
+
+def values_of_schema_topic(events: int, ids: dict[str, int]) -> list[bytes]:
+    """The schema-driven topic's events: version 1 of the Gobblin schema, then 2."""
+    return schema_values(events, ids[V1_FILE], ids[SCHEMA_TOPIC])
 
 
 DEAD_LETTER_TOPIC = "kstage-demo.dead-letters"
@@ -121,7 +143,7 @@ def demo_settings(bootstrap: str, out: Path) -> Settings:
             "topics": [{"topic": t.topic, "processor": t.processor, "format": "avro",
                         "sink": {"type": "spark"},
                         **({"filter": DEMO_FILTER} if t.topic == FILTER_TOPIC else {})}
-                       for t in SAMPLE_TOPICS],
+                       for t in SAMPLE_TOPICS] + [topic_settings()],
         }],
     )
 
@@ -164,14 +186,17 @@ def _count_lines(path: Path) -> int:
         return sum(1 for _ in fh)
 
 
-def table_views(settings: Settings) -> dict[str, TableView]:
-    """Table name -> what ``kstage tables show`` says of it (one new Spark session,
-    stopped after)."""
-    async def read() -> list[TableView]:
+def table_views(settings: Settings) -> tuple[dict[str, TableView], SchemaTable]:
+    """Table name -> what ``kstage tables show`` says of it, and what the schema-driven
+    topic's table holds (one new Spark session, stopped after)."""
+    async def read() -> tuple[list[TableView], SchemaTable]:
         async with Resources(settings.spark) as resources:  # stops the SparkActor after
-            return await show(settings, resolve_processors(settings), actor=resources.spark())
+            actor = resources.spark()
+            views = await show(settings, resolve_processors(settings), actor=actor)
+            return views, await actor.call(lambda spark: read_table(spark, settings.spark))
 
-    return {view.table.rsplit(".", 1)[-1]: view for view in asyncio.run(read())}
+    views, schema_table = asyncio.run(read())
+    return {view.table.rsplit(".", 1)[-1]: view for view in views}, schema_table
 
 
 def _counts(view: TableView | None) -> tuple[int, int]:
@@ -216,13 +241,13 @@ def run_demo(out: Path, events: int = 500) -> int:
         elapsed = time.monotonic() - started
         dead_in_topic = len(asyncio.run(load_topic(settings, DEAD_LETTER_TOPIC))[0])
     try:
-        views = table_views(settings)
+        views, schema_table = table_views(settings)
     except Exception as exc:  # noqa: BLE001 - the summary says it and the demo fails
         print(f"kstage demo: cannot read the tables: {short(exc)}", file=sys.stderr)
-        views, code = {}, code or 1
+        views, schema_table, code = {}, SchemaTable(), code or 1
     dead = _count_lines(out / "failed_events.log")
     tables = sorted({t.table for t in SAMPLE_TOPICS})
-    rows = summary_rows(views, tables)
+    rows = summary_rows(views, tables) + schema_summary_rows(schema_table, events)
     rows += [(f"dead letters ({out / 'failed_events.log'})", str(dead), "", "", "")]
     rows += [(f"dead letters (topic {DEAD_LETTER_TOPIC})", str(dead_in_topic), "", "", "")]
     filtered = sum(w.stats["filtered"] for w in workers.values() if w.topic.topic == FILTER_TOPIC)
@@ -236,9 +261,13 @@ def run_demo(out: Path, events: int = 500) -> int:
           f"and the merge ({produced / elapsed:.0f} events/s); Iceberg tables under "
           f"{out / 'warehouse'} (catalog {out / 'warehouse' / 'catalog.db'}); exit code {code}")
     empty = [t for t in tables if not _counts(views.get(final_name(t)))[0]]
-    if code == 0 and (empty or dead != 6 or dead_in_topic != 6 or not filtered):
+    evolved = (schema_table.rows, schema_table.filled) == (events, events - events // 2)
+    if code == 0 and (empty or dead != 6 or dead_in_topic != 6 or not filtered
+                      or not evolved):
         print(f"UNEXPECTED: empty tables {empty}, {dead} dead letters (expected 6), "
               f"{dead_in_topic} in the dead-letter topic (expected 6), "
-              f"{filtered} filtered (expected some)")
+              f"{filtered} filtered (expected some), {schema_table.rows} rows in "
+              f"{SCHEMA_TOPIC}'s table ({schema_table.filled} with the new column; "
+              f"expected {events}, {events - events // 2})")
         return 1
     return code

@@ -88,6 +88,12 @@ def _view(spark: Any, settings: SparkSettings, table: str, role: str,
     return view
 
 
+def staging_view(spark: Any, settings: SparkSettings, table: str) -> TableView:
+    """Spark thread: the view of one staging table, planned or not (a table of a
+    processor whose columns come from writer schemas is staging only, not planned)."""
+    return _view(spark, settings, table, "staging")
+
+
 def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
              ) -> list[TableView]:
     """Spark thread: the views of every planned staging table and its final table."""
@@ -170,4 +176,5 @@ def kafka_committed(settings: Settings, bootstrap: str | None = None) -> Committ
     return read
 
 
-__all__ = ["TableView", "describe", "kafka_committed", "render", "render_json", "show"]
+__all__ = ["TableView", "describe", "kafka_committed", "render", "render_json", "show",
+           "staging_view"]

@@ -1,7 +1,8 @@
 """`kstage demo`: the main job on the embedded default lands rows in every staging table
 (Spark, Iceberg in the embedded SQLite catalog) and merges each into its final table; the
 summary shows each table's rows and snapshots; one topic's filter keeps some events from
-its processor, and the summary counts them."""
+its processor, and the summary counts them; one topic lands through ``schema_rows``, its
+writer schema changing midway, and the summary shows its table and the new column."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from service.cli import main
 from service.dev.demo import DEAD_LETTER_TOPIC, FILTER_TOPIC
 from service.dev.samples import SAMPLE_TOPICS, sample_records
+from service.dev.schema_demo import NEW_COLUMN, SCHEMA_TABLE
 from tests.iceberg_tables import reader, rows, summaries
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -47,3 +49,12 @@ def test_demo_lands_and_merges_every_table_and_dead_letters_the_poison(tmp_path,
                 if line.strip().startswith(f"dead letters (topic {DEAD_LETTER_TOPIC})"))
     assert int(line.split()[-1]) == 6, line
     assert (warehouse / "catalog.db").is_file() and not (warehouse / "_merge_state").exists()
+    # the schema-driven topic: one table made from the first writer schema, evolved once
+    line = next(line for line in out.splitlines() if line.strip().startswith(SCHEMA_TABLE))
+    assert line.split()[-2:] == ["40", str(len(summaries(warehouse, SCHEMA_TABLE)))], line
+    line = next(line for line in out.splitlines()
+                if line.strip().startswith(f"new column {NEW_COLUMN} "))
+    assert "(writer schema v2, from event 20): filled in" in line and line.endswith(" 20"), line
+    landed = sorted(rows(warehouse, SCHEMA_TABLE), key=lambda r: r["_offset"])
+    assert [r[NEW_COLUMN] for r in landed] == [None] * 20 + ["2.0"] * 20
+    assert [r["_offset"] for r in landed] == list(range(40))

@@ -29,6 +29,10 @@ events: ``audit_date``): a real column, the table partitioned by its value, so a
 reads and rewrites only the partitions its staging rows fall into. The expression is
 analysed against the key columns alone at each merge (anything else is a MergeError).
 
+A table of a processor whose columns come from the writer schemas (``schema_rows``) and
+that has no key is a staging table only: left out of the plan (one INFO line), the rest
+of the configuration merges.
+
 Errors: a configuration problem is a MergeConfigError (``kstage merge`` exits 2); a
 catalog or Spark failure, a table that does not fit the processor, or too many
 conflicting commits is a MergeError naming the table (exit 1; inside ``kstage run`` the
@@ -114,6 +118,13 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
                                        "table; set sink.table")
             staged = cls.columns_from_schema  # its columns: the staging table's, at merge
+            if staged and not cls.key:
+                # Its columns come while it runs, and no key says which row is the latest:
+                # nothing to merge by (not an error: the rest of the configuration merges).
+                logger.info("merge: table %s (topic %s, processor %r) is staging only: its "
+                            "columns come from the writer schemas and it has no key",
+                            name, topic.topic, cls.name)
+                continue
             if staged and cls.emits_deletes:
                 columns = (*columns, Column(DELETED, "boolean"))
             if not columns and not staged:

@@ -226,6 +226,8 @@ class StagingWriter(ExactlyOnceWriter):
                             f"{self._why(exc)}") from exc
         self.columns = columns
         self._all = (*columns, *COORDINATES)
+        if not self._registered:  # the line register() says: the table is ready
+            logger.info("spark sink: table %s registered", self.name)
         self._registered = True
         if made:
             logger.warning("spark sink: table %s evolved with the writer schema: %s (rows "

@@ -36,7 +36,7 @@ from actors.sinks.table.columns import (
 )
 from actors.sinks.table.nested import NestedFault, nested_value
 from processors.base import Column, Row, decimal_parts
-from processors.column_types import DecimalType, parse_type
+from processors.column_types import DecimalType, Flat, Map, parse_type
 
 # The Python types each column type accepts (bool is not an int here: type(True) is bool).
 TYPES: dict[str, frozenset[type]] = {kind: k.python for kind, k in COLUMN_TYPES.items()}
@@ -210,10 +210,47 @@ _CONVERTED = frozenset({"timestamp", "timestamp_ntz", "float"})
 """The flat types whose values the check converts or bounds one by one."""
 
 
+_FLAT_ENTRIES = frozenset({"string", "binary", "boolean", "int", "long"})
+"""The key and value types of a map checked column-wise (Arrow takes them as they are)."""
+
+
+def _flat_map(kind: str) -> tuple[str, str] | None:
+    """The key and value types of ``map<K,V>`` when both are in :data:`_FLAT_ENTRIES`."""
+    if not kind.startswith("map<"):
+        return None
+    node = parse_type(kind)
+    if not (isinstance(node, Map) and isinstance(node.key, Flat)
+            and isinstance(node.value, Flat)):
+        return None
+    if {node.key.name, node.value.name} <= _FLAT_ENTRIES:
+        return node.key.name, node.value.name
+    return None
+
+
+def _maps_fit(values: list[Any], column: Column, entries: tuple[str, str]) -> bool:
+    """Whether every value of a column of flat maps fits it, checked column-wise: every
+    value a dict (or None where allowed), all keys at once, all values at once."""
+    present = [v for v in values if v is not None]
+    if len(present) < len(values) and not column.nullable:
+        return False
+    if not all(type(v) is dict for v in present):
+        return False
+    keys = [k for v in present for k in v]
+    items = [x for v in present for x in v.values()]
+    return (_fits(keys, Column("key", entries[0], False))
+            and _fits(items, Column("value", entries[1], True)))
+
+
 def _converted(values: list[Any], column: Column) -> list[Any]:
     """One column's values as Arrow takes them (timestamps in UTC, decimals at their
-    scale, nested values checked to their leaves); ValueError when one does not fit (the
-    rows are then checked one by one)."""
+    scale, nested values checked to their leaves; a map of flat keys and values checked
+    column-wise, :func:`_maps_fit`); ValueError when one does not fit (the rows are then
+    checked one by one)."""
+    entries = _flat_map(column.type)
+    if entries is not None:
+        if not _maps_fit(values, column, entries):
+            raise ValueError(column.name)
+        return values
     if column.type in _CONVERTED or column.type not in COLUMN_TYPES:
         return [check(v, column) for v in values]
     if not _fits(values, column):
