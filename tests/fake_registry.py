@@ -37,7 +37,9 @@ does). Protobuf schemas are ``.proto`` text, served as registered; with
 by protoc (:mod:`tests.proto_files`) as the Confluent registry does (confluent-kafka's
 ``ProtobufSerializer`` asks for that with ``use.latest.version``). A Protobuf schema
 registered as a base64 descriptor (confluent-kafka's ``auto.register.schemas``) is
-refused: the real registry turns it into ``.proto`` text, which the fake cannot.
+refused: the real registry turns it into ``.proto`` text, which the fake cannot; looked
+up as one (``POST /subjects/{s}``, the serializer's ``use.schema.id``), it is found by
+the descriptor protoc makes of each version.
 
 Like the real registry, the same schema (compared as parsed JSON, Protobuf text as is,
 with its type and references) gets the same id in every subject, ids count from 1, JSON
@@ -423,6 +425,13 @@ class FakeRegistry:
                 return _error(422, 42201, str(exc))
         if subject not in self._subjects:
             return _error(404, 40401, f"Subject '{subject}' not found.")
+        if schema_type == "PROTOBUF" and "message" not in schema_text:
+            # a base64 descriptor (confluent-kafka's ProtobufSerializer with use.schema.id
+            # looks its schema up so): the version whose descriptor it is
+            for version, sid in enumerate(self._subjects[subject], 1):
+                if self._types[sid] == "PROTOBUF" and self._serialized(sid) == schema_text:
+                    return 200, self._version(subject, version)
+            return _error(404, 40403, "Schema not found")
         try:
             _, canonical = self._canonical(schema_text, schema_type, references)
         except FakeRegistryError as exc:
