@@ -88,10 +88,10 @@ def _avro(reader: str, writer: str) -> list[str]:
                                                                   parse(writer))
     if result.compatibility is SchemaCompatibilityType.compatible:
         return []
-    locations = sorted(result.locations)
-    return [_problem(kind.name.upper(), f"{message} at {' '.join(locations)}")
-            for kind, message in zip(result.incompatibilities, sorted(result.messages),
-                                     strict=False)]
+    # the checker gives sets of kinds, messages and locations, not one per problem
+    where = f"{'; '.join(sorted(result.messages))} at {' '.join(sorted(result.locations))}"
+    return [_problem(kind, where)
+            for kind in sorted({k.name.upper() for k in result.incompatibilities})]
 
 
 # ------------------------------------------------------------------------ Protobuf

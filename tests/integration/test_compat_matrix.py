@@ -9,14 +9,15 @@ not the descriptor the serializer would send) with its ``ProtobufSerializer`` wr
 records; the tests' registry accepts or refuses v2 as its level says
 (:mod:`tests.registry_compat`). Every change then gets a topic of its own, with v1 and v2
 records interleaved (v1, v2, v1, v2: old and new producers at once; the ids are those the
-registry gave), all of one format landed by ``kstage run --drain`` (real process,
-``spark.appends: pyiceberg``) into one table per topic: a first run lands v1's first
-record (the table made with v1), a second the rest. What kstage did with v2 is read
-back: ``evolves`` (every row lands and the table's schema changed: v1 rows NULL in new
-columns), ``fits`` (every row lands, the table unchanged) or ``dead-lettered`` (each v2
-record dead-lettered naming the field, the schema id and the reason, the column as the
-table's found at start (the second run's: the id that typed it is not kept across
-restarts); the v1 records land). The tables are read with pyiceberg and with Spark, the same rows.
+registry gave), all of one format landed by ``kstage run --drain`` (real process, both
+append paths: ``spark.appends: pyiceberg`` and ``spark``) into one table per topic: a
+first run lands v1's first record (the table made with v1), a second the rest. What
+kstage did with v2 is read back: ``evolves`` (every row lands and the table's schema
+changed: v1 rows NULL in new columns), ``fits`` (every row lands, the table unchanged) or
+``dead-lettered`` (each v2 record dead-lettered naming the field, the schema id and the
+reason, the column as the table's found at start (the second run's: the id that typed
+it is not kept across restarts); the v1 records land). The tables are read with
+pyiceberg and with Spark, the same rows.
 
 The expected matrix is the table in docs/plugins.md ("Producer changes, by format"): the
 test reads it from there, so the docs say what kstage and the registry do.
@@ -303,14 +304,15 @@ def test_the_docs_table_names_every_change_and_format() -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_compatibility_matrix(broker: str, tmp_path: Path,
                                     kstage: type[KstageProcess],
                                     spark_reader: tuple[SparkActor, dict[str, Any]],
-                                    fmt: str) -> None:
+                                    fmt: str, appends: str) -> None:
     reader_actor, catalog = spark_reader
     expected = doc_matrix()
-    run = unique("cm").replace("-", "_")
+    run = unique(f"cm-{appends}").replace("-", "_")
     group = unique("g-cm")
     observed: dict[str, tuple[str, ...]] = {}
     topics: dict[int, str] = {}
@@ -346,7 +348,7 @@ async def test_compatibility_matrix(broker: str, tmp_path: Path,
             for change, topic in topics.items()])
         data = yaml.safe_load(cfg.read_text())
         data["schema_registry"] = {"url": registry.url}
-        data["spark"] = spark_section(catalog, appends="pyiceberg")
+        data["spark"] = spark_section(catalog, appends=appends)
         cfg.write_text(yaml.safe_dump(data))
         # v1's first record makes each table; then v2's and v1's interleaved, in a second
         # run (a table made from both at once would show no evolution)
