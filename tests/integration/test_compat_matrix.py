@@ -303,7 +303,7 @@ def test_the_docs_table_names_every_change_and_format() -> None:
                                        is None), (name, fmt)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # two kstage runs, each with a JVM on the spark path
 @pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_compatibility_matrix(broker: str, tmp_path: Path,
