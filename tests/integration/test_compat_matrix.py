@@ -384,7 +384,7 @@ async def test_compatibility_matrix(broker: str, tmp_path: Path,
                 assert "(typed by the table as kstage found it at start)" in error, error
                 assert "not a widening Iceberg allows" in error, (name, error)
         else:
-            assert [r["_offset"] for r in rows] == [0, 1, 2, 3], (name, rows)
+            assert [r["_offset"] for r in rows] == [0, 1, 2, 3], (name, rows, proc.output())
             outcome = "fits" if columns(pyiceberg, table) == made[topic] else "evolves"
             for row in rows:  # each record's own values; v1 rows NULL in new columns
                 n = row["_offset"]
