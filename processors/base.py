@@ -39,7 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -214,17 +214,30 @@ class LiveColumns:
     applied before each write, and evolves its table (new nullable columns, widened
     types) and commits that before it writes the rows. Columns only ever grow or widen:
     a column once set stays (a field removed from the schema reads NULL in new rows).
+
+    A table sink that finds its table already there when it opens (kstage restarted)
+    says the table's columns with :meth:`table_found` before any row: the processor
+    (its ``found`` callback) then judges writer schemas against the table as it is, not
+    against the first schema it happens to see.
     """
 
-    __slots__ = ("columns", "version")
+    __slots__ = ("_found", "columns", "version")
 
-    def __init__(self) -> None:
+    def __init__(self, found: Callable[[Sequence[Column]], None] | None = None) -> None:
         self.columns: tuple[Column, ...] = ()
         self.version = 0  # 0: none known yet
+        self._found = found
 
     def set(self, columns: Sequence[Column]) -> None:
         self.columns = tuple(columns)
         self.version += 1
+
+    def table_found(self, columns: Sequence[Column]) -> None:
+        """A table sink's table exists with ``columns`` (the processor's, without the
+        sink's own: coordinates, record columns): handed to the processor, which may
+        :meth:`set` the columns anew before returning."""
+        if self._found is not None:
+            self._found(columns)
 
 
 class NoOptions(BaseModel):

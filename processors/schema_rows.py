@@ -21,7 +21,7 @@ is returned, and the table sinks apply it (one table commit) before they write t
 Old and new producers writing at once both land: every column is nullable, older rows
 read NULL in the columns added after them.
 
-An incompatible change (``string`` -> ``int``, a narrowed type) follows
+An incompatible change (``string`` -> ``int``, a type the column cannot hold) follows
 ``on_incompatible``: ``dead_letter`` (default) dead-letters each message of that schema
 id naming the field, both schema ids and the reason, while the rest of the topic flows;
 ``stop`` fails the topic's worker at the first such message (nothing past it is
@@ -52,7 +52,7 @@ from processors.base import (
     deletion,
     with_coordinates,
 )
-from processors.column_types import Field, type_string
+from processors.column_types import Field, parse_type, type_string
 from processors.errors import PoisonMessage, StopTopic
 from processors.json_schema_columns import JsonWriterSchema, json_schema_columns
 from processors.type_evolution import Unfit, fit
@@ -89,6 +89,12 @@ class _Shape:
 
     convert: Callable[[dict[str, Any]], Any] | None
     refused: str | None = None
+    schema: Any = None  # the writer schema, judged again when the table is found
+    schema_id: int | str | None = None
+
+
+FOUND = "the table as kstage found it at start"
+"""Who typed a column the table had when a sink opened it (a restart): no schema id."""
 
 
 class SchemaRowsProcessor(Processor):
@@ -119,9 +125,9 @@ class SchemaRowsProcessor(Processor):
         super().__init__(options)
         self._key = tuple(self.options.key)
         self._deletes = self.options.deletes
-        self._live = LiveColumns()
+        self._live = LiveColumns(self._table_found)
         self._table: tuple[Field, ...] = ()  # the columns the table has (merged)
-        self._origin: dict[str, int | str | None] = {}  # column -> schema id that typed it
+        self._origin: dict[str, str] = {}  # column -> what typed it ("writer schema id N")
         self._shapes: dict[Any, _Shape] = {}  # by schema id
 
     def live_columns(self) -> LiveColumns:
@@ -131,6 +137,23 @@ class SchemaRowsProcessor(Processor):
         shape = self._shapes[schema_id] = self._shape(schema, schema_id)
         if shape.refused is not None:
             raise ValueError(shape.refused)
+
+    def _table_found(self, columns: Sequence[Column]) -> None:
+        """A table sink found its table with ``columns`` (a restart): from now on writer
+        schemas are judged against it, those known so far (the subject's latest) again;
+        the live columns become the table's, with what those add."""
+        try:
+            found = tuple(Field(c.name, parse_type(c.type), True) for c in columns)
+        except ValueError:  # a type the map does not make: the sink says so
+            return
+        self._table = found
+        self._origin = {f.name: FOUND for f in found}
+        for key in list(self._shapes):
+            shape = self._shapes[key]
+            if shape.schema is not None:
+                self._shapes[key] = self._shape(shape.schema, shape.schema_id)
+        # the table's columns, and what the schemas known so far add: written from now
+        self._live.set([Column(f.name, type_string(f.type), True) for f in self._table])
 
     def _shape(self, schema: Any, schema_id: int | str | None) -> _Shape:
         try:
@@ -149,21 +172,22 @@ class SchemaRowsProcessor(Processor):
                 f"writer schema id {schema_id} does not fit the table: field "
                 f"{'.'.join(exc.path)!r} is {type_string(exc.now)} in writer schema id "
                 f"{schema_id}, "
-                f"{type_string(exc.was)} in the table's column (typed by writer schema id "
+                f"{type_string(exc.was)} in the table's column (typed by "
                 f"{self._origin.get(top)}): not a "
-                "widening Iceberg allows (int->long, float->double, a decimal's precision)"))
+                "widening Iceberg allows (int->long, float->double, a decimal's precision)"),
+                schema, schema_id)
         if changes:
             try:
                 columns = [Column(f.name, type_string(f.type), True) for f in table]
             except ValueError as exc:  # a type the table sinks do not take (yet)
                 return _Shape(None, f"writer schema id {schema_id}: {exc}")
             for change in changes:
-                self._origin[change.path[0]] = schema_id
+                self._origin[change.path[0]] = f"writer schema id {schema_id}"
             self._table = table
             if self._deletes:  # each row says whether it deletes its key's row
                 columns.append(Column(DELETED, "boolean", True))
             self._live.set(columns)
-        return _Shape(convert)
+        return _Shape(convert, None, schema, schema_id)
 
     def transform(self, message: Message) -> Sequence[Row]:
         value = message.value

@@ -7,7 +7,7 @@ the column already holds (``int`` into ``long``), or one the column can be widen
 (``int`` -> ``long``, ``float`` -> ``double``, ``decimal(P,S)`` -> ``decimal(P',S)`` with
 P' > P); in a struct, fields missing from the new type stay (NULL in new rows) and new
 fields are added (nullable); an array's element and a map's value follow the same rules,
-a map's key must stay the same. Anything else (``string`` -> ``int``, a narrowed type)
+a map's key must stay the same. Anything else (``string`` -> ``int``, ``double`` into ``long``)
 does not fit: :class:`Unfit` names the field's path and why.
 """
 

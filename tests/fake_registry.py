@@ -11,6 +11,22 @@ child process). It follows the documented REST API for what kstage uses::
                                          404 40401 subject / 40402 version, 422 42202
     GET  /schemas/ids/{id}               {"schema": "..."}            404 40403
     GET  /schemas/id=<32 hex>            WhereHows: the plain schema text (add_uuid)
+    GET  /config, /config/{s}            {"compatibilityLevel": L}  (a subject's: 404 40408
+                                         when it has none)
+    PUT  /config, /config/{s}            {"compatibility": L} -> same   422 42203 invalid
+    POST /compatibility/subjects/{s}/versions/{v}   {"is_compatible": bool, "messages"}
+                                         (v = N | latest; /versions: all, as the level says)
+
+Compatibility levels (:mod:`tests.registry_compat`: BACKWARD, FORWARD, FULL, NONE and
+their ``_TRANSITIVE`` variants) are enforced on ``POST /subjects/{s}/versions`` as the
+Confluent registry does: a schema new to the subject that its level refuses answers
+``409 {"error_code": 409, "message": "Schema being registered is incompatible with an
+earlier schema for subject ..., details: [...]"}``; one already registered under the
+subject returns its id unchecked. The level is the subject's, else the global one: the
+``compatibility`` argument, ``NONE`` by default (Confluent's default is ``BACKWARD``;
+the fake's lets the tests that register unrelated schemas under one subject keep doing
+so). The in-process :meth:`FakeRegistry.register` is not checked (a test's setup, as an
+import would be). Protobuf schemas with references are not checked.
 
 Schema types as in the API: a registration's ``schemaType`` (``AVRO`` when absent,
 ``JSON``, ``PROTOBUF``) and ``references`` (``[{"name", "subject", "version"}]``, each
@@ -21,7 +37,9 @@ does). Protobuf schemas are ``.proto`` text, served as registered; with
 by protoc (:mod:`tests.proto_files`) as the Confluent registry does (confluent-kafka's
 ``ProtobufSerializer`` asks for that with ``use.latest.version``). A Protobuf schema
 registered as a base64 descriptor (confluent-kafka's ``auto.register.schemas``) is
-refused: the real registry turns it into ``.proto`` text, which the fake cannot.
+refused: the real registry turns it into ``.proto`` text, which the fake cannot; looked
+up as one (``POST /subjects/{s}``, the serializer's ``use.schema.id``), it is found by
+the descriptor protoc makes of each version.
 
 Like the real registry, the same schema (compared as parsed JSON, Protobuf text as is,
 with its type and references) gets the same id in every subject, ids count from 1, JSON
@@ -58,6 +76,8 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import unquote, urlsplit
 
+from tests.registry_compat import LEVELS, problems
+
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -86,6 +106,7 @@ class FakeRegistry:
         basic_auth: ``(username, password)`` every request must carry.
         bearer_token: token every request must carry as ``Authorization: Bearer ...``.
         ssl_context: a server-side context to serve HTTPS instead of HTTP.
+        compatibility: the global compatibility level (``PUT /config`` changes it).
     """
 
     def __init__(
@@ -94,7 +115,11 @@ class FakeRegistry:
         basic_auth: tuple[str, str] | None = None,
         bearer_token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        compatibility: str = "NONE",
     ) -> None:
+        if compatibility not in LEVELS:
+            raise ValueError(f"unknown compatibility level {compatibility!r}")
+        self._levels: dict[str | None, str] = {None: compatibility}  # subject (None: global)
         self._expected_auth: str | None = None
         if basic_auth is not None:
             token = base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
@@ -320,6 +345,11 @@ class FakeRegistry:
                 return 200, self._uuids[hex_id]
             if method == "GET" and parts == ["subjects"]:
                 return 200, sorted(self._subjects)
+            if parts[0] == "config" and len(parts) <= 2:
+                return self._config(method, parts[1] if len(parts) == 2 else None, body)
+            if method == "POST" and parts[:2] == ["compatibility", "subjects"] \
+                    and len(parts) in (4, 5) and parts[3] == "versions":
+                return self._test_compatibility(parts[2], parts[4:], body)
             if parts[0] != "subjects" or len(parts) < 2 or len(parts) > 4:
                 return _error(404, 404, "HTTP 404 Not Found")
             subject = parts[1]
@@ -384,12 +414,24 @@ class FakeRegistry:
             return _error(422, 42201, f"Invalid schema: {exc}")
         if not lookup:
             try:
+                refused = self._refused(subject, schema_text, schema_type, references)
+                if refused:
+                    return _error(409, 409, "Schema being registered is incompatible with "
+                                  f"an earlier schema for subject \"{subject}\", details: "
+                                  f"[{', '.join(refused)}]")
                 return 200, {"id": self.register(subject, schema_text, schema_type,
                                                  references)}
             except FakeRegistryError as exc:
                 return _error(422, 42201, str(exc))
         if subject not in self._subjects:
             return _error(404, 40401, f"Subject '{subject}' not found.")
+        if schema_type == "PROTOBUF" and "message" not in schema_text:
+            # a base64 descriptor (confluent-kafka's ProtobufSerializer with use.schema.id
+            # looks its schema up so): the version whose descriptor it is
+            for version, sid in enumerate(self._subjects[subject], 1):
+                if self._types[sid] == "PROTOBUF" and self._serialized(sid) == schema_text:
+                    return 200, self._version(subject, version)
+            return _error(404, 40403, "Schema not found")
         try:
             _, canonical = self._canonical(schema_text, schema_type, references)
         except FakeRegistryError as exc:
@@ -398,6 +440,77 @@ class FakeRegistry:
         if schema_id is None or schema_id not in self._subjects[subject]:
             return _error(404, 40403, "Schema not found")
         return 200, self._version(subject, self._subjects[subject].index(schema_id) + 1)
+
+    def level(self, subject: str | None = None) -> str:
+        """The compatibility level of ``subject`` (its own, else the global one)."""
+        with self._lock:
+            return self._levels.get(subject) or self._levels[None]
+
+    def _config(self, method: str, subject: str | None, body: bytes) -> tuple[int, Any]:
+        if method == "GET":
+            if subject is not None and subject not in self._levels:
+                return _error(404, 40408, f"Subject '{subject}' does not have subject-level "
+                              "compatibility configured")
+            return 200, {"compatibilityLevel": self.level(subject)}
+        if method != "PUT":
+            return _error(405, 405, "HTTP 405 Method Not Allowed")
+        try:
+            level = json.loads(body)["compatibility"]
+        except (ValueError, KeyError, TypeError):
+            level = None
+        if level not in LEVELS:
+            return _error(422, 42203, "Invalid compatibility level. Valid values are none, "
+                          "backward, forward, full, backward_transitive, "
+                          "forward_transitive, and full_transitive")
+        self._levels[subject] = level
+        return 200, {"compatibility": level}
+
+    def _refused(self, subject: str, schema_text: str, schema_type: str,
+                 references: list[dict[str, Any]], earlier: list[int] | None = None,
+                 level: str | None = None) -> list[str]:
+        """Why the subject's level refuses the schema (empty: it may be registered)."""
+        _, canonical = self._canonical(schema_text, schema_type, references)
+        versions = self._subjects.get(subject, []) if earlier is None else earlier
+        if self._ids.get(canonical) in versions and earlier is None:
+            return []  # already registered: its id, unchecked
+        if schema_type == "PROTOBUF" and (references or any(
+                self._references[i] for i in versions)):
+            return []  # the fake does not check Protobuf schemas with references
+        older = [self._schemas[i] for i in versions if self._types[i] == schema_type]
+        try:
+            return problems(level or self.level(subject), schema_type, schema_text, older)
+        except ValueError as exc:
+            raise FakeRegistryError(str(exc)) from exc
+
+    def _test_compatibility(self, subject: str, version: list[str], body: bytes
+                            ) -> tuple[int, Any]:
+        """``POST /compatibility/subjects/{s}/versions[/{v}]``: against one version
+        (always a one-to-one check, in the direction the level says) or all of them."""
+        try:
+            request = json.loads(body)
+            schema_text, schema_type = request["schema"], request.get("schemaType") or "AVRO"
+            references = request.get("references") or []
+        except (ValueError, KeyError, TypeError) as exc:
+            return _error(422, 42201, f"Invalid schema: {exc}")
+        versions = self._subjects.get(subject)
+        if versions is None:
+            return _error(404, 40401, f"Subject '{subject}' not found.")
+        level = self.level(subject)
+        if version:
+            wanted = len(versions) if version[0] == "latest" else \
+                int(version[0]) if version[0].isdigit() else 0
+            if not 0 < wanted <= len(versions):
+                return _error(404, 40402, f"Version {version[0]} not found.")
+            earlier = [versions[wanted - 1]]
+            level = level.removesuffix("_TRANSITIVE")
+        else:
+            earlier = list(versions)
+        try:
+            refused = self._refused(subject, schema_text, schema_type, references, earlier,
+                                    level)
+        except FakeRegistryError as exc:
+            return _error(422, 42201, f"Invalid schema: {exc}")
+        return 200, {"is_compatible": not refused, "messages": refused}
 
     def _version(self, subject: str, version: int, serialized: bool = False
                  ) -> dict[str, Any]:
@@ -425,6 +538,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.server.registry._handle(self, "POST")
+
+    def do_PUT(self) -> None:
+        self.server.registry._handle(self, "PUT")
 
     def do_DELETE(self) -> None:
         self.server.registry._handle(self, "DELETE")

@@ -230,3 +230,40 @@ async def test_the_table_is_made_at_start_from_the_subjects_latest_schema(
               .schema().fields}
     assert {k: fields[k] for k in ("id", "qty", "note")} == {
         "id": "string", "qty": "long", "note": "string"}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
+async def test_after_a_restart_writer_schemas_are_judged_against_the_table_as_it_is(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
+    """A restarted kstage knows the table it left: the first record after the restart
+    is of a schema that does not fit the table (id string -> int) and is dead-lettered;
+    the old schema's records after it land (before: the first schema seen after a
+    restart was taken for the table's, the old records dead-lettered and the worker
+    failed on the real table: a stall on every restart)."""
+    group, topic, table = unique("g-schema-restart"), unique("orders-restart"), \
+        "stg_schema_restart"
+    with FakeRegistry() as registry:
+        v1 = registry.register(f"{topic}-other", json.dumps(V1))
+        bad = registry.register(f"{topic}-bad", json.dumps(BAD))
+        await create_topic(broker, topic)
+        await send(broker, topic, [encode(parse_schema(V1), v1, {"id": "a", "qty": 1})])
+        cfg, data = config(tmp_path, broker, group, topic, table, registry.url,
+                           lake(tmp_path))
+        data["spark"]["appends"] = appends
+        cfg.write_text(yaml.safe_dump(data))
+        first = kstage(cfg, "--drain")
+        assert await first.wait(timeout=240) == 0, first.output()
+        await send(broker, topic, [encode(parse_schema(BAD), bad, {"id": 2, "qty": 2}),
+                                   encode(parse_schema(V1), v1, {"id": "c", "qty": 3})])
+        proc = kstage(cfg, "--drain")
+        assert await proc.wait(timeout=240) == 0, proc.output()
+    assert [(r["_offset"], r["id"]) for r in sorted(
+        IcebergReader(data["spark"]).rows(table), key=lambda r: r["_offset"])] == [
+        (0, "a"), (2, "c")]
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    assert [d["offset"] for d in dead] == [1]
+    assert (f"writer schema id {bad} does not fit the table: field 'id' is int in writer "
+            f"schema id {bad}, string in the table's column (typed by the table as kstage "
+            "found it at start)") in dead[0]["error"]
+    assert (await committed(broker, group, topic, 1)).get(0) == 3

@@ -10,6 +10,7 @@ import pytest
 from fastavro import parse_schema
 from pydantic import ValidationError
 
+from processors.base import Column
 from processors.errors import PoisonMessage, StopTopic
 from processors.schema_rows import SchemaRowsProcessor
 from processors.testing import avro_message
@@ -60,6 +61,28 @@ def test_an_incompatible_schema_is_poison_naming_field_and_ids_or_stops() -> Non
     stop.transform(avro_message(V1, {"id": "a", "qty": 1}, schema_id=1))
     with pytest.raises(StopTopic, match="field 'id' is int"):
         stop.transform(avro_message(BAD, {"id": 5}, schema_id=7))
+
+
+def test_the_table_a_sink_found_is_what_writer_schemas_are_judged_against() -> None:
+    """A restart: the subject's latest schema (BAD, given at start) does not fit the table
+    the sink found; its messages are poison naming the table, not a fatal start, and the
+    older schema's records fit the table as it is."""
+    p = SchemaRowsProcessor()
+    p.schema_known(parse_schema(BAD), 7)
+    assert columns(p) == [("id", "int")]
+    p.live_columns().table_found([Column("id", "string", True), Column("qty", "long", True)])
+    assert columns(p) == [("id", "string"), ("qty", "long")]  # the table's, to write with
+    with pytest.raises(PoisonMessage) as caught:
+        p.transform(avro_message(BAD, {"id": 5}, schema_id=7))
+    assert str(caught.value).startswith(
+        "writer schema id 7 does not fit the table: field 'id' is int in writer schema id "
+        "7, string in the table's column (typed by the table as kstage found it at start)")
+    version = p.live_columns().version
+    row = p.transform(avro_message(V1, {"id": "a", "qty": 1}, schema_id=1))[0]
+    assert (row["id"], row["qty"]) == ("a", 1)
+    assert p.live_columns().version == version  # int into the long column: no change
+    p.transform(avro_message(V2, {"id": "b", "qty": 2, "note": "n"}, schema_id=2))
+    assert columns(p) == [("id", "string"), ("qty", "long"), ("note", "string")]
 
 
 def test_a_recursive_schema_is_refused_at_start_and_per_message() -> None:

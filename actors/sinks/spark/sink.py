@@ -31,7 +31,7 @@ from pydantic import AfterValidator, Field, field_validator
 from actors.errors import FatalError, SinkError
 from actors.resources import Resources
 from actors.sinks.base import Position, Problem, SinkCapabilities, SinkContext, SinkSettingsBase
-from actors.sinks.spark import iceberg, partitioning
+from actors.sinks.spark import found_columns, iceberg, partitioning
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.staging import StagingWriter
@@ -200,10 +200,31 @@ class SparkSink(SparkTableSink):
             self._extras = self.columns
             self._applied = 0
             self._evolving = asyncio.Lock()
+            found = await self._found_columns()
+            if found is not None:  # a restart: writer schemas judged against the table
+                self.context.live.table_found(found)
             await self._follow_schema()  # columns known at start: the table made now
             return
         self._writer = self._staging()
         await self._writer.register()
+
+    async def _found_columns(self) -> list[Column] | None:
+        """The processor's columns the table already has (None: not made yet)."""
+        actor, extras = self._spark(), self._extras
+        settings = actor.settings
+        try:
+            if settings.appends == "pyiceberg":
+                lake = actor.lake()
+                return await lake.call(lambda: found_columns.through_pyiceberg(
+                    lake.catalog(), settings, self.table, extras))
+
+            def run(spark: Any) -> list[Column] | None:
+                actor.warm_up(spark)
+                return found_columns.through_spark(spark, settings, self.table, extras)
+            return await actor.call(run)
+        except Exception as exc:  # any catalog failure is a retriable sink error
+            raise SinkError(f"spark sink: table {self.table}: cannot read its columns: "
+                            f"{exc}") from exc
 
     async def _follow_schema(self) -> None:
         """A processor whose columns come from writer schemas changed them since the
