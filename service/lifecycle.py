@@ -215,8 +215,8 @@ async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources
 
     merging: asyncio.Task[None] | None = None
     if settings.merge.interval_s is not None:
-        from actors.sinks.spark import merge_loop  # loads the merge only if used
-        from actors.sinks.spark.merge import plan
+        from actors.tables import merge_loop  # loads the merge only if used
+        from actors.tables.merge import plan
         from settings.errors import SettingsError
 
         try:
@@ -273,7 +273,7 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
             named.settings.type == "spark" for group in settings.groups
             for topic in group.topics for named in topic.named_sinks()):
         return None
-    from actors.sinks.spark import maintenance_loop  # only if used
+    from actors.tables import maintenance_loop  # only if used
     from service.ops.tables import kafka_committed
 
     return asyncio.create_task(maintenance_loop.maintain_periodically(

@@ -35,7 +35,7 @@ def load_for_run(path: str, warnings: list[str]) -> Settings:
     options, Kafka client keys, no Parquet tables of an earlier version in the
     warehouse...): ``validate`` and ``run`` refuse the same files."""
     from actors import preflight
-    from actors.sinks.spark import legacy
+    from actors.tables import legacy
     from settings.loader import load_settings
 
     return remembered(load_settings(path, warnings=warnings, checks=[

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
 
     from actors.preflight import resolve_processors
     from actors.resources import Resources
-    from actors.sinks.spark.merge import MergeError, merge
+    from actors.tables.merge import MergeError, merge
     from service.commands.common import load_checked, missing_spark
     from service.logs import configure_logging
 

@@ -52,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
 
     from actors.preflight import resolve_processors
     from actors.resources import Resources
-    from actors.sinks.spark import legacy
     from actors.sinks.spark.actor import short
-    from actors.sinks.spark.maintenance import MaintenanceError, maintain
-    from actors.sinks.spark.migrate import MigrationError, migrate
+    from actors.tables import legacy
+    from actors.tables.maintenance import MaintenanceError, maintain
+    from actors.tables.migrate import MigrationError, migrate
     from service.commands.common import load_checked, missing_spark
     from service.logs import configure_logging
     from service.ops import tables
@@ -115,7 +115,7 @@ def _reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
     from actors.resources import Resources
     from actors.sinks.spark.actor import short
     from actors.sinks.spark.catalog import dotted
-    from actors.sinks.spark.offset_resets import PyIcebergOffsets, SparkOffsets
+    from actors.tables.offset_resets import PyIcebergOffsets, SparkOffsets
     from service.ops.lag import OpsError
     from service.ops.offset_reset import apply_resets, plan_resets
 

@@ -6,10 +6,10 @@
   bytes, the Kafka offsets a staging table holds per (group, topic, partition), and the
   staging snapshot a final table was merged through (:func:`describe`, one SparkSession,
   from each table's metadata as the catalog holds it);
-* ``maintain``: :func:`actors.sinks.spark.maintenance.maintain`, with the consumer groups'
+* ``maintain``: :func:`actors.tables.maintenance.maintain`, with the consumer groups'
   committed offsets read from Kafka (:func:`kafka_committed`, also used by ``kstage
   run``'s scheduled maintenance);
-* ``migrate``: :mod:`actors.sinks.spark.migrate`.
+* ``migrate``: :mod:`actors.tables.migrate`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from actors.sinks.spark import final_deletions, snapshots
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
-from actors.sinks.spark.maintenance import Committed, on_spark
-from actors.sinks.spark.merge import TablePlan, plan
+from actors.tables import final_deletions, snapshots
+from actors.tables.maintenance import Committed, on_spark
+from actors.tables.merge import TablePlan, plan
 from processors.base import Processor
 from service.ops.lag import bootstrap_of, committed_offsets, connection_kwargs
 from settings.models import Settings, SparkSettings
@@ -105,7 +105,7 @@ def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
 async def show(settings: Settings, processors: Mapping[str, type[Processor]],
                table: str | None = None, *, actor: SparkActor) -> list[TableView]:
     """The views of the configuration's spark tables (only ``table`` and its final
-    table when given; ``processors`` as for :func:`~actors.sinks.spark.merge.plan`),
+    table when given; ``processors`` as for :func:`~actors.tables.merge.plan`),
     read on ``actor`` (the process's)."""
     items = plan(settings, processors, table)
     return await actor.call(on_spark(lambda spark: describe(spark, settings.spark, items)))
