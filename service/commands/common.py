@@ -35,11 +35,11 @@ def load_for_run(path: str, warnings: list[str]) -> Settings:
     options, Kafka client keys, no Parquet tables of an earlier version in the
     warehouse...): ``validate`` and ``run`` refuse the same files."""
     from actors import preflight
-    from actors.tables import legacy
+    from actors.tables import legacy_problems
     from settings.loader import load_settings
 
     return remembered(load_settings(path, warnings=warnings, checks=[
-        preflight.check, lambda settings: list(legacy.problems(settings, path))],
+        preflight.check, lambda settings: list(legacy_problems(settings, path))],
         name_checks=[preflight.check_names]))
 
 

@@ -35,7 +35,7 @@ from actors.preflight import resolve_processors
 from actors.resources import Resources
 from actors.sinks.checks import missing_packages
 from actors.sinks.spark.actor import short
-from actors.tables.merge import final_name
+from actors.tables import final_name
 from actors.worker import Worker
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker

@@ -30,8 +30,7 @@ from aiokafka import TopicPartition
 from actors.log_bounds import Bounds, FetchedBounds
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
-from actors.tables.merge import plan
-from actors.tables.offset_resets import TableOffsets
+from actors.tables import TableOffsets, plan
 from processors.base import Processor
 from service.ops.lag import OpsError, bootstrap_of
 from settings.models import Settings

@@ -27,9 +27,19 @@ from aiokafka.admin import AIOKafkaAdminClient
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
-from actors.tables import final_deletions, snapshots
-from actors.tables.maintenance import Committed, on_spark
-from actors.tables.merge import TablePlan, plan
+from actors.tables import (
+    Committed,
+    TablePlan,
+    deletions_apply,
+    deletions_name,
+    merged_through,
+    on_spark,
+    plan,
+    snapshot_history,
+    snapshot_offsets,
+    table_content,
+    table_exists,
+)
 from processors.base import Processor
 from service.ops.lag import bootstrap_of, committed_offsets, connection_kwargs
 from settings.models import Settings, SparkSettings
@@ -72,18 +82,18 @@ def _view(spark: Any, settings: SparkSettings, table: str, role: str,
           staging: str | None = None) -> TableView:
     """Spark thread: one table's view."""
     view = TableView(dotted(settings, table), role, staging)
-    if not snapshots.exists(spark, settings, table):
+    if not table_exists(spark, settings, table):
         view.exists = False
         return view
-    history = snapshots.history(spark, settings, table)
+    history = snapshot_history(spark, settings, table)
     if history:
         view.current_snapshot, view.current_at = history[0].id, _iso(history[0].committed_ms)
-    content = snapshots.content(spark, settings, table)
+    content = table_content(spark, settings, table)
     view.data_files, view.rows, view.bytes = content.data_files, content.rows, content.bytes
     view.snapshots = content.snapshots
     view.offsets = [{"group": g, "topic": t, "partition": p, "offset": o}
-                    for (g, t, p), o in sorted(snapshots.offsets(history).items())]
-    merge = snapshots.merged_through(history)
+                    for (g, t, p), o in sorted(snapshot_offsets(history).items())]
+    merge = merged_through(history)
     view.merged_snapshot = None if merge is None else merge.merged
     return view
 
@@ -95,9 +105,9 @@ def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
     for item in items:
         views.append(_view(spark, settings, item.table, "staging"))
         views.append(_view(spark, settings, item.final_table, "final", item.table))
-        if final_deletions.applies([c.name for c in item.columns], item.key):
+        if deletions_apply([c.name for c in item.columns], item.key):
             views.append(_view(spark, settings,
-                               final_deletions.deletions_name(item.final_table), "deletions",
+                               deletions_name(item.final_table), "deletions",
                                item.final_table))
     return views
 
