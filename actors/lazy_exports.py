@@ -11,13 +11,15 @@ from collections.abc import Callable, Mapping
 
 def exports(package: str, homes: Mapping[str, str]) -> Callable[[str], object]:
     """The ``__getattr__`` of ``package``: each name of ``homes`` imported from its module
-    (``homes[name]``) when first asked for, then bound in the package."""
+    (``homes[name]``) when first asked for, then bound in the package. A home
+    ``module:attribute`` exports the module's ``attribute`` under the package's name."""
 
     def getattr_(name: str) -> object:
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(home), name)
+        module, _, attribute = home.partition(":")
+        value = getattr(importlib.import_module(module), attribute or name)
         setattr(sys.modules[package], name, value)
         return value
 

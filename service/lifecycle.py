@@ -215,8 +215,7 @@ async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources
 
     merging: asyncio.Task[None] | None = None
     if settings.merge.interval_s is not None:
-        from actors.sinks.spark import merge_loop  # loads the merge only if used
-        from actors.sinks.spark.merge import plan
+        from actors.tables import merge_all, merge_periodically, plan  # the merge only if used
         from settings.errors import SettingsError
 
         try:
@@ -227,7 +226,7 @@ async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources
                 beat.cancel()
                 status.stop()
             return EXIT_CONFIG
-        merging = asyncio.create_task(merge_loop.merge_periodically(
+        merging = asyncio.create_task(merge_periodically(
             settings, master.processors, resources.spark(), metrics), name="merge")
     maintaining = _start_maintenance(master, metrics)
     signals.install()
@@ -237,8 +236,8 @@ async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources
         if merging is not None and master.drained:
             merging.cancel()
             await asyncio.gather(merging, return_exceptions=True)
-            _, failed = await merge_loop.merge_all(settings, master.processors,
-                                                   resources.spark(), metrics)
+            _, failed = await merge_all(settings, master.processors,
+                                        resources.spark(), metrics)
             if failed:
                 logger.critical("stopping: the final merge after --drain failed for %d "
                                 "table(s)", failed)
@@ -273,10 +272,10 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
             named.settings.type == "spark" for group in settings.groups
             for topic in group.topics for named in topic.named_sinks()):
         return None
-    from actors.sinks.spark import maintenance_loop  # only if used
+    from actors.tables import maintain_periodically  # only if used
     from service.ops.tables import kafka_committed
 
-    return asyncio.create_task(maintenance_loop.maintain_periodically(
+    return asyncio.create_task(maintain_periodically(
         settings, master.processors, kafka_committed(settings, master.bootstrap),
         master.resources.spark(), metrics), name="maintenance")
 

@@ -1,8 +1,8 @@
 """Sinks: the contract (:mod:`.base`), the registry of sink types (:mod:`.registry`),
 the sink loop (:mod:`.runner`), the fan-out to several sinks (:mod:`.fanout`) and the
 built-in sinks: files (:mod:`.files`), HTTP (:mod:`.http`), the table sinks' shared
-machinery (:mod:`.table`), Spark staging tables and their merge (:mod:`.spark`) and JDBC
-(:mod:`.jdbc`)."""
+machinery (:mod:`.table`), Spark staging tables (:mod:`.spark`; their merge and the other
+table jobs: :mod:`actors.tables`) and JDBC (:mod:`.jdbc`)."""
 
 from actors.errors import PermanentSinkError, SinkError
 from actors.sinks.base import (

@@ -33,7 +33,7 @@ as producers keep partitioning by key. So:
 4. equal timestamps: the smaller ``(_topic, _partition)`` wins (byte order of the topic
    name), an arbitrary but fixed choice, so that a replay gives the same row.
 
-The final table's merge (:mod:`actors.sinks.spark.merge_fold`) uses the same rules.
+The final table's merge (:mod:`actors.tables.merge_fold`) uses the same rules.
 Mixing rule 1 with the others is not transitive in one corner case (a key that moved
 partitions *and* whose positions or timestamps went backwards within a partition): the
 row kept may then depend on how the records were split into flushes (or merges).

@@ -36,11 +36,12 @@ def load_for_run(path: str, warnings: list[str]) -> Settings:
     warehouse, a schema_rows table's partition_by against its latest writer schema...):
     ``validate`` and ``run`` refuse the same files."""
     from actors import preflight
-    from actors.sinks.spark import layout_check, legacy
+    from actors.sinks.spark import layout_check
+    from actors.tables import legacy_problems
     from settings.loader import load_settings
 
     return remembered(load_settings(path, warnings=warnings, checks=[
-        preflight.check, lambda settings: list(legacy.problems(settings, path)),
+        preflight.check, lambda settings: list(legacy_problems(settings, path)),
         lambda settings: layout_check.problems(settings, warnings, path)],
         name_checks=[preflight.check_names]))
 

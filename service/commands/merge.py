@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
 
     from actors.preflight import resolve_processors
     from actors.resources import Resources
-    from actors.sinks.spark.merge import MergeError, merge
+    from actors.tables import MergeError, merge_tables
     from service.commands.common import load_checked, missing_spark
     from service.logs import configure_logging
 
@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     async def go() -> list[str]:
         async with Resources(settings.spark) as resources:  # stops the SparkActor after
             processors = resolve_processors(settings)
-            return [r.summary() for r in await merge(settings, processors, args.table,
-                                                     actor=resources.spark())]
+            return [r.summary() for r in await merge_tables(
+                settings, processors, args.table, actor=resources.spark())]
 
     try:
         lines = asyncio.run(go())

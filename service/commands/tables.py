@@ -52,10 +52,14 @@ def run(args: argparse.Namespace) -> int:
 
     from actors.preflight import resolve_processors
     from actors.resources import Resources
-    from actors.sinks.spark import legacy
     from actors.sinks.spark.actor import short
-    from actors.sinks.spark.maintenance import MaintenanceError, maintain
-    from actors.sinks.spark.migrate import MigrationError, migrate
+    from actors.tables import (
+        MaintenanceError,
+        MigrationError,
+        legacy_problems,
+        maintain,
+        migrate_tables,
+    )
     from service.commands.common import load_checked, missing_spark
     from service.logs import configure_logging
     from service.ops import tables
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if command == "reset-offsets":
         return _reset_offsets(args, settings)
     if command == "maintain":  # the old directories are not Iceberg's: migrate first
-        found = [why for _, why in legacy.problems(settings, args.config)]
+        found = [why for _, why in legacy_problems(settings, args.config)]
         if found:
             print(f"kstage: {args.config}: spark.warehouse: {found[0]}", file=sys.stderr)
             return EXIT_CONFIG
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                 for result in results:
                     print("\n".join(result.summary(settings.spark.maintenance)))
                 return EXIT_CRASH if any(r.error for r in results) else EXIT_OK
-            done = await migrate(settings, processors, actor=actor)
+            done = await migrate_tables(settings, processors, actor=actor)
             print("\n".join(d.summary() for d in done) if done else
                   f"{args.config}: no tables of an earlier kstage version to migrate")
             return EXIT_OK
@@ -115,7 +119,7 @@ def _reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
     from actors.resources import Resources
     from actors.sinks.spark.actor import short
     from actors.sinks.spark.catalog import dotted
-    from actors.sinks.spark.offset_resets import PyIcebergOffsets, SparkOffsets
+    from actors.tables import PyIcebergOffsets, SparkOffsets
     from service.ops.lag import OpsError
     from service.ops.offset_reset import apply_resets, plan_resets
 

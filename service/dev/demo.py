@@ -6,7 +6,7 @@ values) in the Confluent wire format, runs the service until every partition is
 processed and committed (``--drain``) with Spark staging sinks (Spark local mode,
 Apache Iceberg tables under ``DIR/warehouse`` in the embedded default catalog, a SQLite
 file there), merges each staging table into its final table (the service's final merge
-after ``--drain``, :mod:`actors.sinks.spark.merge`), and prints what landed where: per
+after ``--drain``, :mod:`actors.tables.merge`), and prints what landed where: per
 staging and final table its rows and snapshots (read by ``kstage tables show``'s
 :func:`service.ops.tables.show` in a new session), dead-lettered messages (in the
 dead-letter file and in the dead-letter topic :data:`DEAD_LETTER_TOPIC`), the messages
@@ -35,7 +35,7 @@ from actors.preflight import resolve_processors
 from actors.resources import Resources
 from actors.sinks.checks import missing_packages
 from actors.sinks.spark.actor import short
-from actors.sinks.spark.merge import final_name
+from actors.tables import final_name
 from actors.worker import Worker
 from processors.base import SCHEMA_DIR
 from service.broker import EmbeddedBroker

@@ -11,7 +11,7 @@ fetch: :mod:`actors.log_bounds`). Without ``--partition`` nor ``--to``, a partit
 offset lies within its log (between the log start and the high-water mark) is kept, and
 said so: only the partitions a worker would refuse move. A dry run by default: it prints each change
 (``TABLE: group G TOPIC[P]: 500 -> 0``); ``--yes`` records them, one snapshot of no data
-per table (:mod:`actors.sinks.spark.offset_resets`: through pyiceberg on a ``jdbc``
+per table (:mod:`actors.tables.offset_resets`: through pyiceberg on a ``jdbc``
 catalog, no JVM; through the Spark session on a ``rest`` one), then reads the offsets
 back and fails when a reset did not stand (an append of a kstage still running carried
 the old offset over it: stop kstage and run the command again).
@@ -30,8 +30,7 @@ from aiokafka import TopicPartition
 from actors.log_bounds import Bounds, FetchedBounds
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
-from actors.sinks.spark.merge import plan
-from actors.sinks.spark.offset_resets import TableOffsets
+from actors.tables import TableOffsets, plan
 from processors.base import Processor
 from service.ops.lag import OpsError, bootstrap_of
 from settings.models import Settings

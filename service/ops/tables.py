@@ -6,10 +6,10 @@
   bytes, the Kafka offsets a staging table holds per (group, topic, partition), and the
   staging snapshot a final table was merged through (:func:`describe`, one SparkSession,
   from each table's metadata as the catalog holds it);
-* ``maintain``: :func:`actors.sinks.spark.maintenance.maintain`, with the consumer groups'
+* ``maintain``: :func:`actors.tables.maintenance.maintain`, with the consumer groups'
   committed offsets read from Kafka (:func:`kafka_committed`, also used by ``kstage
   run``'s scheduled maintenance);
-* ``migrate``: :mod:`actors.sinks.spark.migrate`.
+* ``migrate``: :mod:`actors.tables.migrate`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,22 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from actors.sinks.spark import final_deletions, snapshots
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
-from actors.sinks.spark.maintenance import Committed, on_spark
-from actors.sinks.spark.merge import TablePlan, plan
+from actors.tables import (
+    Committed,
+    TablePlan,
+    deletions_apply,
+    deletions_name,
+    merged_through,
+    on_spark,
+    plan,
+    snapshot_history,
+    snapshot_offsets,
+    table_content,
+    table_exists,
+)
 from processors.base import Processor
 from service.ops.lag import bootstrap_of, committed_offsets, connection_kwargs
 from settings.models import Settings, SparkSettings
@@ -72,18 +82,18 @@ def _view(spark: Any, settings: SparkSettings, table: str, role: str,
           staging: str | None = None) -> TableView:
     """Spark thread: one table's view."""
     view = TableView(dotted(settings, table), role, staging)
-    if not snapshots.exists(spark, settings, table):
+    if not table_exists(spark, settings, table):
         view.exists = False
         return view
-    history = snapshots.history(spark, settings, table)
+    history = snapshot_history(spark, settings, table)
     if history:
         view.current_snapshot, view.current_at = history[0].id, _iso(history[0].committed_ms)
-    content = snapshots.content(spark, settings, table)
+    content = table_content(spark, settings, table)
     view.data_files, view.rows, view.bytes = content.data_files, content.rows, content.bytes
     view.snapshots = content.snapshots
     view.offsets = [{"group": g, "topic": t, "partition": p, "offset": o}
-                    for (g, t, p), o in sorted(snapshots.offsets(history).items())]
-    merge = snapshots.merged_through(history)
+                    for (g, t, p), o in sorted(snapshot_offsets(history).items())]
+    merge = merged_through(history)
     view.merged_snapshot = None if merge is None else merge.merged
     return view
 
@@ -101,9 +111,9 @@ def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
     for item in items:
         views.append(_view(spark, settings, item.table, "staging"))
         views.append(_view(spark, settings, item.final_table, "final", item.table))
-        if final_deletions.applies([c.name for c in item.columns], item.key):
+        if deletions_apply([c.name for c in item.columns], item.key):
             views.append(_view(spark, settings,
-                               final_deletions.deletions_name(item.final_table), "deletions",
+                               deletions_name(item.final_table), "deletions",
                                item.final_table))
     return views
 
@@ -111,7 +121,7 @@ def describe(spark: Any, settings: SparkSettings, items: Sequence[TablePlan],
 async def show(settings: Settings, processors: Mapping[str, type[Processor]],
                table: str | None = None, *, actor: SparkActor) -> list[TableView]:
     """The views of the configuration's spark tables (only ``table`` and its final
-    table when given; ``processors`` as for :func:`~actors.sinks.spark.merge.plan`),
+    table when given; ``processors`` as for :func:`~actors.tables.merge.plan`),
     read on ``actor`` (the process's)."""
     items = plan(settings, processors, table)
     return await actor.call(on_spark(lambda spark: describe(spark, settings.spark, items)))

@@ -17,11 +17,11 @@ import pytest
 from kstage_test_plugins import VersionsProcessor
 
 from actors.sinks import SinkContext
-from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.merge import final_name
 from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
+from actors.tables import final_table
+from actors.tables.merge import final_name
 from processors.base import Message, Processor, Row
 from processors.gobblin import GobblinCompactionProcessor
 from settings.models import Settings, SparkSettings

@@ -25,8 +25,8 @@ from actors.sinks.jdbc import JdbcSink
 from actors.sinks.jdbc_append import _WRITERS
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
-from actors.sinks.spark.final_deletions import deletions_name
-from actors.sinks.spark.merge import MergeConfigError, final_name, merge, plan
+from actors.tables.final_deletions import deletions_name
+from actors.tables.merge import MergeConfigError, final_name, merge, plan
 from processors.base import DELETED, Message, Row
 from processors.debezium import DebeziumProcessor
 from settings.models import Settings

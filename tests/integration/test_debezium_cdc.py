@@ -26,7 +26,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
 
-from actors.sinks.spark.merge import final_name
+from actors.tables.merge import final_name
 from tests.debezium_connect import DebeziumWorker
 from tests.integration.test_jdbc_sink import PASSWORD
 from tests.kafkautil import create_topic, unique, write_config

@@ -30,9 +30,9 @@ from actors.sinks.jdbc import JdbcSink, JdbcSinkSettings, create_table_sql, exec
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
-from actors.sinks.spark.final_deletions import deletions_name
-from actors.sinks.spark.merge import final_name, merge
 from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
+from actors.tables.final_deletions import deletions_name
+from actors.tables.merge import final_name, merge
 from processors.base import DELETED, Message, Processor, Row, table_columns
 from processors.debezium import DebeziumProcessor
 from processors.registry import for_options

@@ -25,12 +25,12 @@ import pytest
 import yaml
 
 from actors.preflight import resolve_processors
-from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
-from actors.sinks.spark.final_deletions import FILLED, deletions_name
-from actors.sinks.spark.maintenance import maintain
-from actors.sinks.spark.merge import (
+from actors.tables import final_table
+from actors.tables.final_deletions import FILLED, deletions_name
+from actors.tables.maintenance import maintain
+from actors.tables.merge import (
     MergeConfigError,
     MergeError,
     final_name,

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from actors.preflight import resolve_processors
-from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.merge import (
+from actors.tables import final_table
+from actors.tables.merge import (
     MergeConfigError,
     MergeError,
     MergeResult,

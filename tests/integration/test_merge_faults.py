@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 
 from actors.preflight import resolve_processors
-from actors.sinks.spark import final_table
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.merge import MergeResult, final_name, merge, merge_table, plan
-from actors.sinks.spark.merge_job import MergeJob
+from actors.tables import final_table
+from actors.tables.merge import MergeResult, final_name, merge, merge_table, plan
+from actors.tables.merge_job import MergeJob
 from processors.base import Row
 from tests.integration.merge_support import (
     GOBBLIN,

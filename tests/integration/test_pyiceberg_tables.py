@@ -357,7 +357,7 @@ async def test_a_reset_committed_either_way_is_read_alike_by_both_readers(
     catalog) or through Spark's session (a ``rest`` one): no rows added, and the offsets
     Spark's reader and pyiceberg's read are the reset ones, then the highest of the appends
     after it."""
-    from actors.sinks.spark.offset_resets import PyIcebergOffsets, SparkOffsets
+    from actors.tables.offset_resets import PyIcebergOffsets, SparkOffsets
 
     table = "stg_ddl_resets"
     settings = reader.settings

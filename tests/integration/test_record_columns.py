@@ -40,8 +40,8 @@ from actors.sinks.jdbc import JdbcSink, create_table_sql
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import qualified
-from actors.sinks.spark.merge import final_name
 from actors.sinks.table.columns import COORDINATES
+from actors.tables.merge import final_name
 from processors.base import Column
 from settings.models import SparkSettings
 from tests.brokers import KAFKA

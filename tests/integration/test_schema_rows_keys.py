@@ -25,8 +25,8 @@ from aiokafka import AIOKafkaProducer
 from fastavro import parse_schema
 
 from actors.codecs.avro import encode
-from actors.sinks.spark.final_deletions import deletions_name
-from actors.sinks.spark.merge import final_name
+from actors.tables.final_deletions import deletions_name
+from actors.tables.merge import final_name
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import KstageProcess, committed, create_topic, read_jsonl, unique, write_config
 from tests.lake import IcebergReader, spark_section

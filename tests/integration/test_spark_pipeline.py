@@ -14,7 +14,7 @@ from fastavro import parse_schema
 
 from actors.codecs.avro import encode
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.merge import final_name
+from actors.tables.merge import final_name
 from processors.base import SCHEMA_DIR
 from service.dev.samples import SAMPLE_TOPICS, sample_records
 from settings import SparkSettings

@@ -25,11 +25,12 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.preflight import resolve_processors
-from actors.sinks.spark import final_table, iceberg, maintenance, offset_history, snapshots
+from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified
-from actors.sinks.spark.maintenance import Maintained, maintain
-from actors.sinks.spark.merge import final_name
+from actors.tables import final_table, maintenance, snapshots
+from actors.tables.maintenance import Maintained, maintain
+from actors.tables.merge import final_name
 from processors.base import Column
 from service.cli import main
 from service.ops.tables import kafka_committed, render, render_json, show

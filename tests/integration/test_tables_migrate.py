@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actors.sinks.spark import migrate as migration
+from actors.tables import migrate as migration
 from service.cli import main
 from tests.iceberg_tables import reader, rows, summaries
 from tests.kafkautil import ROOT

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actors.sinks.spark import legacy
+from actors.tables import legacy
 from service.cli import main
 from settings.models import SparkSettings
 

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from actors.preflight import resolve_processors
-from actors.sinks.spark.merge import plan
+from actors.tables.merge import plan
 from settings.models import Settings
 
 
@@ -27,7 +27,7 @@ def settings() -> Settings:
 def test_a_schema_rows_table_is_staging_only_and_the_rest_is_planned(
         caplog: pytest.LogCaptureFixture) -> None:
     config = settings()
-    with caplog.at_level(logging.INFO, logger="actors.sinks.spark.merge"):
+    with caplog.at_level(logging.INFO, logger="actors.tables.merge"):
         planned = plan(config, resolve_processors(config))
     assert [p.table for p in planned] == ["stg_kafka_gobblin_compaction"]
     assert ("merge: table stg_orders (topic orders, processor 'schema_rows') is staging "

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from actors.sinks.spark import iceberg, offset_history
-from actors.sinks.spark.expiry import missing, offset_keeps
-from actors.sinks.spark.snapshots import from_metadata, offsets
+from actors.tables.expiry import missing, offset_keeps
+from actors.tables.snapshots import from_metadata, offsets
 
 G, T = "grp", "topic"
 P0, P1 = (G, T, 0), (G, T, 1)

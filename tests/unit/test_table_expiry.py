@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.sinks.spark import maintenance
-from actors.sinks.spark.expiry import Keep, bound, missing, offset_keeps
-from actors.sinks.spark.snapshots import Snapshot, from_metadata, merged_through, offsets
+from actors.tables import maintenance
+from actors.tables.expiry import Keep, bound, missing, offset_keeps
+from actors.tables.snapshots import Snapshot, from_metadata, merged_through, offsets
 
 NOW = 1_800_000_000_000
 G, T = "grp", "topic"

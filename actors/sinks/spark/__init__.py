@@ -1,1 +1,2 @@
-"""Spark staging tables: the session actor, the writer and sink, and the merge into final tables."""
+"""Spark staging tables: the session actor, the catalog, the writer and the sink (the
+table jobs on these tables, the merge among them: :mod:`actors.tables`)."""

@@ -1,11 +1,11 @@
 """One table's merge on the Spark thread: :class:`MergeJob` (and what it plans and
 returns: :class:`TablePlan`, :class:`MergeResult`).
 
-:meth:`MergeJob.run` (one attempt; see :mod:`actors.sinks.spark.merge` for the retries):
+:meth:`MergeJob.run` (one attempt; see :mod:`actors.tables.merge` for the retries):
 
-1. the final table is created, or checked (:func:`actors.sinks.spark.final_table.ensure`);
+1. the final table is created, or checked (:func:`actors.tables.final_table.ensure`);
    its last merge commit gives the *start*, the staging snapshot merged through
-   (:func:`~actors.sinks.spark.final_table.last_record`);
+   (:func:`~actors.tables.final_table.last_record`);
 2. then the staging table's current snapshot is the *end* of this merge (appends
    committed after it wait for the next merge); its ``total-records`` are the staging
    rows. Start = end: nothing new, nothing is committed;
@@ -15,7 +15,7 @@ returns: :class:`TablePlan`, :class:`MergeResult`).
    merge), or when it is no longer an ancestor of the end (its snapshots expired, the
    table replaced), the whole staging table at the end snapshot is read;
 4. those rows are folded with the final rows of their groups, read at the final table's
-   snapshot of step 1 (:mod:`actors.sinks.spark.merge_fold`);
+   snapshot of step 1 (:mod:`actors.tables.merge_fold`);
 5. the rows the final table must take are merged by one ``MERGE INTO`` (matched and later
    in the fold's order: update, or delete when the row is a deletion, ``_is_deleted``; not
    matched: insert, unless a deletion), whose commit carries the end
@@ -24,7 +24,7 @@ returns: :class:`TablePlan`, :class:`MergeResult`).
    records the end anyway, so the next merge starts there.
 
 A final table whose processor has a key and emits deletions keeps a deletions table
-(:mod:`actors.sinks.spark.final_deletions`): step 4 first drops the staging rows their
+(:mod:`actors.tables.final_deletions`): step 4 first drops the staging rows their
 key's recorded deletion comes after, and step 5 records the winning deletions, then
 commits the MERGE on top of the final snapshot of step 1 only (a racing commit: the
 merge runs again).
@@ -46,12 +46,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from actors.sinks.spark import final_deletions, final_table, iceberg
+from actors.sinks.spark import iceberg
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.iceberg import column_name
-from actors.sinks.spark.merge_fold import fold, group_columns, later, null_safe
 from actors.sinks.spark.nested_evolution import spark_tree
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT
+from actors.tables import final_deletions, final_table
+from actors.tables.merge_fold import fold, group_columns, later, null_safe
 from processors.base import DELETED, Column
 from processors.column_types import type_string
 
@@ -376,7 +377,7 @@ class MergeJob:
                         partition: tuple[str, str, str] | None, properties: dict[str, str],
                         base: int) -> None:
         """The deletions among ``changes`` recorded first, then the final table's MERGE
-        committed on top of ``base`` only (see :mod:`actors.sinks.spark.final_deletions`)."""
+        committed on top of ``base`` only (see :mod:`actors.tables.final_deletions`)."""
         from pyspark.sql import functions as f  # pyspark only if used
 
         deletions = changes.filter(f.coalesce(f.col(DELETED), f.lit(False)))

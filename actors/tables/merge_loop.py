@@ -7,7 +7,7 @@ workers' pipelines fill up and fetching pauses (backpressure; nothing is dropped
 failed merge is logged with the table and counted (``kstage_merge_failures``); the next
 interval tries again. Tables are merged one at a time. Other processes may merge the
 same tables at the same time (each merge is idempotent and retried when its commit races
-another's, see :mod:`actors.sinks.spark.merge`).
+another's, see :mod:`actors.tables.merge`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from actors.metrics import Metrics
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.merge import MergeError, MergeResult, merge_table, plan
+from actors.tables.merge import MergeError, MergeResult, merge_table, plan
 from processors.base import Processor
 from settings.models import Settings
 

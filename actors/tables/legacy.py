@@ -11,7 +11,7 @@ swapping results in through ``<warehouse>/_merge_work``.
 
 :func:`find` lists such directories (``kstage validate`` and ``run`` refuse to start
 while there are any: :func:`problems`); ``kstage tables migrate``
-(:mod:`actors.sinks.spark.migrate`) imports them into Iceberg tables and then moves them
+(:mod:`actors.tables.migrate`) imports them into Iceberg tables and then moves them
 into ``<warehouse>/_pre_iceberg/`` (:func:`move_aside`): never deleted. Only a local
 warehouse can hold them (the old version refused any other). Nothing here imports
 pyspark.

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from actors.sinks.spark.ledger import Stream
-from actors.sinks.spark.snapshots import Snapshot, offsets
+from actors.tables.snapshots import Snapshot, offsets
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ Java API (:func:`actors.sinks.spark.iceberg.table_metadata`: the same for every 
 a REST catalog too, and no Spark job), on the Spark thread.
 
 A final table's merge commits record the staging snapshot they merged through
-(:data:`~actors.sinks.spark.final_table.MERGED_SNAPSHOT`).
+(:data:`~actors.tables.final_table.MERGED_SNAPSHOT`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.final_table import MERGED_SNAPSHOT
 from actors.sinks.spark.ledger import Stream
+from actors.tables.final_table import MERGED_SNAPSHOT
 from settings.models import SparkSettings
 
 

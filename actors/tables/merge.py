@@ -6,7 +6,7 @@ columns, key and final partition), the final table is ``final_<rest>`` for ``stg
 (else ``<table>_final``), an Iceberg table in the same catalog and namespace, created at
 the first merge: the processor's columns, ``_topic, _kafka_partition, _offset,
 _timestamp, _ingested_at``, then the processor's ``final_partition`` column when it
-declares one (:mod:`actors.sinks.spark.final_table`). A processor whose columns come from
+declares one (:mod:`actors.tables.final_table`). A processor whose columns come from
 writer schemas (``schema_rows``) has the staging table's columns, read at each merge; its
 ``options.key`` is the natural key, and with ``options.deletes`` its tombstones' deletions
 delete the rows.
@@ -15,13 +15,13 @@ A merge reads the staging rows committed since the last merge (Iceberg's increme
 append scan between the staging snapshot the final table records as merged through and
 the current one; the whole table the first time or when that snapshot expired), folds
 them (exact replays dropped, the latest row per natural key ``Processor.key``:
-:mod:`actors.sinks.spark.merge_fold`) and ``MERGE``s them into the final table in one
+:mod:`actors.tables.merge_fold`) and ``MERGE``s them into the final table in one
 Iceberg commit that records the staging snapshot merged through
-(:mod:`actors.sinks.spark.merge_job`). No lock, no state file: a crashed, repeated or
+(:mod:`actors.tables.merge_job`). No lock, no state file: a crashed, repeated or
 concurrent merge is idempotent, and a merge whose commit raced another's (Iceberg's
 optimistic concurrency refuses it) runs again, up to :data:`ATTEMPTS` times. A final
 table of deletions also remembers each key's newest deletion in its deletions table
-(:mod:`actors.sinks.spark.final_deletions`), so an older upsert staged later stays out.
+(:mod:`actors.tables.final_deletions`), so an older upsert staged later stays out.
 
 A final partition: ``final_partition = (name, expression over key columns)`` (the
 built-in WhereHows processors: ``log_date`` from ``log_event_time``; DataHub entity change
@@ -52,11 +52,12 @@ from typing import Any
 
 from actors.errors import FatalError
 from actors.record_columns import sink_columns
-from actors.sinks.spark import final_deletions, final_table
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.final_table import MergeRecord
-from actors.sinks.spark.merge_job import (
+from actors.sinks.spark.sink import SparkSinkSettings
+from actors.tables import final_deletions, final_table
+from actors.tables.final_table import MergeRecord
+from actors.tables.merge_job import (
     MergeConflict,
     MergeJob,
     MergeResult,
@@ -64,7 +65,6 @@ from actors.sinks.spark.merge_job import (
     TablePlan,
     describe,
 )
-from actors.sinks.spark.sink import SparkSinkSettings
 from processors.base import DELETED, Column, Processor, source_order_problem
 from processors.registry import for_options
 from settings.errors import SettingsError

@@ -1,5 +1,5 @@
 """``kstage tables migrate``: import the Parquet warehouse of an earlier kstage version
-(:mod:`actors.sinks.spark.legacy`) into the Iceberg tables, without losing a row.
+(:mod:`actors.tables.legacy`) into the Iceberg tables, without losing a row.
 
 For every spark staging table of the configuration (its columns come from its processor)
 whose old directory is in the warehouse, on the Spark thread:
@@ -14,10 +14,10 @@ whose old directory is in the warehouse, on the Spark thread:
    others, each one commit. Their Kafka offsets are not recorded: Kafka's committed
    offsets cover them (the old version committed after its appends);
 3. the old final table (if any) is appended to the Iceberg final table (created, or
-   checked, by the merge's :func:`~actors.sinks.spark.final_table.ensure`: the same
+   checked, by the merge's :func:`~actors.tables.final_table.ensure`: the same
    columns, its final partition column too, partitioned by it). When
    the merged staging files are the staging table's first commit, the final commit
-   records that snapshot (:data:`~actors.sinks.spark.final_table.MERGED_SNAPSHOT`), so
+   records that snapshot (:data:`~actors.tables.final_table.MERGED_SNAPSHOT`), so
    the next merge folds only the rows after it; otherwise the next merge folds the whole
    staging table again, which changes nothing it had merged (exact replays are dropped);
 4. the old directories are moved into ``<warehouse>/_pre_iceberg/`` (the final table
@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.sinks.spark import final_table, iceberg, legacy, snapshots
+from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.merge import TablePlan, final_name, plan
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, spark_type
+from actors.tables import final_table, legacy, snapshots
+from actors.tables.merge import TablePlan, final_name, plan
 from processors.base import Column, Processor
 from settings.models import Settings, SparkSettings
 
@@ -241,7 +242,7 @@ async def migrate(settings: Settings, processors: Mapping[str, type[Processor]],
                   actor: SparkActor) -> list[Migrated]:
     """Import the old directories of the warehouse of ``settings`` into their Iceberg
     tables on ``actor`` (the process's) and move them aside (see the module docstring;
-    ``processors`` as for :func:`~actors.sinks.spark.merge.plan`); [] when there are none.
+    ``processors`` as for :func:`~actors.tables.merge.plan`); [] when there are none.
     MigrationError when one cannot be migrated (nothing of it is moved)."""
     found = legacy.find(settings.spark)
     if found is None:

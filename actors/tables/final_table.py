@@ -2,7 +2,7 @@
 merge's record in the table's own commits.
 
 The final table of a staging table is ``<catalog>.<namespace>.<final>`` (see
-:func:`actors.sinks.spark.merge.final_name`): the processor's columns, then ``_topic,
+:func:`actors.tables.merge.final_name`): the processor's columns, then ``_topic,
 _kafka_partition, _offset, _timestamp, _ingested_at`` as in staging, then the processor's
 ``final_partition`` column when it declares one (a real column computed from the key
 columns, the table partitioned by its value). Table properties: copy-on-write row-level
@@ -55,7 +55,7 @@ FINAL_PROPERTIES = {
     "write.metadata.previous-versions-max": "100",
     # A commit that lost a race with one that does not conflict (another table's, a
     # compaction of untouched files) is applied again; a conflicting one fails and the
-    # whole merge runs again (see actors.sinks.spark.merge).
+    # whole merge runs again (see actors.tables.merge).
     "commit.retry.num-retries": "10",
 }
 """Table properties of a final table kstage creates (besides the two ``kstage.*``)."""

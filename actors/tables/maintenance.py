@@ -16,7 +16,7 @@ expired like the final table, keeping no snapshot but by age and count):
    ``min_input_files`` of them;
 3. **expire snapshots** (``expire_snapshots``) older than ``snapshot_max_age_s``, keeping
    the newest ``snapshot_min_keep`` and everything offset recovery and the merge still
-   need (see :mod:`actors.sinks.spark.expiry`; the Kafka offsets are read through the
+   need (see :mod:`actors.tables.expiry`; the Kafka offsets are read through the
    caller's :data:`Committed`). When Kafka's committed offsets cannot be read, no
    snapshot of a staging table is expired, and the result says why. Before it, when the
    current snapshot (a compaction's) does not record every partition's offset, the
@@ -46,13 +46,14 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from actors.sinks.spark import final_deletions, iceberg, snapshots
+from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
-from actors.sinks.spark.expiry import Bound, Keep, bound, missing, offset_keeps
 from actors.sinks.spark.ledger import Stream
-from actors.sinks.spark.merge import plan
-from actors.sinks.spark.merge_job import conflict
+from actors.tables import final_deletions, snapshots
+from actors.tables.expiry import Bound, Keep, bound, missing, offset_keeps
+from actors.tables.merge import plan
+from actors.tables.merge_job import conflict
 from processors.base import Processor
 from settings.models import MaintenanceSettings, Settings, SparkSettings
 
@@ -366,7 +367,7 @@ async def maintain(settings: Settings, processors: Mapping[str, type[Processor]]
                    actor: SparkActor) -> list[Maintained]:
     """Maintain every spark staging table of ``settings`` (only ``table`` when given) and
     its final table on ``actor`` (the process's; ``processors`` as for
-    :func:`~actors.sinks.spark.merge.plan`); a table's failure is in its result."""
+    :func:`~actors.tables.merge.plan`); a table's failure is in its result."""
     results: list[Maintained] = []
     for item in plan(settings, processors, table):
         results += await maintain_pair(actor, item.table, item.final_table, committed)

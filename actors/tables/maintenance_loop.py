@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from actors.metrics import Metrics
 from actors.sinks.spark.actor import SparkActor
-from actors.sinks.spark.maintenance import Committed, Maintained, maintain
+from actors.tables.maintenance import Committed, Maintained, maintain
 from processors.base import Processor
 from settings.models import Settings
 

@@ -6,8 +6,8 @@ beside a final table whose processor has a key and emits deletions its *deletion
 table*, ``<final>_deletions`` (:func:`deletions_name`) in the same catalog and namespace:
 the key's columns and ``_topic, _kafka_partition, _offset, _timestamp, _ingested_at``,
 one row per key, its newest deletion in the merge's order
-(:func:`actors.sinks.spark.merge_fold.order`, its coordinate terms: a delete is a
-version). A merge of such a table (:mod:`actors.sinks.spark.merge_job`):
+(:func:`actors.tables.merge_fold.order`, its coordinate terms: a delete is a
+version). A merge of such a table (:mod:`actors.tables.merge_job`):
 
 1. reads the final table at its current snapshot (*base*), then the deletions table;
 2. drops the staging rows its key's recorded deletion comes after (:func:`guard`: an
@@ -44,9 +44,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from actors.sinks.spark import final_table
 from actors.sinks.spark.catalog import dotted, qualified
-from actors.sinks.spark.merge_fold import later, null_safe, rank
+from actors.tables import final_table
+from actors.tables.merge_fold import later, null_safe, rank
 from processors.base import DELETED, Column
 from settings.models import SparkSettings
 
