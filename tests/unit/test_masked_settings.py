@@ -55,6 +55,7 @@ FREE_FORM = [
     "spark.staging_write_options",
     "sink[http].headers",
     "sink[jdbc].properties",
+    "sink[spark].table_properties",  # a staging table's Iceberg properties
 ]
 
 
