@@ -110,11 +110,11 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
             if not name:
                 raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
                                        "table; set sink.table")
-            if not columns:
+            if not columns and not cls.columns_from_schema:
                 raise MergeConfigError(f"table {name}: processor {cls.name!r} declares no "
                                        "columns")
             missing = [k for k in cls.key if k not in {c.name for c in columns}]
-            if missing:
+            if missing and not cls.columns_from_schema:
                 raise MergeConfigError(f"table {name}: key columns {missing} of processor "
                                        f"{cls.name!r} are not among its columns")
             partition = cls.final_partition
@@ -127,14 +127,16 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                 if not cls.key:
                     raise MergeConfigError(f"table {name}: processor {cls.name!r} declares a "
                                            "final partition but no key")
-            order = source_order_problem(cls, columns)
+            # columns from writer schemas: the merge job checks them on the staging table
+            order = None if cls.columns_from_schema else source_order_problem(cls, columns)
             if order is not None:
                 raise MergeConfigError(f"table {name}: {order}")
             source = cls.source_order if cls.key else None
             seen = found.get(name)
             if seen is None:
                 found[name] = TablePlan(name, final_name(name), columns,
-                                        tuple(cls.key), (topic.topic,), partition, source)
+                                        tuple(cls.key), (topic.topic,), partition, source,
+                                        cls.columns_from_schema)
                 continue
             if (seen.columns, seen.key, seen.partition, seen.source_order) != (
                     columns, tuple(cls.key), partition, source):
@@ -142,7 +144,8 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                                        f"{topic.topic!r} feed it with different columns, "
                                        "key, final partition or source order")
             found[name] = TablePlan(name, seen.final_table, seen.columns, seen.key,
-                                    (*seen.topics, topic.topic), partition, source)
+                                    (*seen.topics, topic.topic), partition, source,
+                                    seen.from_staging)
     _check_names(found)
     if table is not None:
         if table not in found:

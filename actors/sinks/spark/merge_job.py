@@ -49,7 +49,10 @@ from typing import Any
 from actors.sinks.spark import final_deletions, final_table, iceberg
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.sinks.spark.merge_fold import fold, group_columns, later, null_safe
+from actors.sinks.spark.nested_evolution import spark_tree
+from actors.sinks.table.columns import COORDINATES, INGESTED_AT
 from processors.base import DELETED, Column
+from processors.column_types import type_string
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +85,10 @@ class TablePlan:
     topics: tuple[str, ...]
     partition: tuple[str, str] | None = None
     source_order: str | None = None
+    from_staging: bool = False
+    """The processor's columns come from writer schemas (``Processor.columns_from_schema``):
+    ``columns`` holds only the topic's record columns, and each merge takes the columns
+    the staging table has then (:meth:`MergeJob.run`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +186,27 @@ class MergeJob:
                 f"key columns {list(self.item.key)} only: {describe(exc)}") from exc
         return name, expression, kind.simpleString()
 
+    def _take_staging_columns(self, spark: Any) -> None:
+        """A processor whose columns come from writer schemas: the columns are the
+        staging table's now (its sinks evolved it), the coordinates and ``_ingested_at``
+        aside; MergeTableError when the key or the source position is not among them."""
+        spark.sql(f"REFRESH TABLE {qualified(self.settings, self.item.table)}")
+        own = {c.name for c in iceberg.table_columns((*COORDINATES, INGESTED_AT))}
+        columns = tuple(Column(f.name, type_string(spark_tree(f.dataType)), f.nullable)
+                        for f in spark.table(self.staging).schema if f.name not in own)
+        names = {c.name for c in columns}
+        missing = [k for k in self.item.key if k not in names]
+        if missing:
+            raise MergeTableError(f"table {self.staging} has no key column(s) {missing}")
+        order = self.item.source_order
+        if order is not None and (order, "long") not in {(c.name, c.type) for c in columns}:
+            raise MergeTableError(f"table {self.staging} has no long column {order!r} (the "
+                                  "processor's source position)")
+        self.item = dataclasses.replace(self.item, columns=columns)
+        self.row_names = [c.name for c in iceberg.table_columns(columns)] + [
+            "_topic", "_kafka_partition", "_offset", "_timestamp", "_ingested_at"]
+        self.deletes = final_deletions.applies(self.row_names, self.item.key)
+
     def _result(self, **counts: Any) -> MergeResult:
         return MergeResult(self.item.table, self.item.final_table, **counts)
 
@@ -186,6 +214,8 @@ class MergeJob:
         """One attempt of the merge; MergeConflict when its commit raced another."""
         if not spark.catalog.tableExists(self.staging):
             return self._result(skipped=True, note=f"no staging table {self.staging}")
+        if self.item.from_staging:
+            self._take_staging_columns(spark)
         partition = self._partition(spark)
         try:
             final_table.ensure(spark, self.settings, self.item.final_table, self.item.table,
