@@ -1,12 +1,12 @@
-"""The ``debezium`` processor without ``options.columns``, end to end on the real broker
-and a real Iceberg catalog (Spark appends, the final table by kstage's merge): events in
-the JSON converter's format with their schema land in a staging table made from that
-schema; a source ``ALTER TABLE ADD COLUMN`` midway (events whose schema has one more
-field) adds the column to the staging table in the running process (earlier rows NULL),
-and the merge carries it to the final table. An event whose column changed type
-incompatibly is dead-lettered naming the field while the rest flows; kstage killed
-(SIGKILL) once the column was added, run again with ``--drain``: nothing lost or
-doubled."""
+"""The ``debezium`` processor without ``options.columns``, end to end on the real broker,
+a real Iceberg catalog (Spark appends, the final table by kstage's merge) and a real
+PostgreSQL (a JDBC upsert table): events in the JSON converter's format with their schema
+land in tables made from that schema; a source ``ALTER TABLE ADD COLUMN`` midway (events
+whose schema has one more field) adds the column to the staging and the upsert tables in
+the running process (earlier rows NULL), and the merge carries it to the final table. An
+event whose column changed type incompatibly is dead-lettered naming the field while the
+rest flows; kstage killed (SIGKILL) once the column was added, run again with
+``--drain``: nothing lost or doubled."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 
 from actors.sinks.spark.merge import final_name
 from processors.base import DELETED
+from tests.integration.test_jdbc_sink import PASSWORD
 from tests.kafkautil import (
     KstageProcess,
     create_topic,
@@ -30,6 +31,7 @@ from tests.kafkautil import (
     write_config,
 )
 from tests.lake import IcebergReader, spark_section
+from tests.postgres import JAR, USER, Postgres
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -73,8 +75,12 @@ async def send(broker: str, topic: str, events: list[tuple[int, bytes | None]]) 
 
 @pytest.mark.timeout(600)
 async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], running: Postgres,
+        ) -> None:
+    pg = running
     group, topic, staging = unique("g-dbz-schema"), unique("dbz-schema"), "stg_dbz_schema"
+    upserted = unique("pg_dbz_schema").replace("-", "_")
+    login = {"url": pg.url, "user": USER, "password": PASSWORD, "jar": JAR}
     await create_topic(broker, topic)
     before = [(1, envelope("r", {"id": 1, "email": "a"}, V1, 10)),
               (2, envelope("r", {"id": 2, "email": "b"}, V1, 20)),
@@ -90,7 +96,8 @@ async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
     cfg = write_config(tmp_path / "kstage.yml", broker, group, [{
         "topic": topic, "processor": "debezium", "format": "json", "key_format": "json",
         "options": {"key_columns": ["id"]},  # no columns: from the events' schema
-        "sink": {"type": "spark", "table": staging}}])
+        "sinks": [{"type": "jdbc", "name": "pg", "table": upserted, "mode": "upsert",
+                   **login}, {"type": "spark", "name": "lake", "table": staging}]}])
     data = yaml.safe_load(cfg.read_text())
     data["spark"] = spark_section(catalog)
     data["merge"] = {"interval_s": 1}
@@ -109,12 +116,16 @@ async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
         await send(broker, topic, after)
         # the column is added in the running process, then it is killed
         await first.wait_for_log("evolved with the writer schema: added note", timeout=300)
+        await first.wait_for_log(f"jdbc sink: table {upserted} evolved with the event "
+                                 "schema: added note", timeout=300)
         assert not re.search(r"restarts=[1-9]", first.output()), first.output()[-3000:]
     finally:
         first.kill()
     fields = {f.name for f in reader.catalog.load_table(
         (reader.settings.catalog.namespace, staging)).schema().fields}
     assert "note" in fields
+    assert pg.psql(f"SELECT 1 FROM information_schema.columns WHERE table_name = "  # noqa: S608
+                   f"'{upserted}' AND column_name = 'note'") == [["1"]]
 
     second = kstage(cfg, "--drain")
     assert await second.wait(timeout=400) == 0, second.output()[-5000:]
@@ -133,3 +144,7 @@ async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
                "event's schema, string in the table's column" in d["error"] for d in dead)
     final = sorted((r["id"], r["email"], r["note"]) for r in reader.rows(final_name(staging)))
     assert final == [(1, "a2", "n1"), (3, "c2", None), (4, "d", "new")]
+    assert [tuple(r) for r in pg.psql(
+        f"SELECT id, email, coalesce(note, '<null>') FROM \"{upserted}\" "  # noqa: S608
+        "ORDER BY id")] == [("1", "a2", "n1"), ("3", "c2", "<null>"), ("4", "d", "new")]
+    assert pg.psql(f'SELECT id FROM "{upserted}_deletions"') == [["2"]]  # noqa: S608
