@@ -148,3 +148,14 @@ async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
         f"SELECT id, email, coalesce(note, '<null>') FROM \"{upserted}\" "  # noqa: S608
         "ORDER BY id")] == [("1", "a2", "n1"), ("3", "c2", "<null>"), ("4", "d", "new")]
     assert pg.psql(f'SELECT id FROM "{upserted}_deletions"') == [["2"]]  # noqa: S608
+
+    # run again, its first event from a producer of before the ALTER: the tables keep
+    # note (NULL in that row), and nothing stalls
+    await send(broker, topic, [(4, envelope("u", {"id": 4, "email": "d2"}, V1, 90))])
+    third = kstage(cfg, "--drain")
+    assert await third.wait(timeout=400) == 0, third.output()[-5000:]
+    staged = sorted(reader.rows(staging), key=lambda r: r["_offset"])
+    assert [(r["_offset"], r["id"], r["email"], r["note"]) for r in staged[-2:]] == [
+        (8, 3, "c2", None), (9, 4, "d2", None)]
+    final = sorted((r["id"], r["email"], r["note"]) for r in reader.rows(final_name(staging)))
+    assert final == [(1, "a2", "n1"), (3, "c2", None), (4, "d2", None)]
