@@ -73,7 +73,7 @@ async def send(broker: str, topic: str, events: list[tuple[int, bytes | None]]) 
         await producer.stop()
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], running: Postgres,
         ) -> None:
@@ -108,7 +108,7 @@ async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
     try:
         # the v1 rows staged and merged (the staging table made from their schema)
         await wait_until(lambda: first.proc.poll() is not None
-                         or len(reader.rows(final_name(staging))) == 3, 300,
+                         or len(reader.rows(final_name(staging))) == 3, 500,
                          "the first rows in the final table")
         assert first.proc.poll() is None, first.output()[-3000:]
         assert len(reader.rows(staging)) == 3, first.output()[-3000:]
