@@ -75,6 +75,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from processors.base import (
     Column,
+    LiveColumns,
     Message,
     NoOptions,
     Processor,
@@ -84,7 +85,8 @@ from processors.base import (
     deletion,
     with_coordinates,
 )
-from processors.errors import PoisonMessage
+from processors.debezium_schema import SchemaColumns, avro_row_schema, json_row_schema
+from processors.errors import PoisonMessage, StopTopic
 
 SOURCE_COLUMNS = (
     Column("_op", "string", doc="Debezium's op: c insert, u update, r snapshot read, d delete"),
@@ -144,8 +146,10 @@ class DebeziumOptions(NoOptions):
 
     table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                               description="Staging table (default: set sink.table).")
-    columns: list[TableColumn] = Field(min_length=1, description="The source table's "
-                                       "columns kept, in order.")
+    columns: list[TableColumn] | None = Field(
+        None, min_length=1, description="The source table's columns kept, in order. "
+        "Optional: without it they come from the events' schema (JSON with schemas, "
+        "Avro) and follow the source's changes (processors.debezium_schema).")
     key_columns: list[str] = Field(min_length=1, description="The natural key: the source "
                                    "table's primary key columns.")
     decimal_handling: Literal["precise", "string"] = Field(
@@ -155,9 +159,18 @@ class DebeziumOptions(NoOptions):
         True, description="format json: the events carry their schema (the JSON "
         "converter's schemas.enable, its default), which names each value's time type. "
         "false: they do not, and every timestamp column declares its time_type.")
+    on_incompatible: Literal["dead_letter", "stop"] = Field(
+        "dead_letter", description="Without columns: an event whose schema does not fit "
+        "the table (a column's type narrowed or changed): dead_letter it (naming the field) "
+        "or stop the topic.")
 
     @model_validator(mode="after")
     def _key_in_columns(self) -> DebeziumOptions:
+        if self.columns is None:
+            if not self.json_schemas:
+                raise ValueError("json_schemas is false: the events carry no schema to take "
+                                 "the columns from; list them in columns")
+            return self
         names = [c.name for c in self.columns]
         taken = [n for n in names if n in {c.name for c in SOURCE_COLUMNS}]
         if taken:
@@ -308,6 +321,11 @@ class DebeziumProcessor(Processor):
         parsed = cls.parse_options(options)
         assert isinstance(parsed, DebeziumOptions)  # noqa: S101 - options_model
         key = tuple(parsed.key_columns)
+        if parsed.columns is None:  # from the events' schema (processors.debezium_schema)
+            return type(cls.__name__, (cls,), {
+                "table": parsed.table or "", "key": key, "columns": (),
+                "columns_from_schema": True,
+                "__module__": cls.__module__, "__qualname__": cls.__qualname__})
         columns = tuple(Column(c.name, c.type, c.nullable and c.name not in key)
                         for c in parsed.columns)
         return type(cls.__name__, (cls,), {
@@ -317,11 +335,31 @@ class DebeziumProcessor(Processor):
     def __init__(self, options: Mapping[str, Any] | BaseModel | None = None) -> None:
         super().__init__(options)
         shape = self.configured(self.options)
-        self._columns = shape.columns[:len(self.options.columns)]
+        declared = self.options.columns or []
+        self._columns = shape.columns[:len(declared)]
         self._key = shape.key
         # a column's time type when the event names none (JSON without schemas)
-        self._declared = {c.name: c.time_type for c in self.options.columns if c.time_type}
+        self._declared = {c.name: c.time_type for c in declared if c.time_type}
         self._avro: dict[int, tuple[Any, dict[str, str]]] = {}  # id(schema) -> semantics
+        # no columns declared: they come from the events' schema
+        self._schema = (SchemaColumns(self._key, SOURCE_COLUMNS)
+                        if self.options.columns is None else None)
+
+    def live_columns(self) -> LiveColumns | None:
+        return None if self._schema is None else self._schema.live
+
+    def schema_known(self, schema: Any, schema_id: int | str) -> None:
+        """Avro: the latest writer schema of the subject makes the table before the
+        first message (JSON events bring theirs with each message)."""
+        if self._schema is None:
+            return
+        row = avro_row_schema(schema)
+        if row is None:
+            raise ValueError(f"writer schema id {schema_id} is not a Debezium envelope "
+                             "(no record field after or before)")
+        found = self._schema.shape(row, f"writer schema id {schema_id}")
+        if found.refused is not None:
+            raise ValueError(found.refused)
 
     def transform(self, message: Message) -> Sequence[Row]:
         value = message.value
@@ -329,6 +367,8 @@ class DebeziumProcessor(Processor):
             return [self._tombstone(message)]
         if not isinstance(value, Mapping):
             raise PoisonMessage(f"a Debezium event is an object, not {type(value).__name__}")
+        if self._schema is not None:
+            return [self._derived(message, value)]
         semantics = self._declared
         if message.value_schema is not None:
             semantics = self._avro_schema(message.value_schema)
@@ -359,6 +399,69 @@ class DebeziumProcessor(Processor):
         row["_source_ts_ms"] = source.get("ts_ms")
         return [with_coordinates(row, message)]
 
+    def _derived(self, message: Message, value: Mapping[str, Any]) -> Row:
+        """The row of an event whose columns come from its schema (no ``columns``)."""
+        assert self._schema is not None  # noqa: S101 - only then
+        if message.value_schema is not None:
+            row_schema = avro_row_schema(message.value_schema)
+            where = f"writer schema id {message.value_schema_id}"
+        elif "payload" in value and "schema" in value:
+            row_schema = json_row_schema(value["schema"])
+            where = "the event's schema"
+            value = value["payload"]
+            if value is None:
+                return self._tombstone(message)
+            if not isinstance(value, Mapping):
+                raise PoisonMessage("the payload of a Debezium event is not an object")
+        else:
+            row_schema, where = None, ""
+        if row_schema is None:
+            raise PoisonMessage(
+                f"Debezium event at offset {message.offset} has no schema to take the "
+                "columns from (options.columns is not set): use the JSON converter with "
+                "schemas.enable=true or Avro, or list the columns")
+        shape = self._schema.shape(row_schema, where)
+        if shape.refused is not None:
+            if self.options.on_incompatible == "stop":
+                raise StopTopic(shape.refused)
+            error = PoisonMessage(shape.refused)
+            if message.value_schema_id is not None:
+                error.details = {"schema_id": message.value_schema_id}
+            raise error
+        assert shape.convert is not None  # noqa: S101 - refused is None
+        op = value.get("op")
+        try:
+            if op in _UPSERTS:
+                row = shape.convert(self._image(value, "after"))
+            elif op == "d":
+                image = shape.convert(self._image(value, "before"))
+                row = deletion(self._derived_key(message, image, shape.convert), message)
+            else:
+                raise PoisonMessage(f"Debezium op {op!r} is not a change of one row (c, u, "
+                                    "r or d); a truncate (t) or a message (m) cannot be "
+                                    "applied row by row")
+        except ValueError as exc:
+            raise PoisonMessage(f"Debezium event at offset {message.offset}: {exc}") from None
+        self._check_key(row, message)
+        source = value.get("source")
+        source = source if isinstance(source, Mapping) else {}
+        row["_op"] = op
+        row["_source_lsn"] = source.get("lsn")
+        row["_source_txid"] = source.get("txId")
+        row["_source_ts_ms"] = source.get("ts_ms")
+        return with_coordinates(row, message)
+
+    def _derived_key(self, message: Message, image: Mapping[str, Any],
+                     convert: Any) -> Row:
+        """The natural key of a deletion: from the record key when decoded (converted as
+        the row's fields are), else from the row image ``before``."""
+        key = message.key
+        if isinstance(key, Mapping) and "payload" in key and "schema" in key:
+            key = key["payload"]
+        if isinstance(key, Mapping) and all(k in key for k in self._key):
+            image = convert(key) if convert is not None else key
+        return {k: image.get(k) for k in self._key}
+
     def _avro_schema(self, schema: Any) -> dict[str, str]:
         """The time types of an Avro writer schema's columns (cached per schema: the
         decoder keeps one object per schema id)."""
@@ -380,7 +483,14 @@ class DebeziumProcessor(Processor):
                 f"a Debezium tombstone (null value) at offset {message.offset} deletes its "
                 f"key, and its record key gives no {', '.join(self._key)} (got "
                 f"{type(key).__name__}); decode the key with key_format: json or avro")
-        row = deletion(self._key_values(message, {}, {}), message)
+        if self._schema is not None:
+            try:
+                row = deletion(self._derived_key(message, {}, self._schema.last), message)
+            except ValueError as exc:
+                raise PoisonMessage(f"Debezium tombstone at offset {message.offset}: "
+                                    f"{exc}") from None
+        else:
+            row = deletion(self._key_values(message, {}, {}), message)
         row.update(dict.fromkeys(c.name for c in SOURCE_COLUMNS))
         return with_coordinates(row, message)
 

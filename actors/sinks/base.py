@@ -216,7 +216,7 @@ class Sink(abc.ABC):
                 and not self.capabilities.evolves_columns):
             return [(("processor",), f"{processor} takes its columns from the writer "
                      f"schemas and a {self.type} sink cannot evolve its table with them "
-                     "(its SinkCapabilities.evolves_columns is False); use a spark sink")]
+                     "(its SinkCapabilities.evolves_columns is False); use a spark or jdbc sink")]
         if (self.capabilities.needs_columns and not self.context.columns
                 and not self.context.columns_from_schema):
             return [(("processor",), f"{processor} declares no columns; a {self.type} sink "

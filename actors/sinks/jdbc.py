@@ -79,6 +79,7 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
@@ -118,7 +119,11 @@ class JdbcSink(SparkTableSink):
         # mode: append stores its offsets (exactly once, with the offsets table of
         # actors.sinks.jdbc_offsets); mode: upsert is idempotent by key.
         self.capabilities = replace(TableSink.capabilities,
-                                    stores_offsets=settings.mode == "append")
+                                    stores_offsets=settings.mode == "append",
+                                    evolves_columns=True)
+        self._extras: tuple[Column, ...] = ()
+        self._applied = 0  # the version of the processor's live columns the table has
+        self._evolving = asyncio.Lock()
 
     def offsets_reset(self, group: str, topic: str, partition: int) -> str:
         """The SQL that forgets the partition's offset in the table's offsets table
@@ -133,13 +138,43 @@ class JdbcSink(SparkTableSink):
         """``mode: append``: write the rows of one batch with its offsets; rows of
         messages the table already holds (before its offset for the partition) are
         dropped. ``mode: upsert``: :meth:`write`."""
+        await self._follow_schema()
         writer = self._writer
         if writer is None:
+            if self.context.live is not None and not rows:
+                return  # nothing known of the schema, nothing to write
             raise SinkError("jdbc sink: write before open")
         if writer.offsets is None:
             await self.write(rows)
             return
         await self._write_after_floor(writer, rows, position)
+
+    async def write(self, rows: Sequence[Row]) -> None:
+        await self._follow_schema()
+        if self._writer is None and self.context.live is not None and not rows:
+            return
+        await super().write(rows)
+
+    async def _follow_schema(self) -> None:
+        """A processor whose columns come from writer schemas changed them since the
+        last write: create or evolve the table (committed) before its rows are written
+        (as the spark sink does)."""
+        live = self.context.live
+        if live is None or live.version == self._applied:
+            return
+        async with self._evolving:
+            version = live.version
+            if version == self._applied:
+                return
+            columns = (*live.columns, *self._extras)
+            if self._writer is None:
+                self.columns = columns
+                self._writer = table_writer(
+                    self._spark(), self.settings, self.table, columns, self.context.key,
+                    self.context.emits_deletes, self.context.source_order, evolving=True)
+            await self._writer.evolve(columns)
+            self.columns = columns
+            self._applied = version
 
     async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """``mode: append``: the table's offsets of the assigned partitions (SinkError
@@ -177,7 +212,10 @@ class JdbcSink(SparkTableSink):
             offsets_problem = offsets_name_problem(self.table)
             if offsets_problem:
                 problems.append((("sink", "table"), f"jdbc sink {self.table}: {offsets_problem}"))
-        if self.settings.mode == "upsert" and self.columns:
+        if self.settings.mode == "upsert" and self.context.columns_from_schema:
+            if not self.context.key:
+                problems += self._key_problems()
+        elif self.settings.mode == "upsert" and self.columns:
             problems += self._key_problems()
             order = self._source_order_problem()
             if order:
@@ -213,6 +251,15 @@ class JdbcSink(SparkTableSink):
 
     async def open(self) -> None:
         self._refuse_problems()
+        if self.context.live is not None:
+            # Columns from writer schemas: the table is made (or evolved) with the first
+            # ones the processor knows, before the rows of that shape.
+            self._extras = self.columns
+            try:
+                await self._follow_schema()
+            except SinkError as exc:  # the database may come back: at the first write
+                logger.warning("%s; the table is created or evolved at the first write", exc)
+            return
         self._writer = table_writer(self._spark(), self.settings, self.table, self.columns,
                                     self.context.key, self.context.emits_deletes,
                                     self.context.source_order)

@@ -260,15 +260,18 @@ _WRITERS: weakref.WeakKeyDictionary[SparkActor, dict[tuple[str, str, str], JdbcT
 
 def table_writer(actor: SparkActor, settings: JdbcSinkSettings, table: str,
                  columns: Sequence[Column], key: Sequence[str] = (),
-                 deletes: bool = False, source_order: str | None = None) -> JdbcTableWriter:
-    """The shared writer of ``table`` at ``settings.url`` (created on first use)."""
+                 deletes: bool = False, source_order: str | None = None,
+                 evolving: bool = False) -> JdbcTableWriter:
+    """The shared writer of ``table`` at ``settings.url`` (created on first use).
+    ``evolving``: the columns come from writer schemas and change while it runs
+    (:meth:`~actors.sinks.jdbc_writer.JdbcWriter.evolve`), not a second column list."""
     writers = _WRITERS.setdefault(actor, {})
     name = (settings.url, settings.user or "", table)
     writer = writers.get(name)
     if writer is None:
         writer = writers[name] = JdbcTableWriter(actor, settings, table, tuple(columns),
                                                  tuple(key), deletes, source_order)
-    elif writer.columns != tuple(columns):
+    elif writer.columns != tuple(columns) and not evolving:
         raise FatalError(f"jdbc sink: table {table!r} at {safe_url(settings.url)} is written "
                          "with two different column lists in this process")
     elif (writer.settings.mode, writer.key) != (

@@ -74,6 +74,34 @@ def table_mismatches(table: str, existing: Sequence[tuple[str, str, bool, bool]]
     return errors
 
 
+_WIDENS = (("integer", "bigint"), ("real", "double precision"))
+
+
+def evolution_sql(table: str, existing: Sequence[tuple[str, str, bool, bool]],
+                  declared: Sequence[Column]) -> list[tuple[str, str]]:
+    """The ``ALTER TABLE`` statements, each with what it does, that make an existing
+    table take the ``declared`` columns of a processor whose columns come from writer
+    schemas: a column it lacks added (nullable), a column widened as the writer schema
+    widened it (``integer`` -> ``bigint``, ``real`` -> ``double precision``, a
+    ``numeric``'s precision at the same scale). Anything else is left to
+    :func:`table_mismatches` to refuse."""
+    found = {name: kind for name, kind, _, _ in existing}
+    out = []
+    for column in declared:
+        kind = column_kind(column.type)
+        now = found.get(column.name)
+        if now is None:
+            out.append((f'ALTER TABLE {qualified(table)} ADD COLUMN IF NOT EXISTS '
+                        f'"{column.name}" {kind.postgres}', f"added {column.name}"))
+        elif not now.startswith(kind.postgres_found) and (
+                (now, kind.postgres.lower()) in _WIDENS
+                or (now.startswith("numeric(") and kind.postgres.startswith("NUMERIC(")
+                    and now.split(",")[-1] == kind.postgres.split(",")[-1])):
+            out.append((f'ALTER TABLE {qualified(table)} ALTER COLUMN "{column.name}" TYPE '
+                        f"{kind.postgres}", f"widened {column.name} to {column.type}"))
+    return out
+
+
 def pg_check(value: Any, column: Column) -> Any:
     """:func:`~actors.sinks.table.rows.check`, and no NUL in text (PostgreSQL cannot store
     it); a nested value becomes its ``jsonb`` text (:func:`~actors.sinks.jdbc_json.jsonb_text`)."""

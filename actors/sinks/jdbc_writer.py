@@ -7,6 +7,7 @@ pyspark is imported only inside functions."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from collections.abc import Sequence
@@ -21,7 +22,13 @@ from actors.sinks.jdbc_offsets import (
     offsets_table,
 )
 from actors.sinks.jdbc_settings import JdbcSinkSettings, safe_url
-from actors.sinks.jdbc_tables import create_table_sql, pg_check, qualified, table_mismatches
+from actors.sinks.jdbc_tables import (
+    create_table_sql,
+    evolution_sql,
+    pg_check,
+    qualified,
+    table_mismatches,
+)
 from actors.sinks.jdbc_upsert import (
     UNIQUE_INDEXES_SQL,
     add_source_sql,
@@ -152,12 +159,18 @@ class JdbcWriter(TableWriter):
                              "accept this URL (sink.url, sink.driver)")
         return conn
 
-    def _ensure_table(self, spark: Any) -> bool:
+    def _ensure_table(self, spark: Any, evolve: tuple[Column, ...] | None = None,
+                      ) -> tuple[bool, list[str]]:
         """Create the table (and its deletions table) if missing, else check its columns;
-        True if the table was created."""
+        whether the table was created, and what changed in it. ``evolve``: the columns of
+        a processor whose columns come from writer schemas: an existing table is evolved
+        to them first (:func:`~actors.sinks.jdbc_tables.evolution_sql`)."""
+        columns = self.columns if evolve is None else evolve
+        deletion_columns = deletions_columns(self.key, columns, self.source_order)
         conn = self._connect(spark)
         try:
-            created = self._ensure_one(conn, self.table, self.columns)
+            made = [] if evolve is None else self._evolve_one(conn, evolve)
+            created = self._ensure_one(conn, self.table, columns)
             if self.offsets is not None:
                 statement = conn.createStatement()
                 statement.execute(create_offsets_sql(qualified(self.offsets)))
@@ -166,16 +179,17 @@ class JdbcWriter(TableWriter):
                 if self.source_order is not None:  # a deletions table made before it
                     statement = conn.createStatement()
                     statement.execute(add_source_sql(qualified(self.deletions),
-                                                     self._deletion_columns[-1]))
+                                                     deletion_columns[-1]))
                     statement.close()
-                self._ensure_one(conn, self.deletions, self._deletion_columns)
+                self._ensure_one(conn, self.deletions, deletion_columns)
         finally:
             conn.close()
-        return created
+        return created, made
 
-    def _ensure_one(self, conn: Any, table: str, columns: tuple[Column, ...]) -> bool:
-        """Spark thread: create ``table`` with ``columns`` (then the coordinates) if
-        missing, else check it; True if created."""
+    @staticmethod
+    def _existing(conn: Any, table: str) -> list[tuple[str, str, bool, bool]]:
+        """Spark thread: (name, format_type, NOT NULL, has default) of ``table``'s
+        columns, none when it does not exist."""
         query = conn.prepareStatement(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
             "a.atthasdef FROM pg_attribute a WHERE a.attrelid = to_regclass(?) "
@@ -187,6 +201,32 @@ class JdbcWriter(TableWriter):
             existing.append((result.getString(1), result.getString(2),
                              result.getBoolean(3), result.getBoolean(4)))
         query.close()
+        return existing
+
+    def _evolve_one(self, conn: Any, columns: tuple[Column, ...]) -> list[str]:
+        """Spark thread: the existing table given ``columns`` it lacks or must widen, in
+        one transaction; what changed (none for a table that does not exist yet)."""
+        existing = self._existing(conn, self.table)
+        changes = evolution_sql(self.table, existing, columns) if existing else []
+        if changes:
+            conn.setAutoCommit(False)
+            try:
+                statement = conn.createStatement()
+                for sql, _ in changes:
+                    statement.execute(sql)
+                statement.close()
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.setAutoCommit(True)
+        return [what for _, what in changes]
+
+    def _ensure_one(self, conn: Any, table: str, columns: tuple[Column, ...]) -> bool:
+        """Spark thread: create ``table`` with ``columns`` (then the coordinates) if
+        missing, else check it; True if created."""
+        existing = self._existing(conn, table)
         if not existing:
             statement = conn.createStatement()
             statement.execute(create_table_sql(table, columns, self.key))
@@ -217,7 +257,7 @@ class JdbcWriter(TableWriter):
         if self._registered:
             return
         try:
-            created = await self.actor.call(self._ensure_table)
+            created, _ = await self.actor.call(self._ensure_table)
         except (SinkError, FatalError):
             raise
         except Exception as exc:  # connection/SQL failures are retriable
@@ -226,6 +266,36 @@ class JdbcWriter(TableWriter):
         self._registered = True
         logger.info("jdbc sink: table %s %s at %s", self.table,
                     "created" if created else "checked", safe_url(self.url))
+
+    async def evolve(self, columns: tuple[Column, ...]) -> None:
+        """Evolve the table to ``columns`` (a processor whose columns come from writer
+        schemas: new nullable columns, widened types; created on first sight) and write
+        with them from now on: the rows already converted are written first, then the
+        table's change is committed, then the columns change."""
+        if self._registered and columns == self.columns:
+            return
+        waits = [item.future for item in self._pending] + list(self._tasks)
+        if waits:
+            self.flush_soon()
+            await asyncio.gather(*waits, return_exceptions=True)  # their writers see errors
+        try:
+            created, made = await self.actor.call(
+                lambda spark: self._ensure_table(spark, columns))
+        except (SinkError, FatalError):
+            raise
+        except Exception as exc:  # connection/SQL failures are retriable
+            raise SinkError(f"{self.where}: cannot create or evolve the table: "
+                            f"{short(exc)}") from exc
+        self.columns = columns
+        self._all = (*columns, *COORDINATES)
+        self._deletion_columns = deletions_columns(self.key, columns, self.source_order)
+        self._registered = True
+        if created:
+            logger.info("jdbc sink: table %s created at %s", self.table, safe_url(self.url))
+        if made:
+            logger.warning("jdbc sink: table %s evolved with the event schema: %s (rows "
+                           "written before read new columns as NULL)", self.table,
+                           ", ".join(made))
 
     async def _flush(self, batch: list[Pending]) -> None:
         parts: list[JdbcPart] = [item.part for item in batch]

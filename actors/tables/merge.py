@@ -145,7 +145,8 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
                 if not cls.key:
                     raise MergeConfigError(f"table {name}: processor {cls.name!r} declares a "
                                            "final partition but no key")
-            order = source_order_problem(cls, columns)
+            # columns from writer schemas: the merge job checks them on the staging table
+            order = None if cls.columns_from_schema else source_order_problem(cls, columns)
             if order is not None:
                 raise MergeConfigError(f"table {name}: {order}")
             source = cls.source_order if cls.key else None

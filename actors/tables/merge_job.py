@@ -185,6 +185,10 @@ class MergeJob:
         if missing:
             raise MergeTableError(f"the staging table {self.staging} has no key column(s) "
                                   f"{', '.join(missing)} (options.key) yet")
+        order = self.item.source_order
+        if order is not None and (order, "long") not in {(c.name, c.type) for c in columns}:
+            raise MergeTableError(f"the staging table {self.staging} has no long column "
+                                  f"{order!r} (the processor's source position)")
         self._use(dataclasses.replace(self.item, columns=columns, staged=False))
 
     def _partition(self, spark: Any) -> tuple[str, str, str] | None:

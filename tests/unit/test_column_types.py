@@ -46,3 +46,22 @@ def test_each_sink_reads_its_types_from_the_map() -> None:
     added, errors = schema_change({**written, "a": "int", "_ingested_at": "timestamp"},
                                   (Column("a", "long"), *COORDINATES))
     assert (added, errors) == ([], ["column 'a' was int, is now declared bigint"])
+
+
+def test_jdbc_evolution_adds_missing_columns_and_widens_only_what_iceberg_widens() -> None:
+    from actors.sinks.jdbc_tables import evolution_sql
+
+    found = [("id", "integer", True, False), ("qty", "integer", False, False),
+             ("w", "real", False, False), ("amount", "numeric(12,2)", False, False),
+             ("name", "text", False, False), ("tags", "jsonb", False, False)]
+    declared = [Column("id", "int", False), Column("qty", "long"), Column("w", "double"),
+                Column("amount", "decimal(14,2)"), Column("name", "int"),
+                Column("tags", "array<string>"), Column("note", "string")]
+    assert evolution_sql("s.t", found, declared) == [
+        ('ALTER TABLE "s"."t" ALTER COLUMN "qty" TYPE BIGINT', "widened qty to long"),
+        ('ALTER TABLE "s"."t" ALTER COLUMN "w" TYPE DOUBLE PRECISION', "widened w to double"),
+        ('ALTER TABLE "s"."t" ALTER COLUMN "amount" TYPE NUMERIC(14,2)',
+         "widened amount to decimal(14,2)"),
+        ('ALTER TABLE "s"."t" ADD COLUMN IF NOT EXISTS "note" TEXT', "added note")]
+    # text -> int is no widening: left for table_mismatches to refuse
+    assert table_mismatches("s.t", found, [Column("name", "int")])

@@ -71,7 +71,7 @@ class TableSink(Sink):
         if self.context.columns_from_schema and not self.capabilities.evolves_columns:
             return [(("processor",), f"{self.type} sink: {self._what()} takes its columns "
                      f"from the writer schemas and a {self.type} sink cannot evolve table "
-                     f"{self.table!r} with them yet; use a spark sink")]
+                     f"{self.table!r} with them yet; use a spark or jdbc sink")]
         if not self.columns and not self.context.columns_from_schema:
             return [(("processor",), f"{self.type} sink: {self._what()} declares no columns "
                      f"for table {self.table!r}; a {self.type} sink needs a typed schema")]
