@@ -285,6 +285,8 @@ class Fetcher:
                 # rather than after the sink's interval (flush_max_interval_s).
                 self.flush_soon()
             return
+        if not flow.assigned and not await self._group_done(consumer):
+            return  # a generation without this topic: the next one brings its partitions
         for tp in flow.assigned:
             hw = consumer.highwater(tp)
             if hw is None:
@@ -303,6 +305,28 @@ class Fetcher:
                     sorted(tp.partition for tp in flow.assigned))
         if self._on_drained is not None:
             self._on_drained()
+
+    async def _group_done(self, consumer: AIOKafkaConsumer) -> bool:
+        """With nothing assigned, ``--drain`` is done only when the group has committed
+        every partition of the topic up to its end offset: while members join, the
+        group's leader assigns only the topics its metadata knows, and a member whose
+        topic it does not know yet gets nothing in that generation; taking that for
+        drained stopped the process before its partitions came (another member holding
+        them and committing them to the end is the other way this holds)."""
+        parts = consumer.partitions_for_topic(self._topic)
+        if not parts:
+            return False
+        tps = [TopicPartition(self._topic, p) for p in sorted(parts)]
+        try:
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                if (await consumer.committed(tp) or 0) < ends[tp]:
+                    return False
+        except (KafkaError, IllegalStateError, KeyError) as exc:
+            logger.debug("%s: the group's progress on %s not read yet: %s", self.label,
+                         self._topic, exc)
+            return False
+        return True
 
 
 __all__ = ["Batch", "Fetcher"]
