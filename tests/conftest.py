@@ -23,6 +23,7 @@ from tests.brokers import (
     shared_apache_kafka,
     stop_shared,
 )
+from tests.file_durations import SECONDS
 from tests.kafkautil import PLUGINS, KstageProcess, create_topic, unique
 
 # Test processors are a real plugin distribution (dist-info + entry points) on sys.path.
@@ -47,6 +48,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if shared is not None:
         stop_shared(shared)
         os.environ.pop(SHARED_DIR_ENV, None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files first (tests/file_durations.py): xdist's ``loadfile`` hands out
+    whole files in this order, so the longest ones do not start last. A stable sort: a
+    file's tests keep their order, and files of unknown duration theirs."""
+    items.sort(key=lambda item: -SECONDS.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,0 +1,173 @@
+"""How long each test file took in a full run: the slowest files start first.
+
+pytest-xdist's ``--dist=loadfile`` hands whole files to its workers in the order of the
+collection; by default it first reorders them by their number of tests, so a file of a
+few slow tests (an S3 outage, a SIGKILL loop) used to start last and set the suite's
+tail. ``tests/conftest.py`` orders the files by the seconds below, longest first (those
+not listed keep their order, after), and ``--no-loadscope-reorder`` keeps that order:
+the longest-processing-time-first schedule.
+
+The seconds are from a full ``make test`` run on the 2-core machine; refresh them now
+and then from a JUnit report::
+
+    .venv/bin/pytest -m "not cdc" --junitxml=/tmp/junit.xml
+    .venv/bin/python -m tests.file_durations /tmp/junit.xml > /tmp/durations.txt
+
+and paste the lines into :data:`SECONDS`. A stale or missing entry costs time, never
+a result.
+"""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+SECONDS: dict[str, float] = {
+    # measured on 2026-11-29 under a heavy load (inflated, in proportion)
+    'tests/integration/test_lake_s3.py': 1346,
+    'tests/integration/test_spark_exactly_once.py': 873,
+    'tests/integration/test_final_deletions.py': 691,
+    'tests/integration/test_schema_rows_formats.py': 652,
+    'tests/integration/test_spark_jvm_death.py': 625,
+    'tests/integration/test_record_columns.py': 555,
+    'tests/integration/test_jdbc_exactly_once.py': 447,
+    'tests/integration/test_peer_benches.py': 441,
+    'tests/integration/test_batch_bomb.py': 408,
+    'tests/integration/test_deletes.py': 362,
+    'tests/integration/test_routes_iceberg.py': 285,
+    'tests/integration/test_merge_faults.py': 275,
+    'tests/integration/test_pyiceberg_no_jvm.py': 269,
+    'tests/integration/test_control_api.py': 229,
+    'tests/integration/test_chaos.py': 229,
+    'tests/integration/test_lake_catalogs.py': 229,
+    'tests/integration/test_pyiceberg_appends.py': 223,
+    'tests/integration/test_cluster_faults.py': 217,
+    'tests/integration/test_tables_scheduled.py': 214,
+    'tests/integration/test_registry_formats_tables.py': 208,
+    'tests/integration/test_spark_benches.py': 202,
+    'tests/integration/test_plugin_kit.py': 201,
+    'tests/integration/test_merge.py': 173,
+    'tests/integration/test_nested_types.py': 164,
+    'tests/integration/test_spark_pipeline.py': 148,
+    'tests/integration/test_schema_rows_nested.py': 148,
+    'tests/integration/test_tables_maintain.py': 137,
+    'tests/behaviour/test_worker_behaviour.py': 128,
+    'tests/integration/test_jdbc_sink.py': 119,
+    'tests/integration/test_schema_rows.py': 113,
+    'tests/integration/test_lag_definition.py': 108,
+    'tests/integration/test_avro_pipeline.py': 99,
+    'tests/integration/test_rest_catalog.py': 96,
+    'tests/integration/test_partition_retries.py': 93,
+    'tests/integration/test_group_processes.py': 92,
+    'tests/integration/test_routes.py': 91,
+    'tests/unit/test_jars_fetch.py': 88,
+    'tests/integration/test_tracing.py': 86,
+    'tests/integration/test_sink_health.py': 79,
+    'tests/integration/test_slow_sink_kill.py': 71,
+    'tests/integration/test_ops_tools.py': 71,
+    'tests/integration/test_change_order.py': 70,
+    'tests/integration/test_kafka_auth.py': 68,
+    'tests/integration/test_spark_sink.py': 58,
+    'tests/integration/test_spark_fence.py': 57,
+    'tests/integration/test_http_pipeline.py': 55,
+    'tests/integration/test_commit_modes.py': 54,
+    'tests/integration/test_stop.py': 54,
+    'tests/integration/test_topic_recreated.py': 52,
+    'tests/integration/test_broker_restart.py': 47,
+    'tests/integration/test_registry_404.py': 46,
+    'tests/integration/test_revoke_fence.py': 44,
+    'tests/integration/test_jdbc_upsert.py': 41,
+    'tests/integration/test_dead_letter_topic.py': 41,
+    'tests/integration/test_pyiceberg_tables.py': 39,
+    'tests/integration/test_failure_modes.py': 38,
+    'tests/integration/test_kafka_security.py': 38,
+    'tests/integration/test_catalog_tls.py': 37,
+    'tests/integration/test_jsonl_torn_write.py': 35,
+    'tests/integration/test_demo.py': 35,
+    'tests/unit/test_sandbox.py': 34,
+    'tests/integration/test_start_from.py': 32,
+    'tests/integration/test_hostile_values.py': 30,
+    'tests/integration/test_topic_pattern_listing.py': 30,
+    'tests/integration/test_fanout.py': 28,
+    'tests/integration/test_topic_patterns.py': 27,
+    'tests/unit/test_hostile_bench.py': 24,
+    'tests/integration/test_translated_configs_run.py': 23,
+    'tests/integration/test_registry_formats.py': 20,
+    'tests/integration/test_dlq_replay_sinks.py': 19,
+    'tests/integration/test_oidc_tokens.py': 19,
+    'tests/integration/test_tracing_events.py': 18,
+    'tests/integration/test_dead_letter_disk_full.py': 17,
+    'tests/unit/test_fuzz.py': 11,
+    'tests/actors/test_lost_membership.py': 10,
+    'tests/integration/test_tracing_bench.py': 10,
+    'tests/integration/test_filters.py': 10,
+    'tests/integration/test_kafka_semantics.py': 10,
+    'tests/integration/test_topic_created_late.py': 10,
+    'tests/integration/test_latency_bench.py': 9,
+    'tests/integration/test_datahub_mcp_pipeline.py': 9,
+    'tests/integration/test_bench_datahub.py': 8,
+    'tests/integration/test_status.py': 8,
+    'tests/unit/test_compose.py': 6,
+    'tests/unit/test_status_server.py': 6,
+    'tests/unit/test_helm_chart.py': 6,
+    'tests/integration/test_read_only_root.py': 5,
+    'tests/unit/test_broker_matrix.py': 5,
+    'tests/unit/test_table_flush.py': 4,
+    'tests/unit/test_protobuf_format.py': 4,
+    'tests/unit/test_jsonfast.py': 4,
+    'tests/integration/test_staging_fence.py': 4,
+    'tests/unit/test_hostile_bytes.py': 3,
+    'tests/unit/test_package_edges.py': 3,
+    'tests/unit/test_deadletter.py': 3,
+    'tests/unit/test_spark_lost_lookup.py': 2,
+    'tests/unit/test_schema_registry.py': 2,
+    'tests/unit/test_type_tree.py': 2,
+    'tests/unit/test_json_schema_format.py': 2,
+    'tests/unit/test_schema_registry_security.py': 2,
+    'tests/unit/test_datahub_mcl_usual_row.py': 2,
+    'tests/unit/test_dead_letter_topic.py': 2,
+    'tests/unit/test_fuzz_control.py': 2,
+    'tests/unit/test_http_sink_statuses.py': 2,
+    'tests/unit/test_validate_sinks.py': 2,
+    'tests/actors/test_fanout_worker.py': 2,
+    'tests/actors/test_worker_security.py': 2,
+    'tests/unit/test_protobuf_columns.py': 2,
+    'tests/unit/test_http_sink.py': 1,
+    'tests/unit/test_resources.py': 1,
+    'tests/unit/test_validate_columns.py': 1,
+    'tests/unit/test_avro_not_found.py': 1,
+    # new in this change's session, not in the measured run: estimated
+    'tests/integration/test_compat_matrix.py': 900,
+    'tests/integration/test_partition_spec.py': 300,
+    'tests/integration/test_debezium_schema.py': 300,
+    'tests/integration/test_schema_rows_keys.py': 250,
+    'tests/integration/test_schema_rows_bench.py': 120,
+    'tests/integration/test_three_lines.py': 100,
+}
+
+
+def file_of(classname: str) -> str:
+    """``tests.integration.test_x`` (or ``...test_x.TestClass``) -> its file's path."""
+    parts = classname.split(".")
+    last = max((i for i, part in enumerate(parts) if part.startswith("test_")), default=-1)
+    return "/".join(parts[:last + 1]) + ".py"
+
+
+def from_junit(path: str) -> Counter[str]:
+    """Seconds per test file in a JUnit report (setup, call and teardown)."""
+    seconds: Counter[str] = Counter()
+    for case in ET.parse(path).iter("testcase"):  # noqa: S314 - our own report
+        seconds[file_of(case.get("classname", ""))] += float(case.get("time", 0))
+    return seconds
+
+
+def main(argv: list[str]) -> int:
+    for name, total in from_junit(argv[1]).most_common():
+        if total >= 1:
+            sys.stdout.write(f"    {name!r}: {total:.0f},\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
