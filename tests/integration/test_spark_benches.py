@@ -12,19 +12,20 @@ either that the benchmark no longer understands fails here, not in the next long
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 
 import pytest
 
-from tests.kafkautil import ROOT
+from tests.kafkautil import CHILD_PATH, ROOT
 
 pytestmark = [pytest.mark.slow]
 
 
 async def _run(*args: str, timeout_s: float) -> str:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *args, cwd=ROOT,
+        sys.executable, *args, cwd=ROOT, env={**os.environ, "PYTHONPATH": CHILD_PATH},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
     text = out.decode(errors="replace")
