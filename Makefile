@@ -100,8 +100,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# out/junit.xml: each test's seconds, to refresh tests/file_durations.py from.
 test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS)
-	$(VENV)/bin/pytest -m "not cdc"
+	$(VENV)/bin/pytest -m "not cdc" --junitxml=out/junit.xml
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests
 	$(VENV)/bin/pip install -q -e examples/kstage-example-sink

@@ -8,10 +8,9 @@ not listed keep their order, after), and ``--no-loadscope-reorder`` keeps that o
 the longest-processing-time-first schedule.
 
 The seconds are from a full ``make test`` run on the 2-core machine; refresh them now
-and then from a JUnit report::
+and then from the JUnit report ``make test`` writes::
 
-    .venv/bin/pytest -m "not cdc" --junitxml=/tmp/junit.xml
-    .venv/bin/python -m tests.file_durations /tmp/junit.xml > /tmp/durations.txt
+    .venv/bin/python -m tests.file_durations out/junit.xml > /tmp/durations.txt
 
 and paste the lines into :data:`SECONDS`. A stale or missing entry costs time, never
 a result.
