@@ -10,7 +10,9 @@ of a shared broker) or ``broker_kind`` (to start a broker of its own with
 
 Every such test runs on both brokers unless :data:`TANSU_ONLY` names its module (or the
 test itself, ``module::test``), with the reason; :data:`ALSO_ON_KAFKA` names the tests of
-such a module that run on both all the same. Tests on Apache Kafka carry the marker
+such a module that run on both all the same. A matrix of broker x format x append path
+runs pairwise (:data:`PAIRWISE`): each of its cases once, the brokers alternating, so
+every format and every append path still runs on both. Tests on Apache Kafka carry the marker
 ``apache_kafka``: ``pytest -m "not apache_kafka"`` runs the suite on Tansu alone,
 ``pytest -m apache_kafka`` the Apache Kafka half.
 """
@@ -25,6 +27,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -53,6 +56,33 @@ TANSU_ONLY: dict[str, str] = {
     "test_catalog_tls": f"{_SPARK} (the catalog's TLS on both append paths)",
     "test_merge": f"{_SPARK} (the merge into final tables)",
     "test_tables_maintain": f"{_SPARK} (table maintenance and its output)",
+    # the tables' own work (types, specs, keys, deletes, pyiceberg's appends): the
+    # broker only feeds them; their group and commit faults run on both (test_*_exactly_
+    # once, test_pyiceberg_appends' kills and outages, the fault table's rows)
+    "test_partition_spec": "the table's partition spec and properties as configured, "
+    "refused or kept (its create and the first append); the broker only feeds it (the "
+    "spec of a new table runs on both: PAIRWISE)",
+    "test_nested_types": "the table sinks' nested types (Spark, pyiceberg, PostgreSQL) "
+    "from a plugin's columns; the broker only feeds them (the writer schemas' type map "
+    "runs on both: test_schema_rows_formats, PAIRWISE)",
+    "test_record_columns::test_record_columns_and_money_land_typed_in_every_sink":
+        "the record columns' and decimals' types in every sink; the broker only feeds "
+        "them (what the broker stamps runs on both: the timestamp type's test)",
+    "test_record_columns::test_an_avro_key_lands_as_its_json_text_and_a_bad_one_is_"
+    "poison": "kstage's decoding of an Avro key; the broker hands the key's bytes over",
+    "test_jdbc_upsert": "the JDBC upsert's newest row per key; the broker only feeds it "
+    "(a SIGKILL after a table commit runs on both: test_jdbc_exactly_once)",
+    "test_three_lines": "the docs' three-line configuration landing a topic; the broker "
+    "only feeds the table (schema_rows runs on both: PAIRWISE)",
+    "test_pyiceberg_appends::test_drain_lands_every_event_once_and_merges":
+        "pyiceberg's append and the merge of a drain; the broker only feeds them (its "
+        "kills, races and catalog outages run on both)",
+    "test_pyiceberg_appends::test_drain_to_an_s3_warehouse":
+        "pyiceberg's append to an S3 warehouse; the broker only feeds it",
+    "test_schema_rows::test_a_recursive_schema_is_refused_at_start_with_the_cycle":
+        "a writer schema refused at start, before anything is read from the broker",
+    "test_schema_rows::test_the_table_is_made_at_start_from_the_subjects_latest_schema":
+        "the table made from the registry's latest schema at start, before any message",
     "test_control_api::test_a_write_that_hangs_with_lag_behind_it_fails_liveness_until_it_moves":
         "kstage's own stall watch over a hanging HTTP write; the broker only feeds it",
     "test_control_api::test_a_fresh_groups_first_write_that_hangs_fails_liveness_until_it_"
@@ -77,6 +107,53 @@ ALSO_ON_KAFKA: frozenset[str] = frozenset({
     "test_tables_maintain::test_maintenance_while_another_session_appends_loses_nothing",
 })
 
+
+
+@dataclass(frozen=True)
+class Pairwise:
+    """A test's matrix run pairwise: its axes (parameter names, beside ``broker_kind``)
+    and its cases, each the broker first, then a value per axis."""
+
+    axes: tuple[str, ...]
+    cases: tuple[tuple[str, ...], ...]
+
+
+# Matrices of broker x format x append path, run pairwise instead of as their product.
+# The broker only feeds these tests (kstage's schema_rows, its type map and its two
+# append paths are what they prove); what the broker does differently (its record
+# batches, offsets, headers, timestamps) reaches the table the same way whichever format
+# or path follows. So each case (a format on an append path) runs once, and the brokers
+# alternate over the cases so that each format, and each append path, runs on both
+# brokers: the compatibility matrix "passes on both brokers" (issue 34) cell by cell of
+# the docs' table (a format's column), and a broker-specific fault in either path would
+# still show. Full product: 12 runs of the compatibility matrix, 4 of each single-format
+# test; pairwise: 6 and 2. tests/unit/test_broker_matrix.py checks the coverage.
+_PATHS = Pairwise(("appends",), ((TANSU, "pyiceberg"), (KAFKA, "spark")))
+_PATHS_SWAPPED = Pairwise(("appends",), ((KAFKA, "pyiceberg"), (TANSU, "spark")))
+PAIRWISE: dict[str, Pairwise] = {
+    # a covering array of strength 2 over (broker, format, append path): every pair of
+    # values of two axes runs, in 6 runs
+    "test_compat_matrix::test_compatibility_matrix": Pairwise(("fmt", "appends"), (
+        (TANSU, "avro", "pyiceberg"), (KAFKA, "avro", "spark"),
+        (KAFKA, "protobuf", "pyiceberg"), (TANSU, "protobuf", "spark"),
+        (TANSU, "json_schema", "pyiceberg"), (KAFKA, "json_schema", "spark"))),
+    # the type map of each format: the two tests together are the same covering array
+    # (Protobuf's and JSON Schema's on both brokers, each path on both)
+    "test_schema_rows_formats::test_a_protobuf_topic_lands_by_configuration": _PATHS,
+    "test_schema_rows_formats::test_a_json_schema_topic_lands_by_configuration":
+        _PATHS_SWAPPED,
+    # Avro's schema evolution, by configuration and after a restart; nested; merge keys;
+    # a partition spec: one format each, each path once, each broker once
+    "test_schema_rows::test_avro_topics_land_and_evolve_by_configuration": _PATHS,
+    "test_schema_rows::test_after_a_restart_writer_schemas_are_judged_against_the_table_"
+    "as_it_is": _PATHS_SWAPPED,
+    "test_schema_rows_nested::test_nested_avro_lands_and_evolves_inside_structs": _PATHS,
+    "test_schema_rows_keys::test_the_final_merge_keeps_the_newest_row_per_key_and_"
+    "tombstones_delete": _PATHS_SWAPPED,
+    "test_partition_spec::test_the_table_is_created_with_the_configured_spec_and_"
+    "properties": _PATHS,
+}
+
 # The environment variable naming the directory the session's processes share (made by
 # the main process in pytest_configure; xdist workers inherit it).
 SHARED_DIR_ENV = "PYTEST_KSTAGE_SHARED_DIR"
@@ -90,7 +167,7 @@ def kinds_for(module: str, test: str) -> tuple[str, ...]:
     """The brokers test ``test`` (its function name) of ``module`` (its base name) runs
     on."""
     key = f"{module}::{test}"
-    if key in ALSO_ON_KAFKA:
+    if key in ALSO_ON_KAFKA or key in PAIRWISE:
         return BROKER_KINDS
     only = module in TANSU_ONLY or key in TANSU_ONLY
     return (TANSU,) if only else BROKER_KINDS

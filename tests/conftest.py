@@ -17,6 +17,7 @@ import pytest
 from service.broker import EmbeddedBroker
 from tests.brokers import (
     KAFKA,
+    PAIRWISE,
     SHARED_DIR_ENV,
     TANSU,
     kinds_for,
@@ -59,9 +60,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One suite, two brokers: every test that needs a broker runs on each broker its
-    module is declared for (tests/brokers.py)."""
+    module is declared for (tests/brokers.py); a matrix run pairwise gets its cases
+    (the broker and its other axes together)."""
     if "broker_kind" in metafunc.fixturenames:
         module = metafunc.module.__name__.rsplit(".", 1)[-1]
+        matrix = PAIRWISE.get(f"{module}::{metafunc.function.__name__}")
+        if matrix is not None:
+            metafunc.parametrize(("broker_kind", *matrix.axes), [
+                pytest.param(*case, marks=[pytest.mark.apache_kafka] if case[0] == KAFKA
+                             else []) for case in matrix.cases], indirect=["broker_kind"])
+            return
         metafunc.parametrize("broker_kind", [
             pytest.param(kind, marks=pytest.mark.apache_kafka) if kind == KAFKA else kind
             for kind in kinds_for(module, metafunc.function.__name__)], indirect=True)

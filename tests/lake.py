@@ -261,6 +261,9 @@ async def wait_committed(broker: str, group: str, topic: str, partitions: int, t
         await asyncio.sleep(0.2)
 
 
+FAILED_WRITE = "sink write failed"  # actors/sinks/runner.py's WARNING on each retry
+
+
 async def through_outage(broker: str, proc: KstageProcess, topic: str, group: str, *,
                          begin: Callable[[], Any], end: Callable[[], Any],
                          unready_within_s: float, events: int = 40,
@@ -282,7 +285,10 @@ async def through_outage(broker: str, proc: KstageProcess, topic: str, group: st
     await produce_events(broker, topic, events, events, partitions)
     body = await wait_readyz(base, proc, 503, "sink failing", timeout=unready_within_s)
     assert "spark sink" in json.dumps(body), body
-    await asyncio.sleep(2)  # the appends keep failing: nothing reaches Kafka
+    # the appends keep failing, nothing reaches Kafka: a retry after the 503 failed too
+    # (its log line, not a settle time), and the committed offsets are still the same
+    await proc.wait_for_log(FAILED_WRITE, timeout=120,
+                            count=proc.output().count(FAILED_WRITE) + 1)
     assert await committed(broker, group, topic, partitions) == before
 
     end()
@@ -290,7 +296,7 @@ async def through_outage(broker: str, proc: KstageProcess, topic: str, group: st
     await wait_readyz(base, proc, 200, timeout=60)
     proc.signal(signal.SIGTERM)
     assert await proc.wait(timeout=60) == 0, proc.output()
-    assert "sink write failed" in proc.output()
+    assert FAILED_WRITE in proc.output()
 
 
 LOCK_HOLDER = """

@@ -1,5 +1,5 @@
 """The compatibility matrix of producer changes (issue 34, point 3), for Avro, Protobuf and
-JSON Schema, on both brokers.
+JSON Schema, on both brokers (each format on each).
 
 Each change is a v1 -> v2 of one writer schema. For each compatibility level (BACKWARD,
 FORWARD, FULL, NONE) a subject of its own gets v1 then v2, registered the way producers
@@ -10,7 +10,8 @@ records; the tests' registry accepts or refuses v2 as its level says
 (:mod:`tests.registry_compat`). Every change then gets a topic of its own, with v1 and v2
 records interleaved (v1, v2, v1, v2: old and new producers at once; the ids are those the
 registry gave), all of one format landed by ``kstage run --drain`` (real process, both
-append paths: ``spark.appends: pyiceberg`` and ``spark``) into one table per topic: a
+append paths: ``spark.appends: pyiceberg`` and ``spark``; each format on each path once,
+on the two brokers in turn: tests/brokers.py's ``PAIRWISE``) into one table per topic: a
 first run lands v1's first record (the table made with v1), a second the rest. What
 kstage did with v2 is read back: ``evolves`` (every row lands and the table's schema
 changed: v1 rows NULL in new columns), ``fits`` (every row lands, the table unchanged) or
@@ -46,6 +47,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from actors.sinks.spark.actor import SparkActor
+from tests.brokers import PAIRWISE
 from tests.fake_registry import FakeRegistry
 from tests.kafkautil import (
     KstageProcess,
@@ -303,6 +305,9 @@ def spark_reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Spa
 def test_the_docs_table_names_every_change_and_format() -> None:
     matrix = doc_matrix()
     assert sorted(matrix) == sorted((name, fmt) for name, _ in CHANGES for fmt in FORMATS)
+    # every column of the table runs (pairwise over brokers and append paths: brokers.py)
+    runs = PAIRWISE["test_compat_matrix::test_compatibility_matrix"].cases
+    assert {fmt for _, fmt, _ in runs} == set(FORMATS)
     for (name, fmt), cells in matrix.items():
         assert cells == ("n/a",) or (
             len(cells) == 5 and set(cells[:4]) <= {"yes", "no"}
@@ -312,8 +317,6 @@ def test_the_docs_table_names_every_change_and_format() -> None:
 
 
 @pytest.mark.timeout(900)  # two kstage runs, each with a JVM on the spark path
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
-@pytest.mark.parametrize("fmt", FORMATS)
 async def test_compatibility_matrix(broker: str, tmp_path: Path,
                                     kstage: type[KstageProcess],
                                     spark_reader: tuple[SparkActor, dict[str, Any]],

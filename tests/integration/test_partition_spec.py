@@ -95,7 +95,6 @@ def spec(reader: IcebergReader, table: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_the_table_is_created_with_the_configured_spec_and_properties(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
     group, topic, table = unique("g-partspec"), unique("orders-ps"), "stg_partspec"

@@ -16,7 +16,6 @@ every append go through pyiceberg. With real processes, on a catalog no JVM ever
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -149,9 +148,10 @@ async def test_catalog_down_when_the_run_starts_is_retried_and_shown_in_readyz(
             base = f"http://127.0.0.1:{await status_port(proc, timeout=120)}"
             await wait_readyz(base, proc, 503, "not running (starting or restarting)",
                               timeout=120)
+            # the worker restarted and failed again (its second line, not a settle
+            # time): nothing was committed meanwhile
             await proc.wait_for_log(f"spark sink kstage.kstage.{table}: cannot register the "
-                                    "table: OperationalError", timeout=60)
-            await asyncio.sleep(2)
+                                    "table: OperationalError", timeout=60, count=2)
             assert all(v <= 0 for v in (await committed(
                 broker, group, topic, PARTITIONS)).values())
             running.start()

@@ -64,7 +64,6 @@ async def send(broker: str, topic: str, records: list[bytes]) -> None:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_avro_topics_land_and_evolve_by_configuration(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
     group = unique("g-schema-rows")
@@ -233,7 +232,6 @@ async def test_the_table_is_made_at_start_from_the_subjects_latest_schema(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_after_a_restart_writer_schemas_are_judged_against_the_table_as_it_is(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
     """A restarted kstage knows the table it left: the first record after the restart

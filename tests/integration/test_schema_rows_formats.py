@@ -56,7 +56,6 @@ async def land(broker: str, tmp_path: Path, kstage: type[KstageProcess], fmt: st
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_a_protobuf_topic_lands_by_configuration(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
     topic = unique("proto-rows")
@@ -72,7 +71,6 @@ async def test_a_protobuf_topic_lands_by_configuration(
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_a_json_schema_topic_lands_by_configuration(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
     topic = unique("json-rows")

@@ -41,7 +41,6 @@ V2 = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_the_final_merge_keeps_the_newest_row_per_key_and_tombstones_delete(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], appends: str) -> None:
     group, topic, staging = unique("g-keys"), unique("customers"), "stg_keyed"

@@ -131,7 +131,6 @@ def table_rows(rows: list[dict[str, Any]], *, spark: bool) -> list[dict[str, Any
 
 
 @pytest.mark.timeout(500)
-@pytest.mark.parametrize("appends", ["pyiceberg", "spark"])
 async def test_nested_avro_lands_and_evolves_inside_structs(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], jdbc_spark: SparkActor,
         appends: str) -> None:

@@ -1,12 +1,21 @@
 """The broker matrix of tests/brokers.py: the fault table's tests and the commit and
-failure mode tests run on Apache Kafka, and every exception names a real broker test."""
+failure mode tests run on Apache Kafka, every exception names a real broker test, and
+every matrix run pairwise still runs each of its cases once and on both brokers."""
 
 from __future__ import annotations
 
 import ast
 import re
 
-from tests.brokers import ALSO_ON_KAFKA, BROKER_KINDS, KAFKA, TANSU, TANSU_ONLY, kinds_for
+from tests.brokers import (
+    ALSO_ON_KAFKA,
+    BROKER_KINDS,
+    KAFKA,
+    PAIRWISE,
+    TANSU,
+    TANSU_ONLY,
+    kinds_for,
+)
 from tests.kafkautil import ROOT
 
 TESTS = ROOT / "tests"
@@ -93,3 +102,53 @@ def test_every_test_also_on_kafka_is_a_broker_test_of_a_tansu_only_module() -> N
         module, _, name = key.partition("::")
         assert module in TANSU_ONLY, f"{key}: its module runs on both anyway"
         assert _broker_tests(module).get(name), f"{key}: no such broker test"
+
+
+def test_a_pairwise_matrix_runs_each_case_once_and_each_on_both_brokers() -> None:
+    """A matrix run pairwise (broker x format x append path) drops runs, never a case:
+    every combination of its other axes runs exactly once, every test on both brokers,
+    and with several axes (the compatibility matrix) every value of each (each format,
+    each append path) on both brokers."""
+    assert PAIRWISE, "no matrix is run pairwise"
+    for key, matrix in PAIRWISE.items():
+        module, _, name = key.partition("::")
+        assert _broker_tests(module).get(name), f"{key}: no such broker test"
+        assert kinds_for(module, name) == BROKER_KINDS, f"{key}: declared Tansu only"
+        rest = [case[1:] for case in matrix.cases]
+        assert all(len(case) == len(matrix.axes) for case in rest), key
+        assert len(set(rest)) == len(rest), f"{key}: a case runs twice"
+        product = 1
+        for axis in range(len(matrix.axes)):
+            product *= len({case[axis] for case in rest})
+        assert len(rest) == product, f"{key}: a combination of {matrix.axes} is missing"
+        assert {case[0] for case in matrix.cases} == set(BROKER_KINDS), key
+        if len(matrix.axes) > 1:
+            for axis, axis_name in enumerate(matrix.axes):
+                for value in {case[axis] for case in rest}:
+                    on = {case[0] for case in matrix.cases if case[1 + axis] == value}
+                    assert on == set(BROKER_KINDS), f"{key}: {axis_name}={value} on {on}"
+
+
+def test_a_pairwise_matrix_parametrizes_its_axes_in_one_place() -> None:
+    """The axes of a pairwise matrix come from tests/brokers.py alone: the test does not
+    parametrize them again (pytest would refuse, or multiply the runs back)."""
+    for key, matrix in PAIRWISE.items():
+        module, _, name = key.partition("::")
+        (path,) = (TESTS / "integration").glob(f"{module}.py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        (func,) = [node for node in tree.body if isinstance(node, ast.AsyncFunctionDef)
+                   and node.name == name]
+        marks = [ast.unparse(d) for d in func.decorator_list]
+        for axis in matrix.axes:
+            assert not any("parametrize" in m and repr(axis) in m for m in marks), key
+
+
+def test_every_rebalance_and_revoke_test_runs_on_apache_kafka() -> None:
+    """A rebalance is the group coordinator's work, the broker's: every broker test
+    named for one (a rebalance, a revoke, several processes in one group) runs on both
+    brokers, whatever sink it lands in."""
+    named = re.compile(r"rebalance|revoke|in_one_group")
+    for path in sorted(TESTS.rglob("test_*.py")):
+        for name, uses in _broker_tests(path.stem).items():
+            if uses and named.search(name):
+                assert kinds_for(path.stem, name) == BROKER_KINDS, f"{path.stem}::{name}"
