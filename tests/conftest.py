@@ -25,6 +25,7 @@ from tests.brokers import (
 )
 from tests.file_durations import SECONDS
 from tests.kafkautil import PLUGINS, KstageProcess, create_topic, unique
+from tests.spark_jvm import SUBMIT_OPTS, ensure_archive, existing_archive, submit_opts
 
 # Test processors are a real plugin distribution (dist-info + entry points) on sys.path.
 if str(PLUGINS) not in sys.path:
@@ -41,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
         shared = Path(tempfile.mkdtemp(prefix="kstage-tests-"))
         os.environ[SHARED_DIR_ENV] = str(shared)
         config.stash[_OWNS_SHARED] = shared
+    # The Spark JVMs of this process and its children (tests/spark_jvm.py), with the
+    # class-data archive if it was made (else a process that needs it makes it, below).
+    os.environ[SUBMIT_OPTS] = submit_opts(existing_archive())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -53,8 +57,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest files first (tests/file_durations.py): xdist's ``loadfile`` hands out
     whole files in this order, so the longest ones do not start last. A stable sort: a
-    file's tests keep their order, and files of unknown duration theirs."""
+    file's tests keep their order, and files of unknown duration theirs.
+
+    Then, before any test runs, the Spark JVMs' class-data archive, if a collected test
+    may start one (its file names Spark) and it was not made yet: the first process
+    makes it (a minute or two, once per machine and jar set), the others wait for it."""
     items.sort(key=lambda item: -SECONDS.get(item.nodeid.split("::", 1)[0], 0.0))
+    if "-XX:SharedArchiveFile=" not in os.environ[SUBMIT_OPTS] and _any_spark(items):
+        os.environ[SUBMIT_OPTS] = submit_opts(
+            ensure_archive(Path(os.environ[SHARED_DIR_ENV])))
+
+
+def _any_spark(items: list[pytest.Item]) -> bool:
+    """Whether the file of one of ``items`` names Spark (a test that may start a JVM)."""
+    paths = {item.path for item in items}
+    return any("spark" in path.read_text(errors="replace").lower() for path in paths)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
