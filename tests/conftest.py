@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from service.broker import EmbeddedBroker
+from tests import kafka_jvm, spark_jvm
+from tests.apache_kafka import NODE_OPTS
 from tests.brokers import (
     KAFKA,
     SHARED_DIR_ENV,
@@ -25,7 +27,7 @@ from tests.brokers import (
 )
 from tests.file_durations import SECONDS
 from tests.kafkautil import PLUGINS, KstageProcess, create_topic, unique
-from tests.spark_jvm import SUBMIT_OPTS, ensure_archive, existing_archive, submit_opts
+from tests.spark_jvm import SUBMIT_OPTS, submit_opts
 
 # Test processors are a real plugin distribution (dist-info + entry points) on sys.path.
 if str(PLUGINS) not in sys.path:
@@ -42,9 +44,11 @@ def pytest_configure(config: pytest.Config) -> None:
         shared = Path(tempfile.mkdtemp(prefix="kstage-tests-"))
         os.environ[SHARED_DIR_ENV] = str(shared)
         config.stash[_OWNS_SHARED] = shared
-    # The Spark JVMs of this process and its children (tests/spark_jvm.py), with the
-    # class-data archive if it was made (else a process that needs it makes it, below).
-    os.environ[SUBMIT_OPTS] = submit_opts(existing_archive())
+    # The Spark JVMs and Apache Kafka nodes of this process and its children
+    # (tests/spark_jvm.py, tests/kafka_jvm.py), with their class-data archives if they
+    # were made (else a process that needs one makes it, below).
+    os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.existing_archive())
+    os.environ[NODE_OPTS] = kafka_jvm.node_opts(kafka_jvm.existing_archive())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -54,18 +58,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop(SHARED_DIR_ENV, None)
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest files first (tests/file_durations.py): xdist's ``loadfile`` hands out
     whole files in this order, so the longest ones do not start last. A stable sort: a
     file's tests keep their order, and files of unknown duration theirs.
 
-    Then, before any test runs, the Spark JVMs' class-data archive, if a collected test
-    may start one (its file names Spark) and it was not made yet: the first process
-    makes it (a minute or two, once per machine and jar set), the others wait for it."""
+    Then, before any test runs, the class-data archives of the Spark JVMs and the Kafka
+    nodes, if a collected test may start one (its file names Spark; it runs on Apache
+    Kafka) and it was not made yet: the first process makes it (a minute or more for
+    Spark, once per machine and jar set), the others wait for it."""
     items.sort(key=lambda item: -SECONDS.get(item.nodeid.split("::", 1)[0], 0.0))
-    if "-XX:SharedArchiveFile=" not in os.environ[SUBMIT_OPTS] and _any_spark(items):
-        os.environ[SUBMIT_OPTS] = submit_opts(
-            ensure_archive(Path(os.environ[SHARED_DIR_ENV])))
+    shared = Path(os.environ[SHARED_DIR_ENV])
+    if _ARCHIVE not in os.environ[SUBMIT_OPTS] and _any_spark(items):
+        os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.ensure_archive(shared))
+    if _ARCHIVE not in os.environ[NODE_OPTS] and any(
+            item.get_closest_marker("apache_kafka") for item in items):
+        os.environ[NODE_OPTS] = kafka_jvm.node_opts(kafka_jvm.ensure_archive(shared))
+
+
+_ARCHIVE = "-XX:SharedArchiveFile="
 
 
 def _any_spark(items: list[pytest.Item]) -> bool:

@@ -10,17 +10,15 @@ import sys
 from pathlib import Path
 
 from tests.brokers import SHARED_DIR_ENV
+from tests.jvm_archive import QUIET, archive_key, java
 from tests.kafkautil import CHILD_PATH, KstageProcess, write_config
 from tests.spark_jvm import (
-    FAILED,
     FAST_START,
-    QUIET,
+    KIND,
     SUBMIT_OPTS,
-    archive_key,
     class_path_inputs,
     ensure_archive,
     existing_archive,
-    java,
     submit_opts,
 )
 
@@ -89,7 +87,7 @@ def test_a_failed_make_leaves_no_archive_and_is_not_tried_again(tmp_path: Path) 
     shared.mkdir()
     broken = {"JAVA_HOME": str(tmp_path / "no-jdk")}  # spark-submit finds no java
     assert ensure_archive(shared, cache, inputs, make_env=broken) is None
-    assert "workload exited" in (shared / FAILED).read_text()
+    assert "workload exited" in (shared / f"{KIND}-cds-failed").read_text()
     assert list(cache.iterdir()) == [cache / "lock"]
     # the next process of the session does not try again (a make would take a minute
     # and succeed)
