@@ -35,6 +35,9 @@ from service.broker import free_port
 KAFKA_VERSION = "4.4.0"
 ROOT = Path(__file__).resolve().parent.parent
 JARS = ROOT / "tests" / "jars" / "kafka" / "lib"
+# More JVM options of every node, from the environment: the class-data archive
+# (tests/kafka_jvm.py), set by the pytest process (tests/conftest.py).
+NODE_OPTS = "PYTEST_KAFKA_NODE_OPTS"
 T = TypeVar("T")
 
 # Everything but what a test or a fault needs is Kafka's default.
@@ -169,7 +172,8 @@ class KafkaNode:
                 "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
-                *self.jvm_options, "-cp", classpath(), main, *args]
+                *os.environ.get(NODE_OPTS, "").split(), *self.jvm_options,
+                "-cp", classpath(), main, *args]
 
     def format(self, cluster_id: str, *extra: str) -> None:
         """``kafka-storage format`` of this node's log directory (extra: ``--add-scram``)."""

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from service.broker import EmbeddedBroker
+from tests import kafka_jvm, spark_jvm
+from tests.apache_kafka import NODE_OPTS
 from tests.brokers import (
     KAFKA,
     PAIRWISE,
@@ -26,6 +28,7 @@ from tests.brokers import (
 )
 from tests.file_durations import SECONDS
 from tests.kafkautil import PLUGINS, KstageProcess, create_topic, unique
+from tests.spark_jvm import SUBMIT_OPTS, submit_opts
 
 # Test processors are a real plugin distribution (dist-info + entry points) on sys.path.
 if str(PLUGINS) not in sys.path:
@@ -42,6 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
         shared = Path(tempfile.mkdtemp(prefix="kstage-tests-"))
         os.environ[SHARED_DIR_ENV] = str(shared)
         config.stash[_OWNS_SHARED] = shared
+    # The Spark JVMs and Apache Kafka nodes of this process and its children
+    # (tests/spark_jvm.py, tests/kafka_jvm.py), with their class-data archives if they
+    # were made (else a process that needs one makes it, below).
+    os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.existing_archive())
+    os.environ[NODE_OPTS] = kafka_jvm.node_opts(kafka_jvm.existing_archive())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -51,11 +59,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop(SHARED_DIR_ENV, None)
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest files first (tests/file_durations.py): xdist's ``loadfile`` hands out
     whole files in this order, so the longest ones do not start last. A stable sort: a
-    file's tests keep their order, and files of unknown duration theirs."""
+    file's tests keep their order, and files of unknown duration theirs.
+
+    Then, before any test runs, the class-data archives of the Spark JVMs and the Kafka
+    nodes, if a collected test may start one (its file names Spark; it runs on Apache
+    Kafka) and it was not made yet: the first process makes it (a minute or more for
+    Spark, once per machine and jar set), the others wait for it."""
     items.sort(key=lambda item: -SECONDS.get(item.nodeid.split("::", 1)[0], 0.0))
+    shared = Path(os.environ[SHARED_DIR_ENV])
+    if _ARCHIVE not in os.environ[SUBMIT_OPTS] and _any_spark(items):
+        os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.ensure_archive(shared))
+    if _ARCHIVE not in os.environ[NODE_OPTS] and any(
+            item.get_closest_marker("apache_kafka") for item in items):
+        os.environ[NODE_OPTS] = kafka_jvm.node_opts(kafka_jvm.ensure_archive(shared))
+
+
+_ARCHIVE = "-XX:SharedArchiveFile="
+
+
+def _any_spark(items: list[pytest.Item]) -> bool:
+    """Whether the file of one of ``items`` names Spark (a test that may start a JVM)."""
+    paths = {item.path for item in items}
+    return any("spark" in path.read_text(errors="replace").lower() for path in paths)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

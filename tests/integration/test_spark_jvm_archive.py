@@ -1,0 +1,118 @@
+"""The suite's Spark JVMs start with C1, SerialGC and the class-data archive
+(tests/spark_jvm.py): they map it, a refused archive changes nothing they say, a failed
+make is not tried again in the session, and a changed jar makes a new one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.brokers import SHARED_DIR_ENV
+from tests.jvm_archive import QUIET, archive_key, java
+from tests.kafkautil import CHILD_PATH, KstageProcess, write_config
+from tests.spark_jvm import (
+    FAST_START,
+    KIND,
+    SUBMIT_OPTS,
+    class_path_inputs,
+    ensure_archive,
+    existing_archive,
+    submit_opts,
+)
+
+_SESSION = """
+import sys
+from actors.sinks.spark.session import start_session
+from settings.models import SparkSettings
+spark = start_session(SparkSettings(warehouse=sys.argv[1]), "archive-check")
+spark.sql("CREATE NAMESPACE IF NOT EXISTS kstage")
+spark.sql("CREATE TABLE kstage.t (id BIGINT) USING iceberg")
+spark.sql("INSERT INTO kstage.t VALUES (1)")
+print("rows", spark.sql("SELECT count(*) FROM kstage.t").collect()[0][0])
+spark.stop()
+"""
+
+
+def test_a_spark_session_of_the_suite_loads_its_classes_from_the_archive(
+        tmp_path: Path) -> None:
+    archive = existing_archive()
+    assert archive is not None, "the session made no archive (see its stderr)"
+    assert os.environ[SUBMIT_OPTS] == submit_opts(archive)
+    loads = tmp_path / "class-load.log"
+    env = {**os.environ, "PYTHONPATH": CHILD_PATH,
+           SUBMIT_OPTS: f"{os.environ[SUBMIT_OPTS]} -Xlog:class+load=info:file={loads}"}
+    done = subprocess.run([sys.executable, "-c", _SESSION, str(tmp_path / "wh")], env=env,
+                          capture_output=True, text=True, timeout=170, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "rows 1" in done.stdout
+    assert "cds" not in done.stdout + done.stderr
+    lines = loads.read_text().splitlines()
+    shared = [line for line in lines if "source: shared objects file (top)" in line]
+    iceberg = [line for line in shared if "org.apache.iceberg." in line]
+    # most classes come from the archive, Iceberg's (the fetched jars) among them
+    assert len(shared) > len(lines) / 2, (len(shared), len(lines))
+    assert iceberg
+
+
+def _java_says(opts: str, class_path: str) -> tuple[int, str, str]:
+    """What ``java -version`` says with ``opts``: its exit code, stdout and stderr (the
+    version's ``sharing`` tells whether an archive was mapped: left out)."""
+    said = subprocess.run([java(), *opts.split(), "-cp", class_path, "-version"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    return said.returncode, said.stdout, said.stderr.replace(", sharing)", ")")
+
+
+def test_a_refused_archive_costs_time_never_a_word(tmp_path: Path) -> None:
+    archive = existing_archive()
+    assert archive is not None
+    plain = _java_says(" ".join(FAST_START), str(tmp_path))
+    garbage = tmp_path / "garbage.jsa"
+    garbage.write_bytes(os.urandom(200_000))
+    # another class path than the archive's (refused), a file that is no archive
+    assert plain[0] == 0
+    for opts in (submit_opts(archive), submit_opts(garbage),
+                 submit_opts(tmp_path / "missing.jsa")):
+        assert _java_says(opts, str(tmp_path)) == plain, opts
+    # without the suite's quiet option the same JVMs would say so
+    loud = _java_says(submit_opts(archive).replace(QUIET[0], ""), str(tmp_path))
+    assert "shared archive" in loud[1] + loud[2], loud
+
+
+def test_a_failed_make_leaves_no_archive_and_is_not_tried_again(tmp_path: Path) -> None:
+    inputs = class_path_inputs()
+    assert inputs is not None
+    cache, shared = tmp_path / "cache", tmp_path / "shared"
+    shared.mkdir()
+    broken = {"JAVA_HOME": str(tmp_path / "no-jdk")}  # spark-submit finds no java
+    assert ensure_archive(shared, cache, inputs, make_env=broken) is None
+    assert "workload exited" in (shared / f"{KIND}-cds-failed").read_text()
+    assert list(cache.iterdir()) == [cache / "lock"]
+    # the next process of the session does not try again (a make would take a minute
+    # and succeed)
+    assert ensure_archive(shared, cache, inputs) is None
+    assert list(cache.iterdir()) == [cache / "lock"]
+
+
+def test_a_changed_jar_set_makes_another_archive(tmp_path: Path) -> None:
+    jars = [tmp_path / "a.jar", tmp_path / "b.jar"]
+    for jar in jars:
+        jar.write_bytes(b"PK")
+    key = archive_key(jars)
+    assert key is not None and archive_key(jars) == key
+    assert archive_key(jars[:1]) != key
+    jars[1].write_bytes(b"PK\x03")
+    assert archive_key(jars) != key
+
+
+def test_kstage_children_inherit_the_suite_s_jvm_options(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "kstage.yml", "127.0.0.1:1", "g", [])
+    proc = KstageProcess(config)
+    try:
+        environ = Path(f"/proc/{proc.proc.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        proc.close()
+    assert f"{SUBMIT_OPTS}={os.environ[SUBMIT_OPTS]}".encode() in environ
+    assert all(opt in os.environ[SUBMIT_OPTS] for opt in FAST_START)
+    assert SHARED_DIR_ENV in os.environ
