@@ -268,9 +268,7 @@ async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources
 def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
     """The table maintenance of ``spark.maintenance.every_s`` (only with spark sinks)."""
     settings = master.settings
-    if settings.spark.maintenance.every_s is None or not any(
-            named.settings.type == "spark" for group in settings.groups
-            for topic in group.topics for named in topic.named_sinks()):
+    if settings.spark.maintenance.every_s is None or not settings.uses_sink("spark"):
         return None
     from actors.tables import maintain_periodically  # only if used
     from service.ops.tables import kafka_committed

@@ -102,9 +102,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _merge_needs_spark(self) -> Settings:
-        if self.merge.interval_s is not None and not any(
-                s.settings.type == "spark" for g in self.groups for t in g.topics
-                for s in t.named_sinks()):
+        if self.merge.interval_s is not None and not self.uses_sink("spark"):
             raise ValueError("merge.interval_s is set but no topic has a sink of type spark "
                              "(the merge folds spark staging tables)")
         return self
@@ -127,6 +125,13 @@ class Settings(BaseSettings):
 
     def group_id(self, group: GroupSettings) -> str:
         return group.group_id or self.name
+
+    def uses_sink(self, sink_type: str) -> bool:
+        """Whether a topic has a sink of type ``sink_type`` (its checks and jobs load only
+        then: ``kstage validate`` of a configuration without spark sinks loads no Spark
+        code)."""
+        return any(named.settings.type == sink_type for group in self.groups
+                   for topic in group.topics for named in topic.named_sinks())
 
     def risks(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Valid settings that can lose data, as (path, why) pairs; the loader adds the
