@@ -23,11 +23,11 @@ NEVER = ("pyspark", "aiokafka", "kafka", "actors.worker", "actors.master",
          "actors.supervisor", "actors.tables.merge", "actors.tables.maintenance",
          "actors.tables.migrate", "service.broker",
          "service.http", "service.lifecycle", "opentelemetry", "pyiceberg")
-# Needed only by what a configuration uses: Avro, a registry, the spark sink, the
-# Iceberg tables kstage writes, asyncio's loop for a registry fetch.
-ONLY_IF_USED = ("fastavro", "actors.codecs.avro", "actors.codecs.schema_registry", "httpx",
-                "actors.sinks.spark", "actors.tables", "actors.sinks.http", "sqlite3",
-                "pyarrow")
+# Needed only by what a configuration uses: KSTAGE_* variables (read by
+# pydantic-settings), Avro, a registry, the spark sink, the Iceberg tables kstage writes.
+ONLY_IF_USED = ("pydantic_settings", "fastavro", "actors.codecs.avro",
+                "actors.codecs.schema_registry", "httpx", "actors.sinks.spark", "actors.tables",
+                "actors.sinks.http", "sqlite3", "pyarrow")
 
 _PROBE = """\
 import sys
@@ -38,9 +38,12 @@ print(" ".join(sorted(sys.modules)))
 """
 
 
-def imported_by_validate(config: Path) -> set[str]:
-    """The modules a ``kstage validate -c CONFIG`` process holds when done (exit 0)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def imported_by_validate(config: Path, **variables: str) -> set[str]:
+    """The modules a ``kstage validate -c CONFIG`` process holds when done (exit 0), in
+    an environment without ``KSTAGE_*`` variables but ``variables``."""
+    env = {name: value for name, value in os.environ.items()
+           if not name.upper().startswith("KSTAGE_")}
+    env.update(variables, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", _PROBE, str(config)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -59,6 +62,11 @@ def test_validate_of_a_json_topic_to_jsonl_imports_only_the_settings_and_checks(
     modules = imported_by_validate(ROOT / "kstage.yml")
     assert loaded(modules, NEVER + ONLY_IF_USED) == []
     assert {"actors.preflight", "processors.json_rows", "settings.loader"} <= modules
+
+
+def test_kstage_variables_load_the_environment_source() -> None:
+    modules = imported_by_validate(ROOT / "kstage.yml", KSTAGE_NAME="from-env")
+    assert loaded(modules, ("pydantic_settings",)) == ["pydantic_settings"]
 
 
 def test_validate_of_a_spark_sink_over_a_registry_typed_topic_imports_no_running_part(
