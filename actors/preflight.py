@@ -19,12 +19,9 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from fastavro.schema import SchemaParseException
 from pydantic import ValidationError
 
-from actors import kafka_keys, tracing
-from actors.codecs.avro import load_schema
-from actors.codecs.registries import missing_extra
+from actors import kafka_keys
 from actors.record_columns import column_problems
 from actors.sinks.checks import sink_problems
 from processors import registry
@@ -95,8 +92,7 @@ def _unknown(name: str, exc: RegistryError) -> str:
 def _spark_problems(settings: Settings) -> Iterator[Problem]:
     """The Iceberg jars, when a spark sink writes a staging table (the merge of
     ``merge.interval_s`` needs a spark sink too): fetched, or named in ``spark.jars``."""
-    if not any(named.settings.type == "spark" for group in settings.groups
-               for topic in group.topics for named in topic.named_sinks()):
+    if not settings.uses_sink("spark"):
         return
     from actors.sinks.spark.jars import jar_problems  # only with spark sinks
 
@@ -118,6 +114,8 @@ def _spark_problems(settings: Settings) -> Iterator[Problem]:
 def _tracing_problems(settings: Settings) -> Iterator[Problem]:
     """The OpenTelemetry packages tracing needs, when it is on (the settings or the
     ``OTEL_*`` variables of this environment)."""
+    from actors import tracing
+
     if not tracing.enabled(settings.observability):
         return
     absent = tracing.missing(settings.observability)
@@ -182,10 +180,7 @@ def _processor_problems(settings: Settings,
                               "configured")
             yield from _format_problems(settings, topic, where)
             if topic.reader_schema is not None:
-                try:
-                    load_schema(topic.reader_schema)
-                except (OSError, ValueError, SchemaParseException) as exc:
-                    yield (*where, "reader_schema"), f"{topic.reader_schema}: {exc}"
+                yield from _reader_schema_problems(topic.reader_schema, where)
             yield from _option_problems(topic.processor, cls, topic.options,
                                         (*where, "options"))
             yield from column_problems(topic, cls, (*where, "columns"))
@@ -193,6 +188,18 @@ def _processor_problems(settings: Settings,
         registry.check_topics(claims)
     except RegistryError as exc:
         yield ("groups",), str(exc)
+
+
+def _reader_schema_problems(path: str, where: ConfigPath) -> Iterator[Problem]:
+    """The Avro reader schema at ``path``: read and parsed (fastavro, only if used)."""
+    from fastavro.schema import SchemaParseException
+
+    from actors.codecs.avro import load_schema
+
+    try:
+        load_schema(path)
+    except (OSError, ValueError, SchemaParseException) as exc:
+        yield (*where, "reader_schema"), f"{path}: {exc}"
 
 
 def _format_problems(settings: Settings, topic: TopicSettings, where: ConfigPath
@@ -208,6 +215,8 @@ def _format_problems(settings: Settings, topic: TopicSettings, where: ConfigPath
         yield (*where, "format"), (f"topic {topic.topic!r} reads {topic.format}: it needs a "
                                    "registry server (schema_registry.url http(s)://...), not "
                                    "a file:// directory of .avsc files")
+    from actors.codecs.registries import missing_extra  # the codecs: only if used
+
     extra = missing_extra(topic.format)
     if extra is not None:
         yield (*where, "format"), (f"format {topic.format} needs the {extra} extra (not "

@@ -37,9 +37,11 @@ Steps of :func:`load_settings` (1-3 in :mod:`settings.yaml_file`):
 3. The line of every mapping key and sequence item is recorded under its path, e.g.
    ``("groups", 0, "topics", 1, "processor")``, so validation errors can cite lines.
 4. ``KSTAGE_*`` variables of the same mapping (``KSTAGE_NAME``,
-   ``KSTAGE_KAFKA__BOOTSTRAP``, ``KSTAGE_SUPERVISOR__SHUTDOWN_GRACE_S`` ...) are read with
-   pydantic-settings' own :class:`~pydantic_settings.EnvSettingsSource` and win over the
-   file; ``os.environ`` is never modified and, when a mapping is given, never read.
+   ``KSTAGE_KAFKA__BOOTSTRAP``, ``KSTAGE_SUPERVISOR__SHUTDOWN_GRACE_S`` ...; names match
+   whatever their case) are read with pydantic-settings' own
+   :class:`~pydantic_settings.EnvSettingsSource` (imported only when there is one) and
+   win over the file, merged key by key; ``os.environ`` is never modified and, when a
+   mapping is given, never read.
 5. Checks the caller passes (``checks``: what ``run`` refuses at start beyond the model,
    e.g. processor options, which need the processor registry this package does not
    import) run on the validated settings and give (path, message) pairs, located the
@@ -69,14 +71,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
-from pydantic_settings import SettingsError as PydanticSettingsError
 
 from settings.errors import ConfigValidationError
 from settings.model_keys import keys_at
-from settings.models import Settings
+from settings.models import ENV_NESTED_DELIMITER, ENV_PREFIX, Settings
 from settings.secrets import redact, secret_name, secret_values
 from settings.suggest import did_you_mean, quoted
 from settings.yaml_file import MAX_VALUES, ConfigPath, PathKey, Substituted, read_yaml
@@ -92,9 +91,6 @@ NameCheck = Callable[[Mapping[str, Any]], Iterable[tuple[ConfigPath, str]]]
 _INTERNAL_LOC = re.compile(r"[\[\]()<>,]|^(function|lax-or-strict|json-or-python)")
 _PLAIN_KEY = re.compile(r"^[^\s.\[\]'\"]+$")  # printed as .key, others as ['key']
 _MISSING = object()
-# ``_build_sources`` (pre-built sources) is an option of BaseSettings' own constructor that
-# pydantic's dataclass_transform signature hides from type checkers; call through this.
-_build: Callable[..., Settings] = Settings
 
 
 def load_settings(
@@ -142,23 +138,9 @@ def _validated(
 ) -> Settings:
     """The settings of ``file_data`` (a file's mapping, its ``lines``) with the
     ``KSTAGE_*`` overrides of ``env``; see :func:`load_settings`."""
-    env_source = _MappingEnvSource(Settings, env)
+    env_data = _environment(source, env)
     try:
-        env_data = _secrets_as_text(env_source(), False)
-    except PydanticSettingsError as exc:
-        reason = str(exc).split(" from source ")[0]  # drop our source class's name
-        raise ConfigValidationError(source, [f"{reason} (from environment)"]) from None
-    except RecursionError:  # a KSTAGE_* variable of JSON nested beyond the decoder's limit
-        raise ConfigValidationError(source, [
-            "a KSTAGE_* variable holds JSON nested too deeply (from environment)"]) from None
-
-    try:
-        settings = _build(
-            _build_sources=(
-                (_DataSource(Settings, env_data), _DataSource(Settings, file_data)),
-                {},
-            )
-        )
+        settings = Settings.model_validate(_deep_merge(file_data, env_data))
     except ValidationError as exc:
         merged = _deep_merge(file_data, env_data)
         hidden = secret_values(merged) | substituted.secrets
@@ -195,31 +177,32 @@ def _validated(
 
 
 
-class _MappingEnvSource(EnvSettingsSource):
-    """pydantic-settings' env source, reading a given mapping instead of ``os.environ``."""
+def _environment(source: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """The settings the ``KSTAGE_*`` variables of ``env`` hold, as a nested mapping
+    (secrets as text); ``{}`` without any, pydantic-settings not even imported."""
+    prefix = ENV_PREFIX.lower()
+    if not any(name.lower().startswith(prefix) for name in env):
+        return {}
+    from pydantic_settings import EnvSettingsSource
+    from pydantic_settings import SettingsError as PydanticSettingsError
 
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        self._environ = environ
-        super().__init__(settings_cls)
+    class MappingEnvSource(EnvSettingsSource):
+        """pydantic-settings' env source, reading ``env`` instead of ``os.environ``."""
 
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        if self.case_sensitive:
-            return dict(self._environ)
-        return {name.lower(): value for name, value in self._environ.items()}
+        def _load_env_vars(self) -> Mapping[str, str | None]:
+            return {name.lower(): value for name, value in env.items()}
 
-
-class _DataSource(PydanticBaseSettingsSource):
-    """A settings source returning already-loaded data unchanged."""
-
-    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self._data = data
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return self._data
+    try:
+        reader = MappingEnvSource(Settings,  # type: ignore[arg-type]  # a plain model
+                                  case_sensitive=False, env_prefix=ENV_PREFIX,
+                                  env_nested_delimiter=ENV_NESTED_DELIMITER)
+        return dict(_secrets_as_text(reader(), False))
+    except PydanticSettingsError as exc:
+        reason = str(exc).split(" from source ")[0]  # drop our source class's name
+        raise ConfigValidationError(source, [f"{reason} (from environment)"]) from None
+    except RecursionError:  # a KSTAGE_* variable of JSON nested beyond the decoder's limit
+        raise ConfigValidationError(source, [
+            "a KSTAGE_* variable holds JSON nested too deeply (from environment)"]) from None
 
 
 def _secrets_as_text(data: Any, secret: bool) -> Any:

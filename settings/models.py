@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from settings.base import check_name
 from settings.commits import CommitMode, CommitSettings, FailureMode, FailureSettings
@@ -42,13 +41,16 @@ from settings.sink_types import (
 from settings.topics import FilterSettings, GroupSettings, NamedSink, TopicSettings, sink_names
 
 
-class Settings(BaseSettings):
-    """Root of the configuration: the YAML file, overridden by ``KSTAGE_*`` variables."""
+class Settings(BaseModel):
+    """Root of the configuration: the YAML file, overridden by ``KSTAGE_*`` variables.
 
-    model_config = SettingsConfigDict(
-        env_prefix="KSTAGE_", env_nested_delimiter="__", extra="forbid", frozen=True,
-        hide_input_in_errors=True,
-    )
+    The overrides are applied by :mod:`settings.loader` (``ENV_PREFIX``, nested keys
+    joined by ``ENV_NESTED_DELIMITER``), never by building ``Settings(...)`` in code: a
+    plain model, so that loading a file without ``KSTAGE_*`` variables does not import
+    pydantic-settings (``kstage validate`` and ``run`` start quicker)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True,
+                              validate_default=True)
 
     name: Annotated[str, Field(description="Service name; default group id.")] = "kstage"
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="Kafka client.")
@@ -102,9 +104,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _merge_needs_spark(self) -> Settings:
-        if self.merge.interval_s is not None and not any(
-                s.settings.type == "spark" for g in self.groups for t in g.topics
-                for s in t.named_sinks()):
+        if self.merge.interval_s is not None and not self.uses_sink("spark"):
             raise ValueError("merge.interval_s is set but no topic has a sink of type spark "
                              "(the merge folds spark staging tables)")
         return self
@@ -128,6 +128,13 @@ class Settings(BaseSettings):
     def group_id(self, group: GroupSettings) -> str:
         return group.group_id or self.name
 
+    def uses_sink(self, sink_type: str) -> bool:
+        """Whether a topic has a sink of type ``sink_type`` (its checks and jobs load only
+        then: ``kstage validate`` of a configuration without spark sinks loads no Spark
+        code)."""
+        return any(named.settings.type == sink_type for group in self.groups
+                   for topic in group.topics for named in topic.named_sinks())
+
     def risks(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Valid settings that can lose data, as (path, why) pairs; the loader adds the
         file and line, ``validate`` prints them and ``run`` logs them at start."""
@@ -142,7 +149,15 @@ class Settings(BaseSettings):
         return found
 
 
+ENV_PREFIX = "KSTAGE_"
+"""The prefix of the environment variables that override the file's settings."""
+ENV_NESTED_DELIMITER = "__"
+"""What joins the keys of a nested setting in a variable's name
+(``KSTAGE_KAFKA__BOOTSTRAP``)."""
+
 __all__ = [
+    "ENV_NESTED_DELIMITER",
+    "ENV_PREFIX",
     "SINK_TYPES",
     "WAREHOUSE_SCHEMES",
     "CatalogSettings",

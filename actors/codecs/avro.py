@@ -22,9 +22,6 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from fastavro import parse_schema, schemaless_reader
-from fastavro._read_py import schemaless_reader as py_schemaless_reader
-
 from actors.codecs.avro_fast import FastDecode, fast_decoder
 from actors.codecs.avro_shape import shape
 from actors.codecs.by_id import ID_SIZES, MAGIC, SchemaIdDecoder, SchemaSource, head_hex, poison
@@ -38,6 +35,8 @@ __all__ = ["ID_SIZES", "MAGIC", "AvroDecoder", "SchemaSource", "encode", "head_h
 
 def load_schema(path: str | Path) -> Any:
     """Parse an ``.avsc`` file (named types resolved) for use as a reader schema."""
+    from fastavro import parse_schema  # fastavro only where Avro is read
+
     with open(path, encoding="utf-8") as fh:
         return parse_schema(json.load(fh))
 
@@ -61,6 +60,13 @@ class AvroDecoder(SchemaIdDecoder):
                  reader_schema: Any = None, *, not_found_retry_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(source, id_type, not_found_retry_s=not_found_retry_s, clock=clock)
+        # fastavro is imported by a decoder, not by this module: a process whose topics
+        # read JSON never loads it (issue 36, a quick start)
+        from fastavro import parse_schema, schemaless_reader
+        from fastavro._read_py import schemaless_reader as py_schemaless_reader
+
+        self._parse_schema = parse_schema
+        self._read_c, self._read_py = schemaless_reader, py_schemaless_reader
         self._reader = reader_schema
         # raw id bytes -> cavro's decode of the writer schema, where it gives fastavro's
         # results and no reader schema asks for resolution (actors/codecs/avro_fast.py)
@@ -70,7 +76,7 @@ class AvroDecoder(SchemaIdDecoder):
     async def build(self, id_bytes: bytes, schema_id: int | str) -> Any:
         text = await self._source.get_schema(schema_id)
         try:
-            parsed = parse_schema(json.loads(text))
+            parsed = self._parse_schema(json.loads(text))
         except Exception as exc:  # a broken schema poisons its messages
             raise PoisonMessage(
                 f"writer schema id {schema_id} from the registry does not parse: {exc}"
@@ -103,7 +109,7 @@ class AvroDecoder(SchemaIdDecoder):
         id_bytes, writer = self.writer(raw)
         fo = BytesIO(raw)
         fo.seek(end)
-        read = py_schemaless_reader if id_bytes in self._recursive else schemaless_reader
+        read = self._read_py if id_bytes in self._recursive else self._read_c
         try:
             return read(fo, writer, self._reader)
         except RecursionError:

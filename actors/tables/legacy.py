@@ -127,8 +127,7 @@ def find(settings: SparkSettings) -> Legacy | None:
 def problems(settings: Settings, config: str) -> Iterator[tuple[tuple[str, ...], str]]:
     """What ``validate`` and ``run`` refuse: old directories in the warehouse of a
     configuration with spark sinks (``config``: its file, named in the command to run)."""
-    if not any(named.settings.type == "spark" for group in settings.groups
-               for topic in group.topics for named in topic.named_sinks()):
+    if not settings.uses_sink("spark"):
         return
     legacy = find(settings.spark)
     if legacy:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import logging
 
-from fastavro import parse_schema
-
 from actors.codecs.schema_registry import SchemaNotFound, SchemaRegistry
 from actors.errors import FatalError
 from processors.base import Processor
@@ -30,6 +28,8 @@ async def give_latest_schema(registry: SchemaRegistry | None, topic: TopicSettin
     columns then come with the first message. FatalError when the processor refuses it."""
     if registry is None or topic.format not in ("avro", "json_schema"):
         return
+    from fastavro import parse_schema  # only for a topic of a registry format
+
     subject = f"{topic.topic}-value"
     try:
         found = await registry.latest(subject)

@@ -36,14 +36,24 @@ def load_for_run(path: str, warnings: list[str]) -> Settings:
     warehouse, a schema_rows table's partition_by against its latest writer schema...):
     ``validate`` and ``run`` refuse the same files."""
     from actors import preflight
-    from actors.sinks.spark import layout_check
-    from actors.tables import legacy_problems
     from settings.loader import load_settings
 
     return remembered(load_settings(path, warnings=warnings, checks=[
-        preflight.check, lambda settings: list(legacy_problems(settings, path)),
-        lambda settings: layout_check.problems(settings, warnings, path)],
+        preflight.check, lambda settings: _spark_problems(settings, path, warnings)],
         name_checks=[preflight.check_names]))
+
+
+def _spark_problems(settings: Settings, path: str, warnings: list[str]
+                    ) -> list[tuple[tuple[str | int, ...], str]]:
+    """What ``run`` refuses of the spark sinks' tables (an earlier version's Parquet
+    warehouse, a partition spec the latest writer schema does not take); the spark sink's
+    and the table jobs' code is loaded only for a configuration with spark sinks."""
+    if not settings.uses_sink("spark"):
+        return []
+    from actors.sinks.spark import layout_check
+    from actors.tables import legacy_problems
+
+    return [*legacy_problems(settings, path), *layout_check.problems(settings, warnings, path)]
 
 
 def load_checked(path: str) -> Settings:

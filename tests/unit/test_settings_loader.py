@@ -352,6 +352,22 @@ def test_given_environ_replaces_os_environ(tmp_path: Path, monkeypatch: pytest.M
     assert (default.name, default.kafka.bootstrap) == ("from-os-environ", "os:9092")
 
 
+def test_lowercase_variables_override_too(tmp_path: Path) -> None:
+    """Variable names are matched without regard to case, as pydantic-settings does."""
+    s = load_settings(write(tmp_path, EXAMPLE), {"kstage_kafka__bootstrap": "lower:9092"})
+    assert s.kafka.bootstrap == "lower:9092"
+
+
+def test_settings_built_in_code_never_read_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the loader applies ``KSTAGE_*`` variables: settings a caller builds in code
+    (the demo's, a test's) are what it wrote, whatever the environment holds."""
+    monkeypatch.setenv("KSTAGE_NAME", "from-os-environ")
+    monkeypatch.setenv("KSTAGE_KAFKA__BOOTSTRAP", "os:9092")
+    built = Settings(kafka={"bootstrap": "code:9092"})  # type: ignore[arg-type]
+    assert (built.name, built.kafka.bootstrap) == ("kstage", "code:9092")
+
+
 # ------------------------------------------------------------------------ secrets
 
 
