@@ -9,6 +9,9 @@ worker builder, one bounded wait.
   handed in as the worker's ``consumer_factory`` and ``sink_factory``: no module path is
   monkeypatched.
   Its settings are built from a mapping (:func:`settings.settings_from`), no file.
+* :func:`assembled`: a worker's parts over a test's consumer, built as its run builds
+  them, for a test that drives a part (the fetcher, the rebalance listener, the
+  pipeline) without running the worker.
 * :func:`until`: wait, bounded, until a predicate holds (never ``sleep(1)`` and hope).
 * :class:`FailingRows` and :class:`HeldSleep`: a processor that fails where asked and a
   retry wait the test releases, for retry lanes.
@@ -22,8 +25,9 @@ itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from actors.errors import SinkError
 from actors.offsets import Entry, OffsetTracker
 from actors.sinks import Sink, SinkBatch, SinkCapabilities
 from actors.worker import Worker
+from actors.worker.parts import WorkerParts
 from processors.base import Message, Processor, Row
 from processors.json_rows import JsonRowsProcessor
 from settings import Settings, SinkSettings, settings_from
@@ -207,6 +212,20 @@ def make_worker(settings: Settings, consumer: FakeConsumer | None,
                   sink_factory=factory, **kwargs)
 
 
+@contextlib.asynccontextmanager
+async def assembled(worker: Worker, consumer: Any, processor: Processor | None = None
+                    ) -> AsyncIterator[WorkerParts]:
+    """``worker``'s parts, built as :meth:`Worker.run` builds them (the pipeline with
+    ``processor``, default ``json_rows``, then the rest over ``consumer``, no sink),
+    inside a task group that ends with the block; the pipeline is closed after it."""
+    pipeline = worker.pipeline_for(processor or JsonRowsProcessor({}))
+    try:
+        async with asyncio.TaskGroup() as tg:
+            yield worker.assemble(consumer, [], pipeline, tg)
+    finally:
+        await pipeline.close()
+
+
 async def until(predicate: Callable[[], object], what: str, timeout: float = 10) -> None:
     """Wait (bounded) until ``predicate`` holds."""
     try:
@@ -228,5 +247,5 @@ async def stop_in_phase_two(worker: Worker, run: asyncio.Task[None]) -> None:
         await run
 
 
-__all__ = ["TOPIC", "TP", "FailingRows", "HeldSleep", "RecordingSink", "batch",
+__all__ = ["TOPIC", "TP", "FailingRows", "HeldSleep", "RecordingSink", "assembled", "batch",
            "make_worker", "stop_in_phase_two", "until", "values", "worker_settings"]

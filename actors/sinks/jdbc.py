@@ -79,7 +79,6 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
@@ -121,9 +120,6 @@ class JdbcSink(SparkTableSink):
         self.capabilities = replace(TableSink.capabilities,
                                     stores_offsets=settings.mode == "append",
                                     evolves_columns=True)
-        self._extras: tuple[Column, ...] = ()
-        self._applied = 0  # the version of the processor's live columns the table has
-        self._evolving = asyncio.Lock()
 
     def offsets_reset(self, group: str, topic: str, partition: int) -> str:
         """The SQL that forgets the partition's offset in the table's offsets table
@@ -155,26 +151,15 @@ class JdbcSink(SparkTableSink):
             return
         await super().write(rows)
 
-    async def _follow_schema(self) -> None:
-        """A processor whose columns come from writer schemas changed them since the
-        last write: create or evolve the table (committed) before its rows are written
-        (as the spark sink does)."""
-        live = self.context.live
-        if live is None or live.version == self._applied:
-            return
-        async with self._evolving:
-            version = live.version
-            if version == self._applied:
-                return
-            columns = (*live.columns, *self._extras)
-            if self._writer is None:
-                self.columns = columns
-                self._writer = table_writer(
-                    self._spark(), self.settings, self.table, columns, self.context.key,
-                    self.context.emits_deletes, self.context.source_order, evolving=True)
-            await self._writer.evolve(columns)
+    async def _evolve(self, live: tuple[Column, ...]) -> None:
+        columns = (*live, *self._extras)
+        if self._writer is None:
             self.columns = columns
-            self._applied = version
+            self._writer = table_writer(
+                self._spark(), self.settings, self.table, columns, self.context.key,
+                self.context.emits_deletes, self.context.source_order, evolving=True)
+        await self._writer.evolve(columns)
+        self.columns = columns
 
     async def assigned(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """``mode: append``: the table's offsets of the assigned partitions (SinkError

@@ -40,9 +40,11 @@ job again. pyspark is imported only inside functions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,6 +148,24 @@ def conflict(exc: BaseException) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """The merge's errors in its own words: the final table refusing the merge
+    (FinalTableError) is a :class:`MergeTableError`; the final table moved under the
+    merge (FinalMoved) or Iceberg refusing a commit that raced another
+    (:func:`conflict`) is a :class:`MergeConflict`; anything else passes as it is."""
+    try:
+        yield
+    except final_table.FinalTableError as exc:
+        raise MergeTableError(str(exc)) from exc
+    except final_deletions.FinalMoved as exc:
+        raise MergeConflict(str(exc)) from exc
+    except Exception as exc:
+        if conflict(exc):
+            raise MergeConflict(describe(exc)) from exc
+        raise
+
+
 def describe(exc: BaseException) -> str:
     """``exc`` as one short line: its type and first line, or for an error of the JVM
     (py4j's "An error occurred while calling o66.sql." first) the Java exception's."""
@@ -219,17 +239,11 @@ class MergeJob:
         if self.item.staged:
             self._staged(spark)
         partition = self._partition(spark)
-        try:
+        with translated():
             final_table.ensure(spark, self.settings, self.item.final_table, self.item.table,
                                self.item.columns, partition)
             if self.deletes:  # the final commit goes on a branch made at base: one needed
                 final_deletions.ensure_snapshot(spark, self.settings, self.item.final_table)
-        except final_table.FinalTableError as exc:
-            raise MergeTableError(str(exc)) from exc
-        except Exception as exc:
-            if conflict(exc):
-                raise MergeConflict(describe(exc)) from exc
-            raise
         # The final table first: the staging snapshot it records was current when that
         # merge read it, so it is an ancestor of the end read after (unless expired).
         target = final_table.load(spark, self.settings, self.item.final_table)
@@ -256,16 +270,10 @@ class MergeJob:
         return self._merge(spark, rows, base, end_id, staging_rows, partition, full)
 
     def _ensure_deletions(self, spark: Any, end: int | None) -> None:
-        try:
+        with translated():
             final_deletions.ensure(spark, self.settings, self.item.final_table,
                                    self.item.columns, self.item.key, self.item.table, end,
                                    self.item.source_order)
-        except final_table.FinalTableError as exc:
-            raise MergeTableError(str(exc)) from exc
-        except Exception as exc:
-            if conflict(exc):
-                raise MergeConflict(describe(exc)) from exc
-            raise
 
     def _conform(self, frame: Any, partition: tuple[str, str, str] | None) -> Any:
         """``frame`` with the final columns in order: a processor column the table has
@@ -350,20 +358,15 @@ class MergeJob:
             final_table.SUPERSEDED_DROPPED: str(folded.superseded_dropped),
             iceberg.COMMIT_ID: commit_id, iceberg.WRITER_ID: self.writer_id}
         try:
-            if folded.changed and self.deletes:
-                self._merge_deleting(spark, folded.changes, columns, partition, properties,
-                                     int(base.snapshotId()))
-            elif folded.changed:
-                self._merge_into(spark, folded.changes, columns, partition, properties)
-            else:
-                final_table.record_only(spark, self.settings, self.item.final_table,
-                                        properties)
-        except final_deletions.FinalMoved as exc:
-            raise MergeConflict(str(exc)) from exc
-        except Exception as exc:
-            if conflict(exc):
-                raise MergeConflict(describe(exc)) from exc
-            raise
+            with translated():
+                if folded.changed and self.deletes:
+                    self._merge_deleting(spark, folded.changes, columns, partition,
+                                         properties, int(base.snapshotId()))
+                elif folded.changed:
+                    self._merge_into(spark, folded.changes, columns, partition, properties)
+                else:
+                    final_table.record_only(spark, self.settings, self.item.final_table,
+                                            properties)
         finally:
             folded.ranked.unpersist()
             rows.unpersist()
@@ -433,4 +436,4 @@ class MergeJob:
 
 
 __all__ = ["CONFLICTS", "PROPERTY_PREFIX", "MergeConflict", "MergeJob", "MergeResult",
-           "MergeTableError", "TablePlan", "conflict", "describe"]
+           "MergeTableError", "TablePlan", "conflict", "describe", "translated"]

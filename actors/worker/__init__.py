@@ -14,7 +14,8 @@ and never the worker:
   tracker, and the commit task;
 * :mod:`actors.worker.rebalance`: the rebalance listener (assign, revoke with the fence,
   committed offsets, advancing to positions);
-* :mod:`actors.worker.worker`: the :class:`Worker` composing them (the sink task, drain
+* :mod:`actors.worker.parts`: the parts built once, when what they need exists;
+* :mod:`actors.worker.worker`: the :class:`Worker` running them (the sink task, drain
   detection, status and readiness).
 """
 

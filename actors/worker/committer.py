@@ -32,7 +32,6 @@ from actors.worker.commit_policies import (
     SavepointCommits,
     commit_policy,
 )
-from settings.models import CommitSettings
 
 logger = logging.getLogger(__name__)
 
@@ -41,19 +40,21 @@ class Committer:
     """The offsets and the commits of one worker.
 
     Args:
-        settings: the group's ``commit`` settings.
+        policy: the group's commit mode (:func:`commit_policy` of its ``commit``
+            settings).
+        consumer: the worker's consumer (started): the commits go to it.
         label: the worker's name in log lines.
         stats: the worker's counters (``committed`` is counted here).
         metrics: histograms (commit seconds), labelled ``(group, topic)``.
     """
 
-    def __init__(self, settings: CommitSettings, *, label: str, stats: dict[str, int],
-                 metrics: Metrics | None = None, metric_labels: tuple[str, str] = ("", "")
-                 ) -> None:
-        self.policy = commit_policy(settings)
-        self.settings = settings
-        self._tracker = OffsetTracker(savepoint_only=self.policy.savepoints)
-        self._consumer: AIOKafkaConsumer | None = None
+    def __init__(self, policy: CommitPolicy, consumer: AIOKafkaConsumer, *, label: str,
+                 stats: dict[str, int], metrics: Metrics | None = None,
+                 metric_labels: tuple[str, str] = ("", "")) -> None:
+        self.policy = policy
+        self.settings = policy.settings
+        self._tracker = OffsetTracker(savepoint_only=policy.savepoints)
+        self._consumer = consumer
         self.lock = asyncio.Lock()
         self._due = asyncio.Event()
         self.acked_since_commit = 0
@@ -76,14 +77,6 @@ class Committer:
     def offsets(self) -> OffsetView:
         """The offsets, read-only."""
         return self._tracker
-
-    @property
-    def consumer(self) -> AIOKafkaConsumer | None:
-        return self._consumer
-
-    def attach(self, consumer: AIOKafkaConsumer) -> None:
-        """The worker's consumer exists: commits go to it from now on."""
-        self._consumer = consumer
 
     # -- events: what the other parts report -------------------------------------------
 
@@ -177,7 +170,7 @@ class Committer:
 
     async def commit(self) -> None:
         """Commit every partition's contiguous acked offset (single-flight)."""
-        if not self.policy.owns_offsets or self._consumer is None:
+        if not self.policy.owns_offsets:
             return
         async with self.lock:
             offsets = self._tracker.to_commit()

@@ -8,8 +8,9 @@ heartbeating and never hits ``max_poll_interval_ms``. A stop gives up a poll hel
 rebalance (:meth:`Fetcher._give_up`, called when the flow's intake stops).
 
 Its collaborators are narrow: the :class:`~actors.worker.flow.Flow`, the rebalance
-listener (committed offsets to seed, positions to advance to), the group's settings and
-the worker's counters.
+listener (committed offsets to seed, positions to advance to), the committer (what was
+fetched; the commit of a drain), the sinks' flush, the group's settings and the worker's
+counters.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from aiokafka.errors import (
 from actors.errors import NoCommittedOffsetError
 from actors.inflate import BatchRefused
 from actors.sinks import END
+from actors.worker.committer import Committer
 from actors.worker.flow import Flow
 from actors.worker.rebalance import Rebalance
 from actors.worker.refused import take_refused
@@ -52,6 +54,9 @@ class Fetcher:
     Args:
         flow: the worker's flow state (the inbox, the in-flight window, the intake).
         rebalance: the worker's rebalance listener.
+        committer: the worker's committer (told what was fetched; ``--drain`` commits).
+        flush_soon: the topic's micro-batching sinks flush now: the rows in flight wait
+            in their next flush while the window is full.
         group: the group's settings (``max_in_flight``, ``max_poll_records``,
             ``max_poll_interval_ms``).
         topic: the topic's name (for errors).
@@ -64,13 +69,16 @@ class Fetcher:
         label: the worker's name in log lines.
     """
 
-    def __init__(self, *, flow: Flow, rebalance: Rebalance, group: GroupSettings,
+    def __init__(self, *, flow: Flow, rebalance: Rebalance, committer: Committer,
+                 flush_soon: Callable[[], None], group: GroupSettings,
                  topic: str, group_id: str, stats: dict[str, int],
                  observe_batch: Callable[[float], None] | None = None,
                  on_drained: Callable[[], None] | None = None,
                  label: str = "") -> None:
         self.flow = flow
         self._rebalance = rebalance
+        self._committer = committer
+        self._flush_soon = flush_soon
         self._group = group
         self._topic = topic
         self._group_id = group_id
@@ -79,9 +87,6 @@ class Fetcher:
         self._on_drained = on_drained
         self._drained = False
         self.label = label
-        # The micro-batching sinks flush now (set once they are built): the rows in
-        # flight wait in their next flush while the window is full.
-        self.flush_soon: Callable[[], None] | None = None
         # The fetch task while it awaits getmany (see poll), and whether _give_up
         # cancelled it there.
         self._poll_task: asyncio.Task[Any] | None = None
@@ -159,8 +164,8 @@ class Fetcher:
                         pass
                 continue
             if backlog or flow.flowing >= max_in_flight:
-                if flow.flowing >= max_in_flight and self.flush_soon is not None:
-                    self.flush_soon()  # the rows in flight wait in the sink's next flush
+                if flow.flowing >= max_in_flight:
+                    self._flush_soon()  # the rows in flight wait in the sink's next flush
                 now = time.monotonic()
                 full_since = full_since or now
                 if not paused and now - full_since >= pause_after:
@@ -220,7 +225,7 @@ class Fetcher:
         flow = self.flow
         gen = flow.generation
         observe = self._observe_batch
-        committer = self._rebalance.committer
+        committer = self._committer
         for tp, records in data.items():
             if records and tp in flow.assigned:  # a fresh group's lag counts from here
                 committer.fetched(tp, records[0].offset)
@@ -273,17 +278,16 @@ class Fetcher:
         """``--drain``: all assigned partitions processed and committed up to high-water
         (then ``on_drained``, once)."""
         rebalance = self._rebalance
-        committer = rebalance.committer
+        committer = self._committer
         tracker = committer.offsets
         flow = self.flow
         if self._drained or not rebalance.joined.is_set() or rebalance.lost is not None:
             return
         if flow.in_flight or not flow.inbox.empty():
-            if self.flush_soon is not None:
-                # A poll came back empty: the rows waiting in the sink's next flush are
-                # the last ones for now. --drain ends with them, so flush them now
-                # rather than after the sink's interval (flush_max_interval_s).
-                self.flush_soon()
+            # A poll came back empty: the rows waiting in the sink's next flush are the
+            # last ones for now. --drain ends with them, so flush them now rather than
+            # after the sink's interval (flush_max_interval_s).
+            self._flush_soon()
             return
         if not flow.assigned and not await self._group_done(consumer):
             return  # a generation without this topic: the next one brings its partitions

@@ -83,7 +83,7 @@ class RecordPipeline:
             ``dead_letter_path`` names one).
     """
 
-    def __init__(self, *, topic: TopicSettings, processor: Processor | None,
+    def __init__(self, *, topic: TopicSettings, processor: Processor,
                  failure: FailurePolicy,
                  group_id: str, label: str = "", sleep: Sleep | None = None,
                  avro: SchemaIdDecoder | None = None, avro_keys: SchemaIdDecoder | None = None,
@@ -104,12 +104,13 @@ class RecordPipeline:
         self.savepoints = savepoints
         self.decoded = False  # the records are Messages already (the plugin test kit)
         self.filter = compile_filter(topic.filter)
-        self.processor: Processor = None  # type: ignore[assignment]  # set by use()
-        self.async_transform = self.deletes = False
-        # (writer schema, its id) of a value: see use()
-        self.value_schema: Callable[[bytes], tuple[Any, int | str]] | None = None
-        if processor is not None:
-            self.use(processor)
+        self.processor = processor
+        self.async_transform = inspect.iscoroutinefunction(processor.transform)
+        self.deletes = processor.emits_deletes  # each row then says if it is a deletion
+        # the writer schema as the value's format gives it (SchemaIdDecoder.writer_and_id)
+        self.value_schema: Callable[[bytes], tuple[Any, int | str]] | None = (
+            None if self.avro is None or not processor.wants_value_schema
+            else self.avro.writer_and_id)
         self.stats = stats if stats is not None else {}
         for name in ("processed", "failed", "retried", "dead_lettered", "filtered"):
             self.stats.setdefault(name, 0)
@@ -142,15 +143,6 @@ class RecordPipeline:
             pipeline.decode = decode
         pipeline.decoded = decoded
         return pipeline
-
-    def use(self, processor: Processor) -> None:
-        """Transform with ``processor`` (the worker builds it when it runs)."""
-        self.processor = processor
-        self.async_transform = inspect.iscoroutinefunction(processor.transform)
-        self.deletes = processor.emits_deletes  # each row then says if it is a deletion
-        # the writer schema as the value's format gives it (SchemaIdDecoder.writer_and_id)
-        self.value_schema = (None if self.avro is None or not processor.wants_value_schema
-                             else self.avro.writer_and_id)
 
     def keeps(self, value: Any) -> bool:
         """Whether the topic's filter lets a decoded ``value`` reach the processor; a

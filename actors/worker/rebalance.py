@@ -68,6 +68,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     generations (:class:`~actors.worker.flow.Flow`).
 
     Args:
+        consumer: the worker's consumer, whose listener this is.
         flow: the worker's flow state.
         committer: the worker's committer (drained work is committed on revoke).
         group: the group's settings (``start_from``, session and poll timeouts).
@@ -83,16 +84,18 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         label: the worker's name in log lines.
         bounds: reads the assigned partitions' log start and high-water mark, to refuse
             a partition a table holds past its end (None: not checked).
-
-    The worker sets :attr:`sinks` once it built them (asked on assignment where their
-    tables hold the partitions) and :attr:`tasks` while its loops run (the asking runs
-    there, off the rebalance).
+        sinks: the topic's sinks, asked on assignment where their tables hold the
+            partitions, and told of revokes.
+        tasks: the task group of the worker's loops: the sinks are asked there, off the
+            rebalance.
     """
 
-    def __init__(self, *, flow: Flow, committer: Committer, group: GroupSettings,
-                 topic: str, group_id: str, starts: StartRegistry, rebalance_s: float,
-                 grace_s: float, healths: Sequence[SinkHealth] = (), label: str = "",
-                 bounds: LogBounds | None = None) -> None:
+    def __init__(self, *, consumer: AIOKafkaConsumer, flow: Flow, committer: Committer,
+                 group: GroupSettings, topic: str, group_id: str, starts: StartRegistry,
+                 rebalance_s: float, grace_s: float, healths: Sequence[SinkHealth] = (),
+                 label: str = "", bounds: LogBounds | None = None,
+                 sinks: Sequence[Sink] = (), tasks: asyncio.TaskGroup) -> None:
+        self.consumer = consumer
         self.flow = flow
         self.committer = committer
         self.group = group
@@ -104,8 +107,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.healths = healths
         self.label = label
         self.bounds = bounds
-        self.sinks: list[Sink] = []
-        self.tasks: asyncio.TaskGroup | None = None
+        self.sinks = sinks
+        self.tasks = tasks
         self.joined = asyncio.Event()
         self.unseeded: set[TopicPartition] = set()  # assigned, committed offset not read
         self.assigned_at = time.monotonic()  # the last assignment (a join is a heartbeat)
@@ -128,23 +131,22 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.on_assigned(set(assigned))
         flow = self.flow
-        consumer = self.committer.consumer
+        consumer = self.consumer
         # A sink that stores offsets is asked where its table holds each partition before
         # anything of them is fetched: paused now, before the first await (else aiokafka
         # fetches from the committed offset meanwhile, and those records come too, beside
         # the ones from the table's offset). The tables are read off the rebalance (a Spark
         # call may wait behind an append or a merge): the group's rebalance ends at once,
         # and the partitions are resumed when their tables answered (:meth:`_resume`).
-        hold = (consumer is not None and bool(assigned)
-                and any(s.capabilities.stores_offsets for s in self.sinks))
+        hold = bool(assigned) and any(s.capabilities.stores_offsets for s in self.sinks)
         gen = flow.generation
-        if hold and consumer is not None:
+        if hold:
             consumer.pause(*assigned)
             flow.hold(set(assigned), gen)
-        elif flow.paused_by_operator and consumer is not None:
+        elif flow.paused_by_operator:
             consumer.pause(*assigned)  # before the first await, as above
         started = False
-        if (self.group.start_from != "committed" and consumer is not None
+        if (self.group.start_from != "committed"
                 and self.starts.claim(self.group_id, self.topic)):
             # the first assignment of the run
             await seek_at_start(
@@ -152,15 +154,12 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 counts=self.starts.counts(self.group_id, self.topic),
                 committer=self.committer, unseeded=self.unseeded)
             started = True
-        if hold and consumer is not None:
-            tg = self.tasks
-            resume = self._resume(consumer, set(assigned), seek=not started, gen=gen)
-            if tg is None:  # not running its loops (a test driving the listener): inline
-                await resume
-            else:
-                task = tg.create_task(resume, name=f"{self.label}:resume")
-                self._resuming.add(task)
-                task.add_done_callback(self._resuming.discard)
+        if hold:
+            task = self.tasks.create_task(
+                self._resume(consumer, set(assigned), seek=not started, gen=gen),
+                name=f"{self.label}:resume")
+            self._resuming.add(task)
+            task.add_done_callback(self._resuming.discard)
 
     async def _resume(self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition], *,
                       seek: bool, gen: int) -> None:

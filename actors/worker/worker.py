@@ -20,7 +20,10 @@ A worker runs four tasks in one ``asyncio.TaskGroup``, talking through mailboxes
 
 They share one flow state (:class:`~actors.worker.flow.Flow`: inbox, in-flight window,
 room and progress, retry lanes, the assignment's generations and the fence); none of
-them gets the worker.
+them gets the worker. They are built once, when what they need exists
+(:mod:`actors.worker.parts`: the pipeline with the running processor, the rest once the
+consumer started and the sinks are open); before its run the worker holds only what its
+status needs.
 
 Revoke: the drain of a revoked partition's work is bounded by half the rebalance timeout,
 then what is left is fenced: its batches are cancelled before or during their write
@@ -44,7 +47,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
@@ -54,15 +56,8 @@ from actors.codecs.avro import AvroDecoder
 from actors.codecs.by_id import SchemaIdDecoder
 from actors.codecs.schema_registry import SchemaRegistry
 from actors.control import TopicControl
-from actors.deadletters.topic import DeadLetterTopic
-from actors.failure import FailurePolicy, Sleep
-from actors.kafka import (
-    KafkaSecurityError,
-    build_consumer,
-    connection_kwargs,
-    coordinator_known,
-    rebalance_timeout_ms,
-)
+from actors.failure import Sleep
+from actors.kafka import KafkaSecurityError, build_consumer, coordinator_known
 from actors.lifecycle import Lifecycle
 from actors.log_bounds import FetchedBounds, LogBounds
 from actors.metrics import Metrics
@@ -72,21 +67,17 @@ from actors.sinks import FanOutSink, Sink, SinkBatch, build_sink, run_fanout
 from actors.tokens import token_errors
 from actors.worker import report
 from actors.worker.bound import BoundSink, bound_sinks
-from actors.worker.committer import Committer
-from actors.worker.fetcher import Fetcher
+from actors.worker.commit_policies import commit_policy
 from actors.worker.flow import Flow
 from actors.worker.known_schema import give_latest_schema
+from actors.worker.parts import WorkerParts, assemble, build_pipeline
 from actors.worker.pipeline import RecordPipeline
-from actors.worker.process import ProcessLoop
-from actors.worker.rebalance import Rebalance
 from actors.worker.start_from import StartRegistry
 from actors.worker_status import WorkerStatus
 from processors.base import Processor
 from settings.models import GroupSettings, Settings, SinkSettings, TopicSettings
 
 logger = logging.getLogger(__name__)
-
-_OUTBOX_BATCHES = 2
 
 ConsumerFactory = Callable[[Settings, GroupSettings, str, str], AIOKafkaConsumer]
 """Builds a worker's unstarted consumer: (settings, group, bootstrap, client suffix)."""
@@ -99,12 +90,6 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException | No
         if found is not None and not isinstance(found, asyncio.CancelledError):
             return found
     return None
-
-
-def _flush_all(sinks: list[BoundSink]) -> None:
-    """Every sink of a fan-out flushes soon (see :meth:`Sink.flush_soon`)."""
-    for bound in sinks:
-        bound.sink.flush_soon()
 
 
 class Worker:
@@ -171,64 +156,43 @@ class Worker:
         self._sink_factory = sink_factory
         self._resources = resources
         self._registry = registry
+        self._sleep, self._avro, self._avro_keys = sleep, avro, avro_keys
+        self._log_bounds = log_bounds
+        self._on_drained = (None if not drain else (lambda: None) if on_drained is None
+                            else functools.partial(on_drained, self))
         self.drain = drain
         self.stats = {"consumed": 0, "processed": 0, "failed": 0, "retried": 0,
                       "dead_lettered": 0, "filtered": 0, "committed": 0, "paused": 0}
         self.metrics = metrics
         self.starts = starts if starts is not None else StartRegistry()
         self.restarts = incarnation
-        self.committer = Committer(group.commit, label=self.label, stats=self.stats,
-                                   metrics=metrics, metric_labels=(self.group_id, topic.topic))
-        self.flow = flow = Flow(owns_offsets=self.committer.owns_offsets, control=control,
-                                label=self.label)
+        self._policy = commit_policy(group.commit)
+        self.flow = Flow(owns_offsets=self._policy.owns_offsets, control=control,
+                         label=self.label)
         self.lifecycle = Lifecycle(self.label)
-        failure = topic.failure or group.failure
-        self.pipeline = RecordPipeline(
-            topic=topic, processor=None, group_id=self.group_id, label=self.label,
-            failure=FailurePolicy(failure, sleep or flow.sleep),
-            sleep=flow.sleep, avro=avro, avro_keys=avro_keys,
-            savepoints=self.committer.policy.savepoints, stats=self.stats,
-            dead_letter_topic=None if failure.dead_letter_topic is None else DeadLetterTopic(
-                failure.dead_letter_topic, bootstrap, f"{settings.kafka.client_id}-dlq",
-                connection_kwargs(settings.kafka.consumer_config)))
-        if resources is not None and resources.tracing is not None:
-            self.pipeline.tracing = resources.tracing
-            if self.pipeline.dead_letters.dead_letter_topic is not None:
-                self.pipeline.dead_letters.dead_letter_topic.tracing = resources.tracing
         # Each sink's health, by name (a topic's sinks: one, or several for a fan-out).
         self._sink_health = {named.name: SinkHealth(settings.supervisor.sink_unready_after_s)
                              for named in topic.named_sinks()}
-        self.rebalance = Rebalance(
-            flow=flow, committer=self.committer, group=group, topic=topic.topic,
-            group_id=self.group_id, starts=self.starts, label=self.label,
-            rebalance_s=rebalance_timeout_ms(settings, group) / 1000,
-            grace_s=settings.supervisor.shutdown_grace_s, healths=list(self._sink_health.values()),
-            bounds=log_bounds or FetchedBounds.of(settings.kafka, bootstrap, topic.topic))
-        self.fetcher = Fetcher(
-            flow=flow, rebalance=self.rebalance, group=group, topic=topic.topic,
-            group_id=self.group_id, stats=self.stats,
-            observe_batch=None if metrics is None
-            else metrics.batch_size.labels(self.group_id, topic.topic).observe,
-            on_drained=None if not drain else (lambda: None) if on_drained is None
-            else functools.partial(on_drained, self), label=self.label)
-        self.outbox: asyncio.Queue[Any] = asyncio.Queue(_OUTBOX_BATCHES)
-        self._sink_done = asyncio.Event()
-        self.process = ProcessLoop(
-            flow=flow, pipeline=self.pipeline, committer=self.committer,
-            outbox=self.outbox, sink_done=self._sink_done, stats=self.stats,
-            wait_for_ack=group.commit.wait_for_ack, label=self.label)
-        self._consumer: AIOKafkaConsumer | None = None
+        self._parts: WorkerParts | None = None  # built once in run (actors/worker/parts.py)
+        # Why the brokers refuse this client while the consumer starts (a restarted
+        # worker retries); the rebalance listener's once the parts exist.
+        self._start_problem: str | None = None
         self._sink_open = False
-        self.flush_soon: Callable[[], None] | None = None
-        self.sinks: list[Sink] = []  # the topic's sinks, once run() built them
         self.leaving_group = False  # consumer.stop() in progress (waits out a rebalance)
-        self._tg: asyncio.TaskGroup | None = None
 
     def __repr__(self) -> str:
         flow = self.flow
         return (f"<Worker {self.label} {self.lifecycle} assigned="
                 f"{sorted(tp.partition for tp in flow.assigned)} gen={flow.generation} "
                 f"in_flight={flow.in_flight} lanes={len(flow.lanes)}>")
+
+    @property
+    def parts(self) -> WorkerParts:
+        """The running worker's parts (RuntimeError before :meth:`run` built them)."""
+        if self._parts is None:
+            raise RuntimeError(f"{self.label}: no parts yet: its run has not started its "
+                               "consumer")
+        return self._parts
 
     @property
     def in_flight(self) -> int:
@@ -238,42 +202,49 @@ class Worker:
     @property
     def task_group(self) -> asyncio.TaskGroup | None:
         """The task group of the worker's loops while they run (None otherwise)."""
-        return self._tg
+        return None if self._parts is None else self._parts.rebalance.tasks
 
     @property
     def waiting_for(self) -> str | None:
         """Why processing waits instead of progressing (e.g. a registry 404 window)."""
-        return self.pipeline.waiting_for or self.pipeline.screen.waiting_for
+        if self._parts is None:
+            return None
+        pipeline = self._parts.pipeline
+        return pipeline.waiting_for or pipeline.screen.waiting_for
 
     @property
     def dead_letter_error(self) -> str | None:
         """Why the last dead-letter write failed (None: it did not)."""
-        return self.pipeline.dead_letters.error
+        return None if self._parts is None else self._parts.pipeline.dead_letters.error
 
     def snapshot(self) -> WorkerStatus:
         """State for metrics and readiness; call on the event loop."""
-        consumer = self._consumer
+        parts = self._parts
         control = self.flow.control
-        rows = report.partitions(self.flow, self.committer.offsets, consumer,
-                                 self.fetcher.end_offsets, self._sink_health,
-                                 self.topic.topic)
+        consumer = None if parts is None else parts.consumer
+        rebalance = None if parts is None else parts.rebalance
+        joined = rebalance is not None and rebalance.joined.is_set()
         return {
             "paused": control is not None and control.paused,
             "paused_at": None if control is None else control.paused_at,
             "paused_by": None if control is None else control.paused_by,
             # Not counted before the first assignment: the group join is /readyz's.
-            "fetch_idle_s": time.monotonic() - self.fetcher.turned_at
-            if self.rebalance.joined.is_set() else 0.0,
+            "fetch_idle_s": time.monotonic() - parts.fetcher.turned_at
+            if parts is not None and joined else 0.0,
             "group": self.group_id, "topic": self.topic.topic, "label": self.label,
             "stats": dict(self.stats), "restarts": self.restarts,
-            "in_flight": self.in_flight, "partitions": rows,
+            "in_flight": self.in_flight,
+            "partitions": [] if parts is None else report.partitions(
+                self.flow, parts.committer.offsets, parts.consumer,
+                parts.fetcher.end_offsets, self._sink_health, self.topic.topic),
             "paused_partitions": len(consumer.paused()) if consumer is not None else 0,
-            "joined": self.rebalance.joined.is_set(), "sink_open": self._sink_open,
-            "coordinator_known": consumer is None or coordinator_known(consumer),
-            "membership_lost": self.rebalance.lost,
-            "security_problem": self.rebalance.security_problem,
+            "joined": joined, "sink_open": self._sink_open,
+            "coordinator_known": self.coordinator_reachable(),
+            "membership_lost": None if rebalance is None else rebalance.lost,
+            "security_problem": self._start_problem if rebalance is None
+            else rebalance.security_problem,
             "token_problem": "; ".join(token_errors()) or None,
-            "topic_missing": self.rebalance.topic_missing,
+            "topic_missing": None if rebalance is None else rebalance.topic_missing,
             "refused": self.flow.refusals(),  # partitions a table holds past their end
             "waiting_for": self.waiting_for,
             "sink_error": self.sink_error(),
@@ -287,21 +258,24 @@ class Worker:
     def coordinator_reachable(self) -> bool:
         """Whether the consumer knows its group coordinator (see
         :func:`actors.kafka.coordinator_known`)."""
-        return self._consumer is None or coordinator_known(self._consumer)
+        return self._parts is None or coordinator_known(self._parts.consumer)
 
     def status(self) -> dict[str, int]:
         """Counters for the status line: processed, failed, commits, in-flight, lag."""
         total = 0
-        tracker = self.committer.offsets
-        for tp in self.flow.assigned:
-            hw = report.high_water(self._consumer, self.fetcher.end_offsets, tp)
-            total += report.lag(tracker, tp, hw) or 0
+        parts = self._parts
+        if parts is not None:  # nothing assigned before
+            for tp in self.flow.assigned:
+                hw = report.high_water(parts.consumer, parts.fetcher.end_offsets, tp)
+                total += report.lag(parts.committer.offsets, tp, hw) or 0
         return {**self.stats, "in_flight": self.in_flight, "lag": total}
 
     def abandoned(self) -> list[str]:
         """The work fetched but not committed, per partition (empty: nothing), for a stop
-        that had to cancel this worker (see :meth:`Flow.abandoned`)."""
-        return self.flow.abandoned(self.committer.offsets)
+        that had to cancel this worker (see :meth:`Flow.abandoned`); nothing before its
+        consumer started."""
+        parts = self._parts
+        return [] if parts is None else self.flow.abandoned(parts.committer.offsets)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -321,19 +295,41 @@ class Worker:
         with self.lifecycle.running():
             await self._run()
 
+    # -- the parts (actors/worker/parts.py) ------------------------------------------
+
+    def pipeline_for(self, processor: Processor) -> RecordPipeline:
+        """The topic's record pipeline with the running ``processor`` (the run's first
+        part: the sinks dead-letter the rows they refuse through it)."""
+        tracing = None if self._resources is None else self._resources.tracing
+        return build_pipeline(
+            settings=self.settings, group=self.group, topic=self.topic,
+            processor=processor, policy=self._policy, flow=self.flow, stats=self.stats,
+            label=self.label, bootstrap=self._bootstrap, sleep=self._sleep,
+            avro=self._avro, avro_keys=self._avro_keys, tracing=tracing)
+
+    def assemble(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink],
+                 pipeline: RecordPipeline, tasks: asyncio.TaskGroup) -> WorkerParts:
+        """Build the parts of this worker, once: its ``consumer`` started, its ``sinks``
+        open, ``tasks`` the task group its loops run in."""
+        if self._parts is not None:
+            raise RuntimeError(f"{self.label}: its parts are built once")
+        self._parts = assemble(
+            consumer=consumer, sinks=sinks, pipeline=pipeline, tasks=tasks,
+            policy=self._policy, flow=self.flow, settings=self.settings, group=self.group,
+            topic=self.topic.topic, label=self.label, stats=self.stats, starts=self.starts,
+            healths=self._sink_health, metrics=self.metrics, on_drained=self._on_drained,
+            bounds=self._log_bounds or FetchedBounds.of(
+                self.settings.kafka, self._bootstrap, self.topic.topic))
+        return self._parts
+
     async def _run(self) -> None:
         processor = self._processor_cls(self.topic.options)
-        self.pipeline.use(processor)
+        pipeline = self.pipeline_for(processor)
         sinks = bound_sinks(self.settings, self.topic, self._processor_cls, label=self.label,
                             build=self._sink_factory,
-                            refuse=self.pipeline.dead_letters.refuser, health=self._sink_health.get,
+                            refuse=pipeline.dead_letters.refuser, health=self._sink_health.get,
                             group=self.group_id, resources=self._resources,
                             processor=processor)
-        self.sinks = self.rebalance.sinks = [bound.sink for bound in sinks]
-        # A micro-batching sink flushes early when this worker cannot send it more rows.
-        self.flush_soon = self.fetcher.flush_soon = (
-            sinks[0].sink.flush_soon if len(sinks) == 1
-            else functools.partial(_flush_all, sinks))
         await processor.start()
         try:
             if processor.columns_from_schema:
@@ -343,19 +339,16 @@ class Worker:
                     await bound.sink.open()
                     opened.push_async_callback(bound.sink.close)
                 self._sink_open = True
-                consumer = self._consumer = await self._start_consumer()
-                self.committer.attach(consumer)
+                consumer = await self._start_consumer()
                 try:
-                    consumer.subscribe([self.topic.topic], listener=self.rebalance)
-                    logger.info("%s: started, joining group %s", self.label, self.group_id)
-                    await self._run_loops(consumer, sinks)
+                    await self._run_loops(consumer, sinks, pipeline)
                 finally:
-                    await asyncio.shield(self._close_consumer())
+                    await asyncio.shield(self._close_consumer(consumer))
         finally:
             try:
                 await processor.stop()
             finally:
-                await self.pipeline.close()  # its dead-letter producer, its child processes
+                await pipeline.close()  # its dead-letter producer, its child processes
 
     async def _start_consumer(self) -> AIOKafkaConsumer:
         """A started consumer. The brokers refusing this client's login, certificate or
@@ -366,32 +359,35 @@ class Worker:
         attempt = 0
         while True:
             consumer = self._consumer_factory(self.settings, self.group, self._bootstrap,
-                                      self.topic.topic)
+                                              self.topic.topic)
             try:
                 await consumer.start()
             except KafkaSecurityError as exc:
                 if self.restarts == 0:
                     raise
-                self.rebalance.security_problem = str(exc)
+                self._start_problem = str(exc)
                 delay = backoff_s(attempt, 0.5, 30.0)
                 attempt += 1
                 logger.warning("%s: %s; retrying in %.1fs", self.label, exc, delay)
                 if not await self.flow.sleep(delay):
                     raise
                 continue
-            self.rebalance.security_problem = None
+            self._start_problem = None
             return consumer
 
-    async def _run_loops(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink]) -> None:
+    async def _run_loops(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink],
+                         pipeline: RecordPipeline) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
-                self._tg = self.rebalance.tasks = tg
-                tg.create_task(self.fetcher.run(consumer), name=f"{self.label}:fetch")
-                tg.create_task(self.process.run(consumer, tg), name=f"{self.label}:process")
-                tg.create_task(self._sink_loop(sinks), name=f"{self.label}:sink")
-                tg.create_task(self.committer.run(self._sink_done),
+                parts = self.assemble(consumer, sinks, pipeline, tg)
+                consumer.subscribe([self.topic.topic], listener=parts.rebalance)
+                logger.info("%s: started, joining group %s", self.label, self.group_id)
+                tg.create_task(parts.fetcher.run(consumer), name=f"{self.label}:fetch")
+                tg.create_task(parts.process.run(consumer, tg), name=f"{self.label}:process")
+                tg.create_task(self._sink_loop(parts), name=f"{self.label}:sink")
+                tg.create_task(parts.committer.run(parts.sink_done),
                                name=f"{self.label}:commit")
-                tg.create_task(self.rebalance.watch(consumer),
+                tg.create_task(parts.rebalance.watch(consumer),
                                name=f"{self.label}:membership")
         except BaseExceptionGroup as group:
             # Surface the first real error to the supervisor, not the group wrapper (nor
@@ -401,16 +397,14 @@ class Worker:
                 raise exc from None
             raise
 
-    async def _close_consumer(self) -> None:
+    async def _close_consumer(self, consumer: AIOKafkaConsumer) -> None:
         """Commit what the sink acked (never cancelled work), then leave the group."""
-        consumer = self._consumer
-        if consumer is None:
-            return
-        try:
-            async with asyncio.timeout(10):
-                await self.committer.stopping()
-        except (TimeoutError, KafkaError) as exc:
-            logger.warning("%s: final commit failed: %s", self.label, exc)
+        if self._parts is not None:
+            try:
+                async with asyncio.timeout(10):
+                    await self._parts.committer.stopping()
+            except (TimeoutError, KafkaError) as exc:
+                logger.warning("%s: final commit failed: %s", self.label, exc)
         self.leaving_group = True
         try:
             async with asyncio.timeout(10):
@@ -421,29 +415,31 @@ class Worker:
 
     # -- sink and acks ---------------------------------------------------------------
 
-    async def _sink_loop(self, sinks: list[BoundSink]) -> None:
+    async def _sink_loop(self, parts: WorkerParts) -> None:
+        committer = parts.committer
+
+        def on_ack(batch: SinkBatch) -> None:
+            entry = batch.entry
+            if entry.cancelled:  # fenced on revoke: counted out of flight there
+                return
+            committer.acked(entry)
+            self.flow.acked(entry.count)
+
         try:
             metric = None if self.metrics is None else self.metrics.sink_write_seconds
             await run_fanout(
                 [FanOutSink(bound.name, bound.sink, self._sink_health[bound.name],
                             None if metric is None else metric.labels(
                                 self.group_id, self.topic.topic, bound.name).observe)
-                 for bound in sinks],
-                self.outbox, self._on_ack, label=self.label, fence=self.flow.fence)
+                 for bound in parts.sinks],
+                parts.outbox, on_ack, label=self.label, fence=self.flow.fence)
         finally:
-            self._sink_done.set()
-            self.committer.sink_finished()
+            parts.sink_done.set()
+            committer.sink_finished()
 
     def sink_error(self) -> str | None:
         """Why the sinks are not ready (None: they are): :func:`sinks_reason`."""
         return sinks_reason(self._sink_health)
-
-    def _on_ack(self, batch: SinkBatch) -> None:
-        entry = batch.entry
-        if entry.cancelled:  # fenced on revoke: counted out of flight there
-            return
-        self.committer.acked(entry)
-        self.flow.acked(entry.count)
 
 
 __all__ = ["Worker"]

@@ -38,10 +38,10 @@ async def test_an_empty_assignment_is_not_drained_while_the_topic_has_work(
         await until(lambda: consumer.listener is not None, "the subscription")
         assert consumer.listener is not None
         await consumer.listener.on_partitions_assigned(set())  # a generation without it
-        turned = worker.fetcher.turned_at
-        await until(lambda: worker.fetcher.turned_at > turned, "a fetch loop turn", 10)
-        turned = worker.fetcher.turned_at
-        await until(lambda: worker.fetcher.turned_at > turned, "another turn", 10)
+        turned = worker.parts.fetcher.turned_at
+        await until(lambda: worker.parts.fetcher.turned_at > turned, "a fetch loop turn", 10)
+        turned = worker.parts.fetcher.turned_at
+        await until(lambda: worker.parts.fetcher.turned_at > turned, "another turn", 10)
         assert not drained.is_set(), "drained with the topic's partition never read"
         tp = TopicPartition(TOPIC, 0)
         await consumer.rebalance(assigned={tp})  # the next generation gives it

@@ -44,7 +44,7 @@ async def test_a_revoke_while_one_sink_hangs_commits_what_every_sink_acked(
             "committed past what the slow sink acked"
         slow.release.set()  # too late: the fenced write was cancelled, never lands
         assert slow.written == [0, 1]
-        assert worker.committer.offsets.pending_count(TP) == 0
+        assert worker.parts.committer.offsets.pending_count(TP) == 0
 
         await consumer.rebalance(assigned={TP})  # back: re-read from the committed offset
         await until(lambda: consumer.committed_offsets.get(TP) == 6, "everything committed")

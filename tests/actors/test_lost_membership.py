@@ -38,7 +38,7 @@ async def test_silent_heartbeats_fence_the_hanging_write_and_rejoin(
         assert lost is not None and "lost its group membership" in lost, lost
         assert "partitions [0] fenced" in lost and "session_timeout_ms 1000" in lost
         assert worker.snapshot()["partitions"] == [], "nothing assigned while lost"
-        assert worker.committer.offsets.pending_count(TP) == 0
+        assert worker.parts.committer.offsets.pending_count(TP) == 0
         sink.release.set()  # the write was cancelled by the fence: it never lands
         await asyncio.sleep(0.3)
         assert sink.written == [0, 1]

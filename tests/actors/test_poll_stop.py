@@ -3,7 +3,8 @@
 aiokafka's ``getmany`` waits for a new assignment while the group rebalances, whatever
 its timeout (up to the rebalance timeout on Kafka). ``Worker.stop`` cancels the
 fetch task while it awaits there and ``Fetcher.poll`` takes that cancellation back (no task or
-future per poll on the hot path)."""
+future per poll on the hot path). The parts are built as the worker's run builds them
+(:func:`tests.kit.assembled`), over consumers that hold their polls."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from actors.worker import Worker
 from processors.json_rows import JsonRowsProcessor
 from settings import load_settings
 from tests.kafkautil import write_config
+from tests.kit import assembled
 
 
 class RebalancingConsumer:
@@ -43,23 +45,27 @@ def worker(tmp_path: Path) -> Worker:
 
 async def test_stop_gives_up_a_poll_held_by_a_rebalance(tmp_path: Path) -> None:
     w, consumer = worker(tmp_path), RebalancingConsumer()
-    poll = asyncio.create_task(w.fetcher.poll(consumer, 10, 0))  # type: ignore[arg-type]
-    await asyncio.wait_for(consumer.entered.wait(), 5)
-    w.stop()
-    await asyncio.wait([poll], timeout=5)  # (wait_for would cancel it at its timeout)
-    assert poll.done(), "the poll still waits for the rebalance after the stop"
-    assert poll.result() == {}
-    assert not poll.cancelled() and poll.cancelling() == 0, "the cancellation was taken back"
-    assert await w.fetcher.poll(consumer, 10, 0) == {}, "after a stop, no poll at all"  # type: ignore[arg-type]
+    async with assembled(w, consumer) as parts:
+        poll = asyncio.create_task(parts.fetcher.poll(consumer, 10, 0))  # type: ignore[arg-type]
+        await asyncio.wait_for(consumer.entered.wait(), 5)
+        w.stop()
+        await asyncio.wait([poll], timeout=5)  # (wait_for would cancel it at its timeout)
+        assert poll.done(), "the poll still waits for the rebalance after the stop"
+        assert poll.result() == {}
+        assert not poll.cancelled() and poll.cancelling() == 0, \
+            "the cancellation was taken back"
+        assert await parts.fetcher.poll(consumer, 10, 0) == {}, \
+            "after a stop, no poll at all"  # type: ignore[arg-type]
 
 
 async def test_a_cancellation_from_outside_is_not_swallowed(tmp_path: Path) -> None:
     w, consumer = worker(tmp_path), RebalancingConsumer()
-    poll = asyncio.create_task(w.fetcher.poll(consumer, 10, 0))  # type: ignore[arg-type]
-    await asyncio.wait_for(consumer.entered.wait(), 5)
-    poll.cancel()  # e.g. phase 2 of a stop: the worker's task group is cancelled
-    with pytest.raises(asyncio.CancelledError):
-        await poll
+    async with assembled(w, consumer) as parts:
+        poll = asyncio.create_task(parts.fetcher.poll(consumer, 10, 0))  # type: ignore[arg-type]
+        await asyncio.wait_for(consumer.entered.wait(), 5)
+        poll.cancel()  # e.g. phase 2 of a stop: the worker's task group is cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await poll
 
 
 TP = TopicPartition("t", 0)
@@ -101,16 +107,17 @@ async def test_records_of_a_poll_that_waited_out_a_reassignment_are_live(
     revoke, dropped as stale while the consumer's position moved past them, and the
     next commit skipped them (lost)."""
     w, consumer = worker(tmp_path), ReassigningConsumer()
-    w.rebalance.on_assigned({TP})
-    fetch = asyncio.create_task(w.fetcher.run(consumer))  # type: ignore[arg-type]
-    try:
-        await asyncio.wait_for(consumer.entered.wait(), 5)
-        await w.rebalance.on_revoked({TP})
-        w.rebalance.on_assigned({TP})
-        consumer.release.set()
-        tp, records, gen = await asyncio.wait_for(w.flow.inbox.get(), 5)
-        assert (tp, len(records)) == (TP, 3)
-        assert w.flow.live(tp, gen), "live records of the new assignment taken for stale"
-    finally:
-        w.stop()
-        await asyncio.wait_for(fetch, 5)
+    async with assembled(w, consumer) as parts:
+        parts.rebalance.on_assigned({TP})
+        fetch = asyncio.create_task(parts.fetcher.run(consumer))  # type: ignore[arg-type]
+        try:
+            await asyncio.wait_for(consumer.entered.wait(), 5)
+            await parts.rebalance.on_revoked({TP})
+            parts.rebalance.on_assigned({TP})
+            consumer.release.set()
+            tp, records, gen = await asyncio.wait_for(w.flow.inbox.get(), 5)
+            assert (tp, len(records)) == (TP, 3)
+            assert w.flow.live(tp, gen), "live records of the new assignment taken for stale"
+        finally:
+            w.stop()
+            await asyncio.wait_for(fetch, 5)

@@ -89,7 +89,7 @@ async def test_offsets_are_committed_after_the_sink_acked_them_never_before(
         await asyncio.wait_for(sink.held.wait(), 30)
         acked = len(sink.written)
         await harness.wait_committed(0, acked, "the acked prefix committed")
-        await worker.committer.commit()  # whatever the worker would commit now
+        await worker.parts.committer.commit()  # whatever the worker would commit now
         assert await harness.committed(0) == acked, "committed work the sink holds"
         sink.release.set()
         await harness.wait_committed(0, 6, "everything committed once acked")
@@ -292,7 +292,7 @@ async def test_start_from_seeks_at_start_and_commits_the_sought_offset(
                       else ["old"] * 3 + ["backlog"] * 4), sink.rows
 
 
-# --- Commit modes (settings.models.CommitMode, actors.worker.committer.POLICIES) -------
+# --- Commit modes (settings.models.CommitMode, actors.worker.parts.committer.POLICIES) -------
 
 async def stopped(worker: Worker, run: asyncio.Task[None]) -> None:
     """Phase 1 of a stop, awaited: whatever the mode commits at a stop is committed."""
@@ -478,7 +478,7 @@ async def test_every_row_goes_to_every_sink_and_commits_wait_for_the_slowest(
         await asyncio.wait_for(sinks["slow"].held.wait(), 30)
         await until(lambda: sinks["fast"].written == [0, 1, 2, 3], "the fast sink wrote all")
         await harness.wait_committed(0, 2, "what both sinks acked")
-        await worker.committer.commit()  # whatever the worker would commit now
+        await worker.parts.committer.commit()  # whatever the worker would commit now
         assert await harness.committed(0) == 2, "committed what the slow sink lacks"
         sinks["slow"].release.set()
         await harness.wait_committed(0, 4, "everything, once both acked")
@@ -539,8 +539,8 @@ async def test_a_retry_that_succeeds_lands_the_message_in_order_and_dead_letters
 async def turns(worker: Worker, count: int) -> None:
     """Wait until the worker's fetch loop turned ``count`` more times."""
     for _ in range(count):
-        seen = worker.fetcher.turned_at
-        await until(lambda seen=seen: worker.fetcher.turned_at != seen,  # type: ignore[misc]
+        seen = worker.parts.fetcher.turned_at
+        await until(lambda seen=seen: worker.parts.fetcher.turned_at != seen,  # type: ignore[misc]
                     "a turn of the fetch loop", 30)
 
 

@@ -95,7 +95,7 @@ async def test_a_down_sink_holds_the_commit_back_and_nothing_is_lost(
             # the API sink kept failing after the jsonl sink had accepted every row
             await wait_until(lambda: api.count() >= seen + 3, what="more refused attempts")
             (worker,) = [c for c in master.supervisor.children if isinstance(c, Worker)]
-            tracker = worker.committer.offsets
+            tracker = worker.parts.committer.offsets
             assert tracker.committable(TopicPartition(topic, 0)) is None, \
                 "an offset became committable that the API sink has not accepted"
             assert (await committed(broker, group, topic, 1))[0] == -1

@@ -100,7 +100,7 @@ async def test_a_restarted_worker_does_not_seek_again(fresh, broker, tmp_path, c
         async def crash(records: Any) -> bool:
             raise RuntimeError("injected crash")  # not the message's fault: a restart
 
-        first.pipeline.fetch_schemas = crash  # type: ignore[method-assign]  # this one only
+        first.parts.pipeline.fetch_schemas = crash  # type: ignore[method-assign]  # this one only
         await produce_each(broker, topic, [{"i": i, "phase": "new"} for i in range(3)])
         await wait_until(lambda: live_worker(master) not in (None, first), what="the restart")
         await wait_until(lambda: len(rows(tmp_path, "out")) == 3, timeout=60,

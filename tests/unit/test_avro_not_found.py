@@ -8,6 +8,7 @@ decoder's clock is fake; the worker's wait goes through a recorder that advances
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,10 +20,13 @@ from aiokafka import ConsumerRecord
 from actors.codecs.avro import AvroDecoder, encode
 from actors.codecs.schema_registry import SchemaNotFoundYet, SchemaRegistryClient
 from actors.worker import Worker
+from actors.worker.pipeline import RecordPipeline
 from processors.errors import PoisonMessage
 from processors.log import LogProcessor
 from settings import SchemaRegistrySettings, Settings
+from tests.fake_consumer import FakeConsumer
 from tests.fake_registry import FakeRegistry
+from tests.kit import assembled
 
 EVENT = {"type": "record", "name": "Event", "fields": [{"name": "id", "type": "long"}]}
 WINDOW_S = 10.0
@@ -169,8 +173,11 @@ async def test_an_impossible_id_is_poison_at_once_even_with_a_window(
 # ------------------------------------------------------------------------- worker
 
 
-def avro_worker(tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
-                clock: Clock) -> tuple[Worker, list[float]]:
+@contextlib.asynccontextmanager
+async def avro_worker(tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
+                      clock: Clock) -> AsyncIterator[tuple[Worker, RecordPipeline, list[float]]]:
+    """A worker of an Avro topic and its pipeline, built as its run builds them
+    (:func:`tests.kit.assembled`), and the list of its retry waits."""
     settings = Settings.model_validate({
         "name": "t",
         "schema_registry": {"url": registry.url, "not_found_retry_s": WINDOW_S},
@@ -183,7 +190,9 @@ def avro_worker(tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryCl
                     processor_cls=LogProcessor, bootstrap="127.0.0.1:1",
                     avro=AvroDecoder(client, not_found_retry_s=WINDOW_S, clock=clock))
     waits: list[float] = []
-    return worker, waits
+    async with assembled(worker, FakeConsumer("events", {0: []}),
+                         LogProcessor(group.topics[0].options)) as parts:
+        yield worker, parts.pipeline, waits
 
 
 def advancing_sleep(clock: Clock, waits: list[float]) -> Any:
@@ -206,60 +215,60 @@ async def test_worker_waits_out_a_404_window_with_capped_backoff_and_shows_why(
 ) -> None:
     known = registry.register("e-value", json.dumps(EVENT))
     clock = Clock()
-    worker, waits = avro_worker(tmp_path, registry, client, clock)
-    shown: list[str | None] = []
+    async with avro_worker(tmp_path, registry, client, clock) as (worker, pipeline, waits):
+        shown: list[str | None] = []
 
-    async def sleep(seconds: float) -> bool:
-        waits.append(seconds)
-        shown.append(worker.snapshot()["waiting_for"])
-        clock.now += seconds
-        if len(waits) == 4:  # the registry is back after 3.5 s
-            registry.finish_reloading()
-        return True
+        async def sleep(seconds: float) -> bool:
+            waits.append(seconds)
+            shown.append(worker.snapshot()["waiting_for"])
+            clock.now += seconds
+            if len(waits) == 4:  # the registry is back after 3.5 s
+                registry.finish_reloading()
+            return True
 
-    worker.pipeline.sleep = sleep
-    registry.start_reloading()
-    batch = records([value(known, n) for n in range(3)])
-    assert await worker.pipeline.fetch_schemas(batch) is True
-    assert waits == [0.5, 1.0, 2.0, 4.0]
-    assert worker.snapshot()["waiting_for"] is None
-    assert all(s is not None and f"404 for schema id {known} (events[0]@40)" in s
-               for s in shown), shown
-    assert [worker.pipeline.decode(r.value) for r in batch] == [{"id": n} for n in range(3)]
-    warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(f"404 for schema id {known} of events[0]@40" in m for m in warning), warning
+        pipeline.sleep = sleep
+        registry.start_reloading()
+        batch = records([value(known, n) for n in range(3)])
+        assert await pipeline.fetch_schemas(batch) is True
+        assert waits == [0.5, 1.0, 2.0, 4.0]
+        assert worker.snapshot()["waiting_for"] is None
+        assert all(s is not None and f"404 for schema id {known} (events[0]@40)" in s
+                   for s in shown), shown
+        assert [pipeline.decode(r.value) for r in batch] == [{"id": n} for n in range(3)]
+        warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any(f"404 for schema id {known} of events[0]@40" in m for m in warning), warning
 
 
 async def test_worker_stops_waiting_when_the_window_ends(
     tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
 ) -> None:
     clock = Clock()
-    worker, waits = avro_worker(tmp_path, registry, client, clock)
-    worker.pipeline.sleep = advancing_sleep(clock, waits)
-    batch = records([value(1), value(4)])  # id 4 is unknown; id 1 gets known later
-    register_until(registry, 1)
-    assert await worker.pipeline.fetch_schemas(batch) is True
-    assert sum(waits) == WINDOW_S and max(waits) <= 30
-    assert waits == [0.5, 1.0, 2.0, 4.0, 2.5], "the last wait ends with the window"
-    assert worker.pipeline.decode(batch[0].value) == {"id": 7}
-    with pytest.raises(PoisonMessage, match="unknown schema id 4"):
-        worker.pipeline.decode(batch[1].value)
+    async with avro_worker(tmp_path, registry, client, clock) as (worker, pipeline, waits):
+        pipeline.sleep = advancing_sleep(clock, waits)
+        batch = records([value(1), value(4)])  # id 4 is unknown; id 1 gets known later
+        register_until(registry, 1)
+        assert await pipeline.fetch_schemas(batch) is True
+        assert sum(waits) == WINDOW_S and max(waits) <= 30
+        assert waits == [0.5, 1.0, 2.0, 4.0, 2.5], "the last wait ends with the window"
+        assert pipeline.decode(batch[0].value) == {"id": 7}
+        with pytest.raises(PoisonMessage, match="unknown schema id 4"):
+            pipeline.decode(batch[1].value)
 
 
 async def test_many_unknown_ids_in_a_batch_wait_one_window_not_one_each(
     tmp_path: Path, registry: FakeRegistry, client: SchemaRegistryClient,
 ) -> None:
     clock = Clock()
-    worker, waits = avro_worker(tmp_path, registry, client, clock)
-    worker.pipeline.sleep = advancing_sleep(clock, waits)
-    batch = records([value(sid) for sid in (11, 12, 13, 14)])  # garbage ids, say
-    assert await worker.pipeline.fetch_schemas(batch) is True
-    assert sum(waits) == WINDOW_S
-    for rec in batch:
-        with pytest.raises(PoisonMessage, match="unknown schema id"):
-            worker.pipeline.decode(rec.value)
-    asked = [registry.count("GET", f"/schemas/ids/{sid}") for sid in (11, 12, 13, 14)]
-    assert asked == [len(waits) + 1] * 4
+    async with avro_worker(tmp_path, registry, client, clock) as (worker, pipeline, waits):
+        pipeline.sleep = advancing_sleep(clock, waits)
+        batch = records([value(sid) for sid in (11, 12, 13, 14)])  # garbage ids, say
+        assert await pipeline.fetch_schemas(batch) is True
+        assert sum(waits) == WINDOW_S
+        for rec in batch:
+            with pytest.raises(PoisonMessage, match="unknown schema id"):
+                pipeline.decode(rec.value)
+        asked = [registry.count("GET", f"/schemas/ids/{sid}") for sid in (11, 12, 13, 14)]
+        assert asked == [len(waits) + 1] * 4
 
 
 async def test_a_stop_during_the_wait_abandons_the_batch(
@@ -267,15 +276,15 @@ async def test_a_stop_during_the_wait_abandons_the_batch(
 ) -> None:
     known = registry.register("e-value", json.dumps(EVENT))
     registry.start_reloading()
-    worker, _ = avro_worker(tmp_path, registry, client, Clock())
-    task = asyncio.create_task(worker.pipeline.fetch_schemas(records([value(known)])))
-    async with asyncio.timeout(10):
-        while worker.snapshot()["waiting_for"] is None:
-            await asyncio.sleep(0.01)
-    worker.stop()
-    async with asyncio.timeout(10):
-        assert await task is False
-    assert worker.snapshot()["waiting_for"] is None
+    async with avro_worker(tmp_path, registry, client, Clock()) as (worker, pipeline, _):
+        task = asyncio.create_task(pipeline.fetch_schemas(records([value(known)])))
+        async with asyncio.timeout(10):
+            while worker.snapshot()["waiting_for"] is None:
+                await asyncio.sleep(0.01)
+        worker.stop()
+        async with asyncio.timeout(10):
+            assert await task is False
+        assert worker.snapshot()["waiting_for"] is None
 
 
 async def test_the_wait_starts_afresh_when_unreachable_turns_into_404(
@@ -287,27 +296,27 @@ async def test_the_wait_starts_afresh_when_unreachable_turns_into_404(
     the others; after a long outage the first 404 wait was the 30 s cap)."""
     known = registry.register("e-value", json.dumps(EVENT))
     clock = Clock()
-    worker, waits = avro_worker(tmp_path, registry, client, clock)
-    shown: list[str | None] = []
+    async with avro_worker(tmp_path, registry, client, clock) as (worker, pipeline, waits):
+        shown: list[str | None] = []
 
-    async def sleep(seconds: float) -> bool:
-        waits.append(seconds)
-        shown.append(worker.snapshot()["waiting_for"])
-        clock.now += seconds
-        if len(waits) == 6:  # up again, still reloading
-            registry.start_reloading()
-        if len(waits) == 8:
-            registry.finish_reloading()
-        return True
+        async def sleep(seconds: float) -> bool:
+            waits.append(seconds)
+            shown.append(worker.snapshot()["waiting_for"])
+            clock.now += seconds
+            if len(waits) == 6:  # up again, still reloading
+                registry.start_reloading()
+            if len(waits) == 8:
+                registry.finish_reloading()
+            return True
 
-    worker.pipeline.sleep = sleep
-    registry.fail_next(6)  # max_retries 0: one request per round
-    batch = records([value(known)])
-    assert await worker.pipeline.fetch_schemas(batch) is True
-    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 0.5, 1.0]
-    assert all("unavailable" in str(s) for s in shown[:6]), shown
-    assert all("404 for schema id" in str(s) for s in shown[6:]), shown
-    assert worker.pipeline.decode(batch[0].value) == {"id": 7}
+        pipeline.sleep = sleep
+        registry.fail_next(6)  # max_retries 0: one request per round
+        batch = records([value(known)])
+        assert await pipeline.fetch_schemas(batch) is True
+        assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 0.5, 1.0]
+        assert all("unavailable" in str(s) for s in shown[:6]), shown
+        assert all("404 for schema id" in str(s) for s in shown[6:]), shown
+        assert pipeline.decode(batch[0].value) == {"id": 7}
 
 
 async def test_the_wait_starts_afresh_when_404_turns_into_unreachable(
@@ -315,17 +324,17 @@ async def test_the_wait_starts_afresh_when_404_turns_into_unreachable(
 ) -> None:
     known = registry.register("e-value", json.dumps(EVENT))
     clock = Clock()
-    worker, waits = avro_worker(tmp_path, registry, client, clock)
+    async with avro_worker(tmp_path, registry, client, clock) as (worker, pipeline, waits):
 
-    async def sleep(seconds: float) -> bool:
-        waits.append(seconds)
-        clock.now += seconds
-        if len(waits) == 3:
-            registry.finish_reloading()
-            registry.fail_next(2)
-        return True
+        async def sleep(seconds: float) -> bool:
+            waits.append(seconds)
+            clock.now += seconds
+            if len(waits) == 3:
+                registry.finish_reloading()
+                registry.fail_next(2)
+            return True
 
-    worker.pipeline.sleep = sleep
-    registry.start_reloading()
-    assert await worker.pipeline.fetch_schemas(records([value(known)])) is True
-    assert waits == [0.5, 1.0, 2.0, 0.5, 1.0]
+        pipeline.sleep = sleep
+        registry.start_reloading()
+        assert await pipeline.fetch_schemas(records([value(known)])) is True
+        assert waits == [0.5, 1.0, 2.0, 0.5, 1.0]

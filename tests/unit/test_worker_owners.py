@@ -127,10 +127,8 @@ async def test_the_commit_mode_of_the_architecture_doc_commits_when_caught_up() 
             committed.append(dict(offsets))
 
     stats = {"committed": 0}
-    committer = Committer(CommitSettings(mode="batch", max_messages=3), label="t",
-                          stats=stats)
-    committer.policy = policy_type(committer.settings)
-    committer.attach(Consumer())  # type: ignore[arg-type]
+    committer = Committer(policy_type(CommitSettings(mode="batch", max_messages=3)),
+                          Consumer(), label="t", stats=stats)  # type: ignore[arg-type]
     tp = TopicPartition("t", 0)
     committer.seeded(tp, 0)
     entry = committer.shipped(tp, 2, 2, savepoint=False)

@@ -21,7 +21,7 @@ pyspark is imported only inside functions: importing this module does not load i
 
 from __future__ import annotations
 
-import asyncio
+import abc
 import logging
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
@@ -37,6 +37,7 @@ from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.staging import StagingWriter
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT
 from actors.sinks.table.exactly_once import ExactlyOnceWriter
+from actors.sinks.table.live_follow import ColumnsFollower
 from actors.sinks.table.sink import TableSink
 from processors.base import Column, Row
 from settings.identifiers import TableTemplate, sql_identifier
@@ -104,6 +105,10 @@ class SparkTableSink(TableSink):
         super().__init__(settings, columns, table)
         self._actor = actor
         self._resources: Resources | None = None
+        # Columns from writer schemas (context.live): the sink's own columns added to
+        # the processor's, and the version of the processor's columns the table has.
+        self._extras: tuple[Column, ...] = ()
+        self._following = ColumnsFollower()
 
     def bind(self, context: SinkContext) -> None:
         """Also take the process's resources (their SparkActor, when none was passed)."""
@@ -118,6 +123,16 @@ class SparkTableSink(TableSink):
                                  "sink with the process's resources (SinkContext.resources)")
             self._actor = self._resources.spark()
         return self._actor
+
+    async def _follow_schema(self) -> None:
+        """A processor whose columns come from writer schemas changed them since the
+        last write: create or evolve the table (committed) before its rows are written."""
+        await self._following.follow(self.context.live, self._evolve)
+
+    @abc.abstractmethod
+    async def _evolve(self, live: tuple[Column, ...]) -> None:
+        """Create (first) or evolve the table to the processor's ``live`` columns (with
+        the sink's own, ``_extras``), committed before it returns."""
 
     def _stream(self, topic: str, partition: int) -> Stream:
         return (self.context.group, topic, partition)
@@ -198,8 +213,6 @@ class SparkSink(SparkTableSink):
             # Columns from writer schemas: the table is made (or evolved) with the first
             # ones the processor knows, before the rows of that shape (write_at).
             self._extras = self.columns
-            self._applied = 0
-            self._evolving = asyncio.Lock()
             found = await self._found_columns()
             if found is not None:  # a restart: writer schemas judged against the table
                 self.context.live.table_found(found)
@@ -226,23 +239,13 @@ class SparkSink(SparkTableSink):
             raise SinkError(f"spark sink: table {self.table}: cannot read its columns: "
                             f"{exc}") from exc
 
-    async def _follow_schema(self) -> None:
-        """A processor whose columns come from writer schemas changed them since the
-        last write: create or evolve the table (committed) before its rows are written."""
-        live = self.context.live
-        if live is None or live.version == self._applied:
-            return
-        async with self._evolving:
-            version = live.version
-            if version == self._applied:
-                return
-            columns = (*live.columns, *self._extras)
-            if self._writer is None:
-                self.columns = columns
-                self._writer = self._staging()
-            await self._writer.evolve(columns)
+    async def _evolve(self, live: tuple[Column, ...]) -> None:
+        columns = (*live, *self._extras)
+        if self._writer is None:
             self.columns = columns
-            self._applied = version
+            self._writer = self._staging()
+        await self._writer.evolve(columns)
+        self.columns = columns
 
     def _staging(self) -> StagingWriter:
         """The process's writer of this sink's table (created on first use)."""
