@@ -12,6 +12,8 @@ from tests.kafka_jvm import existing_archive, node_opts
 
 
 @pytest.mark.apache_kafka
+@pytest.mark.slow
+@pytest.mark.timeout(400)  # a Kafka node on a loaded 2-core machine
 def test_a_kafka_node_of_the_suite_loads_its_classes_from_the_archive(
         tmp_path: Path) -> None:
     archive = existing_archive()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.brokers import SHARED_DIR_ENV
 from tests.jvm_archive import QUIET, archive_key, java
 from tests.kafkautil import CHILD_PATH, KstageProcess, write_config
@@ -35,6 +37,8 @@ spark.stop()
 """
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)  # a Spark session on a loaded 2-core machine
 def test_a_spark_session_of_the_suite_loads_its_classes_from_the_archive(
         tmp_path: Path) -> None:
     archive = existing_archive()
@@ -44,7 +48,7 @@ def test_a_spark_session_of_the_suite_loads_its_classes_from_the_archive(
     env = {**os.environ, "PYTHONPATH": CHILD_PATH,
            SUBMIT_OPTS: f"{os.environ[SUBMIT_OPTS]} -Xlog:class+load=info:file={loads}"}
     done = subprocess.run([sys.executable, "-c", _SESSION, str(tmp_path / "wh")], env=env,
-                          capture_output=True, text=True, timeout=170, check=False)
+                          capture_output=True, text=True, timeout=380, check=False)
     assert done.returncode == 0, done.stderr
     assert "rows 1" in done.stdout
     assert "cds" not in done.stdout + done.stderr
