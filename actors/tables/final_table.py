@@ -26,8 +26,10 @@ from typing import Any
 
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.catalog import dotted, namespace, qualified
+from actors.sinks.spark.nested_evolution import nested_evolution, spark_path, spark_tree
 from actors.sinks.table.columns import COORDINATES, INGESTED_AT, column_kind
 from processors.base import Column
+from processors.column_types import is_nested, parse_type
 from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -119,8 +121,9 @@ def partition_spec(partition: tuple[str, str, str] | None) -> str:
 
 def ensure(spark: Any, settings: SparkSettings, final: str, staging: str,
            columns: Sequence[Column], partition: tuple[str, str, str] | None) -> list[str]:
-    """Create the final table if needed, or check the existing one and add the new
-    nullable columns; returns the names of the columns added. ``partition``: the final
+    """Create the final table if needed, or check the existing one, add the new
+    nullable columns and make optional what ``columns`` now make optional
+    (:func:`loosened`); returns the names of the columns added. ``partition``: the final
     partition's (name, expression, Spark type). FinalTableError when the table does not
     fit (another staging table's, columns removed or retyped, new NOT NULL columns, a
     final partition changed)."""
@@ -152,7 +155,8 @@ def ensure(spark: Any, settings: SparkSettings, final: str, staging: str,
             f"{where} exists but is not the final table of {owner} (its table property "
             f"{STAGING_TABLE} is {props.get(STAGING_TABLE)!r}); rename the staging table "
             "with sink.table, or drop the other table")
-    existing = {f.name: f.dataType.simpleString() for f in spark.table(name).schema}
+    schema = spark.table(name).schema
+    existing = {f.name: f.dataType.simpleString() for f in schema}
     errors = _partition_errors(existing, props.get(FINAL_PARTITION, ""), partition)
     if partition is not None:
         existing.pop(partition[0], None)
@@ -167,7 +171,34 @@ def ensure(spark: Any, settings: SparkSettings, final: str, staging: str,
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({ddl(added)})")
         logger.warning("merge: %s: new nullable column(s) %s added (rows merged before read "
                        "them as NULL)", where, ", ".join(c.name for c in added))
+    optional = loosened(schema, row_columns)
+    for path in optional:
+        spark.sql(f"ALTER TABLE {name} ALTER COLUMN {spark_path(path)} DROP NOT NULL")
+    if optional:
+        logger.warning("merge: %s: made %s optional (the staging table's rows may hold "
+                       "NULL there now)", where, ", ".join(".".join(p) for p in optional))
     return [c.name for c in added]
+
+
+def loosened(schema: Any, declared: Sequence[Column]) -> list[tuple[str, ...]]:
+    """The paths of the final table's required columns, or required fields inside its
+    nested columns, that ``declared`` (the staging table's columns at this merge, or the
+    processor's) makes optional: a producer made a field optional and the staging table
+    dropped its NOT NULL, so the final table must take its NULLs too (else every merge of
+    such a row fails). ``schema``: the final table's Spark schema; only the columns whose
+    types are the same but for nullability are compared (others were refused before)."""
+    fields = {f.name: f for f in schema}
+    found: list[tuple[str, ...]] = []
+    for column in declared:
+        field = fields.get(column.name)
+        if field is None:
+            continue
+        if not field.nullable and column.nullable:
+            found.append((column.name,))
+        if is_nested(parse_type(column.type)):
+            found += nested_evolution({column.name: spark_tree(field.dataType)},
+                                      [column]).loosened
+    return found
 
 
 def _partition_errors(existing: dict[str, str], recorded: str,
@@ -269,5 +300,5 @@ def record_only(spark: Any, settings: SparkSettings, final: str,
 __all__ = ["FINAL_PARTITION", "FINAL_PROPERTIES", "MERGED_FROM", "MERGED_SNAPSHOT",
            "NEW_ROWS", "RECORD_COUNTS", "REPLAYS_DROPPED", "STAGING_ROWS", "STAGING_TABLE",
            "SUPERSEDED_DROPPED", "FinalTableError", "MergeRecord", "ensure", "final_columns",
-           "ddl", "find_commit", "last_record", "load", "partition_spec", "record_only",
-           "snapshot_rows"]
+           "ddl", "find_commit", "last_record", "load", "loosened", "partition_spec",
+           "record_only", "snapshot_rows"]
