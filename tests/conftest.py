@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     nodes, if a collected test may start one (its file names Spark; it runs on Apache
     Kafka) and it was not made yet: the first process makes it (a minute or more for
     Spark, once per machine and jar set), the others wait for it."""
-    items.sort(key=lambda item: -SECONDS.get(item.nodeid.split("::", 1)[0], 0.0))
+    slowest_first(items)
     shared = Path(os.environ[SHARED_DIR_ENV])
     if _ARCHIVE not in os.environ[SUBMIT_OPTS] and _any_spark(items):
         os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.ensure_archive(shared))
@@ -79,6 +79,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 _ARCHIVE = "-XX:SharedArchiveFile="
+
+
+def slowest_first(items: list[pytest.Item]) -> None:
+    """Sort ``items`` by their file's seconds in :data:`SECONDS`, longest first (stable:
+    a file's tests keep their order, and files of unknown duration theirs)."""
+    items.sort(key=lambda item: -SECONDS.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 def _any_spark(items: list[pytest.Item]) -> bool:

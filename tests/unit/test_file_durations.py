@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pytest_collection_modifyitems
+from tests.conftest import slowest_first
 from tests.file_durations import file_of, from_junit
 
 
@@ -38,6 +38,6 @@ def test_the_slowest_files_start_first_and_the_rest_keep_their_order(
     monkeypatch.setattr("tests.conftest.SECONDS", {"tests/b.py": 5.0, "tests/c.py": 50.0})
     items = [_Item(n) for n in ("tests/a.py::x", "tests/b.py::y", "tests/b.py::z",
                                 "tests/c.py::w", "tests/d.py::v")]
-    pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    slowest_first(items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == ["tests/c.py::w", "tests/b.py::y", "tests/b.py::z",
                                          "tests/a.py::x", "tests/d.py::v"]
