@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,9 +115,24 @@ def test_kstage_children_inherit_the_suite_s_jvm_options(tmp_path: Path) -> None
     config = write_config(tmp_path / "kstage.yml", "127.0.0.1:1", "g", [])
     proc = KstageProcess(config)
     try:
-        environ = Path(f"/proc/{proc.proc.pid}/environ").read_bytes().split(b"\0")
+        environ = _exec_environ(proc)
     finally:
         proc.close()
     assert f"{SUBMIT_OPTS}={os.environ[SUBMIT_OPTS]}".encode() in environ
     assert all(opt in os.environ[SUBMIT_OPTS] for opt in FAST_START)
     assert SHARED_DIR_ENV in os.environ
+
+
+def _exec_environ(proc: KstageProcess, timeout_s: float = 60.0) -> list[bytes]:
+    """The environment of ``proc`` once it runs its own program: /proc reads empty (or
+    the parent's) while the exec is under way, so wait, bounded, for the child's own
+    PYTHONPATH while it is alive."""
+    deadline = time.monotonic() + timeout_s
+    wanted = f"PYTHONPATH={CHILD_PATH}".encode()
+    while True:
+        assert proc.proc.poll() is None, f"kstage exited early: {proc.output()}"
+        environ = Path(f"/proc/{proc.proc.pid}/environ").read_bytes().split(b"\0")
+        if wanted in environ:
+            return environ
+        assert time.monotonic() < deadline, f"no exec within {timeout_s}s: {environ[:3]}"
+        time.sleep(0.05)
