@@ -20,7 +20,6 @@ every format and every append path still runs on both. Tests on Apache Kafka car
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from typing import Protocol
 
 from service.broker import EmbeddedBroker
 from tests.apache_kafka import KafkaCluster
+from tests.file_lock import locked
 from tests.s3_server import S3Server
 
 TANSU, KAFKA = "tansu", "kafka"
@@ -173,16 +173,6 @@ def kinds_for(module: str, test: str) -> tuple[str, ...]:
     return (TANSU,) if only else BROKER_KINDS
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -194,7 +184,7 @@ def _alive(pid: int) -> bool:
 def shared_apache_kafka(shared: Path) -> str:
     """The bootstrap address of the session's one Apache Kafka node, started by the first
     process that asks (under a lock); :func:`stop_shared` ends it."""
-    with _locked(shared / "apache-kafka.lock"):
+    with locked(shared / "apache-kafka.lock"):
         state = shared / _STATE
         if state.exists():
             known = json.loads(state.read_text())

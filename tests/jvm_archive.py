@@ -14,16 +14,16 @@ archive would crash the JVM that maps it), a JVM says nothing about one it refus
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+
+from tests.file_lock import locked
 
 # A JVM that refuses an archive (another class path, a changed jar) would say so in a
 # warning on stdout: none reaches a test.
@@ -82,16 +82,6 @@ def existing(kind: str, inputs: list[Path] | None, cache: Path | None = None
     return archive if archive is not None and archive.exists() else None
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def usable(archive: Path, class_path: str) -> bool:
     """Whether a JVM maps ``archive`` with ``class_path`` (``-Xshare:on`` fails when it
     cannot; a truncated archive crashes it, without an error file)."""
@@ -129,7 +119,7 @@ def ensure(kind: str, inputs: list[Path] | None, make: Maker, shared: Path,
         return None
     cache.mkdir(parents=True, exist_ok=True)
     failed = shared / f"{kind}-cds-failed"
-    with _locked(cache / "lock"):
+    with locked(cache / "lock"):
         if archive.exists():
             os.utime(archive)
             return archive
