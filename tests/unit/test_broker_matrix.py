@@ -97,6 +97,35 @@ def test_every_exception_names_a_broker_test_and_says_why() -> None:
         assert len(why) > 20, f"{key}: say why it runs on Tansu only"
 
 
+# A test a reason names: ``test_module`` or ``test_module::test_function``.
+_NAMED = re.compile(r"\b(test_\w+)(?:::(test_\w+))?")
+
+
+def test_every_test_a_reason_names_runs_on_both_brokers() -> None:
+    """A Tansu-only test's reason names the tests that prove its broker part on both
+    brokers: each exists and runs on both (a module named alone: one of its broker tests
+    does), so a reason cannot go on pointing at a test that was renamed or went Tansu
+    only itself."""
+    for key, why in TANSU_ONLY.items():
+        for module, name in _NAMED.findall(why):
+            tests = _broker_tests(module)
+            if name:
+                assert tests.get(name), f"{key}: its reason names no broker test {name}"
+                assert kinds_for(module, name) == BROKER_KINDS, (
+                    f"{key}: its reason names {module}::{name}, which runs on Tansu only")
+            else:
+                assert any(kinds_for(module, n) == BROKER_KINDS
+                           for n, uses in tests.items() if uses), (
+                    f"{key}: its reason names {module}, none of whose tests runs on both")
+
+
+def test_no_test_is_declared_tansu_only_and_on_both() -> None:
+    """A test is in one list: named Tansu only and also on both (ALSO_ON_KAFKA, PAIRWISE),
+    it would run on both, its reason silently void."""
+    both = ALSO_ON_KAFKA | set(PAIRWISE)
+    assert not both & set(TANSU_ONLY), sorted(both & set(TANSU_ONLY))
+
+
 def test_every_test_also_on_kafka_is_a_broker_test_of_a_tansu_only_module() -> None:
     for key in ALSO_ON_KAFKA:
         module, _, name = key.partition("::")
