@@ -10,11 +10,28 @@ of a shared broker) or ``broker_kind`` (to start a broker of its own with
 
 Every such test runs on both brokers unless :data:`TANSU_ONLY` names its module (or the
 test itself, ``module::test``), with the reason; :data:`ALSO_ON_KAFKA` names the tests of
-such a module that run on both all the same. A matrix of broker x format x append path
-runs pairwise (:data:`PAIRWISE`): each of its cases once, the brokers alternating, so
-every format and every append path still runs on both. Tests on Apache Kafka carry the marker
-``apache_kafka``: ``pytest -m "not apache_kafka"`` runs the suite on Tansu alone,
-``pytest -m apache_kafka`` the Apache Kafka half.
+such a module that run on both all the same. The rule:
+
+- A test runs on both brokers when the broker takes part in what it proves: offsets
+  committed or held back, a rebalance or a revoke, a group of processes, a broker or
+  network fault, fetch and produce behaviour (what the broker stamps or carries, writes
+  to a dead-letter topic, transactions), and every test of a row of the fault table
+  (docs/operations.md) whose brokers are named there.
+- A test runs on Tansu only when the broker merely feeds it the records: decoding,
+  schemas, table types and their evolution, the merge, maintenance, the plugin kit,
+  tracing's spans, sink-side retries whose commit path other tests prove on both. Its
+  entry says why, and names the test that proves its broker part on both when there is
+  one. Only the Apache Kafka run goes: every test runs on Tansu.
+
+tests/unit/test_broker_matrix.py keeps the rule from rotting: the fault table's tests, the
+commit and failure modes and every rebalance and revoke test run on both; every entry
+names a broker test and says why; every test a reason names exists and runs on both.
+
+A matrix of broker x format x append path runs pairwise (:data:`PAIRWISE`): each of its
+cases once, the brokers alternating, so every format and every append path still runs on
+both. Tests on Apache Kafka carry the marker ``apache_kafka``: ``pytest -m "not
+apache_kafka"`` runs the suite on Tansu alone, ``pytest -m apache_kafka`` the Apache
+Kafka half.
 """
 
 from __future__ import annotations
@@ -38,11 +55,13 @@ from tests.s3_server import S3Server
 TANSU, KAFKA = "tansu", "kafka"
 BROKER_KINDS = (TANSU, KAFKA)
 
-# Broker tests that run on Tansu only, and why: Spark's own guarantees, where the broker
-# only feeds a JVM that costs a minute or more per test on this 2-core machine. Everything
+# Broker tests that run on Tansu only, and why (the rule: this module's docstring): Spark's
+# own guarantees, where the broker only feeds a JVM that costs a minute or more per test on
+# this 2-core machine, and kstage's own work on records the broker merely feeds. Everything
 # else that asks for ``broker`` or ``broker_kind`` runs on both.
 # tests/unit/test_broker_matrix.py checks that every test the fault table names, and the
-# commit and failure mode modules, run on Apache Kafka.
+# commit and failure mode modules, run on Apache Kafka, and that each test a reason below
+# names runs on both.
 _SPARK = "Spark's staging and merge; the broker only feeds the JVM"
 TANSU_ONLY: dict[str, str] = {
     "test_spark_exactly_once": f"{_SPARK} (exactly-once merge after SIGKILL)",
@@ -88,6 +107,63 @@ TANSU_ONLY: dict[str, str] = {
     "test_control_api::test_a_fresh_groups_first_write_that_hangs_fails_liveness_until_it_"
     "moves": "kstage's own stall watch over a hanging first HTTP write; the broker only "
     "feeds it (the worker's part runs on both: test_worker_behaviour)",
+    # kstage's own work on records the broker merely feeds (issue 36: the Apache Kafka
+    # runs of these took 153 s of the fresh-clone run's 1268 s on Apache Kafka)
+    "test_pyiceberg_no_jvm::test_a_run_starts_no_jvm_resumes_after_sigkill_and_its_table_"
+    "merges": "a run without a JVM (pyiceberg's appends, then the merge of the table); the "
+    "broker only feeds it (resuming where the table holds each partition after a SIGKILL "
+    "runs on both: test_pyiceberg_appends::test_sigkill_after_the_table_commit_resumes_"
+    "from_the_table; the catalog down at start: test_pyiceberg_no_jvm::test_catalog_down_"
+    "when_the_run_starts_is_retried_and_shown_in_readyz)",
+    "test_deletes::test_kstage_run_lands_deletes_from_the_broker_in_every_sink":
+        "Debezium's deletes and tombstones as deletions in every sink; the broker only "
+        "feeds them (a tombstone from either broker deletes in the final merge: "
+        "test_schema_rows_keys::test_the_final_merge_keeps_the_newest_row_per_key_and_"
+        "tombstones_delete, PAIRWISE)",
+    "test_avro_pipeline::test_every_builtin_event_type_lands_as_its_rows":
+        "the built-in processors' rows of each Avro event type; the broker only feeds "
+        "them (the registry's outage, nothing committed, runs on both: test_avro_pipeline::"
+        "test_bad_input_is_dead_lettered_and_registry_outage_is_not)",
+    "test_avro_pipeline::test_wherehows_16_byte_ids_and_an_evolved_writer_schema":
+        "WhereHows' 16-byte schema ids and an evolved writer schema, decoded; the broker "
+        "only feeds them",
+    "test_routes::test_a_message_with_no_route_or_past_max_tables_is_poison":
+        "kstage's route refusing a message (poison, to the dead-letter file); the broker "
+        "only feeds it (a routed topic's commits run on both: test_routes_iceberg)",
+    "test_routes::test_a_failing_table_is_retried_alone_the_others_not_written_twice":
+        "a routed sink retrying one failing table alone (file sinks); the commit held back "
+        "meanwhile is the worker's, proven on both for a sink that fails: test_fanout::"
+        "test_a_down_sink_holds_the_commit_back_and_nothing_is_lost, and for routed "
+        "tables: test_routes_iceberg::test_sigkill_then_restart_leaves_every_routed_row_once",
+    "test_plugin_kit": "the plugin kit (run_pipeline, a scaffolded plugin installed, "
+    "listed and run); the broker only feeds it",
+    "test_control_api::test_a_token_from_a_secret_file_with_its_newline_opens_the_control_"
+    "api": "the control API's token read from a secret file; the broker only feeds the "
+    "running service",
+    "test_tracing::test_tracing_on_from_the_environment_over_http":
+        "kstage's spans and their OTLP exporter; the broker only carries the producer's "
+        "traceparent header (a trace through the dead-letter topic runs on both: "
+        "test_tracing::test_spans_follow_the_producers_trace_to_the_api_and_the_dead_letter)",
+    "test_tracing::test_tracing_over_grpc": "kstage's spans over OTLP/gRPC; the broker only "
+    "carries the traceparent header (test_tracing::test_spans_follow_the_producers_trace_"
+    "to_the_api_and_the_dead_letter runs on both)",
+    "test_tracing::test_tracing_off_kstage_run_imports_no_opentelemetry":
+        "which modules kstage imports with tracing off; the broker only feeds the run",
+    "test_tracing_events": "the spans of each HTTP request and of each event; the broker "
+    "only carries the traceparent headers (test_tracing::test_spans_follow_the_producers_"
+    "trace_to_the_api_and_the_dead_letter runs on both)",
+    "test_translated_configs_run": "a configuration translated from DataHub Actions' or "
+    "WhereHows' runs; the broker only feeds it",
+    "test_datahub_mcp_pipeline": "DataHub's proposals decoded into their table, poison to "
+    "the dead-letter file; the broker only feeds them",
+    "test_read_only_root": "kstage on a read-only root filesystem (it writes only where "
+    "it is told); the broker only feeds it",
+    "test_filters": "the topic filter's choice of rows; the broker only feeds it (filtered "
+    "offsets committed on both: test_worker_behaviour::test_the_topic_filter_commits_what_"
+    "it_filters_and_only_matching_rows_land)",
+    "test_http_pipeline::test_5xx_retried_400_dead_lettered_timeout_retried_retry_after_"
+    "honoured": "the HTTP sink's retries, waits and dead letters; the broker only feeds it "
+    "(the commit held back while an API fails runs on both: test_sink_health)",
 }
 
 # Tests of the modules above that run on both brokers all the same: each covers a row of

@@ -1,8 +1,9 @@
-"""``route:`` on the real broker (both), into files (cheap): each message's rows land in
+"""``route:`` on the real broker, into files (cheap): each message's rows land in
 the file of the table its value field, header or key routes it to, the others in the
 default's; a message with no route and no default, and one past ``max_tables``, are
 poison naming their topic, partition, offset and value (or the limit); every offset is
-committed."""
+committed. The routing by a header or key runs on both brokers (the broker carries them),
+the rest on Tansu alone (tests/brokers.py: the route's own work)."""
 
 from __future__ import annotations
 
