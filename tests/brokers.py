@@ -130,11 +130,6 @@ TANSU_ONLY: dict[str, str] = {
     "test_routes::test_a_message_with_no_route_or_past_max_tables_is_poison":
         "kstage's route refusing a message (poison, to the dead-letter file); the broker "
         "only feeds it (a routed topic's commits run on both: test_routes_iceberg)",
-    "test_routes::test_a_failing_table_is_retried_alone_the_others_not_written_twice":
-        "a routed sink retrying one failing table alone (file sinks); the commit held back "
-        "meanwhile is the worker's, proven on both for a sink that fails: test_fanout::"
-        "test_a_down_sink_holds_the_commit_back_and_nothing_is_lost, and for routed "
-        "tables: test_routes_iceberg::test_sigkill_then_restart_leaves_every_routed_row_once",
     "test_plugin_kit": "the plugin kit (run_pipeline, a scaffolded plugin installed, "
     "listed and run); the broker only feeds it",
     "test_control_api::test_a_token_from_a_secret_file_with_its_newline_opens_the_control_"

@@ -3,7 +3,8 @@ the file of the table its value field, header or key routes it to, the others in
 default's; a message with no route and no default, and one past ``max_tables``, are
 poison naming their topic, partition, offset and value (or the limit); every offset is
 committed. The routing by a header or key runs on both brokers (the broker carries them),
-the rest on Tansu alone (tests/brokers.py: the route's own work)."""
+and so does a failing table retried alone (a row of docs/operations.md's fault table); the
+poison route on Tansu alone (tests/brokers.py: the route's own work)."""
 
 from __future__ import annotations
 
