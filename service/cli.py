@@ -32,6 +32,7 @@ nor the actors.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -123,4 +124,12 @@ def _config_error(exc: Exception, where: str | None) -> int | None:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """The ``kstage`` program: run the command, then exit with its code. Before the
+    interpreter exits, the heap is frozen (:func:`gc.freeze`): its last collection would
+    walk every object the imports and the settings models made (~20-80 ms of a 0.3 s
+    ``kstage validate``) to free nothing that outlives the process. Atexit handlers, the
+    flush of stdout and stderr and the freeing of what is not in a cycle still happen;
+    ``kstage run`` froze its start-up heap already (:func:`service.lifecycle.tune_gc`)."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)

@@ -20,7 +20,6 @@ loader, its line), never a crash at run time:
 from __future__ import annotations
 
 import importlib.util
-import ssl
 from typing import Any
 
 from pydantic import SecretStr, ValidationError
@@ -48,6 +47,8 @@ def _plain(value: Any) -> Any:
 
 
 def _load_files(config: dict[str, Any], problem: Any) -> None:
+    import ssl  # only for a file that names TLS files: TLS loads in ~10 ms
+
     cafile = config.get(_CA)
     if cafile is not None:
         try:

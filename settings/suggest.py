@@ -9,7 +9,6 @@ imports nothing of ``settings``: every module of the model can word its problems
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 
@@ -21,6 +20,8 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
     one of them); else ``""``."""
     if not isinstance(word, str):
         return ""
+    import difflib  # only for a near miss: a valid file never loads it
+
     options = [c for c in choices if c != word]
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Sequence
@@ -121,6 +120,8 @@ class JsonlSink(Sink):
     async def write(self, rows: Sequence[Row]) -> None:
         if not rows:
             return
+        import asyncio  # here: checking a jsonl sink's settings (validate) loads no loop
+
         data = b"".join([dumps_compact(r, _default) + b"\n" for r in rows])
         try:
             await asyncio.to_thread(self._write, data)
