@@ -124,6 +124,7 @@ class Fetcher:
         flow = self.flow
         rebalance = self._rebalance
         max_in_flight = self._group.commit.max_in_flight
+        max_bytes = self._group.commit.max_in_flight_mb * 2**20
         max_records = self._group.max_poll_records
         pause_after = min(self._group.max_poll_interval_ms / 4000, 5.0)
         backlog: deque[Batch] = deque()
@@ -151,7 +152,8 @@ class Fetcher:
                 logger.warning("%s: resumed by the operator", self.label)
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
-            if backlog and flow.flowing < max_in_flight:
+            full = flow.window_full(max_in_flight, max_bytes)
+            if backlog and not full:
                 # Keep aiokafka's buffer drained so its next fetch request goes out early
                 # (prefetch up to max_in_flight), without blocking: the inbox may free up.
                 data = await self.poll(consumer, max_records, 0)
@@ -163,8 +165,8 @@ class Fetcher:
                     except TimeoutError:
                         pass
                 continue
-            if backlog or flow.flowing >= max_in_flight:
-                if flow.flowing >= max_in_flight:
+            if backlog or full:
+                if full:
                     self._flush_soon()  # the rows in flight wait in the sink's next flush
                 now = time.monotonic()
                 full_since = full_since or now

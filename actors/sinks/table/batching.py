@@ -3,10 +3,23 @@ process writes to the table and flushes it in batches.
 
 A sink hands over a *part* (what :meth:`TableWriter.convert` made of its rows: an Arrow
 record batch for Spark, a list of tuples for JDBC; anything with a ``len``) and waits on
-:meth:`TableWriter.write` until the flush holding it is durable. A flush starts when
-``max_rows`` rows are pending, ``max_interval_s`` passed since the first pending row,
-``min_rows`` are pending while no flush of the table runs (a busy table keeps its writer
-busy and flushes grow with the load), the oldest pending row waited ``idle_s`` while no
+:meth:`TableWriter.write` until the flush holding it is durable.
+
+Backlog or caught up: each part's position says whether its partition was *behind* when
+the worker shipped it (:attr:`actors.sinks.base.Position.behind`: the partition's
+high-water mark was past the batch), and a writer used without positions is told by its
+caller (:meth:`TableWriter.hold_flushes`: ``kstage dlq replay`` hands over every letter first).
+While any partition whose rows wait here is behind (the newest part of each decides), the
+``min_rows`` and ``idle_s`` flushes do not fire: rows gather into one append of the
+backlog size (``max_rows`` rows or ``max_bytes`` bytes, :meth:`TableWriter.part_bytes`),
+cut by ``max_interval_s`` or a worker at its ``max_in_flight``
+(:meth:`TableWriter.flush_soon`). Once every one is caught up, the rows are flushed as
+before (with ``min_rows`` 1, the default, as soon as no flush of the table runs).
+
+A flush starts when ``max_rows`` rows (or ``max_bytes`` bytes) are pending,
+``max_interval_s`` passed since the first pending row, ``min_rows`` are pending while no
+flush of the table runs and none is behind (a busy table keeps its writer busy and
+flushes grow with the load), the oldest pending row waited ``idle_s`` while no
 flush of the table runs (a quiet table is written within about ``idle_s`` rather than
 the interval, and its writer is busy at most about one flush per ``idle_s``), or a worker
 cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
@@ -59,6 +72,7 @@ class Pending:
     batch: Any = None
     stream: Any = None
     rows: int = field(init=False)
+    size: int = 0  # bytes (TableWriter.part_bytes)
 
     def __post_init__(self) -> None:
         self.rows = len(self.part)
@@ -71,6 +85,7 @@ class TableWriter(abc.ABC):
         table: the table's name.
         columns: the processor's declared columns (the Kafka coordinates follow them).
         max_rows: flush at this many pending rows.
+        max_bytes: flush at this many pending bytes (:meth:`part_bytes`; None: no bound).
         min_rows: flush at this many pending rows when no flush of the table runs
             (capped at ``max_rows``).
         max_interval_s: longest wait of a pending row.
@@ -82,11 +97,12 @@ class TableWriter(abc.ABC):
 
     def __init__(self, table: str, columns: tuple[Column, ...], *, max_rows: int,
                  min_rows: int, max_interval_s: float, idle_s: float | None = None,
-                 rest_ratio: float = 0.0) -> None:
+                 rest_ratio: float = 0.0, max_bytes: int | None = None) -> None:
         self.table = table
         self.columns = columns
         self.flushes = 0
         self.max_rows = max_rows
+        self.max_bytes = max_bytes
         self.min_rows = min(min_rows, max_rows)
         self.max_interval_s = max_interval_s
         self.idle_s = idle_s if idle_s is not None and idle_s < max_interval_s else None
@@ -95,6 +111,12 @@ class TableWriter(abc.ABC):
         self._soon = False  # flush what is pending as soon as the running flushes end
         self._pending: list[Pending] = []
         self._pending_rows = 0
+        self._pending_bytes = 0
+        # The partitions (streams; None: parts without one) whose newest part came while
+        # they were behind, and how many callers hold the flushes of parts without a
+        # position (hold()).
+        self._behind: set[Any] = set()
+        self._holds = 0
         self._timer: asyncio.TimerHandle | None = None
         self._first_at = 0.0  # loop time at which the oldest pending part arrived
         self._idle: asyncio.TimerHandle | None = None  # idle_s after _first_at
@@ -108,6 +130,37 @@ class TableWriter(abc.ABC):
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
         """The rows that fit the declared columns as one part, and the rows that do not,
         each with the reason naming the row and the column."""
+
+    def part_bytes(self, part: Any) -> int:
+        """The bytes a part holds, for ``max_bytes``. Default: 0 (rows alone bound a
+        flush)."""
+        return 0
+
+    @property
+    def behind(self) -> bool:
+        """A partition whose rows wait here is behind, or a caller holds the flushes:
+        the rows gather into a backlog-sized append."""
+        return bool(self._behind) or self._holds > 0
+
+    def hold_flushes(self) -> None:
+        """The caller hands over more parts without positions right away (``kstage dlq
+        replay``): flush as behind until :meth:`release_flushes`."""
+        self._holds += 1
+
+    def release_flushes(self) -> None:
+        """The end of a :meth:`hold_flushes`: what waits is flushed now."""
+        self._holds = max(0, self._holds - 1)
+        if not self._holds:
+            self.flush_soon()
+
+    def forget_behind(self, streams: Any) -> None:
+        """The streams left this writer (revoked): they no longer hold flushes back."""
+        for stream in streams:
+            self._behind.discard(stream)
+
+    def _full(self) -> bool:
+        return self._pending_rows >= self.max_rows or (
+            self.max_bytes is not None and self._pending_bytes >= self.max_bytes)
 
     def refused(self, part: Any) -> list[tuple[Row, str]]:
         """The rows of ``part`` the table refused while they were written (each with the
@@ -136,13 +189,20 @@ class TableWriter(abc.ABC):
             return
         loop = asyncio.get_running_loop()
         item = Pending(part, loop.create_future(), batch, stream)
+        item.size = self.part_bytes(part)
         if not self._pending:
             self._first_at = loop.time()
         self._pending.append(item)
         self._pending_rows += item.rows
-        if self._pending_rows >= self.max_rows or (
-                not self._running and self._pending_rows >= self.min_rows
-                and not self._resting()):
+        self._pending_bytes += item.size
+        if batch is not None:
+            if batch.behind:
+                self._behind.add(stream)
+            else:
+                self._behind.discard(stream)
+        if self._full() or (
+                not self._running and not self.behind
+                and self._pending_rows >= self.min_rows and not self._resting()):
             self._flush_now()
         else:
             if self._timer is None:
@@ -154,6 +214,7 @@ class TableWriter(abc.ABC):
             if item in self._pending:  # not taken by a flush yet: drop it
                 self._pending.remove(item)
                 self._pending_rows -= item.rows
+                self._pending_bytes -= item.size
             raise
 
     def flush_soon(self) -> None:
@@ -179,19 +240,20 @@ class TableWriter(abc.ABC):
 
     def _rested(self) -> None:
         self._rest = None
-        if not self._running and self._pending_rows >= self.min_rows:
+        if not self._running and not self.behind and self._pending_rows >= self.min_rows:
             self._flush_now()
 
     def _idle_later(self) -> None:
         """No flush runs and rows wait: flush them once the oldest waited ``idle_s`` (a
         rest does not delay it)."""
-        if self.idle_s is not None and not self._running and self._idle is None:
+        if (self.idle_s is not None and not self._running and self._idle is None
+                and not self.behind):
             self._idle = asyncio.get_running_loop().call_at(
                 self._first_at + self.idle_s, self._flush_idle)
 
     def _flush_idle(self) -> None:
         self._idle = None
-        if not self._running:
+        if not self._running and not self.behind:
             self._flush_now()
 
     def _flush_now(self) -> None:
@@ -206,6 +268,7 @@ class TableWriter(abc.ABC):
             self._rest = None
         batch = self._take()
         self._pending_rows = sum(item.rows for item in self._pending)
+        self._pending_bytes = sum(item.size for item in self._pending)
         if self._pending:  # held back: a later flush writes them
             loop = asyncio.get_running_loop()
             self._first_at = loop.time()
@@ -229,8 +292,9 @@ class TableWriter(abc.ABC):
             return
         now = asyncio.get_running_loop().time()
         self._rest_until = now + (now - self._busy_from) * self.rest_ratio
-        if (self._soon and self._pending) or (
-                self._pending_rows >= self.min_rows and not self._resting()):
+        if (self._soon and self._pending) or self._full() or (
+                not self.behind and self._pending_rows >= self.min_rows
+                and not self._resting()):
             self._flush_now()  # keep the writer busy while rows wait
         elif self._pending:
             self._idle_later()
