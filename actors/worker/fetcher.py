@@ -2,10 +2,11 @@
 
 It owns ``getmany``: batches go into the flow's inbox, each tagged with the rebalance
 generation current when its poll *returned*. When the pipeline is full (``max_in_flight``
-messages not yet acked, or the inbox full) it holds what it fetched, pauses every
-assigned partition once the pipeline stays full, and keeps polling, so the member keeps
-heartbeating and never hits ``max_poll_interval_ms``. A stop gives up a poll held by a
-rebalance (:meth:`Fetcher._give_up`, called when the flow's intake stops).
+messages, or ``max_in_flight_mb`` of them on the wire, not yet acked, or the inbox full)
+it holds what it fetched, pauses every assigned partition once the pipeline stays full,
+and keeps polling, so the member keeps heartbeating and never hits
+``max_poll_interval_ms``. A stop gives up a poll held by a rebalance
+(:meth:`Fetcher._give_up`, called when the flow's intake stops).
 
 Its collaborators are narrow: the :class:`~actors.worker.flow.Flow`, the rebalance
 listener (committed offsets to seed, positions to advance to), the committer (what was
