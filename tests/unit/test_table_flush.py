@@ -136,6 +136,37 @@ async def test_while_behind_the_interval_and_a_full_window_still_flush() -> None
     assert [count for _, count in writer.started] == [3, 3]
 
 
+async def test_a_partition_caught_up_without_rows_for_the_table_releases_the_others() -> None:
+    """Partition a's last batch up to its high-water mark has no rows for this table
+    (filtered, dead-lettered): it caught up all the same, and b's caught-up rows that
+    waited for it go at once, not after the interval (here far past the test's wait)."""
+    writer = RecordingWriter(max_rows=10**6, min_rows=1, max_interval_s=WAIT_S * 10)
+    first = asyncio.ensure_future(writer.write(rows(3), batch=At(True), stream="a"))
+    second = asyncio.ensure_future(writer.write(rows(2), batch=At(False), stream="b"))
+    await asyncio.sleep(0)
+    assert writer.started == []  # a is behind: b's rows wait for it
+    await writer.write(rows(0), batch=At(False), stream="a")
+    await asyncio.wait_for(asyncio.gather(first, second), WAIT_S)
+    assert [count for _, count in writer.started] == [5]
+
+
+async def test_no_rest_after_a_backlog_flush_a_caught_up_row_goes_at_once() -> None:
+    """``rest_ratio`` 1000 after a backlog's flush that took 0.2 s (a rest of 200 s,
+    past the test's wait, were it taken): the first caught-up row is flushed at once.
+    A backlog's flushes take long for their size, not for a commit's fixed cost."""
+    writer = RecordingWriter(max_rows=1000, min_rows=1, max_interval_s=WAIT_S * 10,
+                             rest_ratio=1000.0)
+    writer.release.clear()
+    backlog = [asyncio.ensure_future(writer.write(rows(500), batch=At(True), stream="a"))
+               for _ in range(2)]
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)  # at max_rows
+    await asyncio.sleep(0.2)  # the backlog's append takes 0.2 s
+    writer.release.set()
+    await asyncio.wait_for(asyncio.gather(*backlog), WAIT_S)
+    await asyncio.wait_for(writer.write(rows(1), batch=At(False), stream="a"), WAIT_S)
+    assert [count for _, count in writer.started] == [1000, 1]
+
+
 async def test_held_flushes_gather_parts_without_positions_into_one() -> None:
     """kstage dlq replay: parts without positions, handed over while held, are one flush
     when released."""

@@ -14,7 +14,10 @@ While any partition whose rows wait here is behind (the newest part of each deci
 backlog size (``max_rows`` rows or ``max_bytes`` bytes, :meth:`TableWriter.part_bytes`),
 cut by ``max_interval_s`` or a worker at its ``max_in_flight``
 (:meth:`TableWriter.flush_soon`). Once every one is caught up, the rows are flushed as
-before (with ``min_rows`` 1, the default, as soon as no flush of the table runs).
+before (with ``min_rows`` 1, the default, as soon as no flush of the table runs). A
+partition's batch without rows for the table still says whether it caught up. Each flush
+logs (DEBUG) what started it: ``size``, ``caught up``, ``interval``, ``idle``,
+``rested`` or ``flush_soon``.
 
 A flush starts when ``max_rows`` rows (or ``max_bytes`` bytes) are pending,
 ``max_interval_s`` passed since the first pending row, ``min_rows`` are pending while no
@@ -25,8 +28,10 @@ the interval, and its writer is busy at most about one flush per ``idle_s``), or
 cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
 
 With a ``rest_ratio`` r above 0, a flush that ``min_rows`` starts rests first: after
-flushes that kept the table busy d seconds, it starts no earlier than d * r seconds after
-they ended, or once the oldest waiting row waited ``idle_s`` (the rest never holds a row
+flushes of caught-up rows that kept the table busy d seconds, it starts no earlier than
+d * r seconds after they ended (none after flushes that held a backlog's rows: they took
+long for their size, and the first rows caught up after them go at once), or once the
+oldest waiting row waited ``idle_s`` (the rest never holds a row
 longer than that while no flush runs; ``max_rows``, ``max_interval_s`` and
 :meth:`TableWriter.flush_soon` do not wait either). Flushes whose cost hardly depends on
 their rows then grow with their own duration instead of following each other back to
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +59,8 @@ from typing import Any
 from actors.errors import SinkError
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column, Row
+
+logger = logging.getLogger(__name__)
 
 
 class RowsRefused(SinkError):
@@ -73,6 +81,7 @@ class Pending:
     stream: Any = None
     rows: int = field(init=False)
     size: int = 0  # bytes (TableWriter.part_bytes)
+    behind: bool = False  # a backlog's: its partition was behind, or flushes were held
 
     def __post_init__(self) -> None:
         self.rows = len(self.part)
@@ -123,6 +132,7 @@ class TableWriter(abc.ABC):
         self._tasks: set[asyncio.Task[None]] = set()
         self.rest_ratio = rest_ratio
         self._busy_from = 0.0  # loop time at which the running flushes began
+        self._busy_backlog = False  # a running flush holds rows of a backlog (no rest after)
         self._rest_until = 0.0  # loop time before which min_rows/idle_s flushes wait
         self._rest: asyncio.TimerHandle | None = None  # at _rest_until
 
@@ -185,28 +195,36 @@ class TableWriter(abc.ABC):
     async def write(self, part: Any, *, batch: Any = None, stream: Any = None) -> None:
         """Add a part (rows made by :meth:`convert`) to the next flush and wait until it
         was written; ``batch`` and ``stream``: the worker's batch it belongs to."""
+        if batch is not None:
+            # before the empty check: a partition whose last batch up to its high-water
+            # mark has no rows for this table (filtered, dead-lettered) caught up too
+            if batch.behind:
+                self._behind.add(stream)
+            else:
+                self._behind.discard(stream)
         if not len(part):
+            if self._pending and not self._running and not self.behind \
+                    and self._pending_rows >= self.min_rows and not self._resting():
+                self._flush_now("caught up")  # what waited for this partition goes
             return
         loop = asyncio.get_running_loop()
         item = Pending(part, loop.create_future(), batch, stream)
         item.size = self.part_bytes(part)
+        item.behind = self.behind
         if not self._pending:
             self._first_at = loop.time()
         self._pending.append(item)
         self._pending_rows += item.rows
         self._pending_bytes += item.size
-        if batch is not None:
-            if batch.behind:
-                self._behind.add(stream)
-            else:
-                self._behind.discard(stream)
-        if self._full() or (
-                not self._running and not self.behind
+        if self._full():
+            self._flush_now("size")
+        elif (not self._running and not self.behind
                 and self._pending_rows >= self.min_rows and not self._resting()):
-            self._flush_now()
+            self._flush_now("caught up")
         else:
             if self._timer is None:
-                self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+                self._timer = loop.call_later(self.max_interval_s, self._flush_now,
+                                              "interval")
             self._idle_later()
         try:
             await item.future
@@ -226,7 +244,7 @@ class TableWriter(abc.ABC):
         if self._running:
             self._soon = True
         else:
-            self._flush_now()
+            self._flush_now("flush_soon")
 
     def _resting(self) -> bool:
         """The writer rests after its last flushes (``rest_ratio``): True, and the
@@ -241,7 +259,7 @@ class TableWriter(abc.ABC):
     def _rested(self) -> None:
         self._rest = None
         if not self._running and not self.behind and self._pending_rows >= self.min_rows:
-            self._flush_now()
+            self._flush_now("rested")
 
     def _idle_later(self) -> None:
         """No flush runs and rows wait: flush them once the oldest waited ``idle_s`` (a
@@ -254,9 +272,11 @@ class TableWriter(abc.ABC):
     def _flush_idle(self) -> None:
         self._idle = None
         if not self._running and not self.behind:
-            self._flush_now()
+            self._flush_now("idle")
 
-    def _flush_now(self) -> None:
+    def _flush_now(self, reason: str) -> None:
+        """Flush what may go now; ``reason``: what started it (logged at DEBUG: ``size``,
+        ``caught up``, ``interval``, ``idle``, ``rested``, ``flush_soon``)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -275,11 +295,16 @@ class TableWriter(abc.ABC):
             # Looked at again after the interval even if no write comes to trigger it:
             # what held them back (an earlier batch of their partition) may be forgotten
             # or cancelled without a write of its own.
-            self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+            self._timer = loop.call_later(self.max_interval_s, self._flush_now,
+                                          "interval")
         if batch:
             loop = asyncio.get_running_loop()
             if not self._running:
                 self._busy_from = loop.time()
+                self._busy_backlog = False
+            self._busy_backlog = self._busy_backlog or any(item.behind for item in batch)
+            logger.debug("%s: flushing %d row(s) (%s)", self.table,
+                         sum(item.rows for item in batch), reason)
             task = loop.create_task(self._flush(batch))
             self._tasks.add(task)  # a reference until done
             self._running += 1
@@ -291,11 +316,17 @@ class TableWriter(abc.ABC):
         if self._running:
             return
         now = asyncio.get_running_loop().time()
-        self._rest_until = now + (now - self._busy_from) * self.rest_ratio
-        if (self._soon and self._pending) or self._full() or (
-                not self.behind and self._pending_rows >= self.min_rows
+        # No rest after a backlog's rows: their flushes took long for their size, not
+        # for a commit's fixed cost, and the rows caught up after them go at once.
+        self._rest_until = now if self._busy_backlog else (
+            now + (now - self._busy_from) * self.rest_ratio)
+        if self._soon and self._pending:
+            self._flush_now("flush_soon")
+        elif self._full():
+            self._flush_now("size")
+        elif (not self.behind and self._pending_rows >= self.min_rows
                 and not self._resting()):
-            self._flush_now()  # keep the writer busy while rows wait
+            self._flush_now("caught up")  # keep the writer busy while rows wait
         elif self._pending:
             self._idle_later()
         self._soon = False
