@@ -46,6 +46,7 @@ class Entry:
     savepoint: bool = False
     done: bool = False
     cancelled: bool = False  # its partition was revoked: never written, never acked
+    behind: bool = False  # more of its partition waited in Kafka when it was shipped
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ Usage::
                                [--flush-interval-s S] [--flush-min-rows N]
                                [--warmup EVENTS] [--from-first-commit]
                                [--spark-conf KEY=VALUE ...] [--appends spark|pyiceberg]
-                               [--keep]
+                               [--defaults] [--keep]
 
 ``--format avro`` runs the same comparison on DataHub MetadataChangeLog events (the real
 schema, Confluent wire format, writer schema served by a ``file://`` registry): the raw
@@ -59,7 +59,9 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
 * ``--spark-conf KEY=VALUE`` (repeatable) adds Spark conf to kstage's session, for
   experiments (e.g. JVM options); the default run uses none. ``--appends pyiceberg``
   runs kstage with ``spark.appends: pyiceberg`` (pyiceberg writes and commits the
-  appends from the Python process; default ``spark``).
+  appends from the Python process; default ``spark``). ``--defaults`` runs kstage with
+  its own flush settings and in-flight window (issue 35: a backlog's appends as the
+  defaults size them); each round then prints ``appends_per_100k``.
 * Warm (issue 14): a fresh JVM spends its first ~10-20 s of CPU compiling Spark and
   Parquet code, so the cold window above says little about a service that runs for days.
   ``--warmup W`` (default for ``spark``: half of ``--messages``; ``0`` turns it off) also
@@ -468,13 +470,15 @@ def _import_stdlib_http() -> None:
         sys.path[:] = saved
 
 
-def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
+def spark_workload(n: int, workdir: Path, flush_rows: int | None = SPARK_FLUSH_ROWS,
                    flush_interval_s: float = SPARK_FLUSH_INTERVAL_S,
                    conf: dict[str, str] | None = None,
                    flush_min_rows: int | None = None, appends: str = "spark") -> Workload:
     """n WhereHows Gobblin compaction events (real schema, :func:`service.dev.samples.
     sample_records`) in the Confluent wire format, schema id 1, ``file://`` registry; kstage
-    maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink)."""
+    maps them with ``gobblin_compaction`` into a Parquet staging table (spark sink).
+    ``flush_rows`` None: kstage's defaults for the flushes and the in-flight window
+    (``--defaults``)."""
     from fastavro import parse_schema, schemaless_reader
 
     _import_stdlib_http()
@@ -512,8 +516,9 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
         "Avro Gobblin compaction", values, raw_decode, format="avro", raw_handle=raw_handle,
         processor="gobblin_compaction", sink={"type": "spark"},
         extra_config={"schema_registry": {"url": f"file://{registry}"}},
-        spark={"master": "local[2]", "flush_max_rows": flush_rows, "appends": appends,
-               "flush_max_interval_s": flush_interval_s,
+        spark={"master": "local[2]", "appends": appends,
+               **({} if flush_rows is None else {
+                   "flush_max_rows": flush_rows, "flush_max_interval_s": flush_interval_s}),
                **({} if flush_min_rows is None else {"flush_min_rows": flush_min_rows}),
                "conf": {"spark.driver.memory": "512m", **(conf or {})}},
         group_config={
@@ -522,7 +527,8 @@ def spark_workload(n: int, workdir: Path, flush_rows: int = SPARK_FLUSH_ROWS,
             # holding the batch) makes a commit due; commits are single-flight, so acks
             # arriving during one commit are committed by the next.
             "commit": {"mode": "batch", "max_messages": 1, "max_interval_s": 10,
-                       "max_in_flight": flush_rows + 10_000},
+                       **({} if flush_rows is None else {
+                           "max_in_flight": flush_rows + 10_000})},
         },
     )
 
@@ -862,6 +868,7 @@ async def bench(bootstrap: str, work: Workload, rounds: int, workdir: Path,
                   f"pyspark Python workers: {ks.workers}; CPU over the process wall: "
                   f"Python {ks.cpu_s[0]:.0f} s, JVM {ks.cpu_s[1]:.0f} s; load average "
                   f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+            print(f"round {r}:   appends_per_100k={len(sizes) / n * 1e5:.1f}", flush=True)
             print(f"round {r}:   JVM CPU per row over the window: "
                   f"{ks.window_cpu_s[1] / n * 1e6:.1f} us", flush=True)
         if warmup:
@@ -956,6 +963,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1000, help="bytes per JSON message")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--format", choices=("json", "avro", "spark"), default="json")
+    parser.add_argument("--defaults", action="store_true",
+                        help="spark: kstage's defaults for the flushes and max_in_flight "
+                        "(--flush-rows and --flush-interval-s ignored)")
     parser.add_argument("--flush-rows", type=int, default=SPARK_FLUSH_ROWS,
                         help="spark: flush_max_rows of the staging table writer")
     parser.add_argument("--flush-interval-s", type=float, default=SPARK_FLUSH_INTERVAL_S,
@@ -992,7 +1002,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.format == "avro":
             work, extra = avro_workload(args.messages, workdir), "datahub_mcl"
         elif args.format == "spark":
-            work, extra = spark_workload(args.messages, workdir, args.flush_rows,
+            work, extra = spark_workload(args.messages, workdir,
+                                         None if args.defaults else args.flush_rows,
                                          args.flush_interval_s,
                                          dict(kv.split("=", 1) for kv in args.spark_conf),
                                          args.flush_min_rows, args.appends), None

@@ -32,8 +32,12 @@ class CommitSettings(Model):
         10, gt=0, description="batch: commit at least this often; auto: auto-commit interval."
     )
     max_in_flight: int = Field(
-        10000, ge=1, description="Messages fetched but not yet acked by the sink (backpressure)."
-    )
+        100_000, ge=1, description="Messages fetched but not yet acked by the sink "
+        "(backpressure); with max_in_flight_mb, whichever comes first.")
+    max_in_flight_mb: float = Field(
+        64, gt=0, description="MiB of messages fetched but not yet acked by the sink "
+        "(their keys and values on the wire, estimated from the mean size of the fetched "
+        "messages); with max_in_flight, whichever comes first.")
     wait_for_ack: bool = Field(
         False, description="Wait for each commit to be acknowledged before processing more."
     )

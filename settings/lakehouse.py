@@ -178,10 +178,16 @@ class SparkSettings(Model):
         default_factory=lambda: {"spark.driver.memory": "512m"},
         description="Extra Spark configuration (overrides kstage's defaults).",
     )
-    flush_max_rows: int = Field(10000, ge=1, description="Flush a table at this many rows.")
+    flush_max_rows: int = Field(
+        100_000, ge=1, description="The largest append, in rows: a table is flushed at this "
+        "many pending rows (the size of a backlog's appends, with flush_max_mb).")
+    flush_max_mb: float = Field(
+        32, gt=0, description="The largest append, in MiB of pending rows (their Arrow "
+        "buffers; the JDBC sink counts rows alone): a table is flushed at this much.")
     flush_min_rows: int = Field(
-        1000, ge=1, description="Flush a table at this many rows when none of its appends "
-        "is running (a busy table keeps Spark writing; a quiet one waits for the interval).")
+        1, ge=1, description="Flush a table at this many rows when none of its appends "
+        "is running and none of its partitions is behind (caught up: 1, as soon as a row "
+        "is there; while a backlog waits, rows gather up to flush_max_rows/flush_max_mb).")
     appends: Literal["spark", "pyiceberg"] = Field(
         "spark", description="What writes the staging appends: spark (the Arrow rows go to "
         "the JVM, Spark writes the Parquet files and commits), or pyiceberg (Apache "

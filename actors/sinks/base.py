@@ -61,7 +61,10 @@ repr masks values named like secrets (a password in JDBC ``properties``, an
 class Position(Protocol):
     """Where a batch of rows comes from, as the worker hands it to :meth:`Sink.write_at`:
     its partition (``tp.topic``, ``tp.partition``) and the offset after its last
-    message. ``cancelled``: the partition was revoked (the batch is never acked). One
+    message. ``cancelled``: the partition was revoked (the batch is never acked).
+    ``behind``: when the worker shipped it, the partition's high-water mark was past it
+    (more than one offset: a transaction's commit marker is never handed over), i.e. a
+    backlog waits behind it; a micro-batching sink then gathers a larger append. One
     object per batch (its retries pass the same one)."""
 
     @property
@@ -72,6 +75,9 @@ class Position(Protocol):
 
     @property
     def cancelled(self) -> bool: ...
+
+    @property
+    def behind(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +257,15 @@ class Sink(abc.ABC):
     def flush_soon(self) -> None:  # noqa: B027 - optional hook
         """The worker cannot send more rows until some are acknowledged: a sink that
         gathers rows for a later flush should flush now. Default: nothing to do."""
+
+    def hold_flushes(self) -> None:  # noqa: B027 - optional hook
+        """The caller hands over more rows right away, without positions (``kstage dlq
+        replay`` hands over every letter before it waits for any): a sink that gathers
+        rows for a later flush gathers them all (up to its size and interval bounds)
+        until :meth:`release_flushes`. Default: nothing to do."""
+
+    def release_flushes(self) -> None:  # noqa: B027 - optional hook
+        """The end of :meth:`hold_flushes`: flush what was gathered now."""
 
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Open files or clients."""

@@ -219,6 +219,14 @@ class RoutedSink(Sink):
         for sink in self.tables.values():
             sink.flush_soon()
 
+    def hold_flushes(self) -> None:
+        for sink in self.tables.values():
+            sink.hold_flushes()
+
+    def release_flushes(self) -> None:
+        for sink in self.tables.values():
+            sink.release_flushes()
+
     async def close(self) -> None:
         for task in self._opening.values():
             task.cancel()

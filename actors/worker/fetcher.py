@@ -2,10 +2,11 @@
 
 It owns ``getmany``: batches go into the flow's inbox, each tagged with the rebalance
 generation current when its poll *returned*. When the pipeline is full (``max_in_flight``
-messages not yet acked, or the inbox full) it holds what it fetched, pauses every
-assigned partition once the pipeline stays full, and keeps polling, so the member keeps
-heartbeating and never hits ``max_poll_interval_ms``. A stop gives up a poll held by a
-rebalance (:meth:`Fetcher._give_up`, called when the flow's intake stops).
+messages, or ``max_in_flight_mb`` of them on the wire, not yet acked, or the inbox full)
+it holds what it fetched, pauses every assigned partition once the pipeline stays full,
+and keeps polling, so the member keeps heartbeating and never hits
+``max_poll_interval_ms``. A stop gives up a poll held by a rebalance
+(:meth:`Fetcher._give_up`, called when the flow's intake stops).
 
 Its collaborators are narrow: the :class:`~actors.worker.flow.Flow`, the rebalance
 listener (committed offsets to seed, positions to advance to), the committer (what was
@@ -124,6 +125,7 @@ class Fetcher:
         flow = self.flow
         rebalance = self._rebalance
         max_in_flight = self._group.commit.max_in_flight
+        max_bytes = self._group.commit.max_in_flight_mb * 2**20
         max_records = self._group.max_poll_records
         pause_after = min(self._group.max_poll_interval_ms / 4000, 5.0)
         backlog: deque[Batch] = deque()
@@ -151,7 +153,8 @@ class Fetcher:
                 logger.warning("%s: resumed by the operator", self.label)
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
-            if backlog and flow.flowing < max_in_flight:
+            full = flow.window_full(max_in_flight, max_bytes)
+            if backlog and not full:
                 # Keep aiokafka's buffer drained so its next fetch request goes out early
                 # (prefetch up to max_in_flight), without blocking: the inbox may free up.
                 data = await self.poll(consumer, max_records, 0)
@@ -163,8 +166,8 @@ class Fetcher:
                     except TimeoutError:
                         pass
                 continue
-            if backlog or flow.flowing >= max_in_flight:
-                if flow.flowing >= max_in_flight:
+            if backlog or full:
+                if full:
                     self._flush_soon()  # the rows in flight wait in the sink's next flush
                 now = time.monotonic()
                 full_since = full_since or now

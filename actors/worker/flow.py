@@ -83,6 +83,7 @@ class Flow:
         self.owns_offsets = owns_offsets
         self.inbox: asyncio.Queue[Any] = asyncio.Queue(_INBOX_BATCHES)
         self.in_flight = 0
+        self.message_bytes = 0.0  # the mean wire size of the fetched messages (fetched)
         self.room = asyncio.Event()  # set when the inbox or the in-flight window frees up
         self.progress = asyncio.Event()  # set when a batch was acked, dropped or processed
         self.intake_stopped = asyncio.Event()
@@ -146,6 +147,17 @@ class Flow:
         span = self.fetched_span.setdefault(tp, [records[0].offset, 0])
         span[1] = records[-1].offset + 1
         self.in_flight += len(records)
+        size = sum(len(r.value or b"") + len(r.key or b"") for r in records) / len(records)
+        # the mean wire size of a message, over the last few dozen batches
+        self.message_bytes += (size - self.message_bytes) * (
+            1.0 if not self.message_bytes else 0.05)
+
+    def window_full(self, max_messages: int, max_bytes: float) -> bool:
+        """The in-flight window is full: ``max_messages`` flowing, or their estimated
+        bytes (flowing times the mean wire size of the fetched messages) reach
+        ``max_bytes``."""
+        flowing = self.flowing
+        return flowing >= max_messages or flowing * self.message_bytes >= max_bytes
 
     def acked(self, count: int) -> None:
         """Every sink acked a batch of ``count`` messages."""

@@ -201,6 +201,13 @@ class ProcessLoop:
             # them: never written here (a late write could overtake newer ones).
             self.flow.drop(count)
             return SinkBatch(rows, Entry(tp, next_offset, count, savepoint, cancelled=True))
+        consumer = self._consumer
+        if consumer is not None:
+            # A backlog waits behind this batch (the fetch's high-water mark: correct on
+            # every broker, where end offsets are not): its sinks gather larger appends.
+            # One past it is a transaction's commit marker, never handed over.
+            highwater = consumer.highwater(tp)
+            entry.behind = highwater is not None and highwater > next_offset + 1
         batch = SinkBatch(rows, entry, trace)
         await self.outbox.put(batch)
         return batch

@@ -45,6 +45,7 @@ record is replayed twice. For the same reason ``--topic`` and ``--since`` select
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import base64
 import fcntl
@@ -493,6 +494,7 @@ class _Target:
                                                        resources=resources)}
         self._opened: set[str] = set()
         self._stack: AsyncExitStack | None = None
+        self.holding = False  # the sinks gather every row handed over (hold_flushes)
 
     async def start(self, stack: AsyncExitStack) -> None:
         """Start the processor (once; stopped by ``stack``, which closes the sinks opened
@@ -512,20 +514,41 @@ class _Target:
             self._opened.add(name)
             assert self._stack is not None  # noqa: S101 - start() comes first
             self._stack.push_async_callback(bound.sink.close)
+            if self.holding:
+                bound.sink.hold_flushes()
         return bound
 
-    async def replay(self, rec: dict[str, Any]) -> str | None:
-        """Decode, transform and write one dead-lettered message to every sink of its
-        topic (raises on failure); a row one sink refused goes to that sink only, as it
-        is (the others had it). Returns why it was skipped (None: replayed)."""
+    def hold(self) -> None:
+        """The replay hands over letters without waiting: the sinks gather them into one
+        write (one append per table) until :meth:`release`."""
+        if not self.holding:
+            self.holding = True
+            for name in self._opened:
+                self.sinks[name].sink.hold_flushes()
+
+    def release(self) -> None:
+        """Every letter was handed over: the sinks write what they gathered now."""
+        if self.holding:
+            self.holding = False
+            for name in self._opened:
+                self.sinks[name].sink.release_flushes()
+
+    def flush_soon(self) -> None:
+        for name in self._opened:
+            self.sinks[name].sink.flush_soon()
+
+    async def replay(self, rec: dict[str, Any]) -> Handed:
+        """Decode, transform and hand one dead-lettered message to every sink of its
+        topic (raises on failure; the writes' errors come from :meth:`Handed.durable`); a
+        row one sink refused goes to that sink only, as it is (the others had it)."""
         key, value = _b64(rec.get("key")), _b64(rec.get("value"))
         if "sink" in rec:  # the sink refused this row for good: offer it again as it is
             name = str(rec["sink"])
             if name not in self.sinks:
-                return (f"refused by sink {name!r}, which topic {rec.get('topic')!r} no longer "
-                        f"has (its sinks: {', '.join(self.sinks)})")
-            await self._write(await self._sink(name), [json.loads(value or b"null")])
-            return None
+                return Handed(f"refused by sink {name!r}, which topic {rec.get('topic')!r} "
+                              f"no longer has (its sinks: {', '.join(self.sinks)})")
+            return Handed(writes=[await self._write(await self._sink(name),
+                                                    [json.loads(value or b"null")])])
         record = Record(str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
                         int(rec.get("timestamp") or 0), key, value,
                         tuple((str(k), _b64(v)) for k, v in rec.get("headers") or ()),
@@ -536,25 +559,98 @@ class _Target:
         route = Collect()
         await self.pipeline.walk([record], route, policy=False)
         if stats["filtered"] > filtered:  # the topic's filter keeps it out: no write
-            return None
-        for name in self.sinks:  # each its own list: a sink may empty the one it gets
-            await self._write(await self._sink(name), list(route.rows))
-        return None
+            return Handed()
+        # each its own list: a sink may empty the one it gets
+        return Handed(writes=[await self._write(await self._sink(name), list(route.rows))
+                              for name in self.sinks])
 
-    async def _write(self, bound: BoundSink, rows: list[Any]) -> None:
-        """Write and wait until durable. The replay sends nothing more until then, so a
-        micro-batching sink (spark, jdbc) is told to flush now, as the worker does when
-        its pipeline is full, instead of after its ``flush_max_interval_s`` per line."""
-        sink = bound.sink
-        write = asyncio.ensure_future(sink.write(rows))
-        while not write.done():
-            sink.flush_soon()
-            await asyncio.wait([write], timeout=0.05)
-        await write
+    async def _write(self, bound: BoundSink, rows: list[Any]) -> asyncio.Task[None]:
+        """Hand ``rows`` to the sink: the write, durable once it is done. It starts now
+        (a held micro-batching sink gathers it with the letters after it)."""
+        write = asyncio.ensure_future(bound.sink.write(rows))
+        await asyncio.sleep(0)  # the write reaches its sink before the next letter
+        return write
 
 
-Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
-"""Replays one dead-letter record; returns why it was skipped, or None when done."""
+@dataclass(slots=True)
+class Handed:
+    """One letter handed to its sinks: why it was skipped (None: replayed once its
+    writes are durable), and its writes."""
+
+    skipped: str | None = None
+    writes: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def durable(self, flush_soon: Callable[[], None]) -> str | None:
+        """Wait until every write is durable (raises a write's error); ``flush_soon``
+        is called while waiting, as the worker does when its pipeline is full, so a
+        micro-batching sink (spark, jdbc) writes now rather than after its
+        ``flush_max_interval_s``."""
+        for write in self.writes:
+            while not write.done():
+                flush_soon()
+                await asyncio.wait([write], timeout=0.05)
+        for write in self.writes:
+            await write
+        return self.skipped
+
+
+class Handler(abc.ABC):
+    """Replays dead-letter records: hands each over (``__call__``), while the sinks
+    gather them (:meth:`hold`) until :meth:`release`."""
+
+    @abc.abstractmethod
+    async def __call__(self, rec: dict[str, Any]) -> Handed:
+        """Hand one dead-letter record over (raises when it cannot be)."""
+
+    def hold(self) -> None:  # noqa: B027 - optional hook
+        """Gather what is handed over from now on into as few writes as possible."""
+
+    def release(self) -> None:  # noqa: B027 - optional hook
+        """Write what was gathered now."""
+
+    def flush_soon(self) -> None:  # noqa: B027 - optional hook
+        """Write now what waits in a micro-batching sink."""
+
+
+_REPLAY_CHUNK = 10_000  # letters handed over before the replay waits for their writes
+
+
+class _Processors(Handler):
+    """Replays through each letter's topic's processor and sinks (:class:`_Target`)."""
+
+    def __init__(self, handle: Callable[[dict[str, Any]], Awaitable[Handed]],
+                 targets: dict[tuple[str, str], _Target]) -> None:
+        self._handle, self._targets = handle, targets
+        self._holding = False
+
+    async def __call__(self, rec: dict[str, Any]) -> Handed:
+        return await self._handle(rec)
+
+    def hold(self) -> None:
+        self._holding = True
+        for target in self._targets.values():
+            target.hold()
+
+    def release(self) -> None:
+        self._holding = False
+        for target in self._targets.values():
+            target.release()
+
+    @property
+    def holding(self) -> bool:
+        return self._holding
+
+    def flush_soon(self) -> None:
+        for target in self._targets.values():
+            target.flush_soon()
+
+
+class _ToKafka(Handler):
+    def __init__(self, handle: Callable[[dict[str, Any]], Awaitable[str | None]]) -> None:
+        self._handle = handle
+
+    async def __call__(self, rec: dict[str, Any]) -> Handed:
+        return Handed(await self._handle(rec))
 
 
 async def _processor_handler(settings: Settings, stack: AsyncExitStack,
@@ -578,7 +674,7 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
         by_topic.setdefault(t.topic, []).append((g, t))
     targets: dict[tuple[str, str], _Target] = {}
 
-    async def handle(rec: dict[str, Any]) -> str | None:
+    async def handle(rec: dict[str, Any]) -> Handed:
         # the line's (group, topic); else its topic, when one configured group reads it;
         # else the entry the line's group's topic_pattern makes for it
         found = exact.get((str(rec.get("group")), str(rec.get("topic"))))
@@ -586,21 +682,24 @@ async def _processor_handler(settings: Settings, stack: AsyncExitStack,
         found = found or (candidates[0] if len(candidates) == 1 else None)
         found = found or _by_pattern(settings, str(rec.get("group")), str(rec.get("topic")))
         if found is None:
-            return "topic not in the configuration"
+            return Handed("topic not in the configuration")
         group, topic = found
         key = (settings.group_id(group), topic.topic)
         if key not in targets:
             targets[key] = _Target(settings, group, topic,
                                    for_options(classes[topic.processor], topic.options),
                                    registry, id_type, resources)
+            if handler.holding:
+                targets[key].hold()
         target = targets[key]
         await target.start(stack)
         filtered = target.pipeline.stats["filtered"]
-        skipped = await target.replay(rec)
+        handed = await target.replay(rec)
         if result is not None:
             result.filtered += target.pipeline.stats["filtered"] - filtered
-        return skipped
-    return handle
+        return handed
+    handler = _Processors(handle, targets)
+    return handler
 
 
 def _by_pattern(settings: Settings, group_id: str, topic: str
@@ -632,7 +731,7 @@ async def _kafka_handler(settings: Settings, stack: AsyncExitStack) -> Handler:
             headers=[(str(k), _b64(v)) for k, v in rec.get("headers") or ()],
             partition=partition if isinstance(partition, int) and partition >= 0 else None)
         return None
-    return handle
+    return _ToKafka(handle)
 
 
 async def replay_async(settings: Settings, *, topic: str | None = None,
@@ -654,20 +753,33 @@ async def replay_async(settings: Settings, *, topic: str | None = None,
         via = "kafka" if to_kafka else "processor"
         handle = await (_kafka_handler(settings, stack) if to_kafka
                         else _processor_handler(settings, stack, result))
-        for letter in todo:
-            progress.advance()
-            try:
-                skipped = await handle(letter.record)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure leaves the line unreplayed
-                result.failed.append((letter, f"{type(exc).__name__}: {exc}"))
-                continue
-            if skipped is not None:
-                result.skipped.append((letter, skipped))
-                continue
-            markers[letter.path].mark(letter, via)  # only after the work is durable
-            result.replayed.append(letter)
+        for start in range(0, len(todo), _REPLAY_CHUNK):
+            # The letters are handed over first, then waited for: a table sink writes
+            # them in one append per table, not one per letter.
+            handed: list[tuple[DeadLetter, Handed]] = []
+            handle.hold()
+            for letter in todo[start:start + _REPLAY_CHUNK]:
+                progress.advance()
+                try:
+                    handed.append((letter, await handle(letter.record)))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the line stays unreplayed
+                    result.failed.append((letter, f"{type(exc).__name__}: {exc}"))
+            handle.release()
+            for letter, one in handed:
+                try:
+                    skipped = await one.durable(handle.flush_soon)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the line stays unreplayed
+                    result.failed.append((letter, f"{type(exc).__name__}: {exc}"))
+                    continue
+                if skipped is not None:
+                    result.skipped.append((letter, skipped))
+                    continue
+                markers[letter.path].mark(letter, via)  # only after the work is durable
+                result.replayed.append(letter)
     return result
 
 
@@ -698,7 +810,8 @@ async def replay_topic_async(settings: Settings, dlq_topic: str, *, to_kafka: bo
                                                    "which was not replayed"))
                     continue
                 try:
-                    skipped = await handle(letter.record)
+                    # one at a time: a letter that fails holds its partition's next ones
+                    skipped = await (await handle(letter.record)).durable(handle.flush_soon)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the record stays unreplayed

@@ -46,8 +46,11 @@ def running(pg: Postgres) -> Iterator[Postgres]:
 @pytest.fixture(scope="module")
 def jdbc_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkActor]:
     """The Spark session the module's JDBC sinks write through (local[1])."""
+    # flush_min_rows 1000: the writes of a test gather within the interval (one flush
+    # for concurrent workers), as before issue 35 made 1 the default (a caught-up row
+    # flushed at once: tests/integration/test_backlog_appends.py).
     spark = SparkActor(SparkSettings(master="local[1]",
                                      warehouse=str(tmp_path_factory.mktemp("warehouse")),
-                                     flush_max_interval_s=0.2))
+                                     flush_max_interval_s=0.2, flush_min_rows=1000))
     yield spark
     spark.stop()

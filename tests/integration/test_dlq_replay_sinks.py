@@ -3,8 +3,9 @@ staging table) and a real PostgreSQL server (jdbc sink through Spark JDBC).
 
 Both sinks need what the worker binds them with (the processor's columns and table, the
 ``spark:`` section, where refused rows go); a replay that only built the sink failed
-every line ("declares no columns"). A replay writes one line at a time and waits for it:
-it asks the micro-batching sinks to flush at once (the interval here is 300 s).
+every line ("declares no columns"). A replay hands every line over, then waits for them:
+it asks the micro-batching sinks to flush at once (the interval here is 300 s), in one
+append per table.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ def dead_letters(path: Path, offsets: list[int], bad: int | None = None) -> None
     path.write_text("\n".join(lines) + "\n")
 
 
-def config(tmp_path: Path, sink: dict[str, Any]) -> Settings:
+def config(tmp_path: Path, sink: dict[str, Any], **spark: Any) -> Settings:
     return Settings.model_validate({
         "kafka": {"bootstrap": "embedded"},
         # A replay waits for each line's write: it must not wait out the interval
         # (the idle flush is off: the replay's own flush_soon is what is tested).
         "spark": {"master": "local[1]", "warehouse": str(tmp_path / "warehouse"),
-                  "flush_max_interval_s": 300, "flush_idle_s": 300},
+                  "flush_max_interval_s": 300, "flush_idle_s": 300, **spark},
         "groups": [{"group_id": "g", "failure": {
             "dead_letter_path": str(tmp_path / "dead.jsonl")}, "topics": [
             {"topic": TOPIC, "processor": PROCESSOR.name, "format": "json",
@@ -71,6 +72,24 @@ async def test_replay_into_a_spark_sink(tmp_path: Path) -> None:
     assert {r["cluster"] for r in table} == {"ltx1-holdem"}
     marks = (tmp_path / "dead.jsonl.replayed").read_text().splitlines()
     assert [json.loads(m)["offset"] for m in marks] == [1, 2, 4]
+
+
+async def test_a_replay_of_twenty_letters_is_one_append_per_table(tmp_path: Path) -> None:
+    """The replay hands every letter over before it waits for any (the sink holds its
+    flushes): 20 letters land in one Iceberg append, and each is marked replayed
+    (through pyiceberg: the same writer as Spark's appends, without a JVM to start)."""
+    offsets = list(range(100, 120))
+    dead_letters(tmp_path / "dead.jsonl", offsets)
+    settings = config(tmp_path, {"type": "spark"}, appends="pyiceberg")
+    async with asyncio.timeout(120):
+        result = await replay_async(settings)
+    assert (result.failed, [d.record["offset"] for d in result.replayed]) == ([], offsets)
+    warehouse = tmp_path / "warehouse"
+    assert sorted(o for _, o in iceberg_tables.coordinates(warehouse, PROCESSOR.table)) == \
+        offsets
+    assert len(iceberg_tables.summaries(warehouse, PROCESSOR.table)) == 1
+    marks = (tmp_path / "dead.jsonl.replayed").read_text().splitlines()
+    assert [json.loads(m)["offset"] for m in marks] == offsets
 
 
 async def test_replay_into_a_jdbc_sink(tmp_path: Path, pg: Postgres) -> None:

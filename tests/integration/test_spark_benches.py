@@ -5,7 +5,8 @@ they depend on the machine's load).
 real ``kstage run --drain`` into an Iceberg staging table, and reads the table back with
 pyiceberg; ``bench/commit_cost.py`` appends to an Iceberg and a Parquet table in one
 Spark session; ``bench/pyiceberg_commit.py`` appends through pyiceberg's ``Table.append``
-and kstage's transaction. They read kstage's own log lines and tables, so a change to
+and kstage's transaction; ``bench/append_loop_lag.py`` times the event loop while pyiceberg
+appends on another thread. They read kstage's own log lines and tables, so a change to
 either that the benchmark no longer understands fails here, not in the next long run.
 """
 
@@ -66,3 +67,12 @@ async def test_the_short_pyiceberg_commit_run_reads_every_append_back() -> None:
     assert re.search(r"^snapshots 1-100: pyiceberg [\d.]+ ms, kstage [\d.]+ ms per append",
                      text, re.MULTILINE), text
     assert "read back 1000 rows: every append once" in text, text
+
+
+async def test_the_short_append_loop_lag_run_prints_the_lag() -> None:
+    text = await _run(str(ROOT / "bench" / "append_loop_lag.py"), "--rows", "200",
+                      "--appends", "2", timeout_s=300)
+    lines = text.strip().splitlines()
+    assert re.fullmatch(r"loop lag p50 \d+\.\d{4} p99 \d+\.\d{4} max \d+\.\d{3} s over \d+ "
+                        r"probes", lines[-1]), text
+    assert len(re.findall(r"^append \d: [\d.]+ s", text, re.MULTILINE)) == 2, text

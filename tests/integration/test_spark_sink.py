@@ -48,8 +48,11 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def spark_actor(warehouse: Path) -> Iterator[SparkActor]:
     uri = f"jdbc:sqlite:{warehouse}/catalog.db?journal_mode=WAL&busy_timeout=300"
+    # flush_min_rows 1000: the writes of a test gather within the interval (see
+    # tests/integration/conftest.py's jdbc_spark)
     actor = SparkActor(SparkSettings(master="local[1]", warehouse=str(warehouse),
-                                     flush_max_interval_s=0.2, catalog={"uri": uri}))
+                                     flush_max_interval_s=0.2, flush_min_rows=1000,
+                                     catalog={"uri": uri}))
     yield actor
     actor.stop()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from actors.sinks.spark.staging import flush_limits, rest_ratio
@@ -47,10 +48,24 @@ def rows(n: int) -> list[Row]:
     return [{"i": i} for i in range(n)]
 
 
-async def test_with_the_default_settings_a_quiet_table_is_flushed_before_the_interval() -> None:
-    """10 rows, far below flush_min_rows, on an idle writer: written after about
-    flush_idle_s (1 s), not after flush_max_interval_s (5 s)."""
+async def test_with_the_default_settings_a_caught_up_row_is_flushed_at_once() -> None:
+    """10 rows on an idle writer whose partitions are not behind: written at once
+    (flush_min_rows 1), not after flush_idle_s nor flush_max_interval_s."""
     settings = SparkSettings()
+    writer = RecordingWriter(**flush_limits(settings))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.wait_for(writer.write(rows(10), batch=At(behind=False), stream="s"),
+                           WAIT_S)
+    (at, count), = writer.started
+    assert count == 10
+    assert at - start < settings.flush_idle_s
+
+
+async def test_with_a_higher_min_rows_a_quiet_table_is_flushed_after_idle_s() -> None:
+    """10 rows, below a flush_min_rows set by hand, on an idle writer: written after about
+    flush_idle_s (1 s), not after flush_max_interval_s (5 s)."""
+    settings = SparkSettings(flush_min_rows=1000)
     writer = RecordingWriter(**flush_limits(settings))
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -59,6 +74,113 @@ async def test_with_the_default_settings_a_quiet_table_is_flushed_before_the_int
     assert count == 10
     assert at - start < settings.flush_max_interval_s  # before: the interval's flush
     assert at - start >= settings.flush_idle_s - 0.01  # a timer may fire a tick early
+
+
+@dataclass
+class At:
+    """A worker's batch position, as far as the writer reads it."""
+
+    behind: bool
+
+
+async def test_while_behind_rows_gather_until_the_backlog_size_then_caught_up_at_once() -> None:
+    """Parts whose partition is behind are not flushed at min_rows nor idle_s: they gather
+    until max_rows; a part that caught up flushes what waits at once."""
+    writer = RecordingWriter(max_rows=1000, min_rows=1, max_interval_s=WAIT_S, idle_s=0.05)
+    loop = asyncio.get_running_loop()
+    writes = [asyncio.ensure_future(writer.write(rows(300), batch=At(True), stream="a"))
+              for _ in range(3)]
+    waited_from = loop.time()
+    while loop.time() - waited_from < 0.3:  # six times idle_s
+        await asyncio.sleep(0.05)
+    assert writer.started == []  # 900 rows behind: below the backlog size
+    writes.append(asyncio.ensure_future(writer.write(rows(300), batch=At(True), stream="a")))
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
+    assert [count for _, count in writer.started] == [1200]  # at max_rows
+    writes.append(asyncio.ensure_future(writer.write(rows(5), batch=At(True), stream="a")))
+    writes.append(asyncio.ensure_future(writer.write(rows(5), batch=At(True), stream="b")))
+    await asyncio.sleep(0.1)
+    assert len(writer.started) == 1
+    writes.append(asyncio.ensure_future(writer.write(rows(5), batch=At(False), stream="a")))
+    await asyncio.sleep(0.1)
+    assert len(writer.started) == 1  # partition b is still behind
+    writes.append(asyncio.ensure_future(writer.write(rows(5), batch=At(False), stream="b")))
+    await asyncio.wait_for(asyncio.gather(*writes), WAIT_S)
+    assert [count for _, count in writer.started] == [1200, 20]
+
+
+class SizedWriter(RecordingWriter):
+    def part_bytes(self, part: Any) -> int:
+        return 100 * len(part)  # 100 bytes a row
+
+
+async def test_while_behind_the_bytes_bound_cuts_an_append() -> None:
+    writer = SizedWriter(max_rows=10**6, min_rows=1, max_interval_s=WAIT_S, max_bytes=50_000)
+    writes = [asyncio.ensure_future(writer.write(rows(200), batch=At(True), stream="a"))
+              for _ in range(3)]
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
+    assert [count for _, count in writer.started] == [600]  # 60 000 bytes >= 50 000
+    await asyncio.wait_for(asyncio.gather(*writes), WAIT_S)
+
+
+async def test_while_behind_the_interval_and_a_full_window_still_flush() -> None:
+    writer = RecordingWriter(max_rows=10**6, min_rows=1, max_interval_s=0.2, idle_s=0.05)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.wait_for(writer.write(rows(3), batch=At(True), stream="a"), WAIT_S)
+    assert writer.started[0][0] - start >= 0.2 - 0.01  # the interval, not idle_s
+    write = asyncio.ensure_future(writer.write(rows(3), batch=At(True), stream="a"))
+    await asyncio.sleep(0)
+    writer.flush_soon()  # the worker's window is full
+    await asyncio.wait_for(write, 0.15)
+    assert [count for _, count in writer.started] == [3, 3]
+
+
+async def test_a_partition_caught_up_without_rows_for_the_table_releases_the_others() -> None:
+    """Partition a's last batch up to its high-water mark has no rows for this table
+    (filtered, dead-lettered): it caught up all the same, and b's caught-up rows that
+    waited for it go at once, not after the interval (here far past the test's wait)."""
+    writer = RecordingWriter(max_rows=10**6, min_rows=1, max_interval_s=WAIT_S * 10)
+    first = asyncio.ensure_future(writer.write(rows(3), batch=At(True), stream="a"))
+    second = asyncio.ensure_future(writer.write(rows(2), batch=At(False), stream="b"))
+    await asyncio.sleep(0)
+    assert writer.started == []  # a is behind: b's rows wait for it
+    await writer.write(rows(0), batch=At(False), stream="a")
+    await asyncio.wait_for(asyncio.gather(first, second), WAIT_S)
+    assert [count for _, count in writer.started] == [5]
+
+
+async def test_no_rest_after_a_backlog_flush_a_caught_up_row_goes_at_once() -> None:
+    """``rest_ratio`` 1000 after a backlog's flush that took 0.2 s (a rest of 200 s,
+    past the test's wait, were it taken): the first caught-up row is flushed at once.
+    A backlog's flushes take long for their size, not for a commit's fixed cost."""
+    writer = RecordingWriter(max_rows=1000, min_rows=1, max_interval_s=WAIT_S * 10,
+                             rest_ratio=1000.0)
+    writer.release.clear()
+    backlog = [asyncio.ensure_future(writer.write(rows(500), batch=At(True), stream="a"))
+               for _ in range(2)]
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)  # at max_rows
+    await asyncio.sleep(0.2)  # the backlog's append takes 0.2 s
+    writer.release.set()
+    await asyncio.wait_for(asyncio.gather(*backlog), WAIT_S)
+    await asyncio.wait_for(writer.write(rows(1), batch=At(False), stream="a"), WAIT_S)
+    assert [count for _, count in writer.started] == [1000, 1]
+
+
+async def test_held_flushes_gather_parts_without_positions_into_one() -> None:
+    """kstage dlq replay: parts without positions, handed over while held, are one flush
+    when released."""
+    writer = RecordingWriter(max_rows=10**6, min_rows=1, max_interval_s=WAIT_S, idle_s=0.05)
+    writer.hold_flushes()
+    writes = [asyncio.ensure_future(writer.write(rows(1))) for _ in range(20)]
+    loop = asyncio.get_running_loop()
+    waited_from = loop.time()
+    while loop.time() - waited_from < 0.3:
+        await asyncio.sleep(0.05)
+    assert writer.started == []
+    writer.release_flushes()
+    await asyncio.wait_for(asyncio.gather(*writes), WAIT_S)
+    assert [count for _, count in writer.started] == [20]
 
 
 async def test_no_idle_flush_while_a_flush_runs_then_the_waiting_rows_go_at_once() -> None:

@@ -76,7 +76,8 @@ logger = logging.getLogger(__name__)
 def flush_limits(settings: SparkSettings) -> dict[str, Any]:
     """A :class:`TableWriter`'s flush limits from the ``spark:`` section."""
     return {"max_rows": settings.flush_max_rows, "min_rows": settings.flush_min_rows,
-            "max_interval_s": settings.flush_max_interval_s, "idle_s": settings.flush_idle_s}
+            "max_interval_s": settings.flush_max_interval_s, "idle_s": settings.flush_idle_s,
+            "max_bytes": int(settings.flush_max_mb * 2**20)}
 
 
 def rest_ratio(settings: SparkSettings) -> float:
@@ -146,6 +147,10 @@ class StagingWriter(ExactlyOnceWriter):
     @property
     def registered(self) -> bool:
         return self._registered
+
+    def part_bytes(self, part: Any) -> int:
+        """The Arrow buffers of a record batch (``flush_max_mb``)."""
+        return int(part.nbytes)
 
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
         """The rows that fit the declared columns as one Arrow record batch, and the

@@ -3,17 +3,35 @@ process writes to the table and flushes it in batches.
 
 A sink hands over a *part* (what :meth:`TableWriter.convert` made of its rows: an Arrow
 record batch for Spark, a list of tuples for JDBC; anything with a ``len``) and waits on
-:meth:`TableWriter.write` until the flush holding it is durable. A flush starts when
-``max_rows`` rows are pending, ``max_interval_s`` passed since the first pending row,
-``min_rows`` are pending while no flush of the table runs (a busy table keeps its writer
-busy and flushes grow with the load), the oldest pending row waited ``idle_s`` while no
+:meth:`TableWriter.write` until the flush holding it is durable.
+
+Backlog or caught up: each part's position says whether its partition was *behind* when
+the worker shipped it (:attr:`actors.sinks.base.Position.behind`: the partition's
+high-water mark was past the batch), and a writer used without positions is told by its
+caller (:meth:`TableWriter.hold_flushes`: ``kstage dlq replay`` hands over every letter first).
+While any partition whose rows wait here is behind (the newest part of each decides), the
+``min_rows`` and ``idle_s`` flushes do not fire: rows gather into one append of the
+backlog size (``max_rows`` rows or ``max_bytes`` bytes, :meth:`TableWriter.part_bytes`),
+cut by ``max_interval_s`` or a worker at its ``max_in_flight``
+(:meth:`TableWriter.flush_soon`). Once every one is caught up, the rows are flushed as
+before (with ``min_rows`` 1, the default, as soon as no flush of the table runs). A
+partition's batch without rows for the table still says whether it caught up. Each flush
+logs (DEBUG) what started it: ``size``, ``caught up``, ``interval``, ``idle``,
+``rested`` or ``flush_soon``.
+
+A flush starts when ``max_rows`` rows (or ``max_bytes`` bytes) are pending,
+``max_interval_s`` passed since the first pending row, ``min_rows`` are pending while no
+flush of the table runs and none is behind (a busy table keeps its writer busy and
+flushes grow with the load), the oldest pending row waited ``idle_s`` while no
 flush of the table runs (a quiet table is written within about ``idle_s`` rather than
 the interval, and its writer is busy at most about one flush per ``idle_s``), or a worker
 cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
 
 With a ``rest_ratio`` r above 0, a flush that ``min_rows`` starts rests first: after
-flushes that kept the table busy d seconds, it starts no earlier than d * r seconds after
-they ended, or once the oldest waiting row waited ``idle_s`` (the rest never holds a row
+flushes of caught-up rows that kept the table busy d seconds, it starts no earlier than
+d * r seconds after they ended (none after flushes that held a backlog's rows: they took
+long for their size, and the first rows caught up after them go at once), or once the
+oldest waiting row waited ``idle_s`` (the rest never holds a row
 longer than that while no flush runs; ``max_rows``, ``max_interval_s`` and
 :meth:`TableWriter.flush_soon` do not wait either). Flushes whose cost hardly depends on
 their rows then grow with their own duration instead of following each other back to
@@ -33,6 +51,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +59,8 @@ from typing import Any
 from actors.errors import SinkError
 from actors.sinks.table.columns import COORDINATES
 from processors.base import Column, Row
+
+logger = logging.getLogger(__name__)
 
 
 class RowsRefused(SinkError):
@@ -59,6 +80,8 @@ class Pending:
     batch: Any = None
     stream: Any = None
     rows: int = field(init=False)
+    size: int = 0  # bytes (TableWriter.part_bytes)
+    behind: bool = False  # a backlog's: its partition was behind, or flushes were held
 
     def __post_init__(self) -> None:
         self.rows = len(self.part)
@@ -71,6 +94,7 @@ class TableWriter(abc.ABC):
         table: the table's name.
         columns: the processor's declared columns (the Kafka coordinates follow them).
         max_rows: flush at this many pending rows.
+        max_bytes: flush at this many pending bytes (:meth:`part_bytes`; None: no bound).
         min_rows: flush at this many pending rows when no flush of the table runs
             (capped at ``max_rows``).
         max_interval_s: longest wait of a pending row.
@@ -82,11 +106,12 @@ class TableWriter(abc.ABC):
 
     def __init__(self, table: str, columns: tuple[Column, ...], *, max_rows: int,
                  min_rows: int, max_interval_s: float, idle_s: float | None = None,
-                 rest_ratio: float = 0.0) -> None:
+                 rest_ratio: float = 0.0, max_bytes: int | None = None) -> None:
         self.table = table
         self.columns = columns
         self.flushes = 0
         self.max_rows = max_rows
+        self.max_bytes = max_bytes
         self.min_rows = min(min_rows, max_rows)
         self.max_interval_s = max_interval_s
         self.idle_s = idle_s if idle_s is not None and idle_s < max_interval_s else None
@@ -95,12 +120,19 @@ class TableWriter(abc.ABC):
         self._soon = False  # flush what is pending as soon as the running flushes end
         self._pending: list[Pending] = []
         self._pending_rows = 0
+        self._pending_bytes = 0
+        # The partitions (streams; None: parts without one) whose newest part came while
+        # they were behind, and how many callers hold the flushes of parts without a
+        # position (hold()).
+        self._behind: set[Any] = set()
+        self._holds = 0
         self._timer: asyncio.TimerHandle | None = None
         self._first_at = 0.0  # loop time at which the oldest pending part arrived
         self._idle: asyncio.TimerHandle | None = None  # idle_s after _first_at
         self._tasks: set[asyncio.Task[None]] = set()
         self.rest_ratio = rest_ratio
         self._busy_from = 0.0  # loop time at which the running flushes began
+        self._busy_backlog = False  # a running flush holds rows of a backlog (no rest after)
         self._rest_until = 0.0  # loop time before which min_rows/idle_s flushes wait
         self._rest: asyncio.TimerHandle | None = None  # at _rest_until
 
@@ -108,6 +140,37 @@ class TableWriter(abc.ABC):
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
         """The rows that fit the declared columns as one part, and the rows that do not,
         each with the reason naming the row and the column."""
+
+    def part_bytes(self, part: Any) -> int:
+        """The bytes a part holds, for ``max_bytes``. Default: 0 (rows alone bound a
+        flush)."""
+        return 0
+
+    @property
+    def behind(self) -> bool:
+        """A partition whose rows wait here is behind, or a caller holds the flushes:
+        the rows gather into a backlog-sized append."""
+        return bool(self._behind) or self._holds > 0
+
+    def hold_flushes(self) -> None:
+        """The caller hands over more parts without positions right away (``kstage dlq
+        replay``): flush as behind until :meth:`release_flushes`."""
+        self._holds += 1
+
+    def release_flushes(self) -> None:
+        """The end of a :meth:`hold_flushes`: what waits is flushed now."""
+        self._holds = max(0, self._holds - 1)
+        if not self._holds:
+            self.flush_soon()
+
+    def forget_behind(self, streams: Any) -> None:
+        """The streams left this writer (revoked): they no longer hold flushes back."""
+        for stream in streams:
+            self._behind.discard(stream)
+
+    def _full(self) -> bool:
+        return self._pending_rows >= self.max_rows or (
+            self.max_bytes is not None and self._pending_bytes >= self.max_bytes)
 
     def refused(self, part: Any) -> list[tuple[Row, str]]:
         """The rows of ``part`` the table refused while they were written (each with the
@@ -132,21 +195,36 @@ class TableWriter(abc.ABC):
     async def write(self, part: Any, *, batch: Any = None, stream: Any = None) -> None:
         """Add a part (rows made by :meth:`convert`) to the next flush and wait until it
         was written; ``batch`` and ``stream``: the worker's batch it belongs to."""
+        if batch is not None:
+            # before the empty check: a partition whose last batch up to its high-water
+            # mark has no rows for this table (filtered, dead-lettered) caught up too
+            if batch.behind:
+                self._behind.add(stream)
+            else:
+                self._behind.discard(stream)
         if not len(part):
+            if self._pending and not self._running and not self.behind \
+                    and self._pending_rows >= self.min_rows and not self._resting():
+                self._flush_now("caught up")  # what waited for this partition goes
             return
         loop = asyncio.get_running_loop()
         item = Pending(part, loop.create_future(), batch, stream)
+        item.size = self.part_bytes(part)
+        item.behind = self.behind
         if not self._pending:
             self._first_at = loop.time()
         self._pending.append(item)
         self._pending_rows += item.rows
-        if self._pending_rows >= self.max_rows or (
-                not self._running and self._pending_rows >= self.min_rows
-                and not self._resting()):
-            self._flush_now()
+        self._pending_bytes += item.size
+        if self._full():
+            self._flush_now("size")
+        elif (not self._running and not self.behind
+                and self._pending_rows >= self.min_rows and not self._resting()):
+            self._flush_now("caught up")
         else:
             if self._timer is None:
-                self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+                self._timer = loop.call_later(self.max_interval_s, self._flush_now,
+                                              "interval")
             self._idle_later()
         try:
             await item.future
@@ -154,6 +232,7 @@ class TableWriter(abc.ABC):
             if item in self._pending:  # not taken by a flush yet: drop it
                 self._pending.remove(item)
                 self._pending_rows -= item.rows
+                self._pending_bytes -= item.size
             raise
 
     def flush_soon(self) -> None:
@@ -165,7 +244,7 @@ class TableWriter(abc.ABC):
         if self._running:
             self._soon = True
         else:
-            self._flush_now()
+            self._flush_now("flush_soon")
 
     def _resting(self) -> bool:
         """The writer rests after its last flushes (``rest_ratio``): True, and the
@@ -179,22 +258,25 @@ class TableWriter(abc.ABC):
 
     def _rested(self) -> None:
         self._rest = None
-        if not self._running and self._pending_rows >= self.min_rows:
-            self._flush_now()
+        if not self._running and not self.behind and self._pending_rows >= self.min_rows:
+            self._flush_now("rested")
 
     def _idle_later(self) -> None:
         """No flush runs and rows wait: flush them once the oldest waited ``idle_s`` (a
         rest does not delay it)."""
-        if self.idle_s is not None and not self._running and self._idle is None:
+        if (self.idle_s is not None and not self._running and self._idle is None
+                and not self.behind):
             self._idle = asyncio.get_running_loop().call_at(
                 self._first_at + self.idle_s, self._flush_idle)
 
     def _flush_idle(self) -> None:
         self._idle = None
-        if not self._running:
-            self._flush_now()
+        if not self._running and not self.behind:
+            self._flush_now("idle")
 
-    def _flush_now(self) -> None:
+    def _flush_now(self, reason: str) -> None:
+        """Flush what may go now; ``reason``: what started it (logged at DEBUG: ``size``,
+        ``caught up``, ``interval``, ``idle``, ``rested``, ``flush_soon``)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -206,17 +288,23 @@ class TableWriter(abc.ABC):
             self._rest = None
         batch = self._take()
         self._pending_rows = sum(item.rows for item in self._pending)
+        self._pending_bytes = sum(item.size for item in self._pending)
         if self._pending:  # held back: a later flush writes them
             loop = asyncio.get_running_loop()
             self._first_at = loop.time()
             # Looked at again after the interval even if no write comes to trigger it:
             # what held them back (an earlier batch of their partition) may be forgotten
             # or cancelled without a write of its own.
-            self._timer = loop.call_later(self.max_interval_s, self._flush_now)
+            self._timer = loop.call_later(self.max_interval_s, self._flush_now,
+                                          "interval")
         if batch:
             loop = asyncio.get_running_loop()
             if not self._running:
                 self._busy_from = loop.time()
+                self._busy_backlog = False
+            self._busy_backlog = self._busy_backlog or any(item.behind for item in batch)
+            logger.debug("%s: flushing %d row(s) (%s)", self.table,
+                         sum(item.rows for item in batch), reason)
             task = loop.create_task(self._flush(batch))
             self._tasks.add(task)  # a reference until done
             self._running += 1
@@ -228,10 +316,17 @@ class TableWriter(abc.ABC):
         if self._running:
             return
         now = asyncio.get_running_loop().time()
-        self._rest_until = now + (now - self._busy_from) * self.rest_ratio
-        if (self._soon and self._pending) or (
-                self._pending_rows >= self.min_rows and not self._resting()):
-            self._flush_now()  # keep the writer busy while rows wait
+        # No rest after a backlog's rows: their flushes took long for their size, not
+        # for a commit's fixed cost, and the rows caught up after them go at once.
+        self._rest_until = now if self._busy_backlog else (
+            now + (now - self._busy_from) * self.rest_ratio)
+        if self._soon and self._pending:
+            self._flush_now("flush_soon")
+        elif self._full():
+            self._flush_now("size")
+        elif (not self.behind and self._pending_rows >= self.min_rows
+                and not self._resting()):
+            self._flush_now("caught up")  # keep the writer busy while rows wait
         elif self._pending:
             self._idle_later()
         self._soon = False

@@ -113,6 +113,7 @@ class ExactlyOnceWriter(TableWriter, abc.ABC):
         for stream in streams:
             self._disown(stream)
         self.ledger.forget(streams)
+        self.forget_behind(streams)
 
     async def wait_appends(self, streams: Iterable[Stream], within_s: float) -> bool:
         """Wait (up to ``within_s``) until no running append holds a batch of

@@ -100,6 +100,16 @@ class TableSink(Sink):
         if self._writer is not None:
             self._writer.flush_soon()
 
+    def hold_flushes(self) -> None:
+        """Gather the rows handed over without positions into one append (see
+        :meth:`TableWriter.hold_flushes`)."""
+        if self._writer is not None:
+            self._writer.hold_flushes()
+
+    def release_flushes(self) -> None:
+        if self._writer is not None:
+            self._writer.release_flushes()
+
     async def write(self, rows: Sequence[Row]) -> None:
         await self._write(rows)
 

@@ -1,0 +1,212 @@
+"""Big appends while a backlog waits, small fresh ones once caught up, with the defaults
+(issue 35): ``kstage run`` with ``spark.appends: pyiceberg`` on the embedded broker and a
+SQLite catalog, nothing else tuned.
+
+* A backlog of 30 000 events lands in few appends: while a partition's high-water mark
+  is past the batches shipped, a staging table is flushed only at its backlog size
+  (``flush_max_rows``, ``flush_max_mb``), at ``flush_max_interval_s`` or when the worker's
+  window is full, and once more when it caught up. The bound on the table's snapshots
+  follows from that rule and the spread of the run's commits. Then single events,
+  produced one at a time, are each visible without a size threshold.
+* With ``flush_idle_s`` 60 and ``flush_max_interval_s`` 120 set (upper bounds), the same
+  backlog is appended only at the sizes or once caught up (a bound without timing), and
+  then a single event of the caught-up topic is visible well within the idle bound: caught
+  up, a row is flushed as soon as no append of its table runs.
+* SIGKILL while a backlog's big append is in flight: the next run (``--drain``) leaves
+  every event in the table exactly once, and commits every partition to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from settings.models import Settings, SparkSettings
+from tests.gobblin_events import compaction
+from tests.kafkautil import KstageProcess, committed, create_topic, produce, unique, wait_until
+from tests.lake import (
+    IcebergReader,
+    assert_once,
+    lake_config,
+    produce_events,
+    wait_committed,
+)
+
+logger = logging.getLogger(__name__)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+PARTITIONS = 2
+BACKLOG = 30_000
+DEFAULTS = SparkSettings()
+
+
+def pyiceberg_spark(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """A ``spark:`` section with the defaults but for the catalog and the append path."""
+    return {"appends": "pyiceberg", **extra,
+            "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'lake' / 'catalog.db'}",
+                        "warehouse": str(tmp_path / "lake" / "wh")}}
+
+
+async def single_events_visible(broker: str, reader: IcebergReader, table: str, topic: str,
+                                start: int, count: int, proc: KstageProcess,
+                                deadline_s: float) -> None:
+    """Events ``start ..`` produced one at a time (each sent and acknowledged alone), each
+    visible in ``table`` within ``deadline_s`` of its send."""
+    for i in range(start, start + count):
+        partition = i % PARTITIONS
+        await produce(broker, topic, [compaction(i)], partition_of=lambda _, p=partition: p)
+        want = (topic, partition, i // PARTITIONS)
+
+        def visible(w: tuple[str, int, int] = want) -> bool:
+            return proc.proc.poll() is not None or w in reader.coordinates(table)
+        await wait_until(visible, timeout=deadline_s, what=f"event {i} in the table")
+        assert proc.proc.poll() is None, proc.output()
+
+
+def commits_s(reader: IcebergReader, table: str) -> list[float]:
+    """The commit times of the table's snapshots, oldest first (s)."""
+    return sorted(s.timestamp_ms / 1000 for s in reader._table(table).snapshots())
+
+
+def size_cuts(reader: IcebergReader, table: str, settings: SparkSettings, events: int,
+              group: Any) -> int:
+    """The cuts that the rule's sizes alone may make in a backlog of ``events``: at the
+    rows (``flush_max_rows``), at their Arrow bytes (``flush_max_mb``), at a full window
+    of messages or of their bytes on the wire (``max_in_flight``, ``max_in_flight_mb``)."""
+    arrow = reader._table(table).scan().to_arrow()
+    wire = sum(len(json.dumps(compaction(i)).encode()) for i in range(events))
+    return (events // settings.flush_max_rows
+            + math.floor(arrow.nbytes / (settings.flush_max_mb * 2**20))
+            + events // group.commit.max_in_flight
+            + math.floor(wire / (group.commit.max_in_flight_mb * 2**20)))
+
+
+CAUGHT_UP_ONE = "flushing 1 row(s) (caught up)"  # actors/sinks/table/batching.py, DEBUG
+
+
+@pytest.mark.timeout(600)
+async def test_a_backlog_lands_in_few_appends_then_a_caught_up_event_in_its_own(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """The switch both ways with the defaults: the backlog in few big appends (the
+    snapshots counted once its offsets are committed), then, caught up, each single
+    event in an append of its own, started by its arrival (the flush's reason in the
+    log: ``caught up``, not a timer nor a row count)."""
+    table, topic, group = "stg_backlog", unique("backlog"), unique("g-backlog")
+    spark = pyiceberg_spark(tmp_path)
+    await create_topic(broker, topic, partitions=PARTITIONS)
+    await produce_events(broker, topic, 0, BACKLOG, PARTITIONS)
+    cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark)
+    data = yaml.safe_load(cfg.read_text())
+    data["service"]["log_level"] = "DEBUG"  # the flushes' reasons
+    cfg.write_text(yaml.safe_dump(data))
+    reader = IcebergReader(spark)
+    proc = kstage(cfg)
+    try:
+        await wait_committed(broker, group, topic, PARTITIONS, BACKLOG, [proc], timeout=300)
+        appends = reader.snapshots(table)
+        commits = commits_s(reader, table)
+        # The rule: while behind, the rows gather into one append, cut by a size or by
+        # the interval (appends the interval cuts start at least an interval apart: their
+        # commits spread over about as long), appended once caught up; one more per
+        # partition whose first rows came while the others were caught up.
+        settings = Settings.model_validate(data)
+        bound = (1 + size_cuts(reader, table, settings.spark, BACKLOG, settings.groups[0])
+                 + math.floor((commits[-1] - commits[0]) / DEFAULTS.flush_max_interval_s)
+                 + PARTITIONS - 1)
+        assert appends <= bound, (appends, bound, commits, proc.output()[-3000:])
+        assert_once(reader, table, topic, BACKLOG, PARTITIONS)
+
+        # Caught up: each single event is appended on its own, as soon as it arrives.
+        for i in range(BACKLOG, BACKLOG + PARTITIONS):
+            snapshots, flushed = reader.snapshots(table), proc.output().count(CAUGHT_UP_ONE)
+            sent_ms = time.time() * 1000
+            await produce(broker, topic, [compaction(i)],
+                          partition_of=lambda _, p=i % PARTITIONS: p)
+            await wait_committed(broker, group, topic, PARTITIONS, i + 1, [proc], timeout=60)
+            assert reader.snapshots(table) == snapshots + 1
+            assert reader.summaries(table)[-1].get("added-records") == "1"
+            # informative only (a timing is a benchmark's business): the send to its commit
+            logger.info("event %d: committed to the table %.0f ms after its send", i,
+                        commits_s(reader, table)[-1] * 1000 - sent_ms)
+            await proc.wait_for_log(CAUGHT_UP_ONE, timeout=60, count=flushed + 1)
+        assert_once(reader, table, topic, BACKLOG + PARTITIONS, PARTITIONS)
+    finally:
+        proc.kill()
+
+
+@pytest.mark.timeout(600)
+async def test_with_long_waits_set_a_backlog_is_one_append_and_a_caught_up_row_waits_not(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """``flush_idle_s`` 60 and ``flush_max_interval_s`` 120 set by hand (upper bounds):
+    the backlog is appended at the sizes or once caught up (no timing in the bound), and
+    then a single event is visible well before either wait."""
+    table, topic, group = "stg_caught_up", unique("caught-up"), unique("g-caught-up")
+    spark = pyiceberg_spark(tmp_path, flush_idle_s=60, flush_max_interval_s=120)
+    await create_topic(broker, topic, partitions=PARTITIONS)
+    await produce_events(broker, topic, 0, BACKLOG, PARTITIONS)
+    cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark)
+    reader = IcebergReader(spark)
+    started = time.monotonic()
+    proc = kstage(cfg)
+    try:
+        await wait_until(lambda: proc.proc.poll() is not None
+                         or sum(reader.coordinates(table).values()) >= BACKLOG,
+                         timeout=300, what="the backlog in the staging table")
+        assert proc.proc.poll() is None, proc.output()
+        elapsed = time.monotonic() - started
+        settings = Settings.model_validate(yaml.safe_load(cfg.read_text()))
+        bound = (1 + size_cuts(reader, table, settings.spark, BACKLOG, settings.groups[0])
+                 + math.floor(elapsed / 120) + PARTITIONS - 1)
+        assert reader.snapshots(table) <= bound, (reader.snapshots(table), bound)
+        assert_once(reader, table, topic, BACKLOG, PARTITIONS)
+        # Under the configured idle bound (60 s): visible without waiting it out.
+        await single_events_visible(broker, reader, table, topic, BACKLOG, 3, proc,
+                                    deadline_s=30)
+        assert_once(reader, table, topic, BACKLOG + 3, PARTITIONS)
+    finally:
+        proc.kill()
+
+
+@pytest.mark.timeout(600)
+async def test_sigkill_with_a_big_append_in_flight_then_every_event_once(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    table, topic, group = "stg_backlog_kill", unique("backlog-kill"), unique("g-backlog-kill")
+    spark = pyiceberg_spark(tmp_path)
+    await create_topic(broker, topic, partitions=PARTITIONS)
+    await produce_events(broker, topic, 0, BACKLOG, PARTITIONS)
+    cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark)
+    data = yaml.safe_load(cfg.read_text())
+    data["service"]["log_level"] = "DEBUG"
+    cfg.write_text(yaml.safe_dump(data))
+    reader = IcebergReader(spark)
+    first = kstage(cfg)
+    try:
+        # The lake thread logs this line right before it writes and commits an append.
+        await first.wait_for_log(f"spark sink: kstage.kstage.{table}: appending", timeout=240)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    finally:
+        first.kill()
+    line = next(x for x in first.output().splitlines() if ": appending " in x)
+    assert int(line.split(": appending ")[1].split()[0]) > 1, line  # a backlog's append
+    landed = sum(reader.coordinates(table).values()) if reader.exists(table) else 0
+    assert landed < BACKLOG, "the whole backlog landed before the kill"
+
+    second = kstage(cfg, "--drain")
+    try:
+        assert await second.wait(timeout=300) == 0, second.output()
+    finally:
+        second.kill()
+    assert_once(reader, table, topic, BACKLOG, PARTITIONS)
+    assert await committed(broker, group, topic, PARTITIONS) == dict.fromkeys(
+        range(PARTITIONS), BACKLOG // PARTITIONS)
+
