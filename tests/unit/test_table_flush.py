@@ -123,17 +123,25 @@ async def test_while_behind_the_bytes_bound_cuts_an_append() -> None:
     await asyncio.wait_for(asyncio.gather(*writes), WAIT_S)
 
 
-async def test_while_behind_the_interval_and_a_full_window_still_flush() -> None:
+async def test_while_behind_the_interval_still_flushes() -> None:
     writer = RecordingWriter(max_rows=10**6, min_rows=1, max_interval_s=0.2, idle_s=0.05)
     loop = asyncio.get_running_loop()
     start = loop.time()
     await asyncio.wait_for(writer.write(rows(3), batch=At(True), stream="a"), WAIT_S)
     assert writer.started[0][0] - start >= 0.2 - 0.01  # the interval, not idle_s
+    assert [count for _, count in writer.started] == [3]
+
+
+async def test_while_behind_a_full_window_still_flushes() -> None:
+    """The worker's window is full (flush_soon): the rows behind go before the interval,
+    which is here ten times the test's wait, so only flush_soon can release them."""
+    writer = RecordingWriter(max_rows=10**6, min_rows=1, max_interval_s=WAIT_S * 10,
+                             idle_s=0.05)
     write = asyncio.ensure_future(writer.write(rows(3), batch=At(True), stream="a"))
     await asyncio.sleep(0)
     writer.flush_soon()  # the worker's window is full
-    await asyncio.wait_for(write, 0.15)
-    assert [count for _, count in writer.started] == [3, 3]
+    await asyncio.wait_for(write, WAIT_S)
+    assert [count for _, count in writer.started] == [3]
 
 
 async def test_a_partition_caught_up_without_rows_for_the_table_releases_the_others() -> None:
