@@ -212,7 +212,7 @@ async def test_s3_down_during_appends_is_retried_and_loses_nothing(
 async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
         broker: str, broker_kind: str, tmp_path: Path, kstage: type[KstageProcess],
         s3: S3Server, catalog: dict[str, Any]) -> None:
-    table, events, max_in_flight = f"stg_s3_slow_{broker_kind}", 600, 100
+    table, events, max_in_flight = f"stg_s3_slow_{broker_kind}", 300, 100
     topic, group = unique("lake-s3-slow"), unique("g-lake-s3-slow")
     await create_topic(broker, topic, partitions=PARTITIONS)
     with TcpProxy(("127.0.0.1", s3.port), delay_s=0.05) as proxy:
@@ -241,15 +241,15 @@ async def test_s3_slow_slows_appends_with_backpressure_and_loses_nothing(
                 # Once the first append landed (the JVM is warm), every request waits 2 s:
                 # an append (5+ round trips) outlasts the pipeline's pause_after (5 s at
                 # the default max_poll_interval_ms), so the partitions are surely paused
-                # while it runs, whatever the machine's speed. Fast again after the pause.
+                # while it runs, whatever the machine's speed. Undelayed after the pause:
+                # the rest is only the drain.
                 slowed, proxy.delay_s = True, 2.0
             elif slowed and seen.get("kstage_pauses_total", 0) > 0:
-                proxy.delay_s = 0.05
+                proxy.delay_s = 0.0
             await asyncio.sleep(0.1)
-        # Every append waited on the delayed requests (metadata, data file, manifests:
-        # well over five round trips of 0.1 s each).
-        writes = seen["kstage_sink_write_seconds_count"]
-        assert writes and seen["kstage_sink_write_seconds_sum"] / writes >= 0.5, seen
+        # The appends waited on the delayed requests: the pause came while one was held
+        # for 5 s (pause_after), by requests delayed 2 s each.
+        assert seen["kstage_sink_write_seconds_sum"] >= 4.0, seen
         proc.signal(signal.SIGTERM)
         assert await proc.wait(timeout=60) == 0, proc.output()
         assert proxy.bytes_up > 0

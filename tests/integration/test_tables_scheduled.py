@@ -1,5 +1,6 @@
 """``spark.maintenance.every_s`` inside a real ``kstage run``: a maintenance that fails (a
-data file of the staging table lost from storage: compaction cannot read it) is logged
+data file of the staging table lost from storage while the service runs: compaction cannot
+read it) is logged
 with the table, counted in ``kstage_maintenance_failures`` and tried again at the next
 interval; the service keeps consuming, and once the file is back, maintenance succeeds
 and every row is in the table once."""
@@ -21,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.broker import free_port
 from tests.iceberg_tables import rows
 from tests.kafkautil import create_topic, produce, status_port, unique, wait_until, write_config
+from tests.lake import wait_committed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -51,19 +53,19 @@ async def test_a_failed_maintenance_is_counted_and_retried_while_the_service_run
         broker: str, tmp_path: Path, kstage: Any) -> None:
     topic, group = unique("sched"), unique("g-sched")
     await create_topic(broker, topic)
+    cfg = config(tmp_path / "kstage.yml", broker, group, topic, maintenance={
+        "every_s": 3, "snapshot_max_age_s": 0.001, "snapshot_min_keep": 1,
+        "min_input_files": 2})
+    proc = kstage(cfg)  # one service throughout: its first data file is then lost
+    base = f"http://127.0.0.1:{await status_port(proc, timeout=60)}"
     await produce(broker, topic, ({"k": f"a{i}"} for i in range(5)))
-    first = kstage(config(tmp_path / "first.yml", broker, group, topic), "--drain")
-    assert await first.wait(timeout=240) == 0, first.output()
+    # committed in Kafka once the append's commit is in the table: the file is whole
+    await wait_committed(broker, group, topic, 1, 5, [proc], timeout=240)
     data = tmp_path / "warehouse" / "kstage" / TABLE / "data"
     [written] = list(data.rglob("*.parquet"))
     kept = tmp_path / written.name
     shutil.move(written, kept)  # lost from storage: compaction cannot read it
-
-    cfg = config(tmp_path / "kstage.yml", broker, group, topic, maintenance={
-        "every_s": 3, "snapshot_max_age_s": 0.001, "snapshot_min_keep": 1,
-        "min_input_files": 2})
-    proc = kstage(cfg)
-    base = f"http://127.0.0.1:{await status_port(proc, timeout=60)}"
+    # (one data file until then: min_input_files 2, nothing of it compacted or read)
     await produce(broker, topic, ({"k": f"b{i}"} for i in range(5)))  # a second data file
     table = f"kstage.kstage.{TABLE}"
     # the log names the table and the root cause: the lost file
