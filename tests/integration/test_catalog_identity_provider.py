@@ -65,6 +65,8 @@ def test_a_refused_token_is_told_from_other_failures() -> None:
     wrapped = RuntimeError("append failed")
     wrapped.__cause__ = java
     assert login_refused(java) and login_refused(wrapped)
-    assert login_refused(Exception("RESTException: Unable to process: HTTP 419"))
+    assert login_refused(Exception("org.apache.iceberg.exceptions.RESTException: Unable to "
+                                   "process (code: 419, type: AuthenticationTimeout): x"))
+    assert not login_refused(Exception("spark sink t: partition 419 not appended"))
     assert not login_refused(Exception("software.amazon.awssdk.core.exception."
                                        "SdkClientException: Unable to execute HTTP request"))

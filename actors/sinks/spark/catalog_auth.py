@@ -31,7 +31,9 @@ from settings.models import CatalogOAuth2Settings, SparkSettings
 
 logger = logging.getLogger(__name__)
 
-_REFUSED = re.compile(r"NotAuthorizedException|AuthorizationExpired|\b419\b")
+# A 401 is Iceberg's NotAuthorizedException; a 419 (credentials timed out) has no class
+# of its own: RESTException "Unable to process (code: 419, type: ...)".
+_REFUSED = re.compile(r"NotAuthorizedException|\(code: 419\b")
 PROBE_TIMEOUT_S = 5.0
 # OAuth2 error codes (RFC 6749 §5.2) that say the client itself is refused.
 _CLIENT_REFUSED = {"invalid_client", "unauthorized_client", "invalid_scope", "invalid_grant"}
