@@ -95,8 +95,9 @@ class RestCatalog:
         deadline = time.monotonic() + 120
         while True:
             try:
-                # 401: up, and asking for a token
-                if httpx.get(f"{self.uri}/v1/config", timeout=1).status_code in (200, 401):
+                # 401: up, and asking for a token. A loaded machine takes seconds to
+                # answer the first requests (OIDC set up on the first one).
+                if httpx.get(f"{self.uri}/v1/config", timeout=10).status_code in (200, 401):
                     return self
             except httpx.TransportError:
                 pass
