@@ -177,6 +177,8 @@ async def test_the_identity_provider_down_is_named_retried_and_recovered(
                          or sum(staged(rest, idp, topic).values()) >= 2 * half, timeout=240,
                          what="the second half in the staging table, without a restart")
         await wait_readyz(base, proc, 200, timeout=120)
+        # Iceberg had given up refreshing: kstage built the catalog again (a new token).
+        assert "is built again with a new token" in proc.output()
         await stop(proc)
         assert await total_committed(broker, group, topic, partitions) == 2 * half
     rows = staged(rest, idp, topic)
