@@ -14,6 +14,7 @@ from pydantic import (
 )
 
 from settings.base import Model
+from settings.catalog_oauth import OAUTH2_PROPERTIES, CatalogOAuth2Settings
 from settings.identifiers import (
     SqlIdentifier,
 )
@@ -95,9 +96,12 @@ class CatalogSettings(Model):
         None, description="jdbc: the catalog database's password (never printed).")
     s3: S3Settings | None = Field(
         None, description="The S3-compatible store of an s3:// warehouse.")
+    oauth2: CatalogOAuth2Settings | None = Field(
+        None, description="rest: OAuth2 client credentials against the identity "
+        "provider's token endpoint (tokens refreshed before they expire).")
     properties: dict[str, str] = Field(
         default_factory=dict, description="More Iceberg catalog properties "
-        "(spark.sql.catalog.<name>.<key>), e.g. a REST catalog's credential.")
+        "(spark.sql.catalog.<name>.<key>).")
 
     @field_validator("warehouse")
     @classmethod
@@ -129,6 +133,13 @@ class CatalogSettings(Model):
                              "jdbc:sqlite:/path/catalog.db")
         if self.type == "rest" and (uri is None or not re.match(r"^https?://", uri)):
             raise ValueError("a rest catalog needs its uri: http(s)://HOST[:PORT][/PATH]")
+        if self.oauth2 is not None and self.type != "rest":
+            raise ValueError("oauth2 is a rest catalog's login: set type: rest (or remove "
+                             "oauth2)")
+        twice = sorted(set(self.properties) & set(OAUTH2_PROPERTIES))
+        if self.oauth2 is not None and twice:
+            raise ValueError(f"spark.catalog.properties sets {', '.join(twice)}, which "
+                             "spark.catalog.oauth2 sets: remove it from properties")
         return self
 
 

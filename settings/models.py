@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from settings.base import check_name
+from settings.catalog_oauth import CatalogOAuth2Settings
 from settings.commits import CommitMode, CommitSettings, FailureMode, FailureSettings
 from settings.kafka import KafkaSettings
 from settings.lakehouse import (
@@ -160,6 +161,7 @@ __all__ = [
     "ENV_PREFIX",
     "SINK_TYPES",
     "WAREHOUSE_SCHEMES",
+    "CatalogOAuth2Settings",
     "CatalogSettings",
     "CommitMode",
     "CommitSettings",

@@ -2,17 +2,22 @@
 endpoint and the JWKS that Apache Kafka's ``OAuthBearerValidatorCallbackHandler``
 validates the tokens against.
 
-``POST /token`` (RFC 6749 §4.4): the client authenticates with HTTP Basic; a wrong id or
-secret gets ``401 {"error": "invalid_client"}``. The answer is an RS256 JWT with ``sub``
+``POST /token`` (RFC 6749 §4.4): the client authenticates with HTTP Basic
+(``client_secret_basic``, Kafka's clients) or with ``client_id`` and ``client_secret`` in the
+form (``client_secret_post``, Iceberg's REST clients); a wrong id or secret gets
+``401 {"error": "invalid_client"}``. The answer is an RS256 JWT with ``sub``
 (the client id), ``iss``, ``aud``, ``scope``, ``iat`` and ``exp`` (``ttl_s`` from now) and
-``expires_in``. ``GET /jwks`` gives the signing key. ``down = True`` makes the token
-endpoint answer 503 (an outage); ``issued`` counts the tokens handed out.
+``expires_in``. ``GET /jwks`` gives the signing key, ``GET /.well-known/openid-configuration``
+the discovery document (issuer, token endpoint, JWKS) that Quarkus OIDC (Nessie) reads.
+``down = True`` makes the token endpoint answer 503 (an outage); ``issued`` counts the
+tokens handed out.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,6 +68,8 @@ class OidcServer:
             def do_GET(self) -> None:
                 if self.path == "/jwks":
                     self._send(200, owner.jwks())
+                elif self.path == "/.well-known/openid-configuration":
+                    self._send(200, owner.discovery())
                 else:
                     self._send(404, {"error": "not_found"})
 
@@ -95,12 +102,24 @@ class OidcServer:
         return {"keys": [{"kty": "RSA", "kid": self._kid, "use": "sig", "alg": "RS256",
                           "n": _int_b64(numbers.n), "e": _int_b64(numbers.e)}]}
 
+    def discovery(self) -> dict[str, Any]:
+        """The OpenID Connect discovery document (what Quarkus OIDC needs of it)."""
+        return {"issuer": ISSUER, "token_endpoint": self.token_url, "jwks_uri": self.jwks_url,
+                "grant_types_supported": ["client_credentials"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic",
+                                                          "client_secret_post"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+                "response_types_supported": ["token"], "subject_types_supported": ["public"]}
+
     def mint(self, subject: str, ttl_s: float, scope: str = "kafka") -> str:
         """A signed JWT for ``subject`` valid for ``ttl_s`` seconds."""
-        now = int(time.time())
+        now = time.time()
         header = {"alg": "RS256", "typ": "JWT", "kid": self._kid}
+        # ``exp`` in whole seconds, rounded up: the token lives at least ``ttl_s`` (the
+        # ``expires_in`` of the answer), so a client refreshing at a share of
+        # ``expires_in`` (Iceberg: nine tenths) does so before the server's ``exp``.
         claims = {"sub": subject, "iss": ISSUER, "aud": AUDIENCE, "scope": scope,
-                  "iat": now, "exp": now + int(ttl_s)}
+                  "iat": int(now), "exp": math.ceil(now + ttl_s)}
         signing_input = f"{_b64(json.dumps(header).encode())}." \
                         f"{_b64(json.dumps(claims).encode())}"
         signature = self._key.sign(signing_input.encode(), padding.PKCS1v15(),
@@ -115,6 +134,9 @@ class OidcServer:
         client, secret = "", ""
         if authorization.startswith("Basic "):
             client, _, secret = base64.b64decode(authorization[6:]).decode().partition(":")
+        elif "client_id" in form:  # client_secret_post
+            client = form["client_id"][0]
+            secret = form.get("client_secret", [""])[0]
         if form.get("grant_type") != ["client_credentials"]:
             return 400, {"error": "unsupported_grant_type"}
         if self.clients.get(client) != secret or not client:

@@ -43,8 +43,12 @@ def java_21() -> str:
 class RestCatalog:
     """Nessie on loopback with its warehouse in a moto bucket; a context manager."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, auth_server_url: str | None = None) -> None:
+        """``auth_server_url``: an OpenID Connect issuer (tests/oidc_server.py) whose
+        bearer tokens Nessie then requires (Quarkus OIDC reads its discovery document
+        and validates each token's signature, issuer and expiry against its JWKS)."""
         self.work = work
+        self.auth_server_url = auth_server_url
         self.port = free_port()
         self.s3 = S3Server(work / "s3.log", bucket=BUCKET)
         self._proc: subprocess.Popen[bytes] | None = None
@@ -78,6 +82,11 @@ class RestCatalog:
             f"{s3}.access-key": "urn:nessie-secret:quarkus:test-secrets.s3",
             "test-secrets.s3.name": "kstage", "test-secrets.s3.secret": "kstage-test",
         }
+        if self.auth_server_url is not None:
+            options |= {"nessie.server.authentication.enabled": "true",
+                        "quarkus.oidc.tenant-enabled": "true",
+                        "quarkus.oidc.auth-server-url": self.auth_server_url,
+                        "quarkus.oidc.client-id": "nessie"}
         command = [java_21(), "-Xmx384m", "-XX:+UseSerialGC",
                    *(f"-D{k}={v}" for k, v in options.items()), "-jar", str(RUNNER)]
         log = self.work / "nessie.log"
@@ -86,7 +95,9 @@ class RestCatalog:
         deadline = time.monotonic() + 120
         while True:
             try:
-                if httpx.get(f"{self.uri}/v1/config", timeout=1).status_code == 200:
+                # 401: up, and asking for a token. A loaded machine takes seconds to
+                # answer the first requests (OIDC set up on the first one).
+                if httpx.get(f"{self.uri}/v1/config", timeout=10).status_code in (200, 401):
                     return self
             except httpx.TransportError:
                 pass

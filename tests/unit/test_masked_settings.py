@@ -35,6 +35,7 @@ MASKED = [
     "schema_registry.basic_auth.password",
     "schema_registry.bearer_token",
     "service.control_token",
+    "spark.catalog.oauth2.client_secret",
     "spark.catalog.password",
     "spark.catalog.s3.access_key_id",
     "spark.catalog.s3.secret_access_key",

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from actors.errors import FatalError, SinkError
+from actors.sinks.spark import catalog_auth
 from actors.sinks.spark.pyiceberg_appends import Lake
 from actors.sinks.spark.session import (
     EXIT_WAIT_S,
@@ -269,10 +270,23 @@ class SparkActor:
         except Exception as exc:
             pid = self._dead_jvm(exc)
             if pid is None:
+                self._relogin(exc)
                 raise
             self._lose(pid)
             raise SparkJvmDiedError(f"spark: Spark JVM (pid {pid}) died during the call; "
                                     "the next call starts a new session") from exc
+
+    def _relogin(self, exc: BaseException) -> None:
+        """Spark thread: after the REST catalog refused the session's token, the catalog
+        is built again by the next call, with a new token (catalog_auth)."""
+        if (self.settings.catalog.oauth2 is None or self._spark is None
+                or not catalog_auth.login_refused(exc)):
+            return
+        try:
+            catalog_auth.forget_catalog(self._spark, self.settings)
+        except Exception as error:  # noqa: BLE001 - the call's own error is what counts
+            logger.warning("spark: cannot drop the REST catalog to log in again: %s",
+                           short(error))
 
     def _run(self, fn: Callable[[Any], T], retry: Callable[[Any], T] | None) -> T:
         try:

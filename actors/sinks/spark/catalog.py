@@ -120,6 +120,20 @@ def catalog_conf(settings: SparkSettings) -> dict[str, str]:
         if s3.access_key_id is not None and s3.secret_access_key is not None:
             conf[f"{prefix}.s3.access-key-id"] = s3.access_key_id.get_secret_value()
             conf[f"{prefix}.s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
+    oauth2 = catalog.oauth2
+    if oauth2 is not None:
+        # Iceberg's REST client gets a token with the client credentials, refreshes it
+        # before it expires with a new client-credentials grant (no RFC 8693 token
+        # exchange: most identity providers have none), and kstage builds the catalog
+        # anew after a 401/419 (actors/sinks/spark/catalog_auth.py).
+        conf[f"{prefix}.credential"] = (
+            f"{oauth2.client_id}:{oauth2.client_secret.get_secret_value()}")
+        conf[f"{prefix}.oauth2-server-uri"] = oauth2.token_url
+        conf[f"{prefix}.scope"] = oauth2.scope
+        conf[f"{prefix}.token-refresh-enabled"] = "true"
+        conf[f"{prefix}.token-exchange-enabled"] = "false"
+        if oauth2.audience is not None:
+            conf[f"{prefix}.audience"] = oauth2.audience
     for key, value in catalog.properties.items():
         conf[f"{prefix}.{key}"] = value
     custom = catalog.properties.get("catalog-impl")

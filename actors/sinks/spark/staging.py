@@ -56,8 +56,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actors.errors import FatalError, SinkError
-from actors.sinks.spark import catalog_connection, iceberg, offset_history, pyiceberg_tables
+from actors.errors import FatalError, SinkAuthError, SinkError
+from actors.sinks.spark import (
+    catalog_auth,
+    catalog_connection,
+    iceberg,
+    offset_history,
+    pyiceberg_tables,
+)
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
@@ -374,11 +380,29 @@ class StagingWriter(ExactlyOnceWriter):
                 entry.ends[commit_id] = append.offsets[of]
         if isinstance(exc, FatalError | SinkError):
             return exc
+        login = await self._catalog_login(f"append of {rows} row(s) failed")
+        if login is not None:
+            login.__cause__ = exc
+            return login
         error = SinkError(
             f"spark sink {self.name}: append of {rows} row(s) failed: "
             f"{short(exc.__cause__ or exc) if isinstance(exc, _Unsure) else short(exc)}")
         error.__cause__ = exc
         return error
+
+    async def _catalog_login(self, what: str) -> SinkError | None:
+        """With ``spark.catalog.oauth2``: the error naming the REST catalog's identity
+        provider when it is what fails (an outage: retried and shown in ``/readyz``
+        after ``sink_unready_after_s``; the client refused: at once), else None."""
+        oauth2 = self.actor.settings.catalog.oauth2
+        if oauth2 is None:
+            return None
+        found = await asyncio.to_thread(catalog_auth.identity_provider_problem, oauth2)
+        if found is None:
+            return None
+        problem, refused = found
+        kind = SinkAuthError if refused else SinkError
+        return kind(f"spark sink {self.name}: {what}: {problem}")
 
     async def _fenced(self, append: _Append, mine: list[Stream], refusal: str, rows: int,
                       exc: Exception) -> Exception:
