@@ -160,10 +160,12 @@ async def test_the_identity_provider_down_is_named_retried_and_recovered(
         assert proc.proc.poll() is None, proc.output()[-4000:]
         committed = await total_committed(broker, group, topic, partitions)
         try:
+            refused_before = idp.unavailable  # the module's server: other tests' refusals
             idp.down = True
             # The token kstage holds expires during the outage: the catalog's refreshes
             # fail (6 attempts over more than 3 s after the first, due before expiry).
-            await wait_until(lambda: idp.unavailable >= 6, timeout=8 * TOKEN_TTL_S,
+            await wait_until(lambda: idp.unavailable >= refused_before + 6,
+                             timeout=8 * TOKEN_TTL_S,
                              what="the catalog's token refreshes failing")
             await produce_events(broker, registry, topic, half, half, partitions)
             body = await wait_readyz(base, proc, 503, "identity provider", timeout=120)

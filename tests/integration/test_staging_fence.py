@@ -135,7 +135,7 @@ async def test_a_revoke_during_a_failed_append_appends_neither_batch(
         lock.release()
     one.cancelled = two.cancelled = True  # the revoke (tracker.cancel), before the fence
     flushes = writer.flushes
-    writer._flush_now()  # a flush in between: the held-back timer, another worker's write
+    writer.flush_soon()  # a flush in between: the held-back timer, another worker's write
     async with asyncio.timeout(30):
         with pytest.raises(SinkError, match="revoked"):
             await second
@@ -203,7 +203,7 @@ async def test_a_later_batch_reusing_an_id_never_inherits_a_doubt(
     second = asyncio.create_task(sink.write_at(events(0, 5, 4), two))
     await until(lambda: any(p.batch is two for p in writer._pending), "B2 pending")
     one.cancelled = two.cancelled = True  # revoked
-    writer._flush_now()
+    writer.flush_soon()
     await asyncio.wait([second])
     second.exception()  # retrieved (a revoke failure here; it is fenced by the worker)
     await sink.revoked([(TOPIC, 0)], 1.0)
