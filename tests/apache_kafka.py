@@ -17,9 +17,11 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
@@ -186,6 +188,23 @@ class KafkaNode:
             raise RuntimeError(f"formatting Kafka node {self.node_id} failed (exit "
                                f"{done.returncode}): " + "\n".join(said[-15:]))
 
+    def new_ports(self) -> None:
+        """Other ports for the broker and the controller (before a start)."""
+        self.port = free_port()
+        self.controller_port = free_port()
+
+    def port_taken(self) -> int | None:
+        """The broker's or controller's port that another process took between
+        :func:`free_port` and the last start's bind (a race with any process of the
+        machine), None if neither."""
+        if not self.log_path.exists():
+            return None
+        last = self.log_path.read_text(errors="replace").rsplit("===== start ", 1)[-1]
+        for port in (self.port, self.controller_port):
+            if f"failed to bind to 127.0.0.1:{port}: Address already in use" in last:
+                return port
+        return None
+
     def start(self) -> None:
         """Start the JVM; :meth:`wait_listening` waits for its port."""
         if self.running:
@@ -263,6 +282,9 @@ def new_cluster_id() -> str:
             return found
 
 
+START_ATTEMPTS = 3  # a cluster's starts when another process took a node's port first
+
+
 class KafkaCluster:
     """``size`` Kafka nodes, each a broker and a KRaft controller (static voters).
 
@@ -309,7 +331,26 @@ class KafkaCluster:
 
     def start(self, timeout_s: float = 120) -> KafkaCluster:
         """Format every node, start them all, and return once every broker is registered
-        and unfenced (metadata lists it)."""
+        and unfenced (metadata lists it). A node's broker or controller port taken by
+        another process before the node bound it (ports are picked free, then bound by
+        the JVM): every node formatted again on new ports, up to :data:`START_ATTEMPTS`
+        times. The extra listeners' ports are the caller's and never change."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return self._start(timeout_s)
+            except Exception:
+                taken = {n.node_id: p for n in self.nodes if (p := n.port_taken())}
+                if not taken or attempt == START_ATTEMPTS:
+                    raise
+                sys.stderr.write(f"tests/apache_kafka.py: ports {taken} (node: port) taken "
+                                 "before the nodes bound them; starting again on new "
+                                 "ports\n")
+                for node in self.nodes:
+                    node.new_ports()
+                    shutil.rmtree(node.directory / "data", ignore_errors=True)
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout_s: float) -> KafkaCluster:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         for node in self.nodes:
             node.write_config(voters, self.properties)
