@@ -29,7 +29,6 @@ from tests.brokers import (
 from tests.file_durations import SECONDS
 from tests.kafkautil import PLUGINS, KstageProcess, create_topic, unique
 from tests.spark_jvm import SUBMIT_OPTS, submit_opts
-from tests.xdist_workers import machine_workers
 
 # Test processors are a real plugin distribution (dist-info + entry points) on sys.path.
 if str(PLUGINS) not in sys.path:
@@ -51,13 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # were made (else a process that needs one makes it, below).
     os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.existing_archive())
     os.environ[NODE_OPTS] = kafka_jvm.node_opts(kafka_jvm.existing_archive())
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: two test processes per core, bounded by memory
-    (tests/xdist_workers.py)."""
-    return machine_workers()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
