@@ -15,6 +15,7 @@ import pytest
 from actors.deadletters.file import DeadLetterFile, dead_letter_line
 from service.cli import main
 from service.ops import dlq
+from service.ops.dlq.letters import Marker, sidecar_of
 from settings import load_settings
 
 HEADERS = [
@@ -66,9 +67,9 @@ async def test_a_created_dead_letter_file_is_the_owners_only(tmp_path: Path,
 def test_the_replay_marker_file_is_the_owners_only(tmp_path: Path, umask_022: None) -> None:
     dead = tmp_path / "dead.jsonl"
     dead.write_text(_line(0) + "\n")
-    marker = dlq._Marker(dead)  # what `dlq replay` opens before it replays a line
+    marker = Marker(dead)  # what `dlq replay` opens before it replays a line
     marker.close()
-    assert _mode(dlq.sidecar_of(dead)) == 0o600
+    assert _mode(sidecar_of(dead)) == 0o600
 
 
 def test_dlq_show_masks_header_values_named_like_credentials(

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ["actors", "actors.deadletters", "actors.worker", "processors", "settings", "service",
-            "service.ops", "service.dev"]
+            "service.ops", "service.ops.dlq", "service.dev"]
 
 
 def public_names(package: types.ModuleType) -> set[str]:
