@@ -203,8 +203,8 @@ class SparkSettings(Model):
         "spark", description="What writes the staging appends: spark (the Arrow rows go to "
         "the JVM, Spark writes the Parquet files and commits), or pyiceberg (Apache "
         "Iceberg's Python library writes the files and commits from the Python process, to "
-        "the same table in the same jdbc catalog; Spark still creates the tables, reads the "
-        "offsets at assignment, merges and maintains).")
+        "the same table in the same catalog, jdbc or rest (with its oauth2 login); Spark "
+        "still merges and maintains).")
     staging_write_options: dict[str, str] = Field(
         default_factory=dict,
         description="Iceberg Spark write options of the staging appends (e.g. "
@@ -253,10 +253,11 @@ class SparkSettings(Model):
             raise ValueError(f"the warehouse {warehouse!r} is in object storage: set "
                              "spark.catalog.uri (jdbc:postgresql://HOST/DB for several hosts, "
                              "or jdbc:sqlite:/local/path/catalog.db for one)")
-        if self.appends == "pyiceberg" and catalog.type != "jdbc":
-            raise ValueError(f"appends: pyiceberg commits through a jdbc catalog (SQLite or "
-                             f"PostgreSQL) only, not a {catalog.type} catalog: set "
-                             "appends: spark")
+        if self.appends == "pyiceberg" and "catalog-impl" in catalog.properties:
+            raise ValueError(f"appends: pyiceberg opens the {catalog.type} catalog of "
+                             "spark.catalog.type itself, not the catalog class that "
+                             "spark.catalog.properties' catalog-impl names: remove "
+                             "catalog-impl, or set appends: spark")
         if self.appends == "pyiceberg" and self.staging_write_options:
             raise ValueError("staging_write_options are Spark write options, which "
                              "appends: pyiceberg does not use: set the table's write "

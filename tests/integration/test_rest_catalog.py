@@ -1,9 +1,12 @@
 """``spark.catalog.type: rest``: kstage's Iceberg tables through a real Iceberg REST catalog
 (Project Nessie on loopback, its warehouse on a moto S3 server; tests/rest_catalog.py).
 
-``kstage run`` appends through the REST catalog, exactly once: SIGKILLed after its table
-commits and before its Kafka commit, it resumes where the table holds each partition; the
-table is read back through the same REST catalog by pyiceberg (not Spark).
+``kstage run`` appends through the REST catalog, exactly once, with either append path
+(``spark.appends: spark``, and ``pyiceberg``: pyiceberg's ``RestCatalog`` commits from the
+Python process to the same server): SIGKILLed after its table commits and before its Kafka
+commit, it resumes where the table holds each partition; the table is read back through
+the same REST catalog by pyiceberg (not Spark). With ``pyiceberg`` the merge (Spark, at
+the end of ``--drain``) lands every event once in the final table too.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 from pyiceberg.catalog import load_catalog
+from pyiceberg.expressions import EqualTo
 
 from tests.fake_registry import FakeRegistry
 from tests.integration.test_spark_exactly_once import (
+    FINAL,
     TABLE,
     config,
     expected,
@@ -37,35 +42,41 @@ def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalog]:
         yield catalog
 
 
-def staged(rest: RestCatalog) -> Counter[tuple[int, int]]:
-    """The staging table's (partition, offset) counts, read by pyiceberg through the REST
-    catalog, its files from S3."""
+def staged(rest: RestCatalog, topic: str, table: str = TABLE) -> Counter[tuple[int, int]]:
+    """The (partition, offset) counts of ``topic`` in ``table`` (the staging table, which
+    the module's tests share), read by pyiceberg through the REST catalog, its files from
+    S3."""
     catalog = load_catalog("rest", type="rest", uri=rest.uri, **{
         "s3.endpoint": rest.s3.url, "s3.access-key-id": "kstage",
         "s3.secret-access-key": "kstage-test", "s3.region": "us-east-1"})
-    if not catalog.table_exists(f"kstage.{TABLE}"):
+    if not catalog.table_exists(f"kstage.{table}"):
         return Counter()
-    rows = catalog.load_table(f"kstage.{TABLE}").scan(
+    rows = catalog.load_table(f"kstage.{table}").scan(
+        row_filter=EqualTo("_topic", topic),
         selected_fields=("_kafka_partition", "_offset")).to_arrow().to_pylist()
     return Counter((r["_kafka_partition"], r["_offset"]) for r in rows)
 
 
+@pytest.mark.parametrize("appends", ["spark", "pyiceberg"])
 async def test_appends_through_a_rest_catalog_exactly_once(
-        broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog) -> None:
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog,
+        appends: str) -> None:
     events, partitions = 1000, 2
     topic, group = unique("rest"), unique("g-rest")
+    merge_s = 3600.0 if appends == "pyiceberg" else None  # merged at the end of --drain
     with FakeRegistry() as registry:
         await create_topic(broker, topic, partitions=partitions)
         await produce_events(broker, registry, topic, 0, events, partitions)
         cfg = config(tmp_path, broker, group, topic, registry, tmp_path / "unused",
-                     flush_rows=250, merge_s=None,
+                     flush_rows=250, merge_s=merge_s,
                      commit={"mode": "batch", "max_messages": 10**9, "max_interval_s": 3600})
         data = yaml.safe_load(cfg.read_text())
-        data["spark"] = rest.spark(flush_max_rows=250, flush_max_interval_s=0.5)
+        data["spark"] = rest.spark(flush_max_rows=250, flush_max_interval_s=0.5,
+                                   appends=appends)
         cfg.write_text(yaml.safe_dump(data))
         first = kstage(cfg)
         await wait_until(lambda: first.proc.poll() is not None
-                         or sum(staged(rest).values()) >= events, timeout=240,
+                         or sum(staged(rest, topic).values()) >= events, timeout=240,
                          what="every event in the staging table")
         assert first.proc.poll() is None, first.output()
         first.proc.send_signal(signal.SIGKILL)
@@ -74,7 +85,10 @@ async def test_appends_through_a_rest_catalog_exactly_once(
         second = kstage(cfg, "--drain")
         assert await second.wait(timeout=240) == 0, second.output()
         assert await total_committed(broker, group, topic, partitions) == events
-    rows = staged(rest)
+    rows = staged(rest, topic)
     assert sorted(rows) == expected(events, partitions)
     assert max(rows.values()) == 1
     assert "partition 0 resumes at offset 500, where the table holds it" in second.output()
+    if merge_s is not None:
+        final = staged(rest, topic, FINAL)
+        assert sorted(final) == expected(events, partitions) and max(final.values()) == 1

@@ -76,9 +76,10 @@ def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("jars: ['local:/opt/jars/iceberg.jar']\n", "spark.jars", 3,
      "no kstage-iceberg-fence-*.jar listed: the catalog's commit fence"),
     ("appends: arrow\n", "spark.appends", 3, "'spark' or 'pyiceberg'"),
-    ("appends: pyiceberg\ncatalog: {type: rest, uri: 'http://127.0.0.1:8181'}\n", "spark", 2,
-     "appends: pyiceberg commits through a jdbc catalog (SQLite or PostgreSQL) only, not a "
-     "rest catalog"),
+    ("appends: pyiceberg\ncatalog: {type: rest, uri: 'http://127.0.0.1:8181', properties: "
+     "{catalog-impl: com.example.MyCatalog}}\n", "spark", 2,
+     "appends: pyiceberg opens the rest catalog of spark.catalog.type itself, not the "
+     "catalog class that spark.catalog.properties' catalog-impl names"),
     ("appends: pyiceberg\nstaging_write_options: {compression-codec: zstd}\n", "spark", 2,
      "staging_write_options are Spark write options, which appends: pyiceberg does not use"),
     ("flush_rest_ratio: -1\n", "spark.flush_rest_ratio", 3,

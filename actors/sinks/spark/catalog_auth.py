@@ -67,27 +67,44 @@ def forget_catalog(spark: Any, settings: SparkSettings) -> None:
                    if settings.catalog.oauth2 is not None else "its identity provider")
 
 
+def token_form(oauth2: CatalogOAuth2Settings) -> dict[str, str]:
+    """The client-credentials grant Iceberg's REST clients send (``client_secret_post``:
+    the secret in the form, never in a URL or a message)."""
+    form = {"grant_type": "client_credentials", "client_id": oauth2.client_id,
+            "client_secret": oauth2.client_secret.get_secret_value(), "scope": oauth2.scope}
+    if oauth2.audience is not None:
+        form["audience"] = oauth2.audience
+    return form
+
+
+def token_failure(oauth2: CatalogOAuth2Settings,
+                  answer: httpx.Response | httpx.HTTPError) -> tuple[str, bool]:
+    """What a token request that got no token says (``answer``: the provider's non-200
+    answer, or the transport error): the text naming the identity provider, and whether
+    it refused the client (True: the credentials; False: an outage). Never the secret:
+    the text holds the provider's error code only."""
+    where = f"the REST catalog's identity provider {oauth2.token_url}"
+    if isinstance(answer, httpx.HTTPError):
+        return f"{where} is unreachable ({type(answer).__name__})", False
+    try:
+        code = str(answer.json().get("error", ""))[:80]
+    except (ValueError, AttributeError):
+        code = ""
+    refused = code in _CLIENT_REFUSED
+    what = "refuses the client credentials" if refused else "fails"
+    return (f"{where} {what} (HTTP {answer.status_code}{' ' + code if code else ''})",
+            refused)
+
+
 def identity_provider_problem(oauth2: CatalogOAuth2Settings,
                               timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str, bool] | None:
     """Ask the token endpoint for a token as the catalog does; None when it gives one,
     else what is wrong and whether it refused the client (True: the credentials; False:
     an outage)."""
-    form = {"grant_type": "client_credentials", "client_id": oauth2.client_id,
-            "client_secret": oauth2.client_secret.get_secret_value(), "scope": oauth2.scope}
-    if oauth2.audience is not None:
-        form["audience"] = oauth2.audience
-    where = f"the REST catalog's identity provider {oauth2.token_url}"
     try:
-        response = httpx.post(oauth2.token_url, data=form, timeout=timeout_s)
+        response = httpx.post(oauth2.token_url, data=token_form(oauth2), timeout=timeout_s)
     except httpx.HTTPError as exc:
-        return f"{where} is unreachable ({type(exc).__name__})", False
+        return token_failure(oauth2, exc)
     if response.status_code == 200:
         return None
-    try:
-        code = str(response.json().get("error", ""))[:80]
-    except ValueError:
-        code = ""
-    refused = code in _CLIENT_REFUSED
-    what = "refuses the client credentials" if refused else "fails"
-    return (f"{where} {what} (HTTP {response.status_code}{' ' + code if code else ''})",
-            refused)
+    return token_failure(oauth2, response)

@@ -5,11 +5,13 @@ commits them to the staging table from the Python process: the rows never cross 
 JVM (measured: about 2-4 us of CPU per row, against 35-42 us for Spark's Arrow -> rows ->
 Parquet -> commit). The table, the catalog and the commit are the same as Spark's:
 
-* the catalog is the ``jdbc`` one of ``spark.catalog`` (SQLite or PostgreSQL), opened with
-  pyiceberg's ``SqlCatalog``, which commits with the same compare-and-swap of the table's
-  metadata location in the same ``iceberg_tables`` row as Iceberg's JDBC catalog in the
-  JVM; an ``s3://`` warehouse is written with ``spark.catalog.s3``'s endpoint, region,
-  addressing and credentials;
+* the catalog is the one of ``spark.catalog``: a ``jdbc`` one (SQLite or PostgreSQL) opened
+  with pyiceberg's ``SqlCatalog``, which commits with the same compare-and-swap of the
+  table's metadata location in the same ``iceberg_tables`` row as Iceberg's JDBC catalog
+  in the JVM, or a ``rest`` one opened with pyiceberg's ``RestCatalog`` (the same server,
+  which applies a commit only on the base it asserts; its OAuth2 login:
+  :mod:`actors.sinks.spark.pyiceberg_rest`); an ``s3://`` warehouse is written with
+  ``spark.catalog.s3``'s endpoint, region, addressing and credentials;
 * each append is one Iceberg commit whose snapshot summary carries ``kstage.commit-id``,
   ``kstage.writer-id`` and ``kstage.offsets`` (the current snapshot's offsets carried
   forward, :func:`~actors.sinks.spark.iceberg.carried`), so everything that reads the table
@@ -44,6 +46,7 @@ from typing import Any, TypeVar
 from actors.sinks.spark import iceberg, pyiceberg_nulls
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.pyiceberg_catalog import open_catalog
+from actors.sinks.spark.pyiceberg_rest import catalog_tokens
 from actors.sinks.spark.pyiceberg_tables import summaries
 from actors.sinks.spark.pyiceberg_transaction import transaction
 from actors.sinks.table.rows import arrow_table
@@ -63,6 +66,8 @@ class Lake:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="pyiceberg")
         self._catalog: Any = None
+        self.rest = settings.catalog.type == "rest"
+        self._tokens = catalog_tokens(settings)  # a rest catalog's OAuth2 login
 
     def __repr__(self) -> str:
         return f"<Lake {self.settings.catalog.name} open={self._catalog is not None}>"
@@ -72,7 +77,7 @@ class Lake:
         absent: :func:`~actors.sinks.spark.pyiceberg_catalog.open_catalog`)."""
         if self._catalog is None:
             pyiceberg_nulls.install()  # a NULL list of structs stays NULL (its docstring)
-            self._catalog = open_catalog(self.settings)
+            self._catalog = open_catalog(self.settings, self._tokens)
         return self._catalog
 
     def table(self, name: str) -> Any:
@@ -81,7 +86,15 @@ class Lake:
 
     def location(self, name: str) -> str | None:
         """Lake thread: the metadata file the catalog's row of the table ``name`` points
-        at now (one query, no metadata read; None: no such table)."""
+        at now (a jdbc catalog: one query, no metadata read; a rest one: the table loaded,
+        the REST API has nothing smaller; None: no such table)."""
+        if self.rest:
+            from pyiceberg.exceptions import NoSuchTableError  # only with appends: pyiceberg
+
+            try:
+                return str(self.table(name).metadata_location)
+            except NoSuchTableError:
+                return None
         from pyiceberg.catalog.sql import IcebergTables  # only with appends: pyiceberg
         from sqlalchemy import select
         from sqlalchemy.orm import Session
@@ -102,7 +115,10 @@ class Lake:
         """Wait for the running call and close the catalog's connections."""
         self._executor.shutdown()
         if self._catalog is not None:
-            self._catalog.engine.dispose()
+            if self.rest:
+                self._catalog.close()  # its HTTP connections
+            else:
+                self._catalog.engine.dispose()
             self._catalog = None
 
 
@@ -154,8 +170,11 @@ class PyIcebergAppends:
     def _current(self) -> Any:
         """The table at its current snapshot: the one this writer's last append left
         when the catalog still points at its metadata (one query instead of reading and
-        parsing the metadata file, whose size grows with the snapshots), else loaded."""
+        parsing the metadata file, whose size grows with the snapshots), else loaded (a
+        rest catalog: always loaded, which is its one call that says where the table is)."""
         kept, self._loaded = self._loaded, None
+        if self.lake.rest:
+            return self.lake.table(self.table)
         if kept is not None and self.lake.location(self.table) == kept.metadata_location:
             return kept
         return self.lake.table(self.table)

@@ -1,6 +1,7 @@
-"""The ``jdbc`` catalog of ``spark.catalog`` opened with pyiceberg (``spark.appends:
-pyiceberg``), without a JVM: what Iceberg's JDBC catalog in Spark's session does when it
-opens the catalog, done the same way so either side can open what the other made.
+"""The catalog of ``spark.catalog`` opened with pyiceberg (``spark.appends: pyiceberg``),
+without a JVM: for a ``jdbc`` one, what Iceberg's JDBC catalog in Spark's session does when
+it opens the catalog, done the same way so either side can open what the other made (a
+``rest`` one: :mod:`actors.sinks.spark.pyiceberg_rest`, which :func:`open_catalog` opens).
 
 * :func:`sqlalchemy_uri`, :func:`catalog_properties`: the same database (SQLite file or
   PostgreSQL) and warehouse as Spark's catalog, as pyiceberg's ``SqlCatalog`` takes them;
@@ -113,12 +114,13 @@ def catalog_properties(settings: SparkSettings) -> dict[str, str]:
 
 def missing_modules(settings: SparkSettings) -> list[str]:
     """The packages ``appends: pyiceberg`` needs with this catalog that are not
-    installed (pyiceberg, pyiceberg-core for the ``days()`` transform, SQLAlchemy, and
-    psycopg2 for a PostgreSQL catalog)."""
-    needed = {"pyiceberg": "pyiceberg", "pyiceberg_core": "pyiceberg-core",
-              "sqlalchemy": "SQLAlchemy"}
-    if sqlite_file(settings) is None:
-        needed["psycopg2"] = "psycopg2-binary"
+    installed (pyiceberg, pyiceberg-core for the ``days()`` transform; for a jdbc catalog
+    SQLAlchemy, and psycopg2 for a PostgreSQL one)."""
+    needed = {"pyiceberg": "pyiceberg", "pyiceberg_core": "pyiceberg-core"}
+    if settings.catalog.type == "jdbc":
+        needed["sqlalchemy"] = "SQLAlchemy"
+        if sqlite_file(settings) is None:
+            needed["psycopg2"] = "psycopg2-binary"
     return [package for module, package in needed.items() if find_spec(module) is None]
 
 
@@ -251,10 +253,17 @@ def _fenced_catalog_class() -> type[Any]:
     return FencedSqlCatalog
 
 
-def open_catalog(settings: SparkSettings) -> Any:
+def open_catalog(settings: SparkSettings, tokens: Any = None) -> Any:
     """pyiceberg's ``SqlCatalog`` of ``spark.catalog`` with the commit-time fence, its
-    place prepared and its tables created when absent (see the module docstring); raises
-    what the database raised (the caller's call fails and is retried)."""
+    place prepared and its tables created when absent (see the module docstring), or for a
+    ``rest`` catalog its fenced ``RestCatalog`` logged in with ``tokens``
+    (:func:`~actors.sinks.spark.pyiceberg_rest.open_rest_catalog`); raises what the
+    database (the server, the identity provider) raised (the caller's call fails and is
+    retried)."""
+    if settings.catalog.type == "rest":
+        from actors.sinks.spark.pyiceberg_rest import open_rest_catalog
+
+        return open_rest_catalog(settings, tokens)
     _prepare_place(settings)
     catalog = _fenced_catalog_class()(settings.catalog.name, **catalog_properties(settings))
     try:
@@ -269,13 +278,17 @@ def ensure_namespace(catalog: Any, name: str) -> None:
     """The namespace ``name``, created with Spark's properties when absent (another
     process creating it meanwhile is fine)."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError
-    from sqlalchemy.exc import IntegrityError
 
+    raced: tuple[type[Exception], ...] = (NamespaceAlreadyExistsError,)
+    if hasattr(catalog, "engine"):  # a SqlCatalog: a unique key may say it instead
+        from sqlalchemy.exc import IntegrityError
+
+        raced = (*raced, IntegrityError)
     if catalog.namespace_exists(name):
         return
     try:
         catalog.create_namespace(name, {"exists": "true", "owner": owner()})
-    except (NamespaceAlreadyExistsError, IntegrityError):
+    except raced:
         if not catalog.namespace_exists(name):
             raise
 

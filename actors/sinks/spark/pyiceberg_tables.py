@@ -12,7 +12,8 @@ compares them field by field):
 * the partition spec ``days(_ingested_at)``, field ``_ingested_at_day`` (id 1000), or the
   topic's ``sink.partition_by`` (:mod:`actors.sinks.spark.partitioning`: fields from id
   1000, named as Spark names them); unsorted;
-* the location ``<warehouse>/<namespace>/<table>`` (the JDBC catalog's default), format
+* the location ``<warehouse>/<namespace>/<table>`` (the JDBC catalog's default; a REST
+  catalog's server chooses it, as for Spark's ``CREATE TABLE``), format
   version 2, the properties :data:`~actors.sinks.spark.iceberg.STAGING_PROPERTIES` (after the
   topic's ``sink.table_properties``), and those
   Spark and Iceberg's Java library add: ``owner``, ``write.parquet.compression-codec: zstd``.
@@ -136,8 +137,10 @@ def create_staging(catalog: Any, settings: SparkSettings, table: str,
         layout.check(dotted(settings, table), (*declared, INGESTED_AT))
         schema = staging_schema(declared)
         try:
+            # A rest catalog's server places the table, as with Spark's CREATE TABLE.
             catalog.create_table(identifier, schema=schema,
-                                 location=table_location(settings, table),
+                                 location=None if settings.catalog.type == "rest"
+                                 else table_location(settings, table),
                                  partition_spec=staging_spec(schema, layout),
                                  properties=staging_properties(layout))
             return []
