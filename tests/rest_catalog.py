@@ -40,6 +40,18 @@ def java_21() -> str:
     return max(found)[1]
 
 
+def appended_by_spark(catalog: Any, table: str, group: str) -> set[bool]:
+    """Of the staging appends of ``group`` in ``table`` (their ``kstage.expect`` names
+    it), whether Spark made them (Iceberg's Spark writer adds ``spark.app.id`` to the
+    snapshot summary; pyiceberg does not): ``{True}``, ``{False}``, or both."""
+    found = set()
+    for snapshot in catalog.load_table(("kstage", table)).metadata.snapshots:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if group in summary.get("kstage.expect", ""):
+            found.add("spark.app.id" in summary)
+    return found
+
+
 class RestCatalog:
     """Nessie on loopback with its warehouse in a moto bucket; a context manager."""
 

@@ -7,9 +7,9 @@ Two ways, the same snapshot:
 
 * :class:`PyIcebergOffsets`: pyiceberg on the ``jdbc`` catalog (SQLite or PostgreSQL),
   no JVM: a fast append of no files with the summary properties;
-* :class:`SparkOffsets`: Iceberg's Java API in the Spark session, for the catalogs pyiceberg
-  does not open here (``rest``): ``newAppend().set(...).commit()``, as maintenance records
-  offsets again (:func:`~actors.tables.maintenance.record_offsets`).
+* :class:`SparkOffsets`: Iceberg's Java API in the Spark session, for a ``rest`` catalog
+  (which ``kstage tables`` opens in Spark): ``newAppend().set(...).commit()``, as
+  maintenance records offsets again (:func:`~actors.tables.maintenance.record_offsets`).
 
 Both read the table's offsets back after the commit (:meth:`TableOffsets.offsets`): the
 caller checks that the reset stands (an append of a running kstage that computed its

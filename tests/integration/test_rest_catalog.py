@@ -15,6 +15,7 @@ import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -31,7 +32,7 @@ from tests.integration.test_spark_exactly_once import (
     total_committed,
 )
 from tests.kafkautil import KstageProcess, create_topic, unique, wait_until
-from tests.rest_catalog import RestCatalog
+from tests.rest_catalog import RestCatalog, appended_by_spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -42,13 +43,18 @@ def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalog]:
         yield catalog
 
 
+def reader(rest: RestCatalog) -> Any:
+    """pyiceberg's catalog of the REST server, its files from S3."""
+    return load_catalog("rest", type="rest", uri=rest.uri, **{
+        "s3.endpoint": rest.s3.url, "s3.access-key-id": "kstage",
+        "s3.secret-access-key": "kstage-test", "s3.region": "us-east-1"})
+
+
 def staged(rest: RestCatalog, topic: str, table: str = TABLE) -> Counter[tuple[int, int]]:
     """The (partition, offset) counts of ``topic`` in ``table`` (the staging table, which
     the module's tests share), read by pyiceberg through the REST catalog, its files from
     S3."""
-    catalog = load_catalog("rest", type="rest", uri=rest.uri, **{
-        "s3.endpoint": rest.s3.url, "s3.access-key-id": "kstage",
-        "s3.secret-access-key": "kstage-test", "s3.region": "us-east-1"})
+    catalog = reader(rest)
     if not catalog.table_exists(f"kstage.{table}"):
         return Counter()
     rows = catalog.load_table(f"kstage.{table}").scan(
@@ -89,6 +95,7 @@ async def test_appends_through_a_rest_catalog_exactly_once(
     assert sorted(rows) == expected(events, partitions)
     assert max(rows.values()) == 1
     assert "partition 0 resumes at offset 500, where the table holds it" in second.output()
+    assert appended_by_spark(reader(rest), TABLE, group) == {appends == "spark"}
     if merge_s is not None:
         final = staged(rest, topic, FINAL)
         assert sorted(final) == expected(events, partitions) and max(final.values()) == 1

@@ -11,12 +11,14 @@ identity provider tests/oidc_server.py, whose tokens live a few seconds).
   event once;
 * the client secret appears in none of kstage's output.
 
-(``spark.appends: pyiceberg`` commits through a jdbc catalog only: ``validate`` refuses it
-with a rest catalog, so only the Spark path runs here.)
+Each runs with both append paths: ``spark.appends: spark`` (Iceberg's Java REST client in
+the Spark session) and ``pyiceberg`` (pyiceberg's ``RestCatalog`` logged in by kstage,
+actors/sinks/spark/pyiceberg_rest.py; the merge still on Spark).
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -47,7 +49,7 @@ from tests.kafkautil import (
     wait_until,
 )
 from tests.oidc_server import OidcServer
-from tests.rest_catalog import RestCatalog
+from tests.rest_catalog import RestCatalog, appended_by_spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -86,11 +88,11 @@ def staged(rest: RestCatalog, idp: OidcServer, topic: str,
 
 def oauth_config(tmp_path: Path, broker: str, group: str, topic: str,
                  registry: FakeRegistry, rest: RestCatalog, idp: OidcServer,
-                 merge_s: float | None = None) -> Path:
+                 merge_s: float | None = None, appends: str = "spark") -> Path:
     cfg = config(tmp_path, broker, group, topic, registry, tmp_path / "unused",
                  flush_rows=100, merge_s=merge_s)
     data: dict[str, Any] = yaml.safe_load(cfg.read_text())
-    data["spark"] = rest.spark(flush_max_rows=100, flush_max_interval_s=0.5)
+    data["spark"] = rest.spark(flush_max_rows=100, flush_max_interval_s=0.5, appends=appends)
     data["spark"]["catalog"]["oauth2"] = {
         "token_url": idp.token_url, "client_id": "kstage", "client_secret": "${IDP_SECRET}",
         "scope": "catalog", "allow_insecure_http": True}
@@ -105,15 +107,17 @@ async def stop(proc: KstageProcess) -> None:
     assert await proc.wait(timeout=120) == 0, proc.output()[-4000:]
 
 
+@pytest.mark.parametrize("appends", ["spark", "pyiceberg"])
 async def test_tokens_expire_and_are_refreshed_while_appends_land_once(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog,
-        idp: OidcServer) -> None:
+        idp: OidcServer, appends: str) -> None:
     half, partitions = 200, 2
     topic, group = unique("oauth"), unique("g-oauth")
     with FakeRegistry() as registry:
         await create_topic(broker, topic, partitions=partitions)
         await produce_events(broker, registry, topic, 0, half, partitions)
-        cfg = oauth_config(tmp_path, broker, group, topic, registry, rest, idp, merge_s=1)
+        cfg = oauth_config(tmp_path, broker, group, topic, registry, rest, idp, merge_s=1,
+                           appends=appends)
         proc = kstage(cfg, env={"IDP_SECRET": SECRET})
         await wait_until(lambda: proc.proc.poll() is not None
                          or sum(staged(rest, idp, topic).values()) >= half, timeout=240,
@@ -141,17 +145,23 @@ async def test_tokens_expire_and_are_refreshed_while_appends_land_once(
     assert sorted(final) == expected(2 * half, partitions) and max(final.values()) == 1
     assert idp.refused == 0
     assert SECRET not in proc.output()
+    # pyiceberg's token was replaced before it expired, never after a 401.
+    assert "pyiceberg: the REST catalog refused the token" not in proc.output()
+    catalog = load_catalog("rest", type="rest", uri=rest.uri, token=idp.mint("reader", 60))
+    assert appended_by_spark(catalog, TABLE, group) == {appends == "spark"}
 
 
+@pytest.mark.parametrize("appends", ["spark", "pyiceberg"])
 async def test_the_identity_provider_down_is_named_retried_and_recovered(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog,
-        idp: OidcServer) -> None:
+        idp: OidcServer, appends: str) -> None:
     half, partitions = 200, 2
     topic, group = unique("oauth-down"), unique("g-oauth-down")
     with FakeRegistry() as registry:
         await create_topic(broker, topic, partitions=partitions)
         await produce_events(broker, registry, topic, 0, half, partitions)
-        cfg = oauth_config(tmp_path, broker, group, topic, registry, rest, idp)
+        cfg = oauth_config(tmp_path, broker, group, topic, registry, rest, idp,
+                           appends=appends)
         proc = kstage(cfg, env={"IDP_SECRET": SECRET})
         base = f"http://127.0.0.1:{await status_port(proc)}"
         await wait_until(lambda: proc.proc.poll() is not None
@@ -162,11 +172,17 @@ async def test_the_identity_provider_down_is_named_retried_and_recovered(
         try:
             refused_before = idp.unavailable  # the module's server: other tests' refusals
             idp.down = True
-            # The token kstage holds expires during the outage: the catalog's refreshes
-            # fail (6 attempts over more than 3 s after the first, due before expiry).
-            await wait_until(lambda: idp.unavailable >= refused_before + 6,
-                             timeout=8 * TOKEN_TTL_S,
-                             what="the catalog's token refreshes failing")
+            if appends == "spark":
+                # The token kstage holds expires during the outage: the catalog's
+                # refreshes fail (6 attempts over more than 3 s after the first, due
+                # before expiry).
+                await wait_until(lambda: idp.unavailable >= refused_before + 6,
+                                 timeout=8 * TOKEN_TTL_S,
+                                 what="the catalog's token refreshes failing")
+            else:
+                # pyiceberg asks for a token only when it calls the catalog: the one it
+                # holds has expired once a token's life has passed.
+                await asyncio.sleep(TOKEN_TTL_S + 1)
             await produce_events(broker, registry, topic, half, half, partitions)
             body = await wait_readyz(base, proc, 503, "identity provider", timeout=120)
             assert idp.token_url in str(body), body
@@ -179,8 +195,13 @@ async def test_the_identity_provider_down_is_named_retried_and_recovered(
                          or sum(staged(rest, idp, topic).values()) >= 2 * half, timeout=240,
                          what="the second half in the staging table, without a restart")
         await wait_readyz(base, proc, 200, timeout=120)
-        # Iceberg had given up refreshing: kstage built the catalog again (a new token).
-        assert "is built again with a new token" in proc.output()
+        if appends == "spark":
+            # Iceberg had given up refreshing: kstage built the catalog again (a new token).
+            assert "is built again with a new token" in proc.output()
+        else:
+            assert idp.unavailable > refused_before  # asked while down, with a backoff
+            assert "identity provider" in proc.output() and "gives tokens again" \
+                in proc.output()
         await stop(proc)
         assert await total_committed(broker, group, topic, partitions) == 2 * half
     rows = staged(rest, idp, topic)

@@ -2,7 +2,8 @@
 properties ``spark.catalog`` becomes (the same uri, warehouse and S3 store as Spark's
 catalog; the OAuth2 secret not among them), ``validate`` accepting it with and without
 ``oauth2``, and the commit-time fence of the catalog's ``commit_table`` (refused before
-anything is sent; otherwise sent asserting ``main`` where the checked metadata has it)."""
+anything is sent; otherwise sent asserting ``main`` where the checked metadata has it; a
+401/419 answer sent again once with a new token)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import AuthorizationExpiredError, UnauthorizedError
 from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
@@ -113,3 +115,30 @@ def test_the_rest_catalogs_commit_is_fenced_before_it_is_sent(
     mine = AssertRefSnapshotId(ref="main", snapshot_id=7)
     catalog.commit_table(table(recorded=100), (mine,), appending(expect=100))
     assert sent[-1] == (mine,)
+
+
+@pytest.mark.parametrize("answer", [UnauthorizedError, AuthorizationExpiredError])
+def test_a_commit_the_server_refuses_the_token_of_is_sent_again_with_a_new_one(
+        monkeypatch: pytest.MonkeyPatch, answer: type[Exception]) -> None:
+    """401 (or 419): the server applied nothing; the token is dropped and the commit sent
+    once more; refused again, the error is raised."""
+    answers: list[Exception | None] = [answer("refused"), None, answer("a"), answer("b")]
+    dropped: list[bool] = []
+
+    def commit(self: Any, tbl: Any, requirements: Any, updates: Any) -> str:
+        found = answers.pop(0)
+        if found is not None:
+            raise found
+        return "committed"
+
+    monkeypatch.setattr(RestCatalog, "commit_table", commit)
+    cls = _fenced_rest_class()
+    catalog = cls.__new__(cls)
+    catalog.name = "kstage"
+    catalog.tokens = SimpleNamespace(refused=lambda: dropped.append(True),
+                                     oauth2=SimpleNamespace(token_url="https://idp/t"))  # noqa: S106
+    assert catalog.commit_table(table(recorded=100), (), appending(expect=100)) == "committed"
+    assert dropped == [True]
+    with pytest.raises(answer):
+        catalog.commit_table(table(recorded=100), (), appending(expect=100))
+    assert dropped == [True, True] and not answers

@@ -34,12 +34,15 @@ import os
 import sqlite3
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from actors.sinks.spark import catalog_connection, iceberg, offset_history
 from actors.sinks.spark.catalog import catalog_uri, is_local, sqlite_file, warehouse_location
 from settings.models import SparkSettings
+
+if TYPE_CHECKING:
+    from actors.sinks.spark.pyiceberg_rest import CatalogTokens
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +256,7 @@ def _fenced_catalog_class() -> type[Any]:
     return FencedSqlCatalog
 
 
-def open_catalog(settings: SparkSettings, tokens: Any = None) -> Any:
+def open_catalog(settings: SparkSettings, tokens: CatalogTokens | None = None) -> Any:
     """pyiceberg's ``SqlCatalog`` of ``spark.catalog`` with the commit-time fence, its
     place prepared and its tables created when absent (see the module docstring), or for a
     ``rest`` catalog its fenced ``RestCatalog`` logged in with ``tokens``
