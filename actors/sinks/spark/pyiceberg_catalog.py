@@ -279,19 +279,14 @@ def open_catalog(settings: SparkSettings, tokens: CatalogTokens | None = None) -
 
 def ensure_namespace(catalog: Any, name: str) -> None:
     """The namespace ``name``, created with Spark's properties when absent (another
-    process creating it meanwhile is fine)."""
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError
-
-    raced: tuple[type[Exception], ...] = (NamespaceAlreadyExistsError,)
-    if hasattr(catalog, "engine"):  # a SqlCatalog: a unique key may say it instead
-        from sqlalchemy.exc import IntegrityError
-
-        raced = (*raced, IntegrityError)
+    process creating it meanwhile is fine: whatever its creation raised, pyiceberg's
+    ``NamespaceAlreadyExistsError`` or a SQL catalog's unique key, the namespace then
+    exists)."""
     if catalog.namespace_exists(name):
         return
     try:
         catalog.create_namespace(name, {"exists": "true", "owner": owner()})
-    except raced:
+    except Exception:
         if not catalog.namespace_exists(name):
             raise
 
