@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from actors.sinks.spark import iceberg, pyiceberg_nulls
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.pyiceberg_catalog import open_catalog
-from actors.sinks.spark.pyiceberg_rest import catalog_tokens
+from actors.sinks.spark.pyiceberg_rest import catalog_tokens, open_rest_catalog
 from actors.sinks.spark.pyiceberg_tables import summaries
 from actors.sinks.spark.pyiceberg_transaction import transaction
 from actors.sinks.table.rows import arrow_table
@@ -74,10 +74,13 @@ class Lake:
 
     def catalog(self) -> Any:
         """Lake thread: the catalog (opened on first use, its own tables created when
-        absent: :func:`~actors.sinks.spark.pyiceberg_catalog.open_catalog`)."""
+        absent: :func:`~actors.sinks.spark.pyiceberg_catalog.open_catalog`; a rest
+        catalog: :func:`~actors.sinks.spark.pyiceberg_rest.open_rest_catalog`)."""
         if self._catalog is None:
             pyiceberg_nulls.install()  # a NULL list of structs stays NULL (its docstring)
-            self._catalog = open_catalog(self.settings, self._tokens)
+            self._catalog = (open_rest_catalog(self.settings, self._tokens)
+                             if self.settings.catalog.type == "rest"
+                             else open_catalog(self.settings))
         return self._catalog
 
     def table(self, name: str) -> Any:

@@ -1,7 +1,7 @@
 """The catalog of ``spark.catalog`` opened with pyiceberg (``spark.appends: pyiceberg``),
 without a JVM: for a ``jdbc`` one, what Iceberg's JDBC catalog in Spark's session does when
 it opens the catalog, done the same way so either side can open what the other made (a
-``rest`` one: :mod:`actors.sinks.spark.pyiceberg_rest`, which :func:`open_catalog` opens).
+``rest`` one: :mod:`actors.sinks.spark.pyiceberg_rest`, which uses this module's fence).
 
 * :func:`sqlalchemy_uri`, :func:`catalog_properties`: the same database (SQLite file or
   PostgreSQL) and warehouse as Spark's catalog, as pyiceberg's ``SqlCatalog`` takes them;
@@ -34,15 +34,12 @@ import os
 import sqlite3
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from actors.sinks.spark import catalog_connection, iceberg, offset_history
 from actors.sinks.spark.catalog import catalog_uri, is_local, sqlite_file, warehouse_location
 from settings.models import SparkSettings
-
-if TYPE_CHECKING:
-    from actors.sinks.spark.pyiceberg_rest import CatalogTokens
 
 logger = logging.getLogger(__name__)
 
@@ -256,17 +253,12 @@ def _fenced_catalog_class() -> type[Any]:
     return FencedSqlCatalog
 
 
-def open_catalog(settings: SparkSettings, tokens: CatalogTokens | None = None) -> Any:
-    """pyiceberg's ``SqlCatalog`` of ``spark.catalog`` with the commit-time fence, its
-    place prepared and its tables created when absent (see the module docstring), or for a
-    ``rest`` catalog its fenced ``RestCatalog`` logged in with ``tokens``
-    (:func:`~actors.sinks.spark.pyiceberg_rest.open_rest_catalog`); raises what the
-    database (the server, the identity provider) raised (the caller's call fails and is
-    retried)."""
-    if settings.catalog.type == "rest":
-        from actors.sinks.spark.pyiceberg_rest import open_rest_catalog
-
-        return open_rest_catalog(settings, tokens)
+def open_catalog(settings: SparkSettings) -> Any:
+    """pyiceberg's ``SqlCatalog`` of a ``jdbc`` ``spark.catalog`` with the commit-time
+    fence, its place prepared and its tables created when absent (see the module
+    docstring); raises what the database raised (the caller's call fails and is retried).
+    A ``rest`` catalog is :func:`~actors.sinks.spark.pyiceberg_rest.open_rest_catalog`'s
+    (the caller picks: :class:`actors.sinks.spark.pyiceberg_appends.Lake`)."""
     _prepare_place(settings)
     catalog = _fenced_catalog_class()(settings.catalog.name, **catalog_properties(settings))
     try:
