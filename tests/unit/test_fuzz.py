@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from actors.codecs.avro import ID_SIZES, AvroDecoder, encode
 from actors.codecs.schema_registry import SchemaNotFound
 from actors.decoding import DECODERS, KEY_DECODERS
-from actors.sinks.http import _RowError, _UrlTemplate
+from actors.sinks.http.url_template import RowError, UrlTemplate
 from processors.errors import PoisonMessage
 from settings import ConfigFileError, Settings, SettingsError, load_settings
 
@@ -254,12 +254,12 @@ row_values = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(
 def test_the_url_template_classifies_every_template_and_row(template: str,
                                                             row: dict[str, Any]) -> None:
     try:
-        compiled = _UrlTemplate(template)
+        compiled = UrlTemplate(template)
     except ValueError:
         return
     try:
         assert isinstance(compiled.render(row), str)
-    except _RowError:
+    except RowError:
         pass
 
 
@@ -287,12 +287,12 @@ def test_no_row_value_changes_the_origin_or_leaves_the_path(
     precedes the first field; or the template, or the row, is refused."""
     template = origin + head + "".join(f"{{{name}}}{text}" for name, text in fields)
     try:
-        compiled = _UrlTemplate(template)
+        compiled = UrlTemplate(template)
     except ValueError:
         return
     try:
         url = httpx.URL(compiled.render(row))
-    except _RowError:
+    except RowError:
         return
     expected = httpx.URL(origin + head)
     assert (url.scheme, url.host, url.port) == (expected.scheme, expected.host, expected.port)

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from actors.errors import SinkAuthError, SinkError
 from actors.sink_health import SinkHealth
 from actors.sinks import SinkContext
-from actors.sinks.http import HttpSink, HttpSinkSettings, _RowError, _UrlTemplate
+from actors.sinks.http import HttpSink, HttpSinkSettings
+from actors.sinks.http.url_template import RowError, UrlTemplate
 from service.cli import main
 from tests.http_server import HttpTestServer
 from tests.tls_certs import Pki, make_pki
@@ -107,28 +108,28 @@ def test_fields_in_the_path_and_query_are_accepted(template: str) -> None:
 ])
 def test_values_are_encoded_into_one_segment_and_one_query_value(value: str,
                                                                  path: str) -> None:
-    url = _UrlTemplate("https://api.example.com/e/{v}/x?q={v}").render({"v": value})
+    url = UrlTemplate("https://api.example.com/e/{v}/x?q={v}").render({"v": value})
     assert url == "https://api.example.com" + path
 
 
 @pytest.mark.parametrize("value", ["..", ".", ""])
 def test_a_value_making_an_empty_or_dot_segment_refuses_the_row(value: str) -> None:
-    template = _UrlTemplate("https://api.example.com/e/{v}/x")
-    with pytest.raises(_RowError, match="dot segment"):
+    template = UrlTemplate("https://api.example.com/e/{v}/x")
+    with pytest.raises(RowError, match="dot segment"):
         template.render({"v": value})
     # in the query, or inside a longer segment, the same values are harmless
-    assert _UrlTemplate("https://h/e/x{v}?q={v}").render({"v": value}).startswith("https://h/e/x")
-    two = _UrlTemplate("https://h/e/{a}{b}/x")
-    with pytest.raises(_RowError, match="dot segment"):
+    assert UrlTemplate("https://h/e/x{v}?q={v}").render({"v": value}).startswith("https://h/e/x")
+    two = UrlTemplate("https://h/e/{a}{b}/x")
+    with pytest.raises(RowError, match="dot segment"):
         two.render({"a": ".", "b": "."})
 
 
 def test_a_rendered_url_with_another_origin_is_refused() -> None:
     """Defence in depth: should a value ever change the origin, the row is refused."""
-    template = _UrlTemplate("https://api.example.com/e/{v}")
+    template = UrlTemplate("https://api.example.com/e/{v}")
     assert template.origin == ("https", "api.example.com", 443)
     template.origin = ("https", "elsewhere.example.com", 443)  # as if a value had moved it
-    with pytest.raises(_RowError, match="leaves the url's origin"):
+    with pytest.raises(RowError, match="leaves the url's origin"):
         template.render({"v": "x"})
 
 

@@ -27,7 +27,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from actors.sinks.files import _default as jsonl_default
-from actors.sinks.http import _json_default as http_default
+from actors.sinks.http.request import json_default as http_default
 from processors import datahub_mcl, jsonfast, metastore_audit
 
 PROPERTY = settings(max_examples=400, deadline=timedelta(seconds=2), database=None)
