@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["actors", "actors.deadletters", "actors.sinks.http", "actors.worker", "processors",
-            "settings", "service", "service.ops", "service.ops.dlq", "service.dev"]
+PACKAGES = ["actors", "actors.codecs.schema_registry", "actors.deadletters", "actors.sinks.http",
+            "actors.worker", "processors", "settings", "service", "service.ops",
+            "service.ops.dlq", "service.dev"]
 
 
 def public_names(package: types.ModuleType) -> set[str]:

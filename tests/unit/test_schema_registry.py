@@ -29,9 +29,9 @@ from actors.codecs.schema_registry import (
     SchemaNotFound,
     SchemaRegistryClient,
     SchemaVersion,
-    _tls_verify,
     normalize_schema_id,
 )
+from actors.codecs.schema_registry.transport import tls_verify
 from processors.errors import PoisonMessage, ProcessorError
 from settings import (
     ConfigValidationError,
@@ -553,22 +553,22 @@ def test_settings_from_yaml_with_the_url_variable(tmp_path: Path) -> None:
 
 
 def test_tls_options_give_httpx_verify_settings(tmp_path: Path) -> None:
-    assert _tls_verify(SchemaRegistryTls()) is True
-    assert _tls_verify(SchemaRegistryTls(verify=False)) is False
+    assert tls_verify(SchemaRegistryTls()) is True
+    assert tls_verify(SchemaRegistryTls(verify=False)) is False
 
     cert, key = self_signed(tmp_path)
-    context = _tls_verify(SchemaRegistryTls(ca_file=str(cert)))
+    context = tls_verify(SchemaRegistryTls(ca_file=str(cert)))
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "127.0.0.1"),),)]
 
-    mutual = _tls_verify(
+    mutual = tls_verify(
         SchemaRegistryTls(verify=False, client_cert=str(cert), client_key=str(key))
     )
     assert isinstance(mutual, ssl.SSLContext) and mutual.verify_mode == ssl.CERT_NONE
 
     with pytest.raises(RegistryRequestError, match="schema_registry.tls"):
-        _tls_verify(SchemaRegistryTls(ca_file=str(tmp_path / "missing.pem")))
+        tls_verify(SchemaRegistryTls(ca_file=str(tmp_path / "missing.pem")))
 
 
 async def test_mutual_tls_against_an_https_fake(tmp_path: Path, sleeps: Sleeps) -> None:

@@ -6,14 +6,12 @@ or exception messages."""
 from __future__ import annotations
 
 import base64
-import logging
 import re
 import ssl
 
 from actors.errors import SinkError
 from actors.sinks.http.settings import HttpSinkSettings, HttpTls
-
-logger = logging.getLogger(__name__)
+from actors.tls import ssl_verify
 
 _SECRET_HEADER = re.compile(r"(auth|key|token|secret|password|cookie|session)", re.IGNORECASE)
 
@@ -39,18 +37,9 @@ def headers_and_secrets(s: HttpSinkSettings) -> tuple[dict[str, str], list[str]]
 
 
 def tls_verify(tls: HttpTls) -> ssl.SSLContext | bool:
-    """httpx's ``verify``: a bool, or an SSLContext when CA or client files are given."""
-    if not tls.verify:
-        logger.warning("http sink: TLS certificate verification is disabled")
-    if tls.ca_file is None and tls.client_cert is None:
-        return tls.verify
+    """httpx's ``verify`` for the sink's ``tls`` (:func:`actors.tls.ssl_verify`); files
+    that cannot be loaded are a SinkError."""
     try:
-        context = ssl.create_default_context(cafile=tls.ca_file if tls.verify else None)
-        if not tls.verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if tls.client_cert is not None:
-            context.load_cert_chain(tls.client_cert, tls.client_key)
+        return ssl_verify(tls, "http sink")
     except (OSError, ssl.SSLError) as exc:
         raise SinkError(f"http sink tls: cannot load the files: {exc}") from exc
-    return context

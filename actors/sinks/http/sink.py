@@ -17,7 +17,7 @@ import httpx
 
 from actors.backoff import Jitter, backoff_s
 from actors.codecs.schema_registry import Sleep, describe_transport_error
-from actors.codecs.schema_registry import _retry_after as retry_after_s
+from actors.codecs.schema_registry.answers import retry_after_s
 from actors.errors import SinkAuthError, SinkError
 from actors.sinks.base import Sink, SinkCapabilities
 from actors.sinks.http.client import headers_and_secrets, tls_verify
