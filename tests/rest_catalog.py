@@ -85,7 +85,12 @@ class RestCatalog:
         s3 = "nessie.catalog.service.s3.default-options"
         options = {
             "quarkus.http.host": "127.0.0.1", "quarkus.http.port": str(self.port),
+            # Nessie's build enables the management interface (a build-time setting the
+            # line above cannot turn off): on a port of its own, not 9000, so two catalogs
+            # (two test processes) can run at once.
             "quarkus.management.enabled": "false", "quarkus.log.level": "WARN",
+            "quarkus.management.host": "127.0.0.1",
+            "quarkus.management.port": str(free_port()),
             "nessie.version.store.type": "IN_MEMORY",
             "nessie.catalog.default-warehouse": "warehouse",
             "nessie.catalog.warehouses.warehouse.location": WAREHOUSE,
