@@ -100,15 +100,22 @@ def catalog_properties(settings: SparkSettings) -> dict[str, str]:
              "schema_version": "v1",
              # A pooled connection the server closed (a restart) is replaced, not failed.
              "pool_pre_ping": "true"}
+    return props | s3_properties(settings)
+
+
+def s3_properties(settings: SparkSettings) -> dict[str, str]:
+    """pyiceberg's S3 file IO properties of ``spark.catalog.s3`` (secrets included: never
+    logged; none without it), for its SQL and REST catalogs alike."""
     s3 = settings.catalog.s3
-    if s3 is not None:
-        props |= {"s3.region": s3.region,
-                  "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
-        if s3.endpoint is not None:
-            props["s3.endpoint"] = s3.endpoint
-        if s3.access_key_id is not None and s3.secret_access_key is not None:
-            props["s3.access-key-id"] = s3.access_key_id.get_secret_value()
-            props["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
+    if s3 is None:
+        return {}
+    props = {"s3.region": s3.region,
+             "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
+    if s3.endpoint is not None:
+        props["s3.endpoint"] = s3.endpoint
+    if s3.access_key_id is not None and s3.secret_access_key is not None:
+        props["s3.access-key-id"] = s3.access_key_id.get_secret_value()
+        props["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
     return props
 
 
@@ -285,4 +292,4 @@ def ensure_namespace(catalog: Any, name: str) -> None:
 
 __all__ = ["CATALOG_TABLES", "SQLITE_TIMEOUT_S", "catalog_properties", "ensure_namespace",
            "expected_offsets", "fence_error", "missing_modules", "open_catalog", "owner",
-           "recorded_offsets", "sqlalchemy_uri"]
+           "recorded_offsets", "s3_properties", "sqlalchemy_uri"]

@@ -50,6 +50,7 @@ import httpx
 from actors.backoff import Jitter, backoff_s
 from actors.sinks.spark import catalog_auth, iceberg
 from actors.sinks.spark.catalog import catalog_uri, warehouse_location
+from actors.sinks.spark.pyiceberg_catalog import s3_properties
 from settings.catalog_oauth import OAUTH2_PROPERTIES
 from settings.models import CatalogOAuth2Settings, SparkSettings
 
@@ -190,16 +191,8 @@ def rest_properties(settings: SparkSettings) -> dict[str, str]:
     """pyiceberg's ``RestCatalog`` properties of ``spark.catalog`` (see the module
     docstring; ``spark.catalog.oauth2`` is not among them: :class:`CatalogTokens`)."""
     catalog = settings.catalog
-    props = {"uri": catalog_uri(settings), "warehouse": warehouse_location(settings)}
-    s3 = catalog.s3
-    if s3 is not None:
-        props |= {"s3.region": s3.region,
-                  "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
-        if s3.endpoint is not None:
-            props["s3.endpoint"] = s3.endpoint
-        if s3.access_key_id is not None and s3.secret_access_key is not None:
-            props["s3.access-key-id"] = s3.access_key_id.get_secret_value()
-            props["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
+    props = {"uri": catalog_uri(settings), "warehouse": warehouse_location(settings),
+             **s3_properties(settings)}
     for key, value in catalog.properties.items():
         if key.startswith("header.") or (catalog.oauth2 is None and key in SHARED_LOGIN):
             props[key] = value
