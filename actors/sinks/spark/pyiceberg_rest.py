@@ -36,9 +36,7 @@ pyiceberg is imported only inside functions.
 
 from __future__ import annotations
 
-import base64
 import functools
-import json
 import logging
 import threading
 import time
@@ -48,6 +46,7 @@ from typing import Any
 import httpx
 
 from actors.backoff import Jitter, backoff_s
+from actors.oidc import jwt_expiry
 from actors.sinks.spark import catalog_auth, iceberg
 from actors.sinks.spark.catalog import catalog_uri, warehouse_location
 from actors.sinks.spark.pyiceberg_catalog import s3_properties
@@ -75,18 +74,6 @@ class CatalogLoginError(Exception):
     def __init__(self, message: str, *, refused: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
-
-
-def _jwt_lifetime(token: str) -> float | None:
-    """Seconds until the ``exp`` of a JWT access token (None: not a JWT, or none)."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-        return float(claims["exp"]) - time.time()
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 class CatalogTokens:
@@ -184,7 +171,8 @@ class CatalogTokens:
         expires_in = body.get("expires_in")
         if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
             return token, float(expires_in)
-        return token, _jwt_lifetime(token)
+        expiry = jwt_expiry(token)
+        return token, None if expiry is None else expiry - time.time()
 
 
 def rest_properties(settings: SparkSettings) -> dict[str, str]:
