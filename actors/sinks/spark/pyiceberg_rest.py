@@ -46,7 +46,6 @@ from typing import Any
 import httpx
 
 from actors.backoff import Jitter, backoff_s
-from actors.oidc import jwt_expiry
 from actors.sinks.spark import catalog_auth, iceberg
 from actors.sinks.spark.catalog import catalog_uri, warehouse_location
 from actors.sinks.spark.pyiceberg_catalog import s3_properties
@@ -171,6 +170,8 @@ class CatalogTokens:
         expires_in = body.get("expires_in")
         if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
             return token, float(expires_in)
+        from actors.oidc import jwt_expiry  # not at import: it loads aiokafka (validate)
+
         expiry = jwt_expiry(token)
         return token, None if expiry is None else expiry - time.time()
 
