@@ -143,16 +143,68 @@ async def test_the_fence_is_checked_again_on_the_optimistic_retry(
     """Writer A's append passes the fence on metadata S1, then waits for the catalog's
     write lock (held by the test) in its compare-and-swap; meanwhile the catalog's pointer
     moves to S2, where writer B appended partition ``other``. A's swap fails, Iceberg
-    retries on S2, and the fence is checked again there."""
+    retries on S2, and the fence is checked again there. When A lands, its snapshot (the
+    current one, all a REST catalog may serve) records B's offsets too: A carried forward
+    the offsets of S1, and the fence made them again on S2."""
     settings, table = actor.settings, f"stg_retry_{other}"
+
+    def second(spark: Any) -> None:
+        append(spark, settings, table, 5, 10, other, streams(**{f"p{other}": 5 * (1 - other)}))
+
+    refused, ids, offsets, current = await retried(actor, warehouse, table, second)
+    if lands:
+        assert refused is None, refused
+        assert offsets == streams(p0=8, p1=10)
+        assert current == streams(p0=8, p1=10)  # B's offsets still in the current snapshot
+        assert ids == sorted([f"0/{o}" for o in range(8)] + [f"1/{o}" for o in range(5, 10)])
+    else:
+        assert refused is not None, "A's retry committed on top of B's append of p0"
+        assert refusal(table, (GROUP, TOPIC, 0), 5, 10) in str(refused)
+        assert offsets == current == streams(p0=10) and ids == [f"0/{o}" for o in range(10)]
+
+
+async def test_a_reset_slipped_in_before_the_retry_stands(
+        actor: SparkActor, warehouse: Path) -> None:
+    """The same race with ``kstage tables reset-offsets`` of partition 1 (recorded at 7 in
+    S1, reset to 2) as B's commit: A carried p1 at 7 forward from S1; on S2 it records the
+    reset's 2, so the reset stands (A's snapshot is newer than the reset's)."""
+    settings, table = actor.settings, "stg_retry_reset"
+
+    def second(spark: Any) -> None:
+        current = offset_history.table_offsets(spark, settings, table)
+        loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            spark._jsparkSession, dotted(settings, table))
+        commit = loaded.newAppend()
+        for key, value in offset_history.reset_summary(current, streams(p1=2)).items():
+            commit = commit.set(key, value)
+        commit.commit()
+
+    refused, ids, offsets, current = await retried(actor, warehouse, table, second,
+                                                   other_first=7)
+    assert refused is None, refused
+    assert offsets == current == streams(p0=8, p1=2)
+    assert ids == sorted([f"0/{o}" for o in range(8)] + [f"1/{o}" for o in range(7)])
+
+
+async def retried(actor: SparkActor, warehouse: Path, table: str,
+                  second: Any, other_first: int = 0,
+                  ) -> tuple[BaseException | None, list[str], Offsets, Offsets]:
+    """Writer A appends offsets 5..7 of partition 0 (expecting 5) on metadata S1 (p0 at 5,
+    p1 at ``other_first`` when not 0), held in its compare-and-swap by the SQLite catalog's
+    write lock until the pointer is moved to S2, the table after ``second(spark)`` (writer
+    B's commit, made before A starts). What A's append raised (None: it landed), then the
+    table's ids, its recorded offsets and its current snapshot's ``kstage.offsets``."""
+    settings = actor.settings
     catalog_db = sqlite_file(settings)
     assert catalog_db is not None
 
     def prepare(spark: Any) -> tuple[str, str]:
         iceberg.create_staging(spark, settings, table, COLUMNS)
         append(spark, settings, table, 0, 5, 0, streams(p0=0))
+        if other_first:
+            append(spark, settings, table, 0, other_first, 1, streams(p1=0))
         s1 = location(spark)
-        append(spark, settings, table, 5, 10, other, streams(**{f"p{other}": 5 * (1 - other)}))
+        second(spark)
         return s1, location(spark)
 
     def location(spark: Any) -> str:
@@ -167,7 +219,7 @@ async def test_the_fence_is_checked_again_on_the_optimistic_retry(
     s1, s2 = await actor.call(prepare)
     db = sqlite3.connect(str(catalog_db), isolation_level=None, timeout=30)
     try:
-        point(db, s1)  # A will read S1: B's append not yet there
+        point(db, s1)  # A will read S1: B's commit not yet there
         written = metadata_files(warehouse, table)
         db.execute("BEGIN IMMEDIATE")  # the catalog's write lock: A's swap waits for it
         a = asyncio.ensure_future(actor.call(
@@ -190,14 +242,8 @@ async def test_the_fence_is_checked_again_on_the_optimistic_retry(
     else:
         refused = None
     ids, _, offsets = await actor.call(lambda spark: state(spark, settings, table))
-    if lands:
-        assert refused is None, refused
-        assert offsets == streams(p0=8, p1=10)
-        assert ids == sorted([f"0/{o}" for o in range(8)] + [f"1/{o}" for o in range(5, 10)])
-    else:
-        assert refused is not None, "A's retry committed on top of B's append of p0"
-        assert refusal(table, (GROUP, TOPIC, 0), 5, 10) in str(refused)
-        assert offsets == streams(p0=10) and ids == [f"0/{o}" for o in range(10)]
+    current = await actor.call(lambda spark: iceberg.current_offsets(spark, settings, table))
+    return refused, ids, offsets, current
 
 
 async def test_everything_else_goes_to_the_wrapped_catalog(actor: SparkActor) -> None:
@@ -359,3 +405,35 @@ async def test_the_java_rule_agrees_with_the_python_reference(actor: SparkActor)
             assert (f"group {stream[0]} topic {stream[1]} partition {stream[2]}: expected "
                     f"offset {expect[stream]}, found {found}") in answer, case
         assert answer.count("expected offset") == len(wrong), case
+
+
+CARRY_CASES: list[tuple[str | None, Offsets, Offsets]] = [
+    # (the base's current kstage.offsets, the append's kstage.offsets, its kstage.expect)
+    (None, streams(p0=5), streams(p0=0)),  # a new table
+    (js({"g": {"events": {"1": 7}}}), streams(p0=5), streams(p0=0)),  # another's kept
+    (js({"g": {"events": {"1": 7}}}), streams(p0=5, p1=3), streams(p0=0)),  # stale carry
+    (js({"g": {"events": {"0": 9}}}), streams(p0=5), streams(p0=5)),  # the higher stays
+    (js({"h": {"other": {"2": 1}}}), streams(p0=5, p1=4), streams(p0=2, p1=4)),
+    ("not json", streams(p0=5), streams(p0=0)),  # a malformed current value is ignored
+    (js({"gr.1": {'tö"pic': {"3": 2**40}}}), streams(p0=1), streams(p0=0)),  # escapes
+]
+
+
+async def test_the_java_carry_agrees_with_the_python_reference(actor: SparkActor) -> None:
+    """``CarriedOffsets.merged`` (the offsets the fence makes again on the base) is
+    :func:`iceberg.carried` of the base's current offsets and the append's own partitions
+    (those of its ``kstage.expect``)."""
+    def run(spark: Any) -> list[str | None]:
+        carry = spark._jvm.io.kstage.iceberg.CarriedOffsets
+        return [carry.merged(current, iceberg.format_offsets(offsets),
+                             iceberg.format_offsets(expect))
+                for current, offsets, expect in CARRY_CASES]
+
+    answers = await actor.call(run)
+    for (current, offsets, expect), answer in zip(CARRY_CASES, answers, strict=True):
+        base = iceberg.parse_offsets(current) if current else {}
+        mine = {s: o for s, o in offsets.items() if s in expect}
+        assert answer is not None
+        assert iceberg.parse_offsets(answer) == iceberg.carried(base, mine), (current, answer)
+        assert answer == iceberg.format_offsets(iceberg.parse_offsets(answer)) \
+            or not answer.isascii()  # Python's format, bar its escapes of non-ASCII

@@ -329,7 +329,10 @@ def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str,
     """The offsets an append records: the current snapshot's, with this append's own
     (the higher of each). So the newest snapshot holds every partition's offset, whatever
     the catalog keeps of the older ones (a REST catalog may serve the current snapshot only;
-    maintenance expires old ones); reading takes the highest over the history there is."""
+    maintenance expires old ones); reading takes the highest over the history there is.
+    With Spark's appends the fence's catalog makes the value again on the metadata the
+    commit is applied on (``CarriedOffsets`` in the fence jar, the same rule), so an
+    optimistic retry after another writer's commit keeps that writer's offsets."""
     merged = dict(current)
     for stream, offset in mine.items():
         merged[stream] = max(merged.get(stream, offset), offset)

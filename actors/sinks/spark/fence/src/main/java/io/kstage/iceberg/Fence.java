@@ -33,6 +33,10 @@ import org.apache.iceberg.util.SnapshotUtil;
  * holds for the metadata the snapshot actually lands on. A refusal is a {@link
  * ValidationException} (not retried, not "commit state unknown"; Iceberg and Spark delete the
  * files written for the commit) whose message starts with {@code kstage fence:}.
+ *
+ * <p>A commit that passes has the {@code kstage.offsets} of its fenced snapshots made again
+ * on {@code base} ({@link CarriedOffsets}): what the writer carried forward from the table
+ * it read would drop the offsets another writer recorded before an optimistic retry.
  */
 public final class Fence implements TableOperations {
   public static final String EXPECT = "kstage.expect";
@@ -59,7 +63,7 @@ public final class Fence implements TableOperations {
     if (refusal != null) {
       throw new ValidationException("%s", refusal);
     }
-    ops.commit(base, metadata);
+    ops.commit(base, CarriedOffsets.onto(base, metadata));
   }
 
   /**
