@@ -27,6 +27,7 @@ import pytest
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified, sqlite_file
+from actors.tables.maintenance import compact
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -437,3 +438,33 @@ async def test_the_java_carry_agrees_with_the_python_reference(actor: SparkActor
         assert iceberg.parse_offsets(answer) == iceberg.carried(base, mine), (current, answer)
         assert answer == iceberg.format_offsets(iceberg.parse_offsets(answer)) \
             or not answer.isascii()  # Python's format, bar its escapes of non-ASCII
+
+
+async def test_a_commit_of_no_offsets_carries_the_current_ones(actor: SparkActor) -> None:
+    """A compaction's rewrite and a DELETE record no offsets: the fence gives their
+    snapshots the current ones, so the current snapshot (all a REST catalog may serve)
+    still says how far the table holds each partition."""
+    settings, table = actor.settings, "stg_rewrite"
+
+    def run(spark: Any) -> list[tuple[str, Offsets]]:
+        iceberg.create_staging(spark, settings, table, COLUMNS)
+        append(spark, settings, table, 0, 5, 0, streams(p0=0))
+        append(spark, settings, table, 0, 3, 1, streams(p1=0))
+        seen = []
+        for change in ("compact", "delete"):
+            if change == "compact":
+                two = settings.model_copy(update={"maintenance": settings.maintenance
+                                                  .model_copy(update={"min_input_files": 2})})
+                assert compact(spark, two, table)[0] >= 2
+            else:
+                spark.sql(f"DELETE FROM {qualified(settings, table)} "  # noqa: S608 - a test table
+                          "WHERE id = '0/0'")
+            loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                spark._jsparkSession, dotted(settings, table))
+            seen.append((str(loaded.currentSnapshot().operation()),
+                         iceberg.current_offsets(spark, settings, table)))
+        return seen
+
+    (compacted, after_compaction), (deleted, after_delete) = await actor.call(run)
+    assert compacted == "replace" and after_compaction == streams(p0=5, p1=3)
+    assert deleted in ("delete", "overwrite") and after_delete == streams(p0=5, p1=3)

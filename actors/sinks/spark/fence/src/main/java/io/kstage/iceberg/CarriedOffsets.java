@@ -30,7 +30,10 @@ import org.apache.iceberg.util.JsonUtil;
  * other writer's offsets would leave the current snapshot. {@link #onto} makes the value
  * again on the base the commit is applied on: the base's current {@code kstage.offsets},
  * with the append's own partitions (the higher of each), the rule of kstage's {@code
- * actors.sinks.spark.iceberg.carried}.
+ * actors.sinks.spark.iceberg.carried}. A snapshot that records no offsets (a compaction's
+ * rewrite, a manifest rewrite, a DELETE) gets the base's current ones: otherwise, on a
+ * catalog that serves the current snapshot only, the table would seem to hold no offsets
+ * until maintenance recorded them again, and an append meanwhile would carry none.
  */
 public final class CarriedOffsets {
   private CarriedOffsets() {}
@@ -38,7 +41,8 @@ public final class CarriedOffsets {
   /**
    * {@code metadata} (a commit on top of {@code base}) with the {@code kstage.offsets} of
    * each snapshot it adds that carries {@code kstage.expect} made again on {@code base}
-   * ({@link #merged}); {@code metadata} itself when every such value already is.
+   * ({@link #merged}), and those of the base's current snapshot in each it adds that has
+   * none (nor {@code kstage.offsets-reset}); {@code metadata} itself when nothing changes.
    */
   static TableMetadata onto(TableMetadata base, TableMetadata metadata) {
     if (base == null) {
@@ -59,8 +63,16 @@ public final class CarriedOffsets {
       }
       String offsets = summary.get(Fence.OFFSETS);
       String expect = summary.get(Fence.EXPECT);
-      if (offsets == null || expect == null) {
+      if (offsets == null) {
+        // a commit that records no offsets of its own (a compaction's rewrite, a manifest
+        // rewrite, a DELETE): the current ones, carried forward
+        if (recorded != null && summary.get(Fence.RESET) == null && wellFormed(recorded)) {
+          redone.put(added.snapshotId(), recorded);
+        }
         continue;
+      }
+      if (expect == null) {
+        continue;  // offsets set by hand (maintenance, a reset): as they are
       }
       String value = merged(recorded, offsets, expect);
       if (value != null && !Fence.parse(value).equals(Fence.parse(offsets))) {
@@ -90,6 +102,15 @@ public final class CarriedOffsets {
           + "carried forward");
     }
     return builder.build();
+  }
+
+  private static boolean wellFormed(String offsets) {
+    try {
+      Fence.parse(offsets);
+      return true;
+    } catch (IllegalArgumentException e) {
+      return false;
+    }
   }
 
   /**
