@@ -27,15 +27,28 @@ flush of the table runs (a quiet table is written within about ``idle_s`` rather
 the interval, and its writer is busy at most about one flush per ``idle_s``), or a worker
 cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``).
 
-With a ``rest_ratio`` r above 0, a flush that ``min_rows`` starts rests first: after
-flushes of caught-up rows that kept the table busy d seconds, it starts no earlier than
-d * r seconds after they ended (none after flushes that held a backlog's rows: they took
-long for their size, and the first rows caught up after them go at once), or once the
-oldest waiting row waited ``idle_s`` (the rest never holds a row
-longer than that while no flush runs; ``max_rows``, ``max_interval_s`` and
-:meth:`TableWriter.flush_soon` do not wait either). Flushes whose cost hardly depends on
-their rows then grow with their own duration instead of following each other back to
-back (pyiceberg's commits: see :mod:`actors.sinks.spark.staging`).
+The pace of the flushes of caught-up rows follows what they cost (the staging appends:
+:mod:`actors.sinks.spark.staging`). The writer measures its latency *L*: an average
+weighted toward the newest (:data:`LATENCY_WEIGHT`) of the durations of the flushes that
+held no backlog's rows (:meth:`TableWriter.took`). After such flushes end, a flush that
+``min_rows`` starts rests first, :func:`rest` seconds:
+``max(freshness_s - 2 L, rest_ratio * L, 0)``. A row that arrives right after a flush
+started waits for it, the rest and its own flush: about ``freshness_s`` while *L* stays
+below half of it (appends rest, fewer and larger, as long as the freshness allows); above,
+flushes go back to back and a row's wait grows with the latency, about 2 *L*, never with
+more flushes. ``rest_ratio`` keeps a rest of at least that many times *L* (a writer whose
+every flush costs the process CPU keeps a share of it free). There is no rest after
+flushes that held a backlog's rows (they took long for their size, and the first rows
+caught up after them go at once), and none on a quiet table: a row that comes after
+the rest is over goes at once. The oldest waiting row having waited ``idle_s`` ends a
+rest (the rest never holds a row longer than that while no flush runs);
+``max_rows``, ``max_interval_s`` and :meth:`TableWriter.flush_soon` do not wait for one.
+
+``max_per_s`` caps every flush, whatever starts it: none starts less than
+1/``max_per_s`` seconds after the previous one started (it is put off until then), so
+the flushes of the process never exceed that many a second, caught up or behind.
+:attr:`TableWriter.interval` is the time between the starts of caught-up flushes the
+writer aims at, *L* plus the rest, at least 1/``max_per_s``.
 
 How a flush writes is the subclass's: :meth:`TableWriter._flush` resolves the future of
 every part it was given (a result once the part is durable, the error otherwise). Which of
@@ -61,6 +74,29 @@ from actors.sinks.table.columns import COORDINATES
 from processors.base import Column, Row
 
 logger = logging.getLogger(__name__)
+
+LATENCY_WEIGHT = 0.3
+"""The weight of the newest flush in the measured latency (an exponentially weighted
+moving average: a change of the catalog's latency shows within a few flushes, one slow
+flush moves it by this share)."""
+
+_EARLY_S = 1e-3  # a timer may fire this much before its time (the loop's clock resolution)
+
+
+def rest(latency: float, freshness_s: float | None, rest_ratio: float = 0.0) -> float:
+    """The rest between flushes of caught-up rows that take ``latency`` seconds: what
+    keeps a row's worst wait (the flush running when it came, the rest, its own flush)
+    near ``freshness_s`` (None: no such aim), at least ``rest_ratio`` times the latency."""
+    aimed = 0.0 if freshness_s is None else freshness_s - 2 * latency
+    return max(aimed, rest_ratio * latency, 0.0)
+
+
+def interval(latency: float, freshness_s: float | None, rest_ratio: float = 0.0,
+             max_per_s: float | None = None) -> float:
+    """The time between the starts of flushes of caught-up rows that take ``latency``
+    seconds: the latency and the :func:`rest`, at least 1/``max_per_s``."""
+    paced = latency + rest(latency, freshness_s, rest_ratio)
+    return paced if max_per_s is None else max(paced, 1 / max_per_s)
 
 
 class RowsRefused(SinkError):
@@ -100,13 +136,21 @@ class TableWriter(abc.ABC):
         max_interval_s: longest wait of a pending row.
         idle_s: longest wait of a pending row while no flush of the table runs (None, or
             not below ``max_interval_s``: no such flush).
-        rest_ratio: the rest of the ``min_rows`` and ``idle_s`` flushes, in times the
-            duration of the flushes before (0: none).
+        rest_ratio: the least rest of a ``min_rows`` flush, in times the measured
+            latency (0: none).
+        freshness_s: the worst wait of a caught-up row the rests aim at (None: no rest
+            but ``rest_ratio``'s).
+        max_per_s: the most flushes started a second (None: no cap).
     """
+
+    times_flushes = True
+    """The writer measures each flush's duration itself; False: the subclass reports the
+    duration of each flush that wrote something (:meth:`took`), and only those count."""
 
     def __init__(self, table: str, columns: tuple[Column, ...], *, max_rows: int,
                  min_rows: int, max_interval_s: float, idle_s: float | None = None,
-                 rest_ratio: float = 0.0, max_bytes: int | None = None) -> None:
+                 rest_ratio: float = 0.0, max_bytes: int | None = None,
+                 freshness_s: float | None = None, max_per_s: float | None = None) -> None:
         self.table = table
         self.columns = columns
         self.flushes = 0
@@ -131,10 +175,32 @@ class TableWriter(abc.ABC):
         self._idle: asyncio.TimerHandle | None = None  # idle_s after _first_at
         self._tasks: set[asyncio.Task[None]] = set()
         self.rest_ratio = rest_ratio
-        self._busy_from = 0.0  # loop time at which the running flushes began
+        self.freshness_s = freshness_s
+        self.max_per_s = max_per_s
+        self.latency: float | None = None  # the measured latency (None: no flush yet)
         self._busy_backlog = False  # a running flush holds rows of a backlog (no rest after)
         self._rest_until = 0.0  # loop time before which min_rows/idle_s flushes wait
         self._rest: asyncio.TimerHandle | None = None  # at _rest_until
+        self._started_at = -float("inf")  # loop time at which the last flush started
+        self._capped: asyncio.TimerHandle | None = None  # a flush put off by max_per_s
+        self._capped_reasons: set[str] = set()  # what asked for it
+        self._flush_started: dict[asyncio.Task[None], tuple[float, bool]] = {}
+
+    @property
+    def interval(self) -> float | None:
+        """The time between the starts of caught-up flushes the writer aims at (the
+        measured latency and the rest; None before a flush of caught-up rows)."""
+        if self.latency is None:
+            return None
+        return interval(self.latency, self.freshness_s, self.rest_ratio, self.max_per_s)
+
+    def took(self, seconds: float, backlog: bool) -> None:
+        """A flush took ``seconds``; ``backlog``: it held a backlog's rows (not counted
+        in the latency: it took long for its size)."""
+        if backlog:
+            return
+        self.latency = seconds if self.latency is None else (
+            LATENCY_WEIGHT * seconds + (1 - LATENCY_WEIGHT) * self.latency)
 
     @abc.abstractmethod
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
@@ -274,9 +340,47 @@ class TableWriter(abc.ABC):
         if not self._running and not self.behind:
             self._flush_now("idle")
 
+    def _put_off(self, reason: str) -> bool:
+        """``max_per_s``: True (and the flush due when the cap allows it) while the last
+        flush started less than 1/``max_per_s`` ago."""
+        if self.max_per_s is None or not self._pending:
+            return False
+        loop = asyncio.get_running_loop()
+        allowed = self._started_at + 1 / self.max_per_s
+        if loop.time() >= allowed - _EARLY_S:
+            return False
+        self._capped_reasons.add(reason)
+        if self._capped is None:
+            self._capped = loop.call_at(allowed, self._uncapped)
+        return True
+
+    def _uncapped(self) -> None:
+        """The cap allows a flush again: the one put off goes, unless it was one of
+        caught-up rows that no longer may (a flush runs, or a partition fell behind):
+        those rows wait for what flushes them then."""
+        self._capped = None
+        reasons, self._capped_reasons = self._capped_reasons, set()
+        forced = [r for r in ("size", "flush_soon", "interval") if r in reasons]
+        if forced:
+            self._flush_now(forced[0])
+        elif reasons and not self._running and not self.behind:
+            self._flush_now(sorted(reasons)[0])
+        elif self._pending:
+            loop = asyncio.get_running_loop()
+            if self._timer is None:
+                self._timer = loop.call_at(self._first_at + self.max_interval_s,
+                                           self._flush_now, "interval")
+            self._idle_later()
+
     def _flush_now(self, reason: str) -> None:
         """Flush what may go now; ``reason``: what started it (logged at DEBUG: ``size``,
         ``caught up``, ``interval``, ``idle``, ``rested``, ``flush_soon``)."""
+        if self._put_off(reason):
+            return
+        if self._capped is not None:
+            self._capped.cancel()
+            self._capped = None
+            self._capped_reasons.clear()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -300,26 +404,31 @@ class TableWriter(abc.ABC):
         if batch:
             loop = asyncio.get_running_loop()
             if not self._running:
-                self._busy_from = loop.time()
                 self._busy_backlog = False
-            self._busy_backlog = self._busy_backlog or any(item.behind for item in batch)
+            backlog = any(item.behind for item in batch)
+            self._busy_backlog = self._busy_backlog or backlog
+            self._started_at = loop.time()
             logger.debug("%s: flushing %d row(s) (%s)", self.table,
                          sum(item.rows for item in batch), reason)
             task = loop.create_task(self._flush(batch))
             self._tasks.add(task)  # a reference until done
+            self._flush_started[task] = (self._started_at, backlog)
             self._running += 1
             task.add_done_callback(self._flushed)
 
     def _flushed(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._running -= 1
+        now = asyncio.get_running_loop().time()
+        started, backlog = self._flush_started.pop(task, (now, True))
+        if self.times_flushes:
+            self.took(now - started, backlog)
         if self._running:
             return
-        now = asyncio.get_running_loop().time()
         # No rest after a backlog's rows: their flushes took long for their size, not
         # for a commit's fixed cost, and the rows caught up after them go at once.
-        self._rest_until = now if self._busy_backlog else (
-            now + (now - self._busy_from) * self.rest_ratio)
+        self._rest_until = now if self._busy_backlog or self.latency is None else (
+            now + rest(self.latency, self.freshness_s, self.rest_ratio))
         if self._soon and self._pending:
             self._flush_now("flush_soon")
         elif self._full():
