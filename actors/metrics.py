@@ -66,6 +66,21 @@ class Metrics:
             "another writer had appended their partitions since this writer's position "
             "(nothing of them written; retried from the table's offsets).", ("table",),
             registry=self.registry)
+        self.table_commit_seconds = Histogram(
+            "kstage_table_commit_seconds", "Duration of each staging append of the table "
+            "that landed (its files and its Iceberg commit, retries after a conflict "
+            "included), caught up or a backlog's.", ("table",),
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64), registry=self.registry)
+        self.table_commit_latency = Gauge(
+            "kstage_table_commit_latency_seconds", "The latency of the table's appends of "
+            "caught-up rows that the pace of its appends follows (a moving average of "
+            "their durations, weighted toward the newest).", ("table",),
+            registry=self.registry)
+        self.table_append_interval = Gauge(
+            "kstage_table_append_interval_seconds", "The time between the starts of the "
+            "table's appends of caught-up rows that the writer aims at: the latency and "
+            "the rest that keeps a row's wait near spark.freshness_target_s, at least "
+            "1/spark.max_commits_per_s.", ("table",), registry=self.registry)
         self.maintenance_failures = Counter(
             "kstage_maintenance_failures", "Scheduled table maintenance runs that failed "
             "(retried at the next interval).", ("table",), registry=self.registry)

@@ -212,18 +212,31 @@ class SparkSettings(Model):
     flush_max_interval_s: float = Field(
         5, gt=0, description="Longest wait of a row before its table is flushed."
     )
-    flush_idle_s: float = Field(
-        1, gt=0, description="Longest wait of a row while none of its table's appends runs: "
-        "a quiet table is flushed within about this long, below flush_min_rows (at most "
-        "about one append per flush_idle_s); at or above flush_max_interval_s: off.")
+    flush_idle_s: float | None = Field(
+        None, gt=0, description="Longest wait of a row while none of its table's appends "
+        "runs: a quiet table is flushed within about this long, below flush_min_rows (at "
+        "most about one append per flush_idle_s), and no rest between appends holds a row "
+        "longer; at or above flush_max_interval_s: off. Unset: freshness_target_s.")
+    freshness_target_s: float = Field(
+        1, gt=0, description="The freshness the staging appends of a caught-up table aim "
+        "at: between appends that take L seconds (measured), the next one rests "
+        "freshness_target_s - 2L, so that a row waits about this long at most (the append "
+        "running when it came, the rest, its own append); when L passes half of it, "
+        "appends go back to back and a row waits about 2L. At most flush_max_interval_s "
+        "(unset: 1, or flush_max_interval_s when that is lower).")
+    max_commits_per_s: float = Field(
+        2, gt=0, le=1000, description="The most staging appends (Iceberg commits) this "
+        "process starts a second per table, whatever starts them (caught up or a "
+        "backlog): an append due earlier waits. Several processes writing one table commit "
+        "up to this many each.")
     flush_rest_ratio: float | None = Field(
-        None, ge=0, le=100, description="After the appends of a staging table took d "
-        "seconds, an append that flush_min_rows would start waits until d times this has "
-        "passed since they ended, or until the oldest waiting row waited flush_idle_s "
-        "(flush_max_rows, flush_max_interval_s and a worker at its max_in_flight do not "
-        "wait): fewer, larger appends. Unset: 1 with appends: "
-        "pyiceberg (each pyiceberg commit costs more CPU, in the process, the more "
-        "snapshots the table keeps), 0 with appends: spark (back to back).")
+        None, ge=0, le=100, description="The least rest between a staging table's "
+        "appends of caught-up rows, in times their measured duration (on top of "
+        "freshness_target_s's rule; never longer than flush_idle_s holds a row; "
+        "flush_max_rows, flush_max_interval_s and a worker at its max_in_flight do not "
+        "wait). Unset: 1 with appends: pyiceberg (each pyiceberg commit costs the process "
+        "CPU, more the more snapshots the table keeps: at most half of its time goes to "
+        "commits), 0 with appends: spark.")
     max_session_restarts: int = Field(
         3, ge=0, description="New SparkSessions started after the Spark JVM died (or while "
         "its replacement fails to start) within session_restart_window_s; one more death "
@@ -262,10 +275,27 @@ class SparkSettings(Model):
             raise ValueError("staging_write_options are Spark write options, which "
                              "appends: pyiceberg does not use: set the table's write "
                              "properties instead, or appends: spark")
+        if ("freshness_target_s" in self.model_fields_set
+                and self.freshness_target_s > self.flush_max_interval_s):
+            raise ValueError(f"spark.freshness_target_s ({self.freshness_target_s:g}) is "
+                             "above spark.flush_max_interval_s "
+                             f"({self.flush_max_interval_s:g}), the longest a row waits: "
+                             "lower the target or raise flush_max_interval_s")
         if remote and catalog.s3 is None:
             raise ValueError(f"the warehouse {warehouse!r} is in object storage: set "
                              "spark.catalog.s3 (endpoint, region, credentials)")
         return self
+
+    @property
+    def freshness_s(self) -> float:
+        """``freshness_target_s``, at most ``flush_max_interval_s`` (a target set by hand
+        above it is refused; the default's 1 s follows an interval set below it)."""
+        return min(self.freshness_target_s, self.flush_max_interval_s)
+
+    @property
+    def idle_s(self) -> float:
+        """``flush_idle_s``, else the freshness target (:attr:`freshness_s`)."""
+        return self.freshness_s if self.flush_idle_s is None else self.flush_idle_s
 
     @property
     def table_warehouse(self) -> str:

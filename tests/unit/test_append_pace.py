@@ -18,9 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from actors.metrics import Metrics
+from actors.sinks.spark.actor import SparkActor
+from actors.sinks.spark.staging import StagingWriter, flush_limits, pace
 from actors.sinks.table.batching import LATENCY_WEIGHT, Pending, TableWriter, interval, rest
 from processors.base import Row
+from settings import SparkSettings
 from tests.virtual_time import run
 
 EVERY_S = 0.05  # a row every 50 ms
@@ -268,3 +273,36 @@ def test_the_latency_is_a_moving_average_of_the_caught_up_appends() -> None:
         await append(behind=True)  # a backlog's
         assert writer.latency == pytest.approx(1 + LATENCY_WEIGHT)
     run(main())
+
+
+def test_the_staging_writer_shows_its_latency_and_interval(tmp_path: Any) -> None:
+    actor = SparkActor(SparkSettings(warehouse=str(tmp_path)))  # no session is started
+    actor.metrics = metrics = Metrics()
+    writer = StagingWriter(actor, "stg_pace", ())
+    writer.took(0.3, False)
+    writer.took(8.0, True)  # a backlog's append: in the histogram, not in the latency
+
+    def value(name: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"table": writer.name})
+
+    assert value("kstage_table_commit_seconds_count") == 2
+    assert value("kstage_table_commit_seconds_sum") == pytest.approx(8.3)
+    assert value("kstage_table_commit_latency_seconds") == pytest.approx(0.3)
+    assert value("kstage_table_append_interval_seconds") == pytest.approx(0.7)
+
+
+def test_the_settings() -> None:
+    settings = SparkSettings()
+    assert (settings.freshness_target_s, settings.max_commits_per_s) == (1, 2)
+    assert pace(settings) == {"freshness_s": 1, "max_per_s": 2, "rest_ratio": 0.0}
+    assert pace(SparkSettings(appends="pyiceberg"))["rest_ratio"] == 1.0
+    assert flush_limits(settings)["idle_s"] == 1  # flush_idle_s unset: the target
+    assert flush_limits(SparkSettings(freshness_target_s=3))["idle_s"] == 3
+    assert flush_limits(SparkSettings(freshness_target_s=3, flush_idle_s=0.5))["idle_s"] == 0.5
+    # an interval set below the default target lowers it; a target set above is refused
+    assert SparkSettings(flush_max_interval_s=0.5).freshness_s == 0.5
+    with pytest.raises(ValidationError, match=r"spark.freshness_target_s \(8\) is above "
+                       r"spark.flush_max_interval_s \(5\)"):
+        SparkSettings(freshness_target_s=8)
+    with pytest.raises(ValidationError):
+        SparkSettings(max_commits_per_s=0)

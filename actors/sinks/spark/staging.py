@@ -6,8 +6,16 @@ rows of every worker of the process writing one table and appends them as one Ic
 commit when ``flush_max_rows`` rows are pending, ``flush_max_interval_s`` passed since the
 first pending row, ``flush_min_rows`` are pending while no append of the table runs,
 the oldest pending row waited ``flush_idle_s`` while no append runs, or a worker cannot
-send more rows (its ``max_in_flight``); an append that ``flush_min_rows`` starts rests
-after the appends before it (``flush_rest_ratio``, see :func:`rest_ratio`). A flush
+send more rows (its ``max_in_flight``). The appends of caught-up rows follow the catalog
+(:func:`pace`, the rule in :mod:`actors.sinks.table.batching`): the writer measures how
+long its appends take, *L*, and an append that ``flush_min_rows`` starts first rests
+``freshness_target_s`` - 2 *L* after the one before (at least ``flush_rest_ratio`` times
+*L*), so that a row waits about ``freshness_target_s``; when *L* passes half the target
+they go back to back. No append of the table starts less than 1/``max_commits_per_s``
+after the previous one, caught up or behind. Each append's duration is
+``kstage_table_commit_seconds``, the latency the rule uses
+``kstage_table_commit_latency_seconds`` and the interval it aims at between appends
+``kstage_table_append_interval_seconds`` (per table). A flush
 hands the JVM one contiguous Arrow table (one task, one data file), written with
 ``DataFrameWriterV2.append`` and the snapshot properties of
 :mod:`actors.sinks.spark.iceberg` (commit id, writer id, Kafka offsets)
@@ -82,8 +90,15 @@ logger = logging.getLogger(__name__)
 def flush_limits(settings: SparkSettings) -> dict[str, Any]:
     """A :class:`TableWriter`'s flush limits from the ``spark:`` section."""
     return {"max_rows": settings.flush_max_rows, "min_rows": settings.flush_min_rows,
-            "max_interval_s": settings.flush_max_interval_s, "idle_s": settings.flush_idle_s,
+            "max_interval_s": settings.flush_max_interval_s, "idle_s": settings.idle_s,
             "max_bytes": int(settings.flush_max_mb * 2**20)}
+
+
+def pace(settings: SparkSettings) -> dict[str, Any]:
+    """How a staging table's appends follow the catalog (a :class:`TableWriter`'s
+    ``freshness_s``, ``max_per_s`` and ``rest_ratio``) from the ``spark:`` section."""
+    return {"freshness_s": settings.freshness_s, "max_per_s": settings.max_commits_per_s,
+            "rest_ratio": rest_ratio(settings)}
 
 
 def rest_ratio(settings: SparkSettings) -> float:
@@ -131,10 +146,14 @@ class StagingWriter(ExactlyOnceWriter):
     :class:`~actors.sinks.table.exactly_once.ExactlyOnceWriter`: *next* is its
     ``kstage.expect``."""
 
+    # The appends that land are timed (a flush that writes nothing, or fails at once, is no
+    # measure of the catalog's latency).
+    times_flushes = False
+
     def __init__(self, actor: SparkActor, table: str, columns: tuple[Column, ...],
                  layout: Layout | None = None) -> None:
         super().__init__(table, columns, **flush_limits(actor.settings),
-                         rest_ratio=rest_ratio(actor.settings))
+                         **pace(actor.settings))
         self.actor = actor
         self.layout = layout or Layout()  # the partition spec and properties it creates
         self.name = dotted(actor.settings, table)
@@ -298,6 +317,20 @@ class StagingWriter(ExactlyOnceWriter):
             item.part = _from_offset(item.part, landed)
             item.rows = len(item.part)
 
+    def took(self, seconds: float, backlog: bool) -> None:
+        """An append took ``seconds``: measured (:meth:`TableWriter.took
+        <actors.sinks.table.batching.TableWriter.took>`) and shown in the metrics."""
+        super().took(seconds, backlog)
+        metrics = self.actor.metrics
+        if metrics is None:
+            return
+        metrics.table_commit_seconds.labels(self.name).observe(seconds)
+        if self.latency is not None:
+            metrics.table_commit_latency.labels(self.name).set(self.latency)
+        aimed = self.interval
+        if aimed is not None:
+            metrics.table_append_interval.labels(self.name).set(aimed)
+
     def _not_written(self, why: str) -> SinkError:
         return SinkError(f"spark sink {self.name}: not appended: {why}")
 
@@ -332,6 +365,9 @@ class StagingWriter(ExactlyOnceWriter):
             if lake is not None:
                 self._append(lake, append, parts, commit_id, doubts)
 
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        backlog = any(item.behind for item in batch)
         try:
             if lake is not None:
                 await lake.lake.call(through_lake)
@@ -346,6 +382,7 @@ class StagingWriter(ExactlyOnceWriter):
         finally:
             append.done = True
             self._appends.remove(append)
+        self.took(loop.time() - started, backlog)
         self.flushes += 1
         self.ledger.committed(batches)
         for b in batches:
@@ -586,4 +623,4 @@ class _Unsure(Exception):  # an internal signal, not an error type
     """The append failed and the catalog could not say whether it was committed."""
 
 
-__all__ = ["Appends", "SparkAppends", "StagingWriter", "flush_limits", "rest_ratio"]
+__all__ = ["Appends", "SparkAppends", "StagingWriter", "flush_limits", "pace", "rest_ratio"]
