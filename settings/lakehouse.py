@@ -226,9 +226,10 @@ class SparkSettings(Model):
         "(unset: 1, or flush_max_interval_s when that is lower).")
     max_commits_per_s: float = Field(
         2, gt=0, le=1000, description="The most staging appends (Iceberg commits) this "
-        "process starts a second per table, whatever starts them (caught up or a "
-        "backlog): an append due earlier waits. Several processes writing one table commit "
-        "up to this many each.")
+        "process starts a second per table that are not full: one of caught-up rows, or "
+        "one a timer starts (flush_idle_s, flush_max_interval_s), due earlier waits; a "
+        "full one (flush_max_rows or flush_max_mb reached, or a worker's window full) "
+        "does not. Several processes writing one table commit up to this many each.")
     flush_rest_ratio: float | None = Field(
         None, ge=0, le=100, description="The least rest between a staging table's "
         "appends of caught-up rows, in times their measured duration (on top of "

@@ -201,26 +201,38 @@ def test_the_cap_spaces_appends_a_low_target_would_bunch() -> None:
     run(main())
 
 
-def test_the_cap_holds_a_backlog_too() -> None:
-    """Rows behind, 100 a second, ``max_rows`` 10: the size would start an append every
-    0.1 s (several at once, each taking 0.3 s); capped at 2 a second, each takes what
-    gathered meanwhile. A worker at its window (flush_soon) waits for the cap as well."""
+def test_the_cap_holds_the_appends_a_timer_starts() -> None:
+    """Rows behind, 100 a second, flushed by ``max_interval_s`` (0.1 s) alone: at most
+    2 a second, each with what gathered meanwhile."""
     async def main() -> None:
-        writer = PacedWriter(0.3, max_rows=10, freshness_s=1.0, max_per_s=2)
-        loop = asyncio.get_running_loop()
-
-        async def full_windows() -> None:
-            while loop.time() < 5:
-                writer.flush_soon()
-                await asyncio.sleep(0.02)
-
-        arrivals, _ = await asyncio.gather(feed(writer, 5, behind=True, every=0.01),
-                                           full_windows())
+        writer = PacedWriter(0.05, max_interval_s=0.1, freshness_s=0.1, max_per_s=2)
+        arrivals = await feed(writer, 5, behind=True, every=0.01)
         landed_once(writer, arrivals)
-        starts = sorted(f.started for f in writer.log)
+        starts = [f.started for f in writer.log]
         assert min(b - a for a, b in zip(starts, starts[1:], strict=False)) >= 0.5 - EPS
         assert len(writer.log) <= 5 * 2 + 1
         assert writer.latency is None  # a backlog's appends are not the latency
+    run(main())
+
+
+def test_full_appends_are_not_held_by_the_cap() -> None:
+    """Rows behind, 100 a second, ``max_rows`` 10: an append of 10 rows every 0.1 s
+    (each taking 0.3 s, several at once), not held by the cap of 2 a second: held, it
+    would grow past ``max_rows``. A full window (flush_soon) is not held either."""
+    async def main() -> None:
+        writer = PacedWriter(0.3, max_rows=10, freshness_s=1.0, max_per_s=2)
+        arrivals = await feed(writer, 5, behind=True, every=0.01)
+        landed_once(writer, arrivals)
+        assert [len(f.arrivals) for f in writer.log] == [10] * 50
+        loop = asyncio.get_running_loop()
+        write = asyncio.ensure_future(writer.write([{"at": loop.time()}], batch=At(True),
+                                                   stream="s"))
+        await asyncio.sleep(0.1)
+        writer.flush_soon()
+        await write
+        assert writer.log[-1].started == pytest.approx(writer.log[-1].arrivals[0] + 0.1)
+        # less than 1/max_per_s after the one before: the cap would have held it
+        assert writer.log[-1].started - writer.log[-2].started < 0.5
     run(main())
 
 

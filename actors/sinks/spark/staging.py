@@ -11,8 +11,9 @@ send more rows (its ``max_in_flight``). The appends of caught-up rows follow the
 long its appends take, *L*, and an append that ``flush_min_rows`` starts first rests
 ``freshness_target_s`` - 2 *L* after the one before (at least ``flush_rest_ratio`` times
 *L*), so that a row waits about ``freshness_target_s``; when *L* passes half the target
-they go back to back. No append of the table starts less than 1/``max_commits_per_s``
-after the previous one, caught up or behind. Each append's duration is
+they go back to back. No append of the table that is not full (``flush_max_rows`` or
+``flush_max_mb`` reached, a worker's window full) starts less than
+1/``max_commits_per_s`` after the previous one. Each append's duration is
 ``kstage_table_commit_seconds``, the latency the rule uses
 ``kstage_table_commit_latency_seconds`` and the interval it aims at between appends
 ``kstage_table_append_interval_seconds`` (per table). A flush

@@ -44,9 +44,12 @@ the rest is over goes at once. The oldest waiting row having waited ``idle_s`` e
 rest (the rest never holds a row longer than that while no flush runs);
 ``max_rows``, ``max_interval_s`` and :meth:`TableWriter.flush_soon` do not wait for one.
 
-``max_per_s`` caps every flush, whatever starts it: none starts less than
-1/``max_per_s`` seconds after the previous one started (it is put off until then), so
-the flushes of the process never exceed that many a second, caught up or behind.
+``max_per_s`` caps the flushes that are not full: none started by caught-up rows, a rest's
+end, ``idle_s`` or ``max_interval_s`` starts less than 1/``max_per_s`` seconds after the
+previous flush started (it is put off until then). A full flush is not held (``max_rows``
+or ``max_bytes`` reached, or :meth:`TableWriter.flush_soon`: a worker's window full):
+it is as large as flushes get, so full ones come no faster than the rows do, and holding
+one would let it grow past the bounds.
 :attr:`TableWriter.interval` is the time between the starts of caught-up flushes the
 writer aims at, *L* plus the rest, at least 1/``max_per_s``.
 
@@ -81,6 +84,7 @@ moving average: a change of the catalog's latency shows within a few flushes, on
 flush moves it by this share)."""
 
 _EARLY_S = 1e-3  # a timer may fire this much before its time (the loop's clock resolution)
+_FULL = ("size", "flush_soon")  # flushes the cap (max_per_s) never holds
 
 
 def rest(latency: float, freshness_s: float | None, rest_ratio: float = 0.0) -> float:
@@ -342,8 +346,9 @@ class TableWriter(abc.ABC):
 
     def _put_off(self, reason: str) -> bool:
         """``max_per_s``: True (and the flush due when the cap allows it) while the last
-        flush started less than 1/``max_per_s`` ago."""
-        if self.max_per_s is None or not self._pending:
+        flush started less than 1/``max_per_s`` ago, unless this one is full (``size``,
+        ``flush_soon``)."""
+        if self.max_per_s is None or not self._pending or reason in _FULL:
             return False
         loop = asyncio.get_running_loop()
         allowed = self._started_at + 1 / self.max_per_s
@@ -360,9 +365,8 @@ class TableWriter(abc.ABC):
         those rows wait for what flushes them then."""
         self._capped = None
         reasons, self._capped_reasons = self._capped_reasons, set()
-        forced = [r for r in ("size", "flush_soon", "interval") if r in reasons]
-        if forced:
-            self._flush_now(forced[0])
+        if "interval" in reasons:
+            self._flush_now("interval")
         elif reasons and not self._running and not self.behind:
             self._flush_now(sorted(reasons)[0])
         elif self._pending:
