@@ -72,6 +72,7 @@ TANSU_ONLY: dict[str, str] = {
     "test_lake_s3": f"{_SPARK} (an S3 warehouse, its server down or slow)",
     "test_lake_catalogs": f"{_SPARK} (a PostgreSQL catalog shared or down)",
     "test_rest_catalog": f"{_SPARK} (an Iceberg REST catalog)",
+    "test_append_pace": f"{_SPARK} (the appends' pace before a slow REST catalog)",
     "test_catalog_tls": f"{_SPARK} (the catalog's TLS on both append paths)",
     "test_merge": f"{_SPARK} (the merge into final tables)",
     "test_tables_maintain": f"{_SPARK} (table maintenance and its output)",
