@@ -224,6 +224,12 @@ PAIRWISE: dict[str, Pairwise] = {
     "tombstones_delete": _PATHS_SWAPPED,
     "test_partition_spec::test_the_table_is_created_with_the_configured_spec_and_"
     "properties": _PATHS,
+    # a REST catalog's OAuth2 login on both append paths: the token's refresh and the
+    # identity provider's outage, each path once, each broker once per path
+    "test_rest_catalog_oauth::test_tokens_expire_and_are_refreshed_while_appends_land_"
+    "once": _PATHS,
+    "test_rest_catalog_oauth::test_the_identity_provider_down_is_named_retried_and_"
+    "recovered": _PATHS_SWAPPED,
 }
 
 # The environment variable naming the directory the session's processes share (made by

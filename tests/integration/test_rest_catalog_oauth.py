@@ -13,7 +13,9 @@ identity provider tests/oidc_server.py, whose tokens live a few seconds).
 
 Each runs with both append paths: ``spark.appends: spark`` (Iceberg's Java REST client in
 the Spark session) and ``pyiceberg`` (pyiceberg's ``RestCatalog`` logged in by kstage,
-actors/sinks/spark/pyiceberg_rest.py; the merge still on Spark).
+actors/sinks/spark/pyiceberg_rest.py; the merge still on Spark), each path on one broker
+and the brokers swapped between the two tests (tests/brokers.py, ``PAIRWISE``): the
+broker only feeds the appends, and each test and each path still runs on both brokers.
 """
 
 from __future__ import annotations
@@ -107,7 +109,6 @@ async def stop(proc: KstageProcess) -> None:
     assert await proc.wait(timeout=120) == 0, proc.output()[-4000:]
 
 
-@pytest.mark.parametrize("appends", ["spark", "pyiceberg"])
 async def test_tokens_expire_and_are_refreshed_while_appends_land_once(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog,
         idp: OidcServer, appends: str) -> None:
@@ -151,7 +152,6 @@ async def test_tokens_expire_and_are_refreshed_while_appends_land_once(
     assert appended_by_spark(catalog, TABLE, group) == {appends == "spark"}
 
 
-@pytest.mark.parametrize("appends", ["spark", "pyiceberg"])
 async def test_the_identity_provider_down_is_named_retried_and_recovered(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog,
         idp: OidcServer, appends: str) -> None:
