@@ -31,7 +31,8 @@ from collections import Counter
 SECONDS: dict[str, float] = {
     # from the fresh-clone `make test` of 2026-11-29 21:03 UTC (5ef16fa, 49:55 of pytest at
     # -n 2, 5738 s of tests; the REST catalog files now run both append paths)
-    'tests/integration/test_rest_catalog_oauth.py': 479,
+    'tests/integration/test_rest_catalog_oauth.py': 240,  # pairwise since: 4 runs of 8
+    'tests/integration/test_append_pace.py': 75,  # new (133 s in a run at -n 4)
     'tests/integration/test_pyiceberg_appends.py': 275,
     'tests/integration/test_spark_exactly_once.py': 262,
     'tests/integration/test_chaos.py': 240,
