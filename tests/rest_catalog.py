@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pyiceberg.catalog import load_catalog
 
 from service.broker import free_port
 from tests.s3_server import S3Server
@@ -76,6 +77,13 @@ class RestCatalog:
                     "endpoint": self.s3.url, "path_style_access": True,
                     "access_key_id": "kstage", "secret_access_key": "kstage-test"}},
                 **extra}
+
+    def reader(self, **extra: Any) -> Any:
+        """pyiceberg's catalog of this server, its files from the moto bucket; ``extra``:
+        more catalog properties (a ``token`` when Nessie requires one)."""
+        return load_catalog("rest", type="rest", uri=self.uri, **{
+            "s3.endpoint": self.s3.url, "s3.access-key-id": "kstage",
+            "s3.secret-access-key": "kstage-test", "s3.region": "us-east-1"}, **extra)
 
     def __enter__(self) -> RestCatalog:
         if not RUNNER.exists():

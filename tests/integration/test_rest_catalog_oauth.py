@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 import yaml
-from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 
 from service.broker import free_port
@@ -76,10 +75,7 @@ def staged(rest: RestCatalog, idp: OidcServer, topic: str,
     """The (partition, offset) counts of ``topic`` in ``table`` (the staging table; the
     module's tests share it), read by pyiceberg through the authenticated REST catalog (a
     token of its own, not counted as issued)."""
-    catalog = load_catalog("rest", type="rest", uri=rest.uri, token=idp.mint("reader", 60),
-                           **{"s3.endpoint": rest.s3.url, "s3.access-key-id": "kstage",
-                              "s3.secret-access-key": "kstage-test",
-                              "s3.region": "us-east-1"})
+    catalog = rest.reader(token=idp.mint("reader", 60))
     if not catalog.table_exists(("kstage", table)):
         return Counter()
     rows = catalog.load_table(("kstage", table)).scan(
@@ -148,7 +144,7 @@ async def test_tokens_expire_and_are_refreshed_while_appends_land_once(
     assert SECRET not in proc.output()
     # pyiceberg's token was replaced before it expired, never after a 401.
     assert "pyiceberg: the REST catalog refused the token" not in proc.output()
-    catalog = load_catalog("rest", type="rest", uri=rest.uri, token=idp.mint("reader", 60))
+    catalog = rest.reader(token=idp.mint("reader", 60))
     assert appended_by_spark(catalog, TABLE, group) == {appends == "spark"}
 
 
