@@ -5,10 +5,11 @@ reset_summary`; the rule readers follow is :mod:`actors.sinks.spark.offset_histo
 
 Two ways, the same snapshot:
 
-* :class:`PyIcebergOffsets`: pyiceberg on the ``jdbc`` catalog (SQLite or PostgreSQL),
-  no JVM: a fast append of no files with the summary properties;
-* :class:`SparkOffsets`: Iceberg's Java API in the Spark session, for a ``rest`` catalog
-  (which ``kstage tables`` opens in Spark): ``newAppend().set(...).commit()``, as
+* :class:`PyIcebergOffsets`: pyiceberg on the ``jdbc`` catalog (SQLite or PostgreSQL) or
+  the ``rest`` one (its OAuth2 login included), no JVM: a fast append of no files with the
+  summary properties;
+* :class:`SparkOffsets`: Iceberg's Java API in the Spark session, for a catalog only the
+  JVM can build (a ``catalog-impl`` class): ``newAppend().set(...).commit()``, as
   maintenance records offsets again (:func:`~actors.tables.maintenance.record_offsets`).
 
 Both read the table's offsets back after the commit (:meth:`TableOffsets.offsets`): the
@@ -42,7 +43,8 @@ class TableOffsets(Protocol):
 
 
 class PyIcebergOffsets:
-    """:class:`TableOffsets` through pyiceberg's ``SqlCatalog`` (the ``jdbc`` catalog)."""
+    """:class:`TableOffsets` through pyiceberg's ``SqlCatalog`` (a ``jdbc`` catalog) or its
+    ``RestCatalog`` (a ``rest`` one)."""
 
     def __init__(self, settings: SparkSettings) -> None:
         from actors.sinks.spark.pyiceberg_appends import Lake

@@ -111,8 +111,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
-    """``kstage tables reset-offsets`` (service.ops.offset_reset): through pyiceberg on a
-    ``jdbc`` catalog (no JVM), else through the Spark session."""
+    """``kstage tables reset-offsets`` (service.ops.offset_reset): through pyiceberg (no
+    JVM) on a ``jdbc`` or ``rest`` catalog, through the Spark session when the catalog is
+    a Java class (``catalog-impl`` in ``spark.catalog.properties``)."""
     import asyncio
 
     from actors.preflight import resolve_processors
@@ -127,8 +128,8 @@ def _reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
 
     async def go() -> int:
         async with Resources(settings.spark) as resources:
-            lake = PyIcebergOffsets(settings.spark) if settings.spark.catalog.type == "jdbc" \
-                else None
+            lake = None if "catalog-impl" in settings.spark.catalog.properties \
+                else PyIcebergOffsets(settings.spark)
             tables = lake if lake is not None else SparkOffsets(resources.spark())
             try:
                 changes = await plan_resets(

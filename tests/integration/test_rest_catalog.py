@@ -7,6 +7,9 @@ Python process to the same server): SIGKILLed after its table commits and before
 commit, it resumes where the table holds each partition; the table is read back through
 the same REST catalog by pyiceberg (not Spark). With ``pyiceberg`` the merge (Spark, at
 the end of ``--drain``) lands every event once in the final table too.
+
+``kstage tables reset-offsets``' snapshot is committed through pyiceberg on the REST
+catalog (no JVM): the offsets read back are the reset ones, then the appends' after it.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ from typing import Any
 
 import pytest
 import yaml
-from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 
+from actors.sinks.spark.pyiceberg_appends import PyIcebergAppends
+from actors.tables.offset_resets import PyIcebergOffsets
+from processors.base import Column
+from settings.models import SparkSettings
 from tests.fake_registry import FakeRegistry
+from tests.integration.test_pyiceberg_tables import batch, created_by_pyiceberg
 from tests.integration.test_spark_exactly_once import (
     FINAL,
     TABLE,
@@ -45,9 +52,7 @@ def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalog]:
 
 def reader(rest: RestCatalog) -> Any:
     """pyiceberg's catalog of the REST server, its files from S3."""
-    return load_catalog("rest", type="rest", uri=rest.uri, **{
-        "s3.endpoint": rest.s3.url, "s3.access-key-id": "kstage",
-        "s3.secret-access-key": "kstage-test", "s3.region": "us-east-1"})
+    return rest.reader()
 
 
 def staged(rest: RestCatalog, topic: str, table: str = TABLE) -> Counter[tuple[int, int]]:
@@ -99,3 +104,29 @@ async def test_appends_through_a_rest_catalog_exactly_once(
     if merge_s is not None:
         final = staged(rest, topic, FINAL)
         assert sorted(final) == expected(events, partitions) and max(final.values()) == 1
+
+
+async def test_a_reset_commits_through_pyiceberg_on_the_rest_catalog(
+        rest: RestCatalog) -> None:
+    """``kstage tables reset-offsets``' way on a ``rest`` catalog (PyIcebergOffsets, no
+    JVM): the reset snapshot lands on Nessie, the offsets read back are the reset ones,
+    and an append after it carries them forward with its own."""
+    settings = SparkSettings(**rest.spark(appends="pyiceberg"))
+    table = "stg_rest_resets"
+    await created_by_pyiceberg(settings, table, (Column("note", "string", True),))
+    p0, p1 = ("g", "a", 0), ("g", "a", 1)
+    lake = PyIcebergOffsets(settings)
+    try:
+        appends = PyIcebergAppends(lake.lake, table, "w")
+        await lake.lake.call(lambda: appends.write([batch("a", 0, range(500, 505))],
+                                                   {p0: 505, p1: 9}, "c1"))
+        assert await lake.offsets(table) == {p0: 505, p1: 9}
+        await lake.reset(table, {p0: 0})
+        assert await lake.offsets(table) == {p0: 0, p1: 9}
+        current = reader(rest).load_table(f"kstage.{table}").current_snapshot()
+        assert current is not None and current.summary is not None
+        assert current.summary.get("kstage.offsets-reset") == '{"g":{"a":{"0":0}}}'
+        await lake.lake.call(lambda: appends.write([batch("a", 0, range(3))], {p0: 3}, "c2"))
+        assert await lake.offsets(table) == {p0: 3, p1: 9}
+    finally:
+        lake.close()
