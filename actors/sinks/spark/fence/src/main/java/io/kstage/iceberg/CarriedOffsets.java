@@ -45,7 +45,9 @@ public final class CarriedOffsets {
    * none (nor {@code kstage.offsets-reset}); {@code metadata} itself when nothing changes.
    */
   static TableMetadata onto(TableMetadata base, TableMetadata metadata) {
-    if (base == null) {
+    if (base == null || !base.changes().isEmpty()) {
+      // a new table, or a base that is not the catalog's (metadata's changes, which
+      // begin with the base's own, are replayed on a base as the catalog holds it)
       return metadata;
     }
     Snapshot current = base.currentSnapshot();
