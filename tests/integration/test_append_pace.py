@@ -36,7 +36,6 @@ import pyarrow as pa
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from pyiceberg.catalog import Catalog
 
 from service.broker import free_port
 from tests.catalog_proxy import CatalogProxy
@@ -59,12 +58,6 @@ def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalog]:
         yield catalog
 
 
-def lake(rest: RestCatalog) -> Catalog:
-    """pyiceberg on Nessie itself (not through the proxy)."""
-    catalog: Catalog = rest.reader()
-    return catalog
-
-
 class SecondWriter:
     """Appends one row of its own right before some of kstage's commits are forwarded
     (the proxy's ``before_commit``): kstage's commit then finds the table moved (409).
@@ -74,7 +67,7 @@ class SecondWriter:
     offsets of its own, as another kstage member's append records its partitions."""
 
     def __init__(self, rest: RestCatalog, name: str, appends: int, stream: bool) -> None:
-        self.catalog, self.name, self.left, self.stream = lake(rest), name, appends, stream
+        self.catalog, self.name, self.left, self.stream = rest.reader(), name, appends, stream
         self.seen = 0  # kstage's commits of the table so far
         self.rows = 0
         self.errors: list[str] = []
@@ -115,7 +108,7 @@ class SecondWriter:
 
 
 def table_rows(rest: RestCatalog, name: str) -> Counter[tuple[str, int, int]]:
-    catalog = lake(rest)
+    catalog = rest.reader()
     if not catalog.table_exists(name):
         return Counter()
     rows = catalog.load_table(name).scan(
@@ -270,7 +263,7 @@ async def test_a_commit_retried_after_a_conflict_keeps_the_other_writers_offsets
     and retried: the current snapshot must still hold the second writer's offsets."""
     case = await run_case(broker, tmp_path, kstage, rest, 0.1, feed_s=5, stream=True)
     assert case.proxy.conflicts(TABLE) >= 1 and case.second.rows == 3
-    current = lake(rest).load_table(case.name).current_snapshot()
+    current = rest.reader().load_table(case.name).current_snapshot()
     assert current is not None and current.summary is not None
     recorded = json.loads(current.summary.get("kstage.offsets") or "{}")
     assert recorded.get(SECOND_GROUP, {}).get(FOREIGN, {}).get("0") == case.second.rows, \

@@ -18,7 +18,6 @@ import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -50,16 +49,11 @@ def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalog]:
         yield catalog
 
 
-def reader(rest: RestCatalog) -> Any:
-    """pyiceberg's catalog of the REST server, its files from S3."""
-    return rest.reader()
-
-
 def staged(rest: RestCatalog, topic: str, table: str = TABLE) -> Counter[tuple[int, int]]:
     """The (partition, offset) counts of ``topic`` in ``table`` (the staging table, which
     the module's tests share), read by pyiceberg through the REST catalog, its files from
     S3."""
-    catalog = reader(rest)
+    catalog = rest.reader()
     if not catalog.table_exists(f"kstage.{table}"):
         return Counter()
     rows = catalog.load_table(f"kstage.{table}").scan(
@@ -100,7 +94,7 @@ async def test_appends_through_a_rest_catalog_exactly_once(
     assert sorted(rows) == expected(events, partitions)
     assert max(rows.values()) == 1
     assert "partition 0 resumes at offset 500, where the table holds it" in second.output()
-    assert appended_by_spark(reader(rest), TABLE, group) == {appends == "spark"}
+    assert appended_by_spark(rest.reader(), TABLE, group) == {appends == "spark"}
     if merge_s is not None:
         final = staged(rest, topic, FINAL)
         assert sorted(final) == expected(events, partitions) and max(final.values()) == 1
@@ -123,7 +117,7 @@ async def test_a_reset_commits_through_pyiceberg_on_the_rest_catalog(
         assert await lake.offsets(table) == {p0: 505, p1: 9}
         await lake.reset(table, {p0: 0})
         assert await lake.offsets(table) == {p0: 0, p1: 9}
-        current = reader(rest).load_table(f"kstage.{table}").current_snapshot()
+        current = rest.reader().load_table(f"kstage.{table}").current_snapshot()
         assert current is not None and current.summary is not None
         assert current.summary.get("kstage.offsets-reset") == '{"g":{"a":{"0":0}}}'
         await lake.lake.call(lambda: appends.write([batch("a", 0, range(3))], {p0: 3}, "c2"))
