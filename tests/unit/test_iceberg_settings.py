@@ -85,6 +85,13 @@ def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("flush_rest_ratio: -1\n", "spark.flush_rest_ratio", 3,
      "greater than or equal to 0"),
     ("flush_rest_ratio: lots\n", "spark.flush_rest_ratio", 3, "a valid number"),
+    ("freshness_target_s: 0\n", "spark.freshness_target_s", 3, "greater than 0"),
+    ("freshness_target_s: 8\n", "spark", 2, "spark.freshness_target_s (8) is above "
+     "spark.flush_max_interval_s (5), the longest a row waits"),
+    ("max_commits_per_s: 0\n", "spark.max_commits_per_s", 3, "greater than 0"),
+    ("max_commits_per_s: 5000\n", "spark.max_commits_per_s", 3,
+     "less than or equal to 1000"),
+    ("flush_idle_s: 0\n", "spark.flush_idle_s", 3, "greater than 0"),
 ])
 def test_a_bad_catalog_or_jar_setting_is_named_with_its_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], jars: Path, spark: str, key: str,
