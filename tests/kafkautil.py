@@ -220,6 +220,19 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = DEADLINE_S,
         await asyncio.sleep(0.1)
 
 
+def last_assignment(proc: KstageProcess) -> set[int]:
+    """The partitions ``proc`` logged it was assigned last (empty before its first)."""
+    found = re.findall(r"assigned partitions \[([0-9, ]*)\]", proc.output())
+    return {int(p) for p in found[-1].split(",") if p.strip()} if found else set()
+
+
+def split_between(a: KstageProcess, b: KstageProcess, partitions: int) -> bool:
+    """Whether the last assignments of ``a`` and ``b`` split ``partitions`` between them."""
+    mine, yours = last_assignment(a), last_assignment(b)
+    return bool(mine and yours and not mine & yours
+                and mine | yours == set(range(partitions)))
+
+
 async def status_port(proc: KstageProcess, timeout: float = DEADLINE_S) -> int:
     """The port the status server of ``proc`` took (its log says; it may not be
     ``service.http_port`` when another process on this host holds that)."""

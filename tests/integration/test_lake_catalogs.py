@@ -14,7 +14,6 @@ Spark session of its own, which reads what the tests wrote and compares it with 
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,14 @@ import pytest
 
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
-from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
+from tests.kafkautil import (
+    KstageProcess,
+    committed,
+    create_topic,
+    last_assignment,
+    unique,
+    wait_until,
+)
 from tests.lake import (
     IcebergReader,
     as_set,
@@ -69,9 +75,6 @@ def pg_reader(pg: Postgres, s3: S3Server,
     actor.stop()
 
 
-def last_assignment(proc: KstageProcess) -> set[int]:
-    found = re.findall(r"assigned partitions \[([0-9, ]*)\]", proc.output())
-    return {int(p) for p in found[-1].split(",") if p.strip()} if found else set()
 
 
 async def same_rows_for_spark_and_pyiceberg(reader: SparkActor, pyiceberg: IcebergReader,

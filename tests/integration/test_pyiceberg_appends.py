@@ -26,7 +26,6 @@ and one Spark session of its own (local[1], 512m) that reads what the tests wrot
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +47,14 @@ from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.rows import record_batch
 from processors.base import Column
 from tests.gobblin_events import PROCESSOR, TOPIC, events
-from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
+from tests.kafkautil import (
+    KstageProcess,
+    committed,
+    create_topic,
+    split_between,
+    unique,
+    wait_until,
+)
 from tests.lake import (
     IcebergReader,
     LockHolder,
@@ -271,14 +277,6 @@ async def test_two_processes_append_to_one_table_exactly_once(
     assert all(iceberg.EXPECT in s for s in summaries)
 
 
-def split_between(a: KstageProcess, b: KstageProcess, partitions: int) -> bool:
-    """Whether the last assignments of ``a`` and ``b`` split the partitions."""
-    def last(proc: KstageProcess) -> set[int]:
-        found = re.findall(r"assigned partitions \[([0-9, ]*)\]", proc.output())
-        return {int(p) for p in found[-1].split(",") if p.strip()} if found else set()
-
-    mine, yours = last(a), last(b)
-    return bool(mine and yours and not mine & yours and mine | yours == set(range(partitions)))
 
 
 @pytest.mark.timeout(300)

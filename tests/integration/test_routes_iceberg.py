@@ -168,7 +168,7 @@ async def test_a_rebalance_mid_stream_leaves_every_routed_row_once(
     partitions are revoked mid-stream (its tables told, its batches of them dropped),
     the second's tables made on first use resume where each holds the partitions: every
     routed row once, every offset committed."""
-    from tests.integration.test_pyiceberg_appends import split_between
+    from tests.kafkautil import split_between
     from tests.lake import wait_committed
 
     partitions = 4

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ from tests.kafkautil import (
     committed,
     create_topic,
     produce,
+    split_between,
     unique,
     wait_until,
     write_config,
@@ -101,17 +101,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-def last_assignment(proc: KstageProcess) -> set[int]:
-    found = re.findall(r"assigned partitions \[([0-9, ]*)\]", proc.output())
-    return {int(p) for p in found[-1].split(",") if p.strip()} if found else set()
-
-
-def split_between(a: KstageProcess, b: KstageProcess, partitions: int) -> bool:
-    mine, yours = last_assignment(a), last_assignment(b)
-    return bool(mine and yours and not mine & yours
-                and mine | yours == set(range(partitions)))
 
 
 def expected(count: int, partitions: int) -> list[tuple[int, int]]:
