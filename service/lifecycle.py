@@ -266,16 +266,23 @@ async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources
 
 
 def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
-    """The table maintenance of ``spark.maintenance.every_s`` (only with spark sinks)."""
+    """The table maintenance of ``spark.maintenance.every_s`` (only with spark sinks;
+    each table by the process holding partition 0 of its topic)."""
     settings = master.settings
-    if settings.spark.maintenance.every_s is None or not settings.uses_sink("spark"):
+    every = settings.spark.maintenance_every_s()
+    if every is None or not settings.uses_sink("spark"):
         return None
-    from actors.tables import maintain_periodically  # only if used
-    from service.ops.tables import kafka_committed
 
-    return asyncio.create_task(maintain_periodically(
-        settings, master.processors, kafka_committed(settings, master.bootstrap),
-        master.resources.spark(), metrics), name="maintenance")
+    async def maintaining() -> None:
+        await asyncio.sleep(every)  # its modules load at its first round, not at start
+        from actors.tables import maintain_periodically
+        from service.ops.tables import kafka_committed
+
+        await maintain_periodically(
+            settings, master.processors, kafka_committed(settings, master.bootstrap),
+            master.resources.spark(), metrics, master.snapshot, now=True)
+
+    return asyncio.create_task(maintaining(), name="maintenance")
 
 
 def tune_gc() -> None:

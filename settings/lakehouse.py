@@ -148,9 +148,10 @@ class MaintenanceSettings(Model):
     of the spark sinks (staging and final), and how often ``kstage run`` does it."""
 
     every_s: float | None = Field(
-        None, gt=0, description="Maintain every spark table this often inside `kstage run` "
-        "(on its Spark thread; a failure is logged and retried at the next interval); "
-        "none: only `kstage tables maintain`.")
+        600, gt=0, description="Maintain the spark tables this often inside `kstage run` "
+        "(on its Spark thread; each table by the process holding partition 0 of its topic; "
+        "a failure is logged and retried at the next interval); null: only `kstage tables "
+        "maintain`. With appends: pyiceberg, off unless set (it would start a JVM).")
     snapshot_max_age_s: float = Field(
         3600, gt=0, description="Snapshots older than this are expired, except those Kafka "
         "offset recovery or the merge still needs; younger ones are kept (a reader's query "
@@ -247,6 +248,14 @@ class SparkSettings(Model):
     maintenance: MaintenanceSettings = Field(
         default_factory=lambda: MaintenanceSettings(),
         description="Snapshot expiry, compaction and orphan removal of the tables.")
+
+    def maintenance_every_s(self) -> float | None:
+        """How often ``kstage run`` maintains the spark tables: ``maintenance.every_s``,
+        except with ``appends: pyiceberg`` when it was not set (the default would start a
+        JVM in a process that has none)."""
+        if self.appends == "pyiceberg" and "every_s" not in self.maintenance.model_fields_set:
+            return None
+        return self.maintenance.every_s
 
     @field_validator("warehouse")
     @classmethod

@@ -110,20 +110,25 @@ class Settings(BaseModel):
                              "(the merge folds spark staging tables)")
         return self
 
+    def unplanned_spark_tables(self) -> list[str]:
+        """The entries whose spark tables are known only to the running process (a
+        topic_pattern's, a route's): the merge and the maintenance plan none of them."""
+        return [f"topic_pattern {t.topic_pattern!r}" if t.topic_pattern is not None
+                else f"the route of topic {t.topic!r}" for g in self.groups for t in g.topics
+                if (t.topic_pattern is not None or t.route is not None)
+                and any(s.settings.type == "spark" for s in t.named_sinks())]
+
     @model_validator(mode="after")
     def _pattern_tables_unplanned(self) -> Settings:
-        patterns = [f"topic_pattern {t.topic_pattern!r}" if t.topic_pattern is not None
-                    else f"the route of topic {t.topic!r}" for g in self.groups
-                    for t in g.topics
-                    if (t.topic_pattern is not None or t.route is not None)
-                    and any(s.settings.type == "spark" for s in t.named_sinks())]
-        if patterns and (self.merge.interval_s is not None
-                         or self.spark.maintenance.every_s is not None):
+        patterns = self.unplanned_spark_tables()
+        maintained = ("every_s" in self.spark.maintenance.model_fields_set
+                      and self.spark.maintenance.every_s is not None)
+        if patterns and (self.merge.interval_s is not None or maintained):
             raise ValueError(
                 f"{patterns[0]} feeds spark tables, which the merge "
                 "(merge.interval_s) and the table maintenance (spark.maintenance.every_s) "
-                "do not cover yet: unset them, or name the topics (the tables) in topic "
-                "entries")
+                "do not cover yet: unset them (the default maintenance leaves such "
+                "tables alone), or name the topics (the tables) in topic entries")
         return self
 
     def group_id(self, group: GroupSettings) -> str:

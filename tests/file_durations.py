@@ -33,6 +33,7 @@ SECONDS: dict[str, float] = {
     # -n 2, 5738 s of tests; the REST catalog files now run both append paths)
     'tests/integration/test_rest_catalog_oauth.py': 240,  # pairwise since: 4 runs of 8
     'tests/integration/test_append_pace.py': 75,  # new (133 s in a run at -n 4)
+    'tests/integration/test_maintenance_owner.py': 120,  # new (both brokers, two JVMs each)
     'tests/integration/test_pyiceberg_appends.py': 275,
     'tests/integration/test_spark_exactly_once.py': 262,
     'tests/integration/test_chaos.py': 240,

@@ -52,7 +52,7 @@ from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.ledger import Stream
 from actors.tables import final_deletions, snapshots
 from actors.tables.expiry import Bound, Keep, bound, missing, offset_keeps
-from actors.tables.merge import plan
+from actors.tables.merge import TablePlan, plan
 from actors.tables.merge_job import conflict
 from processors.base import Processor
 from settings.models import MaintenanceSettings, Settings, SparkSettings
@@ -364,12 +364,16 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str, merged:
 
 async def maintain(settings: Settings, processors: Mapping[str, type[Processor]],
                    committed: Committed, table: str | None = None, *,
-                   actor: SparkActor) -> list[Maintained]:
-    """Maintain every spark staging table of ``settings`` (only ``table`` when given) and
-    its final table on ``actor`` (the process's; ``processors`` as for
-    :func:`~actors.tables.merge.plan`); a table's failure is in its result."""
+                   actor: SparkActor, owned: Callable[[TablePlan], bool] | None = None,
+                   ) -> list[Maintained]:
+    """Maintain every spark staging table of ``settings`` (only ``table`` when given;
+    only those ``owned`` says this process maintains, when given) and its final table on
+    ``actor`` (the process's; ``processors`` as for :func:`~actors.tables.merge.plan`); a
+    table's failure is in its result."""
     results: list[Maintained] = []
     for item in plan(settings, processors, table):
+        if owned is not None and not owned(item):
+            continue
         results += await maintain_pair(actor, item.table, item.final_table, committed)
         if final_deletions.applies([c.name for c in item.columns], item.key):
             results.append(await _maintain_deletions(actor, item.final_table))

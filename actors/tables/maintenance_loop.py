@@ -1,4 +1,11 @@
-"""Table maintenance inside the service: every ``spark.maintenance.every_s``.
+"""Table maintenance inside the service: every ``spark.maintenance.every_s`` (600 s by
+default with ``appends: spark``; see :meth:`SparkSettings.maintenance_every_s`).
+
+Each table is maintained by one process of a consumer group, not by every one: the
+process whose worker holds partition 0 of the first topic feeding it (:func:`holder`).
+Every process of a deployment can keep the default; a rebalance moves the table with the
+partition (two processes maintaining one table for a moment is harmless: a compaction
+that lost the race to another is planned again, expiry keeps what either needs).
 
 It runs on the process's SparkActor thread (the one the spark sinks append on, like the
 merge loop; passed in by the owner of the process's resources), so the sinks' appends
@@ -16,23 +23,51 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from actors.metrics import Metrics
 from actors.sinks.spark.actor import SparkActor
 from actors.tables.maintenance import Committed, Maintained, maintain
+from actors.tables.merge_job import TablePlan
+from actors.worker_status import WorkerStatus
 from processors.base import Processor
 from settings.models import Settings
 
 logger = logging.getLogger(__name__)
 
 
+Statuses = Callable[[], Sequence[WorkerStatus]]
+"""The process's workers now (:meth:`Master.snapshot`)."""
+
+
+def holder(statuses: Statuses) -> Callable[[TablePlan], bool]:
+    """Whether this process maintains a table: one of its workers holds partition 0 of
+    the first (by name) topic feeding it. Each change is logged (at the first round: what
+    this process maintains and what it leaves to another)."""
+    decided: dict[str, bool] = {}
+
+    def owned(item: TablePlan) -> bool:
+        first = min(item.topics)
+        mine = any(status["topic"] == first
+                   and any(p["partition"] == 0 for p in status["partitions"])
+                   for status in statuses())
+        if decided.get(item.table) != mine:
+            decided[item.table] = mine
+            logger.info("maintenance: table %s: %s partition 0 of topic %s", item.table,
+                        "maintained here, this process holds" if mine
+                        else "left to the process holding", first)
+        return mine
+    return owned
+
+
 async def maintain_all(settings: Settings, processors: Mapping[str, type[Processor]],
                        committed: Committed, actor: SparkActor,
-                       metrics: Metrics | None = None) -> list[Maintained]:
-    """Maintain every spark table once; failures are logged and counted, never raised."""
+                       metrics: Metrics | None = None,
+                       owned: Callable[[TablePlan], bool] | None = None) -> list[Maintained]:
+    """Maintain every spark table once (those ``owned`` says, when given); failures are
+    logged and counted, never raised."""
     try:
-        results = await maintain(settings, processors, committed, actor=actor)
+        results = await maintain(settings, processors, committed, actor=actor, owned=owned)
     except Exception as exc:  # noqa: BLE001 - the service goes on; the next interval retries
         logger.error("maintenance: failed before any table: %s: %s", type(exc).__name__, exc)
         if metrics is not None:
@@ -59,15 +94,28 @@ async def maintain_all(settings: Settings, processors: Mapping[str, type[Process
 
 async def maintain_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
                                 committed: Committed, actor: SparkActor,
-                                metrics: Metrics | None = None) -> None:
-    """Maintain every ``spark.maintenance.every_s`` seconds until cancelled."""
-    every = settings.spark.maintenance.every_s
+                                metrics: Metrics | None = None,
+                                statuses: Statuses | None = None, *,
+                                now: bool = False) -> None:
+    """Maintain every ``spark.maintenance_every_s()`` seconds until cancelled (only the
+    tables this process holds partition 0 of, given its workers' ``statuses``), the
+    first time at once when ``now``."""
+    every = settings.spark.maintenance_every_s()
     if every is None:
         return
-    logger.info("maintenance: every %gs of the spark staging and final tables", every)
+    logger.info("maintenance: every %gs of the spark staging and final tables%s", every,
+                " whose topic's partition 0 this process holds" if statuses else "")
+    left = settings.unplanned_spark_tables()
+    if left:
+        logger.warning("maintenance: the spark tables of %s are not maintained (only those "
+                       "of topics named in topic entries are): run Iceberg's procedures on "
+                       "them, or name their topics", ", ".join(left))
+    owned = None if statuses is None else holder(statuses)
     while True:
-        await asyncio.sleep(every)
-        await maintain_all(settings, processors, committed, actor, metrics)
+        if not now:
+            await asyncio.sleep(every)
+        now = False
+        await maintain_all(settings, processors, committed, actor, metrics, owned)
 
 
-__all__ = ["maintain_all", "maintain_periodically"]
+__all__ = ["Statuses", "holder", "maintain_all", "maintain_periodically"]

@@ -39,7 +39,7 @@ def test_a_bad_maintenance_setting_is_refused_with_its_line(
     assert why in err, err
 
 
-def test_the_defaults_keep_an_hour_and_remove_orphans_after_a_day() -> None:
+def test_the_defaults_run_every_ten_minutes_keep_an_hour_and_remove_orphans_after_a_day() -> None:
     m = MaintenanceSettings()
-    assert (m.every_s, m.snapshot_max_age_s, m.snapshot_min_keep) == (None, 3600, 10)
+    assert (m.every_s, m.snapshot_max_age_s, m.snapshot_min_keep) == (600, 3600, 10)
     assert (m.target_file_mb, m.min_input_files, m.orphan_min_age_s) == (128, 5, 86400)

@@ -1,0 +1,107 @@
+"""The maintenance inside ``kstage run`` by default: which process maintains a table (the
+one holding partition 0 of its first topic), when it runs (600 s with ``appends: spark``,
+off with ``appends: pyiceberg`` unless set), and the tables it leaves alone (a pattern's)
+named in the log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from actors.preflight import resolve_processors
+from actors.sinks.spark.actor import SparkActor
+from actors.tables.maintenance import maintain
+from actors.tables.maintenance_loop import holder, maintain_periodically
+from actors.tables.merge_job import TablePlan
+from actors.worker_status import WorkerStatus
+from settings.models import Settings
+
+
+def status(topic: str, *partitions: int) -> WorkerStatus:
+    """A worker's status holding ``partitions`` of ``topic`` (the rest never read)."""
+    return {"group": "g", "topic": topic,  # type: ignore[typeddict-item]
+            "partitions": [{"partition": p} for p in partitions]}
+
+
+def table(*topics: str) -> TablePlan:
+    return TablePlan("stg", "final_stg", (), (), topics)
+
+
+def test_the_process_holding_partition_0_of_the_first_topic_maintains_the_table() -> None:
+    held: list[WorkerStatus] = [status("b", 0, 1), status("a", 2)]
+    owned = holder(lambda: held)
+    assert owned(table("b"))
+    assert not owned(table("a"))  # partition 2 only
+    assert not owned(table("c"))  # no worker of it here
+    assert not owned(table("b", "a"))  # the first by name is a: partition 0 of a decides
+    held[1] = status("a", 0)  # assigned now (a rebalance): read at each round
+    assert owned(table("b", "a"))
+
+
+def settings(**spark: Any) -> Settings:
+    entries = [{"topic": "t", "processor": "test_unkeyed",
+                "sink": {"type": "spark", "table": "stg_t"}}]
+    return Settings.model_validate({"name": "g", "groups": [{"topics": entries}],
+                                    "spark": spark})
+
+
+@pytest.mark.parametrize(("spark", "every"), [
+    ({}, 600),
+    ({"maintenance": {"every_s": 60}}, 60),
+    ({"maintenance": {"every_s": None}}, None),
+    ({"appends": "pyiceberg"}, None),  # the default would start a JVM
+    ({"appends": "pyiceberg", "maintenance": {"every_s": 60}}, 60),
+])
+def test_the_service_maintains_every_ten_minutes_unless_it_would_start_a_jvm(
+        spark: dict[str, Any], every: float | None) -> None:
+    assert settings(**spark).spark.maintenance_every_s() == every
+
+
+async def test_a_table_this_process_does_not_own_is_not_touched() -> None:
+    """Not owned: no Spark call at all (the actor's session never starts)."""
+    actor = SparkActor()
+    try:
+        async def committed(_: object) -> dict[Any, int | None]:
+            raise AssertionError("not read: nothing is maintained")
+
+        cfg = settings()
+        assert await maintain(cfg, resolve_processors(cfg), committed, actor=actor,
+                              owned=lambda _: False) == []
+        assert actor.jvm_pid is None
+    finally:
+        actor.stop()
+
+
+async def test_a_patterns_tables_are_named_as_left_alone(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """By default the maintenance runs with a pattern entry (refused only when set: see
+    test_topic_pattern_settings) and says in the log which tables it leaves alone."""
+    entries = [{"topic_pattern": r"gob\..*", "processor": "gobblin_compaction",
+                "sink": {"type": "spark", "table": "stg_{topic}"}},
+               {"topic": "t", "processor": "test_unkeyed",
+                "sink": {"type": "spark", "table": "stg_t"}}]
+    cfg = Settings.model_validate({"name": "g", "groups": [{"topics": entries}]})
+    actor = SparkActor()
+    caplog.set_level(logging.WARNING, "actors.tables.maintenance_loop")
+    done = asyncio.Event()
+
+    async def committed(_: object) -> dict[Any, int | None]:
+        raise AssertionError("not read: stg_t is not owned here")
+
+    def statuses() -> list[WorkerStatus]:
+        done.set()  # read at the first round (for stg_t): the warning was logged before
+        return []
+
+    task = asyncio.create_task(maintain_periodically(
+        cfg, resolve_processors(cfg), committed, actor, None, statuses, now=True))
+    try:
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        actor.stop()
+    [record] = [r for r in caplog.records if "not maintained" in r.getMessage()]
+    assert "topic_pattern 'gob\\\\..*'" in record.getMessage(), record.getMessage()
