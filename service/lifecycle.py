@@ -274,13 +274,13 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
         return None
 
     async def maintaining() -> None:
-        await asyncio.sleep(every)  # its modules load at its first round, not at start
+        await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
         from actors.tables import maintain_periodically
         from service.ops.tables import kafka_committed
 
         await maintain_periodically(
             settings, master.processors, kafka_committed(settings, master.bootstrap),
-            master.resources.spark(), metrics, master.snapshot, now=True)
+            master.resources.spark(), metrics, master.snapshot)
 
     return asyncio.create_task(maintaining(), name="maintenance")
 

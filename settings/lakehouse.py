@@ -152,6 +152,10 @@ class MaintenanceSettings(Model):
         "(on its Spark thread; each table by the process holding partition 0 of its topic; "
         "a failure is logged and retried at the next interval); null: only `kstage tables "
         "maintain`. With appends: pyiceberg, off unless set (it would start a JVM).")
+    fold_files: int | None = Field(
+        50, ge=2, description="Inside `kstage run` (with every_s): a staging table is "
+        "compacted beside its appends (the background fold) once it has this many more "
+        "data files than its last compaction left; null: only at every_s.")
     snapshot_max_age_s: float = Field(
         3600, gt=0, description="Snapshots older than this are expired, except those Kafka "
         "offset recovery or the merge still needs; younger ones are kept (a reader's query "

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from actors.sinks.spark.actor import COMMIT_PROPERTIES
 from actors.sinks.spark.catalog import dotted, qualified
 from actors.tables import final_table
 from actors.tables.merge_fold import later, null_safe, rank
@@ -202,17 +203,20 @@ def guard(rows: Any, deletions: Any, key: Sequence[str], source: str | None = No
 
 @contextmanager
 def snapshot_properties(spark: Any, properties: dict[str, str]) -> Iterator[None]:
-    """The next commits on this thread's session carry ``properties``."""
-    try:
-        for k, v in properties.items():
-            spark.conf.set(PROPERTY_PREFIX + k, v)
-        yield
-    finally:
-        for k in properties:
-            try:
-                spark.conf.unset(PROPERTY_PREFIX + k)
-            except Exception as exc:  # noqa: BLE001 - a dead JVM forgets them anyway
-                logger.debug("merge: cannot unset %s: %s", k, exc)
+    """The next commits on this thread's session carry ``properties`` (the session's
+    configuration: no job beside the appends commits meanwhile, see
+    :data:`~actors.sinks.spark.actor.COMMIT_PROPERTIES`)."""
+    with COMMIT_PROPERTIES:
+        try:
+            for k, v in properties.items():
+                spark.conf.set(PROPERTY_PREFIX + k, v)
+            yield
+        finally:
+            for k in properties:
+                try:
+                    spark.conf.unset(PROPERTY_PREFIX + k)
+                except Exception as exc:  # noqa: BLE001 - a dead JVM forgets them anyway
+                    logger.debug("merge: cannot unset %s: %s", k, exc)
 
 
 def record(spark: Any, settings: SparkSettings, final: str, deletions: Any,

@@ -217,7 +217,7 @@ def remove_orphans(spark: Any, settings: SparkSettings, table: str) -> int:
                      f"older_than => timestamp_millis({older_than})"))
 
 
-def _again_on_conflict(step: Callable[[], T], what: str, table: str) -> T:
+def again_on_conflict(step: Callable[[], T], what: str, table: str) -> T:
     """Spark thread: ``step()``, run again (planned anew on the latest snapshot) when
     Iceberg refused its commit because another commit raced it (an append merging the
     manifests a manifest rewrite replaces), up to :data:`ATTEMPTS` times."""
@@ -236,9 +236,9 @@ def _again_on_conflict(step: Callable[[], T], what: str, table: str) -> T:
 def _reshape(spark: Any, settings: SparkSettings, table: str, result: Maintained) -> None:
     """Spark thread: compaction and manifests (nothing to keep for them)."""
     result.files_before = snapshots.content(spark, settings, table).data_files
-    result.compacted, result.compacted_into = _again_on_conflict(
+    result.compacted, result.compacted_into = again_on_conflict(
         lambda: compact(spark, settings, table), "compaction", table)
-    result.manifests, result.manifests_into = _again_on_conflict(
+    result.manifests, result.manifests_into = again_on_conflict(
         lambda: rewrite_manifests(spark, settings, table), "the manifest rewrite", table)
 
 
@@ -405,6 +405,6 @@ async def _maintain_deletions(actor: SparkActor, final: str) -> Maintained:
     return result
 
 
-__all__ = ["CARRIED", "Committed", "Maintained", "MaintenanceError", "compact", "expire",
-           "maintain", "maintain_pair", "on_spark", "record_offsets", "remove_orphans",
-           "rewrite_manifests"]
+__all__ = ["CARRIED", "Committed", "Maintained", "MaintenanceError", "again_on_conflict",
+           "compact", "expire", "maintain", "maintain_pair", "on_spark", "record_offsets",
+           "remove_orphans", "rewrite_manifests"]

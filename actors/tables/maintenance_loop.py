@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from actors.metrics import Metrics
 from actors.sinks.spark.actor import SparkActor
+from actors.tables.fold import fold_periodically
 from actors.tables.maintenance import Committed, Maintained, maintain
 from actors.tables.merge_job import TablePlan
 from actors.worker_status import WorkerStatus
@@ -95,27 +96,33 @@ async def maintain_all(settings: Settings, processors: Mapping[str, type[Process
 async def maintain_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
                                 committed: Committed, actor: SparkActor,
                                 metrics: Metrics | None = None,
-                                statuses: Statuses | None = None, *,
-                                now: bool = False) -> None:
-    """Maintain every ``spark.maintenance_every_s()`` seconds until cancelled (only the
-    tables this process holds partition 0 of, given its workers' ``statuses``), the
-    first time at once when ``now``."""
+                                statuses: Statuses | None = None) -> None:
+    """Maintain every ``spark.maintenance_every_s()`` seconds (the first round one
+    interval after the start) and fold the staging tables as their small files grow
+    (:mod:`actors.tables.fold`), until cancelled; only the tables this process holds
+    partition 0 of, given its workers' ``statuses``."""
     every = settings.spark.maintenance_every_s()
     if every is None:
         return
-    logger.info("maintenance: every %gs of the spark staging and final tables%s", every,
-                " whose topic's partition 0 this process holds" if statuses else "")
+    fold_files = settings.spark.maintenance.fold_files
+    logger.info("maintenance: every %gs of the spark staging and final tables%s%s", every,
+                f", and a fold of a staging table at {fold_files} more data files"
+                if fold_files is not None else "",
+                "; those whose topic's partition 0 this process holds" if statuses else "")
     left = settings.unplanned_spark_tables()
     if left:
         logger.warning("maintenance: the spark tables of %s are not maintained (only those "
                        "of topics named in topic entries are): run Iceberg's procedures on "
                        "them, or name their topics", ", ".join(left))
-    owned = None if statuses is None else holder(statuses)
-    while True:
-        if not now:
+    owned = (lambda _: True) if statuses is None else holder(statuses)
+
+    async def rounds() -> None:
+        while True:
             await asyncio.sleep(every)
-        now = False
-        await maintain_all(settings, processors, committed, actor, metrics, owned)
+            await maintain_all(settings, processors, committed, actor, metrics, owned)
+
+    await asyncio.gather(rounds(), fold_periodically(settings, processors, actor, owned,
+                                                     metrics))
 
 
 __all__ = ["Statuses", "holder", "maintain_all", "maintain_periodically"]

@@ -1,8 +1,8 @@
 """The table maintenance inside ``kstage run`` as every process of a group runs it by
-default (``spark.maintenance.every_s``): only the process holding partition 0 of the
-table's topic maintains the table; killed (SIGKILL) while it maintains it, the partition
-and the table's maintenance move to the other process, and every row is in the table
-once."""
+default (``spark.maintenance``): only the process holding partition 0 of the table's topic
+folds the table's small files beside its appends; killed (SIGKILL) in the middle of a
+fold, the partition and the table's maintenance move to the other process, and every row
+is in the table once."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from tests.lake import wait_committed
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 TABLE = "stg_maintenance_owner"
-LINE = f"maintenance: kstage.kstage.{TABLE} (staging): "  # a round's result line
+LINE = f"maintenance: folded kstage.kstage.{TABLE} (staging): "  # a fold's result line
+FOLDING = f"maintenance: folding kstage.kstage.{TABLE} (staging): "  # it starts
 MINE = f"maintenance: table {TABLE}: maintained here"
 LEFT = f"maintenance: table {TABLE}: left to the process holding partition 0"
 
@@ -40,7 +41,9 @@ def config(path: Path, broker: str, group: str, topic: str) -> Path:
     data = yaml.safe_load(path.read_text())
     data["spark"] = {"master": "local[1]", "warehouse": str(path.parent / "warehouse"),
                      "flush_max_interval_s": 0.5,
-                     "maintenance": {"every_s": 1, "min_input_files": 2}}
+                     # no round of the whole maintenance: the folds alone
+                     "maintenance": {"every_s": 3600, "fold_files": 3,
+                                     "min_input_files": 2}}
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -68,27 +71,25 @@ async def test_the_holder_of_partition_0_maintains_and_a_kill_moves_it_with_ever
                          what="the partitions split between both processes")
         owner, other = (a, b) if 0 in last_assignment(a) else (b, a)
         sent = await small_appends(broker, group, topic, [a, b], "a", 0, 4)
-        # Each process says at a round when it takes or leaves the table (before the
-        # split, the first to join held partition 0 and maintained it). From the round
-        # where the other leaves it, only the owner maintains the table.
+        # Each process says at its first check whether it folds the table, and again when
+        # that changes; from then on only the owner folds it.
         await other.wait_for_log(LEFT, timeout=60)
-        await owner.wait_for_log(LINE, timeout=180,
-                                 count=owner.output().count(LINE) + 3)
+        await owner.wait_for_log(LINE, timeout=180)
         assert LINE not in other.output().rsplit(LEFT, 1)[1], other.output()[-3000:]
         assert MINE in owner.output(), owner.output()[-3000:]
         assert last_assignment(owner) == {0}, owner.output()[-3000:]  # no rebalance since
-        assert "compacted " in owner.output(), owner.output()[-3000:]
 
-        # more small files; the owner is killed while its rounds run back to back
+        # more small files: the owner folds them, and is killed as the fold starts
+        folds = owner.output().count(FOLDING)
         sent = await small_appends(broker, group, topic, [a, b], "b", sent, 3)
+        await owner.wait_for_log(FOLDING, timeout=180, count=folds + 1)
         owner.signal(signal.SIGKILL)
         await owner.wait(timeout=30)
-        # the other process is assigned partition 0 and maintains the table from then on
+        # the other process is assigned partition 0 and folds the table from then on
         await other.wait_for_log(MINE, timeout=180)
-        await other.wait_for_log(LINE, timeout=180,
-                                 count=other.output().count(LINE) + 2)
+        sent = await small_appends(broker, group, topic, [other], "c", sent, 3)
+        await other.wait_for_log(LINE, timeout=180)
         assert 0 in last_assignment(other), other.output()[-3000:]
-        sent = await small_appends(broker, group, topic, [other], "c", sent, 2)
         other.signal(signal.SIGTERM)
         assert await other.wait(timeout=120) == 0, other.output()
     finally:
@@ -96,6 +97,6 @@ async def test_the_holder_of_partition_0_maintains_and_a_kill_moves_it_with_ever
         b.close()
     ids = Counter(r["id"] for r in rows(tmp_path / "warehouse", TABLE))
     # each message once (the processor's id is the JSON value as Python text)
-    assert ids == Counter(str({"k": f"{p}{r}-{i}"}) for p, n in (("a", 4), ("b", 3), ("c", 2))
+    assert ids == Counter(str({"k": f"{p}{r}-{i}"}) for p, n in (("a", 4), ("b", 3), ("c", 3))
                           for r in range(n) for i in range(10))
-    assert sent == 90
+    assert sent == 100

@@ -17,8 +17,9 @@ import asyncio
 import datetime as dt
 import json
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import pytest
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified, sqlite_file
+from actors.tables.fold import fold
 from actors.tables.maintenance import compact
 from processors.base import Column
 from settings.models import SparkSettings
@@ -468,3 +470,49 @@ async def test_a_commit_of_no_offsets_carries_the_current_ones(actor: SparkActor
     (compacted, after_compaction), (deleted, after_delete) = await actor.call(run)
     assert compacted == "replace" and after_compaction == streams(p0=5, p1=3)
     assert deleted in ("delete", "overwrite") and after_delete == streams(p0=5, p1=3)
+
+
+async def test_a_fold_beside_the_appends_keeps_every_row_once_and_every_offset(
+        actor: SparkActor) -> None:
+    """The background fold runs on the session's second thread (``call_aside``): an
+    append on the Spark thread lands while a job there runs (held until the append is
+    in), and a fold racing the appends of two partitions keeps every row once and the
+    offsets of both in the current snapshot (its rewrite commit carries them)."""
+    settings, table = actor.settings, "stg_fold"
+    ends = {0: 0, 1: 0}
+
+    def appended(partition: int, count: int) -> Callable[[Any], None]:
+        start = ends[partition]
+        ends[partition] += count
+
+        def run(spark: Any) -> None:
+            append(spark, settings, table, start, start + count, partition, None)
+        return run
+
+    await actor.call(lambda spark: iceberg.create_staging(spark, settings, table, COLUMNS))
+    for i in range(6):  # six small files
+        await actor.call(appended(i % 2, 5))
+    entered, release = threading.Event(), threading.Event()
+
+    def held(_: Any) -> bool:
+        entered.set()
+        return release.wait(120)
+
+    aside = asyncio.create_task(actor.call_aside(held))
+    assert await asyncio.to_thread(entered.wait, 120)
+    await actor.call(appended(0, 5))  # lands while the job beside it runs
+    assert not aside.done()
+    release.set()
+    assert await aside
+
+    folding = asyncio.create_task(actor.call_aside(lambda spark: fold(spark, settings, table)))
+    for i in range(4):  # appends racing the fold's rewrite, in whatever order
+        await actor.call(appended(i % 2, 5))
+    done = await folding
+    assert done.rewritten >= 7 and done.written >= 1, done
+
+    ids, _, offsets = await actor.call(lambda spark: state(spark, settings, table))
+    assert ids == sorted(f"{p}/{o}" for p, end in ends.items() for o in range(end))
+    assert offsets == streams(p0=ends[0], p1=ends[1])
+    assert await actor.call(lambda spark: iceberg.current_offsets(spark, settings, table)) \
+        == streams(p0=ends[0], p1=ends[1])

@@ -13,6 +13,7 @@ import pytest
 
 from actors.preflight import resolve_processors
 from actors.sinks.spark.actor import SparkActor
+from actors.tables import fold
 from actors.tables.maintenance import maintain
 from actors.tables.maintenance_loop import holder, maintain_periodically
 from actors.tables.merge_job import TablePlan
@@ -76,32 +77,54 @@ async def test_a_table_this_process_does_not_own_is_not_touched() -> None:
 
 
 async def test_a_patterns_tables_are_named_as_left_alone(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """By default the maintenance runs with a pattern entry (refused only when set: see
-    test_topic_pattern_settings) and says in the log which tables it leaves alone."""
+    test_topic_pattern_settings) and says in the log which tables it leaves alone; the
+    fold asks at each check whether this process holds the named topic's partition 0
+    (here it does not: no Spark call, no JVM)."""
+    monkeypatch.setattr(fold, "CHECK_S", 0.01)
     entries = [{"topic_pattern": r"gob\..*", "processor": "gobblin_compaction",
                 "sink": {"type": "spark", "table": "stg_{topic}"}},
                {"topic": "t", "processor": "test_unkeyed",
                 "sink": {"type": "spark", "table": "stg_t"}}]
     cfg = Settings.model_validate({"name": "g", "groups": [{"topics": entries}]})
     actor = SparkActor()
-    caplog.set_level(logging.WARNING, "actors.tables.maintenance_loop")
-    done = asyncio.Event()
+    caplog.set_level(logging.INFO, "actors.tables.maintenance_loop")
+    asked = 0
+    checked = asyncio.Event()
 
     async def committed(_: object) -> dict[Any, int | None]:
-        raise AssertionError("not read: stg_t is not owned here")
+        raise AssertionError("not read: stg_t is not maintained here")
 
     def statuses() -> list[WorkerStatus]:
-        done.set()  # read at the first round (for stg_t): the warning was logged before
-        return []
+        nonlocal asked
+        asked += 1
+        if asked == 3:  # the third check: two were done
+            checked.set()
+        return [status("t", 1)]
 
     task = asyncio.create_task(maintain_periodically(
-        cfg, resolve_processors(cfg), committed, actor, None, statuses, now=True))
+        cfg, resolve_processors(cfg), committed, actor, None, statuses))
     try:
-        await asyncio.wait_for(done.wait(), 30)
+        await asyncio.wait_for(checked.wait(), 30)
+        assert actor.jvm_pid is None
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         actor.stop()
-    [record] = [r for r in caplog.records if "not maintained" in r.getMessage()]
-    assert "topic_pattern 'gob\\\\..*'" in record.getMessage(), record.getMessage()
+    messages = [r.getMessage() for r in caplog.records]
+    [warning] = [m for m in messages if "not maintained" in m]
+    assert "topic_pattern 'gob\\\\..*'" in warning, warning
+    [left] = [m for m in messages if "maintenance: table stg_t: " in m]  # logged once
+    assert left == "maintenance: table stg_t: left to the process holding partition 0 of " \
+        "topic t", left
+
+
+@pytest.mark.parametrize(("files", "after_last", "folded"), [
+    (49, None, False), (50, None, True),  # none folded here yet: counted from no file
+    (52, 3, False), (53, 3, True),  # 50 more than the last fold left
+    (2, 10, False),  # fewer (another process compacted, or expiry): not until 50 more
+])
+def test_a_table_is_folded_at_fold_files_more_than_its_last_fold_left(
+        files: int, after_last: int | None, folded: bool) -> None:
+    assert fold.due(files, after_last, 50) is folded

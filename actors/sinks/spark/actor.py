@@ -29,6 +29,7 @@ import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -76,6 +77,11 @@ def _writer_id() -> str:
 
 _PY4J_CALL = "An error occurred while calling"
 
+COMMIT_PROPERTIES = threading.RLock()
+"""Held while session configuration gives the next commits their snapshot properties
+(the merge's: :func:`actors.tables.final_deletions.snapshot_properties`), and by a job of
+:meth:`SparkActor.call_aside` that commits: its commit never takes the merge's."""
+
 
 def short(exc: BaseException) -> str:
     """An exception as one short line (its type and its first line). For an error of a
@@ -109,6 +115,9 @@ class SparkActor:
         self.settings = settings or SparkSettings()
         self.writer_id = _writer_id()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
+        # The thread of the table jobs that run beside the appends (:meth:`call_aside`).
+        self._aside = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="spark-aside")
         self._spark: Any = None
         self._proc: Any = None  # the session's JVM (a Popen), when pyspark launched it
         self._tables: dict[str, Registered] = {}
@@ -314,6 +323,19 @@ class SparkActor:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._run, fn, again)
 
+    async def call_aside(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(spark)`` on a second thread, in the running session (started first if
+        needed), while :meth:`call` goes on: a table job that must not hold up the
+        appends (the background fold). Spark runs the jobs of both threads at once, and
+        Iceberg's optimistic commits order theirs. ``fn`` must not set session
+        configuration (the merge's commit properties are session-wide: it sets them
+        holding :data:`COMMIT_PROPERTIES`, and so does a job here that commits). A dead
+        JVM fails the call; the next :meth:`call` starts a new session, so a call here
+        is never retried."""
+        spark = await self.call(lambda session: session)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._aside, fn, spark)
+
     def _stop_session(self) -> None:
         if self._spark is None:
             return
@@ -347,6 +369,9 @@ class SparkActor:
         self._stopped = True
         if self._lake is not None:
             self._lake.stop()
+        # a job beside the appends is not waited for: stopping the session cancels it
+        # (uncommitted, its files are orphans)
+        self._aside.shutdown(wait=False, cancel_futures=True)
         self._executor.submit(self._stop_session).result()
         self._executor.shutdown()
 
@@ -355,4 +380,4 @@ class SparkActor:
         await asyncio.to_thread(self.stop)
 
 
-__all__ = ["Registered", "SparkActor", "SparkJvmDiedError", "short"]
+__all__ = ["COMMIT_PROPERTIES", "Registered", "SparkActor", "SparkJvmDiedError", "short"]

@@ -1,0 +1,133 @@
+"""The background fold: a staging table's small data files compacted beside its appends.
+
+Caught up, a table gets an append (a data file) about every second, for freshness. Every
+:data:`CHECK_S` the process reads how many data files the current snapshot of each staging
+table it maintains has (the table's topic's partition 0 is held here:
+:func:`~actors.tables.maintenance_loop.holder`); once that is
+``spark.maintenance.fold_files`` more than after the table's last compaction, it compacts
+the table (``rewrite_data_files``, binpack into files of about ``target_file_mb``; a
+partition of at least ``min_input_files`` small files) on the session's second thread
+(:meth:`SparkActor.call_aside`): the appends go on meanwhile, and a table holds at most
+about ``fold_files`` small files over what its last fold left.
+
+Every row stays once: the rewrite replaces data files with files of the same rows, in
+one Iceberg commit, which kstage's fence gives the table's current offsets (a commit
+that records none carries them: docs/spark.md). A rewrite that lost the race with an
+append is planned again on the new snapshot (up to ``ATTEMPTS`` times; the next check
+tries again). A process killed mid-rewrite committed nothing of it: its files are
+orphans, removed by the maintenance once older than ``orphan_min_age_s``. A failure is
+logged with the table, counted in ``kstage_maintenance_failures{table}`` and tried again
+at the next check; the service goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.metrics import Metrics
+from actors.sinks.spark.actor import COMMIT_PROPERTIES, SparkActor, short
+from actors.sinks.spark.catalog import dotted
+from actors.tables import snapshots
+from actors.tables.maintenance import again_on_conflict, compact
+from actors.tables.merge import plan
+from actors.tables.merge_job import TablePlan
+from processors.base import Processor
+from settings.models import Settings, SparkSettings
+
+logger = logging.getLogger(__name__)
+
+CHECK_S = 5.0
+"""How often the data files of each maintained staging table are counted (a read of its
+current metadata)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """One fold: the data files before, rewritten, written, and after; its seconds."""
+
+    table: str
+    before: int
+    rewritten: int
+    written: int
+    after: int
+    seconds: float
+
+
+def due(files: int, after_last: int | None, fold_files: int) -> bool:
+    """Whether a table of ``files`` data files is folded now: ``fold_files`` more than its
+    last fold left (``after_last``; None: none yet here, counted from no file)."""
+    return files - (after_last or 0) >= fold_files
+
+
+def fold(spark: Any, settings: SparkSettings, table: str) -> Folded:
+    """Spark thread beside the appends: compact ``table`` (no merge commit meanwhile:
+    :data:`COMMIT_PROPERTIES`)."""
+    started = time.monotonic()
+    before = snapshots.content(spark, settings, table).data_files
+    with COMMIT_PROPERTIES:
+        rewritten, written = again_on_conflict(lambda: compact(spark, settings, table),
+                                               "the fold", table)
+    after = snapshots.content(spark, settings, table).data_files
+    return Folded(dotted(settings, table), before, rewritten, written, after,
+                  time.monotonic() - started)
+
+
+async def fold_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
+                            actor: SparkActor, owned: Callable[[TablePlan], bool],
+                            metrics: Metrics | None = None) -> None:
+    """Check every :data:`CHECK_S` and fold the staging tables ``owned`` says this process
+    maintains, until cancelled."""
+    spark_settings = actor.settings
+    limit = spark_settings.maintenance.fold_files
+    if limit is None:
+        return
+    try:
+        tables = plan(settings, processors)  # the merge's (what the rounds maintain)
+    except Exception as exc:  # noqa: BLE001 - the rounds log it at each interval
+        logger.error("maintenance: no fold: the spark tables cannot be planned: %s", exc)
+        return
+    left: dict[str, int] = {}  # data files each table had after its last fold here
+
+    def files(name: str) -> Callable[[Any], int]:
+        def count(spark: Any) -> int:
+            if not snapshots.exists(spark, spark_settings, name):
+                return 0
+            return snapshots.content(spark, spark_settings, name).data_files
+        return count
+
+    def folding(name: str) -> Callable[[Any], Folded]:
+        return lambda spark: fold(spark, spark_settings, name)
+
+    while True:
+        await asyncio.sleep(CHECK_S)
+        for item in tables:
+            if not owned(item):
+                left.pop(item.table, None)  # another process folds it now
+                continue
+            name = item.table
+            try:
+                count = await actor.call_aside(files(name))
+                if not due(count, left.get(name), limit):
+                    continue
+                logger.info("maintenance: folding %s (staging): %d data files, %d since its "
+                            "last fold here", dotted(spark_settings, name), count,
+                            count - left.get(name, 0))
+                done = await actor.call_aside(folding(name))
+            except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
+                logger.error("maintenance: fold of %s FAILED: %s", dotted(spark_settings, name),
+                             short(exc))
+                if metrics is not None:
+                    metrics.maintenance_failures.labels(dotted(spark_settings, name)).inc()
+                continue
+            left[name] = done.after
+            logger.info("maintenance: folded %s (staging): data files %d -> %d (rewrote %d "
+                        "into %d, beside the appends, in %.1fs)", done.table, done.before,
+                        done.after, done.rewritten, done.written, done.seconds)
+
+
+__all__ = ["CHECK_S", "Folded", "due", "fold", "fold_periodically"]
