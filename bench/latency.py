@@ -509,6 +509,26 @@ async def verify_spark(reader: IcebergReader, n: int) -> None:
                          f"{n} rows, offsets 0..{n - 1} once each")
     print(f"spark: table read back whole with pyiceberg: {n} rows, offsets "
           f"0..{n - 1} once each", flush=True)
+    files, appends = await asyncio.to_thread(table_files, reader.warehouse, reader.table)
+    print(f"spark: the table holds {files} data files after {appends} appends: "
+          f"{files * 100_000 / n:.1f} per 100k events (kstage's background fold: "
+          "spark.maintenance.fold_files)", flush=True)
+
+
+def table_files(warehouse: Path, table: str) -> tuple[int, int]:
+    """The data files of the table's current snapshot, and its appends (snapshots whose
+    operation is append), read through the run's catalog."""
+    from pyiceberg.catalog.sql import SqlCatalog  # only for the Spark sink
+
+    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
+                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
+    loaded = catalog.load_table(f"kstage.{table}")
+    current = loaded.current_snapshot()
+    total = current.summary.get("total-data-files") if current and current.summary else None
+    files = int(total) if total is not None else 0
+    appends = sum(1 for s in loaded.snapshots()
+                  if s.summary is not None and s.summary.operation.value == "append")
+    return files, appends
 
 
 def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = None

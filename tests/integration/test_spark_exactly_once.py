@@ -256,7 +256,8 @@ async def test_two_processes_in_one_group_append_to_one_table_exactly_once(
     rows = staged(warehouse)
     assert sorted(rows) == expected(events, partitions)
     assert max(rows.values()) == 1
-    writers = {s["kstage.writer-id"] for s in iceberg_tables.summaries(warehouse, TABLE)}
-    assert len(writers) == 2, writers
+    # both processes appended (a fold of the small files commits as no writer)
+    writers = {s.get("kstage.writer-id") for s in iceberg_tables.summaries(warehouse, TABLE)}
+    assert len(writers - {None}) == 2, writers
     logs = a.output() + b.output()
     assert "sink write failed" not in logs  # concurrent commits were retried by Iceberg
