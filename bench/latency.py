@@ -4,6 +4,7 @@ Usage::
 
     python bench/latency.py [--sink jsonl|spark|both] [--messages N | --duration-s S]
                             [--rate R] [--max-messages M] [--flush-idle-s S]
+                            [--fold-files N | --no-fold]
                             [--fetch-max-wait-ms MS] [--dump CSV] [--keep]
 
 For each sink, on one embedded broker (Tansu), each step on a new 1-partition topic:
@@ -531,8 +532,8 @@ def table_files(warehouse: Path, table: str) -> tuple[int, int]:
     return files, appends
 
 
-def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = None
-                           ) -> Workload:
+def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = None,
+                           fold_files: int | None = None, no_fold: bool = False) -> Workload:
     """The Gobblin workload of ``n`` events (see :func:`throughput.spark_workload`, its
     registry in a new directory of ``workdir``) with the ``spark:`` defaults (unlike the
     throughput benchmark's) and the group's (``max_in_flight`` 10 000)."""
@@ -542,6 +543,8 @@ def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = N
     spark: dict[str, Any] = {"master": "local[2]", "conf": {"spark.driver.memory": "512m"}}
     if flush_idle_s is not None:
         spark["flush_idle_s"] = flush_idle_s
+    if no_fold or fold_files is not None:
+        spark["maintenance"] = {"fold_files": None if no_fold else fold_files}
     work.spark = spark
     work.group_config = {}
     return work
@@ -557,7 +560,7 @@ async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Na
     else:
         max_n = args.max_messages or 30_000
         work = spark_latency_workload(workdir, max_n if args.rate is None else 0,
-                                      args.flush_idle_s)
+                                      args.flush_idle_s, args.fold_files, args.no_fold)
         target_ms = SPARK_TARGET_MS
     work.group_config["fetch_max_wait_ms"] = args.fetch_max_wait_ms
     max_rate = None
@@ -647,6 +650,11 @@ def main(argv: list[str] | None = None) -> int:
                         "30 000 Spark)")
     parser.add_argument("--flush-idle-s", type=float, default=None,
                         help="spark: spark.flush_idle_s of kstage (default: the setting's)")
+    parser.add_argument("--fold-files", type=int, default=None,
+                        help="spark: spark.maintenance.fold_files of kstage (default: the "
+                             "setting's)")
+    parser.add_argument("--no-fold", action="store_true",
+                        help="spark: no background fold (spark.maintenance.fold_files null)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=10,
                         help="the consumers' fetch_max_wait_ms (kstage's group and the "
                         "baseline; default 10: Tansu answers a fetch only at its max wait)")
