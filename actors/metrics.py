@@ -84,6 +84,13 @@ class Metrics:
         self.maintenance_failures = Counter(
             "kstage_maintenance_failures", "Scheduled table maintenance runs that failed "
             "(retried at the next interval).", ("table",), registry=self.registry)
+        self.table_data_files = Gauge(
+            "kstage_table_data_files", "Data files in the current snapshot of a staging "
+            "table this process maintains (read every 5 s by the background fold).",
+            ("table",), registry=self.registry)
+        self.table_folds = Counter(
+            "kstage_table_folds", "Background folds of a staging table's small data files "
+            "into target-size files.", ("table",), registry=self.registry)
         self.maintenance_last_success = Gauge(
             "kstage_maintenance_last_success_timestamp_seconds",
             "Unix time of the last successful maintenance of the table.", ("table",),

@@ -112,6 +112,8 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
             name = item.table
             try:
                 count = await actor.call_aside(files(name))
+                if metrics is not None:
+                    metrics.table_data_files.labels(dotted(spark_settings, name)).set(count)
                 if not due(count, left.get(name), limit):
                     continue
                 logger.info("maintenance: folding %s (staging): %d data files, %d since its "
@@ -125,6 +127,9 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                     metrics.maintenance_failures.labels(dotted(spark_settings, name)).inc()
                 continue
             left[name] = done.after
+            if metrics is not None:
+                metrics.table_folds.labels(done.table).inc()
+                metrics.table_data_files.labels(done.table).set(done.after)
             logger.info("maintenance: folded %s (staging): data files %d -> %d (rewrote %d "
                         "into %d, beside the appends, in %.1fs)", done.table, done.before,
                         done.after, done.rewritten, done.written, done.seconds)

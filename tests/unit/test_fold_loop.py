@@ -1,0 +1,91 @@
+"""The background fold's loop (:func:`actors.tables.fold.fold_periodically`) on a stand-in
+for the Spark calls (the fold itself runs on a real session in test_spark_fence and
+test_maintenance_owner): when a table is folded, a failed fold (the storage refusing the
+rewrite) logged with the table, counted and tried again at the next check, the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from actors.metrics import Metrics
+from actors.preflight import resolve_processors
+from actors.tables import fold
+from actors.tables.snapshots import Content
+from settings.models import Settings
+
+TABLE = "kstage.kstage.stg_t"
+
+
+class Aside:
+    """The actor's ``call_aside`` on no session: runs the job with ``None``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings.spark
+
+    async def call_aside(self, fn: Callable[[Any], Any]) -> Any:
+        return fn(None)
+
+
+async def test_a_table_is_folded_at_fold_files_more_and_a_failed_fold_is_tried_again(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = Settings.model_validate({"name": "g", "groups": [{"topics": [
+        {"topic": "t", "processor": "test_unkeyed",
+         "sink": {"type": "spark", "table": "stg_t"}}]}]})
+    counts = [10, 60, 20, 51, 53, 53, 40]  # the data files read at each check
+    folds: list[int] = []  # the count each fold began at
+    refuse = [False, True, False]  # the second fold fails
+    checked = asyncio.Event()
+
+    def content(_spark: Any, _settings: Any, table: str) -> Content:
+        assert table == "stg_t"
+        files = counts.pop(0) if len(counts) > 1 else counts[0]  # the last one stays
+        if len(counts) == 1:
+            checked.set()
+        return Content(files, files * 10, files * 100, 0, files)
+
+    def folded(_spark: Any, _settings: Any, table: str) -> fold.Folded:
+        folds.append(current[0])
+        if refuse.pop(0):
+            raise OSError("java.io.IOException: No space left on device")
+        return fold.Folded(TABLE, current[0], current[0] - 1, 2, 3, 0.1)
+
+    current = [0]
+
+    def counted(spark: Any, settings: Any, table: str) -> Content:
+        found = content(spark, settings, table)
+        current[0] = found.data_files
+        return found
+
+    monkeypatch.setattr(fold, "CHECK_S", 0)
+    monkeypatch.setattr(fold.snapshots, "exists", lambda *_: True)
+    monkeypatch.setattr(fold.snapshots, "content", counted)
+    monkeypatch.setattr(fold, "fold", folded)
+    metrics = Metrics()
+    caplog.set_level(logging.INFO, "actors.tables.fold")
+    task = asyncio.create_task(fold.fold_periodically(
+        cfg, resolve_processors(cfg), Aside(cfg), lambda _: True,  # type: ignore[arg-type]
+        metrics))
+    try:
+        await asyncio.wait_for(checked.wait(), 30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    # 60: 50 more than none; 20 and 51: fewer than 50 over the 3 it left; 53: due, fails;
+    # 53 again: due, folded; 40: fewer than 50 over the 3 it left
+    assert folds == [60, 53, 53]
+    [failed] = [r.getMessage() for r in caplog.records if "FAILED" in r.getMessage()]
+    assert failed == (f"maintenance: fold of {TABLE} FAILED: OSError: java.io.IOException: "
+                      "No space left on device")
+    assert metrics.registry.get_sample_value(
+        "kstage_maintenance_failures_total", {"table": TABLE}) == 1
+    assert metrics.registry.get_sample_value(
+        "kstage_table_folds_total", {"table": TABLE}) == 2
+    assert metrics.registry.get_sample_value(
+        "kstage_table_data_files", {"table": TABLE}) == 40
+    assert sum("maintenance: folded " in r.getMessage() for r in caplog.records) == 2
