@@ -149,7 +149,7 @@ class MaintenanceSettings(Model):
 
     every_s: float | None = Field(
         600, gt=0, description="Maintain the spark tables this often inside `kstage run` "
-        "(on its Spark thread; each table by the process holding partition 0 of its topic; "
+        "(beside the appends; each table by the process holding partition 0 of its topic; "
         "a failure is logged and retried at the next interval); null: only `kstage tables "
         "maintain`. With appends: pyiceberg, off unless set (it would start a JVM).")
     fold_files: int | None = Field(

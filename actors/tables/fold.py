@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.metrics import Metrics
-from actors.sinks.spark.actor import COMMIT_PROPERTIES, SparkActor, short
+from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
 from actors.tables import snapshots
 from actors.tables.maintenance import again_on_conflict, compact
@@ -65,13 +65,12 @@ def due(files: int, after_last: int | None, fold_files: int) -> bool:
 
 
 def fold(spark: Any, settings: SparkSettings, table: str) -> Folded:
-    """Spark thread beside the appends: compact ``table`` (no merge commit meanwhile:
-    :data:`COMMIT_PROPERTIES`)."""
+    """Spark thread beside the appends (:meth:`SparkActor.call_aside`): compact
+    ``table``."""
     started = time.monotonic()
     before = snapshots.content(spark, settings, table).data_files
-    with COMMIT_PROPERTIES:
-        rewritten, written = again_on_conflict(lambda: compact(spark, settings, table),
-                                               "the fold", table)
+    rewritten, written = again_on_conflict(lambda: compact(spark, settings, table),
+                                           "the fold", table)
     after = snapshots.content(spark, settings, table).data_files
     return Folded(dotted(settings, table), before, rewritten, written, after,
                   time.monotonic() - started)

@@ -262,17 +262,23 @@ def _finish(spark: Any, settings: SparkSettings, table: str, where: Bound | None
     result.files_after = snapshots.content(spark, settings, table).data_files
 
 
+async def on(actor: SparkActor, fn: Callable[[Any], T], aside: bool) -> T:
+    """``fn`` on the Spark thread, or beside the appends (:meth:`SparkActor.call_aside`)."""
+    return await (actor.call_aside(fn) if aside else actor.call(fn))
+
+
 async def maintain_pair(actor: SparkActor, staging: str, final: str, committed: Committed,
-                        ) -> list[Maintained]:
+                        *, aside: bool = False) -> list[Maintained]:
     """Maintain a staging table, then its final table (see the module docstring); a
-    failure is recorded in that table's result."""
+    failure is recorded in that table's result. ``aside``: beside the appends (:func:`on`)."""
     settings = actor.settings
     results = [Maintained(dotted(settings, staging), "staging"),
                Maintained(dotted(settings, final), f"final of {staging}")]
     merged: int | None = None
     try:
-        found = await actor.call(on_spark(lambda spark: (
-            snapshots.exists(spark, settings, staging), snapshots.exists(spark, settings, final))))
+        found = await on(actor, on_spark(lambda spark: (
+            snapshots.exists(spark, settings, staging), snapshots.exists(spark, settings, final))),
+            aside)
     except Exception as exc:  # noqa: BLE001 - reported per table, never raised
         for result in results:
             result.error = f"cannot look the table up in the catalog: {_said(exc)}"
@@ -281,17 +287,18 @@ async def maintain_pair(actor: SparkActor, staging: str, final: str, committed: 
     unknown = ""  # why the staging snapshot the final table merged through is unknown
     if results[1].exists:
         try:  # read first, whatever becomes of the final table's own maintenance
-            merged = await actor.call(on_spark(lambda spark: _merged(spark, settings, final)))
+            merged = await on(actor, on_spark(lambda spark: _merged(spark, settings, final)),
+                              aside)
         except Exception as exc:  # noqa: BLE001 - reported per table, never raised
             unknown = _said(exc)
         try:
-            await _maintain_final(actor, final, results[1])
+            await _maintain_final(actor, final, results[1], aside)
         except Exception as exc:  # noqa: BLE001 - reported per table, never raised
             results[1].error = _said(exc)
     if results[0].exists:
         try:
             await _maintain_staging(actor, staging, final, merged, unknown, committed,
-                                    results[0])
+                                    results[0], aside)
         except Exception as exc:  # noqa: BLE001 - reported per table, never raised
             results[0].error = _said(exc)
     return results
@@ -303,7 +310,8 @@ def _merged(spark: Any, settings: SparkSettings, final: str) -> int | None:
     return None if last is None else last.merged
 
 
-async def _maintain_final(actor: SparkActor, final: str, result: Maintained) -> None:
+async def _maintain_final(actor: SparkActor, final: str, result: Maintained, aside: bool,
+                          ) -> None:
     """The final table: keep its newest merge commit (it records where the next merge
     starts)."""
     settings = actor.settings
@@ -320,11 +328,12 @@ async def _maintain_final(actor: SparkActor, final: str, result: Maintained) -> 
                       settings.maintenance.snapshot_min_keep)
         _finish(spark, settings, final, where, result)
 
-    await actor.call(on_spark(run))
+    await on(actor, on_spark(run), aside)
 
 
 async def _maintain_staging(actor: SparkActor, staging: str, final: str, merged: int | None,
-                            unknown: str, committed: Committed, result: Maintained) -> None:
+                            unknown: str, committed: Committed, result: Maintained,
+                            aside: bool) -> None:
     """The staging table: keep what offset recovery and the next merge need (nothing is
     expired when either is ``unknown``)."""
     settings = actor.settings
@@ -339,7 +348,7 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str, merged:
             history = snapshots.history(spark, settings, staging)
         return history
 
-    history = await actor.call(on_spark(reshape))
+    history = await on(actor, on_spark(reshape), aside)
     keeps: list[Keep] = []
     if merged is not None:
         keeps.append(Keep(merged, f"the final table {final} merged through it"))
@@ -358,29 +367,31 @@ async def _maintain_staging(actor: SparkActor, staging: str, final: str, merged:
         where = None if unknown else bound(history, keeps, int(time.time() * 1000),
                                            settings.maintenance.snapshot_max_age_s,
                                            settings.maintenance.snapshot_min_keep)
-    await actor.call(on_spark(lambda spark: _finish(spark, settings, staging, where,
-                                                     result)))
+    await on(actor, on_spark(lambda spark: _finish(spark, settings, staging, where, result)),
+             aside)
 
 
 async def maintain(settings: Settings, processors: Mapping[str, type[Processor]],
                    committed: Committed, table: str | None = None, *,
                    actor: SparkActor, owned: Callable[[TablePlan], bool] | None = None,
-                   ) -> list[Maintained]:
+                   aside: bool = False) -> list[Maintained]:
     """Maintain every spark staging table of ``settings`` (only ``table`` when given;
     only those ``owned`` says this process maintains, when given) and its final table on
-    ``actor`` (the process's; ``processors`` as for :func:`~actors.tables.merge.plan`); a
-    table's failure is in its result."""
+    ``actor`` (the process's; ``processors`` as for :func:`~actors.tables.merge.plan`),
+    on its Spark thread or, ``aside``, beside the appends (:func:`on`); a table's failure
+    is in its result."""
     results: list[Maintained] = []
     for item in plan(settings, processors, table):
         if owned is not None and not owned(item):
             continue
-        results += await maintain_pair(actor, item.table, item.final_table, committed)
+        results += await maintain_pair(actor, item.table, item.final_table, committed,
+                                       aside=aside)
         if final_deletions.applies([c.name for c in item.columns], item.key):
-            results.append(await _maintain_deletions(actor, item.final_table))
+            results.append(await _maintain_deletions(actor, item.final_table, aside))
     return results
 
 
-async def _maintain_deletions(actor: SparkActor, final: str) -> Maintained:
+async def _maintain_deletions(actor: SparkActor, final: str, aside: bool) -> Maintained:
     """The deletions table of ``final``: no snapshot of it is needed but the current
     one (each holds every key's newest deletion), so only age and the newest
     ``snapshot_min_keep`` bound expiry; a failure is recorded in the result."""
@@ -399,12 +410,12 @@ async def _maintain_deletions(actor: SparkActor, final: str) -> Maintained:
         _finish(spark, settings, name, where, result)
 
     try:
-        await actor.call(on_spark(run))
+        await on(actor, on_spark(run), aside)
     except Exception as exc:  # noqa: BLE001 - reported per table, never raised
         result.error = _said(exc)
     return result
 
 
 __all__ = ["CARRIED", "Committed", "Maintained", "MaintenanceError", "again_on_conflict",
-           "compact", "expire", "maintain", "maintain_pair", "on_spark", "record_offsets",
+           "compact", "expire", "maintain", "maintain_pair", "on", "on_spark", "record_offsets",
            "remove_orphans", "rewrite_manifests"]

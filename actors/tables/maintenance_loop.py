@@ -7,10 +7,10 @@ Every process of a deployment can keep the default; a rebalance moves the table 
 partition (two processes maintaining one table for a moment is harmless: a compaction
 that lost the race to another is planned again, expiry keeps what either needs).
 
-It runs on the process's SparkActor thread (the one the spark sinks append on, like the
-merge loop; passed in by the owner of the process's resources), so the sinks' appends
-wait while a table is compacted or its snapshots expired: workers' pipelines fill up and
-fetching pauses (backpressure; nothing is dropped). A table whose maintenance fails is
+It runs on the second thread of the process's SparkActor (passed in by the owner of the
+process's resources), beside the spark sinks' appends, which go on while a table is
+compacted or its snapshots expired (:meth:`SparkActor.call_aside`; a merge's commit waits
+for it). A table whose maintenance fails is
 logged with the table and what failed, counted (``kstage_maintenance_failures``) and
 tried again at the next interval; the loop itself never stops the service. A table whose
 snapshots could not be expired because Kafka's committed offsets could not be read is
@@ -68,7 +68,8 @@ async def maintain_all(settings: Settings, processors: Mapping[str, type[Process
     """Maintain every spark table once (those ``owned`` says, when given); failures are
     logged and counted, never raised."""
     try:
-        results = await maintain(settings, processors, committed, actor=actor, owned=owned)
+        results = await maintain(settings, processors, committed, actor=actor, owned=owned,
+                                 aside=True)
     except Exception as exc:  # noqa: BLE001 - the service goes on; the next interval retries
         logger.error("maintenance: failed before any table: %s: %s", type(exc).__name__, exc)
         if metrics is not None:

@@ -79,8 +79,8 @@ _PY4J_CALL = "An error occurred while calling"
 
 COMMIT_PROPERTIES = threading.RLock()
 """Held while session configuration gives the next commits their snapshot properties
-(the merge's: :func:`actors.tables.final_deletions.snapshot_properties`), and by a job of
-:meth:`SparkActor.call_aside` that commits: its commit never takes the merge's."""
+(the merge's: :func:`actors.tables.final_deletions.snapshot_properties`), and by every job
+of :meth:`SparkActor.call_aside`: its commits never take the merge's."""
 
 
 def short(exc: BaseException) -> str:
@@ -326,15 +326,19 @@ class SparkActor:
     async def call_aside(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(spark)`` on a second thread, in the running session (started first if
         needed), while :meth:`call` goes on: a table job that must not hold up the
-        appends (the background fold). Spark runs the jobs of both threads at once, and
-        Iceberg's optimistic commits order theirs. ``fn`` must not set session
-        configuration (the merge's commit properties are session-wide: it sets them
-        holding :data:`COMMIT_PROPERTIES`, and so does a job here that commits). A dead
-        JVM fails the call; the next :meth:`call` starts a new session, so a call here
-        is never retried."""
+        appends (the maintenance and its background fold). Spark runs the jobs of both
+        threads at once, and Iceberg's optimistic commits order theirs. ``fn`` runs
+        holding :data:`COMMIT_PROPERTIES`: the merge's commit properties are session-wide,
+        and its commits wait. A dead JVM fails the call; the next :meth:`call` starts a
+        new session, so a call here is never retried."""
         spark = await self.call(lambda session: session)
+
+        def held() -> T:
+            with COMMIT_PROPERTIES:
+                return fn(spark)
+
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._aside, fn, spark)
+        return await loop.run_in_executor(self._aside, held)
 
     def _stop_session(self) -> None:
         if self._spark is None:
