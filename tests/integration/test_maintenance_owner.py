@@ -1,8 +1,8 @@
 """The table maintenance inside ``kstage run`` as every process of a group runs it by
 default (``spark.maintenance``): only the process holding partition 0 of the table's topic
 folds the table's small files beside its appends; killed (SIGKILL) in the middle of a
-fold, the partition and the table's maintenance move to the other process, and every row
-is in the table once."""
+fold, the partition and the table's maintenance move to the other process; stopped
+(SIGTERM) as a fold starts, it exits 0; every row is in the table once."""
 
 from __future__ import annotations
 
@@ -90,13 +90,21 @@ async def test_the_holder_of_partition_0_maintains_and_a_kill_moves_it_with_ever
         sent = await small_appends(broker, group, topic, [other], "c", sent, 3)
         await other.wait_for_log(LINE, timeout=180)
         assert 0 in last_assignment(other), other.output()[-3000:]
+        # stopped (SIGTERM) as its next fold starts: a clean stop, the fold abandoned
+        folds = other.output().count(FOLDING)
+        sent = await small_appends(broker, group, topic, [other], "d", sent, 3)
+        await other.wait_for_log(FOLDING, timeout=180, count=folds + 1)
         other.signal(signal.SIGTERM)
         assert await other.wait(timeout=120) == 0, other.output()
+        # the fold was abandoned (said so), or had just committed
+        assert ("spark: stopping the session while a table job runs beside the appends"
+                in other.output()) or other.output().count(LINE) > folds, other.output()
     finally:
         a.close()
         b.close()
     ids = Counter(r["id"] for r in rows(tmp_path / "warehouse", TABLE))
     # each message once (the processor's id is the JSON value as Python text)
-    assert ids == Counter(str({"k": f"{p}{r}-{i}"}) for p, n in (("a", 4), ("b", 3), ("c", 3))
+    assert ids == Counter(str({"k": f"{p}{r}-{i}"}) for p, n in (("a", 4), ("b", 3), ("c", 3),
+                                                              ("d", 3))
                           for r in range(n) for i in range(10))
-    assert sent == 100
+    assert sent == 130

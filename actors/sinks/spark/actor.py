@@ -118,6 +118,7 @@ class SparkActor:
         # The thread of the table jobs that run beside the appends (:meth:`call_aside`).
         self._aside = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="spark-aside")
+        self._aside_busy = False  # a job runs there now
         self._spark: Any = None
         self._proc: Any = None  # the session's JVM (a Popen), when pyspark launched it
         self._tables: dict[str, Registered] = {}
@@ -335,7 +336,11 @@ class SparkActor:
 
         def held() -> T:
             with COMMIT_PROPERTIES:
-                return fn(spark)
+                self._aside_busy = True
+                try:
+                    return fn(spark)
+                finally:
+                    self._aside_busy = False
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._aside, held)
@@ -375,6 +380,11 @@ class SparkActor:
             self._lake.stop()
         # a job beside the appends is not waited for: stopping the session cancels it
         # (uncommitted, its files are orphans)
+        if self._aside_busy:
+            logger.warning("spark: stopping the session while a table job runs beside the "
+                           "appends (maintenance or a fold): it is abandoned with nothing "
+                           "of it committed (Spark logs its cancellation; the files it "
+                           "wrote are orphans the maintenance removes)")
         self._aside.shutdown(wait=False, cancel_futures=True)
         self._executor.submit(self._stop_session).result()
         self._executor.shutdown()
