@@ -64,6 +64,19 @@ def due(files: int, after_last: int | None, fold_files: int) -> bool:
     return files - (after_last or 0) >= fold_files
 
 
+def data_files(spark: Any, settings: SparkSettings, table: str) -> int:
+    """Spark thread: the data files of the table's current snapshot (its summary's
+    ``total-data-files``; 0 without the table or a snapshot), read through Iceberg's Java
+    API without turning the table's metadata into JSON (it lists every snapshot)."""
+    if not snapshots.exists(spark, settings, table):
+        return 0
+    loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, dotted(settings, table))
+    current = loaded.currentSnapshot()
+    total = None if current is None else current.summary().get("total-data-files")
+    return 0 if total is None else int(total)
+
+
 def fold(spark: Any, settings: SparkSettings, table: str) -> Folded:
     """Spark thread beside the appends (:meth:`SparkActor.call_aside`): compact
     ``table``."""
@@ -93,11 +106,7 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
     left: dict[str, int] = {}  # data files each table had after its last fold here
 
     def files(name: str) -> Callable[[Any], int]:
-        def count(spark: Any) -> int:
-            if not snapshots.exists(spark, spark_settings, name):
-                return 0
-            return snapshots.content(spark, spark_settings, name).data_files
-        return count
+        return lambda spark: data_files(spark, spark_settings, name)
 
     def folding(name: str) -> Callable[[Any], Folded]:
         return lambda spark: fold(spark, spark_settings, name)
@@ -134,4 +143,4 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                         done.after, done.rewritten, done.written, done.seconds)
 
 
-__all__ = ["CHECK_S", "Folded", "due", "fold", "fold_periodically"]
+__all__ = ["CHECK_S", "Folded", "data_files", "due", "fold", "fold_periodically"]

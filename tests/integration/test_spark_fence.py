@@ -28,8 +28,10 @@ import pytest
 from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified, sqlite_file
+from actors.tables import fold as background
 from actors.tables.fold import fold
 from actors.tables.maintenance import compact
+from actors.tables.snapshots import content
 from processors.base import Column
 from settings.models import SparkSettings
 
@@ -516,3 +518,9 @@ async def test_a_fold_beside_the_appends_keeps_every_row_once_and_every_offset(
     assert offsets == streams(p0=ends[0], p1=ends[1])
     assert await actor.call(lambda spark: iceberg.current_offsets(spark, settings, table)) \
         == streams(p0=ends[0], p1=ends[1])
+    # the fold's count of the files (Java API) is the metadata's; no table: none
+    counted, listed, missing = await actor.call(lambda spark: (
+        background.data_files(spark, settings, table),
+        content(spark, settings, table).data_files,
+        background.data_files(spark, settings, "stg_no_such_table")))
+    assert counted == listed >= done.written and missing == 0

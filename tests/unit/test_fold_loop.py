@@ -15,7 +15,6 @@ import pytest
 from actors.metrics import Metrics
 from actors.preflight import resolve_processors
 from actors.tables import fold
-from actors.tables.snapshots import Content
 from settings.models import Settings
 
 TABLE = "kstage.kstage.stg_t"
@@ -41,12 +40,12 @@ async def test_a_table_is_folded_at_fold_files_more_and_a_failed_fold_is_tried_a
     refuse = [False, True, False]  # the second fold fails
     checked = asyncio.Event()
 
-    def content(_spark: Any, _settings: Any, table: str) -> Content:
+    def content(_spark: Any, _settings: Any, table: str) -> int:
         assert table == "stg_t"
         files = counts.pop(0) if len(counts) > 1 else counts[0]  # the last one stays
         if len(counts) == 1:
             checked.set()
-        return Content(files, files * 10, files * 100, 0, files)
+        return files
 
     def folded(_spark: Any, _settings: Any, table: str) -> fold.Folded:
         folds.append(current[0])
@@ -56,14 +55,12 @@ async def test_a_table_is_folded_at_fold_files_more_and_a_failed_fold_is_tried_a
 
     current = [0]
 
-    def counted(spark: Any, settings: Any, table: str) -> Content:
-        found = content(spark, settings, table)
-        current[0] = found.data_files
-        return found
+    def counted(spark: Any, settings: Any, table: str) -> int:
+        current[0] = content(spark, settings, table)
+        return current[0]
 
     monkeypatch.setattr(fold, "CHECK_S", 0)
-    monkeypatch.setattr(fold.snapshots, "exists", lambda *_: True)
-    monkeypatch.setattr(fold.snapshots, "content", counted)
+    monkeypatch.setattr(fold, "data_files", counted)
     monkeypatch.setattr(fold, "fold", folded)
     metrics = Metrics()
     caplog.set_level(logging.INFO, "actors.tables.fold")
