@@ -5,10 +5,11 @@ Caught up, a table gets an append (a data file) about every second, for freshnes
 table it maintains has (the table's topic's partition 0 is held here:
 :func:`~actors.tables.maintenance_loop.holder`); once that is
 ``spark.maintenance.fold_files`` more than after the table's last compaction, it compacts
-the table (``rewrite_data_files``, binpack into files of about ``target_file_mb``; a
-partition of at least ``min_input_files`` small files) on the session's second thread
-(:meth:`SparkActor.call_aside`): the appends go on meanwhile, and a table holds at most
-about ``fold_files`` small files over what its last fold left.
+the table (``rewrite_data_files``, binpack into files of about ``target_file_mb``, the
+files under :data:`SMALL_PART` of it; a partition of at least ``min_input_files`` of
+them) on the session's second thread (:meth:`SparkActor.call_aside`): the appends go on
+meanwhile, and a table holds at most about ``fold_files`` small files over what its last
+fold left.
 
 Every row stays once: the rewrite replaces data files with files of the same rows, in
 one Iceberg commit, which kstage's fence gives the table's current offsets (a commit
@@ -44,6 +45,13 @@ logger = logging.getLogger(__name__)
 CHECK_S = 5.0
 """How often the data files of each maintained staging table are counted (a read of its
 current metadata)."""
+
+SMALL_PART = 16
+"""A fold rewrites the files under ``target_file_mb / SMALL_PART`` (8 MiB of the default
+128) and leaves the larger ones to the maintenance rounds' binpack (under 75 % of the
+target): a fold's own output is rewritten by the next folds only until it reaches that
+size, so a fold's work stays about the size of the small files it folds, not of the
+table's day."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +90,8 @@ def fold(spark: Any, settings: SparkSettings, table: str) -> Folded:
     ``table``."""
     started = time.monotonic()
     before = snapshots.content(spark, settings, table).data_files
-    rewritten, written = again_on_conflict(lambda: compact(spark, settings, table),
+    smaller = settings.maintenance.target_file_mb * 1024 * 1024 // SMALL_PART
+    rewritten, written = again_on_conflict(lambda: compact(spark, settings, table, smaller),
                                            "the fold", table)
     after = snapshots.content(spark, settings, table).data_files
     return Folded(dotted(settings, table), before, rewritten, written, after,
@@ -143,4 +152,5 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                         done.after, done.rewritten, done.written, done.seconds)
 
 
-__all__ = ["CHECK_S", "Folded", "data_files", "due", "fold", "fold_periodically"]
+__all__ = ["CHECK_S", "SMALL_PART", "Folded", "data_files", "due", "fold",
+           "fold_periodically"]

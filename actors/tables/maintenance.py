@@ -171,11 +171,14 @@ def _call(spark: Any, settings: SparkSettings, procedure: str, args: str) -> lis
     return rows
 
 
-def compact(spark: Any, settings: SparkSettings, table: str) -> tuple[int, int]:
-    """Spark thread: binpack the table's small data files; (rewritten, written)."""
+def compact(spark: Any, settings: SparkSettings, table: str,
+            min_file_bytes: int | None = None) -> tuple[int, int]:
+    """Spark thread: binpack the table's small data files (those under ``min_file_bytes``
+    when given; Iceberg's default: 75 % of the target size); (rewritten, written)."""
     m = settings.maintenance
+    smaller = "" if min_file_bytes is None else f", 'min-file-size-bytes', '{min_file_bytes}'"
     options = (f"map('target-file-size-bytes', '{m.target_file_mb * 1024 * 1024}', "
-               f"'min-input-files', '{m.min_input_files}')")
+               f"'min-input-files', '{m.min_input_files}'{smaller})")
     rows = _call(spark, settings, "rewrite_data_files",
                  f"table => '{dotted(settings, table)}', strategy => 'binpack', "
                  f"options => {options}")

@@ -19,6 +19,7 @@ import json
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from actors.sinks.spark import iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified, sqlite_file
 from actors.tables import fold as background
-from actors.tables.fold import fold
+from actors.tables.fold import Folded, fold
 from actors.tables.maintenance import compact
 from actors.tables.snapshots import content
 from processors.base import Column
@@ -524,3 +525,30 @@ async def test_a_fold_beside_the_appends_keeps_every_row_once_and_every_offset(
         content(spark, settings, table).data_files,
         background.data_files(spark, settings, "stg_no_such_table")))
     assert counted == listed >= done.written and missing == 0
+
+
+async def test_a_fold_leaves_the_files_of_a_sixteenth_of_the_target_or_more(
+        actor: SparkActor) -> None:
+    """A fold rewrites the small files only (under ``target_file_mb / 16``: 64 KiB of a
+    1-MiB target here), not a larger one that Iceberg's own binpack would (under 75 % of
+    the target): a fold's work stays about the small files it folds."""
+    base = actor.settings
+    settings = base.model_copy(update={"maintenance": base.maintenance.model_copy(
+        update={"target_file_mb": 1, "min_input_files": 2})})
+    table = "stg_fold_sizes"
+
+    def run(spark: Any) -> tuple[Folded, int, int]:
+        iceberg.create_staging(spark, settings, table, COLUMNS)
+        now = dt.datetime.now(dt.UTC)
+        big = [(uuid.uuid4().hex * 6, TOPIC, 0, o, 0, now) for o in range(6000)]
+        spark.createDataFrame(big, iceberg.struct_type(COLUMNS)).writeTo(
+            dotted(settings, table)).append()  # about 140 KB: over 64 KiB, under 768 KiB
+        for i in range(3):
+            append(spark, settings, table, 10 * i, 10 * i + 5, 1, None)  # three small files
+        sizes = [int(r["file_size_in_bytes"]) for r in spark.table(
+            f"{qualified(settings, table)}.files").select("file_size_in_bytes").collect()]
+        return fold(spark, settings, table), min(sizes), max(sizes)
+
+    done, smallest, largest = await actor.call(run)
+    assert smallest < 64 * 1024 < largest < 768 * 1024, (smallest, largest)
+    assert (done.before, done.rewritten, done.written, done.after) == (4, 3, 1, 2), done
