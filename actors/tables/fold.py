@@ -136,7 +136,8 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                 logger.info("maintenance: folding %s (staging): %d data files, %d since its "
                             "last fold here", dotted(spark_settings, name), count,
                             count - left.get(name, 0))
-                done = await actor.call_aside(folding(name))
+                done = await actor.call_aside(folding(name),
+                                              f"the fold of {dotted(spark_settings, name)}")
             except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
                 logger.error("maintenance: fold of %s FAILED: %s", dotted(spark_settings, name),
                              short(exc))

@@ -267,7 +267,9 @@ def _finish(spark: Any, settings: SparkSettings, table: str, where: Bound | None
 
 async def on(actor: SparkActor, fn: Callable[[Any], T], aside: bool) -> T:
     """``fn`` on the Spark thread, or beside the appends (:meth:`SparkActor.call_aside`)."""
-    return await (actor.call_aside(fn) if aside else actor.call(fn))
+    if aside:
+        return await actor.call_aside(fn, "the maintenance round")
+    return await actor.call(fn)
 
 
 async def maintain_pair(actor: SparkActor, staging: str, final: str, committed: Committed,

@@ -49,9 +49,10 @@ def holder(statuses: Statuses) -> Callable[[TablePlan], bool]:
 
     def owned(item: TablePlan) -> bool:
         first = min(item.topics)
-        mine = any(status["topic"] == first
-                   and any(p["partition"] == 0 for p in status["partitions"])
-                   for status in statuses())
+        workers = [status for status in statuses() if status["topic"] == first]
+        mine = any(p["partition"] == 0 for status in workers for p in status["partitions"])
+        if not mine and not any(status["joined"] for status in workers):
+            return False  # not joined yet: undecided (nothing said, nothing maintained)
         if decided.get(item.table) != mine:
             decided[item.table] = mine
             logger.info("maintenance: table %s: %s partition 0 of topic %s", item.table,

@@ -97,8 +97,9 @@ async def test_the_holder_of_partition_0_maintains_and_a_kill_moves_it_with_ever
         other.signal(signal.SIGTERM)
         assert await other.wait(timeout=120) == 0, other.output()
         # the fold was abandoned (said so), or had just committed
-        assert ("spark: stopping the session while a table job runs beside the appends"
-                in other.output()) or other.output().count(LINE) > folds, other.output()
+        assert ("spark: stopping the session while a table job runs beside the appends "
+                f"(the fold of kstage.kstage.{TABLE}): it is abandoned" in other.output()
+                ) or other.output().count(LINE) > folds, other.output()
     finally:
         a.close()
         b.close()

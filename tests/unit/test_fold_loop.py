@@ -26,7 +26,7 @@ class Aside:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.spark
 
-    async def call_aside(self, fn: Callable[[Any], Any]) -> Any:
+    async def call_aside(self, fn: Callable[[Any], Any], what: str | None = None) -> Any:
         return fn(None)
 
 

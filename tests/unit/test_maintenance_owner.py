@@ -21,9 +21,9 @@ from actors.worker_status import WorkerStatus
 from settings.models import Settings
 
 
-def status(topic: str, *partitions: int) -> WorkerStatus:
+def status(topic: str, *partitions: int, joined: bool = True) -> WorkerStatus:
     """A worker's status holding ``partitions`` of ``topic`` (the rest never read)."""
-    return {"group": "g", "topic": topic,  # type: ignore[typeddict-item]
+    return {"group": "g", "topic": topic, "joined": joined,  # type: ignore[typeddict-item]
             "partitions": [{"partition": p} for p in partitions]}
 
 
@@ -31,15 +31,27 @@ def table(*topics: str) -> TablePlan:
     return TablePlan("stg", "final_stg", (), (), topics)
 
 
-def test_the_process_holding_partition_0_of_the_first_topic_maintains_the_table() -> None:
-    held: list[WorkerStatus] = [status("b", 0, 1), status("a", 2)]
+def test_the_process_holding_partition_0_of_the_first_topic_maintains_the_table(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "actors.tables.maintenance_loop")
+    held: list[WorkerStatus] = [status("b", joined=False)]
     owned = holder(lambda: held)
+    assert not owned(table("b"))  # before its group join: undecided, nothing said
+    assert caplog.records == []
+    held = [status("b", 0, 1), status("a", 2)]
     assert owned(table("b"))
     assert not owned(table("a"))  # partition 2 only
     assert not owned(table("c"))  # no worker of it here
     assert not owned(table("b", "a"))  # the first by name is a: partition 0 of a decides
     held[1] = status("a", 0)  # assigned now (a rebalance): read at each round
     assert owned(table("b", "a"))
+    # said each time it changed for the table (all named stg here); c has no worker here
+    # and nothing is said of it; b+a was already left when a held partition 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "maintenance: table stg: maintained here, this process holds partition 0 of topic b",
+        "maintenance: table stg: left to the process holding partition 0 of topic a",
+        "maintenance: table stg: maintained here, this process holds partition 0 of topic a",
+    ]
 
 
 def settings(**spark: Any) -> Settings:

@@ -118,7 +118,7 @@ class SparkActor:
         # The thread of the table jobs that run beside the appends (:meth:`call_aside`).
         self._aside = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="spark-aside")
-        self._aside_busy = False  # a job runs there now
+        self._aside_job: str | None = None  # what runs there now, when it writes
         self._spark: Any = None
         self._proc: Any = None  # the session's JVM (a Popen), when pyspark launched it
         self._tables: dict[str, Registered] = {}
@@ -324,23 +324,24 @@ class SparkActor:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._run, fn, again)
 
-    async def call_aside(self, fn: Callable[[Any], T]) -> T:
+    async def call_aside(self, fn: Callable[[Any], T], what: str | None = None) -> T:
         """Run ``fn(spark)`` on a second thread, in the running session (started first if
         needed), while :meth:`call` goes on: a table job that must not hold up the
         appends (the maintenance and its background fold). Spark runs the jobs of both
         threads at once, and Iceberg's optimistic commits order theirs. ``fn`` runs
         holding :data:`COMMIT_PROPERTIES`: the merge's commit properties are session-wide,
         and its commits wait. A dead JVM fails the call; the next :meth:`call` starts a
-        new session, so a call here is never retried."""
+        new session, so a call here is never retried. ``what``: the job, when it writes
+        (named in the warning of a stop that abandons it; None: a read)."""
         spark = await self.call(lambda session: session)
 
         def held() -> T:
             with COMMIT_PROPERTIES:
-                self._aside_busy = True
+                self._aside_job = what
                 try:
                     return fn(spark)
                 finally:
-                    self._aside_busy = False
+                    self._aside_job = None
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._aside, held)
@@ -380,11 +381,12 @@ class SparkActor:
             self._lake.stop()
         # a job beside the appends is not waited for: stopping the session cancels it
         # (uncommitted, its files are orphans)
-        if self._aside_busy:
+        abandoned = self._aside_job
+        if abandoned is not None:
             logger.warning("spark: stopping the session while a table job runs beside the "
-                           "appends (maintenance or a fold): it is abandoned with nothing "
-                           "of it committed (Spark logs its cancellation; the files it "
-                           "wrote are orphans the maintenance removes)")
+                           "appends (%s): it is abandoned with nothing of it committed "
+                           "(Spark logs its cancellation; the files it wrote are orphans "
+                           "the maintenance removes)", abandoned)
         self._aside.shutdown(wait=False, cancel_futures=True)
         self._executor.submit(self._stop_session).result()
         self._executor.shutdown()
