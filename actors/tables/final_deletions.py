@@ -206,7 +206,7 @@ def snapshot_properties(spark: Any, properties: dict[str, str]) -> Iterator[None
     """The next commits on this thread's session carry ``properties`` (the session's
     configuration: no job beside the appends commits meanwhile, see
     :data:`~actors.sinks.spark.actor.COMMIT_PROPERTIES`)."""
-    with COMMIT_PROPERTIES:
+    with COMMIT_PROPERTIES.shared():
         try:
             for k, v in properties.items():
                 spark.conf.set(PROPERTY_PREFIX + k, v)

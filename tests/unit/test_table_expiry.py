@@ -121,14 +121,14 @@ def test_a_step_that_raced_another_commit_runs_again(monkeypatch: pytest.MonkeyP
             raise raced
         return 5, 1
 
-    assert maintenance._again_on_conflict(step, "the manifest rewrite", "t") == (5, 1)
+    assert maintenance.again_on_conflict(step, "the manifest rewrite", "t") == (5, 1)
     assert len(calls) == 3
 
     def always() -> None:
         raise raced
 
     with pytest.raises(RuntimeError, match="ValidationException"):
-        maintenance._again_on_conflict(always, "compaction", "t")
+        maintenance.again_on_conflict(always, "compaction", "t")
 
     def broken() -> None:
         calls.append(1)
@@ -136,5 +136,5 @@ def test_a_step_that_raced_another_commit_runs_again(monkeypatch: pytest.MonkeyP
 
     calls.clear()
     with pytest.raises(OSError):  # not a race: not run again
-        maintenance._again_on_conflict(broken, "compaction", "t")
+        maintenance.again_on_conflict(broken, "compaction", "t")
     assert len(calls) == 1

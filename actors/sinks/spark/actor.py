@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from actors.errors import FatalError, SinkError
@@ -77,10 +78,45 @@ def _writer_id() -> str:
 
 _PY4J_CALL = "An error occurred while calling"
 
-COMMIT_PROPERTIES = threading.RLock()
-"""Held while session configuration gives the next commits their snapshot properties
-(the merge's: :func:`actors.tables.final_deletions.snapshot_properties`), and by every job
-of :meth:`SparkActor.call_aside`: its commits never take the merge's."""
+class CommitPropertiesGate:
+    """While session configuration gives the next commits their snapshot properties (a
+    merge's: :func:`actors.tables.final_deletions.snapshot_properties`), no job of
+    :meth:`SparkActor.call_aside` runs, so its commits never take them: merges hold the
+    gate :meth:`shared` (several at once, as in two sessions), a job beside the appends
+    :meth:`alone` (it waits for the merges in flight, and they for it)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._shared = 0
+        self._alone = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._alone)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._shared -= 1
+                self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._alone and not self._shared)
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._alone = False
+                self._changed.notify_all()
+
+
+COMMIT_PROPERTIES = CommitPropertiesGate()
+"""The process's one gate (one Spark session per process)."""
 
 
 def short(exc: BaseException) -> str:
@@ -336,7 +372,7 @@ class SparkActor:
         spark = await self.call(lambda session: session)
 
         def held() -> T:
-            with COMMIT_PROPERTIES:
+            with COMMIT_PROPERTIES.alone():
                 self._aside_job = what
                 try:
                     return fn(spark)
@@ -396,4 +432,5 @@ class SparkActor:
         await asyncio.to_thread(self.stop)
 
 
-__all__ = ["COMMIT_PROPERTIES", "Registered", "SparkActor", "SparkJvmDiedError", "short"]
+__all__ = ["COMMIT_PROPERTIES", "CommitPropertiesGate", "Registered", "SparkActor",
+           "SparkJvmDiedError", "short"]
