@@ -252,16 +252,13 @@ class IcebergReader:
 
     def poll(self) -> None:
         import pyarrow.parquet as pq  # only for the Spark sink
-        from pyiceberg.catalog.sql import SqlCatalog
         from pyiceberg.exceptions import NoSuchTableError
         from pyiceberg.manifest import ManifestEntryStatus
 
         if self._catalog is None:
             if not (self.warehouse / "catalog.db").exists():
                 return
-            self._catalog = SqlCatalog(
-                "kstage", uri=f"sqlite:///{self.warehouse / 'catalog.db'}",
-                warehouse=f"file://{self.warehouse}", init_catalog_tables="false")
+            self._catalog = throughput.run_catalog(self.warehouse)
         try:
             table = self._catalog.load_table(f"kstage.{self.table}")
         except NoSuchTableError:
@@ -519,11 +516,7 @@ async def verify_spark(reader: IcebergReader, n: int) -> None:
 def table_files(warehouse: Path, table: str) -> tuple[int, int]:
     """The data files of the table's current snapshot, and its appends (snapshots whose
     operation is append), read through the run's catalog."""
-    from pyiceberg.catalog.sql import SqlCatalog  # only for the Spark sink
-
-    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
-                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
-    loaded = catalog.load_table(f"kstage.{table}")
+    loaded = throughput.run_catalog(warehouse).load_table(f"kstage.{table}")
     current = loaded.current_snapshot()
     total = current.summary.get("total-data-files") if current and current.summary else None
     files = int(total) if total is not None else 0

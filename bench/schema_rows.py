@@ -112,11 +112,8 @@ def read_offsets(warehouse: Path, table: str, filled: str) -> dict[str, Any]:
     """Rows, distinct offsets, first and last offset of ``table`` (pyiceberg), and the
     rows whose column ``filled`` is not NULL."""
     import pyarrow.compute as pc
-    from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
-                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
-    data = catalog.load_table(f"kstage.{table}").scan(
+    data = throughput.run_catalog(warehouse).load_table(f"kstage.{table}").scan(
         selected_fields=("_offset", filled)).to_arrow()
     offsets = data.column("_offset")
     return {"rows": data.num_rows, "offsets": len(pc.unique(offsets)),
@@ -314,11 +311,7 @@ async def change_run(bootstrap: str, workdir: Path, path: str, rate: float,
 
 
 def read_new_column(warehouse: Path) -> dict[int, str | None]:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
-                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
-    data = catalog.load_table(f"kstage.{TABLE}").scan(
+    data = throughput.run_catalog(warehouse).load_table(f"kstage.{TABLE}").scan(
         selected_fields=("_offset", NEW_FIELD)).to_arrow()
     return dict(zip(data.column("_offset").to_pylist(), data.column(NEW_FIELD).to_pylist(),
                     strict=True))

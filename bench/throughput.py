@@ -761,16 +761,22 @@ async def run_kstage(bootstrap: str, topic: str, n: int, workdir: Path, work: Wo
 
 # -- spark: read the staging tables back ------------------------------------------------
 
+def run_catalog(warehouse: Path) -> Any:
+    """The run's Iceberg catalog (SQLite in ``warehouse``), as kstage's Spark made it,
+    opened with pyiceberg: another engine reading the tables, as a user's would."""
+    from pyiceberg.catalog.sql import SqlCatalog  # only for the Spark runs
+
+    return SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
+                      warehouse=f"file://{warehouse}", init_catalog_tables="false")
+
+
 def read_back(warehouse: Path, table: str) -> dict[str, Any]:
     """What a reader of the Iceberg table sees through the run's catalog (pyiceberg, not
     the Spark that wrote it): rows, distinct offsets, first and last offset, topics,
     partitions and the non-null counts of two NOT NULL columns."""
     import pyarrow.compute as pc  # only for the Spark runs
-    from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
-                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
-    data = catalog.load_table(f"kstage.{table}").scan(selected_fields=(
+    data = run_catalog(warehouse).load_table(f"kstage.{table}").scan(selected_fields=(
         "_offset", "_topic", "_kafka_partition", "cluster", "dataset")).to_arrow()
     offsets = data.column("_offset")
     return {"rows": data.num_rows, "offsets": len(pc.unique(offsets)),
@@ -783,11 +789,7 @@ def read_back(warehouse: Path, table: str) -> dict[str, Any]:
 
 def staging_tables(warehouse: Path) -> list[str]:
     """The tables of the run's catalog (namespace ``kstage``)."""
-    from pyiceberg.catalog.sql import SqlCatalog  # only for the Spark runs
-
-    catalog = SqlCatalog("kstage", uri=f"sqlite:///{warehouse / 'catalog.db'}",
-                         warehouse=f"file://{warehouse}", init_catalog_tables="false")
-    return sorted(name for _, name in catalog.list_tables("kstage"))
+    return sorted(name for _, name in run_catalog(warehouse).list_tables("kstage"))
 
 
 async def verify_staging(runs: list[KstageResult], topic: str, n: int) -> None:

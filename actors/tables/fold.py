@@ -89,11 +89,11 @@ def fold(spark: Any, settings: SparkSettings, table: str) -> Folded:
     """Spark thread beside the appends (:meth:`SparkActor.call_aside`): compact
     ``table``."""
     started = time.monotonic()
-    before = snapshots.content(spark, settings, table).data_files
+    before = data_files(spark, settings, table)
     smaller = settings.maintenance.target_file_mb * 1024 * 1024 // SMALL_PART
     rewritten, written = again_on_conflict(lambda: compact(spark, settings, table, smaller),
                                            "the fold", table)
-    after = snapshots.content(spark, settings, table).data_files
+    after = data_files(spark, settings, table)
     return Folded(dotted(settings, table), before, rewritten, written, after,
                   time.monotonic() - started)
 

@@ -78,6 +78,7 @@ def _writer_id() -> str:
 
 _PY4J_CALL = "An error occurred while calling"
 
+
 class CommitPropertiesGate:
     """While session configuration gives the next commits their snapshot properties (a
     merge's: :func:`actors.tables.final_deletions.snapshot_properties`), no job of
