@@ -25,6 +25,7 @@ groups:
     ("orphan_min_age_s", 3600, "Input should be greater than or equal to 86400"),
     ("min_input_files", 1, "Input should be greater than or equal to 2"),
     ("every_s", 0, "Input should be greater than 0"),
+    ("fold_files", 1, "Input should be greater than or equal to 2"),
     ("snapshot_min_keep", 0, "Input should be greater than or equal to 1"),
     ("snapshot_max_age", 60, "Extra inputs are not permitted"),
 ])
