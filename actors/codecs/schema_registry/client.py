@@ -102,6 +102,9 @@ class SchemaRegistryClient:
         self.id_type: IdType = settings.id_type
         self._urls = settings.urls
         self._preferred = 0  # index of the URL that answered last
+        self.last_problem: str | None = None
+        """The last failure a request met (method, URL and why), kept after it: what a
+        caller that gave up waiting names."""
         self._transport = transport
         self._sleep = sleep
         self._jitter = jitter
@@ -316,11 +319,13 @@ class SchemaRegistryClient:
                         exc, https=url.startswith("https:"), settings="schema_registry.tls")
                     status, cause = None, exc
                     logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
+                    self.last_problem = f"{method} {url}: {problem}"
                     continue  # fail over to the next URL
                 code = response.status_code
                 if response.is_redirect:  # never followed: a moved registry is an outage
                     problem, status, cause = redirect(response), code, None
                     logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
+                    self.last_problem = f"{method} {url}: {problem}"
                     continue  # fail over to the next URL
                 if code < 500 and code != 429:
                     if index != self._preferred:
@@ -331,6 +336,7 @@ class SchemaRegistryClient:
                     raise_for(response, what, not_found)
                 problem, status, cause = describe(response), code, None
                 logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
+                self.last_problem = f"{method} {url}: {problem}"
                 if code == 429:  # alive but asks us to slow down: wait, do not fail over
                     self._preferred = index
                     retry_after = retry_after_s(response)

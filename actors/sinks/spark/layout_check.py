@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.codecs.registries import registry_from_settings
-from actors.codecs.schema_registry import SchemaNotFound
+from actors.codecs.schema_registry import SchemaNotFound, SchemaRegistryClient
 from actors.record_columns import extra_columns
 from actors.sinks.spark import iceberg, partitioning
 from actors.sinks.spark.sink import SparkSinkSettings
@@ -121,9 +121,10 @@ async def _fetch(settings: SchemaRegistrySettings, topics: dict[str, str],
     from fastavro import parse_schema
 
     found: dict[str, tuple[int | str, Any] | str] = {}
+    registry = registry_from_settings(settings)
 
     async def fetch_all() -> None:
-        async with registry_from_settings(settings) as registry:
+        async with registry:
             for topic, fmt in topics.items():
                 subject = f"{topic}-value"
                 try:
@@ -139,6 +140,10 @@ async def _fetch(settings: SchemaRegistrySettings, topics: dict[str, str],
         await asyncio.wait_for(fetch_all(), BUDGET_S)
     except Exception as exc:  # noqa: BLE001 - down, unreachable, slow: said, not fatal
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        last = (registry.last_problem if isinstance(registry, SchemaRegistryClient)
+                else None)
+        if isinstance(exc, TimeoutError) and last is not None:
+            why = f"the last attempt: {last}"  # what kept it from answering, not the timeout
         for topic in topics:
             found.setdefault(topic, f"the registry did not answer within {BUDGET_S:g}s "
                              f"({why})")
