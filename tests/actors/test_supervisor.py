@@ -329,7 +329,7 @@ async def test_shutdown_phase_one_children_that_drain_are_not_cancelled() -> Non
         sup.stop()
         await runner
         elapsed = time.monotonic() - started
-    assert elapsed < 1.0  # did not wait out the 5 s grace
+    assert elapsed < 4.0  # did not wait out the 5 s grace (margin for a loaded machine)
     assert sup.cancelled == []
     for fam in (a, b):
         assert fam.instances[0].stop_calls == 1
@@ -351,7 +351,7 @@ async def test_shutdown_is_idempotent() -> None:
 
 
 async def test_shutdown_phase_two_cancels_a_child_ignoring_stop() -> None:
-    settings = make_settings(shutdown_grace_s=0.05, abort_grace_s=2.0)
+    settings = make_settings(shutdown_grace_s=0.05, abort_grace_s=10.0)
     fake = FakeTime()
     good = Family("good")
     hung = Family("hung", ignore_stop=True)
@@ -370,7 +370,7 @@ async def test_shutdown_phase_two_cancels_a_child_ignoring_stop() -> None:
     assert not hung.instances[0].finished
     assert good.instances[0].finished
     assert good.instances[0].cancels == 0
-    assert 0.045 <= elapsed < 1.5  # waited the shutdown grace, not the abort grace
+    assert 0.045 <= elapsed < 5.0  # waited the shutdown grace, not the 10 s abort grace
 
 
 async def test_shutdown_abandons_a_child_that_swallows_cancellation() -> None:
@@ -393,7 +393,7 @@ async def test_shutdown_abandons_a_child_that_swallows_cancellation() -> None:
         assert child.stop_calls == 1
         assert child.cancels >= 1
         assert child.task is not None and not child.task.done()  # abandoned, still alive
-        assert 0.09 <= elapsed < 1.0  # both graces, then gave up
+        assert 0.09 <= elapsed < GUARD_S / 2  # both graces, then gave up: not hung
         assert good.instances[0].finished
     finally:
         # let the abandoned task end so the event loop closes cleanly
@@ -406,7 +406,7 @@ async def test_shutdown_abandons_a_child_that_swallows_cancellation() -> None:
 async def test_shutdown_during_restart_backoff_does_not_wait_for_the_grace() -> None:
     """A child waiting out its restart backoff has nothing to drain: shutdown must cancel
     the backoff at once, not ask the dead incarnation to stop and wait the grace."""
-    settings = make_settings(shutdown_grace_s=0.2, abort_grace_s=0.2)
+    settings = make_settings(shutdown_grace_s=3.0, abort_grace_s=3.0)
     backing_off = asyncio.Event()
     never = asyncio.Event()
 
