@@ -16,9 +16,12 @@ one Iceberg commit, which kstage's fence gives the table's current offsets (a co
 that records none carries them: docs/spark.md). A rewrite that lost the race with an
 append is planned again on the new snapshot (up to ``ATTEMPTS`` times; the next check
 tries again). A process killed mid-rewrite committed nothing of it: its files are
-orphans, removed by the maintenance once older than ``orphan_min_age_s``. A failure is
-logged with the table, counted in ``kstage_maintenance_failures{table}`` and tried again
-at the next check; the service goes on.
+orphans, removed by the maintenance once older than ``orphan_min_age_s``. A failure (of
+the count or of the fold) is logged with the table, counted in
+``kstage_maintenance_failures{table}`` and tried again after a wait that doubles with
+each failure in a row, from :data:`CHECK_S` to :data:`RETRY_MAX_S` (a catalog or a
+storage down for an hour is not asked every 5 s); the first success ends it. The service
+and the table's appends go on meanwhile.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from actors.backoff import backoff_s
 from actors.metrics import Metrics
 from actors.sinks.spark.actor import SparkActor, short
 from actors.sinks.spark.catalog import dotted
@@ -45,6 +49,9 @@ logger = logging.getLogger(__name__)
 CHECK_S = 5.0
 """How often the data files of each maintained staging table are counted (a read of its
 current metadata)."""
+
+RETRY_MAX_S = 300.0
+"""The longest wait before a table whose folds keep failing is tried again."""
 
 SMALL_PART = 16
 """A fold rewrites the files under ``target_file_mb / SMALL_PART`` (8 MiB of the default
@@ -113,6 +120,8 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
         logger.error("maintenance: no fold: the spark tables cannot be planned: %s", exc)
         return
     left: dict[str, int] = {}  # data files each table had after its last fold here
+    failed: dict[str, int] = {}  # failures in a row of each table's checks or folds
+    not_before: dict[str, float] = {}  # when a table that failed is tried again
 
     def files(name: str) -> Callable[[Any], int]:
         return lambda spark: data_files(spark, spark_settings, name)
@@ -127,11 +136,14 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                 left.pop(item.table, None)  # another process folds it now
                 continue
             name = item.table
+            if time.monotonic() < not_before.get(name, 0.0):
+                continue  # its last check or fold failed: waiting out its backoff
             try:
                 count = await actor.call_aside(files(name))
                 if metrics is not None:
                     metrics.table_data_files.labels(dotted(spark_settings, name)).set(count)
                 if not due(count, left.get(name), limit):
+                    failed.pop(name, None)  # read, nothing to fold: nothing failing
                     continue
                 logger.info("maintenance: folding %s (staging): %d data files, %d since its "
                             "last fold here", dotted(spark_settings, name), count,
@@ -139,11 +151,16 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                 done = await actor.call_aside(folding(name),
                                               f"the fold of {dotted(spark_settings, name)}")
             except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
-                logger.error("maintenance: fold of %s FAILED: %s", dotted(spark_settings, name),
+                failed[name] = failed.get(name, 0) + 1
+                wait = backoff_s(failed[name] - 1, CHECK_S, RETRY_MAX_S)
+                not_before[name] = time.monotonic() + wait
+                logger.error("maintenance: fold of %s FAILED (%d in a row; tried again in "
+                             "%.0fs): %s", dotted(spark_settings, name), failed[name], wait,
                              short(exc))
                 if metrics is not None:
                     metrics.maintenance_failures.labels(dotted(spark_settings, name)).inc()
                 continue
+            failed.pop(name, None)
             left[name] = done.after
             if metrics is not None:
                 metrics.table_folds.labels(done.table).inc()
@@ -153,5 +170,5 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                         done.after, done.rewritten, done.written, done.seconds)
 
 
-__all__ = ["CHECK_S", "SMALL_PART", "Folded", "data_files", "due", "fold",
+__all__ = ["CHECK_S", "RETRY_MAX_S", "SMALL_PART", "Folded", "data_files", "due", "fold",
            "fold_periodically"]

@@ -77,8 +77,8 @@ async def test_a_table_is_folded_at_fold_files_more_and_a_failed_fold_is_tried_a
     # 53 again: due, folded; 40: fewer than 50 over the 3 it left
     assert folds == [60, 53, 53]
     [failed] = [r.getMessage() for r in caplog.records if "FAILED" in r.getMessage()]
-    assert failed == (f"maintenance: fold of {TABLE} FAILED: OSError: java.io.IOException: "
-                      "No space left on device")
+    assert failed == (f"maintenance: fold of {TABLE} FAILED (1 in a row; tried again in 0s): "
+                      "OSError: java.io.IOException: No space left on device")
     assert metrics.registry.get_sample_value(
         "kstage_maintenance_failures_total", {"table": TABLE}) == 1
     assert metrics.registry.get_sample_value(
@@ -86,3 +86,53 @@ async def test_a_table_is_folded_at_fold_files_more_and_a_failed_fold_is_tried_a
     assert metrics.registry.get_sample_value(
         "kstage_table_data_files", {"table": TABLE}) == 40
     assert sum("maintenance: folded " in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_a_table_whose_folds_keep_failing_waits_longer_each_time_until_one_lands(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A storage refusing every rewrite for a while: each failure in a row doubles the wait
+    before the table is tried again (its count read too), up to RETRY_MAX_S; the fold
+    that lands ends it, and the next failure waits the first wait again."""
+    cfg = Settings.model_validate({"name": "g", "groups": [{"topics": [
+        {"topic": "t", "processor": "test_unkeyed",
+         "sink": {"type": "spark", "table": "stg_t"}}]}]})
+    refuse = [True, True, True, True, False, True, False]
+    reads: list[float] = []  # when the count was read
+    done = asyncio.Event()
+
+    def counted(_spark: Any, _settings: Any, _table: str) -> int:
+        reads.append(asyncio.get_running_loop().time())
+        return 100  # always due: nothing is left by a fold
+
+    def folded(_spark: Any, _settings: Any, _table: str) -> fold.Folded:
+        if not refuse:
+            done.set()
+            raise OSError("stop here")
+        if refuse.pop(0):
+            raise OSError("java.io.IOException: No space left on device")
+        return fold.Folded(TABLE, 100, 99, 1, 2, 0.1)
+
+    monkeypatch.setattr(fold, "CHECK_S", 0.02)
+    monkeypatch.setattr(fold, "RETRY_MAX_S", 0.08)
+    monkeypatch.setattr(fold, "data_files", counted)
+    monkeypatch.setattr(fold, "fold", folded)
+    caplog.set_level(logging.INFO, "actors.tables.fold")
+    task = asyncio.create_task(fold.fold_periodically(
+        cfg, resolve_processors(cfg), Aside(cfg), lambda _: True,  # type: ignore[arg-type]
+        None))
+    try:
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    failures = [r.getMessage().split(" FAILED ")[1].split(":")[0]
+                for r in caplog.records if " FAILED " in r.getMessage()]
+    assert failures[:6] == ["(1 in a row; tried again in 0s)", "(2 in a row; tried again in 0s)",
+                            "(3 in a row; tried again in 0s)", "(4 in a row; tried again in 0s)",
+                            "(1 in a row; tried again in 0s)", "(1 in a row; tried again in 0s)"]
+    # the reads after the first four failures came no sooner than 0.02, 0.04, 0.08, 0.08 s
+    # after them (each read here is followed at once by its failing fold)
+    gaps = [later - earlier for earlier, later in zip(reads, reads[1:], strict=False)]
+    for gap, wait in zip(gaps, [0.02, 0.04, 0.08, 0.08], strict=False):
+        assert gap >= wait * 0.99, (gaps, wait)
