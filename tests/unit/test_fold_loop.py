@@ -30,6 +30,19 @@ class Aside:
         return fn(None)
 
 
+async def run_until(cfg: Settings, event: asyncio.Event, metrics: Metrics | None = None
+                    ) -> None:
+    """The fold loop over ``cfg``'s tables, all maintained here, until ``event``."""
+    task = asyncio.create_task(fold.fold_periodically(
+        cfg, resolve_processors(cfg), Aside(cfg), lambda _: True,  # type: ignore[arg-type]
+        metrics))
+    try:
+        await asyncio.wait_for(event.wait(), 30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_a_table_is_folded_at_fold_files_more_and_a_failed_fold_is_tried_again(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     cfg = Settings.model_validate({"name": "g", "groups": [{"topics": [
@@ -64,14 +77,7 @@ async def test_a_table_is_folded_at_fold_files_more_and_a_failed_fold_is_tried_a
     monkeypatch.setattr(fold, "fold", folded)
     metrics = Metrics()
     caplog.set_level(logging.INFO, "actors.tables.fold")
-    task = asyncio.create_task(fold.fold_periodically(
-        cfg, resolve_processors(cfg), Aside(cfg), lambda _: True,  # type: ignore[arg-type]
-        metrics))
-    try:
-        await asyncio.wait_for(checked.wait(), 30)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await run_until(cfg, checked, metrics)
 
     # 60: 50 more than none; 20 and 51: fewer than 50 over the 3 it left; 53: due, fails;
     # 53 again: due, folded; 40: fewer than 50 over the 3 it left
@@ -117,14 +123,7 @@ async def test_a_table_whose_folds_keep_failing_waits_longer_each_time_until_one
     monkeypatch.setattr(fold, "data_files", counted)
     monkeypatch.setattr(fold, "fold", folded)
     caplog.set_level(logging.INFO, "actors.tables.fold")
-    task = asyncio.create_task(fold.fold_periodically(
-        cfg, resolve_processors(cfg), Aside(cfg), lambda _: True,  # type: ignore[arg-type]
-        None))
-    try:
-        await asyncio.wait_for(done.wait(), 30)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await run_until(cfg, done)
 
     failures = [r.getMessage().split(" FAILED ")[1].split(":")[0]
                 for r in caplog.records if " FAILED " in r.getMessage()]
