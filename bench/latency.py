@@ -4,7 +4,7 @@ Usage::
 
     python bench/latency.py [--sink jsonl|spark|both] [--messages N | --duration-s S]
                             [--rate R] [--max-messages M] [--flush-idle-s S]
-                            [--fold-files N | --no-fold]
+                            [--fold-files N | --no-fold] [--commit-latency-s S]
                             [--fetch-max-wait-ms MS] [--dump CSV] [--keep]
 
 For each sink, on one embedded broker (Tansu), each step on a new 1-partition topic:
@@ -52,6 +52,15 @@ What "visible" means:
   files each new snapshot added. The poll adds up to 100 ms to each figure (50 ms on
   average). After the run the table is read whole and must hold every event once.
 
+**A REST catalog with slow commits** (``--commit-latency-s S``, Spark only, with
+``--rate``): kstage writes through Project Nessie's Iceberg REST catalog (the tests' one,
+tests/rest_catalog.py: a JVM of its own, its warehouse in a moto S3 bucket on loopback)
+behind a proxy that holds every table commit for ``S`` seconds (tests/catalog_proxy.py),
+as a remote catalog answers; the reader polls the same catalog (not through the proxy)
+and reads the data files from the bucket. kstage's appends follow the measured commit
+latency (``spark.freshness_target_s``, ``spark.max_commits_per_s``: their defaults).
+The last line's target is then 2 500 ms (issue 35's for 1 s of commit latency).
+
 Reported per sink: the baseline's and kstage's p50, p99 and max in ms, kstage's p99 per
 5 s of stamps (warm-up and stalls show there), the CPU seconds kstage (Python, JVM), the
 producer and the broker used during the run, and the last line
@@ -70,6 +79,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -79,7 +89,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +115,7 @@ from service.broker import EmbeddedBroker
 
 JSONL_TARGET_MS = 100.0
 SPARK_TARGET_MS = 2000.0  # issue 21: a staged row visible to a reader within 2 s (p99)
+REST_TARGET_MS = 2500.0  # issue 35: the same through a REST catalog answering commits in 1 s
 JSONL_POLL_S = 0.002
 SPARK_POLL_S = 0.1
 START_TIMEOUT_S = 120.0  # kstage start (Spark session included) + group join
@@ -240,14 +251,19 @@ class JsonlReader:
 class IcebergReader:
     """Reads the Iceberg table's new commits through its catalog (pyiceberg, as another
     engine would): ``seen[offset] = (wall clock, stamp)`` of the rows of every data file
-    a snapshot added since the last poll."""
+    a snapshot added since the last poll; ``files``: ``(wall clock, data files)`` of the
+    table's current snapshot (its summary's ``total-data-files``) each time it changed."""
 
     def __init__(self, table: str, stamp_column: str = "log_event_time") -> None:
         self.table = table
         self.stamp_column = stamp_column  # the event's stamp, epoch ms
         self.warehouse = Path()
         self.seen: dict[int, tuple[float, float]] = {}
+        self.files: list[tuple[float, int]] = []
+        self.namespace = "kstage"
+        self.open_catalog: Callable[[], Any] | None = None  # else the run's SQLite catalog
         self._snapshots: set[int] = set()
+        self._current: int | None = None
         self._catalog: Any = None
 
     def poll(self) -> None:
@@ -256,16 +272,25 @@ class IcebergReader:
         from pyiceberg.manifest import ManifestEntryStatus
 
         if self._catalog is None:
-            if not (self.warehouse / "catalog.db").exists():
+            if self.open_catalog is not None:
+                self._catalog = self.open_catalog()
+            elif not (self.warehouse / "catalog.db").exists():
                 return
-            self._catalog = throughput.run_catalog(self.warehouse)
+            else:
+                self._catalog = throughput.run_catalog(self.warehouse)
         try:
-            table = self._catalog.load_table(f"kstage.{self.table}")
+            table = self._catalog.load_table(f"{self.namespace}.{self.table}")
         except NoSuchTableError:
             return
         except Exception:  # noqa: BLE001 - the catalog's tables not created yet
             return
         now = time.time()
+        current = table.current_snapshot()
+        if current is not None and current.snapshot_id != self._current:
+            self._current = current.snapshot_id
+            total = (current.summary or {}).get("total-data-files")
+            if total is not None:
+                self.files.append((now, int(total)))
         for snapshot in table.snapshots():
             if snapshot.snapshot_id in self._snapshots:
                 continue
@@ -276,8 +301,8 @@ class IcebergReader:
                 for entry in manifest.fetch_manifest_entry(table.io):
                     if entry.status != ManifestEntryStatus.ADDED:
                         continue
-                    path = entry.data_file.file_path.removeprefix("file:")
-                    data = pq.read_table(path, columns=["_offset", self.stamp_column])
+                    with table.io.new_input(entry.data_file.file_path).open() as file:
+                        data = pq.read_table(file, columns=["_offset", self.stamp_column])
                     for offset, stamp_ms in zip(data.column("_offset").to_pylist(),
                                                 data.column(self.stamp_column).to_pylist(),
                                                 strict=True):
@@ -500,23 +525,27 @@ def _cpu_now(pid: int) -> tuple[float, float, float, float]:
 
 async def verify_spark(reader: IcebergReader, n: int) -> None:
     """The table read whole through its catalog: every offset once."""
-    got = await asyncio.to_thread(read_back, reader.warehouse, reader.table)
+    catalog = reader.open_catalog() if reader.open_catalog is not None else None
+    got = await asyncio.to_thread(read_back, reader.warehouse, reader.table, catalog,
+                                  reader.namespace)
     if not (got["rows"] == got["offsets"] == n and got["first"] == 0
             and got["last"] == n - 1):
         raise BenchError(f"spark: table {reader.table} read back: {got}, expected "
                          f"{n} rows, offsets 0..{n - 1} once each")
     print(f"spark: table read back whole with pyiceberg: {n} rows, offsets "
           f"0..{n - 1} once each", flush=True)
-    files, appends = await asyncio.to_thread(table_files, reader.warehouse, reader.table)
+    files, appends = await asyncio.to_thread(table_files, reader.warehouse, reader.table,
+                                             catalog, reader.namespace)
     print(f"spark: the table holds {files} data files after {appends} appends: "
           f"{files * 100_000 / n:.1f} per 100k events (kstage's background fold: "
           "spark.maintenance.fold_files)", flush=True)
 
 
-def table_files(warehouse: Path, table: str) -> tuple[int, int]:
+def table_files(warehouse: Path, table: str, catalog: Any = None,
+                namespace: str = "kstage") -> tuple[int, int]:
     """The data files of the table's current snapshot, and its appends (snapshots whose
-    operation is append), read through the run's catalog."""
-    loaded = throughput.run_catalog(warehouse).load_table(f"kstage.{table}")
+    operation is append), read through the run's catalog (or ``catalog``)."""
+    loaded = (catalog or throughput.run_catalog(warehouse)).load_table(f"{namespace}.{table}")
     current = loaded.current_snapshot()
     total = current.summary.get("total-data-files") if current and current.summary else None
     files = int(total) if total is not None else 0
@@ -526,14 +555,18 @@ def table_files(warehouse: Path, table: str) -> tuple[int, int]:
 
 
 def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = None,
-                           fold_files: int | None = None, no_fold: bool = False) -> Workload:
+                           fold_files: int | None = None, no_fold: bool = False,
+                           lake: SlowLake | None = None) -> Workload:
     """The Gobblin workload of ``n`` events (see :func:`throughput.spark_workload`, its
     registry in a new directory of ``workdir``) with the ``spark:`` defaults (unlike the
-    throughput benchmark's) and the group's (``max_in_flight`` 10 000)."""
+    throughput benchmark's) and the group's (``max_in_flight`` 10 000); through ``lake``'s
+    REST catalog when given."""
     sink_dir = workdir / f"spark-{len(os.listdir(workdir))}"
     sink_dir.mkdir()
     work = spark_workload(n, sink_dir)
     spark: dict[str, Any] = {"master": "local[2]", "conf": {"spark.driver.memory": "512m"}}
+    if lake is not None:
+        spark |= lake.spark()
     if flush_idle_s is not None:
         spark["flush_idle_s"] = flush_idle_s
     if no_fold or fold_files is not None:
@@ -543,8 +576,8 @@ def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = N
     return work
 
 
-async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Namespace
-                     ) -> SinkRun:
+async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Namespace,
+                     lake: SlowLake | None = None) -> SinkRun:
     if sink == "jsonl":
         max_n = args.max_messages or 100_000
         work = json_workload(max_n if args.rate is None else 0, 200)
@@ -553,8 +586,8 @@ async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Na
     else:
         max_n = args.max_messages or 30_000
         work = spark_latency_workload(workdir, max_n if args.rate is None else 0,
-                                      args.flush_idle_s, args.fold_files, args.no_fold)
-        target_ms = SPARK_TARGET_MS
+                                      args.flush_idle_s, args.fold_files, args.no_fold, lake)
+        target_ms = SPARK_TARGET_MS if lake is None else REST_TARGET_MS
     work.group_config["fetch_max_wait_ms"] = args.fetch_max_wait_ms
     max_rate = None
     if args.rate is None:
@@ -577,6 +610,8 @@ async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Na
     else:
         events = "gobblin"
         reader = IcebergReader("stg_kafka_gobblin_compaction")
+        if lake is not None:
+            reader.open_catalog, reader.namespace = lake.rest.reader, lake.namespace
         poll_s = SPARK_POLL_S
     print(f"{sink}: producing {n} events at {rate:.0f}/s ({n / rate:.1f} s)", flush=True)
     raw = await raw_run(bootstrap, n, rate, args.fetch_max_wait_ms)
@@ -620,12 +655,50 @@ def report(run: SinkRun) -> str:
     return f"{run.sink}: p99_ms={p99:.0f} target_ms={run.target_ms:.0f} {verdict}"
 
 
-async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[str]:
+async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path,
+                lake: SlowLake | None = None) -> list[str]:
     sinks = ("jsonl", "spark") if args.sink == "both" else (args.sink,)
     lines = []
     for sink in sinks:
-        lines.append(report(await bench_sink(sink, bootstrap, workdir, args)))
+        lines.append(report(await bench_sink(sink, bootstrap, workdir, args, lake)))
     return lines
+
+
+@dataclass
+class SlowLake:
+    """Nessie's REST catalog (``rest``) behind a proxy holding each table commit
+    (``proxy``); the run's tables in ``namespace``."""
+
+    rest: Any  # tests.rest_catalog.RestCatalog
+    proxy: Any  # tests.catalog_proxy.CatalogProxy
+    namespace: str = "latency"
+
+    def spark(self) -> dict[str, Any]:
+        """The ``spark:`` keys that write through the proxy."""
+        section: dict[str, Any] = self.rest.spark()
+        del section["master"]
+        section["catalog"] |= {"uri": self.proxy.uri, "namespace": self.namespace}
+        return section
+
+
+@contextlib.contextmanager
+def slow_lake(workdir: Path, latency_s: float | None) -> Iterator[SlowLake | None]:
+    """The REST catalog and its proxy of ``--commit-latency-s`` (None without)."""
+    if latency_s is None:
+        yield None
+        return
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:  # the tests' catalog and proxy (bench/ is sys.path[0])
+        sys.path.append(root)
+    from tests.catalog_proxy import CatalogProxy
+    from tests.rest_catalog import RestCatalog
+
+    where = workdir / "rest"
+    where.mkdir()
+    with RestCatalog(where) as rest, CatalogProxy(rest.uri, latency_s) as proxy:
+        print(f"spark: through a REST catalog (Nessie) whose table commits take "
+              f"{latency_s:g} s more", flush=True)
+        yield SlowLake(rest, proxy)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -648,6 +721,9 @@ def main(argv: list[str] | None = None) -> int:
                              "setting's)")
     parser.add_argument("--no-fold", action="store_true",
                         help="spark: no background fold (spark.maintenance.fold_files null)")
+    parser.add_argument("--commit-latency-s", type=float, default=None,
+                        help="spark: write through a REST catalog (Nessie) whose table "
+                             "commits are held this long (needs --rate)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=10,
                         help="the consumers' fetch_max_wait_ms (kstage's group and the "
                         "baseline; default 10: Tansu answers a fetch only at its max wait)")
@@ -659,13 +735,16 @@ def main(argv: list[str] | None = None) -> int:
     if (args.messages is not None and args.messages < 1) or (
             args.rate is not None and args.rate <= 0):
         parser.error("--messages and --rate must be positive")
+    if args.commit_latency_s is not None and (args.sink != "spark" or args.rate is None):
+        parser.error("--commit-latency-s: with --sink spark and --rate")
     _import_stdlib_http()
     workdir = Path(tempfile.mkdtemp(prefix="kstage-latency-"))
     broker = EmbeddedBroker()
     try:
         broker.start()
         throughput.BROKER_PID = broker.pid
-        lines = asyncio.run(bench(args, broker.bootstrap, workdir))
+        with slow_lake(workdir, args.commit_latency_s) as lake:
+            lines = asyncio.run(bench(args, broker.bootstrap, workdir, lake))
     except BaseException:
         print(f"kstage configs and logs kept in {workdir}", file=sys.stderr)
         raise

@@ -553,7 +553,7 @@ def write_config(path: Path, bootstrap: str, group: str, topic: str,
         **(work.extra_config or {}),
     }
     if work.spark is not None:  # each run writes its own warehouse (read back afterwards)
-        cfg["spark"] = {**work.spark, "warehouse": str(path.parent / "warehouse")}
+        cfg["spark"] = {"warehouse": str(path.parent / "warehouse"), **work.spark}  # unless set
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -770,13 +770,16 @@ def run_catalog(warehouse: Path) -> Any:
                       warehouse=f"file://{warehouse}", init_catalog_tables="false")
 
 
-def read_back(warehouse: Path, table: str) -> dict[str, Any]:
+def read_back(warehouse: Path, table: str, catalog: Any = None,
+              namespace: str = "kstage") -> dict[str, Any]:
     """What a reader of the Iceberg table sees through the run's catalog (pyiceberg, not
-    the Spark that wrote it): rows, distinct offsets, first and last offset, topics,
-    partitions and the non-null counts of two NOT NULL columns."""
+    the Spark that wrote it; ``catalog``: another one than the run's SQLite catalog):
+    rows, distinct offsets, first and last offset, topics, partitions and the non-null
+    counts of two NOT NULL columns."""
     import pyarrow.compute as pc  # only for the Spark runs
 
-    data = run_catalog(warehouse).load_table(f"kstage.{table}").scan(selected_fields=(
+    loaded = (catalog or run_catalog(warehouse)).load_table(f"{namespace}.{table}")
+    data = loaded.scan(selected_fields=(
         "_offset", "_topic", "_kafka_partition", "cluster", "dataset")).to_arrow()
     offsets = data.column("_offset")
     return {"rows": data.num_rows, "offsets": len(pc.unique(offsets)),

@@ -12,14 +12,16 @@ Per system (:class:`Figures`), from its throughput run (a backlog of ``n`` event
 
 and, from its freshness run at half of its ``events_s`` (:class:`Pace`): ``p50_ms`` /
 ``p99_ms``, producer send (the stamp) to the row visible to a pyiceberg reader of the
-table, of the events after the warm-up.
+table, of the events after the warm-up (``latencies_ms``, each); ``fresh_files_100k``,
+the data files of that table at the end of the run per 100 000 of its events, and
+``files_at``, its data files over the run (the picture of :mod:`picture`).
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -47,6 +49,9 @@ class Figures:
     fresh_n: int = 0  # the events counted after them
     p50_ms: float = 0.0
     p99_ms: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)  # each counted event's
+    files_at: list[tuple[float, int]] = field(default_factory=list)  # (s into the run, files)
+    fresh_files: int = 0  # data files of the freshness run's table at its end
 
     @property
     def events_s(self) -> float:
@@ -60,6 +65,10 @@ class Figures:
     def files_100k(self) -> float:
         return self.data_files / self.n * 100_000
 
+    @property
+    def fresh_files_100k(self) -> float:
+        return self.fresh_files / max(1, self.warm_n + self.fresh_n) * 100_000
+
     def plan(self, pace: Pace) -> int:
         """Set the freshness run's rate (half of ``events_s``) and sizes; the events to
         produce."""
@@ -68,11 +77,17 @@ class Figures:
         self.fresh_n = max(200, round(self.rate * pace.seconds))
         return self.warm_n + self.fresh_n
 
-    def measure(self, seen: dict[int, tuple[float, float]]) -> None:
-        """p50/p99 of the events after the warm-up: ``seen[offset] = (visible, stamp)``."""
+    def measure(self, seen: dict[int, tuple[float, float]],
+                files: list[tuple[float, int]] | None = None) -> None:
+        """p50/p99 of the events after the warm-up: ``seen[offset] = (visible, stamp)``;
+        ``files``: ``(wall clock, data files)`` of the table over the run."""
         counted = [(at - stamp) * 1000 for offset, (at, stamp) in seen.items()
                    if offset >= self.warm_n]
         self.p50_ms, self.p99_ms = percentile(counted, 0.5), percentile(counted, 0.99)
+        self.latencies_ms = counted
+        first = min((stamp for _, stamp in seen.values()), default=0.0)
+        self.files_at = [(at - first, count) for at, count in files or []]
+        self.fresh_files = self.files_at[-1][1] if self.files_at else 0
 
 
 def medians(runs: list[Figures]) -> Figures:
@@ -114,7 +129,8 @@ def line(f: Figures) -> str:
             f"p50 {f.p50_ms:.0f} ms p99 {f.p99_ms:.0f} ms ({f.fresh_n} events at "
             f"{f.rate:.0f}/s after {f.warm_n} of warm-up), CPU {f.cpu_100k:.1f} s/100k (JVM "
             f"{f.jvm_cpu_s / f.n * 100_000:.1f}), peak RSS {f.rss_mb:.0f} MB, "
-            f"{f.files_100k:.1f} data files/100k; {f.settings}")
+            f"{f.files_100k:.1f} data files/100k (after the freshness run {f.fresh_files}: "
+            f"{f.fresh_files_100k:.1f}/100k); {f.settings}")
 
 
 def load() -> str:

@@ -120,7 +120,7 @@ async def kstage_figures(bootstrap: str, workdir: Path, topic: str, n: int, work
     reader = IcebergReader(table, stamp_column)
     await latency_run(bootstrap, workdir, fresh_work or fresh_workload(workdir), total,
                       fig.rate, events, reader, SPARK_POLL_S)
-    fig.measure(reader.seen)
+    fig.measure(reader.seen, reader.files)
     return fig, ks.warehouse
 
 
@@ -176,12 +176,12 @@ async def freshness(bootstrap: str, workdir: Path, what: str, table: str, events
                     n: int, rate: float, ready: re.Pattern[str],
                     start: Callable[[str, Path, Path], list[str]],
                     stamp_column: str = "log_event_time"
-                    ) -> dict[int, tuple[float, float]]:
+                    ) -> IcebergReader:
     """A peer's freshness run: on a new topic, ``start(topic, run_dir, warehouse)``
     gives the command of the peer (its table made or making itself in ``warehouse``);
     once its log matches ``ready``, ``n`` ``events`` are produced at ``rate`` per s and
-    the table polled until every row is visible; then the peer gets SIGTERM. What the
-    reader saw: ``{offset: (visible, stamp)}``."""
+    the table polled until every row is visible; then the peer gets SIGTERM. The reader,
+    which saw ``seen`` (``{offset: (visible, stamp)}``) and ``files``."""
     topic = unique(f"fresh-{what}")
     await create_topic(bootstrap, topic)
     run_dir = workdir / topic
@@ -201,4 +201,4 @@ async def freshness(bootstrap: str, workdir: Path, what: str, table: str, events
         await stop_group(proc)
     if sorted(reader.seen) != list(range(n)):
         raise BenchError(f"{what}: rows seen are not offsets 0..{n - 1}; log {log_path}")
-    return reader.seen
+    return reader

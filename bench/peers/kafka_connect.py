@@ -62,6 +62,7 @@ from harness import (
     kstage_figures,
     run_until_rows,
 )
+from picture import draw
 from tables import create_like
 from throughput import (
     _SAMPLE_CHUNK,
@@ -124,9 +125,9 @@ async def connect_figures(bootstrap: str, workdir: Path, topic: str, n: int,
         return command(fresh_dir, bootstrap, fresh_topic, fresh_wh, TABLE,
                        args.fresh_commit_interval_ms, args.fresh_commit_timeout_ms)
 
-    seen = await freshness(bootstrap, workdir, "kafka_connect", TABLE, "gobblin-json",
-                          total, fig.rate, _READY, start_worker)
-    fig.measure(seen)
+    reader = await freshness(bootstrap, workdir, "kafka_connect", TABLE, "gobblin-json",
+                            total, fig.rate, _READY, start_worker)
+    fig.measure(reader.seen, reader.files)
     return fig, warehouse
 
 
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of each system, alternating; medians printed and the "
                              "last line from them (default 1)")
+    parser.add_argument("--picture", type=Path, default=Path("out/peers-kafka-connect.svg"),
+                        help="where the picture of both freshness runs goes (SVG; default "
+                             "out/peers-kafka-connect.svg)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
@@ -187,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     kstage, connect = (medians([r[i] for r in rounds]) for i in range(2))
+    draw(rounds[-1], "kstage beside Kafka Connect + Iceberg sink: "
+         f"{args.fresh_s:g} s of events at half of each one's rate", args.picture)
     if args.rounds > 1:
         print(f"medians of {args.rounds} rounds:\n{line(kstage)}\n{line(connect)}")
     print(f"kstage appends: {args.appends}; versions: Kafka Connect 4.3.1 (standalone), "

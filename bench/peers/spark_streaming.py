@@ -62,6 +62,7 @@ from harness import (
     kstage_figures,
     run_to_exit,
 )
+from picture import draw
 from throughput import BenchError, Workload, avro_workload, produce_workload, spark_workload
 
 from processors.datahub_mcl import DatahubMclProcessor
@@ -141,11 +142,11 @@ async def spark_figures(bootstrap: str, workdir: Path, topic: str, n: int,
                   cpu_s=cpu, jvm_cpu_s=jvm, rss_mb=tree.peak_rss_mb(),
                   data_files=files)
     total = fig.plan(pace)
-    seen = await freshness(bootstrap, workdir, "spark_streaming", table,
-                          MAPPINGS[mapping].events, total, fig.rate, _READY,
-                          lambda t, d, w: job(t, d, w, bootstrap, "freshness", mapping),
-                          MAPPINGS[mapping].stamp_column)
-    fig.measure(seen)
+    reader = await freshness(bootstrap, workdir, "spark_streaming", table,
+                            MAPPINGS[mapping].events, total, fig.rate, _READY,
+                            lambda t, d, w: job(t, d, w, bootstrap, "freshness", mapping),
+                            MAPPINGS[mapping].stamp_column)
+    fig.measure(reader.seen, reader.files)
     return fig, warehouse
 
 
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of each system, alternating; medians printed and the "
                              "last line from them (default 1)")
+    parser.add_argument("--picture", type=Path, default=Path("out/peers-spark-streaming.svg"),
+                        help="where the picture of both freshness runs goes (SVG; default "
+                             "out/peers-spark-streaming.svg)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
@@ -201,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     kstage, spark = (medians([r[i] for r in rounds]) for i in range(2))
+    draw(rounds[-1], "kstage beside Spark Structured Streaming: "
+         f"{args.fresh_s:g} s of events at half of each one's rate", args.picture)
     if args.rounds > 1:
         print(f"medians of {args.rounds} rounds:\n{line(kstage)}\n{line(spark)}")
     print(f"mapping: {args.mapping}; kstage appends: {args.appends}; versions: pyspark "
