@@ -318,14 +318,12 @@ class SchemaRegistryClient:
                     problem, _ = describe_transport_error(
                         exc, https=url.startswith("https:"), settings="schema_registry.tls")
                     status, cause = None, exc
-                    logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
-                    self.last_problem = f"{method} {url}: {problem}"
+                    self._failed(what, method, url, problem)
                     continue  # fail over to the next URL
                 code = response.status_code
                 if response.is_redirect:  # never followed: a moved registry is an outage
                     problem, status, cause = redirect(response), code, None
-                    logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
-                    self.last_problem = f"{method} {url}: {problem}"
+                    self._failed(what, method, url, problem)
                     continue  # fail over to the next URL
                 if code < 500 and code != 429:
                     if index != self._preferred:
@@ -335,8 +333,7 @@ class SchemaRegistryClient:
                         return response
                     raise_for(response, what, not_found)
                 problem, status, cause = describe(response), code, None
-                logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
-                self.last_problem = f"{method} {url}: {problem}"
+                self._failed(what, method, url, problem)
                 if code == 429:  # alive but asks us to slow down: wait, do not fail over
                     self._preferred = index
                     retry_after = retry_after_s(response)
@@ -353,6 +350,11 @@ class SchemaRegistryClient:
             f"{len(self._urls)} URL(s)): {problem}",
             status_code=status,
         ) from cause
+
+    def _failed(self, what: str, method: str, url: str, problem: str) -> None:
+        """One attempt failed: logged, and kept as :attr:`last_problem`."""
+        logger.warning("schema registry %s: %s %s: %s", what, method, url, problem)
+        self.last_problem = f"{method} {url}: {problem}"
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         cap = self._settings.max_backoff_s
