@@ -43,6 +43,7 @@ from tests.kafkautil import (
     produce,
     status_port,
     wait_readyz,
+    wait_until,
     write_config,
 )
 
@@ -248,6 +249,17 @@ async def assert_resumed_once(broker: str, reader: IcebergReader, proc: KstagePr
     for p in range(partitions):
         assert (f"partition {p} resumes at offset {each}, where the table holds it"
                 in proc.output())
+
+
+async def wait_landed(proc: KstageProcess, reader: IcebergReader, table: str, count: int,
+                      what: str = "every event in the staging table",
+                      timeout: float = 180) -> None:
+    """Until ``table`` holds ``count`` rows of Kafka coordinates, ``proc`` alive all the
+    while (its output in the failure)."""
+    await wait_until(lambda: proc.proc.poll() is not None
+                     or sum(reader.coordinates(table).values()) >= count,
+                     timeout=timeout, what=what)
+    assert proc.proc.poll() is None, proc.output()
 
 
 async def wait_committed(broker: str, group: str, topic: str, partitions: int, total: int,

@@ -26,6 +26,7 @@ from tests.lake import (
     lake_config,
     produce_events,
     spark_section,
+    wait_landed,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -57,9 +58,8 @@ async def test_a_fold_beside_pyiceberg_appends_carries_the_offsets_and_a_kill_re
     # a few big ones), each a data file or two
     for start in range(0, first_batch, STEP):
         await produce_events(broker, topic, start, STEP, PARTITIONS)
-        await wait_until(lambda n=start + STEP: run.proc.poll() is not None
-                         or sum(reader.coordinates(table).values()) >= n,
-                         timeout=120, what=f"the first {start + STEP} events in the table")
+        await wait_landed(run, reader, table, start + STEP,
+                          f"the first {start + STEP} events in the table", timeout=120)
     try:
         await wait_until(lambda: run.proc.poll() is not None
                          or FOLDED.format(table) in run.output(),
@@ -69,10 +69,7 @@ async def test_a_fold_beside_pyiceberg_appends_carries_the_offsets_and_a_kill_re
     assert run.proc.poll() is None, run.output()
     # appends after the fold, on top of its snapshot
     await produce_events(broker, topic, first_batch, events - first_batch, PARTITIONS)
-    await wait_until(lambda: run.proc.poll() is not None
-                     or sum(reader.coordinates(table).values()) >= events,
-                     timeout=180, what="every event in the staging table")
-    assert run.proc.poll() is None, run.output()
+    await wait_landed(run, reader, table, events)
     run.proc.send_signal(signal.SIGKILL)
     run.proc.wait()
     out = run.output()

@@ -35,7 +35,6 @@ from tests.kafkautil import (
     status_port,
     unique,
     wait_readyz,
-    wait_until,
 )
 from tests.lake import (
     IcebergReader,
@@ -45,6 +44,7 @@ from tests.lake import (
     produce_events,
     spark_section,
     wait_committed,
+    wait_landed,
 )
 from tests.postgres import USER, Postgres
 from tests.process_tree import watched
@@ -72,10 +72,7 @@ async def test_a_run_starts_no_jvm_resumes_after_sigkill_and_its_table_merges(
 
     first = kstage(cfg)
     async with watched(first.proc.pid, "java") as jvms:
-        await wait_until(lambda: first.proc.poll() is not None
-                         or sum(pyiceberg.coordinates(table).values()) >= events,
-                         timeout=180, what="every event in the staging table")
-        assert first.proc.poll() is None, first.output()
+        await wait_landed(first, pyiceberg, table, events)
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait()
     assert jvms == {}, first.output()
