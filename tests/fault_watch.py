@@ -123,6 +123,7 @@ class Watch:
     dead_letter_topic: str | None = None
     rows: Callable[[], Iterable[dict[str, Any]]] | None = None  # a sink that is not a file
     interval_s: float = 0.5
+    dead_letter_read_s: float = 10  # a sample reads the dead-letter topic's new records
     dead_lettered: dict[tuple[int, int], bytes] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     history: list[dict[int, int]] = field(default_factory=list)
@@ -172,7 +173,7 @@ class Watch:
             await self._dlq.start()
             self._dlq.assign([tp])
         end = (await self._dlq.end_offsets([tp]))[tp]
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + self.dead_letter_read_s
         while await self._dlq.position(tp) < end and time.monotonic() < deadline:
             for record in (await self._dlq.getmany(tp, timeout_ms=500)).get(tp, []):
                 headers = {k: v.decode() for k, v in record.headers}
@@ -180,6 +181,13 @@ class Watch:
                     key = (int(headers["kstage.error.partition"]),
                            int(headers["kstage.error.offset"]))
                     self.dead_lettered[key] = record.value
+        read_to = await self._dlq.position(tp)
+        if read_to < end:
+            # a read cut short is no read: the commits sampled before it may cover dead
+            # letters the broker acknowledged but this consumer has not fetched yet (its
+            # fetches still went to a killed leader); the next sample checks again
+            raise TimeoutError(f"the dead-letter topic read to {read_to} of {end} "
+                               f"in {self.dead_letter_read_s}s")
 
     def landed_offsets(self) -> set[tuple[int, int]]:
         """(partition, offset) of every row in the sinks or the dead letters."""
@@ -193,7 +201,7 @@ class Watch:
         """The ``i`` of every row in the sinks."""
         return {int(row["i"]) for row in self._rows()}
 
-    async def _sample(self, client: httpx.AsyncClient) -> None:
+    async def sample(self, client: httpx.AsyncClient) -> None:
         try:
             offsets = await committed(self.bootstrap, self.group, self.topic, self.partitions)
         except (TimeoutError, KafkaError, OSError):
@@ -230,10 +238,10 @@ class Watch:
     async def _run(self) -> None:
         async with httpx.AsyncClient(timeout=5) as client:
             while not self._stop.is_set():
-                await self._sample(client)
+                await self.sample(client)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self.interval_s)
-            await self._sample(client)
+            await self.sample(client)
 
     def not_ready(self, name: str, since: float, until: float | None = None) -> list[Readiness]:
         """The 503 answers of member ``name`` between two monotonic times."""
