@@ -270,8 +270,10 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
     each table by the process holding partition 0 of its topic)."""
     settings = master.settings
     every = settings.spark.maintenance_every_s()
-    if every is None or not settings.uses_sink("spark"):
+    if not settings.uses_sink("spark"):
         return None
+    if every is None:
+        return _start_pyiceberg_expiry(master, metrics)
 
     async def maintaining() -> None:
         await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
@@ -283,6 +285,27 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
             master.resources.spark(), metrics, master.snapshot)
 
     return asyncio.create_task(maintaining(), name="maintenance")
+
+
+def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
+    """With ``appends: pyiceberg`` and no ``maintenance.every_s`` set (no JVM), the staging
+    tables' snapshots still expire, through pyiceberg (:mod:`actors.tables.pyiceberg_expiry`),
+    every ``maintenance.every_s``'s default; ``every_s: null`` turns that off too."""
+    settings = master.settings
+    every = settings.spark.maintenance.every_s
+    if settings.spark.appends != "pyiceberg" or every is None:
+        return None
+
+    async def expiring() -> None:
+        await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
+        from actors.tables.maintenance_loop import holder
+        from actors.tables.pyiceberg_expiry import expire_periodically
+
+        await expire_periodically(settings, master.processors,
+                                  master.resources.spark().lake(), every,
+                                  holder(master.snapshot), metrics)
+
+    return asyncio.create_task(expiring(), name="maintenance")
 
 
 def tune_gc() -> None:

@@ -151,7 +151,8 @@ class MaintenanceSettings(Model):
         600, gt=0, description="Maintain the spark tables this often inside `kstage run` "
         "(beside the appends; each table by the process holding partition 0 of its topic; "
         "a failure is logged and retried at the next interval); null: only `kstage tables "
-        "maintain`. With appends: pyiceberg, off unless set (it would start a JVM).")
+        "maintain`. With appends: pyiceberg, off unless set (it would start a JVM): the "
+        "staging tables' snapshots then expire through pyiceberg every 600 s, no JVM.")
     fold_files: int | None = Field(
         50, ge=2, description="Inside `kstage run` (with every_s): a staging table is "
         "compacted beside its appends (the background fold) once it has this many more "

@@ -40,6 +40,7 @@ from tests.gobblin_events import TOPIC, compaction
 from tests.kafkautil import (
     KstageProcess,
     committed,
+    create_topic,
     produce,
     status_port,
     wait_readyz,
@@ -82,6 +83,38 @@ def lake_config(path: Path, broker: str, group: str, topic: str, table: str,
     data["spark"] = spark
     cfg.write_text(yaml.safe_dump(data))
     return cfg
+
+
+HOURLY_KAFKA_COMMITS = {"mode": "batch", "max_messages": 10**9, "max_interval_s": 3600}
+"""A group's ``commit:`` that commits to Kafka only every hour: every table commit is
+ahead of Kafka's (a SIGKILL then leaves the table holding what Kafka does not)."""
+
+
+async def run_ahead_of_kafka(kstage: type[KstageProcess], broker: str, tmp_path: Path,
+                             topic: str, group: str, table: str, spark: dict[str, Any],
+                             partitions: int = 2,
+                             ) -> tuple[KstageProcess, Path, IcebergReader]:
+    """``kstage run`` of ``topic`` (made here, ``partitions``) into ``table`` with the
+    ``spark:`` section ``spark``, committing to Kafka only every hour
+    (:data:`HOURLY_KAFKA_COMMITS`), once its partitions are assigned; its configuration
+    and a reader of its catalog."""
+    await create_topic(broker, topic, partitions=partitions)
+    cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark,
+                      commit=HOURLY_KAFKA_COMMITS)
+    run = kstage(cfg)
+    await run.wait_for_log(f"assigned partitions {list(range(partitions))}", timeout=120)
+    return run, cfg, IcebergReader(spark)
+
+
+async def fill_in_steps(proc: KstageProcess, broker: str, topic: str, reader: IcebergReader,
+                        table: str, total: int, step: int, partitions: int) -> None:
+    """Produce events ``0 .. total-1`` ``step`` at a time, each step awaited in ``table``:
+    caught up, each step lands in appends of its own (a backlog would make a few big
+    ones)."""
+    for start in range(0, total, step):
+        await produce_events(broker, topic, start, step, partitions)
+        await wait_landed(proc, reader, table, start + step,
+                          f"the first {start + step} events in the table", timeout=120)
 
 
 def spark_settings(spark: dict[str, Any]) -> SparkSettings:

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from actors.sinks.spark import iceberg
-from tests.kafkautil import KstageProcess, committed, create_topic, unique, wait_until
+from tests.kafkautil import KstageProcess, committed, unique, wait_until
 from tests.lake import (
-    IcebergReader,
     assert_resumed_once,
-    lake_config,
+    fill_in_steps,
     produce_events,
+    run_ahead_of_kafka,
     spark_section,
     wait_landed,
 )
@@ -45,21 +45,10 @@ async def test_a_fold_beside_pyiceberg_appends_carries_the_offsets_and_a_kill_re
                "warehouse": str(tmp_path / "lake" / "wh")}
     spark = spark_section(catalog, appends="pyiceberg", flush_max_rows=40,
                           maintenance={"every_s": 3600, "fold_files": 4})
-    await create_topic(broker, topic, partitions=PARTITIONS)
-    # Kafka commits only every hour: every table commit is ahead of Kafka's.
-    cfg = lake_config(tmp_path / "kstage.yml", broker, group, topic, table, spark,
-                      commit={"mode": "batch", "max_messages": 10**9,
-                              "max_interval_s": 3600})
-    reader = IcebergReader(spark)
-
-    run = kstage(cfg)
-    await run.wait_for_log("assigned partitions [0, 1]", timeout=120)
-    # caught up: each step of events lands in appends of its own (a backlog would make
-    # a few big ones), each a data file or two
-    for start in range(0, first_batch, STEP):
-        await produce_events(broker, topic, start, STEP, PARTITIONS)
-        await wait_landed(run, reader, table, start + STEP,
-                          f"the first {start + STEP} events in the table", timeout=120)
+    run, cfg, reader = await run_ahead_of_kafka(kstage, broker, tmp_path, topic, group,
+                                                table, spark, PARTITIONS)
+    # caught up: appends of a data file or two each
+    await fill_in_steps(run, broker, topic, reader, table, first_batch, STEP, PARTITIONS)
     try:
         await wait_until(lambda: run.proc.poll() is not None
                          or FOLDED.format(table) in run.output(),
