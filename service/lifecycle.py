@@ -289,12 +289,13 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
 
 def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
     """With ``appends: pyiceberg`` and no ``maintenance.every_s`` set (no JVM), the staging
-    tables' snapshots still expire, through pyiceberg (:mod:`actors.tables.pyiceberg_expiry`),
-    every ``maintenance.every_s``'s default; ``every_s: null`` turns that off too."""
+    tables' snapshots still expire, through pyiceberg (:mod:`actors.tables.pyiceberg_expiry`,
+    :meth:`SparkSettings.pyiceberg_expiry`)."""
     settings = master.settings
-    every = settings.spark.maintenance.every_s
-    if settings.spark.appends != "pyiceberg" or every is None:
+    expiry = settings.spark.pyiceberg_expiry()
+    if expiry is None:
         return None
+    every, max_age_s = expiry
 
     async def expiring() -> None:
         await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
@@ -302,7 +303,7 @@ def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[No
         from actors.tables.pyiceberg_expiry import expire_periodically
 
         await expire_periodically(settings, master.processors,
-                                  master.resources.spark().lake(), every,
+                                  master.resources.spark().lake(), every, max_age_s,
                                   holder(master.snapshot), metrics)
 
     return asyncio.create_task(expiring(), name="maintenance")

@@ -74,6 +74,16 @@ def _warehouse(value: str) -> str:
 METADATA_READ_RETRIES = "kstage.metadata-read-retries"
 ICEBERG_METADATA_READ_RETRIES = 20
 
+PYICEBERG_EXPIRY_EVERY_S = 60.0
+"""How often ``kstage run`` expires the snapshots of the staging tables pyiceberg appends
+to when ``maintenance.every_s`` is not set (:mod:`actors.tables.pyiceberg_expiry`)."""
+
+PYICEBERG_SNAPSHOT_MAX_AGE_S = 300.0
+"""``maintenance.snapshot_max_age_s`` of that expiry unless set: it deletes no file (a
+reader's query keeps its files whatever the age), and each snapshot kept costs every
+pyiceberg append ~0.1 ms of CPU (docs/benchmarks.md): 300 s of one-second appends, ~50 ms
+per append in all, against ~400 ms at an hour's."""
+
 
 class CatalogSettings(Model):
     """``spark.catalog``: the Apache Iceberg catalog of the staging and final tables."""
@@ -152,7 +162,7 @@ class MaintenanceSettings(Model):
         "(beside the appends; each table by the process holding partition 0 of its topic; "
         "a failure is logged and retried at the next interval); null: only `kstage tables "
         "maintain`. With appends: pyiceberg, off unless set (it would start a JVM): the "
-        "staging tables' snapshots then expire through pyiceberg every 600 s, no JVM.")
+        "staging tables' snapshots then expire through pyiceberg every 60 s, no JVM.")
     fold_files: int | None = Field(
         50, ge=2, description="Inside `kstage run` (with every_s): a staging table is "
         "compacted beside its appends (the background fold) once it has this many more "
@@ -160,7 +170,8 @@ class MaintenanceSettings(Model):
     snapshot_max_age_s: float = Field(
         3600, gt=0, description="Snapshots older than this are expired, except those Kafka "
         "offset recovery or the merge still needs; younger ones are kept (a reader's query "
-        "planned on one keeps its files).")
+        "planned on one keeps its files). With appends: pyiceberg and every_s unset (the "
+        "expiry through pyiceberg, which deletes no file): 300 unless set.")
     snapshot_min_keep: int = Field(
         10, ge=1, description="The newest snapshots of a table kept whatever their age.")
     target_file_mb: int = Field(
@@ -261,6 +272,19 @@ class SparkSettings(Model):
         if self.appends == "pyiceberg" and "every_s" not in self.maintenance.model_fields_set:
             return None
         return self.maintenance.every_s
+
+    def pyiceberg_expiry(self) -> tuple[float, float] | None:
+        """``(every, max_age_s)`` of the snapshot expiry through pyiceberg inside ``kstage
+        run``: with ``appends: pyiceberg`` when ``maintenance.every_s`` is not set (every
+        :data:`PYICEBERG_EXPIRY_EVERY_S`, expiring what is older than
+        ``snapshot_max_age_s``, :data:`PYICEBERG_SNAPSHOT_MAX_AGE_S` unless set); None when
+        it does not run (``every_s`` set: the maintenance expires; null: neither)."""
+        maintenance = self.maintenance
+        if self.appends != "pyiceberg" or "every_s" in maintenance.model_fields_set:
+            return None
+        age = (maintenance.snapshot_max_age_s if "snapshot_max_age_s"
+               in maintenance.model_fields_set else PYICEBERG_SNAPSHOT_MAX_AGE_S)
+        return PYICEBERG_EXPIRY_EVERY_S, age
 
     @field_validator("warehouse")
     @classmethod

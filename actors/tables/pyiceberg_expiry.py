@@ -5,15 +5,17 @@ With ``spark.appends: pyiceberg`` a process starts no JVM, so the maintenance of
 tables' snapshots would then pile up for as long as the service runs: about one a second
 once caught up, and every append costs more with each snapshot kept (pyiceberg computes and
 writes the whole metadata, every snapshot in it, at each commit). So when ``every_s`` is
-not set, ``kstage run`` expires them here, every ``maintenance.every_s`` (600 s by default):
+not set, ``kstage run`` expires them here, every 60 s
+(:meth:`~settings.lakehouse.SparkSettings.pyiceberg_expiry`):
 each staging table of a topic entry by the process holding partition 0 of its topic
 (:func:`~actors.tables.maintenance_loop.holder`), on the process's pyiceberg thread
 (:class:`~actors.sinks.spark.pyiceberg_appends.Lake`: between two appends, never beside
 one), by the rule of ``kstage tables maintain`` (:mod:`actors.tables.expiry`): older than
-``snapshot_max_age_s``, keeping the newest ``snapshot_min_keep``, and the staging snapshot
-the final table last merged through with everything after it (the next merge reads the
-appends after it). The metadata then holds about ``snapshot_max_age_s`` + ``every_s`` of
-commits, however long the service runs.
+``snapshot_max_age_s`` (300 s unless set: no file is deleted, below, so the age protects
+no reader, and each snapshot kept costs every append ~0.1 ms of CPU), keeping the newest
+``snapshot_min_keep``, and the staging snapshot the final table last merged through with
+everything after it (the next merge reads the appends after it). The metadata then holds
+about six minutes of commits, however long the service runs.
 
 What differs from Spark's ``expire_snapshots``:
 
@@ -120,10 +122,10 @@ def _merged(lake: Lake, final: str) -> int | None:
     return None if last is None else last.merged
 
 
-def expire(lake: Lake, settings: SparkSettings, item: TablePlan,
+def expire(lake: Lake, settings: SparkSettings, item: TablePlan, max_age_s: float,
            now_ms: int | None = None) -> Expired:
     """Lake thread: expire the snapshots of ``item``'s staging table the rule lets go (the
-    module doc). Raises what the catalog raised."""
+    module doc), those older than ``max_age_s``. Raises what the catalog raised."""
     loaded = lake.table(item.table)
     found = history(loaded)
     before = len(loaded.metadata.snapshots)
@@ -136,8 +138,7 @@ def expire(lake: Lake, settings: SparkSettings, item: TablePlan,
     if merged is not None:
         keeps.append(Keep(merged, f"the final table {item.final_table} merged through it"))
     where = bound(found, keeps, int(time.time() * 1000) if now_ms is None else now_ms,
-                  settings.maintenance.snapshot_max_age_s,
-                  settings.maintenance.snapshot_min_keep)
+                  max_age_s, settings.maintenance.snapshot_min_keep)
     if where.expires == 0:
         return Expired(item.table, before, 0)
     going = [snapshot.id for snapshot in found[len(found) - where.expires:]]
@@ -146,26 +147,27 @@ def expire(lake: Lake, settings: SparkSettings, item: TablePlan,
 
 
 async def expire_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
-                              lake: Lake, every: float,
+                              lake: Lake, every: float, max_age_s: float,
                               owned: Callable[[TablePlan], bool] = lambda _: True,
                               metrics: Metrics | None = None) -> None:
     """Every ``every`` seconds (the first round one interval after the start), expire the
-    snapshots of each staging table ``owned`` says this process keeps, until cancelled."""
+    snapshots older than ``max_age_s`` of each staging table ``owned`` says this process
+    keeps, until cancelled."""
     plans = staging_tables(settings, processors)
     if not plans:
         return
     maintenance = settings.spark.maintenance
     logger.info("maintenance: every %gs, the snapshots of the staging tables pyiceberg "
                 "appends to older than %gs expire (keeping the newest %d and what the "
-                "merge needs; no JVM)", every, maintenance.snapshot_max_age_s,
-                maintenance.snapshot_min_keep)
+                "merge needs; no JVM)", every, max_age_s, maintenance.snapshot_min_keep)
     while True:
         await asyncio.sleep(every)
         for item in plans:
             if not owned(item):
                 continue
             try:
-                done = await lake.call(functools.partial(expire, lake, settings.spark, item))
+                done = await lake.call(functools.partial(expire, lake, settings.spark, item,
+                                                         max_age_s))
             except Exception as exc:  # noqa: BLE001 - the service goes on; next interval
                 logger.error("maintenance: expiry of %s FAILED (tried again in %gs): %s: %s",
                              item.table, every, type(exc).__name__, exc)

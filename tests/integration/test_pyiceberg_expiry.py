@@ -42,7 +42,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 PARTITIONS = 2
 STEP = 20  # events produced at a time: each step its own appends (caught up)
 STEPS = 6
-STARTED = "maintenance: every 600s, the snapshots of the staging tables pyiceberg appends"
+STARTED = ("maintenance: every 60s, the snapshots of the staging tables pyiceberg appends "
+           "to older than 300s expire")
 
 
 @pytest.mark.timeout(600)
@@ -55,7 +56,7 @@ async def test_expiry_without_a_jvm_keeps_what_the_merge_and_the_offsets_need(
     catalog = {"uri": f"jdbc:sqlite:{database}?busy_timeout=300",
                "warehouse": str(tmp_path / "lake" / "wh")}
     spark = spark_section(catalog, appends="pyiceberg", flush_max_rows=10,
-                          maintenance={"snapshot_min_keep": 2, "snapshot_max_age_s": 0.001})
+                          maintenance={"snapshot_min_keep": 2})
     run, cfg, reader = await run_ahead_of_kafka(kstage, broker, tmp_path, topic, group,
                                                 table, spark, PARTITIONS)
     await fill_in_steps(run, broker, topic, reader, table, STEP * STEPS, STEP, PARTITIONS)
@@ -69,6 +70,7 @@ async def test_expiry_without_a_jvm_keeps_what_the_merge_and_the_offsets_need(
     assert sorted(offsets) == [(group, topic, p) for p in range(PARTITIONS)]
 
     settings = load_settings(cfg)
+    assert settings.spark.pyiceberg_expiry() == (60, 300)
     [item] = staging_tables(settings, resolve_processors(settings))
     assert (item.table, item.final_table, item.topics) == (
         table, "final_pyice_expiry", (topic,))
@@ -89,7 +91,7 @@ async def test_expiry_without_a_jvm_keeps_what_the_merge_and_the_offsets_need(
 
         await lake.call(final_table)
         far = merged.committed_ms + 10 * 86_400_000  # every snapshot past its age
-        done = await lake.call(lambda: expire(lake, settings.spark, item, now_ms=far))
+        done = await lake.call(lambda: expire(lake, settings.spark, item, 300, now_ms=far))
         after = await lake.call(lambda: history(lake.table(table)))
         assert [s.id for s in after] == [s.id for s in found[:4]], (found, after)
         assert done.expired == len(found) - 4 and done.not_expired == "", done
@@ -106,7 +108,7 @@ async def test_expiry_without_a_jvm_keeps_what_the_merge_and_the_offsets_need(
         holder.hold()
         caplog.set_level(logging.INFO, logger="actors.tables.pyiceberg_expiry")
         loop = asyncio.create_task(expire_periodically(
-            settings, resolve_processors(settings), lake, 0.05, metrics=metrics))
+            settings, resolve_processors(settings), lake, 0.05, 0.001, metrics=metrics))
         try:
             await wait_until(lambda: _failures(metrics, table) >= 1, timeout=60,
                              what="a failed round counted")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from settings.models import MaintenanceSettings
+from settings.models import MaintenanceSettings, SparkSettings
 
 CONFIG = """\
 kafka:
@@ -44,3 +44,15 @@ def test_the_defaults_run_every_ten_minutes_keep_an_hour_and_remove_orphans_afte
     m = MaintenanceSettings()
     assert (m.every_s, m.snapshot_max_age_s, m.snapshot_min_keep) == (600, 3600, 10)
     assert (m.target_file_mb, m.min_input_files, m.orphan_min_age_s) == (128, 5, 86400)
+
+
+@pytest.mark.parametrize(("spark", "expiry"), [
+    ({"appends": "pyiceberg"}, (60, 300)),  # no JVM: expiry through pyiceberg alone
+    ({"appends": "pyiceberg", "maintenance": {"snapshot_max_age_s": 900}}, (60, 900)),
+    ({"appends": "pyiceberg", "maintenance": {"every_s": 600}}, None),  # the maintenance's
+    ({"appends": "pyiceberg", "maintenance": {"every_s": None}}, None),  # off
+    ({}, None),  # appends: spark: the maintenance expires, every 600 s
+])
+def test_pyiceberg_appends_without_the_maintenance_expire_through_pyiceberg(
+        spark: dict[str, object], expiry: tuple[float, float] | None) -> None:
+    assert SparkSettings.model_validate(spark).pyiceberg_expiry() == expiry
