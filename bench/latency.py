@@ -4,7 +4,8 @@ Usage::
 
     python bench/latency.py [--sink jsonl|spark|both] [--messages N | --duration-s S]
                             [--rate R] [--max-messages M] [--flush-idle-s S]
-                            [--fold-files N | --no-fold] [--commit-latency-s S]
+                            [--fold-files N | --no-fold] [--appends spark|pyiceberg]
+                            [--commit-latency-s S]
                             [--fetch-max-wait-ms MS] [--dump CSV] [--keep]
 
 For each sink, on one embedded broker (Tansu), each step on a new 1-partition topic:
@@ -51,6 +52,10 @@ What "visible" means:
   engineer's reader would) and reads the ``_offset`` and ``log_event_time`` of the data
   files each new snapshot added. The poll adds up to 100 ms to each figure (50 ms on
   average). After the run the table is read whole and must hold every event once.
+
+``--appends pyiceberg`` (Spark only): the staging appends are pyiceberg's
+(``spark.appends: pyiceberg``), written and committed from kstage's process, with no JVM
+(nor a background fold: that needs ``spark.maintenance.every_s``).
 
 **A REST catalog with slow commits** (``--commit-latency-s S``, Spark only, with
 ``--rate``): kstage writes through Project Nessie's Iceberg REST catalog (the tests' one,
@@ -556,17 +561,20 @@ def table_files(warehouse: Path, table: str, catalog: Any = None,
 
 def spark_latency_workload(workdir: Path, n: int, flush_idle_s: float | None = None,
                            fold_files: int | None = None, no_fold: bool = False,
-                           lake: SlowLake | None = None) -> Workload:
+                           lake: SlowLake | None = None,
+                           appends: str = "spark") -> Workload:
     """The Gobblin workload of ``n`` events (see :func:`throughput.spark_workload`, its
     registry in a new directory of ``workdir``) with the ``spark:`` defaults (unlike the
     throughput benchmark's) and the group's (``max_in_flight`` 10 000); through ``lake``'s
-    REST catalog when given."""
+    REST catalog when given; ``appends``: ``spark.appends``."""
     sink_dir = workdir / f"spark-{len(os.listdir(workdir))}"
     sink_dir.mkdir()
     work = spark_workload(n, sink_dir)
     spark: dict[str, Any] = {"master": "local[2]", "conf": {"spark.driver.memory": "512m"}}
     if lake is not None:
         spark |= lake.spark()
+    if appends != "spark":
+        spark["appends"] = appends
     if flush_idle_s is not None:
         spark["flush_idle_s"] = flush_idle_s
     if no_fold or fold_files is not None:
@@ -586,7 +594,8 @@ async def bench_sink(sink: str, bootstrap: str, workdir: Path, args: argparse.Na
     else:
         max_n = args.max_messages or 30_000
         work = spark_latency_workload(workdir, max_n if args.rate is None else 0,
-                                      args.flush_idle_s, args.fold_files, args.no_fold, lake)
+                                      args.flush_idle_s, args.fold_files, args.no_fold, lake,
+                                      args.appends)
         target_ms = SPARK_TARGET_MS if lake is None else REST_TARGET_MS
     work.group_config["fetch_max_wait_ms"] = args.fetch_max_wait_ms
     max_rate = None
@@ -721,6 +730,9 @@ def main(argv: list[str] | None = None) -> int:
                              "setting's)")
     parser.add_argument("--no-fold", action="store_true",
                         help="spark: no background fold (spark.maintenance.fold_files null)")
+    parser.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
+                        help="spark: what writes the staging appends (spark.appends; "
+                             "default spark)")
     parser.add_argument("--commit-latency-s", type=float, default=None,
                         help="spark: write through a REST catalog (Nessie) whose table "
                              "commits are held this long (needs --rate)")
