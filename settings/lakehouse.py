@@ -249,7 +249,9 @@ class SparkSettings(Model):
         "does not. Several processes writing one table commit up to this many each.")
     flush_rest_ratio: float | None = Field(
         None, ge=0, le=100, description="The least rest between a staging table's "
-        "appends of caught-up rows, in times their measured duration (on top of "
+        "appends of caught-up rows, in times the CPU they cost the process (pyiceberg's, "
+        "measured on its thread: a remote catalog's wait costs no rest; Spark's: their "
+        "duration) (on top of "
         "freshness_target_s's rule; never longer than flush_idle_s holds a row; "
         "flush_max_rows, flush_max_interval_s and a worker at its max_in_flight do not "
         "wait). Unset: 1 with appends: pyiceberg (each pyiceberg commit costs the process "

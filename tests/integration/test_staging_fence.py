@@ -442,3 +442,20 @@ async def test_an_append_queued_behind_others_when_its_partition_is_revoked_writ
     reader = IcebergReader(spark_settings(section(catalog)))
     assert reader.summaries(table) == []
     assert fenced_count(member_actor, table) == 0  # refused before writing, not fenced
+
+
+async def test_a_pyiceberg_append_measures_the_cpu_it_cost_beside_its_duration(
+        actors: list[SparkActor]) -> None:
+    """The rest after pyiceberg's appends (``flush_rest_ratio``) counts the CPU seconds
+    the lake thread spent on them, measured beside their duration (the rule:
+    actors/sinks/table/batching.py): the wait on a catalog costs no rest."""
+    table = "stg_cpu"
+    actor = actors[0]
+    sink = await opened_sink(actor, table)
+    assert await sink.assigned([(TOPIC, 0)]) == {}
+    async with asyncio.timeout(60):
+        await sink.write_at(events(0, 0, 10), at(0, 10, 10))
+    writer = staging_writer(actor, table)
+    assert writer.latency is not None and writer.cpu is not None, (writer.latency,
+                                                                    writer.cpu)
+    assert 0 < writer.cpu <= writer.latency

@@ -114,6 +114,44 @@ def test_the_rule() -> None:
     assert rest(0.8, 1.0, rest_ratio=1.0) == 0.8 and rest(0.1, 1.0, rest_ratio=1.0) == 0.8
     # no target: the ratio alone (the JDBC writer: none)
     assert rest(0.3, None) == 0 and rest(0.3, None, 2.0) == pytest.approx(0.6)
+    # the ratio counts the CPU a flush costs when measured, not its wait on the catalog
+    assert rest(1.2, 1.0, rest_ratio=1.0, cpu=0.05) == pytest.approx(0.05)
+    assert interval(1.2, 1.0, rest_ratio=1.0, cpu=0.05) == pytest.approx(1.25)
+    assert rest(0.1, 1.0, rest_ratio=1.0, cpu=0.09) == pytest.approx(0.8)  # the target's
+
+
+class CpuPacedWriter(PacedWriter):
+    """A :class:`PacedWriter` that measures its flushes itself, as the staging writer
+    does, each costing the process :attr:`cpu_s` of CPU (the rest of it a wait)."""
+
+    times_flushes = False
+
+    def __init__(self, latency_s: float, cpu_s: float, **limits: Any) -> None:
+        super().__init__(latency_s, **limits)
+        self.cpu_s = cpu_s
+
+    async def _flush(self, batch: list[Pending]) -> None:
+        await super()._flush(batch)
+        flush = self.log[-1]
+        self.took(flush.ended - flush.started, False, self.cpu_s)
+
+
+def test_appends_that_wait_on_a_remote_catalog_rest_for_their_cpu_not_their_wait() -> None:
+    """pyiceberg's appends (a rest of at least their cost, ``flush_rest_ratio`` 1) through
+    a catalog whose commits take 1.2 s, 0.05 s of it the process's CPU: back to back
+    (a rest of 0.05 s), a row waits at most about two appends (2.5 s), not three (the
+    rest of a whole latency would add 1.2 s)."""
+    async def main() -> None:
+        writer = CpuPacedWriter(1.2, 0.05, freshness_s=1.0, max_per_s=2, rest_ratio=1.0)
+        arrivals = await feed(writer, 30)
+        landed_once(writer, arrivals)
+        starts = [f.started for f in writer.log]
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        assert all(g <= 1.25 + EPS for g in gaps), gaps
+        assert max(w for f in writer.log for w in f.waits) <= 2 * 1.2 + 0.05 + EPS
+        assert writer.cpu == pytest.approx(0.05)
+        assert writer.interval == pytest.approx(1.25)
+    run(main())
 
 
 def test_a_fast_catalog_gets_one_append_per_target_and_no_row_waits_longer() -> None:

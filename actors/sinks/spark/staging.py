@@ -10,7 +10,8 @@ send more rows (its ``max_in_flight``). The appends of caught-up rows follow the
 (:func:`pace`, the rule in :mod:`actors.sinks.table.batching`): the writer measures how
 long its appends take, *L*, and an append that ``flush_min_rows`` starts first rests
 ``freshness_target_s`` - 2 *L* after the one before (at least ``flush_rest_ratio`` times
-*L*), so that a row waits about ``freshness_target_s``; when *L* passes half the target
+the CPU an append costs the process: pyiceberg's, measured on its thread; *L* for
+Spark's), so that a row waits about ``freshness_target_s``; when *L* passes half the target
 they go back to back. No append of the table that is not full (``flush_max_rows`` or
 ``flush_max_mb`` reached, a worker's window full) starts less than
 1/``max_commits_per_s`` after the previous one. Each append's duration is
@@ -318,10 +319,11 @@ class StagingWriter(ExactlyOnceWriter):
             item.part = _from_offset(item.part, landed)
             item.rows = len(item.part)
 
-    def took(self, seconds: float, backlog: bool) -> None:
-        """An append took ``seconds``: measured (:meth:`TableWriter.took
+    def took(self, seconds: float, backlog: bool, cpu: float | None = None) -> None:
+        """An append took ``seconds`` (``cpu`` of them the lake thread's CPU, with
+        ``appends: pyiceberg``): measured (:meth:`TableWriter.took
         <actors.sinks.table.batching.TableWriter.took>`) and shown in the metrics."""
-        super().took(seconds, backlog)
+        super().took(seconds, backlog, cpu)
         metrics = self.actor.metrics
         if metrics is None:
             return
@@ -361,10 +363,15 @@ class StagingWriter(ExactlyOnceWriter):
                          whole=commit_id)
 
         lake = self._lake
+        cpu: list[float] = []  # the lake thread's CPU seconds of the append
 
         def through_lake() -> None:  # the lake thread: no JVM to die, no ``again``
             if lake is not None:
-                self._append(lake, append, parts, commit_id, doubts)
+                began = time.thread_time()
+                try:
+                    self._append(lake, append, parts, commit_id, doubts)
+                finally:
+                    cpu.append(time.thread_time() - began)
 
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -383,7 +390,7 @@ class StagingWriter(ExactlyOnceWriter):
         finally:
             append.done = True
             self._appends.remove(append)
-        self.took(loop.time() - started, backlog)
+        self.took(loop.time() - started, backlog, cpu[0] if cpu else None)
         self.flushes += 1
         self.ledger.committed(batches)
         for b in batches:

@@ -32,12 +32,15 @@ The pace of the flushes of caught-up rows follows what they cost (the staging ap
 weighted toward the newest (:data:`LATENCY_WEIGHT`) of the durations of the flushes that
 held no backlog's rows (:meth:`TableWriter.took`). After such flushes end, a flush that
 ``min_rows`` starts rests first, :func:`rest` seconds:
-``max(freshness_s - 2 L, rest_ratio * L, 0)``. A row that arrives right after a flush
-started waits for it, the rest and its own flush: about ``freshness_s`` while *L* stays
-below half of it (appends rest, fewer and larger, as long as the freshness allows); above,
+``max(freshness_s - 2 L, rest_ratio * C, 0)``, *C* the CPU seconds a flush costs the
+process when the writer measures it (the same average; else *L*). A row that arrives
+right after a flush started waits for it, the rest and its own flush: about
+``freshness_s`` while *L* stays below half of it (appends rest, fewer and larger, as long
+as the freshness allows); above,
 flushes go back to back and a row's wait grows with the latency, about 2 *L*, never with
-more flushes. ``rest_ratio`` keeps a rest of at least that many times *L* (a writer whose
-every flush costs the process CPU keeps a share of it free). There is no rest after
+more flushes. ``rest_ratio`` keeps a rest of at least that many times *C* (a writer whose
+every flush costs the process CPU keeps a share of it free; a flush that mostly waits on
+a remote catalog costs little of it, and its wait calls for no rest). There is no rest after
 flushes that held a backlog's rows (they took long for their size, and the first rows
 caught up after them go at once), and none on a quiet table: a row that comes after
 the rest is over goes at once. The oldest waiting row having waited ``idle_s`` ends a
@@ -87,19 +90,24 @@ _EARLY_S = 1e-3  # a timer may fire this much before its time (the loop's clock 
 _FULL = ("size", "flush_soon")  # flushes the cap (max_per_s) never holds
 
 
-def rest(latency: float, freshness_s: float | None, rest_ratio: float = 0.0) -> float:
+def rest(latency: float, freshness_s: float | None, rest_ratio: float = 0.0,
+         cpu: float | None = None) -> float:
     """The rest between flushes of caught-up rows that take ``latency`` seconds: what
     keeps a row's worst wait (the flush running when it came, the rest, its own flush)
-    near ``freshness_s`` (None: no such aim), at least ``rest_ratio`` times the latency."""
+    near ``freshness_s`` (None: no such aim), at least ``rest_ratio`` times the CPU
+    seconds a flush costs the process, ``cpu`` (None: not measured, the latency stands
+    for it). A flush that mostly waits (a remote catalog's commit) rests for its CPU,
+    not for its wait."""
     aimed = 0.0 if freshness_s is None else freshness_s - 2 * latency
-    return max(aimed, rest_ratio * latency, 0.0)
+    return max(aimed, rest_ratio * (latency if cpu is None else cpu), 0.0)
 
 
 def interval(latency: float, freshness_s: float | None, rest_ratio: float = 0.0,
-             max_per_s: float | None = None) -> float:
+             max_per_s: float | None = None, cpu: float | None = None) -> float:
     """The time between the starts of flushes of caught-up rows that take ``latency``
-    seconds: the latency and the :func:`rest`, at least 1/``max_per_s``."""
-    paced = latency + rest(latency, freshness_s, rest_ratio)
+    seconds (``cpu`` of it the process's: :func:`rest`): the latency and the rest, at
+    least 1/``max_per_s``."""
+    paced = latency + rest(latency, freshness_s, rest_ratio, cpu)
     return paced if max_per_s is None else max(paced, 1 / max_per_s)
 
 
@@ -182,6 +190,7 @@ class TableWriter(abc.ABC):
         self.freshness_s = freshness_s
         self.max_per_s = max_per_s
         self.latency: float | None = None  # the measured latency (None: no flush yet)
+        self.cpu: float | None = None  # the CPU seconds of a flush, when measured (took)
         self._busy_backlog = False  # a running flush holds rows of a backlog (no rest after)
         self._rest_until = 0.0  # loop time before which min_rows/idle_s flushes wait
         self._rest: asyncio.TimerHandle | None = None  # at _rest_until
@@ -196,15 +205,20 @@ class TableWriter(abc.ABC):
         measured latency and the rest; None before a flush of caught-up rows)."""
         if self.latency is None:
             return None
-        return interval(self.latency, self.freshness_s, self.rest_ratio, self.max_per_s)
+        return interval(self.latency, self.freshness_s, self.rest_ratio, self.max_per_s,
+                        self.cpu)
 
-    def took(self, seconds: float, backlog: bool) -> None:
-        """A flush took ``seconds``; ``backlog``: it held a backlog's rows (not counted
-        in the latency: it took long for its size)."""
+    def took(self, seconds: float, backlog: bool, cpu: float | None = None) -> None:
+        """A flush took ``seconds``, ``cpu`` of them the process's CPU when the writer
+        measures it; ``backlog``: it held a backlog's rows (not counted in the latency:
+        it took long for its size)."""
         if backlog:
             return
         self.latency = seconds if self.latency is None else (
             LATENCY_WEIGHT * seconds + (1 - LATENCY_WEIGHT) * self.latency)
+        if cpu is not None:
+            self.cpu = cpu if self.cpu is None else (
+                LATENCY_WEIGHT * cpu + (1 - LATENCY_WEIGHT) * self.cpu)
 
     @abc.abstractmethod
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
@@ -432,7 +446,7 @@ class TableWriter(abc.ABC):
         # No rest after a backlog's rows: their flushes took long for their size, not
         # for a commit's fixed cost, and the rows caught up after them go at once.
         self._rest_until = now if self._busy_backlog or self.latency is None else (
-            now + rest(self.latency, self.freshness_s, self.rest_ratio))
+            now + rest(self.latency, self.freshness_s, self.rest_ratio, self.cpu))
         if self._soon and self._pending:
             self._flush_now("flush_soon")
         elif self._full():
