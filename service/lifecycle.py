@@ -299,12 +299,11 @@ def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[No
 
     async def expiring() -> None:
         await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
-        from actors.tables.maintenance_loop import holder
-        from actors.tables.pyiceberg_expiry import expire_periodically
+        from actors.tables import expire_pyiceberg_snapshots
 
-        await expire_periodically(settings, master.processors,
-                                  master.resources.spark().lake(), every, max_age_s,
-                                  holder(master.snapshot), metrics)
+        await expire_pyiceberg_snapshots(settings, master.processors,
+                                         master.resources.spark().lake(), every, max_age_s,
+                                         metrics, master.snapshot)
 
     return asyncio.create_task(expiring(), name="maintenance")
 

@@ -1,11 +1,12 @@
-"""The lakehouse table jobs on the spark sinks' Iceberg tables: the merge of staging
-tables into final tables (:mod:`.merge`, :mod:`.merge_job`, :mod:`.merge_fold`,
+"""The lakehouse table jobs on the spark sinks' Iceberg tables: the merge of staging tables
+into final tables (:mod:`.merge`, :mod:`.merge_job`, :mod:`.merge_fold`,
 :mod:`.final_table`, :mod:`.final_deletions`), their maintenance (:mod:`.maintenance`,
-:mod:`.expiry`, :mod:`.snapshots`), the migration of an earlier version's Parquet tables
-(:mod:`.migrate`, :mod:`.legacy`), the reset of the offsets a table holds
-(:mod:`.offset_resets`), and the loops that run the merge and the maintenance in ``kstage
-run`` (:mod:`.merge_loop`, :mod:`.maintenance_loop`). They build on the sink
-(:mod:`actors.sinks.spark`), which never imports them.
+:mod:`.expiry`, :mod:`.snapshots`; without a JVM, :mod:`.pyiceberg_expiry`), the
+migration of an earlier version's Parquet tables (:mod:`.migrate`, :mod:`.legacy`), the
+reset of the offsets a table holds (:mod:`.offset_resets`), and the loops that run the
+merge and the maintenance in ``kstage run`` (:mod:`.merge_loop`,
+:mod:`.maintenance_loop`). They build on the sink (:mod:`actors.sinks.spark`), which
+never imports them.
 
 This module is the entry the shell (``service/``) reaches them through: the names below,
 each imported on first use (PEP 562), so that ``kstage --help`` loads none of them and
@@ -32,6 +33,7 @@ if _typing.TYPE_CHECKING:
     from actors.tables.migrate import MigrationError
     from actors.tables.migrate import migrate as migrate_tables
     from actors.tables.offset_resets import PyIcebergOffsets, SparkOffsets, TableOffsets
+    from actors.tables.pyiceberg_expiry import expire_periodically as expire_pyiceberg_snapshots
     from actors.tables.snapshots import content as table_content
     from actors.tables.snapshots import exists as table_exists
     from actors.tables.snapshots import history as snapshot_history
@@ -49,6 +51,7 @@ _HOME = {
     "TablePlan": "actors.tables.merge",
     "deletions_apply": "actors.tables.final_deletions:applies",
     "deletions_name": "actors.tables.final_deletions",
+    "expire_pyiceberg_snapshots": "actors.tables.pyiceberg_expiry:expire_periodically",
     "final_name": "actors.tables.merge",
     "legacy_problems": "actors.tables.legacy:problems",
     "maintain": "actors.tables.maintenance",
@@ -81,6 +84,7 @@ __all__ = [
     "TablePlan",
     "deletions_apply",
     "deletions_name",
+    "expire_pyiceberg_snapshots",
     "final_name",
     "legacy_problems",
     "maintain",

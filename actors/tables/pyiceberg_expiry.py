@@ -50,6 +50,7 @@ from actors.metrics import Metrics
 from actors.sinks.spark.pyiceberg_appends import Lake
 from actors.sinks.spark.sink import SparkSinkSettings
 from actors.tables.expiry import Keep, bound, missing
+from actors.tables.maintenance_loop import Statuses, holder
 from actors.tables.merge import final_name
 from actors.tables.merge_job import TablePlan
 from actors.tables.snapshots import Snapshot, from_metadata, merged_through
@@ -148,11 +149,13 @@ def expire(lake: Lake, settings: SparkSettings, item: TablePlan, max_age_s: floa
 
 async def expire_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
                               lake: Lake, every: float, max_age_s: float,
-                              owned: Callable[[TablePlan], bool] = lambda _: True,
-                              metrics: Metrics | None = None) -> None:
+                              metrics: Metrics | None = None,
+                              statuses: Statuses | None = None) -> None:
     """Every ``every`` seconds (the first round one interval after the start), expire the
-    snapshots older than ``max_age_s`` of each staging table ``owned`` says this process
-    keeps, until cancelled."""
+    snapshots older than ``max_age_s`` of each staging table, until cancelled; only the
+    tables this process holds partition 0 of, given its workers' ``statuses``."""
+    owned: Callable[[TablePlan], bool] = (lambda _: True) if statuses is None \
+        else holder(statuses)
     plans = staging_tables(settings, processors)
     if not plans:
         return
