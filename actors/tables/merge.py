@@ -47,7 +47,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actors.errors import FatalError
@@ -68,7 +68,7 @@ from actors.tables.merge_job import (
 from processors.base import DELETED, Column, Processor, source_order_problem
 from processors.registry import for_options
 from settings.errors import SettingsError
-from settings.models import Settings
+from settings.models import Settings, TopicSettings
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,24 @@ def final_name(table: str) -> str:
     return f"{table}_final"
 
 
+def spark_sinks(settings: Settings, processors: Mapping[str, type[Processor]],
+                ) -> Iterator[tuple[TopicSettings, type[Processor], str | None]]:
+    """Each spark sink of ``settings``' topic entries: its topic, its processor's class
+    (the topic's options applied) and its table's name (None: neither the sink nor the
+    processor names one). A topic_pattern's tables, and a route's, are
+    known only to the running process: not among them (settings refuse merge.interval_s
+    and maintenance.every_s over them)."""
+    for group in settings.groups:
+        for topic in group.topics:
+            if topic.topic_pattern is not None or topic.route is not None:
+                continue
+            for named in topic.named_sinks():
+                sink = named.settings
+                if isinstance(sink, SparkSinkSettings):
+                    cls = for_options(processors[topic.processor], topic.options)
+                    yield topic, cls, sink.table or cls.table
+
+
 def plan(settings: Settings, processors: Mapping[str, type[Processor]],
          table: str | None = None) -> list[TablePlan]:
     """The staging tables of ``settings``' spark sinks (only ``table`` when given).
@@ -104,65 +122,57 @@ def plan(settings: Settings, processors: Mapping[str, type[Processor]],
     them (:func:`actors.preflight.resolve_processors`, or the running master's).
     """
     found: dict[str, TablePlan] = {}
-    for group in settings.groups:
-        # A topic_pattern's tables, and a route's, are known only to the running process:
-        # not planned (settings refuse merge.interval_s and maintenance.every_s over them).
-        for topic, sink in ((t, n.settings) for t in group.topics for n in t.named_sinks()
-                            if t.topic_pattern is None and t.route is None):
-            if not isinstance(sink, SparkSinkSettings):
-                continue
-            cls = for_options(processors[topic.processor], topic.options)
-            columns = sink_columns(topic, cls)  # the processor's, then the record's
-            name = sink.table or cls.table
-            if not name:
-                raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
-                                       "table; set sink.table")
-            staged = cls.columns_from_schema  # its columns: the staging table's, at merge
-            if staged and not cls.key:
-                # Its columns come while it runs, and no key says which row is the latest:
-                # nothing to merge by (not an error: the rest of the configuration merges).
-                logger.info("merge: table %s (topic %s, processor %r) is staging only: its "
-                            "columns come from the writer schemas and it has no key",
-                            name, topic.topic, cls.name)
-                continue
-            if staged and cls.emits_deletes:
-                columns = (*columns, Column(DELETED, "boolean"))
-            if not columns and not staged:
-                raise MergeConfigError(f"table {name}: processor {cls.name!r} declares no "
-                                       "columns")
-            missing = [] if staged else [k for k in cls.key
-                                         if k not in {c.name for c in columns}]
-            if missing:
-                raise MergeConfigError(f"table {name}: key columns {missing} of processor "
-                                       f"{cls.name!r} are not among its columns")
-            partition = cls.final_partition
-            if partition is not None:
-                pname = partition[0]
-                if not _IDENTIFIER.match(pname) or pname in {c.name for c in columns}:
-                    raise MergeConfigError(f"table {name}: processor {cls.name!r}: final "
-                                           f"partition column {pname!r} must be a new plain "
-                                           "identifier (not one of the row's columns)")
-                if not cls.key:
-                    raise MergeConfigError(f"table {name}: processor {cls.name!r} declares a "
-                                           "final partition but no key")
-            # columns from writer schemas: the merge job checks them on the staging table
-            order = None if cls.columns_from_schema else source_order_problem(cls, columns)
-            if order is not None:
-                raise MergeConfigError(f"table {name}: {order}")
-            source = cls.source_order if cls.key else None
-            seen = found.get(name)
-            if seen is None:
-                found[name] = TablePlan(name, final_name(name), columns,
-                                        tuple(cls.key), (topic.topic,), partition, source,
-                                        staged)
-                continue
-            if (seen.columns, seen.key, seen.partition, seen.source_order, seen.staged) != (
-                    columns, tuple(cls.key), partition, source, staged):
-                raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
-                                       f"{topic.topic!r} feed it with different columns, "
-                                       "key, final partition or source order")
-            found[name] = TablePlan(name, seen.final_table, seen.columns, seen.key,
-                                    (*seen.topics, topic.topic), partition, source, staged)
+    for topic, cls, name in spark_sinks(settings, processors):
+        columns = sink_columns(topic, cls)  # the processor's, then the record's
+        if not name:
+            raise MergeConfigError(f"topic {topic.topic!r}: processor {cls.name!r} names no "
+                                   "table; set sink.table")
+        staged = cls.columns_from_schema  # its columns: the staging table's, at merge
+        if staged and not cls.key:
+            # Its columns come while it runs, and no key says which row is the latest:
+            # nothing to merge by (not an error: the rest of the configuration merges).
+            logger.info("merge: table %s (topic %s, processor %r) is staging only: its "
+                        "columns come from the writer schemas and it has no key",
+                        name, topic.topic, cls.name)
+            continue
+        if staged and cls.emits_deletes:
+            columns = (*columns, Column(DELETED, "boolean"))
+        if not columns and not staged:
+            raise MergeConfigError(f"table {name}: processor {cls.name!r} declares no "
+                                   "columns")
+        missing = [] if staged else [k for k in cls.key
+                                     if k not in {c.name for c in columns}]
+        if missing:
+            raise MergeConfigError(f"table {name}: key columns {missing} of processor "
+                                   f"{cls.name!r} are not among its columns")
+        partition = cls.final_partition
+        if partition is not None:
+            pname = partition[0]
+            if not _IDENTIFIER.match(pname) or pname in {c.name for c in columns}:
+                raise MergeConfigError(f"table {name}: processor {cls.name!r}: final "
+                                       f"partition column {pname!r} must be a new plain "
+                                       "identifier (not one of the row's columns)")
+            if not cls.key:
+                raise MergeConfigError(f"table {name}: processor {cls.name!r} declares a "
+                                       "final partition but no key")
+        # columns from writer schemas: the merge job checks them on the staging table
+        order = None if cls.columns_from_schema else source_order_problem(cls, columns)
+        if order is not None:
+            raise MergeConfigError(f"table {name}: {order}")
+        source = cls.source_order if cls.key else None
+        seen = found.get(name)
+        if seen is None:
+            found[name] = TablePlan(name, final_name(name), columns,
+                                    tuple(cls.key), (topic.topic,), partition, source,
+                                    staged)
+            continue
+        if (seen.columns, seen.key, seen.partition, seen.source_order, seen.staged) != (
+                columns, tuple(cls.key), partition, source, staged):
+            raise MergeConfigError(f"table {name}: topics {list(seen.topics)} and "
+                                   f"{topic.topic!r} feed it with different columns, "
+                                   "key, final partition or source order")
+        found[name] = TablePlan(name, seen.final_table, seen.columns, seen.key,
+                                (*seen.topics, topic.topic), partition, source, staged)
     _check_names(found)
     if table is not None:
         if table not in found:

@@ -48,14 +48,12 @@ from typing import Any
 
 from actors.metrics import Metrics
 from actors.sinks.spark.pyiceberg_appends import Lake
-from actors.sinks.spark.sink import SparkSinkSettings
 from actors.tables.expiry import Keep, bound, missing
 from actors.tables.maintenance_loop import Statuses, holder
-from actors.tables.merge import final_name
+from actors.tables.merge import final_name, spark_sinks
 from actors.tables.merge_job import TablePlan
 from actors.tables.snapshots import Snapshot, from_metadata, merged_through
 from processors.base import Processor
-from processors.registry import for_options
 from settings.models import Settings, SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -74,22 +72,14 @@ class Expired:
 
 def staging_tables(settings: Settings, processors: Mapping[str, type[Processor]],
                    ) -> list[TablePlan]:
-    """The staging tables of the spark sinks of the topic entries (a topic pattern's and a
-    route's tables are known only as they come), each with its final table's name and the
+    """The staging tables of the spark sinks of the topic entries
+    (:func:`~actors.tables.merge.spark_sinks`), each with its final table's name and the
     topics feeding it: also those the merge leaves alone (staging only: columns from the
     writer schemas and no key), whose snapshots pile up all the same."""
     topics: dict[str, list[str]] = {}
-    for group in settings.groups:
-        for topic in group.topics:
-            if topic.topic_pattern is not None or topic.route is not None:
-                continue
-            for named in topic.named_sinks():
-                if not isinstance(named.settings, SparkSinkSettings):
-                    continue
-                cls = for_options(processors[topic.processor], topic.options)
-                table = named.settings.table or cls.table
-                if table:
-                    topics.setdefault(table, []).append(topic.topic)
+    for topic, _cls, table in spark_sinks(settings, processors):
+        if table:
+            topics.setdefault(table, []).append(topic.topic)
     return [TablePlan(table, final_name(table), (), (), tuple(sorted(set(feeding))))
             for table, feeding in sorted(topics.items())]
 
