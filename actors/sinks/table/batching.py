@@ -90,6 +90,11 @@ _EARLY_S = 1e-3  # a timer may fire this much before its time (the loop's clock 
 _FULL = ("size", "flush_soon")  # flushes the cap (max_per_s) never holds
 
 
+def _averaged(average: float | None, new: float) -> float:
+    """``average`` moved toward ``new`` by :data:`LATENCY_WEIGHT` (``new`` when none yet)."""
+    return new if average is None else LATENCY_WEIGHT * new + (1 - LATENCY_WEIGHT) * average
+
+
 def rest(latency: float, freshness_s: float | None, rest_ratio: float = 0.0,
          cpu: float | None = None) -> float:
     """The rest between flushes of caught-up rows that take ``latency`` seconds: what
@@ -214,11 +219,9 @@ class TableWriter(abc.ABC):
         it took long for its size)."""
         if backlog:
             return
-        self.latency = seconds if self.latency is None else (
-            LATENCY_WEIGHT * seconds + (1 - LATENCY_WEIGHT) * self.latency)
+        self.latency = _averaged(self.latency, seconds)
         if cpu is not None:
-            self.cpu = cpu if self.cpu is None else (
-                LATENCY_WEIGHT * cpu + (1 - LATENCY_WEIGHT) * self.cpu)
+            self.cpu = _averaged(self.cpu, cpu)
 
     @abc.abstractmethod
     def convert(self, rows: Sequence[Row]) -> tuple[Any, list[tuple[Row, str]]]:
