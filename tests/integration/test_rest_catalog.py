@@ -14,11 +14,13 @@ catalog (no JVM): the offsets read back are the reset ones, then the appends' af
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -108,13 +110,9 @@ async def test_a_reset_commits_through_pyiceberg_on_the_rest_catalog(
     """``kstage tables reset-offsets``' way on a ``rest`` catalog (PyIcebergOffsets, no
     JVM): the reset snapshot lands on Nessie, the offsets read back are the reset ones,
     and an append after it carries them forward with its own."""
-    settings = SparkSettings(**rest.spark(appends="pyiceberg"))
     table = "stg_rest_resets"
-    await created_by_pyiceberg(settings, table, (Column("note", "string", True),))
     p0, p1 = ("g", "a", 0), ("g", "a", 1)
-    lake = PyIcebergOffsets(settings)
-    try:
-        appends = PyIcebergAppends(lake.lake, table, "w")
+    async with pyiceberg_table(rest, table) as (_, lake, appends):
         await lake.lake.call(lambda: appends.write([batch("a", 0, range(500, 505))],
                                                    {p0: 505, p1: 9}, "c1"))
         assert await lake.offsets(table) == {p0: 505, p1: 9}
@@ -125,8 +123,6 @@ async def test_a_reset_commits_through_pyiceberg_on_the_rest_catalog(
         assert current.summary.get("kstage.offsets-reset") == '{"g":{"a":{"0":0}}}'
         await lake.lake.call(lambda: appends.write([batch("a", 0, range(3))], {p0: 3}, "c2"))
         assert await lake.offsets(table) == {p0: 3, p1: 9}
-    finally:
-        lake.close()
 
 
 async def test_an_expiry_commits_through_pyiceberg_on_the_rest_catalog(
@@ -136,14 +132,10 @@ async def test_an_expiry_commits_through_pyiceberg_on_the_rest_catalog(
     the same after it; an append on top of it lands and carries them. Nessie serves the
     current snapshot alone in a table's metadata (its own commits are the history), so a
     round there finds nothing older to expire."""
-    settings = SparkSettings(**rest.spark(appends="pyiceberg"),
-                             maintenance={"snapshot_min_keep": 2})
     table = "stg_rest_expiry"
-    await created_by_pyiceberg(settings, table, (Column("note", "string", True),))
     p0, p1 = ("g", "a", 0), ("g", "a", 1)
-    lake = PyIcebergOffsets(settings)
-    try:
-        appends = PyIcebergAppends(lake.lake, table, "w")
+    async with pyiceberg_table(rest, table, maintenance={"snapshot_min_keep": 2}) as (
+            settings, lake, appends):
         for n, offsets in enumerate(({p0: 5, p1: 9}, {p0: 10}, {p0: 15}, {p1: 12})):
             await lake.lake.call(lambda n=n, offsets=offsets: appends.write(
                 [batch("a", 0, range(5 * n, 5 * n + 5))], offsets, f"c{n}"))
@@ -159,5 +151,18 @@ async def test_an_expiry_commits_through_pyiceberg_on_the_rest_catalog(
                                                    {p0: 25}, "c4"))
         assert await lake.offsets(table) == {p0: 25, p1: 12}
         assert len(rest.reader().load_table(f"kstage.{table}").scan().to_arrow()) == 25
+
+
+@contextlib.asynccontextmanager
+async def pyiceberg_table(rest: RestCatalog, table: str, **extra: Any) -> AsyncIterator[
+        tuple[SparkSettings, PyIcebergOffsets, PyIcebergAppends]]:
+    """A staging table of one string column that pyiceberg made on ``rest`` (``extra``:
+    more ``spark:`` keys), with the offsets tool of ``kstage tables`` on it (its lake
+    thread: ``.lake``) and a writer of its appends; the tool closed after."""
+    settings = SparkSettings(**rest.spark(appends="pyiceberg"), **extra)
+    await created_by_pyiceberg(settings, table, (Column("note", "string", True),))
+    lake = PyIcebergOffsets(settings)
+    try:
+        yield settings, lake, PyIcebergAppends(lake.lake, table, "w")
     finally:
         lake.close()
