@@ -40,7 +40,7 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from typing import Any, ClassVar
@@ -183,8 +183,10 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
     """What aiokafka is given: the provider's tokens, fetched when needed (see the
     module doc). ``error`` says why the last fetch failed (None: it did not)."""
 
-    def __init__(self, provider: TokenProvider) -> None:
+    def __init__(self, provider: TokenProvider, *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.provider = provider
+        self._clock = clock  # the wall clock that tokens' expiry times are on
         self._token: Token | None = None
         self._fetched_at = 0.0
         self.error: str | None = None
@@ -197,7 +199,7 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
 
     def _fresh(self, token: Token) -> bool:
         lifetime = max(token.expires_at - self._fetched_at, 0.0)
-        return time.time() < self._fetched_at + lifetime * _REFRESH_AT
+        return self._clock() < self._fetched_at + lifetime * _REFRESH_AT
 
     async def token(self) -> str:
         held = self._token
@@ -217,10 +219,10 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
                 raise TokenError(str(failure), refused=failure.refused)
             token = await self.fetch()
         except TokenError as exc:
-            if held is not None and time.time() < held.expires_at:
+            if held is not None and self._clock() < held.expires_at:
                 # Not fresh, not expired either: used while the endpoint is out.
                 logger.warning("%s: %s; the current token is valid for %.0fs more",
-                               self.provider.describe(), exc, held.expires_at - time.time())
+                               self.provider.describe(), exc, held.expires_at - self._clock())
                 return held.value
             raise KafkaConnectionError(f"no OAUTHBEARER token: {exc}") from exc
         return token.value
@@ -239,7 +241,7 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
             raise
         self._failures, self._last_failure = 0, None
         self.fetches += 1
-        self._token, self._fetched_at = token, time.time()
+        self._token, self._fetched_at = token, self._clock()
         if self.error is not None:
             logger.info("%s: a token again", self.provider.describe())
         self.error, self.failing_since = None, None
@@ -255,7 +257,7 @@ class CachedTokens(AbstractTokenProvider):  # type: ignore[misc]
         """Why no token can be handed out now: the last fetch failed and no token held
         is still valid (None: a token can be)."""
         held = self._token
-        if self.error is None or (held is not None and time.time() < held.expires_at):
+        if self.error is None or (held is not None and self._clock() < held.expires_at):
             return None
         return self.error
 

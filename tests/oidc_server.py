@@ -20,6 +20,7 @@ import json
 import math
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
@@ -118,8 +119,10 @@ class OidcServer:
         # ``exp`` in whole seconds, rounded up: the token lives at least ``ttl_s`` (the
         # ``expires_in`` of the answer), so a client refreshing at a share of
         # ``expires_in`` (Iceberg: nine tenths) does so before the server's ``exp``.
+        # ``jti``: each token its own, as real providers mint them (two tokens minted in
+        # the same second differ).
         claims = {"sub": subject, "iss": ISSUER, "aud": AUDIENCE, "scope": scope,
-                  "iat": int(now), "exp": math.ceil(now + ttl_s)}
+                  "iat": int(now), "exp": math.ceil(now + ttl_s), "jti": uuid.uuid4().hex}
         signing_input = f"{_b64(json.dumps(header).encode())}." \
                         f"{_b64(json.dumps(claims).encode())}"
         signature = self._key.sign(signing_input.encode(), padding.PKCS1v15(),

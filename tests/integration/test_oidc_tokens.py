@@ -54,32 +54,46 @@ async def test_refusals_are_told_from_outages(case: str, refused: bool, said: st
     assert SECRET not in str(info.value)
 
 
+class WallClock:
+    """The cache's wall clock, moved by the test: the token's lifetime (60 s from the
+    endpoint's real clock) passes in steps, whatever time the machine takes."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead
+
+
 async def test_the_cache_fetches_once_and_again_from_80_percent_of_the_lifetime() -> None:
-    with OidcServer({"kstage": SECRET}, ttl_s=3) as idp:
-        cache = CachedTokens(provider(idp.token_url))
+    with OidcServer({"kstage": SECRET}, ttl_s=60) as idp:
+        clock = WallClock()
+        cache = CachedTokens(provider(idp.token_url), clock=clock)
         first = await asyncio.gather(*(cache.token() for _ in range(5)))
         assert len(set(first)) == 1 and idp.issued == 1, "one fetch for five connections"
-        await asyncio.sleep(1)
+        clock.ahead = 20  # a third of the lifetime
         assert await cache.token() == first[0] and idp.issued == 1
-        await asyncio.sleep(1.6)  # 2.6 s of 3: past 80%
+        clock.ahead = 50  # past 80% (48 s)
         assert await cache.token() != first[0] and idp.issued == 2
 
 
 async def test_an_outage_uses_the_valid_token_then_is_a_connection_error() -> None:
-    with OidcServer({"kstage": SECRET}, ttl_s=3) as idp:
-        cache = CachedTokens(provider(idp.token_url))
+    with OidcServer({"kstage": SECRET}, ttl_s=60) as idp:
+        clock = WallClock()
+        cache = CachedTokens(provider(idp.token_url), clock=clock)
         held = await cache.token()
         idp.down = True
-        await asyncio.sleep(2.5)  # not fresh, still valid
+        clock.ahead = 50  # not fresh, still valid
         assert await cache.token() == held
         assert cache.unusable is None and cache.error is not None
-        await asyncio.sleep(1)  # expired
+        clock.ahead = 61  # expired
         with pytest.raises(KafkaConnectionError, match="no OAUTHBEARER token"):
             await cache.token()
         assert cache.unusable is not None and "HTTP 503" in cache.unusable
         assert idp.token_url in cache.unusable
         idp.down = False
-        fresh = await _token_within(cache, 1.0)  # the failed fetch's wait: below 0.5 s
+        # The failed fetch's wait (below 0.5 s, on the real monotonic clock) passes.
+        fresh = await _token_within(cache, 30.0)
         assert fresh != held
         assert cache.unusable is None and cache.error is None
 
