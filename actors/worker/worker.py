@@ -70,6 +70,7 @@ from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.commit_policies import commit_policy
 from actors.worker.flow import Flow
 from actors.worker.known_schema import give_latest_schema
+from actors.worker.opening import open_sink
 from actors.worker.parts import WorkerParts, assemble, build_pipeline
 from actors.worker.pipeline import RecordPipeline
 from actors.worker.start_from import StartRegistry
@@ -336,7 +337,7 @@ class Worker:
                 await give_latest_schema(self._registry, self.topic, processor, self.label)
             async with contextlib.AsyncExitStack() as opened:  # closes the sinks it opened
                 for bound in sinks:
-                    await bound.sink.open()
+                    await open_sink(bound.sink, self.flow, self.label, self._starting)
                     opened.push_async_callback(bound.sink.close)
                 self._sink_open = True
                 consumer = await self._start_consumer()
@@ -349,6 +350,9 @@ class Worker:
                 await processor.stop()
             finally:
                 await pipeline.close()  # its dead-letter producer, its child processes
+
+    def _starting(self, problem: str | None) -> None:
+        self._start_problem = problem  # in /readyz until the worker joins its group
 
     async def _start_consumer(self) -> AIOKafkaConsumer:
         """A started consumer. The brokers refusing this client's login, certificate or
