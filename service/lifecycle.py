@@ -187,6 +187,15 @@ async def _serve(settings: Settings, bootstrap: str, metrics: Metrics, resources
         for problem in str(exc).splitlines():
             logger.critical("configuration: %s", problem)
         return EXIT_CONFIG
+    oauth2 = settings.spark.catalog.oauth2
+    if oauth2 is not None:  # the REST catalog's login: refused credentials are configuration
+        from actors.sinks.spark.catalog_auth import refused_at_start  # only if set
+
+        refused = await asyncio.to_thread(refused_at_start, oauth2)
+        if refused is not None:
+            logger.critical("spark.catalog.oauth2: %s: check client_id and client_secret",
+                            refused)
+            return EXIT_CONFIG
     loop = asyncio.get_running_loop()
     status: StatusServer | None = None
     if settings.service.http_port:

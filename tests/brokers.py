@@ -94,6 +94,10 @@ TANSU_ONLY: dict[str, str] = {
     "(a SIGKILL after a table commit runs on both: test_jdbc_exactly_once)",
     "test_three_lines": "the docs' three-line configuration landing a topic; the broker "
     "only feeds the table (schema_rows runs on both: PAIRWISE)",
+    "test_rest_catalog_oauth::test_refused_credentials_at_start_exit_2_and_an_outage_at_"
+    "start_is_waited_out": "the REST catalog's login asked before any worker starts; the "
+    "broker only feeds the appends after it (the login failing mid-run runs on both: "
+    "PAIRWISE)",
     "test_pyiceberg_appends::test_drain_lands_every_event_once_and_merges":
         "pyiceberg's append and the merge of a drain; the broker only feeds them (its "
         "kills, races and catalog outages run on both)",

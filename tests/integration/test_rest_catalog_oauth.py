@@ -205,3 +205,52 @@ async def test_the_identity_provider_down_is_named_retried_and_recovered(
     assert max(rows.values()) == 1
     assert not (tmp_path / "dead.jsonl").exists() or not (tmp_path / "dead.jsonl").read_text()
     assert SECRET not in proc.output()
+
+
+async def test_refused_credentials_at_start_exit_2_and_an_outage_at_start_is_waited_out(
+        broker: str, tmp_path: Path, kstage: type[KstageProcess], rest: RestCatalog,
+        idp: OidcServer) -> None:
+    """Client credentials the identity provider refuses when ``kstage run`` starts are the
+    configuration's fault: exit 2 naming the provider, before any worker starts (a Kafka
+    login the brokers refuse is the same). The provider out of reach at start is an
+    outage: the process runs, says so, and lands every event once it answers."""
+    events = 20
+    topic, group = unique("oauth-start"), unique("g-oauth-start")
+    wrong = "wrong-" + SECRET
+    with FakeRegistry() as registry:
+        await create_topic(broker, topic)
+        await produce_events(broker, registry, topic, 0, events, 1)
+        cfg = oauth_config(tmp_path, broker, group, topic, registry, rest, idp,
+                           appends="pyiceberg")
+        refused = kstage(cfg, env={"IDP_SECRET": wrong})
+        assert await refused.wait(timeout=120) == 2, refused.output()[-4000:]
+        said = refused.output()
+        assert (f"spark.catalog.oauth2: the REST catalog's identity provider "
+                f"{idp.token_url} refuses the client credentials (HTTP 401 "
+                "invalid_client): check client_id and client_secret") in said, said[-4000:]
+        assert "joining group" not in said, "a worker started"
+        assert wrong not in said and SECRET not in said
+        assert await total_committed(broker, group, topic, 1) == 0
+
+        idp.down = True
+        try:
+            proc = kstage(cfg, env={"IDP_SECRET": SECRET})
+            base = f"http://127.0.0.1:{await status_port(proc)}"
+            await proc.wait_for_log("at start; the appends retry it", timeout=120)
+            # The staging table cannot be opened: opened again with backoff (no crash
+            # loop that gives up), the provider named in /readyz meanwhile.
+            await proc.wait_for_log("opening the sink again in", timeout=120)
+            body = await wait_readyz(base, proc, 503, "identity provider", timeout=120)
+            assert idp.token_url in str(body), body
+            await proc.wait_for_log("opening the sink again in", timeout=120, count=2)
+        finally:
+            idp.down = False
+        await wait_until(lambda: proc.proc.poll() is not None
+                         or sum(staged(rest, idp, topic).values()) >= events, timeout=240,
+                         what="every event in the staging table")
+        await stop(proc)
+        assert await total_committed(broker, group, topic, 1) == events
+    rows = staged(rest, idp, topic)
+    assert sorted(rows) == expected(events, 1) and max(rows.values()) == 1
+    assert SECRET not in proc.output()
+    assert "crashed" not in proc.output(), proc.output()[-4000:]

@@ -16,7 +16,10 @@ later call of that catalog is answered 401, forever, although the provider is ba
   after such a failure, for every job of the session (appends, merge, maintenance);
 * :func:`identity_provider_problem`: what is wrong with the identity provider, asked the
   way the catalog asks it (a client-credentials grant), for the error a failed append
-  shows in ``/readyz``. Never the secret: the answer's text is the provider's error code.
+  shows in ``/readyz``. Never the secret: the answer's text is the provider's error code;
+* :func:`refused_at_start`: ``kstage run`` asks it once before it starts: credentials the
+  provider refuses are the configuration's fault (exit 2, like a Kafka login the brokers
+  refuse); the provider out of reach is an outage, which the appends retry.
 """
 
 from __future__ import annotations
@@ -65,6 +68,20 @@ def forget_catalog(spark: Any, settings: SparkSettings) -> None:
     logger.warning("spark: the REST catalog refused the session's token: the catalog is "
                    "built again with a new token from %s", settings.catalog.oauth2.token_url
                    if settings.catalog.oauth2 is not None else "its identity provider")
+
+
+def refused_at_start(oauth2: CatalogOAuth2Settings) -> str | None:
+    """What ``kstage run`` refuses to start with: the identity provider refusing the client
+    credentials (its reason). None when it gives a token, and when it fails otherwise (an
+    outage at start: logged; the appends retry and ``/readyz`` names it)."""
+    found = identity_provider_problem(oauth2)
+    if found is None:
+        return None
+    problem, refused = found
+    if refused:
+        return problem
+    logger.warning("spark.catalog.oauth2: %s at start; the appends retry it", problem)
+    return None
 
 
 def token_form(oauth2: CatalogOAuth2Settings) -> dict[str, str]:
