@@ -309,13 +309,14 @@ async def test_a_commit_that_lost_the_race_is_applied_on_the_reloaded_table(
     def stale(name: str) -> Any:
         loaded = load(name)  # this writer's view; the other commits after it
         if not raced:
-            raced.append(theirs.write([batch("b", range(5))], {("g", "b", 0): 5}, "c-theirs"))
+            raced.append(theirs.write([batch("b", range(5))], {("g", "b", 0): 5}, "c-theirs",
+                                       {("g", "b", 0): 0}))
         return loaded
 
     lake.table = stale  # type: ignore[method-assign]
     try:
         assert await lake.call(lambda: mine.write(
-            [batch("a", range(7))], {("g", "a", 0): 7}, "c-mine")) == 7
+            [batch("a", range(7))], {("g", "a", 0): 7}, "c-mine", {("g", "a", 0): 0})) == 7
         lake.table = load  # type: ignore[method-assign]
         assert await lake.call(lambda: mine.committed_ids({"c-mine", "c-theirs", "x"})) == {
             "c-mine", "c-theirs"}
@@ -332,6 +333,9 @@ async def test_a_commit_that_lost_the_race_is_applied_on_the_reloaded_table(
     summaries = pyiceberg.summaries(table)
     assert [s[iceberg.COMMIT_ID] for s in summaries] == ["c-theirs", "c-mine"]
     assert [s["added-data-files"] for s in summaries] == ["1", "1"]  # not written twice
+    # computed before the other writer's commit, carried forward from it on the retry
+    assert iceberg.parse_offsets(summaries[-1][iceberg.OFFSETS]) == {
+        ("g", "a", 0): 7, ("g", "b", 0): 5}
     assert len(await reader.call(lambda s: spark_rows(s, table))) == 12
 
 
@@ -368,7 +372,8 @@ async def test_the_kept_table_is_loaded_again_when_another_writer_moved_it(
         return load(name)
 
     def mine_at(start: int, end: int, commit_id: str) -> int:
-        return mine.write([batch("a", range(start, end))], {("g", "a", 0): end}, commit_id)
+        return mine.write([batch("a", range(start, end))], {("g", "a", 0): end}, commit_id,
+                          {("g", "a", 0): start})  # its expectation, as the writer's
 
     lake.table = counted  # type: ignore[method-assign]
     try:
@@ -376,14 +381,15 @@ async def test_the_kept_table_is_loaded_again_when_another_writer_moved_it(
         assert await lake.call(lambda: mine_at(3, 6, "c2")) == 3
         assert len(loads) == 1  # kept: the catalog still points at its metadata
         await other.call(lambda: theirs.write([batch("b", range(5))], {("g", "b", 0): 5},
-                                              "c3"))
+                                              "c3", {("g", "b", 0): 0}))
         assert await lake.call(lambda: mine_at(6, 9, "c4")) == 3
         assert len(loads) == 2  # moved by the other writer: loaded again
         assert "retrying" not in caplog.text
 
         def raced(name: str) -> str | None:
             found = locate(name)  # this writer's check; the other commits after it
-            theirs.write([batch("b", range(5, 8))], {("g", "b", 0): 8}, "c6")
+            theirs.write([batch("b", range(5, 8))], {("g", "b", 0): 8}, "c6",
+                         {("g", "b", 0): 5})
             return found
 
         lake.location = raced  # type: ignore[method-assign]
@@ -402,6 +408,10 @@ async def test_the_kept_table_is_loaded_again_when_another_writer_moved_it(
     assert {s["added-data-files"] for s in summaries} == {"1"}  # not written twice
     assert iceberg.parse_offsets(summaries[3][iceberg.OFFSETS]) == {
         ("g", "a", 0): 9, ("g", "b", 0): 5}  # c4 carried c3's
+    # c5, computed on c4 and applied again on c6 after the conflict, carries c6's
+    # offsets, not c4's: the current snapshot alone holds every partition's
+    assert iceberg.parse_offsets(summaries[-1][iceberg.OFFSETS]) == {
+        ("g", "a", 0): 12, ("g", "b", 0): 8}
     assert pyiceberg.offsets(table) == {("g", "a", 0): 12, ("g", "b", 0): 8}
 
 

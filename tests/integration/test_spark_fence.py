@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from actors.sinks.spark import iceberg, offset_history
+from actors.sinks.spark import carried_offsets, iceberg, offset_history
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.catalog import dotted, qualified, sqlite_file
 from actors.tables import fold as background
@@ -443,6 +443,11 @@ async def test_the_java_carry_agrees_with_the_python_reference(actor: SparkActor
         assert iceberg.parse_offsets(answer) == iceberg.carried(base, mine), (current, answer)
         assert answer == iceberg.format_offsets(iceberg.parse_offsets(answer)) \
             or not answer.isascii()  # Python's format, bar its escapes of non-ASCII
+        # the pyiceberg catalogs' twin (actors/sinks/spark/carried_offsets.py) agrees
+        python = carried_offsets.merged(current, iceberg.format_offsets(offsets),
+                                        iceberg.format_offsets(expect))
+        assert python is not None and iceberg.parse_offsets(python) == iceberg.parse_offsets(
+            answer), (current, python, answer)
 
 
 async def test_a_commit_of_no_offsets_carries_the_current_ones(actor: SparkActor) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from actors.sinks.spark import catalog_connection, iceberg, offset_history
+from actors.sinks.spark import carried_offsets, catalog_connection, iceberg, offset_history
 from actors.sinks.spark.catalog import catalog_uri, is_local, sqlite_file, warehouse_location
 from settings.models import SparkSettings
 
@@ -254,6 +254,9 @@ def _fenced_catalog_class() -> type[Any]:
                     name = ".".join((self.name, *table_identifier)) \
                         if isinstance(table_identifier, tuple) else str(table_identifier)
                     raise fence_error(iceberg.fence_message(name, violations))
+            # the offsets carried forward from this very base (a retry's base moved)
+            updates = carried_offsets.onto(
+                None if current_table is None else current_table.metadata, tuple(updates))
             return super()._update_and_stage_table(current_table, table_identifier,
                                                    requirements, updates)
 

@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 
 from actors.backoff import Jitter, backoff_s
-from actors.sinks.spark import catalog_auth, iceberg
+from actors.sinks.spark import carried_offsets, catalog_auth, iceberg
 from actors.sinks.spark.catalog import catalog_uri, warehouse_location
 from actors.sinks.spark.pyiceberg_catalog import s3_properties
 from settings.catalog_oauth import OAUTH2_PROPERTIES
@@ -254,7 +254,13 @@ def _fenced_rest_class() -> type[Any]:
                 if violations:
                     name = ".".join((self.name, *table.name()))
                     raise fence_error(iceberg.fence_message(name, violations))
+            # the offsets carried forward from this very base (a retry's base moved),
+            # which the server must then apply the commit on
+            original = tuple(updates)
+            redone = carried_offsets.onto(table.metadata, original)
+            if expected or redone is not original:
                 requirements = _main_asserted(table.metadata, tuple(requirements))
+            updates = redone
             try:
                 return super().commit_table(table, requirements, updates)
             except (UnauthorizedError, AuthorizationExpiredError):
