@@ -117,6 +117,27 @@ def test_the_rest_catalogs_commit_is_fenced_before_it_is_sent(
     assert sent[-1] == (mine,)
 
 
+def test_the_rest_catalogs_commit_carries_the_offsets_of_its_base(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshot's kstage.offsets are made again on the base the commit is sent on
+    (actors/sinks/spark/carried_offsets.py): computed on an older base without another
+    writer's partition, they get its offset from the base's current snapshot."""
+    sent: list[Any] = []
+    monkeypatch.setattr(RestCatalog, "commit_table",
+                        lambda self, tbl, requirements, updates: sent.append(updates))
+    cls = _fenced_rest_class()
+    catalog = cls.__new__(cls)
+    catalog.name, catalog.tokens = "kstage", None
+    other = ("g", "other", 0)
+    base = table(recorded=100)
+    base.metadata.snapshots[0].summary[iceberg.OFFSETS] = iceberg.format_offsets(
+        {STREAM: 100, other: 42})
+    catalog.commit_table(base, (), appending(expect=100))
+    (update,) = sent[-1]
+    assert iceberg.parse_offsets(update.snapshot.summary[iceberg.OFFSETS]) == {
+        STREAM: 110, other: 42}
+
+
 @pytest.mark.parametrize("answer", [UnauthorizedError, AuthorizationExpiredError])
 def test_a_commit_the_server_refuses_the_token_of_is_sent_again_with_a_new_one(
         monkeypatch: pytest.MonkeyPatch, answer: type[Exception]) -> None:

@@ -86,12 +86,15 @@ def onto(base: Any, updates: tuple[Any, ...]) -> tuple[Any, ...]:
     from pyiceberg.table.snapshots import Summary  # only with appends: pyiceberg
     from pyiceberg.table.update import AddSnapshotUpdate
 
-    current = base.current_snapshot()
+    main = base.refs.get("main")  # the branch the fence reads (recorded_offsets)
+    head = main.snapshot_id if main is not None else base.current_snapshot_id
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in base.snapshots}
+    current = by_id.get(head) if head is not None else None
     recorded = None
     if current is not None and current.summary is not None:
         found = current.summary.additional_properties.get(iceberg.OFFSETS)
         recorded = None if found is None else str(found)
-    known = {snapshot.snapshot_id for snapshot in base.snapshots}
+    known = set(by_id)
     redone: list[Any] = []
     changed = False
     for update in updates:
