@@ -1,20 +1,31 @@
-"""A worker's sinks opened at its start, an outage waited out.
+"""A worker's start: its sinks opened, then its consumer started, an outage waited out.
 
 A sink that cannot open now raises a SinkError: its catalog, storage, database or
-identity provider is out of reach. That is not a fact about the configuration, so the
-worker opens it again with backoff (0.5 s doubling to 30 s) and says why in ``/readyz``
-meanwhile, before it joins its group; nothing is consumed until every sink is open. Before,
-such a worker crashed, and a restart limit of three crashes a minute stopped the process
-within a second of its start. A FatalError still stops the process.
+identity provider is out of reach. A consumer that cannot start raises
+KafkaConnectionError: no broker of the bootstrap list answers (Kafka not up yet, the
+network gone). Neither is a fact about the configuration, so the worker tries again with
+backoff (0.5 s doubling to 30 s) and says why in ``/readyz`` meanwhile (the reason is the
+worker's ``security_problem`` until it joins its group); nothing is consumed until every
+sink is open and the consumer started. Before, such a worker crashed, and the restart
+limit (``supervisor.max_restarts`` crashes a minute, 5) stopped the process within about
+15 s of its start. A FatalError still stops the process, and so does a login, certificate
+or token the brokers refuse at the process's start (exit 2: the same settings fail the
+same way); in a restarted worker that is credentials that stopped working mid-run, waited
+out as an outage.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaConnectionError
+
 from actors.backoff import backoff_s
 from actors.errors import SinkError
+from actors.kafka import KafkaSecurityError
 from actors.sinks import Sink
 from actors.worker.flow import Flow
 
@@ -42,4 +53,37 @@ async def open_sink(sink: Sink, flow: Flow, label: str,
         return
 
 
-__all__ = ["open_sink"]
+async def start_consumer(make: Callable[[], AIOKafkaConsumer], flow: Flow, label: str,
+                         problem: Callable[[str | None], None], *, restarted: bool,
+                         bootstrap: str) -> AIOKafkaConsumer:
+    """A consumer ``make()`` made and started, made again with backoff while no broker
+    answers (or, in a ``restarted`` worker, the brokers refuse its credentials);
+    ``problem`` is told why (None once started). A stop while waiting re-raises the last
+    error."""
+    attempt = 0
+    while True:
+        consumer = make()
+        try:
+            await consumer.start()
+        except KafkaSecurityError as exc:
+            if not restarted:
+                raise
+            failed: Exception = exc
+            why = str(exc)
+        except KafkaConnectionError as exc:
+            failed = exc
+            why = f"cannot reach the Kafka brokers at {bootstrap}: {exc}"
+            with contextlib.suppress(Exception):  # its half-made connections
+                await consumer.stop()
+        else:
+            problem(None)
+            return consumer
+        problem(why)
+        delay = backoff_s(attempt, 0.5, 30.0)
+        attempt += 1
+        logger.warning("%s: %s; retrying in %.1fs", label, why, delay)
+        if not await flow.sleep(delay):
+            raise failed
+
+
+__all__ = ["open_sink", "start_consumer"]

@@ -51,13 +51,12 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
-from actors.backoff import backoff_s
 from actors.codecs.avro import AvroDecoder
 from actors.codecs.by_id import SchemaIdDecoder
 from actors.codecs.schema_registry import SchemaRegistry
 from actors.control import TopicControl
 from actors.failure import Sleep
-from actors.kafka import KafkaSecurityError, build_consumer, coordinator_known
+from actors.kafka import build_consumer, coordinator_known
 from actors.lifecycle import Lifecycle
 from actors.log_bounds import FetchedBounds, LogBounds
 from actors.metrics import Metrics
@@ -70,7 +69,7 @@ from actors.worker.bound import BoundSink, bound_sinks
 from actors.worker.commit_policies import commit_policy
 from actors.worker.flow import Flow
 from actors.worker.known_schema import give_latest_schema
-from actors.worker.opening import open_sink
+from actors.worker.opening import open_sink, start_consumer
 from actors.worker.parts import WorkerParts, assemble, build_pipeline
 from actors.worker.pipeline import RecordPipeline
 from actors.worker.start_from import StartRegistry
@@ -355,29 +354,13 @@ class Worker:
         self._start_problem = problem  # in /readyz until the worker joins its group
 
     async def _start_consumer(self) -> AIOKafkaConsumer:
-        """A started consumer. The brokers refusing this client's login, certificate or
-        token is a configuration error at the process's start (exit 2: the same settings
-        fail the same way); in a restarted worker it is credentials that stopped working
-        mid-run (a rotated password, a revoked certificate): retried with backoff
-        (0.5 s doubling to 30 s) and named in ``/readyz`` meanwhile."""
-        attempt = 0
-        while True:
-            consumer = self._consumer_factory(self.settings, self.group, self._bootstrap,
-                                              self.topic.topic)
-            try:
-                await consumer.start()
-            except KafkaSecurityError as exc:
-                if self.restarts == 0:
-                    raise
-                self._start_problem = str(exc)
-                delay = backoff_s(attempt, 0.5, 30.0)
-                attempt += 1
-                logger.warning("%s: %s; retrying in %.1fs", self.label, exc, delay)
-                if not await self.flow.sleep(delay):
-                    raise
-                continue
-            self._start_problem = None
-            return consumer
+        """A started consumer (:func:`~actors.worker.opening.start_consumer`: the brokers
+        out of reach are waited out; a refused login is exit 2 at the process's start)."""
+        return await start_consumer(
+            lambda: self._consumer_factory(self.settings, self.group, self._bootstrap,
+                                           self.topic.topic),
+            self.flow, self.label, self._starting, restarted=self.restarts > 0,
+            bootstrap=self._bootstrap)
 
     async def _run_loops(self, consumer: AIOKafkaConsumer, sinks: list[BoundSink],
                          pipeline: RecordPipeline) -> None:

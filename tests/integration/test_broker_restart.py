@@ -96,3 +96,38 @@ async def test_broker_restart_with_persistent_storage(broker_kind, tmp_path, kst
         assert proc.proc.poll() is None, proc.output()
         proc.signal(signal.SIGTERM)
         assert await proc.wait(60) == 0, proc.output()
+
+
+async def test_the_broker_not_up_when_kstage_starts_is_waited_for(broker_kind, tmp_path,
+                                                                    kstage):
+    """kstage started before its broker (a compose file or a pod that comes up first):
+    the worker's consumer cannot bootstrap, and is started again with backoff, named in
+    /readyz, instead of crashing until the restart limit stops the process; once the
+    broker is up every row lands once and is committed."""
+    topic, group = unique("not-up"), unique("g-not-up")
+    with dedicated_broker(broker_kind, tmp_path / "broker", persistent=True) as broker:
+        await create_topic(broker.bootstrap, topic, partitions=2)
+        await produce(broker.bootstrap, topic, [{"i": i} for i in range(40)],
+                      partition_of=lambda i: i % 2)
+        broker.stop()
+        port = free_port()
+        cfg = write_config(tmp_path / "kstage.yml", broker.bootstrap, group,
+                           [{"topic": topic, "processor": "json_rows",
+                             "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+                           service={"http_port": port, "http_host": "127.0.0.1"})
+        proc = kstage(cfg)
+        said = f"cannot reach the Kafka brokers at {broker.bootstrap}"
+        await proc.wait_for_log(said, timeout=60, count=2)  # tried again, no crash
+        await wait_readyz(f"http://127.0.0.1:{port}", proc, 503, said, timeout=30)
+        broker.start()
+        out = tmp_path / "out.jsonl"
+        await wait_until(lambda: {r["i"] for r in read_jsonl(out)} >= set(range(40)), 120,
+                         "every row once the broker is up")
+        deadline = time.monotonic() + 60
+        while (got := await committed(broker.bootstrap, group, topic, 2)) != {0: 20, 1: 20}:
+            assert time.monotonic() < deadline, f"committed {got}"
+            await asyncio.sleep(0.2)
+        assert Counter(r["i"] for r in read_jsonl(out)) == Counter(range(40))
+        assert "crashed" not in proc.output(), proc.output()[-4000:]
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait(60) == 0, proc.output()
