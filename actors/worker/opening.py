@@ -6,7 +6,8 @@ KafkaConnectionError: no broker of the bootstrap list answers (Kafka not up yet,
 network gone). Neither is a fact about the configuration, so the worker tries again with
 backoff (0.5 s doubling to 30 s) and says why in ``/readyz`` meanwhile (the reason is the
 worker's ``security_problem`` until it joins its group); nothing is consumed until every
-sink is open and the consumer started. Before, such a worker crashed, and the restart
+sink is open and the consumer started, and a stop meanwhile ends the worker without a
+crash. Before, such a worker crashed, and the restart
 limit (``supervisor.max_restarts`` crashes a minute, 5) stopped the process within about
 15 s of its start. A FatalError still stops the process, and so does a login, certificate
 or token the brokers refuse at the process's start (exit 2: the same settings fail the
@@ -33,10 +34,10 @@ logger = logging.getLogger(__name__)
 
 
 async def open_sink(sink: Sink, flow: Flow, label: str,
-                    problem: Callable[[str | None], None]) -> None:
+                    problem: Callable[[str | None], None]) -> bool:
     """Open ``sink``, again with backoff while it raises a SinkError; ``problem`` is told
-    why (None once open). A stop while waiting re-raises the last error (nothing was
-    consumed)."""
+    why (None once open). False: the worker was stopped while waiting (not open, nothing
+    consumed: the worker ends without a crash)."""
     attempt = 0
     while True:
         try:
@@ -47,19 +48,19 @@ async def open_sink(sink: Sink, flow: Flow, label: str,
             attempt += 1
             logger.warning("%s: %s; opening the sink again in %.1fs", label, exc, delay)
             if not await flow.sleep(delay):
-                raise
+                return False
             continue
         problem(None)
-        return
+        return True
 
 
 async def start_consumer(make: Callable[[], AIOKafkaConsumer], flow: Flow, label: str,
                          problem: Callable[[str | None], None], *, restarted: bool,
-                         bootstrap: str) -> AIOKafkaConsumer:
+                         bootstrap: str) -> AIOKafkaConsumer | None:
     """A consumer ``make()`` made and started, made again with backoff while no broker
     answers (or, in a ``restarted`` worker, the brokers refuse its credentials);
-    ``problem`` is told why (None once started). A stop while waiting re-raises the last
-    error."""
+    ``problem`` is told why (None once started). None: the worker was stopped while
+    waiting."""
     attempt = 0
     while True:
         consumer = make()
@@ -68,10 +69,8 @@ async def start_consumer(make: Callable[[], AIOKafkaConsumer], flow: Flow, label
         except KafkaSecurityError as exc:
             if not restarted:
                 raise
-            failed: Exception = exc
             why = str(exc)
         except KafkaConnectionError as exc:
-            failed = exc
             why = f"cannot reach the Kafka brokers at {bootstrap}: {exc}"
             with contextlib.suppress(Exception):  # its half-made connections
                 await consumer.stop()
@@ -83,7 +82,7 @@ async def start_consumer(make: Callable[[], AIOKafkaConsumer], flow: Flow, label
         attempt += 1
         logger.warning("%s: %s; retrying in %.1fs", label, why, delay)
         if not await flow.sleep(delay):
-            raise failed
+            return None
 
 
 __all__ = ["open_sink", "start_consumer"]

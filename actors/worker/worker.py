@@ -336,10 +336,14 @@ class Worker:
                 await give_latest_schema(self._registry, self.topic, processor, self.label)
             async with contextlib.AsyncExitStack() as opened:  # closes the sinks it opened
                 for bound in sinks:
-                    await open_sink(bound.sink, self.flow, self.label, self._starting)
+                    if not await open_sink(bound.sink, self.flow, self.label,
+                                           self._starting):
+                        return  # stopped before it opened: nothing consumed
                     opened.push_async_callback(bound.sink.close)
                 self._sink_open = True
                 consumer = await self._start_consumer()
+                if consumer is None:
+                    return  # stopped while waiting for the brokers
                 try:
                     await self._run_loops(consumer, sinks, pipeline)
                 finally:
@@ -353,9 +357,10 @@ class Worker:
     def _starting(self, problem: str | None) -> None:
         self._start_problem = problem  # in /readyz until the worker joins its group
 
-    async def _start_consumer(self) -> AIOKafkaConsumer:
+    async def _start_consumer(self) -> AIOKafkaConsumer | None:
         """A started consumer (:func:`~actors.worker.opening.start_consumer`: the brokers
-        out of reach are waited out; a refused login is exit 2 at the process's start)."""
+        out of reach are waited out; a refused login is exit 2 at the process's start);
+        None when stopped meanwhile."""
         return await start_consumer(
             lambda: self._consumer_factory(self.settings, self.group, self._bootstrap,
                                            self.topic.topic),

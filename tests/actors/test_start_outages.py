@@ -62,8 +62,7 @@ async def test_a_stop_ends_the_wait_without_consuming(tmp_path: Path) -> None:
     run = asyncio.create_task(worker.run())
     await until(lambda: sink.opens >= 1, "the first open")
     worker.stop()
-    with pytest.raises(SinkError, match="out of reach"):
-        await asyncio.wait_for(run, 5)
+    await asyncio.wait_for(run, 5)  # ends, no crash: nothing to commit
     assert not consumer.started and sink.written == []
 
 
@@ -115,6 +114,6 @@ async def test_a_stop_ends_the_wait_for_the_brokers(tmp_path: Path) -> None:
     run = asyncio.create_task(worker.run())
     await until(lambda: consumer.starts >= 1, "the first start")
     worker.stop()
-    with pytest.raises(KafkaConnectionError):
-        await asyncio.wait_for(run, 5)
+    await asyncio.wait_for(run, 5)  # ends, no crash: nothing to commit
     assert consumer.stopped  # each failed start's connections closed
+    assert consumer.committed_offsets == {}
