@@ -13,6 +13,7 @@ import asyncio
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,15 +34,30 @@ from tests.kafkautil import (
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
+def jsonl_config(tmp_path: Path, bootstrap: str, group: str, topic: str,
+                 port: int) -> Path:
+    """kstage's config: ``topic`` to a jsonl file, the status server on ``port``."""
+    return write_config(tmp_path / "kstage.yml", bootstrap, group,
+                        [{"topic": topic, "processor": "json_rows",
+                          "sink": {"type": "jsonl", "path": "out.jsonl"}}],
+                        service={"http_port": port, "http_host": "127.0.0.1"})
+
+
+async def committed_to(bootstrap: str, group: str, topic: str, expected: dict[int, int],
+                       timeout: float) -> None:
+    """Wait until ``group`` committed ``expected`` (partition: offset) of ``topic``."""
+    deadline = time.monotonic() + timeout
+    while (got := await committed(bootstrap, group, topic, len(expected))) != expected:
+        assert time.monotonic() < deadline, f"committed {got}, not {expected}"
+        await asyncio.sleep(0.2)
+
+
 async def test_broker_restart_with_persistent_storage(broker_kind, tmp_path, kstage):
     topic, group = unique("restart"), unique("g-restart")
     with dedicated_broker(broker_kind, tmp_path / "broker", persistent=True) as broker:
         await create_topic(broker.bootstrap, topic, partitions=2)
         port = free_port()
-        cfg = write_config(tmp_path / "kstage.yml", broker.bootstrap, group,
-                           [{"topic": topic, "processor": "json_rows",
-                             "sink": {"type": "jsonl", "path": "out.jsonl"}}],
-                           service={"http_port": port, "http_host": "127.0.0.1"})
+        cfg = jsonl_config(tmp_path, broker.bootstrap, group, topic, port)
         proc = kstage(cfg)
         await proc.wait_for_log("assigned partitions", timeout=60)
         readyz = f"http://127.0.0.1:{port}/readyz"
@@ -57,10 +73,7 @@ async def test_broker_restart_with_persistent_storage(broker_kind, tmp_path, kst
         await wait_until(lambda: len(read_jsonl(out)) >= 100, 60, "the first 100 rows")
 
         async def committed_is(expected: dict[int, int], timeout: float) -> None:
-            deadline = time.monotonic() + timeout
-            while (got := await committed(broker.bootstrap, group, topic, 2)) != expected:
-                assert time.monotonic() < deadline, f"committed {got}, not {expected}"
-                await asyncio.sleep(0.2)
+            await committed_to(broker.bootstrap, group, topic, expected, timeout)
 
         await committed_is({0: 50, 1: 50}, 30)
 
@@ -111,10 +124,7 @@ async def test_the_broker_not_up_when_kstage_starts_is_waited_for(broker_kind, t
                       partition_of=lambda i: i % 2)
         broker.stop()
         port = free_port()
-        cfg = write_config(tmp_path / "kstage.yml", broker.bootstrap, group,
-                           [{"topic": topic, "processor": "json_rows",
-                             "sink": {"type": "jsonl", "path": "out.jsonl"}}],
-                           service={"http_port": port, "http_host": "127.0.0.1"})
+        cfg = jsonl_config(tmp_path, broker.bootstrap, group, topic, port)
         proc = kstage(cfg)
         said = f"cannot reach the Kafka brokers at {broker.bootstrap}"
         await proc.wait_for_log(said, timeout=60, count=2)  # tried again, no crash
@@ -123,10 +133,7 @@ async def test_the_broker_not_up_when_kstage_starts_is_waited_for(broker_kind, t
         out = tmp_path / "out.jsonl"
         await wait_until(lambda: {r["i"] for r in read_jsonl(out)} >= set(range(40)), 120,
                          "every row once the broker is up")
-        deadline = time.monotonic() + 60
-        while (got := await committed(broker.bootstrap, group, topic, 2)) != {0: 20, 1: 20}:
-            assert time.monotonic() < deadline, f"committed {got}"
-            await asyncio.sleep(0.2)
+        await committed_to(broker.bootstrap, group, topic, {0: 20, 1: 20}, 60)
         assert Counter(r["i"] for r in read_jsonl(out)) == Counter(range(40))
         assert "crashed" not in proc.output(), proc.output()[-4000:]
         proc.signal(signal.SIGTERM)
