@@ -5,7 +5,8 @@ tests/integration/test_spark_fence.py compares with this one on a table of cases
 from __future__ import annotations
 
 from actors.sinks.spark import carried_offsets, iceberg
-from actors.sinks.spark.carried_offsets import _redone, merged, strict
+from actors.sinks.spark.carried_offsets import _redone, merged
+from actors.sinks.spark.iceberg import strict_offsets as strict
 from actors.sinks.spark.offset_history import RESET
 
 A, B = ("g", "a", 0), ("g", "b", 0)

@@ -23,40 +23,26 @@ its own. pyiceberg is imported only inside functions.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from actors.sinks.spark import iceberg
+from actors.sinks.spark.iceberg import strict_offsets as strict
 from actors.sinks.spark.offset_history import RESET
-
-Offsets = dict[tuple[str, str, int], int]
-
-
-def strict(value: str) -> Offsets | None:
-    """``kstage.offsets`` (or ``kstage.expect``) parsed; None when malformed."""
-    try:
-        data = json.loads(value)
-        return {(str(group), str(topic), int(partition)): int(offset)
-                for group, topics in data.items() for topic, partitions in topics.items()
-                for partition, offset in partitions.items()}
-    except (ValueError, AttributeError, TypeError):
-        return None
 
 
 def merged(current: str | None, offsets: str, expect: str) -> str | None:
     """The ``kstage.offsets`` an append records on a base whose current snapshot records
     ``current`` (None: none; ignored when malformed, as readers ignore it): ``current``'s
     offsets with those of ``offsets`` for the partitions of ``expect`` (the append's own),
-    the higher of each. None when ``offsets`` or ``expect`` is malformed (left as it is:
-    the fence refuses a malformed expectation)."""
+    the higher of each (:func:`~actors.sinks.spark.iceberg.carried`). None when
+    ``offsets`` or ``expect`` is malformed (left as it is: the fence refuses a malformed
+    expectation)."""
     mine, own = strict(offsets), strict(expect)
     if mine is None or own is None:
         return None
-    result = dict((strict(current) or {}) if current is not None else {})
-    for stream, offset in mine.items():
-        if stream in own:
-            result[stream] = max(result.get(stream, offset), offset)
-    return iceberg.format_offsets(result)
+    base = (strict(current) or {}) if current is not None else {}
+    return iceberg.format_offsets(iceberg.carried(
+        base, {stream: offset for stream, offset in mine.items() if stream in own}))
 
 
 def _redone(recorded: str | None, summary: dict[str, str]) -> str | None:
@@ -113,4 +99,4 @@ def onto(base: Any, updates: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(redone) if changed else updates
 
 
-__all__ = ["merged", "onto", "strict"]
+__all__ = ["merged", "onto"]

@@ -339,18 +339,34 @@ def carried(current: dict[tuple[str, str, int], int], mine: dict[tuple[str, str,
     return merged
 
 
+_MALFORMED = (ValueError, AttributeError, TypeError)  # what a value not kstage's raises
+
+
+def _offsets(value: str) -> dict[tuple[str, str, int], int]:
+    data = json.loads(value)
+    return {(group, topic, int(partition)): int(offset)
+            for group, topics in data.items() for topic, partitions in topics.items()
+            for partition, offset in partitions.items()}
+
+
 def parse_offsets(value: str) -> dict[tuple[str, str, int], int]:
     """``kstage.offsets`` (JSON) as (group, topic, partition) -> offset; a malformed
     value (not written by kstage) is ignored with a warning."""
     try:
-        data = json.loads(value)
-        return {(group, topic, int(partition)): int(offset)
-                for group, topics in data.items() for topic, partitions in topics.items()
-                for partition, offset in partitions.items()}
-    except (ValueError, AttributeError, TypeError) as exc:
+        return _offsets(value)
+    except _MALFORMED as exc:
         logger.warning("spark: ignoring a snapshot's %s that is not kstage's: %s", OFFSETS,
                        exc)
         return {}
+
+
+def strict_offsets(value: str) -> dict[tuple[str, str, int], int] | None:
+    """``kstage.offsets`` (or ``kstage.expect``) as :func:`parse_offsets` reads it; None
+    when malformed (said by no warning: the caller decides)."""
+    try:
+        return _offsets(value)
+    except _MALFORMED:
+        return None
 
 
 def format_offsets(offsets: dict[tuple[str, str, int], int]) -> str:
@@ -420,6 +436,6 @@ __all__ = ["COMMIT_ID", "EXPECT", "FENCE_PREFIX", "OFFSETS", "Violation",
            "fence_message", "fence_refusal", "fence_violations",
            "RENAMED", "RESERVED", "STAGING_PROPERTIES", "WRITER_ID",
            "column_name", "table_columns", "committed_ids",
-           "create_staging", "format_offsets", "parse_offsets", "schema_change",
+           "create_staging", "format_offsets", "parse_offsets", "schema_change", "strict_offsets",
            "carried", "current_history", "current_offsets", "struct_type",
            "table_metadata", "unfit"]
