@@ -33,6 +33,14 @@ from actors.worker.flow import Flow
 logger = logging.getLogger(__name__)
 
 
+async def _wait(flow: Flow, attempt: int, label: str, why: str, then: str) -> bool:
+    """After the ``attempt``-th failure (0 first): say ``why`` and sleep the start's
+    backoff before ``then``; False when the worker was stopped meanwhile."""
+    delay = backoff_s(attempt, 0.5, 30.0)
+    logger.warning("%s: %s; %s in %.1fs", label, why, then, delay)
+    return await flow.sleep(delay)
+
+
 async def open_sink(sink: Sink, flow: Flow, label: str,
                     problem: Callable[[str | None], None]) -> bool:
     """Open ``sink``, again with backoff while it raises a SinkError; ``problem`` is told
@@ -44,11 +52,9 @@ async def open_sink(sink: Sink, flow: Flow, label: str,
             await sink.open()
         except SinkError as exc:
             problem(str(exc))
-            delay = backoff_s(attempt, 0.5, 30.0)
-            attempt += 1
-            logger.warning("%s: %s; opening the sink again in %.1fs", label, exc, delay)
-            if not await flow.sleep(delay):
+            if not await _wait(flow, attempt, label, str(exc), "opening the sink again"):
                 return False
+            attempt += 1
             continue
         problem(None)
         return True
@@ -78,11 +84,9 @@ async def start_consumer(make: Callable[[], AIOKafkaConsumer], flow: Flow, label
             problem(None)
             return consumer
         problem(why)
-        delay = backoff_s(attempt, 0.5, 30.0)
-        attempt += 1
-        logger.warning("%s: %s; retrying in %.1fs", label, why, delay)
-        if not await flow.sleep(delay):
+        if not await _wait(flow, attempt, label, why, "retrying"):
             return None
+        attempt += 1
 
 
 __all__ = ["open_sink", "start_consumer"]
