@@ -299,20 +299,28 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
 def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
     """With ``appends: pyiceberg`` and no ``maintenance.every_s`` set (no JVM), the staging
     tables' snapshots still expire, through pyiceberg (:mod:`actors.tables.pyiceberg_expiry`,
-    :meth:`SparkSettings.pyiceberg_expiry`)."""
+    :meth:`SparkSettings.pyiceberg_expiry`), and their small files are folded beside the
+    appends (:mod:`actors.tables.pyiceberg_fold`, ``maintenance.fold_files``)."""
     settings = master.settings
     expiry = settings.spark.pyiceberg_expiry()
-    if expiry is None:
+    folds = settings.spark.pyiceberg_fold_files() is not None
+    if expiry is None and not folds:
         return None
-    every, max_age_s = expiry
 
     async def expiring() -> None:
         await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
-        from actors.tables import expire_pyiceberg_snapshots
+        from actors.tables import expire_pyiceberg_snapshots, fold_pyiceberg_tables
 
-        await expire_pyiceberg_snapshots(settings, master.processors,
-                                         master.resources.spark().lake(), every, max_age_s,
-                                         metrics, master.snapshot)
+        lake = master.resources.spark().lake()
+        jobs = []
+        if expiry is not None:
+            every, max_age_s = expiry
+            jobs.append(expire_pyiceberg_snapshots(settings, master.processors, lake, every,
+                                                   max_age_s, metrics, master.snapshot))
+        if folds:
+            jobs.append(fold_pyiceberg_tables(settings, master.processors, lake, metrics,
+                                              master.snapshot))
+        await asyncio.gather(*jobs)
 
     return asyncio.create_task(expiring(), name="maintenance")
 

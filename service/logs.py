@@ -124,9 +124,11 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
         # httpx logs every request URL at INFO (query strings included): keep it quiet.
         # py4j logs every Spark call at DEBUG and its connections at INFO.
         # aiokafka repeats its connection errors many times a second during an outage.
+        # pyiceberg.io says which FileIO it picked at every table load (INFO).
         "loggers": {"aiokafka": {"level": "WARNING", "handlers": ["stderr_repeats"],
                                  "propagate": False},
                     "httpx": {"level": "WARNING"},
                     "py4j": {"level": "WARNING"},
+                    "pyiceberg.io": {"level": "WARNING"},
                     "httpcore": {"level": "WARNING"}},
     })

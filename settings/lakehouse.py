@@ -162,9 +162,11 @@ class MaintenanceSettings(Model):
         "(beside the appends; each table by the process holding partition 0 of its topic; "
         "a failure is logged and retried at the next interval); null: only `kstage tables "
         "maintain`. With appends: pyiceberg, off unless set (it would start a JVM): the "
-        "staging tables' snapshots then expire through pyiceberg every 60 s, no JVM.")
+        "staging tables' snapshots then expire through pyiceberg every 60 s and their small "
+        "files are folded by pyiceberg (fold_files), no JVM.")
     fold_files: int | None = Field(
-        50, ge=2, description="Inside `kstage run` (with every_s): a staging table is "
+        50, ge=2, description="Inside `kstage run` (with every_s, or with appends: "
+        "pyiceberg and every_s unset: through pyiceberg, no JVM): a staging table is "
         "compacted beside its appends (the background fold) once it has this many more "
         "data files than its last compaction left; null: only at every_s.")
     snapshot_max_age_s: float = Field(
@@ -287,6 +289,15 @@ class SparkSettings(Model):
         age = (maintenance.snapshot_max_age_s if "snapshot_max_age_s"
                in maintenance.model_fields_set else PYICEBERG_SNAPSHOT_MAX_AGE_S)
         return PYICEBERG_EXPIRY_EVERY_S, age
+
+    def pyiceberg_fold_files(self) -> int | None:
+        """``maintenance.fold_files`` of the background fold through pyiceberg inside
+        ``kstage run`` (:mod:`actors.tables.pyiceberg_fold`): with ``appends: pyiceberg``
+        when ``maintenance.every_s`` is not set; None when it does not run (``every_s``
+        set: Spark's fold; null: no maintenance inside ``kstage run``)."""
+        if self.appends != "pyiceberg" or "every_s" in self.maintenance.model_fields_set:
+            return None
+        return self.maintenance.fold_files
 
     @field_validator("warehouse")
     @classmethod

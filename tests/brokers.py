@@ -120,10 +120,16 @@ TANSU_ONLY: dict[str, str] = {
     "runs on both: test_pyiceberg_appends::test_sigkill_after_the_table_commit_resumes_"
     "from_the_table; the catalog down at start: test_pyiceberg_no_jvm::test_catalog_down_"
     "when_the_run_starts_is_retried_and_shown_in_readyz)",
-    "test_pyiceberg_fold": "the fold of a table pyiceberg appends to, and the resume "
+    "test_pyiceberg_fold::test_a_fold_beside_pyiceberg_appends_carries_the_offsets_and_"
+    "a_kill_resumes_once": "the fold of a table pyiceberg appends to, and the resume "
     "after a SIGKILL; the broker only feeds it (resuming where the table holds each "
     "partition after a SIGKILL runs on both: test_pyiceberg_appends::test_sigkill_after_"
     "the_table_commit_resumes_from_the_table)",
+    "test_pyiceberg_fold::test_pyiceberg_folds_without_a_jvm_into_a_replace_that_carries_"
+    "the_offsets": "pyiceberg's fold of a table pyiceberg appends to, and the resume "
+    "after a SIGKILL; the broker only feeds it (a process killed mid-fold resumes on "
+    "both: test_pyiceberg_fold::test_a_process_killed_while_its_fold_reads_commits_none_"
+    "of_it_and_lands_once)",
     "test_deletes::test_kstage_run_lands_deletes_from_the_broker_in_every_sink":
         "Debezium's deletes and tombstones as deletions in every sink; the broker only "
         "feeds them (a tombstone from either broker deletes in the final merge: "

@@ -284,6 +284,17 @@ async def assert_resumed_once(broker: str, reader: IcebergReader, proc: KstagePr
                 in proc.output())
 
 
+async def drain_resumes_once(kstage: type[KstageProcess], cfg: Path, broker: str,
+                             reader: IcebergReader, group: str, table: str, topic: str,
+                             count: int, partitions: int) -> None:
+    """A ``kstage run --drain`` of ``cfg`` after a SIGKILL that left ``table`` holding
+    ``count`` events ahead of Kafka: it exits 0 and :func:`assert_resumed_once` holds."""
+    second = kstage(cfg, "--drain")
+    assert await second.wait(timeout=300) == 0, second.output()
+    await assert_resumed_once(broker, reader, second, group, table, topic, count,
+                              partitions)
+
+
 async def wait_landed(proc: KstageProcess, reader: IcebergReader, table: str, count: int,
                       what: str = "every event in the staging table",
                       timeout: float = 180) -> None:

@@ -1,7 +1,8 @@
 """The lakehouse table jobs on the spark sinks' Iceberg tables: the merge of staging tables
 into final tables (:mod:`.merge`, :mod:`.merge_job`, :mod:`.merge_fold`,
 :mod:`.final_table`, :mod:`.final_deletions`), their maintenance (:mod:`.maintenance`,
-:mod:`.expiry`, :mod:`.snapshots`; without a JVM, :mod:`.pyiceberg_expiry`), the
+:mod:`.expiry`, :mod:`.snapshots`; without a JVM, :mod:`.pyiceberg_expiry` and
+:mod:`.pyiceberg_fold`), the
 migration of an earlier version's Parquet tables (:mod:`.migrate`, :mod:`.legacy`), the
 reset of the offsets a table holds (:mod:`.offset_resets`), and the loops that run the
 merge and the maintenance in ``kstage run`` (:mod:`.merge_loop`,
@@ -34,6 +35,7 @@ if _typing.TYPE_CHECKING:
     from actors.tables.migrate import migrate as migrate_tables
     from actors.tables.offset_resets import PyIcebergOffsets, SparkOffsets, TableOffsets
     from actors.tables.pyiceberg_expiry import expire_periodically as expire_pyiceberg_snapshots
+    from actors.tables.pyiceberg_fold import fold_periodically as fold_pyiceberg_tables
     from actors.tables.snapshots import content as table_content
     from actors.tables.snapshots import exists as table_exists
     from actors.tables.snapshots import history as snapshot_history
@@ -53,6 +55,7 @@ _HOME = {
     "deletions_name": "actors.tables.final_deletions",
     "expire_pyiceberg_snapshots": "actors.tables.pyiceberg_expiry:expire_periodically",
     "final_name": "actors.tables.merge",
+    "fold_pyiceberg_tables": "actors.tables.pyiceberg_fold:fold_periodically",
     "legacy_problems": "actors.tables.legacy:problems",
     "maintain": "actors.tables.maintenance",
     "maintain_periodically": "actors.tables.maintenance_loop",
@@ -86,6 +89,7 @@ __all__ = [
     "deletions_name",
     "expire_pyiceberg_snapshots",
     "final_name",
+    "fold_pyiceberg_tables",
     "legacy_problems",
     "maintain",
     "maintain_periodically",

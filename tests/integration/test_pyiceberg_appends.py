@@ -60,7 +60,7 @@ from tests.lake import (
     LockHolder,
     as_set,
     assert_once,
-    assert_resumed_once,
+    drain_resumes_once,
     lake_config,
     produce_events,
     spark_rows,
@@ -200,10 +200,8 @@ async def test_sigkill_after_the_table_commit_resumes_from_the_table(
     assert sum(max(v, 0) for v in (await committed(
         broker, group, topic, PARTITIONS)).values()) == 0
 
-    second = kstage(cfg, "--drain")
-    assert await second.wait(timeout=240) == 0, second.output()
-    await assert_resumed_once(broker, pyiceberg, second, group, table, topic, events,
-                              PARTITIONS)
+    await drain_resumes_once(kstage, cfg, broker, pyiceberg, group, table, topic,
+                             events, PARTITIONS)
 
 
 @pytest.mark.timeout(600)

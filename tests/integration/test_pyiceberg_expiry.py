@@ -31,7 +31,7 @@ from settings.loader import load_settings
 from tests.kafkautil import KstageProcess, committed, unique, wait_until
 from tests.lake import (
     LockHolder,
-    assert_resumed_once,
+    drain_resumes_once,
     fill_in_steps,
     run_ahead_of_kafka,
     spark_section,
@@ -127,10 +127,8 @@ async def test_expiry_without_a_jvm_keeps_what_the_merge_and_the_offsets_need(
     finally:
         lake.stop()
 
-    second = kstage(cfg, "--drain")
-    assert await second.wait(timeout=300) == 0, second.output()
-    await assert_resumed_once(broker, reader, second, group, table, topic, STEP * STEPS,
-                              PARTITIONS)
+    await drain_resumes_once(kstage, cfg, broker, reader, group, table, topic,
+                             STEP * STEPS, PARTITIONS)
 
 
 def _failures(metrics: Metrics, table: str) -> float:

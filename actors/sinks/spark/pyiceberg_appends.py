@@ -59,12 +59,14 @@ T = TypeVar("T")
 
 class Lake:
     """The process's pyiceberg catalog and the one thread that uses it (appends of every
-    staging table, in the order they were handed over)."""
+    staging table, in the order they were handed over), and a second thread for work on
+    data files beside them that asks the catalog nothing (:meth:`aside`)."""
 
     def __init__(self, settings: SparkSettings) -> None:
         self.settings = settings
         self._executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="pyiceberg")
+        self._aside: concurrent.futures.ThreadPoolExecutor | None = None  # the fold's
         self._catalog: Any = None
         self.rest = settings.catalog.type == "rest"
         self._tokens = catalog_tokens(settings)  # a rest catalog's OAuth2 login
@@ -114,8 +116,18 @@ class Lake:
         """Run ``fn()`` on the lake thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
+    async def aside(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` on the lake's second thread, beside the appends (the background
+        fold's reads and writes of data files: :mod:`actors.tables.pyiceberg_fold`)."""
+        if self._aside is None:
+            self._aside = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="pyiceberg-aside")
+        return await asyncio.get_running_loop().run_in_executor(self._aside, fn)
+
     def stop(self) -> None:
-        """Wait for the running call and close the catalog's connections."""
+        """Wait for the running calls and close the catalog's connections."""
+        if self._aside is not None:
+            self._aside.shutdown()
         self._executor.shutdown()
         if self._catalog is not None:
             if self.rest:

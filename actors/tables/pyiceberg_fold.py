@@ -1,0 +1,269 @@
+"""The background fold without a JVM: a staging table's small data files compacted by
+pyiceberg beside its appends (``spark.appends: pyiceberg``).
+
+With ``appends: pyiceberg`` and ``spark.maintenance.every_s`` unset, a process starts no
+JVM, so Spark's ``rewrite_data_files`` (:mod:`actors.tables.fold`) is not there to fold
+the one small file each caught-up append adds. Every :data:`~actors.tables.fold.CHECK_S`
+the process reads how many data files the current snapshot of each staging table it
+maintains has (the holder of the topic's partition 0:
+:func:`~actors.tables.maintenance_loop.holder`); once that is
+``spark.maintenance.fold_files`` more than its last fold here left
+(:func:`~actors.tables.fold.due`), it folds, by the rule of Spark's fold:
+
+1. **plan** (on the lake thread, between two appends: one table load): the current
+   snapshot's data files of the current partition spec under ``target_file_mb /``
+   :data:`~actors.tables.fold.SMALL_PART`, per partition, oldest first, up to
+   :data:`INPUT_MAX_PART` of ``target_file_mb`` of them in all (a fold's memory stays
+   bounded); a partition with fewer than ``min_input_files`` of them is left;
+2. **rewrite** (on the lake's second thread, beside the appends: Arrow reads and writes
+   Parquet without the GIL): the files read and written again as one table per partition,
+   in their order, conformed to the table's current schema (a column added after a file
+   was written is NULL in it, as a reader sees it);
+3. **commit** (on the lake thread again): one snapshot that deletes the files read and
+   adds the files written, of operation ``replace`` (what Spark's rewrite commits:
+   readers of appends skip it, Iceberg's incremental append scan of the merge among
+   them). It records no offsets of its own: the catalog's commit gives it the current
+   snapshot's (:func:`~actors.sinks.spark.carried_offsets.onto`), so the newest snapshot
+   still holds every partition's. Another process's append committed meanwhile is no
+   conflict (pyiceberg's retry applies the fold on the new snapshot; only a file of the
+   fold deleted meanwhile refuses it, as Iceberg's ``RewriteFiles`` does).
+
+Every row stays once: the commit replaces files with files of the same rows, atomically.
+A process killed before the commit committed nothing of the fold (its new files are
+orphans: ``kstage tables maintain`` removes them once older than ``orphan_min_age_s``,
+as it removes the files the fold replaced once their snapshots expired; pyiceberg's
+expiry deletes no file). A failure is logged with the table, counted in
+``kstage_maintenance_failures{table}`` and tried again after a wait that doubles with each
+failure in a row (:data:`~actors.tables.fold.CHECK_S` to
+:data:`~actors.tables.fold.RETRY_MAX_S`); the appends go on. pyiceberg is imported only
+inside functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.backoff import backoff_s
+from actors.metrics import Metrics
+from actors.sinks.spark.actor import short
+from actors.sinks.spark.catalog import dotted
+from actors.sinks.spark.pyiceberg_appends import Lake, conformed
+from actors.sinks.spark.pyiceberg_transaction import transaction
+from actors.tables.fold import CHECK_S, RETRY_MAX_S, SMALL_PART, Folded, due
+from actors.tables.maintenance_loop import Statuses, holder
+from actors.tables.merge_job import TablePlan
+from actors.tables.pyiceberg_expiry import staging_tables
+from processors.base import Processor
+from settings.models import Settings, SparkSettings
+
+logger = logging.getLogger(__name__)
+
+INPUT_MAX_PART = 2
+"""A fold reads at most ``target_file_mb`` / this of small files (compressed), so that
+its memory stays bounded whatever a table holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one fold rewrites: the table as loaded, its data files before, and the small
+    files of each partition it folds (oldest first)."""
+
+    loaded: Any
+    before: int
+    groups: tuple[tuple[Any, ...], ...]
+
+    @property
+    def files(self) -> int:
+        return sum(len(group) for group in self.groups)
+
+
+def data_files(loaded: Any) -> int:
+    """The data files of the pyiceberg table ``loaded``'s current snapshot (its summary's
+    ``total-data-files``; 0 without a snapshot)."""
+    current = loaded.current_snapshot()
+    if current is None or current.summary is None:
+        return 0
+    total = current.summary.additional_properties.get("total-data-files")
+    return 0 if total is None else int(total)
+
+
+def plan(lake: Lake, settings: SparkSettings, name: str, after_last: int | None,
+         ) -> tuple[int, Plan | None]:
+    """Lake thread: the table ``name``'s data files now, and what a fold rewrites when one
+    is due (None: not due, or nothing small enough in a partition to fold)."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent  # with pyiceberg
+
+    loaded = lake.table(name)
+    count = data_files(loaded)
+    limit = settings.maintenance.fold_files
+    if limit is None or not due(count, after_last, limit):
+        return count, None
+    current = loaded.current_snapshot()
+    target = settings.maintenance.target_file_mb * 1024 * 1024
+    small, budget = target // SMALL_PART, target // INPUT_MAX_PART
+    spec = loaded.metadata.default_spec_id
+    found: list[tuple[int, Any]] = []
+    for manifest in current.manifests(loaded.io):
+        if manifest.content != ManifestContent.DATA or manifest.partition_spec_id != spec:
+            continue
+        for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=True):
+            data = entry.data_file
+            if data.content == DataFileContent.DATA and data.file_size_in_bytes < small:
+                found.append((entry.sequence_number or 0, data))
+    found.sort(key=lambda item: (item[0], item[1].file_path))  # oldest first
+    partitions: dict[Any, list[Any]] = {}
+    taken = 0
+    for _sequence, data in found:
+        if taken + data.file_size_in_bytes > budget and taken:
+            break
+        partitions.setdefault(data.partition, []).append(data)
+        taken += data.file_size_in_bytes
+    groups = tuple(tuple(files) for files in partitions.values()
+                   if len(files) >= settings.maintenance.min_input_files)
+    return count, (Plan(loaded, count, groups) if groups else None)
+
+
+def rewrite(fold: Plan) -> list[Any]:
+    """The lake's second thread: each group's files read and written again as target-size
+    files of the table (:func:`plan`'s rule); the data files written."""
+    import pyarrow as pa  # only with the spark extra
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files  # pinned <0.13
+
+    loaded = fold.loaded
+    schema = loaded.schema()
+    written: list[Any] = []
+    for group in fold.groups:
+        parts = []
+        for data in group:
+            with loaded.io.new_input(data.file_path).open() as stream:
+                parts.append(conformed(pq.read_table(stream), schema))
+        rows = pa.concat_tables(parts)
+        written.extend(_dataframe_to_data_files(loaded.metadata, rows, loaded.io))
+    return written
+
+
+@functools.cache
+def _rewrite_class() -> type[Any]:
+    from pyiceberg.table.snapshots import Operation, Summary  # only with appends: pyiceberg
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+    from pyiceberg.table.update.validate import _validate_data_files_exist
+
+    class RewriteFiles(_OverwriteFiles):
+        """pyiceberg's overwrite of named files as Iceberg's ``RewriteFiles``: a
+        ``replace`` snapshot, refused on a retry only when a file it replaces was deleted
+        meanwhile (appends of others are no conflict)."""
+
+        def _summary(self, snapshot_properties: Any = None) -> Any:
+            summary = super()._summary(snapshot_properties or {})
+            return Summary(Operation.REPLACE, **summary.additional_properties)
+
+        def _validate_concurrency(self) -> None:
+            window = self._commit_window
+            if window is None or window.is_empty() or window.head is None:
+                return
+            _validate_data_files_exist(self._transaction._table, window.head,
+                                       self._deleted_data_files, window.base)
+
+    return RewriteFiles
+
+
+def commit(lake: Lake, name: str, fold: Plan, written: list[Any]) -> int:
+    """Lake thread: one ``replace`` snapshot of the table ``name``, the files ``fold``
+    read deleted and ``written`` added (the module doc); its data files after."""
+    from pyiceberg.table.snapshots import Operation  # only with appends: pyiceberg
+
+    loaded = lake.table(name)  # the snapshot the appends left: the commit's base
+    with transaction(loaded) as folding:
+        # an overwrite whose summary becomes a replace (pyiceberg sums up no replace)
+        rewriting = _rewrite_class()(operation=Operation.OVERWRITE, transaction=folding,
+                                     io=loaded.io)
+        with rewriting:
+            for group in fold.groups:
+                for data in group:
+                    rewriting.delete_data_file(data)
+            for data in written:
+                rewriting.append_data_file(data)
+    return data_files(loaded)
+
+
+def fold_now(lake: Lake, settings: SparkSettings, name: str, fold: Plan) -> Folded:
+    """Lake threads: rewrite and commit ``fold`` (for tests and ``kstage``'s loop, which
+    runs the three steps apart)."""
+    started = time.monotonic()
+    written = rewrite(fold)
+    after = commit(lake, name, fold, written)
+    return Folded(dotted(settings, name), fold.before, fold.files, len(written), after,
+                  time.monotonic() - started)
+
+
+async def fold_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
+                            lake: Lake, metrics: Metrics | None = None,
+                            statuses: Statuses | None = None) -> None:
+    """Check every :data:`CHECK_S` and fold the staging tables this process maintains
+    (given its workers' ``statuses``), until cancelled."""
+    spark = settings.spark
+    limit = spark.pyiceberg_fold_files()
+    if limit is None:
+        return
+    owned: Callable[[TablePlan], bool] = (lambda _: True) if statuses is None \
+        else holder(statuses)
+    tables = staging_tables(settings, processors)
+    if not tables:
+        return
+    logger.info("maintenance: a staging table pyiceberg appends to is folded at %d more "
+                "data files than its last fold left (no JVM)", limit)
+    left: dict[str, int] = {}  # data files each table had after its last fold here
+    failed: dict[str, int] = {}  # failures in a row of each table's checks or folds
+    not_before: dict[str, float] = {}  # when a table that failed is tried again
+    while True:
+        await asyncio.sleep(CHECK_S)
+        for item in tables:
+            name = item.table
+            if not owned(item):
+                left.pop(name, None)  # another process folds it now
+                continue
+            if time.monotonic() < not_before.get(name, 0.0):
+                continue  # its last check or fold failed: waiting out its backoff
+            table = dotted(spark, name)
+            try:
+                count, fold = await lake.call(functools.partial(
+                    plan, lake, spark, name, left.get(name)))
+                if metrics is not None:
+                    metrics.table_data_files.labels(table).set(count)
+                if fold is None:
+                    failed.pop(name, None)
+                    continue
+                logger.info("maintenance: folding %s (staging): %d data files, %d since its "
+                            "last fold here; rewriting %d small ones", table, count,
+                            count - left.get(name, 0), fold.files)
+                started = time.monotonic()
+                written = await lake.aside(functools.partial(rewrite, fold))
+                after = await lake.call(functools.partial(commit, lake, name, fold, written))
+            except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
+                failed[name] = failed.get(name, 0) + 1
+                wait = backoff_s(failed[name] - 1, CHECK_S, RETRY_MAX_S)
+                not_before[name] = time.monotonic() + wait
+                logger.error("maintenance: fold of %s FAILED (%d in a row; tried again in "
+                             "%.0fs): %s", table, failed[name], wait, short(exc))
+                if metrics is not None:
+                    metrics.maintenance_failures.labels(table).inc()
+                continue
+            failed.pop(name, None)
+            left[name] = after
+            if metrics is not None:
+                metrics.table_folds.labels(table).inc()
+                metrics.table_data_files.labels(table).set(after)
+            logger.info("maintenance: folded %s (staging): data files %d -> %d (rewrote %d "
+                        "into %d, beside the appends, in %.1fs; pyiceberg)", table, count,
+                        after, fold.files, len(written), time.monotonic() - started)
+
+
+__all__ = ["INPUT_MAX_PART", "Plan", "commit", "data_files", "fold_now", "fold_periodically",
+           "plan", "rewrite"]
