@@ -10,16 +10,18 @@ maintains has (the holder of the topic's partition 0:
 ``spark.maintenance.fold_files`` more than its last fold here left
 (:func:`~actors.tables.fold.due`), it folds, by the rule of Spark's fold:
 
-1. **plan** (on the lake thread, between two appends: one table load): the current
+1. **plan** (on the lake's second thread, with its own catalog connection: the appends
+   never wait for it): the table loaded and, when a fold is due, the current
    snapshot's data files of the current partition spec under ``target_file_mb /``
    :data:`~actors.tables.fold.SMALL_PART`, per partition, oldest first, up to
    :data:`INPUT_MAX_PART` of ``target_file_mb`` of them in all (a fold's memory stays
    bounded); a partition with fewer than ``min_input_files`` of them is left;
-2. **rewrite** (on the lake's second thread, beside the appends: Arrow reads and writes
-   Parquet without the GIL): the files read and written again as one table per partition,
+2. **rewrite** (on the second thread too: Arrow reads and writes Parquet without the
+   GIL): the files read and written again as one table per partition,
    in their order, conformed to the table's current schema (a column added after a file
    was written is NULL in it, as a reader sees it);
-3. **commit** (on the lake thread again): one snapshot that deletes the files read and
+3. **commit** (on the lake thread, between two appends: the table loaded again, its
+   snapshot the commit's base): one snapshot that deletes the files read and
    adds the files written, of operation ``replace`` (what Spark's rewrite commits:
    readers of appends skip it, Iceberg's incremental append scan of the merge among
    them). It records no offsets of its own: the catalog's commit gives it the current
@@ -55,7 +57,7 @@ from actors.sinks.spark.actor import short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.pyiceberg_appends import Lake, conformed
 from actors.sinks.spark.pyiceberg_transaction import transaction
-from actors.tables.fold import CHECK_S, RETRY_MAX_S, SMALL_PART, Folded, due
+from actors.tables.fold import CHECK_S, RETRY_MAX_S, SMALL_PART, due
 from actors.tables.maintenance_loop import Statuses, holder
 from actors.tables.merge_job import TablePlan
 from actors.tables.pyiceberg_expiry import staging_tables
@@ -95,11 +97,12 @@ def data_files(loaded: Any) -> int:
 
 def plan(lake: Lake, settings: SparkSettings, name: str, after_last: int | None,
          ) -> tuple[int, Plan | None]:
-    """Lake thread: the table ``name``'s data files now, and what a fold rewrites when one
-    is due (None: not due, or nothing small enough in a partition to fold)."""
+    """The lake's second thread: the table ``name``'s data files now, and what a fold
+    rewrites when one is due (None: not due, or nothing small enough in a partition to
+    fold)."""
     from pyiceberg.manifest import DataFileContent, ManifestContent  # with pyiceberg
 
-    loaded = lake.table(name)
+    loaded = lake.aside_table(name)
     count = data_files(loaded)
     limit = settings.maintenance.fold_files
     if limit is None or not due(count, after_last, limit):
@@ -193,16 +196,6 @@ def commit(lake: Lake, name: str, fold: Plan, written: list[Any]) -> int:
     return data_files(loaded)
 
 
-def fold_now(lake: Lake, settings: SparkSettings, name: str, fold: Plan) -> Folded:
-    """Lake threads: rewrite and commit ``fold`` (for tests and ``kstage``'s loop, which
-    runs the three steps apart)."""
-    started = time.monotonic()
-    written = rewrite(fold)
-    after = commit(lake, name, fold, written)
-    return Folded(dotted(settings, name), fold.before, fold.files, len(written), after,
-                  time.monotonic() - started)
-
-
 async def fold_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
                             lake: Lake, metrics: Metrics | None = None,
                             statuses: Statuses | None = None) -> None:
@@ -233,7 +226,7 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                 continue  # its last check or fold failed: waiting out its backoff
             table = dotted(spark, name)
             try:
-                count, fold = await lake.call(functools.partial(
+                count, fold = await lake.aside(functools.partial(
                     plan, lake, spark, name, left.get(name)))
                 if metrics is not None:
                     metrics.table_data_files.labels(table).set(count)
@@ -265,5 +258,5 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                         after, fold.files, len(written), time.monotonic() - started)
 
 
-__all__ = ["INPUT_MAX_PART", "Plan", "commit", "data_files", "fold_now", "fold_periodically",
+__all__ = ["INPUT_MAX_PART", "Plan", "commit", "data_files", "fold_periodically",
            "plan", "rewrite"]

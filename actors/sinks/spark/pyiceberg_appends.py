@@ -59,14 +59,15 @@ T = TypeVar("T")
 
 class Lake:
     """The process's pyiceberg catalog and the one thread that uses it (appends of every
-    staging table, in the order they were handed over), and a second thread for work on
-    data files beside them that asks the catalog nothing (:meth:`aside`)."""
+    staging table, in the order they were handed over), and a second thread for the work
+    beside them, with a catalog connection of its own (:meth:`aside`)."""
 
     def __init__(self, settings: SparkSettings) -> None:
         self.settings = settings
         self._executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="pyiceberg")
         self._aside: concurrent.futures.ThreadPoolExecutor | None = None  # the fold's
+        self._aside_catalog: Any = None  # the second thread's own connection
         self._catalog: Any = None
         self.rest = settings.catalog.type == "rest"
         self._tokens = catalog_tokens(settings)  # a rest catalog's OAuth2 login
@@ -79,11 +80,21 @@ class Lake:
         absent: :func:`~actors.sinks.spark.pyiceberg_catalog.open_catalog`; a rest
         catalog: :func:`~actors.sinks.spark.pyiceberg_rest.open_rest_catalog`)."""
         if self._catalog is None:
-            pyiceberg_nulls.install()  # a NULL list of structs stays NULL (its docstring)
-            self._catalog = (open_rest_catalog(self.settings, self._tokens)
-                             if self.settings.catalog.type == "rest"
-                             else open_catalog(self.settings))
+            self._catalog = self._open()
         return self._catalog
+
+    def _open(self) -> Any:
+        pyiceberg_nulls.install()  # a NULL list of structs stays NULL (its docstring)
+        return (open_rest_catalog(self.settings, self._tokens)
+                if self.settings.catalog.type == "rest" else open_catalog(self.settings))
+
+    def aside_table(self, name: str) -> Any:
+        """The lake's second thread (:meth:`aside`): the table ``name`` loaded now through
+        a connection of that thread's own (the same login), so that the appends never
+        wait for its calls."""
+        if self._aside_catalog is None:
+            self._aside_catalog = self._open()
+        return self._aside_catalog.load_table((self.settings.catalog.namespace, name))
 
     def table(self, name: str) -> Any:
         """Lake thread: the table ``name`` of the catalog's namespace, loaded now."""
@@ -129,12 +140,14 @@ class Lake:
         if self._aside is not None:
             self._aside.shutdown()
         self._executor.shutdown()
-        if self._catalog is not None:
+        for catalog in (self._catalog, self._aside_catalog):
+            if catalog is None:
+                continue
             if self.rest:
-                self._catalog.close()  # its HTTP connections
+                catalog.close()  # its HTTP connections
             else:
-                self._catalog.engine.dispose()
-            self._catalog = None
+                catalog.engine.dispose()
+        self._catalog = self._aside_catalog = None
 
 
 def conformed(table: Any, schema: Any) -> Any:
