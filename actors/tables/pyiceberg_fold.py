@@ -11,13 +11,14 @@ maintains has (the holder of the topic's partition 0:
 (:func:`~actors.tables.fold.due`), it folds, by the rule of Spark's fold:
 
 1. **plan** (on the lake's second thread, with its own catalog connection: the appends
-   never wait for it): the table loaded and, when a fold is due, the current
-   snapshot's data files of the current partition spec under ``target_file_mb /``
-   :data:`~actors.tables.fold.SMALL_PART`, per partition, oldest first, up to
+   never wait for it): the table loaded, the manifests the appends added since the last
+   check read, and, when a fold is due, the current snapshot's data files of the current
+   partition spec under ``target_file_mb /`` :data:`~actors.tables.fold.SMALL_PART`, per
+   partition, oldest first, up to
    :data:`INPUT_MAX_PART` of ``target_file_mb`` of them in all (a fold's memory stays
    bounded); a partition with fewer than ``min_input_files`` of them is left;
-2. **rewrite** (on the second thread too: Arrow reads and writes Parquet without the
-   GIL): the files read and written again as one table per partition,
+2. **rewrite** (on the second thread too: Arrow reads, on that thread alone, and writes
+   Parquet without the GIL): the files read and written again as one table per partition,
    in their order, conformed to the table's current schema (a column added after a file
    was written is NULL in it, as a reader sees it);
 3. **commit** (on the lake thread, between two appends: the table loaded again, its
@@ -96,30 +97,27 @@ def data_files(loaded: Any) -> int:
 
 
 def plan(lake: Lake, settings: SparkSettings, name: str, after_last: int | None,
-         ) -> tuple[int, Plan | None]:
+         seen: dict[str, list[tuple[int, Any]]] | None = None) -> tuple[int, Plan | None]:
     """The lake's second thread: the table ``name``'s data files now, and what a fold
     rewrites when one is due (None: not due, or nothing small enough in a partition to
-    fold)."""
-    from pyiceberg.manifest import DataFileContent, ManifestContent  # with pyiceberg
-
+    fold). ``seen``: the data files of each manifest read at earlier checks (a manifest
+    never changes), kept up to date here: each check reads only the manifests the appends
+    added since the one before, so a fold's plan reads few."""
     loaded = lake.aside_table(name)
     count = data_files(loaded)
+    current = loaded.current_snapshot()
+    if current is None:
+        return count, None
+    seen = {} if seen is None else seen
+    manifests = _data_manifests(loaded, current, seen)
     limit = settings.maintenance.fold_files
     if limit is None or not due(count, after_last, limit):
         return count, None
-    current = loaded.current_snapshot()
     target = settings.maintenance.target_file_mb * 1024 * 1024
     small, budget = target // SMALL_PART, target // INPUT_MAX_PART
-    spec = loaded.metadata.default_spec_id
-    found: list[tuple[int, Any]] = []
-    for manifest in current.manifests(loaded.io):
-        if manifest.content != ManifestContent.DATA or manifest.partition_spec_id != spec:
-            continue
-        for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=True):
-            data = entry.data_file
-            if data.content == DataFileContent.DATA and data.file_size_in_bytes < small:
-                found.append((entry.sequence_number or 0, data))
-    found.sort(key=lambda item: (item[0], item[1].file_path))  # oldest first
+    found = sorted((item for path in manifests for item in seen[path]
+                    if item[1].file_size_in_bytes < small),
+                   key=lambda item: (item[0], item[1].file_path))  # oldest first
     partitions: dict[Any, list[Any]] = {}
     taken = 0
     for _sequence, data in found:
@@ -130,6 +128,29 @@ def plan(lake: Lake, settings: SparkSettings, name: str, after_last: int | None,
     groups = tuple(tuple(files) for files in partitions.values()
                    if len(files) >= settings.maintenance.min_input_files)
     return count, (Plan(loaded, count, groups) if groups else None)
+
+
+def _data_manifests(loaded: Any, current: Any, seen: dict[str, list[tuple[int, Any]]],
+                    ) -> list[str]:
+    """The data manifests of the current spec in ``current`` (a snapshot of ``loaded``),
+    each one's live data files in ``seen`` (read when not there yet; those of manifests
+    no longer in the snapshot dropped)."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent  # with pyiceberg
+
+    spec = loaded.metadata.default_spec_id
+    paths = []
+    for manifest in current.manifests(loaded.io):
+        if manifest.content != ManifestContent.DATA or manifest.partition_spec_id != spec:
+            continue
+        paths.append(manifest.manifest_path)
+        if manifest.manifest_path not in seen:
+            seen[manifest.manifest_path] = [
+                (entry.sequence_number or 0, entry.data_file)
+                for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=True)
+                if entry.data_file.content == DataFileContent.DATA]
+    for gone in set(seen) - set(paths):
+        del seen[gone]
+    return paths
 
 
 def rewrite(fold: Plan) -> list[Any]:
@@ -146,7 +167,7 @@ def rewrite(fold: Plan) -> list[Any]:
         parts = []
         for data in group:
             with loaded.io.new_input(data.file_path).open() as stream:
-                parts.append(conformed(pq.read_table(stream), schema))
+                parts.append(conformed(pq.read_table(stream, use_threads=False), schema))
         rows = pa.concat_tables(parts)
         written.extend(_dataframe_to_data_files(loaded.metadata, rows, loaded.io))
     return written
@@ -215,19 +236,21 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
     left: dict[str, int] = {}  # data files each table had after its last fold here
     failed: dict[str, int] = {}  # failures in a row of each table's checks or folds
     not_before: dict[str, float] = {}  # when a table that failed is tried again
+    seen: dict[str, dict[str, list[tuple[int, Any]]]] = {}  # each table's manifests read
     while True:
         await asyncio.sleep(CHECK_S)
         for item in tables:
             name = item.table
             if not owned(item):
                 left.pop(name, None)  # another process folds it now
+                seen.pop(name, None)
                 continue
             if time.monotonic() < not_before.get(name, 0.0):
                 continue  # its last check or fold failed: waiting out its backoff
             table = dotted(spark, name)
             try:
                 count, fold = await lake.aside(functools.partial(
-                    plan, lake, spark, name, left.get(name)))
+                    plan, lake, spark, name, left.get(name), seen.setdefault(name, {})))
                 if metrics is not None:
                     metrics.table_data_files.labels(table).set(count)
                 if fold is None:
