@@ -29,6 +29,7 @@ import yaml
 from pyiceberg.expressions import EqualTo
 
 from actors.sinks.spark.pyiceberg_appends import Lake, PyIcebergAppends
+from actors.tables import pyiceberg_fold
 from actors.tables.merge_job import TablePlan
 from actors.tables.offset_resets import PyIcebergOffsets
 from actors.tables.pyiceberg_expiry import expire
@@ -153,6 +154,38 @@ async def test_an_expiry_commits_through_pyiceberg_on_the_rest_catalog(
                                                    {p0: 25}, "c4"))
         assert await lake.offsets(table) == {p0: 25, p1: 12}
         assert len(rest.reader().load_table(f"kstage.{table}").scan().to_arrow()) == 25
+
+
+async def test_a_fold_commits_through_pyiceberg_on_the_rest_catalog(
+        rest: RestCatalog) -> None:
+    """pyiceberg's fold (no JVM: actors/tables/pyiceberg_fold.py) on a ``rest`` catalog,
+    its plan and rewrite on the lake's second thread and its own catalog connection: five
+    small appends become one data file in a ``replace`` snapshot that carries the
+    table's offsets; an append on top of it lands; every row once."""
+    table = "stg_rest_fold"
+    p0, p1 = ("g", "a", 0), ("g", "a", 1)
+    async with pyiceberg_table(rest, table, maintenance={
+            "fold_files": 4, "min_input_files": 2}) as (settings, lake, appends):
+        for n in range(5):
+            await lake.lake.call(lambda n=n: appends.write(
+                [batch("a", n % 2, range(5 * n, 5 * n + 5))],
+                {(p0, p1)[n % 2]: 5 * n + 5}, f"c{n}"))
+        count, fold = await lake.lake.aside(
+            lambda: pyiceberg_fold.plan(lake.lake, settings, table, None))
+        assert count == 5 and fold is not None and fold.files == 5, (count, fold)
+        written = await lake.lake.aside(lambda: pyiceberg_fold.rewrite(fold))
+        after = await lake.lake.call(
+            lambda: pyiceberg_fold.commit(lake.lake, table, fold, written))
+        assert after == 1
+        current = rest.reader().load_table(f"kstage.{table}").current_snapshot()
+        assert current is not None and current.summary is not None
+        assert current.summary.operation.value == "replace"
+        assert await lake.offsets(table) == {p0: 25, p1: 20}
+        await lake.lake.call(lambda: appends.write([batch("a", 0, range(25, 30))],
+                                                   {p0: 30}, "c5"))
+        assert await lake.offsets(table) == {p0: 30, p1: 20}
+        rows = rest.reader().load_table(f"kstage.{table}").scan().to_arrow()
+        assert sorted(rows.column("_offset").to_pylist()) == list(range(30))
 
 
 async def test_a_commit_that_lost_the_race_is_appended_again_with_both_writers_offsets(
