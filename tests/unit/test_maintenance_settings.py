@@ -56,3 +56,16 @@ def test_the_defaults_run_every_ten_minutes_keep_an_hour_and_remove_orphans_afte
 def test_pyiceberg_appends_without_the_maintenance_expire_through_pyiceberg(
         spark: dict[str, object], expiry: tuple[float, float] | None) -> None:
     assert SparkSettings.model_validate(spark).pyiceberg_expiry() == expiry
+
+
+@pytest.mark.parametrize(("spark", "fold_files"), [
+    ({"appends": "pyiceberg"}, 50),  # no JVM: the fold through pyiceberg
+    ({"appends": "pyiceberg", "maintenance": {"fold_files": 8}}, 8),
+    ({"appends": "pyiceberg", "maintenance": {"fold_files": None}}, None),  # off
+    ({"appends": "pyiceberg", "maintenance": {"every_s": 600}}, None),  # Spark's fold
+    ({"appends": "pyiceberg", "maintenance": {"every_s": None}}, None),  # off
+    ({}, None),  # appends: spark: Spark's fold
+])
+def test_pyiceberg_appends_without_the_maintenance_fold_through_pyiceberg(
+        spark: dict[str, object], fold_files: int | None) -> None:
+    assert SparkSettings.model_validate(spark).pyiceberg_fold_files() == fold_files
