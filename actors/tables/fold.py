@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,11 +105,82 @@ def fold(spark: Any, settings: SparkSettings, table: str) -> Folded:
                   time.monotonic() - started)
 
 
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A fold that a table's check found due: ``run`` does it; ``detail`` ends the log's
+    ``folding`` line."""
+
+    run: Callable[[], Awaitable[Folded]]
+    detail: str = ""
+
+
+Check = Callable[[str, int | None], Awaitable[tuple[int, Due | None]]]
+"""A table's check: given its name and the data files its last fold here left (None:
+none yet), its data files now and the fold when one is due."""
+
+
+async def fold_tables(tables: list[TablePlan], owned: Callable[[TablePlan], bool],
+                      spark_settings: SparkSettings, check: Check,
+                      metrics: Metrics | None, *, every: float, log: logging.Logger,
+                      engine: str = "", forget: Callable[[str], object] | None = None,
+                      ) -> None:
+    """The background fold's loop, Spark's (:func:`fold_periodically`) and pyiceberg's
+    (:mod:`actors.tables.pyiceberg_fold`): every ``every`` seconds, each table ``owned``
+    says this process maintains is checked and folded when due, until cancelled. A failed
+    check or fold is logged with the table (on ``log``), counted and tried again after a
+    wait that doubles with each failure in a row, from ``every`` to :data:`RETRY_MAX_S`.
+    ``engine`` ends the log's ``folded`` line; ``forget(name)``: the table is another
+    process's now."""
+    left: dict[str, int] = {}  # data files each table had after its last fold here
+    failed: dict[str, int] = {}  # failures in a row of each table's checks or folds
+    not_before: dict[str, float] = {}  # when a table that failed is tried again
+    while True:
+        await asyncio.sleep(every)
+        for item in tables:
+            name = item.table
+            if not owned(item):
+                left.pop(name, None)  # another process folds it now
+                if forget is not None:
+                    forget(name)
+                continue
+            if time.monotonic() < not_before.get(name, 0.0):
+                continue  # its last check or fold failed: waiting out its backoff
+            table = dotted(spark_settings, name)
+            try:
+                count, fold_due = await check(name, left.get(name))
+                if metrics is not None:
+                    metrics.table_data_files.labels(table).set(count)
+                if fold_due is None:
+                    failed.pop(name, None)  # read, nothing to fold: nothing failing
+                    continue
+                log.info("maintenance: folding %s (staging): %d data files, %d since its "
+                         "last fold here%s", table, count, count - left.get(name, 0),
+                         fold_due.detail)
+                done = await fold_due.run()
+            except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
+                failed[name] = failed.get(name, 0) + 1
+                wait = backoff_s(failed[name] - 1, every, RETRY_MAX_S)
+                not_before[name] = time.monotonic() + wait
+                log.error("maintenance: fold of %s FAILED (%d in a row; tried again in "
+                          "%.0fs): %s", table, failed[name], wait, short(exc))
+                if metrics is not None:
+                    metrics.maintenance_failures.labels(table).inc()
+                continue
+            failed.pop(name, None)
+            left[name] = done.after
+            if metrics is not None:
+                metrics.table_folds.labels(done.table).inc()
+                metrics.table_data_files.labels(done.table).set(done.after)
+            log.info("maintenance: folded %s (staging): data files %d -> %d (rewrote %d "
+                     "into %d, beside the appends, in %.1fs%s)", done.table, done.before,
+                     done.after, done.rewritten, done.written, done.seconds, engine)
+
+
 async def fold_periodically(settings: Settings, processors: Mapping[str, type[Processor]],
                             actor: SparkActor, owned: Callable[[TablePlan], bool],
                             metrics: Metrics | None = None) -> None:
     """Check every :data:`CHECK_S` and fold the staging tables ``owned`` says this process
-    maintains, until cancelled."""
+    maintains, on the session's second thread, until cancelled (:func:`fold_tables`)."""
     spark_settings = actor.settings
     limit = spark_settings.maintenance.fold_files
     if limit is None:
@@ -119,56 +190,18 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
     except Exception as exc:  # noqa: BLE001 - the rounds log it at each interval
         logger.error("maintenance: no fold: the spark tables cannot be planned: %s", exc)
         return
-    left: dict[str, int] = {}  # data files each table had after its last fold here
-    failed: dict[str, int] = {}  # failures in a row of each table's checks or folds
-    not_before: dict[str, float] = {}  # when a table that failed is tried again
 
-    def files(name: str) -> Callable[[Any], int]:
-        return lambda spark: data_files(spark, spark_settings, name)
+    async def check(name: str, after_last: int | None) -> tuple[int, Due | None]:
+        count = await actor.call_aside(lambda spark: data_files(spark, spark_settings, name))
+        if not due(count, after_last, limit):
+            return count, None
+        return count, Due(lambda: actor.call_aside(
+            lambda spark: fold(spark, spark_settings, name),
+            f"the fold of {dotted(spark_settings, name)}"))
 
-    def folding(name: str) -> Callable[[Any], Folded]:
-        return lambda spark: fold(spark, spark_settings, name)
-
-    while True:
-        await asyncio.sleep(CHECK_S)
-        for item in tables:
-            if not owned(item):
-                left.pop(item.table, None)  # another process folds it now
-                continue
-            name = item.table
-            if time.monotonic() < not_before.get(name, 0.0):
-                continue  # its last check or fold failed: waiting out its backoff
-            try:
-                count = await actor.call_aside(files(name))
-                if metrics is not None:
-                    metrics.table_data_files.labels(dotted(spark_settings, name)).set(count)
-                if not due(count, left.get(name), limit):
-                    failed.pop(name, None)  # read, nothing to fold: nothing failing
-                    continue
-                logger.info("maintenance: folding %s (staging): %d data files, %d since its "
-                            "last fold here", dotted(spark_settings, name), count,
-                            count - left.get(name, 0))
-                done = await actor.call_aside(folding(name),
-                                              f"the fold of {dotted(spark_settings, name)}")
-            except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
-                failed[name] = failed.get(name, 0) + 1
-                wait = backoff_s(failed[name] - 1, CHECK_S, RETRY_MAX_S)
-                not_before[name] = time.monotonic() + wait
-                logger.error("maintenance: fold of %s FAILED (%d in a row; tried again in "
-                             "%.0fs): %s", dotted(spark_settings, name), failed[name], wait,
-                             short(exc))
-                if metrics is not None:
-                    metrics.maintenance_failures.labels(dotted(spark_settings, name)).inc()
-                continue
-            failed.pop(name, None)
-            left[name] = done.after
-            if metrics is not None:
-                metrics.table_folds.labels(done.table).inc()
-                metrics.table_data_files.labels(done.table).set(done.after)
-            logger.info("maintenance: folded %s (staging): data files %d -> %d (rewrote %d "
-                        "into %d, beside the appends, in %.1fs)", done.table, done.before,
-                        done.after, done.rewritten, done.written, done.seconds)
+    await fold_tables(tables, owned, spark_settings, check, metrics, every=CHECK_S,
+                      log=logger)
 
 
-__all__ = ["CHECK_S", "RETRY_MAX_S", "SMALL_PART", "Folded", "data_files", "due", "fold",
-           "fold_periodically"]
+__all__ = ["CHECK_S", "RETRY_MAX_S", "SMALL_PART", "Check", "Due", "Folded", "data_files",
+           "due", "fold", "fold_periodically", "fold_tables"]

@@ -38,13 +38,13 @@ as it removes the files the fold replaced once their snapshots expired; pyiceber
 expiry deletes no file). A failure is logged with the table, counted in
 ``kstage_maintenance_failures{table}`` and tried again after a wait that doubles with each
 failure in a row (:data:`~actors.tables.fold.CHECK_S` to
-:data:`~actors.tables.fold.RETRY_MAX_S`); the appends go on. pyiceberg is imported only
+:data:`~actors.tables.fold.RETRY_MAX_S`), by the loop of Spark's fold
+(:func:`~actors.tables.fold.fold_tables`); the appends go on. pyiceberg is imported only
 inside functions.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -52,13 +52,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.backoff import backoff_s
 from actors.metrics import Metrics
-from actors.sinks.spark.actor import short
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.pyiceberg_appends import Lake, conformed
 from actors.sinks.spark.pyiceberg_transaction import transaction
-from actors.tables.fold import CHECK_S, RETRY_MAX_S, SMALL_PART, due
+from actors.tables.fold import CHECK_S, SMALL_PART, Due, Folded, due, fold_tables
 from actors.tables.maintenance_loop import Statuses, holder
 from actors.tables.merge_job import TablePlan
 from actors.tables.pyiceberg_expiry import staging_tables
@@ -221,7 +219,8 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                             lake: Lake, metrics: Metrics | None = None,
                             statuses: Statuses | None = None) -> None:
     """Check every :data:`CHECK_S` and fold the staging tables this process maintains
-    (given its workers' ``statuses``), until cancelled."""
+    (given its workers' ``statuses``), until cancelled (the loop of Spark's fold:
+    :func:`~actors.tables.fold.fold_tables`)."""
     spark = settings.spark
     limit = spark.pyiceberg_fold_files()
     if limit is None:
@@ -233,52 +232,25 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
         return
     logger.info("maintenance: a staging table pyiceberg appends to is folded at %d more "
                 "data files than its last fold left (no JVM)", limit)
-    left: dict[str, int] = {}  # data files each table had after its last fold here
-    failed: dict[str, int] = {}  # failures in a row of each table's checks or folds
-    not_before: dict[str, float] = {}  # when a table that failed is tried again
     seen: dict[str, dict[str, list[tuple[int, Any]]]] = {}  # each table's manifests read
-    while True:
-        await asyncio.sleep(CHECK_S)
-        for item in tables:
-            name = item.table
-            if not owned(item):
-                left.pop(name, None)  # another process folds it now
-                seen.pop(name, None)
-                continue
-            if time.monotonic() < not_before.get(name, 0.0):
-                continue  # its last check or fold failed: waiting out its backoff
-            table = dotted(spark, name)
-            try:
-                count, fold = await lake.aside(functools.partial(
-                    plan, lake, spark, name, left.get(name), seen.setdefault(name, {})))
-                if metrics is not None:
-                    metrics.table_data_files.labels(table).set(count)
-                if fold is None:
-                    failed.pop(name, None)
-                    continue
-                logger.info("maintenance: folding %s (staging): %d data files, %d since its "
-                            "last fold here; rewriting %d small ones", table, count,
-                            count - left.get(name, 0), fold.files)
-                started = time.monotonic()
-                written = await lake.aside(functools.partial(rewrite, fold))
-                after = await lake.call(functools.partial(commit, lake, name, fold, written))
-            except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
-                failed[name] = failed.get(name, 0) + 1
-                wait = backoff_s(failed[name] - 1, CHECK_S, RETRY_MAX_S)
-                not_before[name] = time.monotonic() + wait
-                logger.error("maintenance: fold of %s FAILED (%d in a row; tried again in "
-                             "%.0fs): %s", table, failed[name], wait, short(exc))
-                if metrics is not None:
-                    metrics.maintenance_failures.labels(table).inc()
-                continue
-            failed.pop(name, None)
-            left[name] = after
-            if metrics is not None:
-                metrics.table_folds.labels(table).inc()
-                metrics.table_data_files.labels(table).set(after)
-            logger.info("maintenance: folded %s (staging): data files %d -> %d (rewrote %d "
-                        "into %d, beside the appends, in %.1fs; pyiceberg)", table, count,
-                        after, fold.files, len(written), time.monotonic() - started)
+
+    async def check(name: str, after_last: int | None) -> tuple[int, Due | None]:
+        count, fold = await lake.aside(functools.partial(
+            plan, lake, spark, name, after_last, seen.setdefault(name, {})))
+        if fold is None:
+            return count, None
+
+        async def run() -> Folded:
+            started = time.monotonic()
+            written = await lake.aside(functools.partial(rewrite, fold))
+            after = await lake.call(functools.partial(commit, lake, name, fold, written))
+            return Folded(dotted(spark, name), count, fold.files, len(written), after,
+                          time.monotonic() - started)
+
+        return count, Due(run, f"; rewriting {fold.files} small ones")
+
+    await fold_tables(tables, owned, spark, check, metrics, every=CHECK_S, log=logger,
+                      engine="; pyiceberg", forget=lambda name: seen.pop(name, None))
 
 
 __all__ = ["INPUT_MAX_PART", "Plan", "commit", "data_files", "fold_periodically",

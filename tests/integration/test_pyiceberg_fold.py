@@ -39,6 +39,7 @@ from actors.sinks.spark.pyiceberg_catalog import ensure_namespace
 from actors.tables import pyiceberg_fold
 from settings.models import Settings
 from tests.kafkautil import KstageProcess, committed, unique, wait_until
+from tests.kit import until
 from tests.lake import (
     IcebergReader,
     drain_resumes_once,
@@ -279,12 +280,14 @@ async def test_a_fold_that_cannot_read_a_file_is_logged_counted_and_tried_again(
         lost.rename(kept)
         folding = asyncio.create_task(pyiceberg_fold.fold_periodically(
             settings, resolve_processors(settings), lake, metrics))
-        await until_logged(caplog, "maintenance: fold of kstage.kstage.stg_t FAILED (1 in a "
-                           "row; tried again in 0s)")
+        failed = ("maintenance: fold of kstage.kstage.stg_t FAILED (1 in a row; tried again "
+                  "in 0s)")
+        await until(lambda: failed in caplog.text, failed, timeout=60)
         assert metrics.maintenance_failures.labels("kstage.kstage.stg_t")._value.get() >= 1
         kept.rename(lost)
-        await until_logged(caplog, "maintenance: folded kstage.kstage.stg_t (staging): data "
-                           "files 5 -> 1 (rewrote 5 into 1")
+        folded = ("maintenance: folded kstage.kstage.stg_t (staging): data files 5 -> 1 "
+                  "(rewrote 5 into 1")
+        await until(lambda: folded in caplog.text, folded, timeout=60)
         loaded = await lake.call(lambda: lake.table("stg_t"))
         assert sorted(loaded.scan().to_arrow().column("x").to_pylist()) == [0, 1, 2, 3, 4]
         assert loaded.current_snapshot().summary.operation.value == "replace"
@@ -295,9 +298,3 @@ async def test_a_fold_that_cannot_read_a_file_is_logged_counted_and_tried_again(
             await asyncio.gather(folding, return_exceptions=True)
         lake.stop()
 
-
-async def until_logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
-    """Until a log record holds ``text`` (bounded)."""
-    async with asyncio.timeout(60):
-        while text not in caplog.text:
-            await asyncio.sleep(0.01)
