@@ -282,7 +282,7 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
     if not settings.uses_sink("spark"):
         return None
     if every is None:
-        return _start_pyiceberg_expiry(master, metrics)
+        return _start_pyiceberg_maintenance(master, metrics)
 
     async def maintaining() -> None:
         await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
@@ -296,7 +296,7 @@ def _start_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] |
     return asyncio.create_task(maintaining(), name="maintenance")
 
 
-def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
+def _start_pyiceberg_maintenance(master: Master, metrics: Metrics) -> asyncio.Task[None] | None:
     """With ``appends: pyiceberg`` and no ``maintenance.every_s`` set (no JVM), the staging
     tables' snapshots still expire, through pyiceberg (:mod:`actors.tables.pyiceberg_expiry`,
     :meth:`SparkSettings.pyiceberg_expiry`), and their small files are folded beside the
@@ -307,7 +307,7 @@ def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[No
     if expiry is None and not folds:
         return None
 
-    async def expiring() -> None:
+    async def maintaining() -> None:
         await asyncio.sleep(1)  # its modules load after the start, not before the first fetch
         from actors.tables import expire_pyiceberg_snapshots, fold_pyiceberg_tables
 
@@ -322,7 +322,7 @@ def _start_pyiceberg_expiry(master: Master, metrics: Metrics) -> asyncio.Task[No
                                               master.snapshot))
         await asyncio.gather(*jobs)
 
-    return asyncio.create_task(expiring(), name="maintenance")
+    return asyncio.create_task(maintaining(), name="maintenance")
 
 
 def tune_gc() -> None:
