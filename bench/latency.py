@@ -54,8 +54,9 @@ What "visible" means:
   average). After the run the table is read whole and must hold every event once.
 
 ``--appends pyiceberg`` (Spark only): the staging appends are pyiceberg's
-(``spark.appends: pyiceberg``), written and committed from kstage's process, with no JVM
-(nor a background fold: that needs ``spark.maintenance.every_s``).
+(``spark.appends: pyiceberg``), written and committed from kstage's process, with no JVM;
+the background fold is pyiceberg's then (``spark.maintenance.fold_files``, beside the
+appends: ``--no-fold`` for a run without it).
 
 **A REST catalog with slow commits** (``--commit-latency-s S``, Spark only, with
 ``--rate``): kstage writes through Project Nessie's Iceberg REST catalog (the tests' one,

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.metrics import Metrics
+from actors.sinks.spark.background_cpu import writes_on_this_thread
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.pyiceberg_appends import Lake, conformed
 from actors.sinks.spark.pyiceberg_transaction import transaction
@@ -167,7 +168,8 @@ def rewrite(fold: Plan) -> list[Any]:
             with loaded.io.new_input(data.file_path).open() as stream:
                 parts.append(conformed(pq.read_table(stream, use_threads=False), schema))
         rows = pa.concat_tables(parts)
-        written.extend(_dataframe_to_data_files(loaded.metadata, rows, loaded.io))
+        with writes_on_this_thread():  # at this thread's lower priority
+            written.extend(_dataframe_to_data_files(loaded.metadata, rows, loaded.io))
     return written
 
 

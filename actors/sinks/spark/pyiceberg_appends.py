@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from actors.sinks.spark import iceberg, pyiceberg_nulls
+from actors.sinks.spark.background_cpu import lower_this_thread
 from actors.sinks.spark.ledger import Stream
 from actors.sinks.spark.pyiceberg_catalog import open_catalog
 from actors.sinks.spark.pyiceberg_rest import catalog_tokens, open_rest_catalog
@@ -129,10 +130,11 @@ class Lake:
 
     async def aside(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the lake's second thread, beside the appends (the background
-        fold's reads and writes of data files: :mod:`actors.tables.pyiceberg_fold`)."""
+        fold's reads and writes of data files: :mod:`actors.tables.pyiceberg_fold`), at a
+        lower CPU priority than theirs (:mod:`~actors.sinks.spark.background_cpu`)."""
         if self._aside is None:
             self._aside = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="pyiceberg-aside")
+                1, thread_name_prefix="pyiceberg-aside", initializer=lower_this_thread)
         return await asyncio.get_running_loop().run_in_executor(self._aside, fn)
 
     def stop(self) -> None:
