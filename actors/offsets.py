@@ -47,6 +47,7 @@ class Entry:
     done: bool = False
     cancelled: bool = False  # its partition was revoked: never written, never acked
     behind: bool = False  # more of its partition waited in Kafka when it was shipped
+    lag: int = 0  # how many offsets of its partition were past it then (its high-water mark)
 
 
 @dataclass(slots=True)

@@ -216,8 +216,9 @@ class SparkSettings(Model):
         "buffers; the JDBC sink counts rows alone): a table is flushed at this much.")
     flush_min_rows: int = Field(
         1, ge=1, description="Flush a table at this many rows when none of its appends "
-        "is running and none of its partitions is behind (caught up: 1, as soon as a row "
-        "is there; while a backlog waits, rows gather up to flush_max_rows/flush_max_mb).")
+        "is running and its partitions are not behind by an append's worth (caught up: 1, "
+        "as soon as a row is there; while a backlog of an append's worth or more waits, "
+        "rows gather up to flush_max_rows/flush_max_mb).")
     appends: Literal["spark", "pyiceberg"] = Field(
         "spark", description="What writes the staging appends: spark (the Arrow rows go to "
         "the JVM, Spark writes the Parquet files and commits), or pyiceberg (Apache "

@@ -64,8 +64,10 @@ class Position(Protocol):
     message. ``cancelled``: the partition was revoked (the batch is never acked).
     ``behind``: when the worker shipped it, the partition's high-water mark was past it
     (more than one offset: a transaction's commit marker is never handed over), i.e. a
-    backlog waits behind it; a micro-batching sink then gathers a larger append. One
-    object per batch (its retries pass the same one)."""
+    backlog waits behind it; ``lag``: how many offsets the high-water mark was past it
+    then (0 when it was not known); a micro-batching sink then gathers a larger append
+    when the backlog can fill one. One object per batch (its retries pass the same
+    one)."""
 
     @property
     def tp(self) -> Any: ...
@@ -78,6 +80,9 @@ class Position(Protocol):
 
     @property
     def behind(self) -> bool: ...
+
+    @property
+    def lag(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,7 +207,9 @@ class ProcessLoop:
             # every broker, where end offsets are not): its sinks gather larger appends.
             # One past it is a transaction's commit marker, never handed over.
             highwater = consumer.highwater(tp)
-            entry.behind = highwater is not None and highwater > next_offset + 1
+            lag = 0 if highwater is None else highwater - next_offset
+            entry.behind = lag > 1
+            entry.lag = lag if entry.behind else 0
         batch = SinkBatch(rows, entry, trace)
         await self.outbox.put(batch)
         return batch

@@ -34,9 +34,11 @@ EPS = 1e-6  # float sums of the virtual clock
 
 @dataclass
 class At:
-    """A worker's batch position, as far as the writer reads it."""
+    """A worker's batch position, as far as the writer reads it: behind, by default by a
+    backlog larger than any append."""
 
     behind: bool
+    lag: int = 1_000_000
 
 
 @dataclass

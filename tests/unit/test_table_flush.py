@@ -78,9 +78,11 @@ async def test_with_a_higher_min_rows_a_quiet_table_is_flushed_after_idle_s() ->
 
 @dataclass
 class At:
-    """A worker's batch position, as far as the writer reads it."""
+    """A worker's batch position, as far as the writer reads it: behind, by default by a
+    backlog larger than any append."""
 
     behind: bool
+    lag: int = 1_000_000
 
 
 async def test_while_behind_rows_gather_until_the_backlog_size_then_caught_up_at_once() -> None:
@@ -121,6 +123,64 @@ async def test_while_behind_the_bytes_bound_cuts_an_append() -> None:
     await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
     assert [count for _, count in writer.started] == [600]  # 60 000 bytes >= 50 000
     await asyncio.wait_for(asyncio.gather(*writes), WAIT_S)
+
+
+async def test_behind_by_less_than_an_append_the_rows_go_as_caught_up() -> None:
+    """A partition behind by 400 offsets with 300 rows pending cannot fill an append of
+    1 000 rows: its rows go at once (the process fell a moment behind, a stall or a
+    fold beside it: no backlog's wait of ``max_interval_s``, here ten times the test's)."""
+    writer = RecordingWriter(max_rows=1000, min_rows=1, max_interval_s=WAIT_S * 10)
+    await asyncio.wait_for(writer.write(rows(300), batch=At(True, lag=400), stream="a"),
+                           WAIT_S)
+    assert [count for _, count in writer.started] == [300]
+
+
+async def test_behind_by_what_fills_an_append_with_the_pending_rows_they_gather() -> None:
+    """Partition a behind by 400 offsets, nothing pending: its 300 rows go at once. While
+    that append runs, b and a come, each 400 behind: 600 rows pending and 800 behind
+    make more than ``max_rows`` 1 000: once the append ended they gather (no flush) until
+    the rows reach 1 000."""
+    writer = RecordingWriter(max_rows=1000, min_rows=1, max_interval_s=WAIT_S * 10)
+    writer.release.clear()
+    writes = [asyncio.ensure_future(writer.write(rows(300), batch=At(True, lag=400),
+                                                 stream="a"))]
+    await asyncio.wait_for(writer.flushed.wait(), WAIT_S)
+    writer.flushed.clear()
+    for stream in ("b", "a"):
+        writes.append(asyncio.ensure_future(writer.write(rows(300),
+                                                         batch=At(True, lag=400),
+                                                         stream=stream)))
+    await asyncio.sleep(0)
+    writer.release.set()
+    await asyncio.wait_for(writes[0], WAIT_S)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert [count for _, count in writer.started] == [300]  # gathering
+    writes.append(asyncio.ensure_future(writer.write(rows(400), batch=At(True, lag=100),
+                                                     stream="b")))
+    await asyncio.wait_for(asyncio.gather(*writes), WAIT_S)
+    assert [count for _, count in writer.started] == [300, 1000]  # at max_rows
+
+
+async def test_behind_by_rows_whose_bytes_fill_an_append_they_gather() -> None:
+    """100 bytes a row, ``max_bytes`` 50 000: 100 rows pending and 300 offsets behind
+    (at the pending rows' size, 40 000 bytes) go at once; 100 rows and 450 offsets
+    (55 000 bytes) gather, far below ``max_rows``, until the worker's window is full."""
+    at_once = SizedWriter(max_rows=10**6, min_rows=1, max_interval_s=WAIT_S * 10,
+                          max_bytes=50_000)
+    await asyncio.wait_for(at_once.write(rows(100), batch=At(True, lag=300), stream="a"),
+                           WAIT_S)
+    assert [count for _, count in at_once.started] == [100]
+    gathering = SizedWriter(max_rows=10**6, min_rows=1, max_interval_s=WAIT_S * 10,
+                            max_bytes=50_000)
+    write = asyncio.ensure_future(gathering.write(rows(100), batch=At(True, lag=450),
+                                                  stream="a"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert gathering.started == []
+    gathering.flush_soon()
+    await asyncio.wait_for(write, WAIT_S)
+    assert [count for _, count in gathering.started] == [100]
 
 
 async def test_while_behind_the_interval_still_flushes() -> None:

@@ -9,12 +9,17 @@ Backlog or caught up: each part's position says whether its partition was *behin
 the worker shipped it (:attr:`actors.sinks.base.Position.behind`: the partition's
 high-water mark was past the batch), and a writer used without positions is told by its
 caller (:meth:`TableWriter.hold_flushes`: ``kstage dlq replay`` hands over every letter first).
-While any partition whose rows wait here is behind (the newest part of each decides), the
-``min_rows`` and ``idle_s`` flushes do not fire: rows gather into one append of the
-backlog size (``max_rows`` rows or ``max_bytes`` bytes, :meth:`TableWriter.part_bytes`),
-cut by ``max_interval_s`` or a worker at its ``max_in_flight``
-(:meth:`TableWriter.flush_soon`). Once every one is caught up, the rows are flushed as
-before (with ``min_rows`` 1, the default, as soon as no flush of the table runs). A
+While the partitions whose rows wait here are behind (the newest part of each decides) by
+enough to fill an append with the pending rows (their lags, ``Position.lag``, counted a
+row a message, and the pending rows make ``max_rows``, or at the
+pending rows' average size ``max_bytes``: :meth:`TableWriter.behind`), the ``min_rows``
+and ``idle_s`` flushes do not fire: rows gather into one append of the backlog size
+(``max_rows`` rows or ``max_bytes`` bytes, :meth:`TableWriter.part_bytes`), cut by
+``max_interval_s`` or a worker at its ``max_in_flight`` (:meth:`TableWriter.flush_soon`).
+Behind by less (a process a second behind after a stall; a backlog's last append's
+worth), or once every one is caught up, the rows are flushed as caught up (with
+``min_rows`` 1, the default, as soon as no flush of the table runs): they could not fill
+a backlog's append, and waiting for one would only make them older. A
 partition's batch without rows for the table still says whether it caught up. Each flush
 logs (DEBUG) what started it: ``size``, ``caught up``, ``interval``, ``idle``,
 ``rested`` or ``flush_soon``.
@@ -183,9 +188,9 @@ class TableWriter(abc.ABC):
         self._pending_rows = 0
         self._pending_bytes = 0
         # The partitions (streams; None: parts without one) whose newest part came while
-        # they were behind, and how many callers hold the flushes of parts without a
-        # position (hold()).
-        self._behind: set[Any] = set()
+        # they were behind, each with its lag then, and how many callers hold the flushes
+        # of parts without a position (hold()).
+        self._behind: dict[Any, int] = {}
         self._holds = 0
         self._timer: asyncio.TimerHandle | None = None
         self._first_at = 0.0  # loop time at which the oldest pending part arrived
@@ -235,9 +240,22 @@ class TableWriter(abc.ABC):
 
     @property
     def behind(self) -> bool:
-        """A partition whose rows wait here is behind, or a caller holds the flushes:
-        the rows gather into a backlog-sized append."""
-        return bool(self._behind) or self._holds > 0
+        """The partitions whose rows wait here are behind by enough to fill a backlog-size
+        append with what is pending (:meth:`_backlog`), or a caller holds the flushes: the
+        rows gather into one."""
+        return self._holds > 0 or (bool(self._behind) and self._backlog())
+
+    def _backlog(self) -> bool:
+        """What waits in Kafka behind the pending rows' partitions (their lags, a message
+        a row, each as large as the pending rows on average) and the pending rows make
+        an append of ``max_rows`` rows or ``max_bytes`` bytes."""
+        waiting = sum(self._behind.values())
+        if self._pending_rows + waiting >= self.max_rows:
+            return True
+        if self.max_bytes is None or not self._pending_rows:
+            return False
+        per_row = self._pending_bytes / self._pending_rows
+        return self._pending_bytes + waiting * per_row >= self.max_bytes
 
     def hold_flushes(self) -> None:
         """The caller hands over more parts without positions right away (``kstage dlq
@@ -253,7 +271,7 @@ class TableWriter(abc.ABC):
     def forget_behind(self, streams: Any) -> None:
         """The streams left this writer (revoked): they no longer hold flushes back."""
         for stream in streams:
-            self._behind.discard(stream)
+            self._behind.pop(stream, None)
 
     def _full(self) -> bool:
         return self._pending_rows >= self.max_rows or (
@@ -286,9 +304,9 @@ class TableWriter(abc.ABC):
             # before the empty check: a partition whose last batch up to its high-water
             # mark has no rows for this table (filtered, dead-lettered) caught up too
             if batch.behind:
-                self._behind.add(stream)
+                self._behind[stream] = batch.lag
             else:
-                self._behind.discard(stream)
+                self._behind.pop(stream, None)
         if not len(part):
             if self._pending and not self._running and not self.behind \
                     and self._pending_rows >= self.min_rows and not self._resting():
