@@ -6,9 +6,12 @@ Usage::
                             [--rate R] [--max-messages M] [--flush-idle-s S]
                             [--fold-files N | --no-fold] [--appends spark|pyiceberg]
                             [--commit-latency-s S]
-                            [--fetch-max-wait-ms MS] [--dump CSV] [--keep]
+                            [--fetch-max-wait-ms MS] [--broker tansu|kafka] [--dump CSV]
+                            [--keep]
 
-For each sink, on one embedded broker (Tansu), each step on a new 1-partition topic:
+For each sink, on one embedded broker (Tansu; ``--broker kafka``: one Apache Kafka node,
+whose fetches keep up with paced rates where Tansu's fell behind, e.g. 10 000 events/s for
+150 s), each step on a new 1-partition topic:
 
 1. **kstage's maximum rate** (skipped when ``--rate`` is given): ``--max-messages``
    events (default 100 000 JSONL, 30 000 Spark) are produced as a backlog and drained by
@@ -118,6 +121,7 @@ from throughput import (
 )
 
 from service.broker import EmbeddedBroker
+from tests.apache_kafka import KafkaCluster
 
 JSONL_TARGET_MS = 100.0
 SPARK_TARGET_MS = 2000.0  # issue 21: a staged row visible to a reader within 2 s (p99)
@@ -760,6 +764,9 @@ def main(argv: list[str] | None = None) -> int:
                         "baseline; default 10: Tansu answers a fetch only at its max wait)")
     parser.add_argument("--dump", default=None, metavar="CSV",
                         help="append sink,stamp,latency_ms per event to this file")
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                        help="the embedded Tansu, or one Apache Kafka node (make kafka-jars), "
+                        "which keeps up with paced rates past Tansu's")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, outputs)")
     args = parser.parse_args(argv)
@@ -770,10 +777,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--commit-latency-s: with --sink spark and --rate")
     _import_stdlib_http()
     workdir = Path(tempfile.mkdtemp(prefix="kstage-latency-"))
-    broker = EmbeddedBroker()
+    broker: EmbeddedBroker | KafkaCluster = (
+        EmbeddedBroker() if args.broker == "tansu"
+        else KafkaCluster(workdir / "kafka", 1, heap_mb=512))
     try:
         broker.start()
-        throughput.BROKER_PID = broker.pid
+        throughput.BROKER_PID = (broker.pid if isinstance(broker, EmbeddedBroker)
+                                 else broker.nodes[0].pid)
         with slow_lake(workdir, args.commit_latency_s) as lake:
             lines = asyncio.run(bench(args, broker.bootstrap, workdir, lake))
     except BaseException:
@@ -785,7 +795,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     finally:
-        broker.stop()
+        if isinstance(broker, EmbeddedBroker):
+            broker.stop()
+        else:
+            broker.kill()
     for line in lines:
         print(line)
     return 0

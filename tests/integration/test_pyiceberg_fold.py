@@ -315,3 +315,60 @@ async def test_a_fold_that_cannot_read_a_file_is_logged_counted_and_tried_again(
             await asyncio.gather(folding, return_exceptions=True)
         lake.stop()
 
+
+
+async def test_the_commit_reads_only_the_manifests_added_since_the_plan(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan a fold of five one-row appends, append once more, commit: on the appends'
+    thread only the manifest of the append after the plan is read (the plan's entries
+    serve the rest), and the table holds every row once, the last append's untouched."""
+    import pyarrow as pa
+    from pyiceberg.manifest import ManifestFile
+
+    spark = Settings.model_validate({
+        "name": "g",
+        "spark": {"appends": "pyiceberg",
+                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+                              "warehouse": str(tmp_path / "wh")},
+                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
+        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
+                                "sink": {"type": "spark", "table": "stg_t"}}]}]}).spark
+    lake = Lake(spark)
+    try:
+        def made() -> None:
+            catalog = lake.catalog()
+            ensure_namespace(catalog, spark.catalog.namespace)
+            table = catalog.create_table((spark.catalog.namespace, "stg_t"),
+                                         schema=pa.schema([("x", pa.int64())]))
+            for x in range(5):  # five small files, a manifest each
+                table.append(pa.table({"x": [x]}))
+
+        await lake.call(made)
+        count, fold = await lake.aside(lambda: pyiceberg_fold.plan(lake, spark, "stg_t", 0))
+        assert count == 5 and fold is not None and fold.files == 5
+        assert len(fold.entries) == 5
+
+        def append_after_the_plan() -> set[str]:
+            table = lake.table("stg_t")
+            table.append(pa.table({"x": [5]}))
+            return {m.manifest_path for m in table.current_snapshot().manifests(table.io)}
+
+        [newest] = await lake.call(append_after_the_plan) - set(fold.entries)
+        written = await lake.aside(lambda: pyiceberg_fold.rewrite(fold))
+        read: list[str] = []
+        fetch = ManifestFile.fetch_manifest_entry
+
+        def counted(self: Any, io: Any, discard_deleted: bool = True) -> Any:
+            read.append(self.manifest_path)
+            return fetch(self, io, discard_deleted)
+
+        monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", counted)
+        after = await lake.call(lambda: pyiceberg_fold.commit(lake, "stg_t", fold, written))
+        monkeypatch.undo()
+        assert set(read) == {newest}, (read, newest)
+        assert after == 2  # the fold's file and the append's after the plan
+        loaded = await lake.call(lambda: lake.table("stg_t"))
+        assert sorted(loaded.scan().to_arrow().column("x").to_pylist()) == [0, 1, 2, 3, 4, 5]
+        assert loaded.current_snapshot().summary.operation.value == "replace"
+    finally:
+        lake.stop()
