@@ -17,8 +17,10 @@ maintains has (the holder of the topic's partition 0:
    partition, oldest first, up to
    :data:`INPUT_MAX_PART` of ``target_file_mb`` of them in all (a fold's memory stays
    bounded); a partition with fewer than ``min_input_files`` of them is left;
-2. **rewrite** (on the second thread too: Arrow reads, on that thread alone, and writes
-   Parquet without the GIL): the files read and written again as one table per partition,
+2. **rewrite** (on the second thread too, at a lower CPU priority than the appends':
+   :mod:`~actors.sinks.spark.background_cpu`; Arrow reads, on that thread alone, and
+   writes Parquet without the GIL): the files read and written again as one table per
+   partition,
    in their order, conformed to the table's current schema (a column added after a file
    was written is NULL in it, as a reader sees it);
 3. **commit** (on the lake thread, between two appends: the table loaded again, its
@@ -171,7 +173,10 @@ def rewrite(fold: Plan) -> list[Any]:
         parts = []
         for data in group:
             with loaded.io.new_input(data.file_path).open() as stream:
-                parts.append(conformed(pq.read_table(stream, use_threads=False), schema))
+                # read on this thread: pq.read_table's dataset scan hands the reading and
+                # decoding to Arrow's shared thread pools, at the appends' priority
+                read = pq.ParquetFile(stream, pre_buffer=False).read(use_threads=False)
+                parts.append(conformed(read, schema))
         rows = pa.concat_tables(parts)
         with writes_on_this_thread():  # at this thread's lower priority
             written.extend(_dataframe_to_data_files(loaded.metadata, rows, loaded.io))

@@ -12,7 +12,9 @@ value), so that it takes the CPU the rest leaves and little beyond.
 Its Parquet writes would escape that: pyiceberg writes data files on its process-wide
 thread pool (``pyiceberg.utils.concurrent.ExecutorFactory``), which the appends share.
 :func:`writes_on_this_thread` makes pyiceberg's pool run what the calling thread submits on
-that thread, inline, while the appends' submissions go to the pool as before.
+that thread, inline, while the appends' submissions go to the pool as before. Arrow's
+own thread pools are shared too (created at the appends' priority): the fold reads its
+files with ``ParquetFile.read`` on its thread (``pq.read_table`` scans through them).
 
 A thread that cannot be made nicer (another OS than Linux, a seccomp profile refusing
 ``setpriority``) runs at the process's priority, logged once: the fold still works, only
