@@ -121,7 +121,6 @@ from throughput import (
 )
 
 from service.broker import EmbeddedBroker
-from tests.apache_kafka import KafkaCluster
 
 JSONL_TARGET_MS = 100.0
 SPARK_TARGET_MS = 2000.0  # issue 21: a staged row visible to a reader within 2 s (p99)
@@ -733,6 +732,17 @@ def slow_lake(workdir: Path, latency_s: float | None) -> Iterator[SlowLake | Non
         yield SlowLake(rest, proxy)
 
 
+def apache_kafka_node(workdir: Path) -> Any:
+    """One Apache Kafka node (tests/apache_kafka.py, its jars from ``make kafka-jars``),
+    not started yet; its data under ``workdir``."""
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.append(root)  # the repository's tests/, after bench/ and the venv
+    from tests.apache_kafka import KafkaCluster
+
+    return KafkaCluster(workdir / "kafka", 1, heap_mb=512)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sink", choices=("jsonl", "spark", "both"), default="both")
@@ -777,9 +787,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--commit-latency-s: with --sink spark and --rate")
     _import_stdlib_http()
     workdir = Path(tempfile.mkdtemp(prefix="kstage-latency-"))
-    broker: EmbeddedBroker | KafkaCluster = (
-        EmbeddedBroker() if args.broker == "tansu"
-        else KafkaCluster(workdir / "kafka", 1, heap_mb=512))
+    broker = EmbeddedBroker() if args.broker == "tansu" else apache_kafka_node(workdir)
     try:
         broker.start()
         throughput.BROKER_PID = (broker.pid if isinstance(broker, EmbeddedBroker)

@@ -1,8 +1,9 @@
 """``bench/latency.py``'s short variants run and print their figures (no timing is
 asserted: the figures depend on the machine's load).
 
-The benchmark starts its own embedded broker and one real ``kstage run``: 200 JSONL
-events at 400/s (``--rate`` skips the maximum-rate run); 150 Gobblin events at 50/s into
+The benchmark starts its own broker and one real ``kstage run``: 200 JSONL events at 400/s
+(``--rate`` skips the maximum-rate run) on one Apache Kafka node (``--broker kafka``);
+150 Gobblin events at 50/s on the embedded broker into
 an Iceberg table (pyiceberg's appends: ``--appends``) through Nessie's REST catalog whose
 table commits a proxy holds for 1 s (``--commit-latency-s``), the table read back whole
 through the same catalog.
@@ -32,9 +33,10 @@ async def latency(*args: str, timeout: float) -> tuple[str, list[str]]:
     return text, text.strip().splitlines()
 
 
+@pytest.mark.timeout(300)
 async def test_the_short_jsonl_latency_run_prints_its_percentiles_and_last_line() -> None:
     text, lines = await latency("--sink", "jsonl", "--messages", "200", "--rate", "400",
-                                timeout=150)
+                                "--broker", "kafka", timeout=280)
     assert re.fullmatch(r"jsonl: p99_ms=\d+ target_ms=100 (PASS|FAIL)", lines[-1]), text
     assert re.search(r"^jsonl: 200 events at 400/s: latency p50 \d+ ms, p99 \d+ ms, max \d+ ms",
                      text, re.MULTILINE), text
