@@ -258,6 +258,19 @@ async def test_a_process_killed_while_its_fold_reads_commits_none_of_it_and_land
                              events, PARTITIONS)
 
 
+def one_table(tmp_path: Path) -> Settings:
+    """One topic into the staging table ``stg_t`` of a SQLite catalog under ``tmp_path``,
+    pyiceberg's appends, a fold at 4 more data files of at least 2."""
+    return Settings.model_validate({
+        "name": "g",
+        "spark": {"appends": "pyiceberg",
+                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+                              "warehouse": str(tmp_path / "wh")},
+                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
+        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
+                                "sink": {"type": "spark", "table": "stg_t"}}]}]})
+
+
 async def test_a_fold_that_cannot_read_a_file_is_logged_counted_and_tried_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -267,14 +280,7 @@ async def test_a_fold_that_cannot_read_a_file_is_logged_counted_and_tried_again(
     row once."""
     import pyarrow as pa
 
-    settings = Settings.model_validate({
-        "name": "g",
-        "spark": {"appends": "pyiceberg",
-                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
-                              "warehouse": str(tmp_path / "wh")},
-                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
-        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
-                                "sink": {"type": "spark", "table": "stg_t"}}]}]})
+    settings = one_table(tmp_path)
     namespace = settings.spark.catalog.namespace
     lake = Lake(settings.spark)
 
@@ -325,14 +331,7 @@ async def test_the_commit_reads_only_the_manifests_added_since_the_plan(
     import pyarrow as pa
     from pyiceberg.manifest import ManifestFile
 
-    spark = Settings.model_validate({
-        "name": "g",
-        "spark": {"appends": "pyiceberg",
-                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
-                              "warehouse": str(tmp_path / "wh")},
-                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
-        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
-                                "sink": {"type": "spark", "table": "stg_t"}}]}]}).spark
+    spark = one_table(tmp_path).spark
     lake = Lake(spark)
     try:
         def made() -> None:
