@@ -171,8 +171,14 @@ class Target:
                               for name in self.sinks])
 
     async def _write(self, bound: BoundSink, rows: list[Any]) -> asyncio.Task[None]:
-        """Hand ``rows`` to the sink: the write, durable once it is done. It starts now
-        (a held micro-batching sink gathers it with the letters after it)."""
+        """Hand ``rows`` to the sink: the write, durable once it is done. A pipelined
+        sink (:attr:`SinkCapabilities.pipelined`: it keeps concurrent writes in order and
+        a held one gathers them into one append) gets it at once; any other sink gets one
+        write at a time, as the worker's sink loop drives it (a jsonl sink's two writes
+        at once land in either order), so the letters of a partition land in order."""
         write = asyncio.ensure_future(bound.sink.write(rows))
-        await asyncio.sleep(0)  # the write reaches its sink before the next letter
+        if bound.sink.capabilities.pipelined:
+            await asyncio.sleep(0)  # the write reaches its sink before the next letter
+        else:
+            await asyncio.wait([write])  # its error is raised by Handed.durable
         return write
