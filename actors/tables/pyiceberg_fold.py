@@ -20,9 +20,9 @@ maintains has (the holder of the topic's partition 0:
 2. **rewrite** (on the second thread too, at a lower CPU priority than the appends':
    :mod:`~actors.sinks.spark.background_cpu`; Arrow reads, on that thread alone, and
    writes Parquet without the GIL): the files read and written again as one table per
-   partition,
-   in their order, conformed to the table's current schema (a column added after a file
-   was written is NULL in it, as a reader sees it);
+   partition, in their order, conformed to the table's current schema (a column added
+   after a file was written is NULL in it, as a reader sees it), under the partition's
+   known key (:func:`written_files`: no grouping of the rows through Arrow's shared pool);
 3. **commit** (on the lake thread, between two appends: the table loaded again, its
    snapshot the commit's base): one snapshot that deletes the files read and
    adds the files written, of operation ``replace`` (what Spark's rewrite commits:
@@ -164,7 +164,6 @@ def rewrite(fold: Plan) -> list[Any]:
     files of the table (:func:`plan`'s rule); the data files written."""
     import pyarrow as pa  # only with the spark extra
     import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files  # pinned <0.13
 
     loaded = fold.loaded
     schema = loaded.schema()
@@ -179,8 +178,65 @@ def rewrite(fold: Plan) -> list[Any]:
                 parts.append(conformed(read, schema))
         rows = pa.concat_tables(parts)
         with writes_on_this_thread():  # at this thread's lower priority
-            written.extend(_dataframe_to_data_files(loaded.metadata, rows, loaded.io))
+            written.extend(written_files(loaded, rows, group[0].partition))
     return written
+
+
+def known_key(metadata: Any, partition: Any) -> Any:
+    """The pyiceberg ``PartitionKey`` of the current spec of ``metadata`` whose record is
+    ``partition`` (a data file's), or None when the spec is unpartitioned or the key made
+    from it does not give that record back."""
+    from pyiceberg.partitioning import PartitionFieldValue, PartitionKey  # with pyiceberg
+
+    spec = metadata.spec()
+    if spec.is_unpartitioned() or len(partition) != len(spec.fields):
+        return None
+    key = PartitionKey(field_values=[PartitionFieldValue(field=f, value=partition[i])
+                                     for i, f in enumerate(spec.fields)],
+                       partition_spec=spec, schema=metadata.schema())
+    try:
+        return key if key.partition == partition else None
+    except ValueError:  # pyiceberg's refusal of a spec it cannot make a key of
+        return None
+
+
+def written_files(loaded: Any, rows: Any, partition: Any) -> list[Any]:
+    """``rows`` of one partition of the table ``loaded`` (``partition``: the record of the
+    files they were read from) written as its target-size data files. pyiceberg's write of
+    a table's rows (``_dataframe_to_data_files``) finds the partitions by grouping and
+    filtering the rows through Acero, which runs on Arrow's shared CPU pool at the
+    appends' priority (about a core for a second in the middle of a fold); a fold's group
+    is one partition, whose key is known: its rows are written as they are, bin-packed by
+    the table's ``write.target-file-size-bytes``. A key that does not give the files'
+    record back (a transform this code does not know) goes pyiceberg's way."""
+    import itertools
+    import uuid
+
+    from pyiceberg.io.pyarrow import (  # pinned <0.13
+        _dataframe_to_data_files,
+        bin_pack_arrow_table,
+        pyarrow_to_schema,
+        write_file,
+    )
+    from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties, WriteTask
+    from pyiceberg.utils.config import Config
+    from pyiceberg.utils.properties import property_as_int
+
+    metadata = loaded.metadata
+    key = known_key(metadata, partition)
+    if key is None and not metadata.spec().is_unpartitioned():
+        return list(_dataframe_to_data_files(metadata, rows, loaded.io))
+    target = property_as_int(metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+                             TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+    schema = pyarrow_to_schema(
+        rows.schema, name_mapping=metadata.schema().name_mapping,
+        downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE)
+        or False, format_version=metadata.format_version)
+    write_uuid, counter = uuid.uuid4(), itertools.count(0)
+    return list(write_file(io=loaded.io, table_metadata=metadata, tasks=(
+        WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches,
+                  partition_key=key, schema=schema)
+        for batches in bin_pack_arrow_table(rows, target or 0))))
 
 
 @functools.cache

@@ -1,0 +1,134 @@
+"""pyiceberg's fold writes a group (one partition, by the plan) under the partition's
+known key, without pyiceberg's grouping of the rows through Acero (which runs on Arrow's
+shared CPU pool, at the appends' priority). On a real table of a SQLite catalog, with a
+spec of every kind of transform kstage allows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.sinks.spark.pyiceberg_appends import Lake
+from actors.sinks.spark.pyiceberg_catalog import ensure_namespace
+from actors.tables import pyiceberg_fold
+from settings.models import Settings
+
+pytestmark = pytest.mark.slow
+
+
+def lake_of(tmp_path: Path) -> tuple[Settings, Lake]:
+    settings = Settings.model_validate({
+        "name": "g",
+        "spark": {"appends": "pyiceberg",
+                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+                              "warehouse": str(tmp_path / "wh")},
+                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
+        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
+                                "sink": {"type": "spark", "table": "stg_t"}}]}]})
+    return settings, Lake(settings.spark)
+
+
+def made(lake: Lake, namespace: str, spec_of: Any, rows: list[dict[str, Any]]) -> Any:
+    """The table ``stg_t`` with ``spec_of(schema)``, one append (one file) per row."""
+    import pyarrow as pa
+
+    catalog = lake.catalog()
+    ensure_namespace(catalog, namespace)
+    arrow = pa.schema([("s", pa.string()), ("i", pa.int64()), ("d", pa.date32()),
+                       ("y", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")),
+                       ("h", pa.timestamp("us")), ("t", pa.string())])
+    table = catalog.create_table((namespace, "stg_t"), schema=arrow)
+    with table.update_spec() as update:
+        spec_of(update)
+    for row in rows:
+        table.append(pa.Table.from_pylist([row], schema=arrow))
+    return lake.table("stg_t")
+
+
+def every_transform(update: Any) -> None:
+    from pyiceberg.transforms import (
+        BucketTransform,
+        DayTransform,
+        HourTransform,
+        IdentityTransform,
+        MonthTransform,
+        TruncateTransform,
+        YearTransform,
+    )
+
+    update.add_field("s", IdentityTransform(), "s_identity")
+    update.add_field("i", BucketTransform(4), "i_bucket")
+    update.add_field("t", TruncateTransform(2), "t_trunc")
+    update.add_field("d", MonthTransform(), "d_month")
+    update.add_field("y", YearTransform(), "y_year")
+    update.add_field("ts", DayTransform(), "ts_day")
+    update.add_field("h", HourTransform(), "h_hour")
+
+
+ROWS = [{"s": s, "i": i, "d": dt.date(2026, 11 if s == "alpha" else 12, 1),
+         "y": dt.date(2025 if s == "alpha" else 2026, 6, 1),
+         "ts": dt.datetime(2026, 12, 1 if s == "alpha" else 2, 3, m, tzinfo=dt.UTC),
+         "h": dt.datetime(2026, 12, 1, 3 if s == "alpha" else 7, m), "t": s * 2}
+        for s in ("alpha", "beta") for i, m in ((7, 1), (7, 2), (7, 3))]
+
+
+async def test_a_fold_writes_each_partition_under_its_known_key_without_acero(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two partitions of three one-row files each, folded: pyiceberg's grouping of the
+    rows (``_determine_partitions``) is never called, each partition gets one file whose
+    partition record is its files' and whose path is its partition's, every row once, and
+    a scan filtered on a partition column prunes to that partition's file."""
+    import pyiceberg.io.pyarrow as pyiceberg_arrow
+    from pyiceberg.expressions import EqualTo
+
+    def no_acero(**_: Any) -> Any:
+        raise AssertionError("the fold grouped its rows through Acero")
+
+    settings, lake = lake_of(tmp_path)
+    spark = settings.spark
+    try:
+        table = await lake.call(lambda: made(lake, spark.catalog.namespace,
+                                             every_transform, ROWS))
+        monkeypatch.setattr(pyiceberg_arrow, "_determine_partitions", no_acero)
+        before = {task.file.partition for task in table.scan().plan_files()}
+        assert len(before) == 2
+        count, fold = await lake.aside(lambda: pyiceberg_fold.plan(lake, spark, "stg_t", 0))
+        assert (count, fold is not None and fold.files) == (6, 6)
+        assert fold is not None
+        written = await lake.aside(lambda: pyiceberg_fold.rewrite(fold))
+        assert {w.partition for w in written} == before and len(written) == 2
+        for w in written:
+            path = table.metadata.spec().partition_to_path(w.partition, table.schema())
+            assert f"/{path}/" in w.file_path, (path, w.file_path)
+        assert await lake.call(lambda: pyiceberg_fold.commit(lake, "stg_t", fold, written)) == 2
+        loaded = await lake.call(lambda: lake.table("stg_t"))
+        got = loaded.scan().to_arrow().to_pylist()
+        assert sorted(got, key=repr) == sorted(ROWS, key=repr)
+        beta = list(loaded.scan(row_filter=EqualTo("s", "beta")).plan_files())
+        assert len(beta) == 1 and beta[0].file.record_count == 3
+    finally:
+        lake.stop()
+
+
+async def test_a_key_that_does_not_give_the_record_back_goes_pyicebergs_way(
+        tmp_path: Path) -> None:
+    """A partition record the spec's key cannot be made from (here: of another length)
+    is written by pyiceberg's own write, which finds the partitions in the rows."""
+    import pyarrow as pa
+    from pyiceberg.typedef import Record
+
+    settings, lake = lake_of(tmp_path)
+    try:
+        table = await lake.call(lambda: made(lake, settings.spark.catalog.namespace,
+                                             every_transform, ROWS[:1]))
+        [original] = [task.file.partition for task in table.scan().plan_files()]
+        assert pyiceberg_fold.known_key(table.metadata, Record(1)) is None
+        rows = pa.Table.from_pylist(ROWS[:1], schema=table.schema().as_arrow())
+        written = await lake.call(
+            lambda: pyiceberg_fold.written_files(table, rows, Record(1)))
+        assert [w.partition for w in written] == [original]
+    finally:
+        lake.stop()
