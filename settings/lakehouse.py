@@ -239,9 +239,10 @@ class SparkSettings(Model):
         "longer; at or above flush_max_interval_s: off. Unset: freshness_target_s.")
     freshness_target_s: float = Field(
         1, gt=0, description="The freshness the staging appends of a caught-up table aim "
-        "at: between appends that take L seconds (measured), the next one rests "
-        "freshness_target_s - 2L, so that a row waits about this long at most (the append "
-        "running when it came, the rest, its own append); when L passes half of it, "
+        "at: between appends that take L seconds (measured), give or take S (their measured "
+        "spread), the next one rests freshness_target_s - 2(L + 2S), so that a row waits "
+        "this long at most (the append running when it came, the rest, its own append); "
+        "when L + 2S passes half of it, "
         "appends go back to back and a row waits about 2L. At most flush_max_interval_s "
         "(unset: 1, or flush_max_interval_s when that is lower).")
     max_commits_per_s: float = Field(

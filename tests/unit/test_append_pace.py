@@ -120,6 +120,45 @@ def test_the_rule() -> None:
     assert rest(1.2, 1.0, rest_ratio=1.0, cpu=0.05) == pytest.approx(0.05)
     assert interval(1.2, 1.0, rest_ratio=1.0, cpu=0.05) == pytest.approx(1.25)
     assert rest(0.1, 1.0, rest_ratio=1.0, cpu=0.09) == pytest.approx(0.8)  # the target's
+    # flushes whose duration varies rest for the slow ones: L + 2 spreads
+    assert rest(0.1, 1.0, spread=0.05) == pytest.approx(0.6)
+    assert rest(0.3, 1.0, spread=0.1) == 0
+    assert interval(0.1, 1.0, max_per_s=2, spread=0.05) == pytest.approx(0.7)
+
+
+class UnevenWriter(PacedWriter):
+    """Flushes that take, in turn, each of :attr:`pattern`'s durations."""
+
+    pattern = (0.1, 0.1, 0.4, 0.4)
+
+    async def _flush(self, batch: list[Pending]) -> None:
+        self.latency_s = self.pattern[len(self.log) % len(self.pattern)]
+        await super()._flush(batch)
+
+
+@pytest.mark.parametrize("spread_weight", [2.0, 0.0])
+def test_flushes_whose_duration_varies_keep_the_worst_wait_within_the_target(
+        monkeypatch: pytest.MonkeyPatch, spread_weight: float) -> None:
+    """Flushes of 0.1, 0.1, 0.4, 0.4 s in turn (0.25 s on average): resting the target
+    minus two average latencies (0.5 s) lets a row that came as a slow flush began wait
+    for it, the rest and another slow one: 1.3 s. Resting for the latency plus two spreads
+    keeps every row within the target; without the spread (its weight 0) the target is
+    missed, which is what the spread is for."""
+    from actors.sinks.table import batching
+
+    monkeypatch.setattr(batching, "SPREAD_WEIGHT", spread_weight)
+
+    async def main() -> None:
+        writer = UnevenWriter(freshness_s=1.0, max_per_s=2)
+        arrivals = await feed(writer, 30)
+        landed_once(writer, arrivals)
+        worst = max(w for f in writer.log[8:] for w in f.waits)  # once measured
+        if spread_weight:
+            assert worst <= 1.0 + EPS, worst
+            assert writer.spread > 0.1, writer.spread
+        else:
+            assert worst > 1.1, worst
+    run(main())
 
 
 class CpuPacedWriter(PacedWriter):

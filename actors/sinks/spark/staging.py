@@ -8,14 +8,14 @@ first pending row, ``flush_min_rows`` are pending while no append of the table r
 the oldest pending row waited ``flush_idle_s`` while no append runs, or a worker cannot
 send more rows (its ``max_in_flight``). The appends of caught-up rows follow the catalog
 (:func:`pace`, the rule in :mod:`actors.sinks.table.batching`): the writer measures how
-long its appends take, *L*, and an append that ``flush_min_rows`` starts first rests
-``freshness_target_s`` - 2 *L* after the one before (at least ``flush_rest_ratio`` times
-the CPU an append costs the process: pyiceberg's, measured on its thread; *L* for
-Spark's), so that a row waits about ``freshness_target_s``; when *L* passes half the target
-they go back to back. No append of the table that is not full (``flush_max_rows`` or
-``flush_max_mb`` reached, a worker's window full) starts less than
-1/``max_commits_per_s`` after the previous one. Each append's duration is
-``kstage_table_commit_seconds``, the latency the rule uses
+long its appends take, *L*, give or take *S* (their spread), and an append that
+``flush_min_rows`` starts first rests ``freshness_target_s`` - 2 (*L* + 2 *S*) after the
+one before (at least ``flush_rest_ratio`` times the CPU an append costs the process:
+pyiceberg's, measured on its thread; *L* for Spark's), so that a row waits at most about
+``freshness_target_s``; when *L* + 2 *S* passes half the target they go back to back.
+No append of the table that is not full (``flush_max_rows`` or ``flush_max_mb`` reached, a
+worker's window full) starts less than 1/``max_commits_per_s`` after the previous one.
+Each append's duration is ``kstage_table_commit_seconds``, the latency the rule uses
 ``kstage_table_commit_latency_seconds`` and the interval it aims at between appends
 ``kstage_table_append_interval_seconds`` (per table). A flush
 hands the JVM one contiguous Arrow table (one task, one data file), written with

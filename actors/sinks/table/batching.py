@@ -35,13 +35,15 @@ cannot send more rows (:meth:`TableWriter.flush_soon`, at its ``max_in_flight``)
 The pace of the flushes of caught-up rows follows what they cost (the staging appends:
 :mod:`actors.sinks.spark.staging`). The writer measures its latency *L*: an average
 weighted toward the newest (:data:`LATENCY_WEIGHT`) of the durations of the flushes that
-held no backlog's rows (:meth:`TableWriter.took`). After such flushes end, a flush that
+held no backlog's rows (:meth:`TableWriter.took`), and their spread *S*: the same
+average of each one's distance from *L*. After such flushes end, a flush that
 ``min_rows`` starts rests first, :func:`rest` seconds:
-``max(freshness_s - 2 L, rest_ratio * C, 0)``, *C* the CPU seconds a flush costs the
-process when the writer measures it (the same average; else *L*). A row that arrives
-right after a flush started waits for it, the rest and its own flush: about
-``freshness_s`` while *L* stays below half of it (appends rest, fewer and larger, as long
-as the freshness allows); above,
+``max(freshness_s - 2 (L + 2 S), rest_ratio * C, 0)``, *C* the CPU seconds a flush costs
+the process when the writer measures it (the same average; else *L*). A row that arrives
+right after a flush started waits for it, the rest and its own flush: at most
+``freshness_s`` while flushes take no more than *L* + 2 *S* and that stays below half of
+it (appends rest, fewer and larger, as long as the freshness allows; flushes whose
+duration varies rest less); above,
 flushes go back to back and a row's wait grows with the latency, about 2 *L*, never with
 more flushes. ``rest_ratio`` keeps a rest of at least that many times *C* (a writer whose
 every flush costs the process CPU keeps a share of it free; a flush that mostly waits on
@@ -91,6 +93,13 @@ LATENCY_WEIGHT = 0.3
 moving average: a change of the catalog's latency shows within a few flushes, one slow
 flush moves it by this share)."""
 
+SPREAD_WEIGHT = 2.0
+"""How many spreads (the flushes' mean deviation from the latency) above the latency the
+rest makes room for: a row's worst wait stays within the target while the flushes around
+it are no slower than that (TCP's retransmission timer makes room for 4 of its round
+trips' deviations; two cover about 19 flushes in 20 of a normal spread, and a row's wait
+spans two flushes)."""
+
 _EARLY_S = 1e-3  # a timer may fire this much before its time (the loop's clock resolution)
 _FULL = ("size", "flush_soon")  # flushes the cap (max_per_s) never holds
 
@@ -101,23 +110,26 @@ def _averaged(average: float | None, new: float) -> float:
 
 
 def rest(latency: float, freshness_s: float | None, rest_ratio: float = 0.0,
-         cpu: float | None = None) -> float:
-    """The rest between flushes of caught-up rows that take ``latency`` seconds: what
-    keeps a row's worst wait (the flush running when it came, the rest, its own flush)
-    near ``freshness_s`` (None: no such aim), at least ``rest_ratio`` times the CPU
-    seconds a flush costs the process, ``cpu`` (None: not measured, the latency stands
-    for it). A flush that mostly waits (a remote catalog's commit) rests for its CPU,
-    not for its wait."""
-    aimed = 0.0 if freshness_s is None else freshness_s - 2 * latency
+         cpu: float | None = None, spread: float = 0.0) -> float:
+    """The rest between flushes of caught-up rows that take ``latency`` seconds, give or
+    take ``spread`` (their mean deviation): what keeps a row's worst wait (the flush
+    running when it came, the rest, its own flush) at or under ``freshness_s`` (None: no
+    such aim) for flushes that take up to :data:`SPREAD_WEIGHT` spreads longer than the
+    latency, at least ``rest_ratio`` times the CPU seconds a flush costs the process,
+    ``cpu`` (None: not measured, the latency stands for it). A flush that mostly waits (a
+    remote catalog's commit) rests for its CPU, not for its wait."""
+    slow = latency + SPREAD_WEIGHT * spread
+    aimed = 0.0 if freshness_s is None else freshness_s - 2 * slow
     return max(aimed, rest_ratio * (latency if cpu is None else cpu), 0.0)
 
 
 def interval(latency: float, freshness_s: float | None, rest_ratio: float = 0.0,
-             max_per_s: float | None = None, cpu: float | None = None) -> float:
+             max_per_s: float | None = None, cpu: float | None = None,
+             spread: float = 0.0) -> float:
     """The time between the starts of flushes of caught-up rows that take ``latency``
-    seconds (``cpu`` of it the process's: :func:`rest`): the latency and the rest, at
-    least 1/``max_per_s``."""
-    paced = latency + rest(latency, freshness_s, rest_ratio, cpu)
+    seconds (give or take ``spread``; ``cpu`` of it the process's: :func:`rest`): the
+    latency and the rest, at least 1/``max_per_s``."""
+    paced = latency + rest(latency, freshness_s, rest_ratio, cpu, spread)
     return paced if max_per_s is None else max(paced, 1 / max_per_s)
 
 
@@ -201,6 +213,7 @@ class TableWriter(abc.ABC):
         self.max_per_s = max_per_s
         self.latency: float | None = None  # the measured latency (None: no flush yet)
         self.cpu: float | None = None  # the CPU seconds of a flush, when measured (took)
+        self.spread = 0.0  # the flushes' mean deviation from the latency (took)
         self._busy_backlog = False  # a running flush holds rows of a backlog (no rest after)
         self._rest_until = 0.0  # loop time before which min_rows/idle_s flushes wait
         self._rest: asyncio.TimerHandle | None = None  # at _rest_until
@@ -216,7 +229,7 @@ class TableWriter(abc.ABC):
         if self.latency is None:
             return None
         return interval(self.latency, self.freshness_s, self.rest_ratio, self.max_per_s,
-                        self.cpu)
+                        self.cpu, self.spread)
 
     def took(self, seconds: float, backlog: bool, cpu: float | None = None) -> None:
         """A flush took ``seconds``, ``cpu`` of them the process's CPU when the writer
@@ -224,6 +237,8 @@ class TableWriter(abc.ABC):
         it took long for its size)."""
         if backlog:
             return
+        if self.latency is not None:
+            self.spread = _averaged(self.spread, abs(seconds - self.latency))
         self.latency = _averaged(self.latency, seconds)
         if cpu is not None:
             self.cpu = _averaged(self.cpu, cpu)
@@ -467,7 +482,8 @@ class TableWriter(abc.ABC):
         # No rest after a backlog's rows: their flushes took long for their size, not
         # for a commit's fixed cost, and the rows caught up after them go at once.
         self._rest_until = now if self._busy_backlog or self.latency is None else (
-            now + rest(self.latency, self.freshness_s, self.rest_ratio, self.cpu))
+            now + rest(self.latency, self.freshness_s, self.rest_ratio, self.cpu,
+                       self.spread))
         if self._soon and self._pending:
             self._flush_now("flush_soon")
         elif self._full():
