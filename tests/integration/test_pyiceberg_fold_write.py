@@ -132,3 +132,44 @@ async def test_a_key_that_does_not_give_the_record_back_goes_pyicebergs_way(
         assert [w.partition for w in written] == [original]
     finally:
         lake.stop()
+
+
+async def test_a_second_fold_of_the_same_files_is_refused_and_every_row_stays_once(
+        tmp_path: Path) -> None:
+    """Two members fold the same small files (a member frozen mid-fold past its session,
+    its partition 0, and with it the table's folds, gone to another member that folded
+    meanwhile; both plans read the same snapshot): the first commit lands, the second is
+    refused (a file it replaces was deleted meanwhile) and adds nothing: every row once,
+    in the first fold's file, an append between the two kept."""
+    import pyarrow as pa
+    from pyiceberg.exceptions import ValidationException
+
+    settings, lake = lake_of(tmp_path)
+    spark = settings.spark
+    try:
+        table = await lake.call(lambda: made(lake, spark.catalog.namespace,
+                                             lambda update: None, ROWS))
+        plans = [await lake.aside(lambda: pyiceberg_fold.plan(lake, spark, "stg_t", 0))
+                 for _ in range(2)]
+        [(_, first), (_, zombie)] = plans
+        assert first is not None and zombie is not None
+        assert {d.file_path for g in zombie.groups for d in g} == {
+            d.file_path for g in first.groups for d in g}
+        written = [await lake.aside(lambda fold=fold: pyiceberg_fold.rewrite(fold))
+                   for fold in (first, zombie)]
+        assert await lake.call(
+            lambda: pyiceberg_fold.commit(lake, "stg_t", first, written[0])) == 1
+        late = {**ROWS[0], "s": "late"}
+        await lake.call(lambda: lake.table("stg_t").append(
+            pa.Table.from_pylist([late], schema=table.schema().as_arrow())))
+        with pytest.raises(ValidationException, match="Missing required files to delete"):
+            await lake.call(lambda: pyiceberg_fold.commit(lake, "stg_t", zombie, written[1]))
+        loaded = await lake.call(lambda: lake.table("stg_t"))
+        got = loaded.scan().to_arrow().to_pylist()
+        assert sorted(got, key=repr) == sorted([*ROWS, late], key=repr)
+        held = {t.file.file_path for t in loaded.scan().plan_files()}
+        assert held >= {w.file_path for w in written[0]}
+        assert not held & {w.file_path for w in written[1]}  # orphans, for the cleanup
+        assert loaded.current_snapshot().summary.operation.value == "append"
+    finally:
+        lake.stop()
