@@ -61,6 +61,13 @@ size, so a fold's work stays about the size of the small files it folds, not of 
 table's day."""
 
 
+class Superseded(Exception):
+    """A fold whose files another writer folded or removed meanwhile (the member that
+    maintained the table before, frozen past its session while it folded, or ``kstage
+    tables maintain``): nothing of it was committed, and the next check plans again on
+    what the table holds now. Not a failure: logged, neither counted nor waited out."""
+
+
 @dataclass(frozen=True, slots=True)
 class Folded:
     """One fold: the data files before, rewritten, written, and after; its seconds."""
@@ -157,6 +164,11 @@ async def fold_tables(tables: list[TablePlan], owned: Callable[[TablePlan], bool
                          "last fold here%s", table, count, count - left.get(name, 0),
                          fold_due.detail)
                 done = await fold_due.run()
+            except Superseded as exc:
+                failed.pop(name, None)
+                log.info("maintenance: fold of %s superseded: %s; planned again at the "
+                         "next check", table, exc)
+                continue
             except Exception as exc:  # noqa: BLE001 - logged, counted, tried again
                 failed[name] = failed.get(name, 0) + 1
                 wait = backoff_s(failed[name] - 1, every, RETRY_MAX_S)
@@ -203,5 +215,5 @@ async def fold_periodically(settings: Settings, processors: Mapping[str, type[Pr
                       log=logger)
 
 
-__all__ = ["CHECK_S", "RETRY_MAX_S", "SMALL_PART", "Check", "Due", "Folded", "data_files",
-           "due", "fold", "fold_periodically", "fold_tables"]
+__all__ = ["CHECK_S", "RETRY_MAX_S", "SMALL_PART", "Check", "Due", "Folded", "Superseded",
+           "data_files", "due", "fold", "fold_periodically", "fold_tables"]

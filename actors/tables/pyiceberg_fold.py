@@ -31,7 +31,9 @@ maintains has (the holder of the topic's partition 0:
    snapshot's (:func:`~actors.sinks.spark.carried_offsets.onto`), so the newest snapshot
    still holds every partition's. Another process's append committed meanwhile is no
    conflict (pyiceberg's retry applies the fold on the new snapshot; only a file of the
-   fold deleted meanwhile refuses it, as Iceberg's ``RewriteFiles`` does).
+   fold deleted meanwhile refuses it, as Iceberg's ``RewriteFiles`` does: another
+   writer folded it, the fold is :class:`~actors.tables.fold.Superseded`, its files
+   deleted, and the next check plans again).
 
 Every row stays once: the commit replaces files with files of the same rows, atomically.
 A process killed before the commit committed nothing of the fold (its new files are
@@ -59,7 +61,7 @@ from actors.sinks.spark.background_cpu import writes_on_this_thread
 from actors.sinks.spark.catalog import dotted
 from actors.sinks.spark.pyiceberg_appends import Lake, conformed
 from actors.sinks.spark.pyiceberg_transaction import transaction
-from actors.tables.fold import CHECK_S, SMALL_PART, Due, Folded, due, fold_tables
+from actors.tables.fold import CHECK_S, SMALL_PART, Due, Folded, Superseded, due, fold_tables
 from actors.tables.maintenance_loop import Statuses, holder
 from actors.tables.merge_job import TablePlan
 from actors.tables.pyiceberg_expiry import staging_tables
@@ -319,22 +321,53 @@ def _rewrite_class() -> type[Any]:
 
 def commit(lake: Lake, name: str, fold: Plan, written: list[Any]) -> int:
     """Lake thread: one ``replace`` snapshot of the table ``name``, the files ``fold``
-    read deleted and ``written`` added (the module doc); its data files after."""
-    from pyiceberg.table.snapshots import Operation  # only with appends: pyiceberg
+    read deleted and ``written`` added (the module doc); its data files after. Raises
+    :class:`~actors.tables.fold.Superseded` when another writer folded or removed some of
+    the files meanwhile (pyiceberg refused the commit), the files written deleted (no
+    snapshot ever named them)."""
+    from pyiceberg.exceptions import ValidationException  # only with appends: pyiceberg
+    from pyiceberg.table.snapshots import Operation
 
     loaded = lake.table(name)  # the snapshot the appends left: the commit's base
-    with transaction(loaded) as folding:
-        # an overwrite whose summary becomes a replace (pyiceberg sums up no replace)
-        rewriting = _rewrite_class()(operation=Operation.OVERWRITE, transaction=folding,
-                                     io=loaded.io)
-        rewriting.entries = fold.entries  # read on the second thread by the plan
-        with rewriting:
-            for group in fold.groups:
-                for data in group:
-                    rewriting.delete_data_file(data)
-            for data in written:
-                rewriting.append_data_file(data)
+    try:
+        with transaction(loaded) as folding:
+            # an overwrite whose summary becomes a replace (pyiceberg sums up no replace)
+            rewriting = _rewrite_class()(operation=Operation.OVERWRITE, transaction=folding,
+                                         io=loaded.io)
+            rewriting.entries = fold.entries  # read on the second thread by the plan
+            with rewriting:
+                for group in fold.groups:
+                    for data in group:
+                        rewriting.delete_data_file(data)
+                for data in written:
+                    rewriting.append_data_file(data)
+    except ValidationException:
+        gone = _gone(lake.table(name), fold)
+        if not gone:
+            raise
+        _delete(loaded.io, written)
+        raise Superseded(f"{gone} of its {fold.files} files were folded or removed by "
+                         "another writer meanwhile (nothing of it committed; its "
+                         f"{len(written)} new file(s) deleted)") from None
     return data_files(loaded)
+
+
+def _gone(loaded: Any, fold: Plan) -> int:
+    """How many of the files ``fold`` read are in no live entry of ``loaded``'s current
+    snapshot."""
+    live = {task.file.file_path for task in loaded.scan().plan_files()}
+    return sum(data.file_path not in live for group in fold.groups for data in group)
+
+
+def _delete(io: Any, written: list[Any]) -> None:
+    """The files of a fold that was not committed removed (one that cannot be is left
+    for the orphan cleanup, logged)."""
+    for data in written:
+        try:
+            io.delete(data.file_path)
+        except Exception as exc:  # noqa: BLE001 - an orphan, removed by the cleanup
+            logger.warning("maintenance: %s, written by a fold that was not committed, "
+                           "not removed (the orphan cleanup will): %s", data.file_path, exc)
 
 
 async def fold_periodically(settings: Settings, processors: Mapping[str, type[Processor]],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
@@ -140,9 +141,11 @@ async def test_a_second_fold_of_the_same_files_is_refused_and_every_row_stays_on
     its partition 0, and with it the table's folds, gone to another member that folded
     meanwhile; both plans read the same snapshot): the first commit lands, the second is
     refused (a file it replaces was deleted meanwhile) and adds nothing: every row once,
-    in the first fold's file, an append between the two kept."""
+    in the first fold's file, an append between the two kept; the second's files are
+    deleted (no snapshot names them) and the fold loop hears it as superseded."""
     import pyarrow as pa
-    from pyiceberg.exceptions import ValidationException
+
+    from actors.tables.fold import Superseded
 
     settings, lake = lake_of(tmp_path)
     spark = settings.spark
@@ -162,14 +165,18 @@ async def test_a_second_fold_of_the_same_files_is_refused_and_every_row_stays_on
         late = {**ROWS[0], "s": "late"}
         await lake.call(lambda: lake.table("stg_t").append(
             pa.Table.from_pylist([late], schema=table.schema().as_arrow())))
-        with pytest.raises(ValidationException, match="Missing required files to delete"):
+        with pytest.raises(Superseded, match=r"^6 of its 6 files were folded or removed by "
+                           r"another writer meanwhile \(nothing of it committed; its 1 new "
+                           r"file\(s\) deleted\)$"):
             await lake.call(lambda: pyiceberg_fold.commit(lake, "stg_t", zombie, written[1]))
+        assert not any(Path(urlparse(w.file_path).path).exists() for w in written[1])
+        assert all(Path(urlparse(w.file_path).path).exists() for w in written[0])
         loaded = await lake.call(lambda: lake.table("stg_t"))
         got = loaded.scan().to_arrow().to_pylist()
         assert sorted(got, key=repr) == sorted([*ROWS, late], key=repr)
         held = {t.file.file_path for t in loaded.scan().plan_files()}
         assert held >= {w.file_path for w in written[0]}
-        assert not held & {w.file_path for w in written[1]}  # orphans, for the cleanup
+        assert not held & {w.file_path for w in written[1]}
         assert loaded.current_snapshot().summary.operation.value == "append"
     finally:
         lake.stop()

@@ -135,3 +135,40 @@ async def test_a_table_whose_folds_keep_failing_waits_longer_each_time_until_one
     gaps = [later - earlier for earlier, later in zip(reads, reads[1:], strict=False)]
     for gap, wait in zip(gaps, [0.02, 0.04, 0.08, 0.08], strict=False):
         assert gap >= wait * 0.99, (gaps, wait)
+
+
+async def test_a_superseded_fold_is_no_failure_and_the_next_check_folds(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A fold whose files another writer folded meanwhile (pyiceberg's commit raises
+    Superseded): logged at INFO with the table and why, not counted as a failure, no
+    backoff; the next check folds."""
+    cfg = Settings.model_validate({"name": "g", "groups": [{"topics": [
+        {"topic": "t", "processor": "test_unkeyed",
+         "sink": {"type": "spark", "table": "stg_t"}}]}]})
+    outcomes: list[Exception | None] = [fold.Superseded("6 of its 6 files were folded or "
+                                                        "removed by another writer"), None]
+    landed = asyncio.Event()
+
+    def folded(_spark: Any, _settings: Any, _table: str) -> fold.Folded:
+        outcome = outcomes.pop(0) if outcomes else None
+        if outcome is not None:
+            raise outcome
+        landed.set()
+        return fold.Folded(TABLE, 100, 99, 1, 2, 0.1)
+
+    monkeypatch.setattr(fold, "CHECK_S", 0)
+    monkeypatch.setattr(fold, "RETRY_MAX_S", 3600)  # a backoff would outlast the test
+    monkeypatch.setattr(fold, "data_files", lambda *_: 100)
+    monkeypatch.setattr(fold, "fold", folded)
+    metrics = Metrics()
+    caplog.set_level(logging.INFO, "actors.tables.fold")
+    await run_until(cfg, landed, metrics)
+
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "superseded" in r.getMessage()]
+    assert said == [(logging.INFO, f"maintenance: fold of {TABLE} superseded: 6 of its 6 "
+                     "files were folded or removed by another writer; planned again at the "
+                     "next check")]
+    assert not any("FAILED" in r.getMessage() for r in caplog.records)
+    assert metrics.registry.get_sample_value(
+        "kstage_maintenance_failures_total", {"table": TABLE}) in (None, 0)
+    assert outcomes == []
