@@ -342,21 +342,15 @@ def commit(lake: Lake, name: str, fold: Plan, written: list[Any]) -> int:
                 for data in written:
                     rewriting.append_data_file(data)
     except ValidationException:
-        gone = _gone(lake.table(name), fold)
-        if not gone:
-            raise
+        live = {task.file.file_path for task in lake.table(name).scan().plan_files()}
+        gone = sum(data.file_path not in live for group in fold.groups for data in group)
+        if not gone or any(data.file_path in live for data in written):
+            raise  # not another writer's fold (or, never seen, this one's files are live)
         _delete(loaded.io, written)
         raise Superseded(f"{gone} of its {fold.files} files were folded or removed by "
                          "another writer meanwhile (nothing of it committed; its "
                          f"{len(written)} new file(s) deleted)") from None
     return data_files(loaded)
-
-
-def _gone(loaded: Any, fold: Plan) -> int:
-    """How many of the files ``fold`` read are in no live entry of ``loaded``'s current
-    snapshot."""
-    live = {task.file.file_path for task in loaded.scan().plan_files()}
-    return sum(data.file_path not in live for group in fold.groups for data in group)
 
 
 def _delete(io: Any, written: list[Any]) -> None:
