@@ -228,8 +228,9 @@ def written_files(loaded: Any, rows: Any, partition: Any) -> list[Any]:
     key = known_key(metadata, partition)
     if key is None and not metadata.spec().is_unpartitioned():
         return list(_dataframe_to_data_files(metadata, rows, loaded.io))
+    default = TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
     target = property_as_int(metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
-                             TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+                             default)
     schema = pyarrow_to_schema(
         rows.schema, name_mapping=metadata.schema().name_mapping,
         downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE)
@@ -238,7 +239,7 @@ def written_files(loaded: Any, rows: Any, partition: Any) -> list[Any]:
     return list(write_file(io=loaded.io, table_metadata=metadata, tasks=(
         WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches,
                   partition_key=key, schema=schema)
-        for batches in bin_pack_arrow_table(rows, target or 0))))
+        for batches in bin_pack_arrow_table(rows, default if target is None else target))))
 
 
 @functools.cache
