@@ -78,3 +78,30 @@ def test_a_commit_that_lost_the_race_is_applied_on_the_refreshed_metadata(
     assert history == ["2", "other", "1"]
     assert reread.scan().to_arrow().num_rows == 3 * len(ROWS)
     assert mine.metadata_location == reread.metadata_location
+
+
+def test_an_expiry_computes_the_metadata_a_few_times_not_twice_per_snapshot(
+        catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expiring 40 of 50 snapshots: pyiceberg's own expiry computes (deep-copies) the
+    metadata twice per snapshot; kstage's (expire_ids, on its transaction) a few times in
+    all, and expires the same snapshots."""
+    from actors.tables.pyiceberg_expiry import expire_ids
+
+    tables = [catalog.create_table(("kstage", name), schema=ROWS.schema)
+              for name in ("plain", "cached")]
+    for table in tables:
+        for n in range(50):
+            table.append(ROWS, snapshot_properties={"n": str(n)})
+    calls = counted(monkeypatch)
+    plain, cached = tables
+    plain.maintenance.expire_snapshots().by_ids(
+        [s.snapshot_id for s in plain.snapshots()[:40]]).commit()
+    theirs, calls[0] = calls[0], 0
+    expire_ids(cached, [s.snapshot_id for s in cached.snapshots()[:40]])
+    ours = calls[0]
+    assert theirs >= 80 and 0 < ours <= 5, (theirs, ours)
+    for table in tables:
+        table.refresh()
+        assert [s.summary.additional_properties["n"] for s in table.snapshots()] == [
+            str(n) for n in range(40, 50)]
+        assert table.scan().to_arrow().num_rows == 50 * len(ROWS)
