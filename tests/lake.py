@@ -34,7 +34,7 @@ from actors.sinks.spark.pyiceberg_catalog import sqlalchemy_uri
 from actors.sinks.spark.sink import SparkSink, SparkSinkSettings
 from actors.sinks.spark.staging import StagingWriter
 from service.broker import free_port
-from settings.models import SparkSettings
+from settings.models import Settings, SparkSettings
 from tests.gobblin_events import PROCESSOR as GOBBLIN
 from tests.gobblin_events import TOPIC, compaction
 from tests.kafkautil import (
@@ -115,6 +115,19 @@ async def fill_in_steps(proc: KstageProcess, broker: str, topic: str, reader: Ic
         await produce_events(broker, topic, start, step, partitions)
         await wait_landed(proc, reader, table, start + step,
                           f"the first {start + step} events in the table", timeout=120)
+
+
+def one_table(tmp_path: Path) -> Settings:
+    """One topic into the staging table ``stg_t`` of a SQLite catalog under ``tmp_path``,
+    pyiceberg's appends, a fold at 4 more data files of at least 2."""
+    return Settings.model_validate({
+        "name": "g",
+        "spark": {"appends": "pyiceberg",
+                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+                              "warehouse": str(tmp_path / "wh")},
+                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
+        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
+                                "sink": {"type": "spark", "table": "stg_t"}}]}]})
 
 
 def spark_settings(spark: dict[str, Any]) -> SparkSettings:

@@ -39,13 +39,13 @@ from actors.sinks.spark.background_cpu import NICE_STEP
 from actors.sinks.spark.pyiceberg_appends import Lake
 from actors.sinks.spark.pyiceberg_catalog import ensure_namespace
 from actors.tables import pyiceberg_fold
-from settings.models import Settings
 from tests.kafkautil import KstageProcess, committed, unique, wait_until
 from tests.kit import until
 from tests.lake import (
     IcebergReader,
     drain_resumes_once,
     fill_in_steps,
+    one_table,
     produce_events,
     run_ahead_of_kafka,
     spark_section,
@@ -256,19 +256,6 @@ async def test_a_process_killed_while_its_fold_reads_commits_none_of_it_and_land
 
     await drain_resumes_once(kstage, cfg, broker, reader, group, table, topic,
                              events, PARTITIONS)
-
-
-def one_table(tmp_path: Path) -> Settings:
-    """One topic into the staging table ``stg_t`` of a SQLite catalog under ``tmp_path``,
-    pyiceberg's appends, a fold at 4 more data files of at least 2."""
-    return Settings.model_validate({
-        "name": "g",
-        "spark": {"appends": "pyiceberg",
-                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
-                              "warehouse": str(tmp_path / "wh")},
-                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
-        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
-                                "sink": {"type": "spark", "table": "stg_t"}}]}]})
 
 
 async def test_a_fold_that_cannot_read_a_file_is_logged_counted_and_tried_again(

@@ -16,19 +16,13 @@ from actors.sinks.spark.pyiceberg_appends import Lake
 from actors.sinks.spark.pyiceberg_catalog import ensure_namespace
 from actors.tables import pyiceberg_fold
 from settings.models import Settings
+from tests.lake import one_table
 
 pytestmark = pytest.mark.slow
 
 
 def lake_of(tmp_path: Path) -> tuple[Settings, Lake]:
-    settings = Settings.model_validate({
-        "name": "g",
-        "spark": {"appends": "pyiceberg",
-                  "catalog": {"uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
-                              "warehouse": str(tmp_path / "wh")},
-                  "maintenance": {"fold_files": 4, "min_input_files": 2}},
-        "groups": [{"topics": [{"topic": "t", "processor": "test_unkeyed",
-                                "sink": {"type": "spark", "table": "stg_t"}}]}]})
+    settings = one_table(tmp_path)
     return settings, Lake(settings.spark)
 
 
