@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from actors.sinks.spark.partitioning import Transform, pyiceberg_spec
 from actors.sinks.spark.pyiceberg_appends import Lake
 from actors.sinks.spark.pyiceberg_catalog import ensure_namespace
 from actors.tables import pyiceberg_fold
@@ -27,7 +28,8 @@ def lake_of(tmp_path: Path) -> tuple[Settings, Lake]:
 
 
 def made(lake: Lake, namespace: str, spec_of: Any, rows: list[dict[str, Any]]) -> Any:
-    """The table ``stg_t`` with ``spec_of(schema)``, one append (one file) per row."""
+    """The table ``stg_t`` with the spec ``spec_of(update, schema)`` adds, one append (one
+    file) per row."""
     import pyarrow as pa
 
     catalog = lake.catalog()
@@ -37,30 +39,23 @@ def made(lake: Lake, namespace: str, spec_of: Any, rows: list[dict[str, Any]]) -
                        ("h", pa.timestamp("us")), ("t", pa.string())])
     table = catalog.create_table((namespace, "stg_t"), schema=arrow)
     with table.update_spec() as update:
-        spec_of(update)
+        spec_of(update, table.schema())
     for row in rows:
         table.append(pa.Table.from_pylist([row], schema=arrow))
     return lake.table("stg_t")
 
 
-def every_transform(update: Any) -> None:
-    from pyiceberg.transforms import (
-        BucketTransform,
-        DayTransform,
-        HourTransform,
-        IdentityTransform,
-        MonthTransform,
-        TruncateTransform,
-        YearTransform,
-    )
+EVERY_TRANSFORM = (Transform("identity", "s"), Transform("bucket", "i", 4),
+                   Transform("truncate", "t", 2), Transform("month", "d"),
+                   Transform("year", "y"), Transform("day", "ts"), Transform("hour", "h"))
+"""Every kind of ``partition_by`` transform kstage allows, one per column."""
 
-    update.add_field("s", IdentityTransform(), "s_identity")
-    update.add_field("i", BucketTransform(4), "i_bucket")
-    update.add_field("t", TruncateTransform(2), "t_trunc")
-    update.add_field("d", MonthTransform(), "d_month")
-    update.add_field("y", YearTransform(), "y_year")
-    update.add_field("ts", DayTransform(), "ts_day")
-    update.add_field("h", HourTransform(), "h_hour")
+
+def every_transform(update: Any, schema: Any) -> None:
+    """The spec kstage makes of :data:`EVERY_TRANSFORM` over ``schema`` (its
+    ``pyiceberg_spec``), added through ``update`` (the table's ``update_spec``)."""
+    for field in pyiceberg_spec(schema, EVERY_TRANSFORM).fields:
+        update.add_field(schema.find_column_name(field.source_id), field.transform, field.name)
 
 
 ROWS = [{"s": s, "i": i, "d": dt.date(2026, 11 if s == "alpha" else 12, 1),
@@ -145,7 +140,7 @@ async def test_a_second_fold_of_the_same_files_is_refused_and_every_row_stays_on
     spark = settings.spark
     try:
         table = await lake.call(lambda: made(lake, spark.catalog.namespace,
-                                             lambda update: None, ROWS))
+                                             lambda update, schema: None, ROWS))
         plans = [await lake.aside(lambda: pyiceberg_fold.plan(lake, spark, "stg_t", 0))
                  for _ in range(2)]
         [(_, first), (_, zombie)] = plans
