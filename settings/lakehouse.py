@@ -78,11 +78,12 @@ PYICEBERG_EXPIRY_EVERY_S = 60.0
 """How often ``kstage run`` expires the snapshots of the staging tables pyiceberg appends
 to when ``maintenance.every_s`` is not set (:mod:`actors.tables.pyiceberg_expiry`)."""
 
-PYICEBERG_SNAPSHOT_MAX_AGE_S = 300.0
+PYICEBERG_SNAPSHOT_MAX_AGE_S = 60.0
 """``maintenance.snapshot_max_age_s`` of that expiry unless set: it deletes no file (a
 reader's query keeps its files whatever the age), and each snapshot kept costs every
-pyiceberg append ~0.1 ms of CPU (docs/benchmarks.md): 300 s of one-second appends, ~50 ms
-per append in all, against ~400 ms at an hour's."""
+pyiceberg append ~0.1 ms of CPU, more beside a busy event loop (docs/benchmarks.md: at
+9 000 events/s, 300 s kept grew the appends from 0.14 s to 0.40 s within five minutes; 60 s
+kept them near 0.14 s)."""
 
 
 class CatalogSettings(Model):
@@ -173,7 +174,7 @@ class MaintenanceSettings(Model):
         3600, gt=0, description="Snapshots older than this are expired, except those Kafka "
         "offset recovery or the merge still needs; younger ones are kept (a reader's query "
         "planned on one keeps its files). With appends: pyiceberg and every_s unset (the "
-        "expiry through pyiceberg, which deletes no file): 300 unless set.")
+        "expiry through pyiceberg, which deletes no file): 60 unless set.")
     snapshot_min_keep: int = Field(
         10, ge=1, description="The newest snapshots of a table kept whatever their age.")
     target_file_mb: int = Field(

@@ -65,10 +65,29 @@ def expected(topic: str, count: int, partitions: int) -> list[Coordinate]:
     return sorted((topic, i % partitions, i // partitions) for i in range(count))
 
 
+KEPT_SNAPSHOTS_S = 3600.0
+"""``maintenance.snapshot_max_age_s`` of the tests' pyiceberg appends unless they set it:
+their process's expiry runs every 60 s (:mod:`actors.tables.pyiceberg_expiry`), and with
+its default age (60 s) a slow run could expire, under a test that counts a table's
+snapshots or reads its summaries, the ones it reads. ``test_pyiceberg_expiry`` sets its
+own."""
+
+
 def spark_section(catalog: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """A ``spark:`` section for tests: local[1], small driver, quick flushes."""
-    return {"master": "local[1]", "catalog": catalog, "flush_max_interval_s": 0.5,
-            "flush_idle_s": 0.3, "conf": {"spark.driver.memory": "512m"}, **extra}
+    """A ``spark:`` section for tests: local[1], small driver, quick flushes; with
+    ``appends: pyiceberg``, snapshots kept :data:`KEPT_SNAPSHOTS_S` unless set."""
+    section = {"master": "local[1]", "catalog": catalog, "flush_max_interval_s": 0.5,
+               "flush_idle_s": 0.3, "conf": {"spark.driver.memory": "512m"}, **extra}
+    return kept_snapshots(section)
+
+
+def kept_snapshots(spark: dict[str, Any]) -> dict[str, Any]:
+    """``spark`` with ``maintenance.snapshot_max_age_s`` :data:`KEPT_SNAPSHOTS_S` when its
+    appends are pyiceberg's and it sets no age."""
+    if spark.get("appends") != "pyiceberg":
+        return spark
+    maintenance = spark.get("maintenance") or {}
+    return {**spark, "maintenance": {"snapshot_max_age_s": KEPT_SNAPSHOTS_S, **maintenance}}
 
 
 def lake_config(path: Path, broker: str, group: str, topic: str, table: str,

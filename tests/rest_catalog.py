@@ -19,6 +19,7 @@ import httpx
 from pyiceberg.catalog import load_catalog
 
 from service.broker import free_port
+from tests.lake import kept_snapshots
 from tests.s3_server import S3Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,11 +73,12 @@ class RestCatalog:
 
     def spark(self, **extra: Any) -> dict[str, Any]:
         """The ``spark:`` section of a kstage writing through this catalog."""
-        return {"master": "local[1]", "warehouse": WAREHOUSE,
-                "catalog": {"type": "rest", "uri": self.uri, "s3": {
-                    "endpoint": self.s3.url, "path_style_access": True,
-                    "access_key_id": "kstage", "secret_access_key": "kstage-test"}},
-                **extra}
+        return kept_snapshots({"master": "local[1]", "warehouse": WAREHOUSE,
+                               "catalog": {"type": "rest", "uri": self.uri, "s3": {
+                                   "endpoint": self.s3.url, "path_style_access": True,
+                                   "access_key_id": "kstage",
+                                   "secret_access_key": "kstage-test"}},
+                               **extra})
 
     def reader(self, **extra: Any) -> Any:
         """pyiceberg's catalog of this server, its files from the moto bucket; ``extra``:

@@ -11,11 +11,11 @@ each staging table of a topic entry by the process holding partition 0 of its to
 (:func:`~actors.tables.maintenance_loop.holder`), on the process's pyiceberg thread
 (:class:`~actors.sinks.spark.pyiceberg_appends.Lake`: between two appends, never beside
 one), by the rule of ``kstage tables maintain`` (:mod:`actors.tables.expiry`): older than
-``snapshot_max_age_s`` (300 s unless set: no file is deleted, below, so the age protects
+``snapshot_max_age_s`` (60 s unless set: no file is deleted, below, so the age protects
 no reader, and each snapshot kept costs every append ~0.1 ms of CPU, more beside a busy
 event loop), keeping the newest ``snapshot_min_keep``, and the staging snapshot the final
 table last merged through with everything after it (the next merge reads the appends
-after it). The metadata then holds about six minutes of commits, however long the
+after it). The metadata then holds about two minutes of commits, however long the
 service runs.
 
 What differs from Spark's ``expire_snapshots``:

@@ -55,8 +55,9 @@ async def test_expiry_without_a_jvm_keeps_what_the_merge_and_the_offsets_need(
     database = tmp_path / "lake" / "catalog.db"
     catalog = {"uri": f"jdbc:sqlite:{database}?busy_timeout=300",
                "warehouse": str(tmp_path / "lake" / "wh")}
+    # 300 s kept: the live rounds (every 60 s) expire nothing before the history is read
     spark = spark_section(catalog, appends="pyiceberg", flush_max_rows=10,
-                          maintenance={"snapshot_min_keep": 2})
+                          maintenance={"snapshot_min_keep": 2, "snapshot_max_age_s": 300})
     run, cfg, reader = await run_ahead_of_kafka(kstage, broker, tmp_path, topic, group,
                                                 table, spark, PARTITIONS)
     await fill_in_steps(run, broker, topic, reader, table, STEP * STEPS, STEP, PARTITIONS)

@@ -249,7 +249,7 @@ async def pyiceberg_table(rest: RestCatalog, table: str, **extra: Any) -> AsyncI
     """A staging table of one string column that pyiceberg made on ``rest`` (``extra``:
     more ``spark:`` keys), with the offsets tool of ``kstage tables`` on it (its lake
     thread: ``.lake``) and a writer of its appends; the tool closed after."""
-    settings = SparkSettings(**rest.spark(appends="pyiceberg"), **extra)
+    settings = SparkSettings(**rest.spark(appends="pyiceberg", **extra))
     await created_by_pyiceberg(settings, table, (Column("note", "string", True),))
     lake = PyIcebergOffsets(settings)
     try:

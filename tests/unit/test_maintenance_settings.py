@@ -47,7 +47,7 @@ def test_the_defaults_run_every_ten_minutes_keep_an_hour_and_remove_orphans_afte
 
 
 @pytest.mark.parametrize(("spark", "expiry"), [
-    ({"appends": "pyiceberg"}, (60, 300)),  # no JVM: expiry through pyiceberg alone
+    ({"appends": "pyiceberg"}, (60, 60)),  # no JVM: expiry through pyiceberg alone
     ({"appends": "pyiceberg", "maintenance": {"snapshot_max_age_s": 900}}, (60, 900)),
     ({"appends": "pyiceberg", "maintenance": {"every_s": 600}}, None),  # the maintenance's
     ({"appends": "pyiceberg", "maintenance": {"every_s": None}}, None),  # off
