@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +45,8 @@ from processors.errors import PoisonMessage
 _LONG = re.compile(r"[+-]?[0-9]+")
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_SAFE_DIGITS = {64: 19, 32: 10}  # fewer ASCII digits than this always fit the bits
+_STR = frozenset({str})
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -62,6 +63,11 @@ def parse_long(text: str | None, what: str, *, bits: int = 64) -> int | None:
     """
     if text is None:
         return None
+    # the common case first: ASCII digits only, too few to leave the range (18 of a
+    # long, 9 of an int); anything else takes the exact check below
+    if type(text) is str and len(text) < _SAFE_DIGITS[bits] and text.isdigit() \
+            and text.isascii():
+        return int(text)
     lo, hi = (_LONG_MIN, _LONG_MAX) if bits == 64 else (_INT_MIN, _INT_MAX)
     if not isinstance(text, str) or not _LONG.fullmatch(text) or not lo <= int(text) <= hi:
         raise PoisonMessage(f"{what}={shown(text)} is not a {bits}-bit integer")
@@ -107,8 +113,7 @@ class ClusterOptions(NoOptions):
         return tuple((c.code, c.short_name) for c in self.clusters)
 
 
-@dataclass(frozen=True, slots=True)
-class GobblinEvent:
+class GobblinEvent(NamedTuple):
     """A decoded ``GobblinTrackingEvent`` with its shape checked.
 
     Attributes:
@@ -126,6 +131,13 @@ class GobblinEvent:
     @classmethod
     def of(cls, value: object) -> GobblinEvent:
         """Check the shape of a decoded value; PoisonMessage names the bad field."""
+        if type(value) is dict:  # what the decoders give: the checks without the ABC's
+            ts, ns, name = value.get("timestamp"), value.get("namespace"), value.get("name")
+            metadata = value.get("metadata", {})
+            if (type(ts) is int and (ns is None or type(ns) is str) and type(name) is str
+                    and type(metadata) is dict
+                    and _STR.issuperset(map(type, metadata.values()))):
+                return cls(ts, ns, name, metadata)
         if not isinstance(value, Mapping):
             raise PoisonMessage(
                 f"expected a GobblinTrackingEvent record, got {type(value).__name__}"
@@ -202,13 +214,14 @@ class GobblinProcessor(Processor):
 
     def job(self, event: GobblinEvent) -> Row:
         """The Azkaban job columns shared by the three tables."""
+        metadata = event.metadata
         return {
             "job_context": f"{self.job_prefix}:{event.name}",
-            "project_name": event.get("azkabanProjectName"),
-            "flow_name": event.get("azkabanFlowId"),
-            "job_name": event.get("azkabanJobId"),
+            "project_name": metadata.get("azkabanProjectName"),
+            "flow_name": metadata.get("azkabanFlowId"),
+            "job_name": metadata.get("azkabanJobId"),
             "flow_exec_id": parse_long(
-                event.get("azkabanExecId"), "metadata 'azkabanExecId'", bits=32
+                metadata.get("azkabanExecId"), "metadata 'azkabanExecId'", bits=32
             ),
             "log_event_time": event.timestamp,
         }
@@ -266,8 +279,9 @@ class GobblinCompactionProcessor(GobblinProcessor):
         if event.namespace != self.NAMESPACE or event.name not in self.NAMES:
             return None
         counts: tuple[int | None, int | None]
+        metadata = event.metadata
         if event.name == "CompactionCompleted":
-            dataset, ptype, pname = event.require("datasetUrn"), None, event.get("partition")
+            dataset, ptype, pname = event.require("datasetUrn"), None, metadata.get("partition")
             counts = (event.long("recordCount"), None)
         else:
             path = event.require("DatasetOutputPath")
@@ -286,7 +300,7 @@ class GobblinCompactionProcessor(GobblinProcessor):
             "partition_name": pname,
             "record_count": counts[0],
             "late_record_count": counts[1],
-            "dedupe_status": event.get("dedupeStatus"),
+            "dedupe_status": metadata.get("dedupeStatus"),
             **self.job(event),
         }
 

@@ -96,6 +96,20 @@ def test_arrow_carries_them_exactly() -> None:
     assert none == [] and fine.column(0).to_pylist() == [Decimal("99999.99"), Decimal("-3.00")]
 
 
+def test_rows_that_are_mappings_but_not_dicts_are_gathered_too() -> None:
+    """The column gather maps ``dict.get`` over the rows; a processor's row may be any
+    mapping (a dict subclass, a MappingProxyType) and a missing key is a null."""
+    from types import MappingProxyType
+
+    class Row(dict[str, object]):
+        pass
+
+    name = Column("name", "string", True)
+    rows = [Row(name="a"), MappingProxyType({"name": "b"}), {}]
+    batch, rejected = record_batch(rows, [name], "t")  # type: ignore[arg-type]
+    assert rejected == [] and batch.column(0).to_pylist() == ["a", "b", None]
+
+
 @pytest.mark.parametrize("bad", ["decimal(0,0)", "decimal(39,1)", "decimal(4,5)",
                                  "decimal(4, 2)", "decimal", "money", "timestamptz"])
 def test_a_column_of_no_type_is_refused_when_declared(bad: str) -> None:

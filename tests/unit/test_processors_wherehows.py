@@ -17,7 +17,12 @@ from pydantic import ValidationError
 
 from processors.base import SCHEMA_DIR, Message, Processor
 from processors.errors import PoisonMessage
-from processors.gobblin import GobblinCompactionProcessor, GobblinDistcpProcessor
+from processors.gobblin import (
+    GobblinCompactionProcessor,
+    GobblinDistcpProcessor,
+    GobblinEvent,
+    parse_long,
+)
 from processors.gobblin_lumos import GobblinLumosProcessor
 from processors.metastore_audit import MetastoreAuditProcessor
 from tests.avro_records import TIMESTAMP, assert_row_honest, avro_message, one
@@ -268,6 +273,52 @@ def test_compaction_bad_number_is_poison_naming_key_and_value(key: str, bad: str
                   "CompactionCompleted", {**COMPACTION_COMPLETED, key: bad})
     with pytest.raises(PoisonMessage, match=re.escape(f"{key}'={bad!r}")):
         GobblinCompactionProcessor().transform(msg)
+
+
+@pytest.mark.parametrize(("text", "bits", "want"), [
+    ("0", 64, 0), ("007", 64, 7), ("+12", 64, 12), ("-12", 64, -12),
+    ("999999999999999999", 64, 999999999999999999),  # 18 digits: the fast path
+    ("9223372036854775807", 64, 2**63 - 1), ("-9223372036854775808", 64, -(2**63)),
+    ("9223372036854775808", 64, None), ("99999999999999999999", 64, None),
+    ("999999999", 32, 999999999), ("2147483647", 32, 2**31 - 1), ("2147483648", 32, None),
+    ("-2147483648", 32, -(2**31)),
+    ("\uff11\uff12", 64, None),  # full-width digits: str.isdigit, but not Java's
+    ("\u00b2", 64, None), ("1_000", 64, None), (" 1", 64, None), ("1 ", 64, None),
+    ("", 64, None), ("-", 64, None),
+])
+def test_parse_long_is_javas_parse_long(text: str, bits: int, want: int | None) -> None:
+    """The digits-only fast path and the exact check agree with Java's parseLong/parseInt:
+    ASCII digits with an optional sign, within the bits; anything else is poison."""
+    if want is None:
+        with pytest.raises(PoisonMessage, match=re.escape(f"x={text!r}")):
+            parse_long(text, "x", bits=bits)
+    else:
+        assert parse_long(text, "x", bits=bits) == want
+
+
+class _Text(str):
+    """A str subclass: a string all the same."""
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ({"timestamp": True, "name": "n", "metadata": {}}, "timestamp=True is not a long"),
+    ({"timestamp": 1.0, "name": "n", "metadata": {}}, "timestamp=1.0 is not a long"),
+    ({"timestamp": 1, "namespace": 3, "name": "n", "metadata": {}}, "namespace=3"),
+    ({"timestamp": 1, "name": None, "metadata": {}}, "name=None is missing"),
+    ({"timestamp": 1, "name": "n", "metadata": {"a": "x", "b": 1}}, "not a map of strings"),
+    ({"timestamp": 1, "name": "n", "metadata": ["a"]}, "not a map of strings"),
+    (["timestamp"], "got list"),
+])
+def test_gobblin_event_shape_is_checked_on_both_paths(value: Any, needle: str) -> None:
+    with pytest.raises(PoisonMessage, match=re.escape(needle)):
+        GobblinEvent.of(value)
+
+
+def test_gobblin_event_accepts_string_subclasses_and_no_namespace() -> None:
+    event = GobblinEvent.of({"timestamp": 5, "namespace": None, "name": _Text("n"),
+                             "metadata": {"k": _Text("v")}})
+    assert (event.timestamp, event.namespace, event.name, event.get("k")) == (5, None, "n", "v")
+    assert GobblinEvent.of({"timestamp": 5, "name": "n"}).metadata == {}
 
 
 def test_compaction_missing_optional_values_are_none() -> None:

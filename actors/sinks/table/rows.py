@@ -26,6 +26,7 @@ import datetime as dt
 import decimal
 import math
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 from actors.sinks.table.columns import (
@@ -269,7 +270,10 @@ def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
     import pyarrow as pa  # only with the spark extra
 
     names = [c.name for c in columns]
-    values = [[row.get(name) for row in rows] for name in names]
+    try:  # dict.get mapped over the rows: no Python frame per value
+        values = [list(map(dict.get, rows, repeat(name))) for name in names]
+    except TypeError:  # a row that is a Mapping but not a dict
+        values = [[row.get(name) for row in rows] for name in names]
     rejected: list[tuple[Row, str]] = []
     try:
         values = [_converted(v, c) for v, c in zip(values, columns, strict=True)]
