@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 import pytest
@@ -82,9 +83,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     nodes, if a collected test may start one (its file names Spark; it runs on Apache
     Kafka) and it was not made yet: the first process makes it (a minute or more for
     Spark, once per machine and jar set), the others wait for it."""
-    slowest_first(items)
+    spark = _spark_files(items)
+    slowest_first(items, heavy=spark)
     shared = Path(os.environ[SHARED_DIR_ENV])
-    if _ARCHIVE not in os.environ[SUBMIT_OPTS] and _any_spark(items):
+    if _ARCHIVE not in os.environ[SUBMIT_OPTS] and spark:
         os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.ensure_archive(shared))
     if _ARCHIVE not in os.environ[NODE_OPTS] and any(
             item.get_closest_marker("apache_kafka") for item in items):
@@ -94,16 +96,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 _ARCHIVE = "-XX:SharedArchiveFile="
 
 
-def slowest_first(items: list[pytest.Item]) -> None:
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def slowest_first(items: list[pytest.Item], heavy: Container[str] = frozenset()) -> None:
     """Sort ``items`` by their file's seconds in :data:`SECONDS`, longest first (stable:
-    a file's tests keep their order, and files of unknown duration theirs)."""
-    items.sort(key=lambda item: -SECONDS.get(item.nodeid.split("::", 1)[0], 0.0))
+    a file's tests keep their order, and files of unknown duration theirs); the files in
+    ``heavy`` (those that start Spark JVMs, the CPU-bound ones) then alternate with the
+    others, each kind still longest first, so that the workers (two per core) do not all
+    start JVMs at once while the tests that mostly wait are left for the end."""
+    items.sort(key=lambda item: -SECONDS.get(_file(item), 0.0))
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(_file(item), []).append(item)
+    kinds = ([f for f in files if f in heavy], [f for f in files if f not in heavy])
+    order = [f for pair in zip_longest(*kinds) for f in pair if f is not None]
+    items[:] = [item for f in order for item in files[f]]
 
 
-def _any_spark(items: list[pytest.Item]) -> bool:
-    """Whether the file of one of ``items`` names Spark (a test that may start a JVM)."""
-    paths = {item.path for item in items}
-    return any("spark" in path.read_text(errors="replace").lower() for path in paths)
+def _spark_files(items: list[pytest.Item]) -> set[str]:
+    """The files of ``items`` that name Spark (their tests may start a JVM)."""
+    paths = {_file(item): item.path for item in items}
+    return {f for f, path in paths.items()
+            if "spark" in path.read_text(errors="replace").lower()}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -4,8 +4,9 @@ pytest-xdist's ``--dist=loadfile`` hands whole files to its workers in the order
 collection; by default it first reorders them by their number of tests, so a file of a
 few slow tests (an S3 outage, a SIGKILL loop) used to start last and set the suite's
 tail. ``tests/conftest.py`` orders the files by the seconds below, longest first (those
-not listed keep their order, after), and ``--no-loadscope-reorder`` keeps that order:
-the longest-processing-time-first schedule.
+not listed keep their order, after), the files that start Spark JVMs alternating with
+the others (so the two workers per core do not all start JVMs at once), and
+``--no-loadscope-reorder`` keeps that order: the longest-processing-time-first schedule.
 
 The seconds are from a full ``make test`` run on the 2-core machine; refresh them now
 and then from the JUnit report ``make test`` writes::

@@ -41,3 +41,17 @@ def test_the_slowest_files_start_first_and_the_rest_keep_their_order(
     slowest_first(items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == ["tests/c.py::w", "tests/b.py::y", "tests/b.py::z",
                                          "tests/a.py::x", "tests/d.py::v"]
+
+
+def test_files_that_start_jvms_alternate_with_the_others_each_kind_slowest_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tests.conftest.SECONDS", {
+        "tests/h1.py": 90.0, "tests/h2.py": 80.0, "tests/h3.py": 70.0,
+        "tests/l1.py": 60.0, "tests/l2.py": 5.0})
+    items = [_Item(n) for n in ("tests/l2.py::a", "tests/h3.py::b", "tests/l1.py::c",
+                                "tests/h1.py::d", "tests/h1.py::e", "tests/h2.py::f",
+                                "tests/u.py::g")]
+    slowest_first(items, heavy={"tests/h1.py", "tests/h2.py", "tests/h3.py"})  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == [
+        "tests/h1.py::d", "tests/h1.py::e", "tests/l1.py::c", "tests/h2.py::f",
+        "tests/l2.py::a", "tests/h3.py::b", "tests/u.py::g"]
