@@ -45,7 +45,6 @@ from processors.errors import PoisonMessage
 _LONG = re.compile(r"[+-]?[0-9]+")
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_SAFE_DIGITS = {64: 19, 32: 10}  # fewer ASCII digits than this always fit the bits
 _STR = frozenset({str})
 
 
@@ -65,7 +64,7 @@ def parse_long(text: str | None, what: str, *, bits: int = 64) -> int | None:
         return None
     # the common case first: ASCII digits only, too few to leave the range (18 of a
     # long, 9 of an int); anything else takes the exact check below
-    if type(text) is str and len(text) < _SAFE_DIGITS[bits] and text.isdigit() \
+    if type(text) is str and len(text) < (19 if bits == 64 else 10) and text.isdigit() \
             and text.isascii():
         return int(text)
     lo, hi = (_LONG_MIN, _LONG_MAX) if bits == 64 else (_INT_MIN, _INT_MAX)

@@ -105,7 +105,7 @@ def slowest_first(items: list[pytest.Item], heavy: Container[str] = frozenset())
     a file's tests keep their order, and files of unknown duration theirs); the files in
     ``heavy`` (those that start Spark JVMs, the CPU-bound ones) then alternate with the
     others, each kind still longest first, so that the workers (two per core) do not all
-    start JVMs at once while the tests that mostly wait are left for the end."""
+    start JVMs at once."""
     items.sort(key=lambda item: -SECONDS.get(_file(item), 0.0))
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
