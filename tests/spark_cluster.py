@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from tests.spark_jvm import FAST_START
+
 HOST = "127.0.0.1"
 
 
@@ -75,7 +77,9 @@ class SparkCluster:
         if not os.access(spark_class, os.X_OK):
             raise ClusterError(f"{spark_class} is missing or not executable")
         env = {**os.environ, **self.env, "SPARK_HOME": str(home),
-               "SPARK_DAEMON_MEMORY": "256m", "SPARK_WORKER_DIR": str(self.work_dir)}
+               "SPARK_DAEMON_MEMORY": "256m", "SPARK_WORKER_DIR": str(self.work_dir),
+               # the suite's JVM options (tests/spark_jvm.py): C1 and SerialGC
+               "SPARK_DAEMON_JAVA_OPTS": " ".join(FAST_START)}
         fh = open(log, "wb")  # closed in stop()
         proc = subprocess.Popen([str(spark_class), *args], stdout=fh,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -36,6 +36,7 @@ from tests.kafkautil import CHILD_PATH, committed, create_topic, produce, unique
 from tests.lake import IcebergReader
 from tests.s3_server import S3Server
 from tests.spark_cluster import SparkCluster, group_members
+from tests.spark_jvm import FAST_START
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -92,7 +93,10 @@ async def test_run_on_a_standalone_cluster_with_an_s3_warehouse(
                      "spark.driver.host": "127.0.0.1",  # reachable by the executors
                      "spark.executor.memory": "512m",
                      "spark.executor.cores": "1",
-                     "spark.cores.max": "1"},
+                     "spark.cores.max": "1",
+                     # the suite's JVM options (tests/spark_jvm.py) for the executors too:
+                     # short-lived, they start faster at less CPU with C1 and SerialGC
+                     "spark.executor.extraJavaOptions": " ".join(FAST_START)},
         }
         cfg.write_text(yaml.safe_dump(data))
         proc = kstage(cfg, "--drain", env=cluster.env)
