@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from service.broker import EmbeddedBroker
-from tests import kafka_jvm, spark_jvm
+from tests import cpu_profile, kafka_jvm, spark_jvm
 from tests.apache_kafka import NODE_OPTS
 from tests.brokers import (
     KAFKA,
@@ -51,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # were made (else a process that needs one makes it, below).
     os.environ[SUBMIT_OPTS] = submit_opts(spark_jvm.existing_archive())
     os.environ[NODE_OPTS] = kafka_jvm.node_opts(kafka_jvm.existing_archive())
+    if os.environ.get(cpu_profile.OUT_ENV):  # where the suite's CPU goes, when asked
+        config.pluginmanager.register(cpu_profile, "kstage-cpu-profile")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
