@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -200,9 +201,21 @@ def current_tests(directory: Path) -> dict[int, str]:
     return found
 
 
+@dataclass
+class _Here:
+    """Where this pytest process says which test it runs; None in xdist's main process
+    (its hooks hear of every worker's tests, it runs none)."""
+
+    directory: Path | None = None
+
+
+_HERE = _Here()
+
+
 def _say(nodeid: str) -> None:
-    directory = Path(os.environ[DIR_ENV])
-    path = directory / f"current-{os.getpid()}"
+    if _HERE.directory is None:
+        return
+    path = _HERE.directory / f"current-{os.getpid()}"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(nodeid)
     tmp.replace(path)
@@ -234,7 +247,9 @@ def pytest_configure(config: pytest.Config) -> None:
         sampler = _Sampler(directory)
         config.stash[_SAMPLER] = sampler
         sampler.start()
-    _say("")
+    if "PYTEST_XDIST_WORKER" in os.environ or not config.getoption("numprocesses", None):
+        _HERE.directory = Path(os.environ[DIR_ENV])
+        _say("")
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
@@ -258,6 +273,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(sampler.profile.report(time.monotonic() - sampler.started_at),
                               indent=1))
+    shutil.rmtree(sampler.directory, ignore_errors=True)
     sys.stderr.write(f"tests/cpu_profile.py: {out}\n")
 
 
