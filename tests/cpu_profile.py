@@ -14,7 +14,7 @@ reads every process's CPU ticks from /proc every :data:`PERIOD_S` seconds and ch
 growth to the test of the process's nearest pytest ancestor (``-outside-`` without one:
 a daemon that left its parent, such as PostgreSQL's server). A process is known by its pid
 and start time (pids are reused within a run: pid_max is 32768 here). A process that
-lives less than a period between two reads is not seen.
+lives less than a period between two reads is charged through its parent (:class:`Profile`).
 """
 
 from __future__ import annotations
@@ -109,7 +109,11 @@ class Profile:
     A child that lived and ended between two reads is not seen, but its CPU is: it grows
     the ``reaped`` ticks of the process that waited for it. That growth, less what was
     already charged for the children seen before they ended, is charged as
-    :data:`SHORT` to the waiting process's test."""
+    :data:`SHORT` to the waiting process's test. What was charged for a child whose
+    parent ended in the same period is credited to the nearest running ancestor; if
+    that ancestor did not wait for it (the child was orphaned and init did), the
+    credit left over is taken off the other waiting processes' growth, so the child is
+    not charged twice."""
 
     root: Path = Path("/proc")
     tests: Counter[str] = field(default_factory=Counter)
@@ -136,19 +140,24 @@ class Profile:
         ended = {key[0]: proc for key, proc in self._last.items() if key not in now}
         for proc in ended.values():
             credit[_running_ancestor(proc.ppid, running, ended)] += proc.ticks + proc.reaped
+        shorts: dict[Key, int] = {}
         for key, proc in now.items():
             before = self._last.get(key)
             if key not in self._kinds:
                 self._kinds[key] = kind(_cmdline(self.root, key[0]))
                 self.processes[self._kinds[key]] += 1
-            test = ""
             gained = proc.ticks - (before.ticks if before else 0)
             if gained > 0:
-                test = self._owner(key[0], procs, current)
-                self._charge(test, self._kinds[key], gained)
-            short = proc.reaped - (before.reaped if before else 0) - credit[key]
-            if short > 0 and before is not None:
-                self._charge(test or self._owner(key[0], procs, current), SHORT, short)
+                self._charge(self._owner(key[0], procs, current), self._kinds[key], gained)
+            if before is not None:
+                shorts[key] = proc.reaped - before.reaped - credit[key]
+        left = sum(-short for short in shorts.values() if short < 0)
+        for key, short in shorts.items():
+            if short > 0:
+                taken = min(short, left)
+                left -= taken
+                if short > taken:
+                    self._charge(self._owner(key[0], procs, current), SHORT, short - taken)
         self._last = now
 
     def _charge(self, test: str, what: str, ticks: int) -> None:

@@ -39,6 +39,7 @@ def test_cpu_is_charged_to_the_test_of_the_nearest_pytest_ancestor(tmp_path: Pat
     worker = "python -u -c import sys;exec(eval(sys.stdin.readline()))"
     run = "python -m service run -c /tmp/pytest-of-root/k.yml"
     jvm = "java -cp /x/pyspark/jars/* org.apache.spark.deploy.SparkSubmit"
+    _proc(root, 1, 0, 1, 0, "init")
     _proc(root, 10, 1, 5, 100, worker)
     _proc(root, 11, 10, 6, 50, run)
     _proc(root, 12, 10, 7, 300, jvm)
@@ -65,9 +66,19 @@ def test_cpu_is_charged_to_the_test_of_the_nearest_pytest_ancestor(tmp_path: Pat
                                       SHORT: (130 - 50) / HZ}
     assert profile.tests == {"tests/a.py::test_one": (100 + 50 + 300) / HZ}
     assert profile.processes == {"pytest-worker": 1, "kstage": 2, "spark-jvm": 1,
-                                 "postgresql": 1, "other": 1}
+                                 "postgresql": 1, "other": 2}
     report = profile.report(12.0)
     assert report["kinds"]["spark-jvm"] == {"cpu_s": round(400 / HZ, 1), "processes": 1}
+    # The run (pid 11) and the JVM (pid 12, 400 ticks seen) end before the next read;
+    # the worker waited for the run (20 ticks), the JVM was orphaned and init waited for
+    # it (its 400 and 30 more): only those 30 are new, charged once.
+    (root / "11" / "stat").unlink()
+    (root / "12" / "stat").unlink()
+    _proc(root, 10, 1, 5, 100, worker, reaped=130 + 20)
+    _proc(root, 1, 0, 1, 0, "init", reaped=430)
+    profile.sample(read_procs(root), {10: ""})
+    assert profile.files[BETWEEN][SHORT] == (130 - 50) / HZ
+    assert profile.files[OUTSIDE][SHORT] == 30 / HZ
 
 
 @pytest.mark.parametrize(("cmdline", "expected"), [
