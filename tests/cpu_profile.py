@@ -102,6 +102,12 @@ Key = tuple[int, int]  # pid, start time
 SHORT = "short-lived"  # children that came and went between two reads
 
 
+def short_under(waiter: str) -> str:
+    """The kind charged with the short-lived children a process of kind ``waiter``
+    waited for (``short-lived under kstage``: what a kstage child ran)."""
+    return f"{SHORT} under {waiter}"
+
+
 @dataclass
 class Profile:
     """The CPU seconds seen so far, per test and per (file, kind).
@@ -109,7 +115,8 @@ class Profile:
     A child that lived and ended between two reads is not seen, but its CPU is: it grows
     the ``reaped`` ticks of the process that waited for it. That growth, less what was
     already charged for the children seen before they ended, is charged as
-    :data:`SHORT` to the waiting process's test. What was charged for a child whose
+    :data:`SHORT` (:func:`short_under` the waiting process's kind) to the waiting
+    process's test. What was charged for a child whose
     parent ended in the same period is credited to the nearest running ancestor; if
     that ancestor did not wait for it (the child was orphaned and init did), the
     credit left over is taken off the other waiting processes' growth, so the child is
@@ -157,7 +164,8 @@ class Profile:
                 taken = min(short, left)
                 left -= taken
                 if short > taken:
-                    self._charge(self._owner(key[0], procs, current), SHORT, short - taken)
+                    self._charge(self._owner(key[0], procs, current),
+                                 short_under(self._kinds[key]), short - taken)
         self._last = now
 
     def _charge(self, test: str, what: str, ticks: int) -> None:

@@ -13,11 +13,11 @@ from tests.cpu_profile import (
     BETWEEN,
     HZ,
     OUTSIDE,
-    SHORT,
     Proc,
     Profile,
     kind,
     read_procs,
+    short_under,
 )
 
 
@@ -63,7 +63,7 @@ def test_cpu_is_charged_to_the_test_of_the_nearest_pytest_ancestor(tmp_path: Pat
     _proc(root, 12, 10, 7, 400, jvm)
     profile.sample(read_procs(root), {10: ""})
     assert profile.files[BETWEEN] == {"spark-jvm": 100 / HZ, "kstage": 20 / HZ,
-                                      SHORT: (130 - 50) / HZ}
+                                      short_under("pytest-worker"): (130 - 50) / HZ}
     assert profile.tests == {"tests/a.py::test_one": (100 + 50 + 300) / HZ}
     assert profile.processes == {"pytest-worker": 1, "kstage": 2, "spark-jvm": 1,
                                  "postgresql": 1, "other": 2}
@@ -77,8 +77,8 @@ def test_cpu_is_charged_to_the_test_of_the_nearest_pytest_ancestor(tmp_path: Pat
     _proc(root, 10, 1, 5, 100, worker, reaped=130 + 20)
     _proc(root, 1, 0, 1, 0, "init", reaped=430)
     profile.sample(read_procs(root), {10: ""})
-    assert profile.files[BETWEEN][SHORT] == (130 - 50) / HZ
-    assert profile.files[OUTSIDE][SHORT] == 30 / HZ
+    assert profile.files[BETWEEN][short_under("pytest-worker")] == (130 - 50) / HZ
+    assert profile.files[OUTSIDE][short_under("other")] == 30 / HZ  # init
 
 
 @pytest.mark.parametrize(("cmdline", "expected"), [
