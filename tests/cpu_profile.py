@@ -150,9 +150,18 @@ class Profile:
         shorts: dict[Key, int] = {}
         for key, proc in now.items():
             before = self._last.get(key)
-            if key not in self._kinds:
-                self._kinds[key] = kind(_cmdline(self.root, key[0]))
-                self.processes[self._kinds[key]] += 1
+            # read at every sample: a process may exec another program (pyspark's
+            # spark-class, a shell whose command line names postgresql.jar, becomes
+            # the Spark JVM under the same pid and start time)
+            cmdline = _cmdline(self.root, key[0])  # "": it just ended
+            now_kind = kind(cmdline) if cmdline or key not in self._kinds else self._kinds[key]
+            if self._kinds.get(key) != now_kind:
+                if key in self._kinds:
+                    self.processes[self._kinds[key]] -= 1
+                    if not self.processes[self._kinds[key]]:
+                        del self.processes[self._kinds[key]]
+                self._kinds[key] = now_kind
+                self.processes[now_kind] += 1
             gained = proc.ticks - (before.ticks if before else 0)
             if gained > 0:
                 self._charge(self._owner(key[0], procs, current), self._kinds[key], gained)

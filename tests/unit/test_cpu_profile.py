@@ -81,6 +81,32 @@ def test_cpu_is_charged_to_the_test_of_the_nearest_pytest_ancestor(tmp_path: Pat
     assert profile.files[OUTSIDE][short_under("other")] == 30 / HZ  # init
 
 
+def test_a_process_that_execs_is_charged_as_what_it_became(tmp_path: Path) -> None:
+    """pyspark's spark-class (a shell whose command line names the fetched
+    postgresql-*.jar) execs the Spark JVM under the same pid and start time."""
+    root = tmp_path / "proc"
+    root.mkdir()
+    worker = "python -u -c import sys;exec(eval(sys.stdin.readline()))"
+    _proc(root, 1, 0, 1, 0, "init")
+    _proc(root, 10, 1, 5, 0, worker)
+    jars = "/root/.cache/kstage/jars/postgresql-42.7.14.jar"
+    _proc(root, 12, 10, 7, 2, f"bash spark-class SparkSubmit --conf "
+          f"spark.driver.extraClassPath={jars} pyspark-shell")
+    profile = Profile(root=root)
+    current = {10: "tests/a.py::test_one"}
+    profile.sample(read_procs(root), current)
+    assert profile.processes == {"pytest-worker": 1, "postgresql": 1, "other": 1}
+    _proc(root, 12, 10, 7, 302, f"java -cp {jars}:/x/pyspark/jars/* org.apache.spark."
+          "deploy.SparkSubmit pyspark-shell")
+    profile.sample(read_procs(root), current)
+    assert profile.files["tests/a.py"] == {"postgresql": 2 / HZ, "spark-jvm": 300 / HZ}
+    assert profile.processes == {"pytest-worker": 1, "spark-jvm": 1, "other": 1}
+    (root / "12" / "cmdline").write_bytes(b"")  # ended between the two reads
+    _proc(root, 12, 10, 7, 312, "")
+    profile.sample(read_procs(root), current)
+    assert profile.files["tests/a.py"]["spark-jvm"] == 310 / HZ
+
+
 @pytest.mark.parametrize(("cmdline", "expected"), [
     ("java -Xmx384m kafka.Kafka /tmp/n/server.properties", "apache-kafka"),
     ("java -Xmx384m -Dquarkus.http.port=1 -jar tests/jars/nessie/lib/nessie-quarkus.jar",
