@@ -7,8 +7,11 @@ which passes ``SPARK_SUBMIT_OPTS`` to it (silently, unlike ``JAVA_TOOL_OPTIONS``
 suite sets it in each pytest process (tests/conftest.py) before any JVM starts; child
 processes inherit it. Measured on a quiet machine (session start, an Iceberg table, 5
 appends, a count): default 22.6 s wall, 33 s JVM CPU; C1 and SerialGC 20.4 s, 21 s;
-with the archive 12-14 s, 12.5-14 s. kstage's own JVM options do not change: a long
-running service wants C2 and its default collector.
+with the archive 12-14 s, 12.5-14 s. Spark SQL runs interpreted (:data:`INTERPRETED`):
+whole files, CPU of the machine, before and after: test_final_deletions 142-150 ->
+117-121 s, test_merge 125 -> 99 s, test_spark_exactly_once (Tansu) 131 -> 124 s. kstage's
+own JVM options do not change: a long running service wants C2, its default collector and
+generated code.
 
 The archive is made by :data:`WORKLOAD` (session start, Iceberg create, append, MERGE,
 read with the SQLite JDBC catalog), named by the java version and the jars of the
@@ -29,6 +32,12 @@ from tests.jvm_archive import QUIET, ensure, existing, usable
 
 SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"
 FAST_START = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# Spark SQL without generated code: the suite's queries read a few rows, for which
+# compiling Java per plan (Janino, then the JIT) costs more than it saves. A driver's
+# SparkConf takes the JVM's spark.* system properties; kstage's own settings and a test's
+# `spark.conf` still win.
+INTERPRETED = ("-Dspark.sql.codegen.wholeStage=false",
+               "-Dspark.sql.codegen.factoryMode=NO_CODEGEN")
 KIND = "spark"
 WORKLOAD = "tests.spark_jvm_workload"
 MAKE_TIMEOUT_S = 900.0  # the workload and the archive's dump, on a loaded machine
@@ -50,7 +59,7 @@ def class_path_inputs() -> list[Path] | None:
 def submit_opts(archive: Path | None) -> str:
     """``SPARK_SUBMIT_OPTS`` for the suite's JVMs, with ``archive`` if there is one."""
     shared = (f"-XX:SharedArchiveFile={archive}",) if archive is not None else ()
-    return " ".join((*FAST_START, *QUIET, *shared))
+    return " ".join((*FAST_START, *INTERPRETED, *QUIET, *shared))
 
 
 def make_archive(dump: Path, timeout_s: float = MAKE_TIMEOUT_S,
@@ -63,7 +72,7 @@ def make_archive(dump: Path, timeout_s: float = MAKE_TIMEOUT_S,
     with tempfile.TemporaryDirectory(prefix="spark-cds-") as work:
         cp_file = Path(work) / "class-path"
         full_env = {**os.environ, "PYTHONPATH": CHILD_PATH,
-                    SUBMIT_OPTS: " ".join((*FAST_START, *QUIET,
+                    SUBMIT_OPTS: " ".join((*FAST_START, *INTERPRETED, *QUIET,
                                            f"-XX:ArchiveClassesAtExit={dump}")),
                     **(env or {})}
         log = Path(work) / "workload.log"

@@ -17,6 +17,7 @@ from tests.jvm_archive import QUIET, archive_key, java
 from tests.kafkautil import CHILD_PATH, KstageProcess, write_config
 from tests.spark_jvm import (
     FAST_START,
+    INTERPRETED,
     KIND,
     SUBMIT_OPTS,
     class_path_inputs,
@@ -119,7 +120,7 @@ def test_kstage_children_inherit_the_suite_s_jvm_options(tmp_path: Path) -> None
     finally:
         proc.close()
     assert f"{SUBMIT_OPTS}={os.environ[SUBMIT_OPTS]}".encode() in environ
-    assert all(opt in os.environ[SUBMIT_OPTS] for opt in FAST_START)
+    assert all(opt in os.environ[SUBMIT_OPTS] for opt in (*FAST_START, *INTERPRETED))
     assert SHARED_DIR_ENV in os.environ
 
 
