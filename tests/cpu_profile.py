@@ -127,8 +127,11 @@ class Profile:
     files: defaultdict[str, Counter[str]] = field(
         default_factory=lambda: defaultdict(Counter))
     processes: Counter[str] = field(default_factory=Counter)  # kind -> processes seen
+    started: defaultdict[str, Counter[str]] = field(  # file -> kind -> processes seen
+        default_factory=lambda: defaultdict(Counter))
     _last: dict[Key, Proc] = field(default_factory=dict)  # of the previous read
     _kinds: dict[Key, str] = field(default_factory=dict)
+    _where: dict[Key, str] = field(default_factory=dict)  # the file it was first seen in
 
     def baseline(self, procs: dict[int, Proc]) -> None:
         """The processes running when the profile starts: only what they use from now
@@ -156,12 +159,13 @@ class Profile:
             cmdline = _cmdline(self.root, key[0])  # "": it just ended
             now_kind = kind(cmdline) if cmdline or key not in self._kinds else self._kinds[key]
             if self._kinds.get(key) != now_kind:
+                where = self._owner(key[0], procs, current).split("::")[0]
                 if key in self._kinds:
-                    self.processes[self._kinds[key]] -= 1
-                    if not self.processes[self._kinds[key]]:
-                        del self.processes[self._kinds[key]]
-                self._kinds[key] = now_kind
+                    _less(self.processes, self._kinds[key])
+                    _less(self.started[self._where[key]], self._kinds[key])
+                self._kinds[key], self._where[key] = now_kind, where
                 self.processes[now_kind] += 1
+                self.started[where][now_kind] += 1
             gained = proc.ticks - (before.ticks if before else 0)
             if gained > 0:
                 self._charge(self._owner(key[0], procs, current), self._kinds[key], gained)
@@ -202,7 +206,14 @@ class Profile:
                 "files": {f: {k: round(v, 1) for k, v in c.most_common()}
                           for f, c in sorted(self.files.items(),
                                              key=lambda x: -sum(x[1].values()))},
+                "started": {f: dict(c.most_common()) for f, c in self.started.items()},
                 "tests": {t: round(v, 1) for t, v in self.tests.most_common()}}
+
+
+def _less(counter: Counter[str], key: str) -> None:
+    counter[key] -= 1
+    if not counter[key]:
+        del counter[key]
 
 
 def _running_ancestor(pid: int, running: dict[int, Key], ended: dict[int, Proc]) -> Key:
@@ -312,8 +323,11 @@ def main(argv: list[str]) -> int:
     lines += [f"  {k['cpu_s']:7.0f} s  {name} ({k['processes']} processes)"
               for name, k in kinds.items()]
     lines.append("costliest files:")
+    started = report.get("started", {})
     for name, by_kind in list(report["files"].items())[:25]:
         top = ", ".join(f"{k} {v:.0f}" for k, v in list(by_kind.items())[:3])
+        jvms = started.get(name, {}).get("spark-jvm")
+        top += f" ({jvms} Spark JVMs)" if jvms else ""
         lines.append(f"  {sum(by_kind.values()):7.0f} s  {name}: {top}")
     lines.append("costliest tests:")
     lines += [f"  {seconds:7.0f} s  {name}"

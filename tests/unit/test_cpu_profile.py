@@ -101,6 +101,7 @@ def test_a_process_that_execs_is_charged_as_what_it_became(tmp_path: Path) -> No
     profile.sample(read_procs(root), current)
     assert profile.files["tests/a.py"] == {"postgresql": 2 / HZ, "spark-jvm": 300 / HZ}
     assert profile.processes == {"pytest-worker": 1, "spark-jvm": 1, "other": 1}
+    assert profile.started["tests/a.py"] == {"pytest-worker": 1, "spark-jvm": 1}
     (root / "12" / "cmdline").write_bytes(b"")  # ended between the two reads
     _proc(root, 12, 10, 7, 312, "")
     profile.sample(read_procs(root), current)
@@ -125,11 +126,12 @@ def test_the_summary_of_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[s
     profile.files["tests/a.py"]["spark-jvm"] = 30.0
     profile.tests["tests/a.py::test_one"] = 30.0
     profile.processes["spark-jvm"] = 2
+    profile.started["tests/a.py"]["spark-jvm"] = 2
     report = tmp_path / "cpu.json"
     report.write_text(json.dumps(profile.report(60.0)))
     assert cpu_profile.main(["cpu_profile", str(report)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("30 CPU s seen in 60 s\n")
     assert "       30 s  spark-jvm (2 processes)" in out
-    assert "       30 s  tests/a.py: spark-jvm 30" in out
+    assert "       30 s  tests/a.py: spark-jvm 30 (2 Spark JVMs)" in out
     assert "       30 s  tests/a.py::test_one" in out
