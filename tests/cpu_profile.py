@@ -116,11 +116,14 @@ class Profile:
     the ``reaped`` ticks of the process that waited for it. That growth, less what was
     already charged for the children seen before they ended, is charged as
     :data:`SHORT` (:func:`short_under` the waiting process's kind) to the waiting
-    process's test. What was charged for a child whose
-    parent ended in the same period is credited to the nearest running ancestor; if
-    that ancestor did not wait for it (the child was orphaned and init did), the
-    credit left over is taken off the other waiting processes' growth, so the child is
-    not charged twice."""
+    process's test. What was charged for a child whose parent ended in the same period
+    is credited to the nearest running ancestor; if that ancestor did not wait for it
+    (the child was orphaned and init did), the credit left over is taken off the other
+    waiting processes' growth, so the child is not charged twice.
+
+    A process's kind is read at every sample (it may exec another program); the
+    processes of each kind are counted per file where each was first seen
+    (:attr:`started`)."""
 
     root: Path = Path("/proc")
     tests: Counter[str] = field(default_factory=Counter)
@@ -154,8 +157,8 @@ class Profile:
         for key, proc in now.items():
             before = self._last.get(key)
             # read at every sample: a process may exec another program (pyspark's
-            # spark-class, a shell whose command line names postgresql.jar, becomes
-            # the Spark JVM under the same pid and start time)
+            # spark-class, a shell whose command line names the fetched
+            # postgresql-*.jar, becomes the Spark JVM under the same pid and start)
             cmdline = _cmdline(self.root, key[0])  # "": it just ended
             now_kind = kind(cmdline) if cmdline or key not in self._kinds else self._kinds[key]
             if self._kinds.get(key) != now_kind:
