@@ -73,6 +73,20 @@ snapshots or reads its summaries, the ones it reads. ``test_pyiceberg_expiry`` s
 own."""
 
 
+def arrow_frame(spark: Any, rows: list[tuple[Any, ...]], schema: Any) -> Any:
+    """Spark thread: ``rows`` (tuples in the order of ``schema``, a ``StructType``) as a
+    DataFrame made through Arrow, as kstage's staging writer makes its own: a list of
+    tuples would be parallelized and read by pyspark's Python workers (a daemon
+    process per JVM, forked per task)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(schema)
+    table = pa.Table.from_pylist([dict(zip(arrow.names, r, strict=True)) for r in rows],
+                                 schema=arrow)
+    return spark.createDataFrame(table, schema)
+
+
 def spark_section(catalog: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A ``spark:`` section for tests: local[1], small driver, quick flushes; with
     ``appends: pyiceberg``, snapshots kept :data:`KEPT_SNAPSHOTS_S` unless set."""

@@ -36,6 +36,7 @@ from service.cli import main
 from service.ops.tables import kafka_committed, render, render_json, show
 from settings.models import Settings, SparkSettings
 from tests.kafkautil import create_topic, unique
+from tests.lake import arrow_frame
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -62,6 +63,14 @@ def config(actor: SparkActor, broker: str, table: str, topic: str, group: str) -
                                        "sink": {"type": "spark", "table": table}}]}])
 
 
+def id_rows(spark: Any, *values: str) -> Any:
+    """Spark thread: a final table's rows (``id STRING``)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return arrow_frame(spark, [(v,) for v in values],
+                       StructType([StructField("id", StringType())]))
+
+
 def append(spark: Any, settings: SparkSettings, table: str, group: str, topic: str,
            partition: int, start: int, count: int) -> None:
     """Spark thread: one staging append of offsets ``start..start+count-1`` of a partition,
@@ -72,7 +81,7 @@ def append(spark: Any, settings: SparkSettings, table: str, group: str, topic: s
             for o in range(start, start + count)]
     offsets = iceberg.carried(iceberg.current_offsets(spark, settings, table),
                               {(group, topic, partition): start + count})
-    (spark.createDataFrame(rows, iceberg.struct_type(COLUMNS)).writeTo(dotted(settings, table))
+    (arrow_frame(spark, rows, iceberg.struct_type(COLUMNS)).writeTo(dotted(settings, table))
      .option(f"snapshot-property.{iceberg.OFFSETS}", iceberg.format_offsets(offsets))
      .append())
 
@@ -180,9 +189,9 @@ async def test_snapshots_offset_recovery_and_the_merge_need_are_kept(
         """What a merge records in the final table: the staging snapshot merged through."""
         through = snapshots.history(spark, settings, table)[0].id
         spark.sql(f"CREATE TABLE {qualified(settings, final)} (id STRING) USING iceberg")
-        (spark.createDataFrame([("merged",)], "id STRING").writeTo(dotted(settings, final))
+        (id_rows(spark, "merged").writeTo(dotted(settings, final))
          .option(f"snapshot-property.{final_table.MERGED_SNAPSHOT}", str(through)).append())
-        spark.createDataFrame([("later",)], "id STRING").writeTo(dotted(settings, final)).append()
+        id_rows(spark, "later").writeTo(dotted(settings, final)).append()
         return int(through)
 
     merged = await actor.call(merge_commit)
@@ -289,7 +298,7 @@ async def test_show_lists_snapshots_files_rows_offsets_and_the_merge(
     def merge_commit(spark: Any) -> int:
         through = snapshots.history(spark, settings, table)[0].id
         spark.sql(f"CREATE TABLE {qualified(settings, final)} (id STRING) USING iceberg")
-        (spark.createDataFrame([("a",), ("b",)], "id STRING").writeTo(dotted(settings, final))
+        (id_rows(spark, "a", "b").writeTo(dotted(settings, final))
          .option(f"snapshot-property.{final_table.MERGED_SNAPSHOT}", str(through)).append())
         return int(through)
 
