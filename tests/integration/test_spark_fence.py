@@ -35,6 +35,7 @@ from actors.tables.maintenance import compact
 from actors.tables.snapshots import content
 from processors.base import Column
 from settings.models import SparkSettings
+from tests.lake import arrow_frame
 
 pytestmark = [pytest.mark.slow]
 
@@ -70,7 +71,7 @@ def append(spark: Any, settings: SparkSettings, table: str, start: int, end: int
     rows = [(f"{partition}/{o}", TOPIC, partition, o, 0, now) for o in range(start, end)]
     offsets = iceberg.carried(iceberg.current_offsets(spark, settings, table),
                               {(GROUP, TOPIC, partition): end})
-    writer = (spark.createDataFrame(rows, iceberg.struct_type(COLUMNS))
+    writer = (arrow_frame(spark, rows, iceberg.struct_type(COLUMNS))
               .writeTo(dotted(settings, table))
               .option(f"snapshot-property.{iceberg.OFFSETS}", iceberg.format_offsets(offsets)))
     if expect is not None:
@@ -546,7 +547,7 @@ async def test_a_fold_leaves_the_files_of_a_sixteenth_of_the_target_or_more(
         iceberg.create_staging(spark, settings, table, COLUMNS)
         now = dt.datetime.now(dt.UTC)
         big = [(uuid.uuid4().hex * 6, TOPIC, 0, o, 0, now) for o in range(6000)]
-        spark.createDataFrame(big, iceberg.struct_type(COLUMNS)).writeTo(
+        arrow_frame(spark, big, iceberg.struct_type(COLUMNS)).writeTo(
             dotted(settings, table)).append()  # about 140 KB: over 64 KiB, under 768 KiB
         for i in range(3):
             append(spark, settings, table, 10 * i, 10 * i + 5, 1, None)  # three small files
