@@ -227,8 +227,15 @@ async def test_replacement_session_and_giving_up_when_no_jvm_can_start(
         await sink.write(events(0, 0, 4))
         first = actor.jvm_pid
         assert first is not None
+        # local mode ships no jar to its executor (the driver's JVM has them on its class
+        # path): nothing copied at start into the session's files, nothing of that left
+        # behind by a killed JVM
+        assert await actor.call(lambda spark: spark._jsc.sc().listJars().size()) == 0
+        files = Path(await actor.call(
+            lambda spark: spark._jvm.org.apache.spark.SparkFiles.getRootDirectory()))
         os.kill(first, signal.SIGKILL)
         await wait_until(lambda: not alive(first), timeout=30, what="the JVM to exit")
+        assert files.is_dir() and not list(files.iterdir()), list(files.iterdir())
         await sink.write(events(0, 4, 4))  # restart 1 of 2: a new JVM, table registered
         second = actor.jvm_pid
         assert second not in (None, first)
