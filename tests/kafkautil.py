@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import os
 import re
@@ -167,9 +168,21 @@ class KstageProcess:
             [sys.executable, "-m", "service", "run", "-c", str(config), *args],
             stdout=self._fh, stderr=subprocess.STDOUT, env=full_env, cwd=config.parent,
         )
+        # output() reads only what was written since its last call: a test polls it
+        # every 0.1 s, and a run's log grows to megabytes.
+        self._read = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = ""
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        """Everything the process wrote so far."""
+        with open(self.log, "rb") as log:
+            log.seek(self._read)
+            new = log.read()
+        self._read += len(new)
+        if new:
+            self._text += self._decoder.decode(new)
+        return self._text
 
     async def wait_for_log(self, text: str, timeout: float = DEADLINE_S, count: int = 1) -> None:
         deadline = time.monotonic() + timeout
@@ -211,13 +224,31 @@ class KstageProcess:
         self._fh.close()
 
 
+# wait_until's pause between two checks: at least POLL_S, and POLL_SHARE times the CPU
+# the last check took, at most POLL_MAX_S. A check that reads a table (its metadata, its
+# files) costs tens of milliseconds, growing with the table: polled every 0.1 s it took
+# a quarter of a core from the processes under test (measured: 3.7 CPU s of a 15 s
+# wait); with the share it takes at most a ninth.
+POLL_S, POLL_SHARE, POLL_MAX_S = 0.1, 8, 1.0
+
+
 async def wait_until(predicate: Callable[[], Any], timeout: float = DEADLINE_S,
                      what: str = "condition") -> None:
+    """Return once ``predicate()`` is true; fail naming ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while True:
+        began = time.thread_time()
+        if predicate():
+            return
+        took = time.thread_time() - began
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(poll_pause(took))
+
+
+def poll_pause(check_cpu_s: float) -> float:
+    """wait_until's pause after a check that took ``check_cpu_s`` of CPU."""
+    return min(max(POLL_S, POLL_SHARE * check_cpu_s), POLL_MAX_S)
 
 
 def last_assignment(proc: KstageProcess) -> set[int]:
