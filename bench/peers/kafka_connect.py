@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--picture", type=Path, default=Path("out/peers-kafka-connect.svg"),
                         help="where the picture of both freshness runs goes (SVG; default "
                              "out/peers-kafka-connect.svg)")
+    parser.add_argument("--bootstrap", default=None,
+                        help="an Apache Kafka broker already running, instead of a node "
+                             "of the run's own (its CPU is then not measured)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     check_jars("connect", "iceberg-sink")  # says what to run when jars are missing
     workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-connect-"))
     try:
-        with apache_kafka(workdir) as bootstrap:
+        with apache_kafka(workdir, args.bootstrap) as bootstrap:
             rounds = [asyncio.run(bench(bootstrap, round_dir(workdir, i), args))
                       for i in range(args.rounds)]
     except BaseException:

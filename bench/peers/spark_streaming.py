@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--picture", type=Path, default=Path("out/peers-spark-streaming.svg"),
                         help="where the picture of both freshness runs goes (SVG; default "
                              "out/peers-spark-streaming.svg)")
+    parser.add_argument("--bootstrap", default=None,
+                        help="an Apache Kafka broker already running, instead of a node "
+                             "of the run's own (its CPU is then not measured)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (configs, logs, tables)")
     args = parser.parse_args(argv)
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     check_jars("spark")  # says what to run when jars are missing, before anything starts
     workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-spark-"))
     try:
-        with apache_kafka(workdir) as bootstrap:
+        with apache_kafka(workdir, args.bootstrap) as bootstrap:
             rounds = [asyncio.run(bench(bootstrap, round_dir(workdir, i), args.messages,
                                         Pace(args.fresh_s, args.warm_s), args.mapping,
                                         args.appends)) for i in range(args.rounds)]

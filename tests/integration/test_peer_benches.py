@@ -2,11 +2,12 @@
 depend on the machine's load).
 
 ``bench/peers/spark_streaming.py`` and ``bench/peers/kafka_connect.py`` each start an
-Apache Kafka broker (tests/apache_kafka.py), run kstage and a peer (Spark Structured
-Streaming; Kafka Connect with Iceberg's sink) over the same 3 000 events (and 3 s of
-paced ones), read every table back with pyiceberg and compare its layout with kstage's,
-and draw the picture of both freshness runs (an SVG: a freshness line and a data-files
-line per system, and a legend naming each).
+Apache Kafka broker (tests/apache_kafka.py; here they run on the session's shared node,
+``--bootstrap``), run kstage and a peer (Spark Structured Streaming; Kafka Connect with
+Iceberg's sink) over the same 3 000 events (and 3 s of paced ones), read every table back
+with pyiceberg and compare its layout with kstage's, and draw the picture of both
+freshness runs (an SVG: a freshness line and a data-files line per system, and a legend
+naming each).
 They need the jars of ``make kafka-jars peer-jars`` and ``kstage jars fetch`` (``make
 test`` fetches them).
 """
@@ -23,7 +24,7 @@ import pytest
 
 from tests.kafkautil import ROOT
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.apache_kafka]
 
 _FIGURES = (r"{}: \d+ events/s \(3000 in [\d.]+ s\), freshness p50 -?\d+ ms p99 -?\d+ ms "
             r"\(\d+ events at \d+/s after \d+ of warm-up\), CPU [\d.]+ s/100k \(JVM [\d.]+\), "
@@ -32,10 +33,11 @@ _FIGURES = (r"{}: \d+ events/s \(3000 in [\d.]+ s\), freshness p50 -?\d+ ms p99 
 _RATIOS = r"kstage/{}: events_s=[\d.]+ p99=-?[\d.]+ cpu=[\d.]+ rss=[\d.]+ files=[\d.]+"
 
 
-async def _run(script: str, picture: Path) -> str:
+async def _run(script: str, picture: Path, bootstrap: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(ROOT / "bench" / "peers" / script), "--messages", "3000",
-        "--fresh-s", "2", "--warm-s", "1", "--picture", str(picture), cwd=ROOT,
+        "--fresh-s", "2", "--warm-s", "1", "--picture", str(picture),
+        "--bootstrap", bootstrap, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 280)
     text = out.decode(errors="replace")
@@ -58,8 +60,8 @@ def drawn(picture: Path, text: str, systems: tuple[str, str]) -> None:
 
 @pytest.mark.timeout(300)
 async def test_the_short_spark_streaming_run_prints_both_systems_and_the_ratios(
-        tmp_path: Path) -> None:
-    text = await _run("spark_streaming.py", tmp_path / "peers.svg")
+        tmp_path: Path, apache_kafka_broker: str) -> None:
+    text = await _run("spark_streaming.py", tmp_path / "peers.svg", apache_kafka_broker)
     drawn(tmp_path / "peers.svg", text, ("kstage", "spark_streaming"))
     for system in ("kstage", "spark_streaming"):
         assert re.search("^" + _FIGURES.format(system), text, re.MULTILINE), text
@@ -68,8 +70,8 @@ async def test_the_short_spark_streaming_run_prints_both_systems_and_the_ratios(
 
 @pytest.mark.timeout(300)
 async def test_the_short_kafka_connect_run_prints_both_systems_and_the_ratios(
-        tmp_path: Path) -> None:
-    text = await _run("kafka_connect.py", tmp_path / "peers.svg")
+        tmp_path: Path, apache_kafka_broker: str) -> None:
+    text = await _run("kafka_connect.py", tmp_path / "peers.svg", apache_kafka_broker)
     drawn(tmp_path / "peers.svg", text, ("kstage", "kafka_connect"))
     for system in ("kstage", "kafka_connect"):
         assert re.search("^" + _FIGURES.format(system), text, re.MULTILINE), text
