@@ -238,6 +238,10 @@ PAIRWISE: dict[str, Pairwise] = {
     "tombstones_delete": _PATHS_SWAPPED,
     "test_partition_spec::test_the_table_is_created_with_the_configured_spec_and_"
     "properties": _PATHS,
+    # a Debezium source's column added midway, on each append path once: Spark's on
+    # Tansu, pyiceberg's (no JVM: its appends, its evolution, the merge) on Apache Kafka
+    "test_debezium_schema::test_a_source_column_added_midway_reaches_staging_and_final_"
+    "tables": _PATHS_SWAPPED,
     # a REST catalog's OAuth2 login on both append paths: the token's refresh and the
     # identity provider's outage, each path once, each broker once per path
     "test_rest_catalog_oauth::test_tokens_expire_and_are_refreshed_while_appends_land_"

@@ -1,5 +1,6 @@
 """The ``debezium`` processor without ``options.columns``, end to end on the real broker,
-a real Iceberg catalog (Spark appends, the final table by kstage's merge) and a real
+a real Iceberg catalog (Spark's appends on one broker, pyiceberg's on the other:
+tests/brokers.py PAIRWISE; the final table by kstage's merge) and a real
 PostgreSQL (a JDBC upsert table): events in the JSON converter's format with their schema
 land in tables made from that schema; a source ``ALTER TABLE ADD COLUMN`` midway (events
 whose schema has one more field) adds the column to the staging and the upsert tables in
@@ -76,7 +77,7 @@ async def send(broker: str, topic: str, events: list[tuple[int, bytes | None]]) 
 @pytest.mark.timeout(1200)
 async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
         broker: str, tmp_path: Path, kstage: type[KstageProcess], running: Postgres,
-        ) -> None:
+        appends: str) -> None:
     pg = running
     group, topic, staging = unique("g-dbz-schema"), unique("dbz-schema"), "stg_dbz_schema"
     upserted = unique("pg_dbz_schema").replace("-", "_")
@@ -99,7 +100,7 @@ async def test_a_source_column_added_midway_reaches_staging_and_final_tables(
         "sinks": [{"type": "jdbc", "name": "pg", "table": upserted, "mode": "upsert",
                    **login}, {"type": "spark", "name": "lake", "table": staging}]}])
     data = yaml.safe_load(cfg.read_text())
-    data["spark"] = spark_section(catalog)
+    data["spark"] = spark_section(catalog, appends=appends)
     data["merge"] = {"interval_s": 1}
     cfg.write_text(yaml.safe_dump(data))
     reader = IcebergReader(data["spark"])
