@@ -59,9 +59,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def write_bytecode() -> None:
     """This process and its children write the bytecode caches (``__pycache__``, ignored
     by git) even where PYTHONDONTWRITEBYTECODE says not to (the environment of this
-    machine sets it): else every ``kstage`` child (400 and more per run), bench script
-    and xdist worker compiled each module it imports from source again, 0.15-0.2 CPU s
-    per ``kstage run`` (tests/unit/test_bytecode_caches.py)."""
+    machine sets it): else a module no process had cached was compiled from source again
+    by every process importing it: 0.15-0.2 CPU s per ``kstage run`` without caches, and
+    pytest's rewritten test modules, which only the suite writes, 10 CPU s per process
+    collecting the suite (tests/unit/test_bytecode_caches.py)."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
 
