@@ -353,6 +353,12 @@ class SparkSettings(Model):
         return self.freshness_s if self.flush_idle_s is None else self.flush_idle_s
 
     @property
+    def local_master(self) -> bool:
+        """Whether the session runs in this process's JVM (``local[...]``): its executor
+        is the driver."""
+        return self.master.startswith("local")
+
+    @property
     def table_warehouse(self) -> str:
         """The warehouse of the tables: ``catalog.warehouse``, else ``warehouse``."""
         return self.catalog.warehouse or self.warehouse

@@ -79,7 +79,7 @@ def start_session(settings: SparkSettings, writer_id: str) -> Any:
     """Start (or get) the process's SparkSession with kstage's configuration (the Iceberg
     catalog and the jars, see :mod:`actors.sinks.spark.catalog` and
     :mod:`actors.sinks.spark.jars`), then ``settings.conf`` (Spark thread)."""
-    if settings.master.startswith("local"):
+    if settings.local_master:
         # One machine: loopback (the hostname may resolve elsewhere). On a cluster
         # the operator sets SPARK_LOCAL_IP or spark.driver.host to a reachable address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -136,7 +136,7 @@ def _jar_conf(settings: SparkSettings, jars: list[str]) -> dict[str, str]:
     copied into a temporary directory by its own executor at every start (125 MB for the
     fetched jars, measured 0.3-1 CPU s, and left behind when the JVM is killed)."""
     files = [j.removeprefix("local:") for j in jars if "://" not in j]
-    shipped = [j for j in jars if "://" in j] if settings.master.startswith("local") else jars
+    shipped = [j for j in jars if "://" in j] if settings.local_master else jars
     return {**({"spark.jars": ",".join(shipped)} if shipped else {}),
             **({"spark.driver.extraClassPath": ":".join(files)} if files else {})}
 
