@@ -151,9 +151,11 @@ def write_config(path: Path, bootstrap: str, group: str, topics: list[dict[str, 
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of ``path``: a line a running process is still writing (no
+    newline yet) is left for the next read."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line]
 
 
 class KstageProcess:
