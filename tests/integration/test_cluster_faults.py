@@ -29,8 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 
+from actors.kafka import build_consumer
 from service.broker import free_port
+from settings import load_settings
 from tests.apache_kafka import KafkaCluster, Listener
 from tests.fault_watch import AckedProducer, Watch, settle, wait_ready
 from tests.http_server import HttpTestServer
@@ -71,8 +74,11 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     listeners = {i: Listener("PROXIED", "PLAINTEXT", advertised_port=free_port())
                  for i in (1, 2, 3)}
+    # Leaderships stay where a fault moved them (no preferred-leader election every
+    # 5 min): test_an_offset_reset_asks_the_leader_that_took_over needs its move to last.
     kafka = KafkaCluster(tmp_path_factory.mktemp("cluster"), size=3, heap_mb=256,
-                         listeners=lambda i: [listeners[i]])
+                         listeners=lambda i: [listeners[i]],
+                         properties={"auto.leader.rebalance.enable": "false"})
     proxies = {i: TcpProxy(("127.0.0.1", listener.port), port=listener.advertised_port)
                for i, listener in listeners.items()}
     for proxy in proxies.values():
@@ -407,6 +413,62 @@ async def test_dead_letter_topic_leader_killed_while_dead_letters_are_written(
     poison = {n for n in run.producer.acked if run.poison(n)}
     assert poison and poison <= run.watch.dead_lettered_values(), (
         sorted(poison - run.watch.dead_lettered_values())[:10])
+
+
+async def test_an_offset_reset_asks_the_leader_that_took_over(
+        whole: Cluster, tmp_path: Path) -> None:
+    """A position reset (here a seek to the beginning; also a partition with no
+    committed offset) asks the partition's leader for its offsets. The consumer's
+    metadata was read while the killed leader still led the partition (the controller
+    moves its leaderships only after fencing it); that node is back, as a follower, and
+    answers NotLeaderForPartition. The consumer refreshes its metadata on that answer
+    and resets from the new leader (actors/kafka.py), instead of asking the same node
+    until ``metadata.max.age.ms`` (5 min): the stall the cluster chaos run met."""
+    topic = unique("moved")
+    await create_topic(whole.bootstrap, topic, 1, replication=3)
+    await produce(whole.bootstrap, topic, ({"i": i} for i in range(10)))
+    old = await whole.kafka.leader(topic, 0)
+    settings = load_settings(write_config(
+        tmp_path / "kstage.yml", whole.bootstrap, unique("g-moved"),
+        [{"topic": topic, "processor": "json_rows"}]), {})
+    consumer = build_consumer(settings, settings.groups[0], whole.bootstrap, "moved")
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    await consumer.start()
+    try:
+        assert len(await records(consumer, tp, 10)) == 10
+        consumer.pause(tp)  # no fetch from here on: nothing refreshes the metadata
+        node = whole.kafka.node(old)
+        node.kill()
+        assert await consumer._client.force_metadata_update()
+        assert consumer._client.cluster.leader_for_partition(tp) == old  # not fenced yet
+        deadline = time.monotonic() + 60
+        while await whole.kafka.leader(topic, 0) == old:  # fenced, then moved
+            assert time.monotonic() < deadline, f"node {old} still leads {tp} after 60 s"
+            await asyncio.sleep(0.5)
+        node.start()
+        node.wait_listening()
+        await whole.kafka.wait_in_sync([topic])
+        assert await whole.kafka.leader(topic, 0) != old
+        assert consumer._client.cluster.leader_for_partition(tp) == old  # stale
+        await consumer.seek_to_beginning(tp)
+        consumer.resume(tp)
+        assert [r.offset for r in await records(consumer, tp, 10)] == list(range(10))
+        assert consumer._client.cluster.leader_for_partition(tp) != old
+    finally:
+        await consumer.stop()
+
+
+async def records(consumer: Any, tp: TopicPartition, count: int, timeout_s: float = 60
+                  ) -> list[Any]:
+    """The next ``count`` records of ``tp`` (a deadline past which the test fails)."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"{len(got)} of {count} records of {tp}"
+        batch = await consumer.getmany(tp, timeout_ms=500, max_records=count - len(got))
+        got.extend(batch.get(tp, []))
+    return got
 
 
 # -- helpers of the tests above ---------------------------------------------------------
