@@ -12,10 +12,20 @@ NESSIE_JAR := tests/jars/nessie/lib/nessie-quarkus-0.99.0-runner.jar
 DEBEZIUM_JARS := tests/jars/debezium/lib
 DEBEZIUM_STAMP := $(DEBEZIUM_JARS)/.fetched
 
-.PHONY: demo test test-fast lint setup jars kafka-jars peer-jars tools debezium-jars cdc-e2e
+.PHONY: demo test test-fast lint setup jars kafka-jars peer-jars tools debezium-jars cdc-e2e \
+	system-deps jvm-archives
 
-$(STAMP): pyproject.toml .ci/system-deps
+# The steps a command needs run side by side where they do not depend on each other (pip
+# beside the Maven and Go fetches; ruff and mypy beside the jars, the tools and the JVMs'
+# class-data archives): on a fresh clone `make test` reaches pytest about a minute sooner.
+MAKEFLAGS += --jobs=4
+
+# The Debian packages, once per make (every step that needs one waits for it: two
+# apt-get runs at once would fight over dpkg's lock).
+system-deps:
 	bash .ci/system-deps
+
+$(STAMP): pyproject.toml .ci/system-deps | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev,spark]'
@@ -23,16 +33,14 @@ $(STAMP): pyproject.toml .ci/system-deps
 
 setup: $(STAMP)
 
-$(KAFKA_STAMP): tests/jars/kafka/pom.xml .ci/system-deps
-	bash .ci/system-deps
+$(KAFKA_STAMP): tests/jars/kafka/pom.xml .ci/system-deps | system-deps
 	rm -rf $(KAFKA_JARS)
 	mvn -q -B -f tests/jars/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(KAFKA_JARS)
 	touch $(KAFKA_STAMP)
 
 kafka-jars: $(KAFKA_STAMP)
 
-$(DEBEZIUM_STAMP): tests/jars/debezium/pom.xml .ci/system-deps
-	bash .ci/system-deps
+$(DEBEZIUM_STAMP): tests/jars/debezium/pom.xml .ci/system-deps | system-deps
 	rm -rf $(DEBEZIUM_JARS)
 	mvn -q -B -f tests/jars/debezium/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(DEBEZIUM_JARS)
 	touch $(DEBEZIUM_STAMP)
@@ -44,8 +52,7 @@ debezium-jars: $(DEBEZIUM_STAMP)
 PEER_SETS := spark connect iceberg-sink
 PEER_STAMPS := $(PEER_SETS:%=bench/peers/jars/%/lib/.fetched)
 
-bench/peers/jars/%/lib/.fetched: bench/peers/jars/%/pom.xml .ci/system-deps
-	bash .ci/system-deps
+bench/peers/jars/%/lib/.fetched: bench/peers/jars/%/pom.xml .ci/system-deps | system-deps
 	rm -rf bench/peers/jars/$*/lib
 	mvn -q -B -f bench/peers/jars/$*/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/bench/peers/jars/$*/lib
 	touch $@
@@ -59,8 +66,7 @@ peer-jars: $(PEER_STAMPS)
 jars: $(STAMP)
 	$(VENV)/bin/kstage jars fetch
 
-$(NESSIE_JAR): tests/jars/nessie/pom.xml .ci/system-deps
-	bash .ci/system-deps
+$(NESSIE_JAR): tests/jars/nessie/pom.xml .ci/system-deps | system-deps
 	mvn -q -B -f tests/jars/nessie/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/tests/jars/nessie/lib
 	touch $(NESSIE_JAR)
 
@@ -79,7 +85,7 @@ TOOLS_STAMP := $(TOOLS)/.installed-helm-$(HELM_VERSION)-kubeconform-$(KUBECONFOR
 # The directory of a module in Go's module cache (downloaded from the proxy when missing).
 go_module_dir = $$($(GO) mod download -json $(1) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')
 
-$(TOOLS_STAMP):
+$(TOOLS_STAMP): | system-deps
 	rm -rf $(TOOLS)/bin $(TOOLS)/crds $(TOOLS)/.installed-*
 	mkdir -p $(TOOLS)/bin $(TOOLS)/crds
 	GOBIN=$(CURDIR)/$(TOOLS)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
@@ -100,8 +106,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The class-data archives of the suite's Spark JVMs and Apache Kafka nodes
+# (tests/jvm_archive.py), made before pytest so that its workers do not wait for them.
+jvm-archives: jars $(KAFKA_STAMP)
+	$(VENV)/bin/python -m tests.make_jvm_archives
+
 # out/junit.xml: each test's seconds, to refresh tests/file_durations.py from.
-test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS)
+test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS) jvm-archives
 	$(VENV)/bin/pytest -m "not cdc" --junitxml=out/junit.xml
 	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
 	$(VENV)/bin/pytest examples/kstage-example-plugin/tests

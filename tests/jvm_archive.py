@@ -4,8 +4,9 @@ drivers (tests/spark_jvm.py) and the Apache Kafka nodes (tests/kafka_jvm.py).
 
 An archive is made once per machine by a run of what the tests do and kept in
 :func:`cache_dir`, named by :func:`archive_key` (the java version and the JVM class path
-it is made with: a changed jar set makes a new one). The first pytest process that needs
-it makes it under a file lock; the others wait and reuse it. A missing, stale or refused
+it is made with: a changed jar set makes a new one), by ``make test`` before pytest
+(tests/make_jvm_archives.py), else by the first pytest process that needs it. Each kind is
+made under a file lock of its own; the others wait and reuse it. A missing, stale or refused
 archive costs time, never a result: it is checked before it is put in place (a truncated
 archive would crash the JVM that maps it), a JVM says nothing about one it refuses
 (:data:`QUIET`), and a failed make is said once and not tried again in the same session
@@ -111,15 +112,16 @@ def _prune(kind: str, cache: Path, keep: Path) -> None:
 def ensure(kind: str, inputs: list[Path] | None, make: Maker, shared: Path,
            cache: Path | None = None) -> Path | None:
     """The archive of ``kind`` for ``inputs``, made first by ``make`` if missing (under
-    the cache's lock: one process makes it, the others wait for it); None when there is
-    nothing to make it for, or making it failed (said on stderr, once a session)."""
+    the cache's lock of ``kind``: one process makes it, the others wait for it, while
+    another kind is made beside it); None when there is nothing to make it for, or making
+    it failed (said on stderr, once a session)."""
     cache = cache or cache_dir()
     archive = archive_path(kind, inputs, cache)
     if archive is None:
         return None
     cache.mkdir(parents=True, exist_ok=True)
     failed = shared / f"{kind}-cds-failed"
-    with locked(cache / "lock"):
+    with locked(cache / f"{kind}.lock"):  # one lock per kind: made side by side
         if archive.exists():
             os.utime(archive)
             return archive

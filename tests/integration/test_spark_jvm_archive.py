@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tests import jvm_archive, kafka_jvm
 from tests.brokers import SHARED_DIR_ENV
 from tests.jvm_archive import QUIET, archive_key, java
 from tests.kafkautil import CHILD_PATH, KstageProcess, write_config
@@ -94,11 +97,11 @@ def test_a_failed_make_leaves_no_archive_and_is_not_tried_again(tmp_path: Path) 
     broken = {"JAVA_HOME": str(tmp_path / "no-jdk")}  # spark-submit finds no java
     assert ensure_archive(shared, cache, inputs, make_env=broken) is None
     assert "workload exited" in (shared / f"{KIND}-cds-failed").read_text()
-    assert list(cache.iterdir()) == [cache / "lock"]
+    assert list(cache.iterdir()) == [cache / f"{KIND}.lock"]
     # the next process of the session does not try again (a make would take a minute
     # and succeed)
     assert ensure_archive(shared, cache, inputs) is None
-    assert list(cache.iterdir()) == [cache / "lock"]
+    assert list(cache.iterdir()) == [cache / f"{KIND}.lock"]
 
 
 def test_a_changed_jar_set_makes_another_archive(tmp_path: Path) -> None:
@@ -137,3 +140,45 @@ def _exec_environ(proc: KstageProcess, timeout_s: float = 60.0) -> list[bytes]:
             return environ
         assert time.monotonic() < deadline, f"no exec within {timeout_s}s: {environ[:3]}"
         time.sleep(0.05)
+
+
+def test_each_kind_is_made_under_its_own_lock(tmp_path: Path) -> None:
+    """`make test` makes the Spark and Kafka archives side by side
+    (tests/make_jvm_archives.py): one kind being made does not hold up the other."""
+    cache, shared = tmp_path / "cache", tmp_path / "shared"
+    shared.mkdir()
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"PK")
+    making, release = threading.Event(), threading.Event()
+
+    def slow(dump: Path) -> None:  # the Spark archive, still being made
+        making.set()
+        release.wait(60)
+        dump.write_bytes(b"spark")
+
+    def quick(dump: Path) -> None:
+        dump.write_bytes(b"kafka")
+
+    with ThreadPoolExecutor(2) as pool:
+        spark = pool.submit(jvm_archive.ensure, KIND, [jar], slow, shared, cache)
+        try:
+            assert making.wait(60)
+            kafka = pool.submit(jvm_archive.ensure, "kafka", [jar], quick, shared, cache)
+            archive = kafka.result(timeout=10)  # not waiting for the Spark archive
+        finally:
+            release.set()
+        assert spark.result(timeout=60) == jvm_archive.archive_path(KIND, [jar], cache)
+    assert archive == jvm_archive.archive_path("kafka", [jar], cache)
+    assert archive is not None and archive.read_bytes() == b"kafka"
+
+
+def test_the_make_step_finds_both_archives_made() -> None:
+    """`make test`'s step before pytest, once the archives are made: quick, and says
+    where each is."""
+    done = subprocess.run([sys.executable, "-m", "tests.make_jvm_archives"],
+                          capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "PYTHONPATH": CHILD_PATH})
+    spark, kafka = existing_archive(), kafka_jvm.existing_archive()
+    assert spark is not None and kafka is not None
+    assert done.stdout.splitlines() == [f"class-data archive: {spark}",
+                                        f"class-data archive: {kafka}"]
