@@ -33,7 +33,8 @@ leaderships move only after the controller fenced it), then that broker back up 
 follower: the partition, and every other partition of the member led by that broker, no
 longer moved until ``metadata.max.age.ms`` (5 min) passed. Seen in the chaos run on the
 3-node cluster. The consumer refreshes its metadata on that answer
-(:meth:`_Consumer._follow_moved_leaders`), as Kafka's Java client does (KAFKA-9535).
+(:class:`LeaderFollowingConsumer`: the workers' consumers and ``kstage dlq``'s reader of a
+dead-letter topic), as Kafka's Java client does (KAFKA-9535).
 """
 
 from __future__ import annotations
@@ -199,46 +200,14 @@ class GroupMember(Protocol):
         (a refused login, certificate or token); None otherwise (see :func:`diagnose`)."""
 
 
-class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
-    """A consumer whose failed start says why when the reason is a security setting,
-    and that records when its heartbeats were answered (:class:`GroupMember`)."""
-
-    def __init__(self, consumer_config: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._probe_kwargs = {k: v for k, v in kwargs.items() if k in _PROBE_KEYS}
-        self._consumer_config = consumer_config
-        self._bootstrap = str(kwargs["bootstrap_servers"])
-        self._heartbeat_answered: float | None = None
+class LeaderFollowingConsumer(AIOKafkaConsumer):  # type: ignore[misc]
+    """A consumer whose position resets follow a moved leader (the module doc): every
+    consumer of kstage that resets positions (the workers', ``kstage dlq``'s reader of a
+    dead-letter topic) is one."""
 
     async def start(self) -> None:
-        try:
-            await super().start()
-        except KafkaConnectionError as exc:
-            reason = await diagnose(self._bootstrap, self._consumer_config,
-                                    self._probe_kwargs)
-            await self.stop()  # never started: close its client (no "Unclosed" at exit)
-            if reason is None:
-                raise
-            raise KafkaSecurityError(reason) from exc
-        self._record_heartbeats()
+        await super().start()
         self._follow_moved_leaders()
-
-    def _record_heartbeats(self) -> None:
-        """Wrap the group coordinator's heartbeat (aiokafka has no hook for it; the
-        method has been stable across its 0.x releases, the version is pinned)."""
-        coordinator = self._coordinator
-        if coordinator is None:  # no group: nothing to heartbeat
-            return
-        heartbeat = coordinator._do_heartbeat
-
-        async def recorded() -> bool:
-            sent = time.monotonic()
-            answered = bool(await heartbeat())  # True also for "rebalancing": a member
-            if answered:
-                self._heartbeat_answered = max(self._heartbeat_answered or sent, sent)
-            return answered
-
-        coordinator._do_heartbeat = recorded
 
     def _follow_moved_leaders(self) -> None:
         """Refresh the metadata when a position reset's ListOffsets request meets stale
@@ -258,6 +227,48 @@ class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
                 raise
 
         fetcher._proc_offset_request = refreshed
+
+
+class _Consumer(LeaderFollowingConsumer):
+    """A worker's consumer: its failed start says why when the reason is a security
+    setting, it records when its heartbeats were answered (:class:`GroupMember`), and
+    its position resets follow a moved leader."""
+
+    def __init__(self, consumer_config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._probe_kwargs = {k: v for k, v in kwargs.items() if k in _PROBE_KEYS}
+        self._consumer_config = consumer_config
+        self._bootstrap = str(kwargs["bootstrap_servers"])
+        self._heartbeat_answered: float | None = None
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except KafkaConnectionError as exc:
+            reason = await diagnose(self._bootstrap, self._consumer_config,
+                                    self._probe_kwargs)
+            await self.stop()  # never started: close its client (no "Unclosed" at exit)
+            if reason is None:
+                raise
+            raise KafkaSecurityError(reason) from exc
+        self._record_heartbeats()
+
+    def _record_heartbeats(self) -> None:
+        """Wrap the group coordinator's heartbeat (aiokafka has no hook for it; the
+        method has been stable across its 0.x releases, the version is pinned)."""
+        coordinator = self._coordinator
+        if coordinator is None:  # no group: nothing to heartbeat
+            return
+        heartbeat = coordinator._do_heartbeat
+
+        async def recorded() -> bool:
+            sent = time.monotonic()
+            answered = bool(await heartbeat())  # True also for "rebalancing": a member
+            if answered:
+                self._heartbeat_answered = max(self._heartbeat_answered or sent, sent)
+            return answered
+
+        coordinator._do_heartbeat = recorded
 
     def last_heartbeat(self) -> float | None:
         return self._heartbeat_answered

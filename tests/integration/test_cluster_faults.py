@@ -33,6 +33,7 @@ from aiokafka import TopicPartition
 
 from actors.kafka import build_consumer
 from service.broker import free_port
+from service.ops.dlq.topic import topic_consumer
 from settings import load_settings
 from tests.apache_kafka import KafkaCluster, Listener
 from tests.fault_watch import AckedProducer, Watch, settle, wait_ready
@@ -418,12 +419,13 @@ async def test_dead_letter_topic_leader_killed_while_dead_letters_are_written(
 async def test_an_offset_reset_asks_the_leader_that_took_over(
         whole: Cluster, tmp_path: Path) -> None:
     """A position reset (here a seek to the beginning; also a partition with no
-    committed offset) asks the partition's leader for its offsets. The consumer's
+    committed offset) asks the partition's leader for its offsets. The consumers'
     metadata was read while the killed leader still led the partition (the controller
     moves its leaderships only after fencing it); that node is back, as a follower, and
-    answers NotLeaderForPartition. The consumer refreshes its metadata on that answer
-    and resets from the new leader (actors/kafka.py), instead of asking the same node
-    until ``metadata.max.age.ms`` (5 min): the stall the cluster chaos run met."""
+    answers NotLeaderForPartition. A worker's consumer and ``kstage dlq``'s reader of a
+    dead-letter topic refresh their metadata on that answer and reset from the new
+    leader (actors/kafka.py), instead of asking the same node until
+    ``metadata.max.age.ms`` (5 min): the stall the cluster chaos run met."""
     topic = unique("moved")
     await create_topic(whole.bootstrap, topic, 1, replication=3)
     await produce(whole.bootstrap, topic, ({"i": i} for i in range(10)))
@@ -431,17 +433,21 @@ async def test_an_offset_reset_asks_the_leader_that_took_over(
     settings = load_settings(write_config(
         tmp_path / "kstage.yml", whole.bootstrap, unique("g-moved"),
         [{"topic": topic, "processor": "json_rows"}]), {})
-    consumer = build_consumer(settings, settings.groups[0], whole.bootstrap, "moved")
     tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    await consumer.start()
+    worker = build_consumer(settings, settings.groups[0], whole.bootstrap, "moved")
+    worker.assign([tp])
+    await worker.start()
+    consumers = [worker]
     try:
-        assert len(await records(consumer, tp, 10)) == 10
-        consumer.pause(tp)  # no fetch from here on: nothing refreshes the metadata
+        consumers.append(await topic_consumer(settings, topic))  # the dead letters' reader
+        for consumer in consumers:
+            assert len(await records(consumer, tp, 10)) == 10
+            consumer.pause(tp)  # no fetch from here on: nothing refreshes the metadata
         node = whole.kafka.node(old)
         node.kill()
-        assert await consumer._client.force_metadata_update()
-        assert consumer._client.cluster.leader_for_partition(tp) == old  # not fenced yet
+        for consumer in consumers:
+            assert await consumer._client.force_metadata_update()
+            assert consumer._client.cluster.leader_for_partition(tp) == old  # not fenced
         deadline = time.monotonic() + 60
         while await whole.kafka.leader(topic, 0) == old:  # fenced, then moved
             assert time.monotonic() < deadline, f"node {old} still leads {tp} after 60 s"
@@ -450,13 +456,16 @@ async def test_an_offset_reset_asks_the_leader_that_took_over(
         node.wait_listening()
         await whole.kafka.wait_in_sync([topic])
         assert await whole.kafka.leader(topic, 0) != old
-        assert consumer._client.cluster.leader_for_partition(tp) == old  # stale
-        await consumer.seek_to_beginning(tp)
-        consumer.resume(tp)
-        assert [r.offset for r in await records(consumer, tp, 10)] == list(range(10))
-        assert consumer._client.cluster.leader_for_partition(tp) != old
+        for consumer in consumers:
+            assert consumer._client.cluster.leader_for_partition(tp) == old  # stale
+            await consumer.seek_to_beginning(tp)
+            consumer.resume(tp)
+        for consumer in consumers:
+            assert [r.offset for r in await records(consumer, tp, 10)] == list(range(10))
+            assert consumer._client.cluster.leader_for_partition(tp) != old
     finally:
-        await consumer.stop()
+        for consumer in consumers:
+            await consumer.stop()
 
 
 async def records(consumer: Any, tp: TopicPartition, count: int, timeout_s: float = 60

@@ -79,10 +79,11 @@ def topic_letter(dlq_topic: str, msg: Any) -> dict[str, Any] | None:
 
 async def topic_consumer(settings: Settings, dlq_topic: str) -> Any:
     """A consumer of every partition of ``dlq_topic`` that joins no group and commits
-    only when told (the replay's bookkeeping), started."""
-    from aiokafka import AIOKafkaConsumer
+    only when told (the replay's bookkeeping), started. Its seek to the beginning
+    follows a leader that moved (:class:`~actors.kafka.LeaderFollowingConsumer`)."""
+    from actors.kafka import LeaderFollowingConsumer
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_of(settings),
+    consumer = LeaderFollowingConsumer(bootstrap_servers=bootstrap_of(settings),
                                 client_id=f"{settings.kafka.client_id}-dlq",
                                 group_id=replay_group(dlq_topic), enable_auto_commit=False,
                                 auto_offset_reset="earliest", **connection_kwargs(settings))
