@@ -45,7 +45,7 @@ import ssl
 import time
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     KafkaConnectionError,
@@ -195,6 +195,10 @@ class GroupMember(Protocol):
         """Ask for the cluster's metadata now (in the background), not only every
         ``metadata.max.age.ms``."""
 
+    def leader_of(self, tp: TopicPartition) -> int | None:
+        """The broker leading ``tp`` in the consumer's metadata: ``-1`` when it has none
+        (no in-sync replica is up), None when the metadata does not know the partition."""
+
     async def diagnose(self) -> str | None:
         """Why the brokers refuse this client, when the reason is a security setting
         (a refused login, certificate or token); None otherwise (see :func:`diagnose`)."""
@@ -280,6 +284,12 @@ class _Consumer(LeaderFollowingConsumer):
 
     def refresh_metadata(self) -> None:
         self._client.force_metadata_update()  # a future the background task resolves
+
+    def leader_of(self, tp: TopicPartition) -> int | None:
+        # The metadata aiokafka keeps: refreshed by the fetcher while a partition has no
+        # leader, so it names the new one as soon as the brokers elect it.
+        leader = self._client.cluster.leader_for_partition(tp)
+        return None if leader is None else int(leader)
 
     async def diagnose(self) -> str | None:
         return await diagnose(self._bootstrap, self._consumer_config, self._probe_kwargs)

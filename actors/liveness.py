@@ -4,9 +4,10 @@ event loop's heartbeat).
 A worker is stuck when its fetch loop has not run for ``service.stall_after_s``
 (wedged in an await that never returns), or when one of its partitions has lag, is
 neither paused by an operator nor retrying (a retry wait, a failing sink: those are
-shown by ``/readyz`` and heal by themselves), and the offset its lag counts from (the
-committable one, else the committed one, else, in a fresh group, where the worker
-started reading: :func:`actors.worker.report.lag`) has not moved for
+shown by ``/readyz`` and heal by themselves) nor without a leader (its brokers down: an
+outage, shown by ``/readyz``; a restart would not bring them back), and the offset its
+lag counts from (the committable one, else the committed one, else, in a fresh group,
+where the worker started reading: :func:`actors.worker.report.lag`) has not moved for
 ``stall_after_s``: faust's commit livelock, or a fresh group's first write that hangs.
 Readiness takes such a process out of the load balancer; liveness asks the orchestrator
 to restart it, which is what a wedged consumer needs.

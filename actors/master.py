@@ -35,7 +35,7 @@ from actors.supervisor import ChildFactory, OneForOneSupervisor
 from actors.topic_patterns import Changes, PatternWatch
 from actors.worker import Worker
 from actors.worker.start_from import StartRegistry
-from actors.worker_status import WorkerStatus
+from actors.worker_status import NO_LEADER, WorkerStatus
 from processors.registry import for_options
 from settings.models import GroupSettings, Settings, TopicSettings
 from settings.suggest import did_you_mean
@@ -315,6 +315,13 @@ class Master:
                 if worker["sink_error"]:
                     reasons.append(f"{name}: {worker['sink_error']}")
                 reasons.extend(f"{name}: {why}" for why in worker["refused"])
+                leaderless = [p["partition"] for p in worker["partitions"]
+                              if p["state"] == NO_LEADER]
+                if leaderless:
+                    reasons.append(
+                        f"{name}: partition(s) {', '.join(map(str, leaderless))} have no "
+                        "leader (no in-sync replica is up: their brokers are down or "
+                        "unreachable); nothing is read from them until one is elected")
         return reasons
 
     @property

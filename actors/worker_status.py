@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+NO_LEADER = "no_leader"
+"""A partition's state while no broker leads it: an outage for ``/readyz``, never a stall
+for ``/healthz`` (:func:`actors.worker.report.partitions`)."""
+
 
 class PartitionStatus(TypedDict):
     """One assigned partition (:func:`actors.worker.report.partitions`)."""
@@ -17,7 +21,7 @@ class PartitionStatus(TypedDict):
     committed: int | None  # the group's committed offset known to the worker
     high_water: int | None  # as fetched, or asked while paused; None: unknown
     lag: int | None  # high-water minus what is done (report.lag); None: unknown
-    state: str  # refused, paused, retrying or running
+    state: str  # refused, paused, no_leader, retrying or running
     failing: dict[str, Any] | None  # the failing write: error, since (wall clock)
     refused: str | None  # why a table holds it past its high-water mark
 
@@ -53,4 +57,4 @@ class WorkerStatus(TypedDict):
     stalled_partitions: NotRequired[int]  # added by the master from its stall watch
 
 
-__all__ = ["PartitionStatus", "WorkerStatus"]
+__all__ = ["NO_LEADER", "PartitionStatus", "WorkerStatus"]

@@ -2,7 +2,8 @@
 
 * ``GET /status``: every group, topic and partition: the topic's state (``running``,
   ``paused``, ``failed``: its worker crashed and is not running, with the last crash;
-  ``starting``), each partition's (``running``, ``paused``, ``retrying``), committed
+  ``starting``), each partition's (``running``, ``paused``, ``retrying``, ``no_leader``,
+  ``refused``), committed
   offset, high-water mark, lag, and the last sink error with the time it began; who
   paused a topic; the stalled partitions;
 * ``POST /groups/{group}/topics/{topic}/pause`` and ``.../resume``: the topic's

@@ -58,6 +58,7 @@ class FakeConsumer:
         self._answered: float | None = None
         self.rejoins = 0
         self.security_problem: str | None = None  # what diagnose() finds
+        self.leaderless: set[TopicPartition] = set()  # no leader now (leader_of: -1)
         self.bounds_asked: list[list[TopicPartition]] = []  # log_bounds() calls
 
     def _record(self, partition: int, offset: int, value: bytes | None
@@ -151,6 +152,9 @@ class FakeConsumer:
 
     def refresh_metadata(self) -> None:
         pass
+
+    def leader_of(self, tp: TopicPartition) -> int | None:
+        return -1 if tp in self.leaderless else 0 if tp in self.logs else None
 
     async def diagnose(self) -> str | None:
         return self.security_problem

@@ -95,9 +95,11 @@ class Fetcher:
         # The fetch loop's last turn (liveness): it turns at least every second (a poll,
         # or a wait for room in the pipeline); a poll may wait out a rebalance.
         self.turned_at = time.monotonic()
-        # End offsets asked while paused by an operator (no fetch: no high-water mark).
+        # End offsets asked while paused by an operator (no fetch: no high-water mark),
+        # and the request under way (see _end_offsets).
         self.end_offsets: dict[TopicPartition, int] = {}
         self._end_offsets_at = 0.0
+        self._asking: asyncio.Task[dict[TopicPartition, int]] | None = None
         flow.on_stop_intake(self._give_up)
 
     def __repr__(self) -> str:
@@ -147,6 +149,7 @@ class Fetcher:
                 await self._end_offsets(consumer)
             elif operator_paused:
                 operator_paused = False
+                self._stop_asking()
                 self.end_offsets.clear()
                 consumer.resume(*(tp for tp in consumer.paused()
                                   if not flow.keeps_paused(tp)))
@@ -199,6 +202,7 @@ class Fetcher:
                     await self._check_drained(consumer)
                 continue
             self._fetched(data, backlog)
+        self._stop_asking()
         for item in backlog:  # fetched, never processed: not committed, re-read later
             flow.drop(len(item[1]))
         await inbox.put(END)
@@ -206,16 +210,37 @@ class Fetcher:
     async def _end_offsets(self, consumer: AIOKafkaConsumer) -> None:
         """While paused by an operator, nothing is fetched, so aiokafka learns no
         high-water mark: ask for the end offsets every few seconds instead (the lag of
-        ``/status`` and ``/metrics`` stays true)."""
+        ``/status`` and ``/metrics`` stays true). Asked in a task of their own, never
+        awaited by the loop: a partition without a leader (its brokers down) holds the
+        answer for ``request_timeout_ms`` (40 s), and the loop must keep turning for a
+        resume, the other partitions and the liveness (it looked stuck)."""
+        asking = self._asking
+        if asking is not None:
+            if not asking.done():
+                return
+            self._asking = None
+            try:
+                self.end_offsets = asking.result()
+            except KafkaError as exc:
+                logger.debug("%s: end offsets of the paused partitions: %s", self.label, exc)
         now = time.monotonic()
         if now - self._end_offsets_at < _END_OFFSETS_EVERY_S:
             return
         self._end_offsets_at = now
         assigned = list(consumer.assignment())
-        try:
-            self.end_offsets = await consumer.end_offsets(assigned) if assigned else {}
-        except KafkaError as exc:
-            logger.debug("%s: end offsets of the paused partitions: %s", self.label, exc)
+        if assigned:
+            self._asking = asyncio.create_task(consumer.end_offsets(assigned),
+                                               name=f"{self.label}-end-offsets")
+
+    def _stop_asking(self) -> None:
+        """Forget the end offsets under way (a resume, the loop's end)."""
+        asking, self._asking = self._asking, None
+        if asking is None:
+            return
+        if not asking.done():
+            asking.cancel()
+        elif not asking.cancelled():
+            asking.exception()  # an answer no longer wanted, or a failure: both moot
 
     def _fetched(self, data: dict[TopicPartition, list[Any]], backlog: deque[Batch]) -> None:
         """Queue fetched batches, tagged with the generation current when their poll

@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from actors.offsets import OffsetView
 from actors.sink_health import SinkHealth
 from actors.worker.flow import Flow
-from actors.worker_status import PartitionStatus
+from actors.worker_status import NO_LEADER, PartitionStatus
 
 
-def high_water(consumer: AIOKafkaConsumer | None, end_offsets: Mapping[TopicPartition, int],
+class Fetching(Protocol):
+    """What the report reads of the worker's consumer: aiokafka's high-water mark, and
+    the partition's leader (:meth:`actors.kafka.GroupMember.leader_of`)."""
+
+    def highwater(self, tp: TopicPartition) -> int | None: ...
+
+    def leader_of(self, tp: TopicPartition) -> int | None: ...
+
+
+def high_water(consumer: Fetching | None, end_offsets: Mapping[TopicPartition, int],
                tp: TopicPartition) -> int | None:
     """The partition's high-water mark as fetched, else its end offset as asked while
     the topic is paused by an operator (nothing fetched); None: unknown."""
@@ -56,13 +65,14 @@ def failing_partitions(healths: Mapping[str, SinkHealth], topic: str,
     return failing
 
 
-def partitions(flow: Flow, tracker: OffsetView, consumer: AIOKafkaConsumer | None,
+def partitions(flow: Flow, tracker: OffsetView, consumer: Fetching | None,
                end_offsets: Mapping[TopicPartition, int], healths: Mapping[str, SinkHealth],
                topic: str) -> list[PartitionStatus]:
     """Each assigned partition: committed offset, high-water mark, lag, state
     (``refused``: a table holds it past its high-water mark, never consumed; ``paused``
-    by an operator, ``retrying`` a retry wait or a failing write, ``running``), its
-    failing write if any and why it is refused if it is."""
+    by an operator; ``no_leader``: no broker leads it, nothing can be read until one
+    does, an outage rather than a stall; ``retrying`` a retry wait or a failing write;
+    ``running``), its failing write if any and why it is refused if it is."""
     failing = failing_partitions(healths, topic)
     rows: list[PartitionStatus] = []
     for tp in sorted(flow.assigned, key=lambda t: t.partition):
@@ -70,6 +80,7 @@ def partitions(flow: Flow, tracker: OffsetView, consumer: AIOKafkaConsumer | Non
         refused = flow.refused.get(tp)
         state = ("refused" if refused is not None
                  else "paused" if flow.paused_by_operator
+                 else NO_LEADER if consumer is not None and consumer.leader_of(tp) == -1
                  else "retrying" if tp in flow.lanes or tp.partition in failing
                  else "running")
         rows.append({"partition": tp.partition, "committed": tracker.committed(tp),

@@ -28,10 +28,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiokafka import TopicPartition
 
 from actors.kafka import build_consumer
+from actors.worker_status import NO_LEADER, PartitionStatus
 from service.broker import free_port
 from service.ops.dlq.topic import topic_consumer
 from settings import load_settings
@@ -42,6 +44,7 @@ from tests.kafkautil import (
     KstageProcess,
     create_topic,
     produce,
+    read_jsonl,
     unique,
     wait_until,
     write_config,
@@ -50,6 +53,7 @@ from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.apache_kafka]
 
+CONTROL_TOKEN = "ctl-token-of-the-cluster-tests-01"  # noqa: S105 - a fake secret
 RECOVERY_S = 60  # the stated bound: from the fault's end to everything landed and ready
 REBALANCING = ("PreparingRebalance", "CompletingRebalance")  # a classic group's states
 PARTITIONS = 3
@@ -466,6 +470,105 @@ async def test_an_offset_reset_asks_the_leader_that_took_over(
     finally:
         for consumer in consumers:
             await consumer.stop()
+
+
+async def test_a_partition_without_a_leader_is_an_outage_for_readyz_never_a_stall(
+        whole: Cluster, tmp_path: Path, kstage: type[KstageProcess]) -> None:
+    """A topic of one replica per partition, each on its own broker; a broker that is
+    not the group's coordinator dies while kstage has lag on its partition (the topic
+    paused by the operator, events produced, then resumed). Nothing can be read from that
+    partition until the broker is back: ``/readyz`` names it (state ``no_leader`` in
+    ``/status``) and ``/healthz`` stays 200 though its lag does not move (before, that was
+    a stall after ``stall_after_s``, and a restart of kstage would not have brought the
+    broker back). The other partitions land; the broker back, every event once, ready."""
+    topic, group = unique("leaderless"), unique("g-leaderless")
+    await create_topic(whole.bootstrap, topic, 3, replication=1)
+    await whole.kafka.wait_in_sync([topic])
+    port, stall_s = free_port(), 3
+    cfg = write_config(
+        tmp_path / "kstage.yml", whole.bootstrap, group,
+        [{"topic": topic, "processor": "json_rows",
+          "sink": {"type": "jsonl", "path": str(tmp_path / "rows.jsonl")}}],
+        service={"http_port": port, "http_host": "127.0.0.1", "control_token": "${TOKEN}",
+                 "stall_after_s": stall_s})
+    proc = kstage(cfg, env={"TOKEN": CONTROL_TOKEN})
+    base, auth = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    topic_url = f"{base}/groups/{group}/topics/{topic}"
+
+    def landed() -> int:
+        return len(read_jsonl(tmp_path / "rows.jsonl"))
+
+    async with httpx.AsyncClient(timeout=5) as http:
+
+        async def partitions() -> dict[int, PartitionStatus]:
+            answer = (await http.get(f"{base}/status", headers=auth)).json()
+            [found] = [t for g in answer["groups"] for t in g["topics"]
+                       if t["topic"] == topic]
+            return {p["partition"]: p for p in found["partitions"]}
+
+        async def lags() -> dict[int, int | None]:
+            return {n: p["lag"] for n, p in (await partitions()).items()}
+
+        try:
+            await proc.wait_for_log("assigned partitions [0, 1, 2]", timeout=60)
+            leaders = {p: await whole.kafka.leader(topic, p) for p in range(3)}
+            assert len(set(leaders.values())) == 3, leaders
+            coordinator = await whole.kafka.coordinator(group)
+            lost, victim = next((p, n) for p, n in leaders.items() if n != coordinator)
+            # Paused, and no fetch returns records from here on: events wait, lag holds.
+            assert (await http.post(f"{topic_url}/pause", headers=auth)).status_code == 200
+            await proc.wait_for_log("paused by the operator: fetching nothing until resumed")
+            await produce(whole.bootstrap, topic, ({"i": i} for i in range(30)),
+                          partition_of=lambda i: i % 3)
+            deadline = time.monotonic() + 60
+            while (lag := await lags()) != {0: 10, 1: 10, 2: 10}:
+                assert time.monotonic() < deadline, f"lags {lag}: {proc.output()[-3000:]}"
+                await asyncio.sleep(0.2)
+            node = whole.kafka.node(victim)
+            node.kill()
+            deadline = time.monotonic() + 60
+            while await whole.kafka.leader(topic, lost) >= 0:  # fenced: no leader left
+                assert time.monotonic() < deadline, f"partition {lost} still led after 60 s"
+                await asyncio.sleep(0.5)
+            assert (await http.post(f"{topic_url}/resume", headers=auth)).status_code == 200
+            reason = (f"{group}/{topic}: partition(s) {lost} have no leader (no in-sync "
+                      "replica is up: their brokers are down or unreachable); nothing is "
+                      "read from them until one is elected")
+            deadline = time.monotonic() + 60
+            while reason not in (ready := await http.get(f"{base}/readyz")).json().get(
+                    "reasons", []):
+                assert time.monotonic() < deadline, f"{ready.text}: {proc.output()[-3000:]}"
+                await asyncio.sleep(0.2)
+            # The other partitions land; the lost one's lag holds, and is no stall for
+            # twice the stall bound.
+            deadline = time.monotonic() + 60
+            while landed() < 20:
+                assert time.monotonic() < deadline, f"{landed()}: {proc.output()[-3000:]}"
+                await asyncio.sleep(0.2)
+            until = time.monotonic() + 2 * stall_s
+            while time.monotonic() < until:
+                health = await http.get(f"{base}/healthz")
+                assert health.status_code == 200, health.text
+                await asyncio.sleep(0.2)
+            assert "liveness:" not in proc.output(), proc.output()[-3000:]
+            states = {n: (p["state"], p["lag"]) for n, p in (await partitions()).items()}
+            assert states == {n: (NO_LEADER, 10) if n == lost else ("running", 0)
+                              for n in range(3)}, states
+            node.start()
+            node.wait_listening()
+            deadline = time.monotonic() + 90
+            while landed() < 30:
+                assert time.monotonic() < deadline, f"{landed()}: {proc.output()[-3000:]}"
+                await asyncio.sleep(0.2)
+            deadline = time.monotonic() + 60
+            while (ready := await http.get(f"{base}/readyz")).status_code != 200:
+                assert time.monotonic() < deadline, ready.text
+                await asyncio.sleep(0.2)
+        finally:
+            proc.signal(signal.SIGTERM)
+            assert await proc.wait(60) == 0, proc.output()
+    assert sorted(r["i"] for r in read_jsonl(tmp_path / "rows.jsonl")) == list(range(30))
+    assert "liveness:" not in proc.output()
 
 
 async def records(consumer: Any, tp: TopicPartition, count: int, timeout_s: float = 60

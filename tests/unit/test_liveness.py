@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from actors.liveness import StallWatch
+from actors.worker_status import NO_LEADER
 
 
 class Clock:
@@ -49,8 +50,10 @@ def test_a_partition_with_lag_whose_offset_does_not_move_stalls_then_recovers(
     assert caplog.records[-1].getMessage() == "liveness: g/t[0] moves again"
 
 
-@pytest.mark.parametrize("state", ["paused", "retrying"])
+@pytest.mark.parametrize("state", ["paused", "retrying", NO_LEADER])
 def test_paused_or_retrying_partitions_and_caught_up_ones_never_stall(state: str) -> None:
+    """Nor one without a leader: its brokers are down, an outage for /readyz, which a
+    restart of kstage would not end."""
     clock = Clock()
     watch = StallWatch(10, clock)
     for _ in range(3):

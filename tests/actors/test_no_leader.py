@@ -1,0 +1,92 @@
+"""A partition no broker leads (its replicas' brokers down) is in state ``no_leader`` in
+the worker's snapshot, an outage for ``/readyz`` rather than a stall for ``/healthz``
+(:func:`actors.worker.report.partitions`); it is ``running`` again once a leader is
+elected. A paused topic's end offsets, asked in the background, hold up nothing
+while such a partition leaves them unanswered. The real fault, on a 3-node cluster:
+test_cluster_faults' ``test_a_partition_without_a_leader_is_an_outage_for_readyz_never_a_
+stall``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from actors.control import TopicControl
+from actors.worker_status import NO_LEADER
+from tests.fake_consumer import FakeConsumer
+from tests.kit import TOPIC, TP, RecordingSink, make_worker, until, values, worker_settings
+
+
+async def test_a_partition_without_a_leader_shows_no_leader_until_one_is_elected(
+        tmp_path: Path) -> None:
+    other = TopicPartition(TOPIC, 1)
+    consumer = FakeConsumer(TOPIC, {0: values({"i": 0}), 1: values({"i": 1})})
+    worker = make_worker(worker_settings(tmp_path), consumer, RecordingSink())
+    run = asyncio.create_task(worker.run())
+
+    def states() -> list[str]:
+        return [p["state"] for p in worker.snapshot()["partitions"]]
+
+    try:
+        await until(lambda: consumer.committed_offsets == {TP: 1, other: 1},
+                    "both partitions committed")
+        assert states() == ["running", "running"]
+        consumer.leaderless.add(other)  # the brokers of partition 1's replicas are down
+        assert states() == ["running", NO_LEADER]
+        consumer.leaderless.clear()  # a leader is elected
+        assert states() == ["running", "running"]
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)
+
+
+class HangingEnds(FakeConsumer):
+    """A consumer whose end offsets are not answered while a partition has no leader
+    (aiokafka's request waits out ``request_timeout_ms``, 40 s)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked = 0
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        self.asked += 1
+        if self.leaderless & set(tps):
+            await asyncio.Event().wait()  # cancelled, never answered
+        return await super().end_offsets(tps)
+
+
+async def test_a_paused_topics_end_offsets_without_an_answer_hold_up_nothing(
+        tmp_path: Path) -> None:
+    """While an operator pause holds the topic, its end offsets are asked every few
+    seconds; one partition's leader gone, the request hangs. The fetch loop keeps
+    turning (no liveness failure), and a resume lands the other partition's events
+    without waiting for the answer."""
+    other = TopicPartition(TOPIC, 1)
+    consumer = HangingEnds(TOPIC, {0: values({"i": 0}), 1: values({"i": 1})})
+    settings = worker_settings(tmp_path)
+    control = TopicControl(settings.group_id(settings.groups[0]), TOPIC)
+    sink = RecordingSink(key="i")
+    worker = make_worker(settings, consumer, sink, control=control)
+    run = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: consumer.committed_offsets == {TP: 1, other: 1},
+                    "both partitions committed")
+        consumer.leaderless.add(other)
+        assert control.pause("the test")
+        await until(lambda: consumer.asked >= 1, "the end offsets asked")
+        consumer.append(0, values({"i": 2}))
+        for _ in range(3):  # the loop turns while the request hangs
+            seen = worker.parts.fetcher.turned_at
+            await until(lambda seen=seen: worker.parts.fetcher.turned_at != seen,  # type: ignore[misc]
+                        "a turn of the fetch loop")
+        assert sorted(sink.written) == [0, 1], "fetched while paused"
+        assert control.resume()
+        await until(lambda: consumer.committed_offsets.get(TP) == 2,
+                    "partition 0's event once resumed")
+        assert sorted(sink.written) == [0, 1, 2]
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)
