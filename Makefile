@@ -13,7 +13,7 @@ DEBEZIUM_JARS := tests/jars/debezium/lib
 DEBEZIUM_STAMP := $(DEBEZIUM_JARS)/.fetched
 
 .PHONY: demo test test-fast lint setup jars kafka-jars peer-jars tools debezium-jars cdc-e2e \
-	system-deps jvm-archives
+	system-deps jvm-archives examples
 
 # The steps a command needs run side by side where they do not depend on each other (pip
 # beside the Maven and Go fetches; ruff and mypy beside the jars, the tools and the JVMs'
@@ -111,15 +111,19 @@ lint: $(STAMP)
 jvm-archives: jars $(KAFKA_STAMP)
 	$(VENV)/bin/python -m tests.make_jvm_archives
 
+# The example plugins, installed as a plugin author would and tested with their own
+# tests: before pytest, beside the archives (after mypy, which must not read the
+# virtualenv while pip writes to it).
+EXAMPLES := kstage-example-plugin kstage-example-sink kstage-example-token-provider
+examples: lint
+	for example in $(EXAMPLES); do \
+	  $(VENV)/bin/pip install -q -e examples/$$example && \
+	  $(VENV)/bin/pytest examples/$$example/tests || exit 1; \
+	done
+
 # out/junit.xml: each test's seconds, to refresh tests/file_durations.py from.
-test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS) jvm-archives
+test: lint jars tools $(NESSIE_JAR) $(KAFKA_STAMP) $(PEER_STAMPS) jvm-archives examples
 	$(VENV)/bin/pytest -m "not cdc" --junitxml=out/junit.xml
-	$(VENV)/bin/pip install -q -e examples/kstage-example-plugin
-	$(VENV)/bin/pytest examples/kstage-example-plugin/tests
-	$(VENV)/bin/pip install -q -e examples/kstage-example-sink
-	$(VENV)/bin/pytest examples/kstage-example-sink/tests
-	$(VENV)/bin/pip install -q -e examples/kstage-example-token-provider
-	$(VENV)/bin/pytest examples/kstage-example-token-provider/tests
 
 # The edit-run loop, about 5 minutes on the 2-core machine: ruff, mypy, and the unit,
 # actor and behaviour tests not marked slow on the embedded broker (the fake consumer
