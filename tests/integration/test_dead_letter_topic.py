@@ -119,12 +119,15 @@ async def test_broker_outage_during_the_dead_letter_write_commits_nothing_and_re
                            failure={"mode": "retry", "max_retries": 1, "min_backoff_ms": 0,
                                     "max_backoff_ms": 0, "then": "continue",
                                     "dead_letter_topic": dlq},
-                           # The send fails (request timeout, 8 s) before the session of
-                           # the frozen broker's member is lost (12 s less a heartbeat),
-                           # when the worker would fence the message and rejoin instead.
-                           session_timeout_ms=12000)
+                           # The send fails (request timeout, 10 s) well before the
+                           # session of the frozen broker's member is lost, when the worker
+                           # would fence the message and rejoin instead: 16 s less a
+                           # heartbeat from the last answered one, at most 0.5 s before the
+                           # freeze (with 12 s and heartbeats every 3 s the two raced: the
+                           # membership was lost first in a fresh-clone run).
+                           session_timeout_ms=16000, heartbeat_interval_ms=500)
         config = yaml.safe_load(cfg.read_text())
-        config["kafka"]["consumer_config"] = {"request.timeout.ms": 8000}  # > the join hold
+        config["kafka"]["consumer_config"] = {"request.timeout.ms": 10000}  # > the join hold
         cfg.write_text(yaml.safe_dump(config))
         settings = load_settings(cfg)
         pid = own.pid
