@@ -83,10 +83,10 @@ async def topic_consumer(settings: Settings, dlq_topic: str) -> Any:
     follows a leader that moved (:class:`~actors.kafka.LeaderFollowingConsumer`)."""
     from actors.kafka import LeaderFollowingConsumer
 
-    consumer = LeaderFollowingConsumer(bootstrap_servers=bootstrap_of(settings),
-                                client_id=f"{settings.kafka.client_id}-dlq",
-                                group_id=replay_group(dlq_topic), enable_auto_commit=False,
-                                auto_offset_reset="earliest", **connection_kwargs(settings))
+    consumer = LeaderFollowingConsumer(
+        bootstrap_servers=bootstrap_of(settings), client_id=f"{settings.kafka.client_id}-dlq",
+        group_id=replay_group(dlq_topic), enable_auto_commit=False,
+        auto_offset_reset="earliest", **connection_kwargs(settings))
     await consumer.start()
     try:
         # The partitions from a metadata request of their own: the consumer's metadata
