@@ -236,6 +236,15 @@ async def until(predicate: Callable[[], object], what: str, timeout: float = 10)
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
+async def turns(worker: Worker, count: int, timeout: float = 30) -> None:
+    """Wait until the worker's fetch loop turned ``count`` more times (each within
+    ``timeout`` s)."""
+    for _ in range(count):
+        seen = worker.parts.fetcher.turned_at
+        await until(lambda seen=seen: worker.parts.fetcher.turned_at != seen,  # type: ignore[misc]
+                    "a turn of the fetch loop", timeout)
+
+
 async def stop_in_phase_two(worker: Worker, run: asyncio.Task[None]) -> None:
     """A two-phase stop during a write that hangs: phase 1 (stop intake) must keep
     waiting for it; phase 2 cancels the worker."""

@@ -17,7 +17,16 @@ from aiokafka import TopicPartition
 from actors.control import TopicControl
 from actors.worker_status import NO_LEADER
 from tests.fake_consumer import FakeConsumer
-from tests.kit import TOPIC, TP, RecordingSink, make_worker, until, values, worker_settings
+from tests.kit import (
+    TOPIC,
+    TP,
+    RecordingSink,
+    make_worker,
+    turns,
+    until,
+    values,
+    worker_settings,
+)
 
 
 async def test_a_partition_without_a_leader_shows_no_leader_until_one_is_elected(
@@ -78,10 +87,7 @@ async def test_a_paused_topics_end_offsets_without_an_answer_hold_up_nothing(
         assert control.pause("the test")
         await until(lambda: consumer.asked >= 1, "the end offsets asked")
         consumer.append(0, values({"i": 2}))
-        for _ in range(3):  # the loop turns while the request hangs
-            seen = worker.parts.fetcher.turned_at
-            await until(lambda seen=seen: worker.parts.fetcher.turned_at != seen,  # type: ignore[misc]
-                        "a turn of the fetch loop")
+        await turns(worker, 3, timeout=10)  # the loop turns while the request hangs
         assert sorted(sink.written) == [0, 1], "fetched while paused"
         assert control.resume()
         await until(lambda: consumer.committed_offsets.get(TP) == 2,

@@ -56,7 +56,7 @@ from processors.errors import PoisonMessage
 from processors.json_rows import JsonRowsProcessor
 from tests.behaviour.harness import PARTITIONS, BrokerHarness, Harness
 from tests.kafkautil import create_topic, read_all, unique
-from tests.kit import FailingRows, HeldSleep, RecordingSink, stop_in_phase_two, until
+from tests.kit import FailingRows, HeldSleep, RecordingSink, stop_in_phase_two, turns, until
 
 
 @contextlib.asynccontextmanager
@@ -535,14 +535,6 @@ async def test_a_retry_that_succeeds_lands_the_message_in_order_and_dead_letters
 
 
 # --- Pause/resume (actors.control), stall liveness (actors.liveness), drain ------------
-
-async def turns(worker: Worker, count: int) -> None:
-    """Wait until the worker's fetch loop turned ``count`` more times."""
-    for _ in range(count):
-        seen = worker.parts.fetcher.turned_at
-        await until(lambda seen=seen: worker.parts.fetcher.turned_at != seen,  # type: ignore[misc]
-                    "a turn of the fetch loop", 30)
-
 
 async def test_an_operator_pause_fetches_nothing_more_and_resume_loses_nothing(
         harness: Harness, tmp_path: Path) -> None:
