@@ -60,6 +60,9 @@ class FakeConsumer:
         self.security_problem: str | None = None  # what diagnose() finds
         self.leaderless: set[TopicPartition] = set()  # no leader now (leader_of: -1)
         self.bounds_asked: list[list[TopicPartition]] = []  # log_bounds() calls
+        # The high-water mark of each partition's last fetch, as aiokafka's highwater():
+        # a paused or leaderless partition is not fetched, so its mark is not renewed.
+        self._high: dict[TopicPartition, int] = {}
 
     def _record(self, partition: int, offset: int, value: bytes | None
                 ) -> ConsumerRecord[Any, Any]:
@@ -85,6 +88,7 @@ class FakeConsumer:
             self._paused -= set(revoked)
             for tp in revoked:
                 self._positions.pop(tp, None)
+                self._high.pop(tp, None)
             if assigned:
                 self._assignment |= set(assigned)
                 for tp in assigned:
@@ -125,7 +129,9 @@ class FakeConsumer:
     def _take(self, max_records: int | None) -> dict[TopicPartition, list[Any]]:
         left = max_records or 1 << 30
         data: dict[TopicPartition, list[Any]] = {}
-        for tp in sorted(self._assignment - self._paused, key=lambda t: t.partition):
+        fetchable = self._assignment - self._paused - self.leaderless
+        self._high.update((tp, len(self.logs[tp])) for tp in fetchable)
+        for tp in sorted(fetchable, key=lambda t: t.partition):
             position = self._positions[tp]
             records = self.logs[tp][position:position + left]
             if records:
@@ -170,7 +176,7 @@ class FakeConsumer:
         return set(self._paused)
 
     def highwater(self, tp: TopicPartition) -> int | None:
-        return len(self.logs[tp]) if tp in self._assignment else None
+        return self._high.get(tp) if tp in self._assignment else None
 
     async def position(self, tp: TopicPartition) -> int:
         return self._positions[tp]

@@ -96,7 +96,8 @@ class Fetcher:
         # or a wait for room in the pipeline); a poll may wait out a rebalance.
         self.turned_at = time.monotonic()
         # End offsets asked while paused by an operator (no fetch: no high-water mark),
-        # and the request under way (see _end_offsets).
+        # kept after a resume until fetches pass them, and the request under way (see
+        # _end_offsets, _forget_passed_ends).
         self.end_offsets: dict[TopicPartition, int] = {}
         self._end_offsets_at = 0.0
         self._asking: asyncio.Task[dict[TopicPartition, int]] | None = None
@@ -149,11 +150,12 @@ class Fetcher:
                 await self._end_offsets(consumer)
             elif operator_paused:
                 operator_paused = False
-                self._stop_asking()
-                self.end_offsets.clear()
+                self._stop_asking()  # the end offsets asked stand until fetches pass them
                 consumer.resume(*(tp for tp in consumer.paused()
                                   if not flow.keeps_paused(tp)))
                 logger.warning("%s: resumed by the operator", self.label)
+            elif self.end_offsets:
+                self._forget_passed_ends(consumer)
             while backlog and not inbox.full():
                 inbox.put_nowait(backlog.popleft())
             full = flow.window_full(max_in_flight, max_bytes)
@@ -231,6 +233,17 @@ class Fetcher:
         if assigned:
             self._asking = asyncio.create_task(consumer.end_offsets(assigned),
                                                name=f"{self.label}-end-offsets")
+
+    def _forget_passed_ends(self, consumer: AIOKafkaConsumer) -> None:
+        """After a resume, each end offset asked while paused stays the floor of its
+        partition's high-water mark until a fetch brings a mark at least as high: a
+        partition that cannot be fetched (no leader) keeps the lag the pause showed,
+        rather than the older mark of its last fetch (a lag of 0 while events wait)."""
+        assigned = consumer.assignment()
+        for tp, end in list(self.end_offsets.items()):
+            hw = consumer.highwater(tp)
+            if tp not in assigned or (hw is not None and hw >= end):
+                del self.end_offsets[tp]
 
     def _stop_asking(self) -> None:
         """Forget the end offsets under way (a resume, the loop's end)."""

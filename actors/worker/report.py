@@ -30,8 +30,9 @@ class Fetching(Protocol):
 
 def high_water(consumer: Fetching | None, end_offsets: Mapping[TopicPartition, int],
                tp: TopicPartition) -> int | None:
-    """The partition's high-water mark as fetched, else its end offset as asked while
-    the topic is paused by an operator (nothing fetched); None: unknown."""
+    """The partition's high-water mark as fetched, or its end offset as asked while
+    the topic was paused by an operator (nothing fetched) if higher: a resumed
+    partition not fetched since (no leader) keeps that lag; None: unknown."""
     hw = consumer.highwater(tp) if consumer is not None else None
     end = end_offsets.get(tp)  # fresher than the last fetch's, if asked
     return hw if end is None else max(end, hw or 0)

@@ -96,3 +96,47 @@ async def test_a_paused_topics_end_offsets_without_an_answer_hold_up_nothing(
     finally:
         worker.stop()
         await asyncio.wait_for(run, 10)
+
+
+async def test_a_resumed_partition_without_a_leader_keeps_the_lag_its_end_offset_showed(
+        tmp_path: Path) -> None:
+    """Events produced while an operator pause holds the topic show as lag through the
+    end offsets asked meanwhile. Resumed while one partition has no leader, that
+    partition is fetched by nobody, so its last fetch's high-water mark predates the
+    events: its lag must keep what the end offsets showed, not fall to 0 (a fresh-clone
+    CI run showed ``{0: ('no_leader', 0)}``) until a fetch brings a fresher mark."""
+    other = TopicPartition(TOPIC, 1)
+    consumer = FakeConsumer(TOPIC, {0: values({"i": 0}), 1: values({"i": 1})})
+    settings = worker_settings(tmp_path)
+    control = TopicControl(settings.group_id(settings.groups[0]), TOPIC)
+    sink = RecordingSink(key="i")
+    worker = make_worker(settings, consumer, sink, control=control)
+    run = asyncio.create_task(worker.run())
+
+    def lags() -> dict[int, tuple[str, int | None]]:
+        return {p["partition"]: (p["state"], p["lag"])
+                for p in worker.snapshot()["partitions"]}
+
+    try:
+        await until(lambda: consumer.committed_offsets == {TP: 1, other: 1},
+                    "both partitions committed")
+        assert control.pause("the test")
+        await until(lambda: consumer.paused() == {TP, other}, "the fetch loop paused")
+        consumer.append(0, values({"i": 2}))
+        consumer.append(1, values({"i": 3}, {"i": 4}))
+        await until(lambda: lags() == {0: ("paused", 1), 1: ("paused", 2)},
+                    "the end offsets' lag while paused")
+        consumer.leaderless.add(other)  # partition 1's brokers go down
+        assert control.resume()
+        await until(lambda: consumer.committed_offsets.get(TP) == 2,
+                    "partition 0's event once resumed")
+        await turns(worker, 3, timeout=10)
+        assert lags() == {0: ("running", 0), 1: (NO_LEADER, 2)}
+        consumer.leaderless.clear()  # a leader is elected: fetched, landed, lag 0
+        await until(lambda: consumer.committed_offsets.get(other) == 3,
+                    "partition 1's events once it has a leader")
+        await until(lambda: lags() == {0: ("running", 0), 1: ("running", 0)}, "no lag")
+        assert sorted(sink.written) == [0, 1, 2, 3, 4]
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)
