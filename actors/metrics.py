@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from actors.worker_status import WorkerStatus
+from actors.worker_status import PARTITION_STATES, WorkerStatus
 
 _LABELS = ("group", "topic")
 _COUNTERS = {
@@ -133,8 +133,17 @@ class _SnapshotCollector(Collector):
             "kstage_stalled_partitions", "Partitions with lag whose offset has not moved for "
             "service.stall_after_s, neither paused nor retrying (/healthz 503).",
             labels=_LABELS)
+        states = GaugeMetricFamily(
+            "kstage_partitions", "Assigned partitions in each state of /status (running, "
+            "retrying, no_leader: no broker leads it, paused, refused); every state is "
+            "shown, 0 included.", labels=(*_LABELS, "state"))
         for w in workers:
             labels = [w["group"], w["topic"]]
+            counted = dict.fromkeys(PARTITION_STATES, 0)
+            for p in w["partitions"]:
+                counted[p["state"]] = counted.get(p["state"], 0) + 1
+            for state, count in counted.items():
+                states.add_metric([*labels, state], count)
             for key, family in counters.items():
                 family.add_metric(labels, w["stats"].get(key, 0))
             restarts.add_metric(labels, w["restarts"])
@@ -152,4 +161,4 @@ class _SnapshotCollector(Collector):
                     lag.add_metric(plabels, p["lag"])
         yield from counters.values()
         yield from (restarts, committed, high_water, lag, paused, in_flight, topic_paused,
-                    stalled)
+                    stalled, states)

@@ -13,6 +13,10 @@ NO_LEADER = "no_leader"
 """A partition's state while no broker leads it: an outage for ``/readyz``, never a stall
 for ``/healthz`` (:func:`actors.worker.report.partitions`)."""
 
+PARTITION_STATES = ("running", "retrying", NO_LEADER, "paused", "refused")
+"""Every state of an assigned partition (:attr:`PartitionStatus.state`), the most usual
+first; ``/metrics`` counts each, zero included (``kstage_partitions``)."""
+
 
 class PartitionStatus(TypedDict):
     """One assigned partition (:func:`actors.worker.report.partitions`)."""
@@ -57,4 +61,4 @@ class WorkerStatus(TypedDict):
     stalled_partitions: NotRequired[int]  # added by the master from its stall watch
 
 
-__all__ = ["NO_LEADER", "PartitionStatus", "WorkerStatus"]
+__all__ = ["NO_LEADER", "PARTITION_STATES", "PartitionStatus", "WorkerStatus"]

@@ -9,13 +9,16 @@ stall``."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
 from aiokafka import TopicPartition
+from prometheus_client import generate_latest
 
 from actors.control import TopicControl
-from actors.worker_status import NO_LEADER
+from actors.metrics import Metrics
+from actors.worker_status import NO_LEADER, PARTITION_STATES
 from tests.fake_consumer import FakeConsumer
 from tests.kit import (
     TOPIC,
@@ -36,15 +39,26 @@ async def test_a_partition_without_a_leader_shows_no_leader_until_one_is_elected
     worker = make_worker(worker_settings(tmp_path), consumer, RecordingSink())
     run = asyncio.create_task(worker.run())
 
+    metrics = Metrics()
+    metrics.watch(lambda: [worker.snapshot()])
+
     def states() -> list[str]:
         return [p["state"] for p in worker.snapshot()["partitions"]]
+
+    def counted() -> dict[str, float]:  # kstage_partitions by state, from /metrics' text
+        text = generate_latest(metrics.registry).decode()
+        return {state: float(value) for state, value in re.findall(
+            r'kstage_partitions\{group="[^"]*",state="(\w+)",topic="t"\} (\S+)', text)}
 
     try:
         await until(lambda: consumer.committed_offsets == {TP: 1, other: 1},
                     "both partitions committed")
         assert states() == ["running", "running"]
+        assert counted() == dict.fromkeys(PARTITION_STATES, 0.0) | {"running": 2.0}
         consumer.leaderless.add(other)  # the brokers of partition 1's replicas are down
         assert states() == ["running", NO_LEADER]
+        assert counted() == dict.fromkeys(PARTITION_STATES, 0.0) | {"running": 1.0,
+                                                                    NO_LEADER: 1.0}
         consumer.leaderless.clear()  # a leader is elected
         assert states() == ["running", "running"]
     finally:

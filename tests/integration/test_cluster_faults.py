@@ -554,6 +554,11 @@ async def test_a_partition_without_a_leader_is_an_outage_for_readyz_never_a_stal
             states = {n: (p["state"], p["lag"]) for n, p in (await partitions()).items()}
             assert states == {n: (NO_LEADER, 10) if n == lost else ("running", 0)
                               for n in range(3)}, states
+            metrics = (await http.get(f"{base}/metrics")).text
+            for state, count in (("no_leader", 1), ("running", 2)):
+                series = (f'kstage_partitions{{group="{group}",state="{state}",'
+                          f'topic="{topic}"}} {count:.1f}')
+                assert series in metrics, metrics
             node.start()
             node.wait_listening()
             deadline = time.monotonic() + 90

@@ -682,7 +682,7 @@ def exported_metrics() -> dict[str, set[str]]:
     metrics.watch(lambda: [{
         "group": "g", "topic": "t", "stats": {}, "restarts": 0, "paused_partitions": 0,
         "in_flight": 0, "partitions": [{"partition": 0, "committed": 1, "high_water": 2,
-                                        "lag": 1}]}])
+                                        "lag": 1, "state": "running"}]}])
     names: dict[str, set[str]] = {}
     for family in metrics.registry.collect():
         assert family.samples, f"{family.name}: no sample (give it one above)"
