@@ -7,15 +7,18 @@ checks every key its readers use and ``/status`` serves it as JSON as it is.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict, get_args
 
-NO_LEADER = "no_leader"
+PartitionState = Literal["running", "retrying", "no_leader", "paused", "refused"]
+"""The state of an assigned partition (:func:`actors.worker.report.partitions`)."""
+
+PARTITION_STATES: tuple[PartitionState, ...] = get_args(PartitionState)
+"""Every :data:`PartitionState`, the most usual first; ``/metrics`` counts each, zero
+included (``kstage_partitions``)."""
+
+NO_LEADER: Final = "no_leader"
 """A partition's state while no broker leads it: an outage for ``/readyz``, never a stall
 for ``/healthz`` (:func:`actors.worker.report.partitions`)."""
-
-PARTITION_STATES = ("running", "retrying", NO_LEADER, "paused", "refused")
-"""Every state of an assigned partition (:attr:`PartitionStatus.state`), the most usual
-first; ``/metrics`` counts each, zero included (``kstage_partitions``)."""
 
 
 class PartitionStatus(TypedDict):
@@ -25,7 +28,7 @@ class PartitionStatus(TypedDict):
     committed: int | None  # the group's committed offset known to the worker
     high_water: int | None  # as fetched, or asked while paused; None: unknown
     lag: int | None  # high-water minus what is done (report.lag); None: unknown
-    state: str  # refused, paused, no_leader, retrying or running
+    state: PartitionState
     failing: dict[str, Any] | None  # the failing write: error, since (wall clock)
     refused: str | None  # why a table holds it past its high-water mark
 
@@ -61,4 +64,4 @@ class WorkerStatus(TypedDict):
     stalled_partitions: NotRequired[int]  # added by the master from its stall watch
 
 
-__all__ = ["NO_LEADER", "PARTITION_STATES", "PartitionStatus", "WorkerStatus"]
+__all__ = ["NO_LEADER", "PARTITION_STATES", "PartitionState", "PartitionStatus", "WorkerStatus"]

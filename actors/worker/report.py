@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from actors.offsets import OffsetView
 from actors.sink_health import SinkHealth
 from actors.worker.flow import Flow
-from actors.worker_status import NO_LEADER, PartitionStatus
+from actors.worker_status import NO_LEADER, PartitionState, PartitionStatus
 
 
 class Fetching(Protocol):
@@ -79,11 +79,12 @@ def partitions(flow: Flow, tracker: OffsetView, consumer: Fetching | None,
     for tp in sorted(flow.assigned, key=lambda t: t.partition):
         hw = high_water(consumer, end_offsets, tp)
         refused = flow.refused.get(tp)
-        state = ("refused" if refused is not None
-                 else "paused" if flow.paused_by_operator
-                 else NO_LEADER if consumer is not None and consumer.leader_of(tp) == -1
-                 else "retrying" if tp in flow.lanes or tp.partition in failing
-                 else "running")
+        state: PartitionState = (
+            "refused" if refused is not None
+            else "paused" if flow.paused_by_operator
+            else NO_LEADER if consumer is not None and consumer.leader_of(tp) == -1
+            else "retrying" if tp in flow.lanes or tp.partition in failing
+            else "running")
         rows.append({"partition": tp.partition, "committed": tracker.committed(tp),
                      "high_water": hw, "lag": lag(tracker, tp, hw), "state": state,
                      "failing": failing.get(tp.partition), "refused": refused})
