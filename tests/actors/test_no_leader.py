@@ -18,6 +18,7 @@ from prometheus_client import generate_latest
 
 from actors.control import TopicControl
 from actors.metrics import Metrics
+from actors.worker import Worker
 from actors.worker_status import NO_LEADER, PARTITION_STATES
 from tests.fake_consumer import FakeConsumer
 from tests.kit import (
@@ -81,6 +82,16 @@ class HangingEnds(FakeConsumer):
         return await super().end_offsets(tps)
 
 
+def controlled(tmp_path: Path, consumer: FakeConsumer
+               ) -> tuple[Worker, TopicControl, RecordingSink]:
+    """A worker of ``consumer`` that an operator can pause (its control) and the sink
+    recording what it wrote."""
+    settings = worker_settings(tmp_path)
+    control = TopicControl(settings.group_id(settings.groups[0]), TOPIC)
+    sink = RecordingSink(key="i")
+    return make_worker(settings, consumer, sink, control=control), control, sink
+
+
 async def test_a_paused_topics_end_offsets_without_an_answer_hold_up_nothing(
         tmp_path: Path) -> None:
     """While an operator pause holds the topic, its end offsets are asked every few
@@ -89,10 +100,7 @@ async def test_a_paused_topics_end_offsets_without_an_answer_hold_up_nothing(
     without waiting for the answer."""
     other = TopicPartition(TOPIC, 1)
     consumer = HangingEnds(TOPIC, {0: values({"i": 0}), 1: values({"i": 1})})
-    settings = worker_settings(tmp_path)
-    control = TopicControl(settings.group_id(settings.groups[0]), TOPIC)
-    sink = RecordingSink(key="i")
-    worker = make_worker(settings, consumer, sink, control=control)
+    worker, control, sink = controlled(tmp_path, consumer)
     run = asyncio.create_task(worker.run())
     try:
         await until(lambda: consumer.committed_offsets == {TP: 1, other: 1},
@@ -121,10 +129,7 @@ async def test_a_resumed_partition_without_a_leader_keeps_the_lag_its_end_offset
     CI run showed ``{0: ('no_leader', 0)}``) until a fetch brings a fresher mark."""
     other = TopicPartition(TOPIC, 1)
     consumer = FakeConsumer(TOPIC, {0: values({"i": 0}), 1: values({"i": 1})})
-    settings = worker_settings(tmp_path)
-    control = TopicControl(settings.group_id(settings.groups[0]), TOPIC)
-    sink = RecordingSink(key="i")
-    worker = make_worker(settings, consumer, sink, control=control)
+    worker, control, sink = controlled(tmp_path, consumer)
     run = asyncio.create_task(worker.run())
 
     def lags() -> dict[int, tuple[str, int | None]]:
