@@ -73,6 +73,9 @@ PINNED: tuple[Jar, ...] = (
 
 FENCE_ARTIFACT = "kstage-iceberg-fence"
 FENCE_CATALOG = "io.kstage.iceberg.FencingCatalog"
+# Hadoop's local file system without a `chmod` process per file written (the fence jar's
+# io.kstage.hadoop.NioLocalFileSystem): `fs.file.impl` of a local session (session.py)
+LOCAL_FILE_SYSTEM = "io.kstage.hadoop.NioLocalFileSystem"
 
 
 def fence_dir() -> Path:
@@ -171,6 +174,7 @@ def jar_problems(settings: SparkSettings) -> list[str]:
     return problems
 
 
-__all__ = ["FENCE_ARTIFACT", "FENCE_CATALOG", "FETCH_COMMAND", "PINNED", "Jar", "fence_dir",
+__all__ = ["FENCE_ARTIFACT", "FENCE_CATALOG", "FETCH_COMMAND", "LOCAL_FILE_SYSTEM", "PINNED",
+           "Jar", "fence_dir",
            "fence_file_name", "fence_sources", "fetched_missing", "fetched_names",
            "is_fence_jar", "jar_problems", "jars_dir", "pom_path", "session_jars", "sha256"]

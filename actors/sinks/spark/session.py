@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from actors.sinks.spark.catalog import catalog_conf, is_local, sqlite_file, warehouse_location
-from actors.sinks.spark.jars import fetched_missing, session_jars
+from actors.sinks.spark.jars import (
+    LOCAL_FILE_SYSTEM,
+    fetched_missing,
+    is_fence_jar,
+    session_jars,
+)
 from settings.models import SparkSettings
 
 logger = logging.getLogger(__name__)
@@ -138,7 +143,18 @@ def _jar_conf(settings: SparkSettings, jars: list[str]) -> dict[str, str]:
     files = [j.removeprefix("local:") for j in jars if "://" not in j]
     shipped = [j for j in jars if "://" in j] if settings.local_master else jars
     return {**({"spark.jars": ",".join(shipped)} if shipped else {}),
-            **({"spark.driver.extraClassPath": ":".join(files)} if files else {})}
+            **({"spark.driver.extraClassPath": ":".join(files)} if files else {}),
+            **_local_file_system(settings, files)}
+
+
+def _local_file_system(settings: SparkSettings, class_path: list[str]) -> dict[str, str]:
+    """``file:`` paths through the fence jar's :data:`LOCAL_FILE_SYSTEM` (Hadoop's, with the
+    files' modes set by Java instead of a ``chmod`` process each: about ten per append to
+    a local warehouse) when the session runs in this JVM with that jar on its own class
+    path; ``spark.conf`` may set ``spark.hadoop.fs.file.impl`` back to Hadoop's."""
+    if not settings.local_master or not any(is_fence_jar(j) for j in class_path):
+        return {}
+    return {"spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM}
 
 
 def other_session() -> str | None:
