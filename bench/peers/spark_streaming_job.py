@@ -6,7 +6,9 @@ driver JVM started by pyspark, as a data engineer would run it.
 
 * Session: kstage's own (:func:`actors.sinks.spark.session.start_session`: the same
   SQLite JDBC Iceberg catalog beside a local warehouse, ``local[2]``,
-  ``spark.driver.memory=512m``) plus the Kafka source and ``spark-avro`` jars of
+  ``spark.driver.memory=512m``; kstage's local file system, which writes the warehouse
+  without a ``chmod`` process per file, so the peer gains what kstage gains from it)
+  plus the Kafka source and ``spark-avro`` jars of
   ``make peer-jars``; ``spark.sql.iceberg.check-nullability=false`` (the NOT NULL
   columns are fed expressions Spark cannot prove non-null; a null fails at write).
 * Table: created by kstage's own DDL (:func:`actors.sinks.spark.iceberg.create_staging`),
