@@ -317,12 +317,15 @@ class Fetcher:
 
     async def _check_drained(self, consumer: AIOKafkaConsumer) -> None:
         """``--drain``: all assigned partitions processed and committed up to high-water
-        (then ``on_drained``, once)."""
+        (then ``on_drained``, once); never once :attr:`Flow.positions_stale` (a throw
+        drops the rest of its batch: the consumer's position is past messages never
+        done)."""
         rebalance = self._rebalance
         committer = self._committer
         tracker = committer.offsets
         flow = self.flow
-        if self._drained or not rebalance.joined.is_set() or rebalance.lost is not None:
+        if (self._drained or not rebalance.joined.is_set() or rebalance.lost is not None
+                or flow.positions_stale):
             return
         if flow.in_flight or not flow.inbox.empty():
             # A poll came back empty: the rows waiting in the sink's next flush are the
@@ -332,6 +335,7 @@ class Fetcher:
             return
         if not flow.assigned and not await self._group_done(consumer):
             return  # a generation without this topic: the next one brings its partitions
+        positions = []
         for tp in flow.assigned:
             hw = consumer.highwater(tp)
             if hw is None:
@@ -342,6 +346,10 @@ class Fetcher:
                 return
             if position < hw or tracker.pending_count(tp) or tp in flow.lanes:
                 return  # a retry lane (waiting, or abandoned by a throw) holds it
+            positions.append((tp, position))
+        if flow.in_flight or not flow.inbox.empty() or flow.positions_stale:
+            return  # fetched, thrown or stopping while the positions were asked
+        for tp, position in positions:
             committer.reached(tp, position)  # past a transaction marker: commit it
         if not await committer.drained():
             return  # commit failed: try again on the next empty poll

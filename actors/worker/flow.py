@@ -122,6 +122,13 @@ class Flow:
         """Intake stopped: fetch no more, finish what is queued."""
         return self.intake_stopped.is_set()
 
+    @property
+    def positions_stale(self) -> bool:
+        """Processing ended (a throw, an abandon) or intake stopped: what was fetched and
+        is not in flight may have been dropped rather than done, so no consumer position
+        says what is done any more (neither an idle poll nor ``--drain`` commits one)."""
+        return self.process_ended or self.should_stop
+
     def on_stop_intake(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` when intake stops (the fetcher gives up its poll)."""
         self._on_stop.append(callback)

@@ -113,6 +113,7 @@ class ProcessLoop:
             running = [lane.task for lane in flow.lanes.values()
                        if lane.task is not None and not lane.task.done()]
             if failure is not None or not ended:  # thrown or aborted: lanes abandoned
+                flow.end_processing()  # at once: the batch's rest was dropped, not done
                 for task in running:
                     task.cancel()
             if running:  # a stop ends their waits: they ship what they finished

@@ -416,8 +416,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         flow = self.flow
         committer = self.committer
         tracker = committer.offsets
-        if (flow.in_flight or flow.process_ended or flow.should_stop
-                or not flow.inbox.empty() or not committer.owns_offsets):
+        if (flow.in_flight or flow.positions_stale or not flow.inbox.empty()
+                or not committer.owns_offsets):
             return
         gen = flow.generation
         advanced = False
@@ -429,8 +429,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                     position = await consumer.position(tp)
             except (IllegalStateError, KafkaError, TimeoutError):
                 continue  # errors of the partition surface from the next poll
-            if flow.in_flight or not flow.live(tp, gen) or tp in flow.lanes:
-                return  # fetched, revoked or parked meanwhile (a lane that threw stays)
+            if (flow.in_flight or flow.positions_stale or not flow.live(tp, gen)
+                    or tp in flow.lanes):
+                return  # fetched, thrown, revoked or parked meanwhile (a lane that threw
+                # stays)
             advanced = committer.reached(tp, position) or advanced
         await committer.idle(advanced)
 
