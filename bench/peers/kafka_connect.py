@@ -41,20 +41,17 @@ last line is.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import orjson
+import runs
 from _paths import check_jars
 from connect_worker import command
-from figures import Figures, Pace, line, load, medians, ratios, round_dir
+from figures import Figures, Pace, line
 from harness import (
-    apache_kafka,
     check_landed,
     check_layout,
     fresh_workload,
@@ -62,7 +59,6 @@ from harness import (
     kstage_figures,
     run_until_rows,
 )
-from picture import draw
 from tables import create_like
 from throughput import (
     _SAMPLE_CHUNK,
@@ -148,59 +144,29 @@ async def bench(bootstrap: str, workdir: Path, args: argparse.Namespace) -> list
     return [kstage, connect]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=200_000,
-                        help="events of the throughput runs (default 200 000)")
-    parser.add_argument("--fresh-s", type=float, default=30.0,
-                        help="length of each freshness run, in s of events (default 30)")
-    parser.add_argument("--warm-s", type=float, default=10.0,
-                        help="s of events at the same rate before those, not counted "
-                             "(default 10: a fresh JVM's warm-up)")
+def commit_options(parser: argparse.ArgumentParser) -> None:
+    """Kafka Connect's commit intervals and timeout (the Iceberg sink's control topic)."""
     parser.add_argument("--commit-interval-ms", type=int, default=5000,
                         help="Connect's commit interval in its throughput run")
     parser.add_argument("--fresh-commit-interval-ms", type=int, default=1000,
                         help="Connect's commit interval in its freshness run")
     parser.add_argument("--fresh-commit-timeout-ms", type=int, default=2000,
                         help="Connect's commit timeout in its freshness run")
-    parser.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
-                        help="what writes kstage's staging appends (spark.appends; "
-                             "default spark)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="runs of each system, alternating; medians printed and the "
-                             "last line from them (default 1)")
-    parser.add_argument("--picture", type=Path, default=Path("out/peers-kafka-connect.svg"),
-                        help="where the picture of both freshness runs goes (SVG; default "
-                             "out/peers-kafka-connect.svg)")
-    parser.add_argument("--bootstrap", default=None,
-                        help="an Apache Kafka broker already running, instead of a node "
-                             "of the run's own (its CPU is then not measured)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the work directory (configs, logs, tables)")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds: at least 1")
+
+
+VERSIONS = ("Kafka Connect 4.3.1 (standalone), Iceberg sink connector 1.12.0, "
+            "Apache Kafka 4.4.0 broker")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    runs.options(parser, "out/peers-kafka-connect.svg")
+    commit_options(parser)
+    args = runs.parse(parser, argv)
     check_jars("connect", "iceberg-sink")  # says what to run when jars are missing
-    workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-connect-"))
-    try:
-        with apache_kafka(workdir, args.bootstrap) as bootstrap:
-            rounds = [asyncio.run(bench(bootstrap, round_dir(workdir, i), args))
-                      for i in range(args.rounds)]
-    except BaseException:
-        print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
-        raise
-    if args.keep:
-        print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    kstage, connect = (medians([r[i] for r in rounds]) for i in range(2))
-    draw(rounds[-1], "kstage beside Kafka Connect + Iceberg sink: "
-         f"{args.fresh_s:g} s of events at half of each one's rate", args.picture)
-    if args.rounds > 1:
-        print(f"medians of {args.rounds} rounds:\n{line(kstage)}\n{line(connect)}")
-    print(f"kstage appends: {args.appends}; versions: Kafka Connect 4.3.1 (standalone), "
-          f"Iceberg sink connector 1.12.0, Apache Kafka 4.4.0 broker; {load()}")
-    print(ratios(kstage, [connect]))
+    rounds = runs.run_rounds("kstage-peers-connect-", args, bench)
+    runs.report(rounds, args, "kstage beside Kafka Connect + Iceberg sink",
+                f"kstage appends: {args.appends}; versions: {VERSIONS}")
     return 0
 
 

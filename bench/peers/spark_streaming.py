@@ -42,19 +42,18 @@ the last line is.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
-import shutil
 import sys
-import tempfile
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import runs
 from _paths import ROOT, check_jars
-from figures import Figures, Pace, line, load, medians, ratios, round_dir
+from figures import Figures, Pace, line
 from harness import (
-    apache_kafka,
     check_landed,
     check_layout,
     fresh_workload,
@@ -62,7 +61,6 @@ from harness import (
     kstage_figures,
     run_to_exit,
 )
-from picture import draw
 from throughput import BenchError, Workload, avro_workload, produce_workload, spark_workload
 
 from processors.datahub_mcl import DatahubMclProcessor
@@ -164,58 +162,28 @@ async def bench(bootstrap: str, workdir: Path, n: int, pace: Pace, mapping: str,
     return [kstage, spark]
 
 
+def one_round(bootstrap: str, workdir: Path, args: argparse.Namespace,
+              ) -> Coroutine[Any, Any, list[Figures]]:
+    return bench(bootstrap, workdir, args.messages, Pace(args.fresh_s, args.warm_s),
+                 args.mapping, args.appends)
+
+
+VERSIONS = ("pyspark 4.1.4, spark-sql-kafka-0-10/spark-avro 4.1.1, Iceberg 1.12.0, "
+            "Apache Kafka 4.4.0")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mapping", choices=sorted(MAPPINGS), default="gobblin",
                         help="gobblin (Gobblin compaction, SQL-only in kstage too) or mcl "
                              "(DataHub MCLs: canonical JSON)")
-    parser.add_argument("--messages", type=int, default=200_000,
-                        help="events of the throughput runs (default 200 000)")
-    parser.add_argument("--fresh-s", type=float, default=30.0,
-                        help="length of each freshness run, in s of events (default 30)")
-    parser.add_argument("--warm-s", type=float, default=10.0,
-                        help="s of events at the same rate before those, not counted "
-                             "(default 10: a fresh JVM's warm-up)")
-    parser.add_argument("--appends", choices=("spark", "pyiceberg"), default="spark",
-                        help="what writes kstage's staging appends (spark.appends; "
-                             "default spark)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="runs of each system, alternating; medians printed and the "
-                             "last line from them (default 1)")
-    parser.add_argument("--picture", type=Path, default=Path("out/peers-spark-streaming.svg"),
-                        help="where the picture of both freshness runs goes (SVG; default "
-                             "out/peers-spark-streaming.svg)")
-    parser.add_argument("--bootstrap", default=None,
-                        help="an Apache Kafka broker already running, instead of a node "
-                             "of the run's own (its CPU is then not measured)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the work directory (configs, logs, tables)")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds: at least 1")
+    runs.options(parser, "out/peers-spark-streaming.svg")
+    args = runs.parse(parser, argv)
     check_jars("spark")  # says what to run when jars are missing, before anything starts
-    workdir = Path(tempfile.mkdtemp(prefix="kstage-peers-spark-"))
-    try:
-        with apache_kafka(workdir, args.bootstrap) as bootstrap:
-            rounds = [asyncio.run(bench(bootstrap, round_dir(workdir, i), args.messages,
-                                        Pace(args.fresh_s, args.warm_s), args.mapping,
-                                        args.appends)) for i in range(args.rounds)]
-    except BaseException:
-        print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
-        raise
-    if args.keep:
-        print(f"configs, logs and tables kept in {workdir}", file=sys.stderr)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    kstage, spark = (medians([r[i] for r in rounds]) for i in range(2))
-    draw(rounds[-1], "kstage beside Spark Structured Streaming: "
-         f"{args.fresh_s:g} s of events at half of each one's rate", args.picture)
-    if args.rounds > 1:
-        print(f"medians of {args.rounds} rounds:\n{line(kstage)}\n{line(spark)}")
-    print(f"mapping: {args.mapping}; kstage appends: {args.appends}; versions: pyspark "
-          "4.1.4, spark-sql-kafka-0-10/"
-          f"spark-avro 4.1.1, Iceberg 1.12.0, Apache Kafka 4.4.0; {load()}")
-    print(ratios(kstage, [spark]))
+    rounds = runs.run_rounds("kstage-peers-spark-", args, one_round)
+    runs.report(rounds, args, "kstage beside Spark Structured Streaming",
+                f"mapping: {args.mapping}; kstage appends: {args.appends}; versions: "
+                f"{VERSIONS}")
     return 0
 
 
