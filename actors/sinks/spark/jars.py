@@ -175,6 +175,6 @@ def jar_problems(settings: SparkSettings) -> list[str]:
 
 
 __all__ = ["FENCE_ARTIFACT", "FENCE_CATALOG", "FETCH_COMMAND", "LOCAL_FILE_SYSTEM", "PINNED",
-           "Jar", "fence_dir",
-           "fence_file_name", "fence_sources", "fetched_missing", "fetched_names",
-           "is_fence_jar", "jar_problems", "jars_dir", "pom_path", "session_jars", "sha256"]
+           "Jar", "fence_dir", "fence_file_name", "fence_sources", "fetched_missing",
+           "fetched_names", "is_fence_jar", "jar_problems", "jars_dir", "pom_path",
+           "session_jars", "sha256"]
