@@ -25,10 +25,20 @@ MAKEFLAGS += --jobs=4
 system-deps:
 	bash .ci/system-deps
 
+# The virtualenv is filled by uv (pinned, installed into it by pip): the same packages as
+# pip resolves (compared with `pip freeze`), in about two thirds of pip's time on the 2-core
+# machine (2026-12-02, quiet, warm caches: pip 56.5 s, uv 38.9 s), which is the head of
+# `make test`'s critical path. Bytecode is compiled at install as pip does, so that no
+# process compiles a module at every start where PYTHONDONTWRITEBYTECODE is set. uv does
+# not read pip's configuration: pip's extra wheel directories are passed on.
+UV_VERSION := 0.13.8
+UV := $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --compile-bytecode \
+	$(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
+
 $(STAMP): pyproject.toml .ci/system-deps | system-deps
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev,spark]'
+	$(VENV)/bin/pip install -q uv==$(UV_VERSION)
+	$(UV) -e '.[dev,spark]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -111,13 +121,14 @@ lint: $(STAMP)
 jvm-archives: jars $(KAFKA_STAMP)
 	$(VENV)/bin/python -m tests.make_jvm_archives
 
-# The example plugins, installed as a plugin author would and tested with their own
-# tests: before pytest, beside the archives (after mypy, which must not read the
-# virtualenv while pip writes to it).
+# The example plugins, installed as a plugin author would (an editable install: its
+# entry points registered in the virtualenv) and tested with their own tests: before
+# pytest, beside the archives (after mypy, which must not read the virtualenv while it is
+# written). uv: 1.4 s an example, pip 4.4 s.
 EXAMPLES := kstage-example-plugin kstage-example-sink kstage-example-token-provider
 examples: lint
 	for example in $(EXAMPLES); do \
-	  $(VENV)/bin/pip install -q -e examples/$$example && \
+	  $(UV) -e examples/$$example && \
 	  $(VENV)/bin/pytest examples/$$example/tests || exit 1; \
 	done
 
