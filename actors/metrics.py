@@ -27,6 +27,8 @@ _COUNTERS = {
     "dead_lettered": ("kstage_messages_dead_lettered", "Messages written to the dead-letter file."),
     "filtered": ("kstage_messages_filtered", "Messages the topic's filter kept from the "
                  "processor (committed as done; also counted in processed)."),
+    "as_columns": ("kstage_messages_as_columns", "Messages decoded and mapped as columns, a "
+                   "whole batch at once (also counted in processed)."),
     "committed": ("kstage_commits", "Successful offset commits."),
     "paused": ("kstage_pauses", "Times the worker paused its partitions (backpressure)."),
 }

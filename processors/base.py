@@ -240,6 +240,20 @@ class LiveColumns:
             self._found(columns)
 
 
+class MappedColumns(NamedTuple):
+    """The rows :meth:`Processor.transform_columns` made of a batch of values.
+
+    Attributes:
+        table: a ``pyarrow.Table`` of the rows, a column per name of the processor's
+            columns (any order; a column that is absent is all NULL).
+        source: a ``pyarrow`` integer array: for each row, the index of the value (the
+            message) it was made of, ascending (a value that gives no row is absent).
+    """
+
+    table: Any
+    source: Any
+
+
 class NoOptions(BaseModel):
     """The options of a processor that takes none: any key is refused.
 
@@ -315,6 +329,31 @@ class Processor:
     """The rows' columns come from the messages' writer schemas, not from :attr:`columns`:
     the processor's :meth:`live_columns` says them while it runs, and table sinks bound
     to it evolve their table when they change (see :class:`LiveColumns`)."""
+
+    maps_columns: ClassVar[bool] = False
+    """The processor also maps a whole batch of decoded values at once, as Arrow columns
+    (:meth:`transform_columns`). kstage then decodes a partition batch of registry Avro
+    values of one writer schema straight into columns and hands the sinks the columns,
+    when every sink of the topic takes them (:attr:`SinkCapabilities.arrow_rows
+    <actors.sinks.base.SinkCapabilities.arrow_rows>`), no filter, route or record column
+    asks for a message at a time, and the values are read without a reader schema."""
+
+    def transform_columns(self, values: Any) -> MappedColumns | None:
+        """The rows of a batch of decoded values, as columns, equal to what
+        :meth:`transform` gives for each value in turn (a processor with
+        :attr:`maps_columns`).
+
+        Args:
+            values: a ``pyarrow.Table``, one row per message, a column per field of the
+                writer schema, as that schema declares them.
+
+        Returns:
+            The rows (:class:`MappedColumns`), or None when this batch must go through
+            :meth:`transform` one message at a time: a writer schema of another shape, or
+            any value :meth:`transform` would refuse (it then names the message at
+            fault and its policy applies, as ever). Never raise for bad values.
+        """
+        return None
 
     def live_columns(self) -> LiveColumns | None:
         """The columns of a processor with :attr:`columns_from_schema` (None otherwise)."""

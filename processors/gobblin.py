@@ -34,12 +34,21 @@ Deliberate differences from WhereHows (kstage decisions):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from processors.base import Column, Message, NoOptions, Processor, Row, with_coordinates
+from processors import gobblin_columns
+from processors.base import (
+    Column,
+    MappedColumns,
+    Message,
+    NoOptions,
+    Processor,
+    Row,
+    with_coordinates,
+)
 from processors.errors import PoisonMessage
 
 _LONG = re.compile(r"[+-]?[0-9]+")
@@ -191,6 +200,8 @@ class GobblinProcessor(Processor):
 
     formats = ("avro", "json")
     job_prefix = ""
+    NAMESPACE: ClassVar[str | None] = None  # the events' namespace (None: any)
+    NAMES: ClassVar[frozenset[str]] = frozenset()  # the event names that give a row
 
     options_model = ClusterOptions
     options: ClusterOptions
@@ -203,9 +214,22 @@ class GobblinProcessor(Processor):
         row = self.row(GobblinEvent.of(message.value))
         return [] if row is None else [with_coordinates(row, message)]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a subclass's rows are its own: one message at a time (the built-in classes
+        # map whole batches too: _COLUMN_MAPPINGS, at the end of the module)
+        cls.maps_columns = False
+
     def row(self, event: GobblinEvent) -> Row | None:
         """The row for ``event`` (columns in DDL order), or None to filter it out."""
         raise NotImplementedError
+
+    def transform_columns(self, values: Any) -> MappedColumns | None:
+        mapping = _COLUMN_MAPPINGS.get(type(self))
+        if mapping is None or self.NAMESPACE is None:
+            return None
+        return mapping(values, self._clusters, self.NAMESPACE, sorted(self.NAMES),
+                       self.job_prefix)
 
     def cluster(self, event: GobblinEvent) -> str:
         """``cluster``: the matched code of metadata ``clusterIdentifier`` (required)."""
@@ -360,3 +384,13 @@ class GobblinDistcpProcessor(GobblinProcessor):
             "target_path": event.get("TargetPath"),
             **self.job(event),
         }
+
+
+# The built-in mappings on a whole batch of Arrow columns (processors/gobblin_columns.py):
+# these classes exactly; a subclass maps one message at a time (__init_subclass__).
+_COLUMN_MAPPINGS: dict[type[GobblinProcessor], Callable[..., MappedColumns | None]] = {
+    GobblinCompactionProcessor: gobblin_columns.compaction,
+    GobblinDistcpProcessor: gobblin_columns.distcp,
+}
+for _mapped in _COLUMN_MAPPINGS:
+    _mapped.maps_columns = True

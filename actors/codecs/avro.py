@@ -72,6 +72,9 @@ class AvroDecoder(SchemaIdDecoder):
         # results and no reader schema asks for resolution (actors/codecs/avro_fast.py)
         self._fast: dict[bytes, FastDecode] = {}
         self._recursive: set[bytes] = set()  # ids of recursive writer schemas
+        # raw id bytes -> the writer schema's text, for the ids read without resolution
+        # whose shape is bounded (what a batch may be decoded at once with: plain_writer)
+        self._plain: dict[bytes, str] = {}
 
     async def build(self, id_bytes: bytes, schema_id: int | str) -> Any:
         text = await self._source.get_schema(schema_id)
@@ -93,7 +96,15 @@ class AvroDecoder(SchemaIdDecoder):
                 if self._reader is None and not found["recursive"] else None)
         if fast is not None:
             self._fast[id_bytes] = fast
+        if self._reader is None and not found["recursive"]:
+            self._plain[id_bytes] = text
         return parsed
+
+    def plain_writer(self, id_bytes: bytes) -> str | None:
+        """The writer schema text of an id whose bodies are read as written (no reader
+        schema to resolve against, not recursive), else None: what a whole batch of its
+        bodies may be decoded with at once (:mod:`actors.codecs.avro_block`)."""
+        return self._plain.get(id_bytes)
 
     def decode(self, raw: bytes | None) -> Any:
         """Decode one value; raises PoisonMessage for every kind of bad input."""

@@ -98,6 +98,11 @@ class SchemaIdDecoder:
         # raw id bytes -> (first, last) clock time of the id's current run of 404s
         self._not_found: dict[bytes, tuple[float, float]] = {}
 
+    @property
+    def header_size(self) -> int:
+        """The wire-format header's bytes: the magic byte and the id."""
+        return self._end
+
     def schema_id(self, id_bytes: bytes) -> int | str:
         """The registry id for the raw id bytes of a header."""
         if self.id_type == "uuid":

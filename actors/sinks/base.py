@@ -109,6 +109,11 @@ class SinkCapabilities:
             come from writer schemas (:attr:`SinkContext.live`): it creates its table
             with the first ones and evolves it, committed, before rows of a new shape.
             Such a processor cannot feed a table sink without it (refused at start).
+        arrow_rows: the sink takes a batch's rows as Arrow columns
+            (:class:`~actors.column_rows.ColumnRows`, whose ``table`` it converts without
+            a dict per row); when every sink of a topic does, a processor with
+            :attr:`~processors.base.Processor.maps_columns` maps whole batches decoded
+            straight into columns.
     """
 
     pipelined: bool = False
@@ -118,6 +123,7 @@ class SinkCapabilities:
     stores_offsets: bool = False
     deletes: bool = False
     evolves_columns: bool = False
+    arrow_rows: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from actors.metrics import Metrics
 from actors.sink_health import SinkHealth
 from actors.tracing import Tracing
 from actors.worker.bound import BoundSink
+from actors.worker.columns import columns_for
 from actors.worker.commit_policies import CommitPolicy
 from actors.worker.committer import Committer
 from actors.worker.fetcher import Fetcher
@@ -106,6 +107,9 @@ def assemble(*, consumer: AIOKafkaConsumer, sinks: list[BoundSink],
     (``tasks``: the task group its loops run in). ``on_drained``: ``--drain``, called
     once every assigned partition is processed and committed to its high-water mark."""
     group_id = settings.group_id(group)
+    # whole batches as columns, where the topic and its sinks allow them
+    pipeline.columns = columns_for(
+        pipeline, all(bound.sink.capabilities.arrow_rows for bound in sinks))
     committer = Committer(policy, consumer, label=label, stats=stats, metrics=metrics,
                           metric_labels=(group_id, topic))
     rebalance = Rebalance(

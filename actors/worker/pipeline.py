@@ -29,7 +29,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.backoff import backoff_s
 from actors.codecs.by_id import REGISTRY_FORMATS, SchemaIdDecoder
@@ -48,6 +48,9 @@ from actors.worker.screen import Screen, schema_wait
 from processors.base import DELETED, Message, Processor, Row
 from processors.errors import PoisonMessage, ProcessorError
 from settings.models import FailureMode, FailureSettings, FilterSettings, TopicSettings
+
+if TYPE_CHECKING:
+    from actors.worker.columns import BatchColumns
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +127,7 @@ class RecordPipeline:
         # Why processing waits instead of progressing (e.g. a registry 404 window), for
         # /readyz; None while it progresses.
         self.waiting_for: str | None = None
+        self.columns: BatchColumns | None = None  # see actors.worker.columns.columns_for
 
     @classmethod
     def for_processor(cls, processor: Processor, *, topic: str = "topic",
@@ -284,6 +288,12 @@ class RecordPipeline:
                 exc = failed
             elif i in poison:
                 exc = poison[i]
+            elif hot and i == 0 and self.columns is not None and not poison and (
+                    mapped := self.columns.rows(records)) is not None:
+                stats["processed"] += n
+                stats["as_columns"] += n
+                await route.ship(mapped, records[-1].offset + 1, n, False)
+                return True
             elif hot:
                 i, exc = self._rows_into(records, i, rows, poison)
                 if exc is None:

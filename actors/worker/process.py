@@ -184,7 +184,7 @@ class ProcessLoop:
             consumer.resume(tp)
 
     async def _ship(
-        self, tp: TopicPartition, rows: list[Row], next_offset: int, count: int, *,
+        self, tp: TopicPartition, rows: Sequence[Row], next_offset: int, count: int, *,
         savepoint: bool, gen: int | None = None, lane: Lane | None = None,
         trace: Any = None,
     ) -> SinkBatch:
@@ -229,7 +229,7 @@ class _Route:
                  lane: Lane | None) -> None:
         self._loop, self._tp, self._gen, self._lane = loop, tp, gen, lane
 
-    async def ship(self, rows: list[Row], next_offset: int, count: int,
+    async def ship(self, rows: Sequence[Row], next_offset: int, count: int,
                    savepoint: bool, *, trace: Any = None) -> None:
         loop = self._loop
         batch = await loop._ship(self._tp, rows, next_offset, count, savepoint=savepoint,

@@ -81,7 +81,7 @@ class Route(Protocol):
     """Where a walk of a batch sends what it made (see
     :meth:`RecordPipeline.walk <actors.worker.pipeline.RecordPipeline.walk>`)."""
 
-    async def ship(self, rows: list[Row], next_offset: int, count: int,
+    async def ship(self, rows: Sequence[Row], next_offset: int, count: int,
                    savepoint: bool, *, trace: Any = None) -> None:
         """The rows of ``count`` messages, up to ``next_offset``, are done: write them
         (``savepoint``: commit exactly up to ``next_offset`` once written; ``trace``:
@@ -113,7 +113,7 @@ class Collect:
     def __repr__(self) -> str:
         return f"<Collect rows={len(self.rows)} messages={self.shipped}>"
 
-    async def ship(self, rows: list[Row], next_offset: int, count: int,
+    async def ship(self, rows: Sequence[Row], next_offset: int, count: int,
                    savepoint: bool, *, trace: Any = None) -> None:
         self.rows.extend(rows)
         self.spans.append((next_offset, count, savepoint))

@@ -28,6 +28,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
+from actors.column_rows import rows_from
 from actors.errors import FatalError, SinkError
 from actors.resources import Resources
 from actors.sinks.base import Position, Problem, SinkCapabilities, SinkContext, SinkSettingsBase
@@ -147,9 +148,9 @@ class SparkTableSink(TableSink):
         floor = writer.floor(stream)
         if floor is None:
             floor = (await writer.load_floors([stream])).get(stream, 0)
-        if floor and isinstance(rows, list) and rows:
-            # In place: a retry of this batch passes the same list (see TableSink.write).
-            rows[:] = [row for row in rows if row["_offset"] >= floor]
+        if floor and rows:
+            # In place: a retry of this batch passes the same rows (see TableSink.write).
+            rows_from(rows, floor)
         if not await self._write(rows, position, stream):
             writer.finished(position)
 
@@ -181,7 +182,8 @@ class SparkSink(SparkTableSink):
     settings_model = SparkSinkSettings
     requires = {"pyspark": "kstage[spark]", "pyarrow": "kstage[spark]"}
     capabilities = SinkCapabilities(pipelined=True, needs_columns=True, refuses_rows=True,
-                                    stores_offsets=True, deletes=True, evolves_columns=True)
+                                    stores_offsets=True, deletes=True, evolves_columns=True,
+                                    arrow_rows=True)
     settings: SparkSinkSettings
     _writer: StagingWriter | None
 

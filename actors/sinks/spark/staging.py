@@ -66,6 +66,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from actors.column_rows import ColumnRows
 from actors.errors import FatalError, SinkAuthError, SinkError
 from actors.sinks.spark import (
     catalog_auth,
@@ -82,7 +83,7 @@ from actors.sinks.spark.pyiceberg_appends import PyIcebergAppends
 from actors.sinks.table.batching import Pending
 from actors.sinks.table.columns import COORDINATES
 from actors.sinks.table.exactly_once import ExactlyOnceWriter, Flight, held
-from actors.sinks.table.rows import arrow_table, record_batch
+from actors.sinks.table.rows import arrow_table, column_batch, record_batch
 from processors.base import Column, Row
 from settings.models import SparkSettings
 
@@ -183,6 +184,10 @@ class StagingWriter(ExactlyOnceWriter):
         """The rows that fit the declared columns as one Arrow record batch, and the
         rows that do not, each with the reason naming the row and column (see
         :func:`actors.sinks.table.rows.record_batch`)."""
+        if isinstance(rows, ColumnRows):  # decoded and mapped as columns: as they are
+            batch = column_batch(rows.table, self._all)
+            if batch is not None:
+                return batch, []
         return record_batch(rows, self._all, f"spark sink {self.table}")
 
     # -- registration --------------------------------------------------------------

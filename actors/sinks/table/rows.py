@@ -285,6 +285,38 @@ def record_batch(rows: Sequence[Row], columns: Sequence[Column], what: str,
     return pa.RecordBatch.from_arrays(arrays, names=names), rejected
 
 
+def column_batch(table: Any, columns: Sequence[Column]) -> Any | None:
+    """A table of rows already in columns (:class:`~actors.column_rows.ColumnRows`) as
+    one ``pyarrow.RecordBatch`` of ``columns`` in order (an absent column is all NULL),
+    or None when a column does not fit as it is: an Arrow type of another kind than the
+    column's (only integers widen or narrow, and only to values that fit), or a NULL in
+    a NOT NULL column. The caller then checks the rows one by one
+    (:func:`record_batch`), which names each that does not fit."""
+    import pyarrow as pa  # only with the spark extra
+
+    n = table.num_rows
+    arrays = []
+    for column in columns:
+        want = arrow_type(column.type)
+        if table.schema.get_field_index(column.name) < 0:
+            if not column.nullable:
+                return None
+            arrays.append(pa.nulls(n, want))
+            continue
+        values = table[column.name].combine_chunks()
+        if values.type != want:
+            if not (pa.types.is_integer(values.type) and pa.types.is_integer(want)):
+                return None
+            try:
+                values = values.cast(want)  # safe: a value out of range raises
+            except (pa.ArrowInvalid, OverflowError):
+                return None
+        if values.null_count and not column.nullable:
+            return None
+        arrays.append(values)
+    return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
+
+
 def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime, *,
                 contiguous: bool = True) -> Any:
     """The (one or more) batches of :func:`record_batch` as one ``pyarrow.Table``, with
@@ -302,5 +334,5 @@ def arrow_table(batches: Sequence[Any], ingested_at: dt.datetime, *,
 
 
 __all__ = ["COORDINATES", "FLOAT32_MAX", "INT_RANGE", "TYPES", "arrow_table", "arrow_type",
-           "check", "convert",
+           "check", "column_batch", "convert",
            "check_rows", "record_batch"]
