@@ -2,7 +2,7 @@
 
 :meth:`RecordPipeline.walk <actors.worker.pipeline.RecordPipeline.walk>` tries
 :meth:`BatchColumns.rows` first on its hot path when the topic allows it (see
-:meth:`RecordPipeline.use_columns <actors.worker.pipeline.RecordPipeline.use_columns>`):
+:func:`columns_for`, which the worker's parts call once its sinks are open):
 the batch's registry Avro values, all of one writer schema, are decoded into one Arrow
 table (:mod:`actors.codecs.avro_block`), the processor maps the table
 (:meth:`Processor.transform_columns <processors.base.Processor.transform_columns>`), and
@@ -77,20 +77,17 @@ class BatchColumns:
         walk them one message at a time (see the module doc)."""
         if len(records) < self.min_batch:
             return None
-        end = self.decoder.header_size
-        try:
-            head = records[0].value[:end]  # type: ignore[index]
-            if head[:1] != b"\x00" or len(head) != end or any(
-                    r.value[:end] != head for r in records):  # type: ignore[index]
-                return None
-        except TypeError:  # a null value (a tombstone)
+        decoder, end = self.decoder, self.decoder.header_size
+        id_bytes = decoder.header_id(records[0].value)
+        if id_bytes is None or any(  # a tombstone, a bad header, another writer schema
+                decoder.header_id(r.value) != id_bytes for r in records):
             return None
-        id_bytes = head[1:]
         marked = self._marked_schema(id_bytes)
         if marked is None or self._refused.get(id_bytes, 0) >= GIVE_UP_AFTER:
             return None
         try:
-            values = self.blocks.decode(marked, [r.value[end:] for r in records])  # type: ignore[index]
+            values = self.blocks.decode(
+                marked, [r.value[end:] for r in records])  # type: ignore[index]
             mapped = self.processor.transform_columns(values)
         except BlockRefused as exc:
             self._refuse(id_bytes, records, str(exc))

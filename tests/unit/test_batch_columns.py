@@ -29,7 +29,7 @@ from processors.errors import PoisonMessage
 from processors.gobblin import GobblinCompactionProcessor, GobblinDistcpProcessor
 from settings.models import FailureMode, FailureSettings, TopicSettings
 from tests.gobblin_events import event
-from tests.hostile_corpus import AVRO_STRING, CASES, run_child
+from tests.hostile_corpus import AVRO_STRING, CASES, _zigzag, run_child
 from tests.kafkautil import CHILD_PATH
 
 GOBBLIN = (Path(__file__).parents[2] / "processors/schemas/wherehows/"
@@ -54,17 +54,9 @@ def body(value: dict[str, Any], text: str = GOBBLIN) -> bytes:
     return out.getvalue()
 
 
-def _long(n: int) -> bytes:
-    n, out = (n << 1) ^ (n >> 63), bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    return bytes(out + bytes([n]))
-
-
 def _string(text: str) -> bytes:
     data = text.encode()
-    return _long(len(data)) + data
+    return _zigzag(len(data)) + data
 
 
 def gobblin_wire(value: dict[str, Any]) -> bytes:
@@ -72,11 +64,11 @@ def gobblin_wire(value: dict[str, Any]) -> bytes:
     may give a key twice, as a hostile producer may (fastavro writes dicts only)."""
     namespace = value["namespace"]
     pairs = value["metadata"]
-    return (b"\x00\x00\x00\x00\x01" + _long(value["timestamp"])
-            + (_long(1) if namespace is None else _long(0) + _string(namespace))
+    return (b"\x00\x00\x00\x00\x01" + _zigzag(value["timestamp"])
+            + (_zigzag(1) if namespace is None else _zigzag(0) + _string(namespace))
             + _string(value["name"])
-            + (_long(len(pairs)) + b"".join(_string(k) + _string(v) for k, v in pairs)
-               if pairs else b"") + _long(0))
+            + (_zigzag(len(pairs)) + b"".join(_string(k) + _string(v) for k, v in pairs)
+               if pairs else b"") + _zigzag(0))
 
 
 def records(values: list[Any], schema_id: int = 1, text: str = GOBBLIN,
