@@ -57,13 +57,19 @@ class ColumnRows(Sequence[Row]):
         self._dicts = None
 
 
-def rows_from(rows: Sequence[Row], offset: int) -> None:
-    """Drop, in place, the rows of messages before ``offset`` from a batch's rows (a list
-    of dicts or :class:`ColumnRows`): those a table already holds."""
+def rows_from(rows: Sequence[Row], offset: int) -> Sequence[Row]:
+    """The rows of a batch from the message at ``offset`` on: those a table does not
+    hold yet. A list of dicts or :class:`ColumnRows` is cut in place (a retry of the
+    batch passes the same object) and returned; any other sequence (immutable) as a new
+    list of the rows kept, never as it was."""
     if isinstance(rows, ColumnRows):
         rows.keep_from(offset)
-    elif isinstance(rows, list):
-        rows[:] = [row for row in rows if row["_offset"] >= offset]
+        return rows
+    kept = [row for row in rows if row["_offset"] >= offset]
+    if isinstance(rows, list):
+        rows[:] = kept
+        return rows
+    return kept
 
 
 __all__ = ["ColumnRows", "rows_from"]

@@ -3,6 +3,7 @@
     python bench/chaos.py --sink jsonl --kills 100            # 3 processes, JSONL sink
     python bench/chaos.py --sink spark --kills 10             # 2 processes, Spark + merge
     python bench/chaos.py --sink spark --appends pyiceberg --kills 10 --freezes 8  # zombies
+    python bench/chaos.py --sink spark --appends pyiceberg --format avro --freezes 2  # columns
 
 What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at the end):
 
@@ -55,6 +56,14 @@ What it does, on its own embedded broker (Tansu, memory storage; SIGKILLed at th
    * ``uncovered``: offsets below the high-water mark present in no output (should be
      0: every record in the log, producer duplicates included, is landed).
    * ``dead``: dead-lettered messages (none expected: every event is valid).
+
+``--format avro`` (Spark sink) writes the events as registry Avro instead of JSON (the
+WhereHows ``GobblinTrackingEvent`` schema, served by a registry of the run,
+tests/fake_registry.py) and lets a member poll up to 1 000 records at once: a batch of a
+backlog (a member's start, the partitions a frozen member lost) is then decoded and
+mapped as Arrow columns (actors/worker/columns.py), a live topic's small batches one
+message at a time. ``as_columns=<n>`` in the report counts the batches that went as
+columns (the members' DEBUG lines; with ``--freezes``).
 
 ``--appends spark|pyiceberg`` is the Spark sink's ``spark.appends``: what writes the staging
 appends (pyiceberg: no JVM in the members, only in the merge). Catalog faults, beside
@@ -122,6 +131,8 @@ FREEZE_S = _GROUP_TIMING["session_timeout_ms"] / 1000 + 8
 # rows are written and committed (StagingWriter._write in actors/sinks/spark/staging.py,
 # on the thread that appends, in both append modes): the freeze trigger.
 APPENDING = f".{SPARK_TABLE}: appending "
+# The DEBUG line of a batch decoded and mapped as columns (actors/worker/columns.py).
+AS_COLUMNS = " as columns ("
 # What a thawed member logs once it learns the group evicted it (actors/worker/rebalance.py).
 EVICTED = "lost its group membership"
 
@@ -159,6 +170,7 @@ class Options:
     s3_interval_s: float = 20.0
     s3_fault_s: float = 5.0
     s3_delay_s: float = 0.2
+    format: str = "json"  # the events' format: json, or avro (registry Avro, Spark sink)
 
 
 @dataclass
@@ -177,6 +189,7 @@ class Result:
     catalog_restarts: int | None = None  # with --catalog-restarts
     s3_faults: int | None = None  # with --s3-faults
     evicted: int = 0  # freezes after which the thawed member said it lost its membership
+    as_columns: int | None = None  # --format avro: batches decoded and mapped as columns
     torn: int = 0
     uncovered: int = 0
     dead: int = 0
@@ -213,11 +226,57 @@ class Result:
 
 # -- the producer -------------------------------------------------------------------------
 
+class Values:
+    """How the events are written: JSON, or registry Avro (``--format avro``: the Gobblin
+    schema registered in a registry of the run, which serves the members)."""
+
+    def __init__(self, registry: Any = None) -> None:
+        self.registry = registry
+        self._schema: Any = None
+        self._sid = 0
+        if registry is not None:
+            from fastavro import parse_schema
+
+            from processors.base import SCHEMA_DIR
+            from processors.gobblin import GobblinCompactionProcessor
+
+            text = (SCHEMA_DIR / str(GobblinCompactionProcessor.reader_schema)).read_text()
+            self._sid = registry.register(f"{TOPIC}-value", text)
+            self._schema = parse_schema(json.loads(text))
+
+    def encode(self, value: dict[str, Any]) -> bytes:
+        if self.registry is None:
+            return json.dumps(value).encode()
+        from actors.codecs.avro import encode
+
+        return encode(self._schema, self._sid, value)
+
+    def topic(self) -> dict[str, Any]:
+        """The topic's ``format`` (and the members' ``schema_registry``) in the config."""
+        if self.registry is None:
+            return {"format": "json"}
+        return {"format": "avro"}
+
+
+@contextlib.contextmanager
+def event_values(opts: Options) -> Iterator[Values]:
+    """The run's :class:`Values` (its registry, with ``--format avro``, stopped after)."""
+    if opts.format != "avro":
+        yield Values()
+        return
+    from tests.fake_registry import FakeRegistry
+
+    with FakeRegistry() as registry:
+        yield Values(registry)
+
+
 class Producer:
     """Writes ``{"id": n, ...}`` events at a steady rate; remembers what the broker acked."""
 
     def __init__(self, bootstrap: str, partitions: int, rate: float, spark: bool,
-                 acks: int | str = 1, idempotent: bool = False) -> None:
+                 acks: int | str = 1, idempotent: bool = False,
+                 values: Values | None = None) -> None:
+        self.values = values or Values()
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.rate = rate
@@ -259,7 +318,7 @@ class Producer:
             while not self._stop.is_set():
                 due = int((time.monotonic() - start) * self.rate)
                 while i < due:
-                    fut = await producer.send(TOPIC, json.dumps(self.value(i)).encode(),
+                    fut = await producer.send(TOPIC, self.values.encode(self.value(i)),
                                               key=str(i).encode(),
                                               partition=i % self.partitions)
                     fut.add_done_callback(self._acked_callback(i))
@@ -407,9 +466,10 @@ def read_from(path: Path, pos: int) -> bytes:
 
 
 def write_config(path: Path, opts: Options, bootstrap: str,
-                 catalog: Catalog | None = None) -> Path:
+                 catalog: Catalog | None = None, values: Values | None = None) -> Path:
     spark = opts.sink == "spark"
-    topic: dict[str, Any] = {"topic": TOPIC, "format": "json"}
+    values = values or Values()
+    topic: dict[str, Any] = {"topic": TOPIC, **values.topic()}
     if spark:
         topic.update(processor="gobblin_compaction", sink={"type": "spark"})
     else:
@@ -418,18 +478,23 @@ def write_config(path: Path, opts: Options, bootstrap: str,
         "name": GROUP,
         "kafka": {"bootstrap": bootstrap},
         # DEBUG with freezes: the append lines (APPENDING) that time them.
-        "service": {"http_port": 0, "log_level": "DEBUG" if opts.freezes else "INFO"},
+        # DEBUG with --format avro: the lines of the batches that went as columns.
+        "service": {"http_port": 0,
+                    "log_level": "DEBUG" if opts.freezes or values.registry else "INFO"},
         "supervisor": {"shutdown_grace_s": 30, "abort_grace_s": 10},
         "groups": [{
             "group_id": GROUP,
             "auto_offset_reset": "earliest",
-            "max_poll_records": 200,
+            # avro: a backlog's batches large enough to go as columns
+            "max_poll_records": 200 if values.registry is None else 1000,
             **_GROUP_TIMING,
             "commit": {"mode": "batch", "max_messages": 100, "max_interval_s": 0.5},
             "failure": {"mode": "continue", "dead_letter_path": "${DEAD}"},
             "topics": [topic],
         }],
     }
+    if values.registry is not None:
+        cfg["schema_registry"] = {"url": values.registry.url}
     if spark:
         cfg["spark"] = {"master": "local[1]", "warehouse": str(path.parent / "warehouse"),
                         "appends": opts.appends,
@@ -810,6 +875,9 @@ async def finish(opts: Options, work: Path, config: Path, bootstrap: str,
     result.drained = await wait_drained(bootstrap, high_water, opts.drain_timeout_s,
                                         members)
     codes = await asyncio.gather(*(asyncio.to_thread(m.terminate, 60) for m in members))
+    if opts.format == "avro":
+        result.as_columns = sum(log.read_bytes().count(AS_COLUMNS.encode())
+                                for log in (work / "logs").glob("p*-*.log"))
     result.clean_exits = all(c == 0 for c in codes)
     if not result.clean_exits:
         result.notes.append(f"exit codes after SIGTERM: {codes}")
@@ -832,6 +900,8 @@ def describe(opts: Options) -> str:
             f"{opts.rate:g} events/s, a kill every {opts.interval_s:g} s")
     if opts.freezes:
         line += f", {opts.freezes} freezes of {opts.freeze_s:g} s"
+    if opts.format != "json":
+        line += f", {opts.format} events"
     if opts.catalog != "sqlite":
         line += f", a {opts.catalog} catalog"
     if opts.catalog_restarts:
@@ -875,11 +945,12 @@ async def fetched_high_water(bootstrap: str, partitions: int, producer: Producer
 
 async def chaos(opts: Options, work: Path) -> Result:
     """The chaos run on the embedded broker (see the module doc)."""
-    with catalog_database(opts, work) as catalog:
-        return await chaos_embedded(opts, work, catalog)
+    with catalog_database(opts, work) as catalog, event_values(opts) as values:
+        return await chaos_embedded(opts, work, catalog, values)
 
 
-async def chaos_embedded(opts: Options, work: Path, catalog: Catalog) -> Result:
+async def chaos_embedded(opts: Options, work: Path, catalog: Catalog,
+                         values: Values) -> Result:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     from service.broker import EmbeddedBroker
@@ -899,8 +970,9 @@ async def chaos_embedded(opts: Options, work: Path, catalog: Catalog) -> Result:
             await admin.create_topics([NewTopic(TOPIC, opts.partitions, 1)])
         finally:
             await admin.close()
-        config = write_config(work / "kstage.yml", opts, broker.bootstrap, catalog)
-        producer = Producer(broker.bootstrap, opts.partitions, opts.rate, spark)
+        config = write_config(work / "kstage.yml", opts, broker.bootstrap, catalog, values)
+        producer = Producer(broker.bootstrap, opts.partitions, opts.rate, spark,
+                            values=values)
         producing = asyncio.create_task(producer.run())
         tasks.append(producing)
         members = [Member(slot, config, work, opts.jsonl_per_slot)
@@ -973,11 +1045,12 @@ async def end_offsets(bootstrap: str, partitions: int) -> dict[int, int]:
 
 async def chaos_on_cluster(opts: Options, work: Path) -> Result:
     """The chaos run on a 3-node Apache Kafka cluster (see the module doc)."""
-    with catalog_database(opts, work) as catalog:
-        return await chaos_cluster(opts, work, catalog)
+    with catalog_database(opts, work) as catalog, event_values(opts) as values:
+        return await chaos_cluster(opts, work, catalog, values)
 
 
-async def chaos_cluster(opts: Options, work: Path, catalog: Catalog) -> Result:
+async def chaos_cluster(opts: Options, work: Path, catalog: Catalog,
+                        values: Values) -> Result:
     from tests.apache_kafka import KafkaCluster
 
     for sub in ("out", "dead", "logs"):
@@ -989,11 +1062,13 @@ async def chaos_cluster(opts: Options, work: Path, catalog: Catalog) -> Result:
     with KafkaCluster(work / "kafka", size=3, heap_mb=256) as cluster:
         try:
             await cluster.create_topic(TOPIC, opts.partitions, replication=3)
-            config = write_config(work / "kstage.yml", opts, cluster.bootstrap, catalog)
+            config = write_config(work / "kstage.yml", opts, cluster.bootstrap, catalog,
+                                  values)
             # Idempotent: a send retried after a lost acknowledgement (a broker killed
             # mid-request) must not land twice, or final_dup would count the producer's.
             producer = Producer(cluster.bootstrap, opts.partitions, opts.rate,
-                                opts.sink == "spark", "all", idempotent=True)
+                                opts.sink == "spark", "all", idempotent=True,
+                                values=values)
             producing = asyncio.create_task(producer.run())
             tasks.append(producing)
             members = [Member(slot, config, work, opts.jsonl_per_slot)
@@ -1033,6 +1108,8 @@ def report(result: Result) -> None:
     for note in result.notes[:20]:
         print(f"note: {note}")
     evicted = "" if result.freezes is None else f" evicted={result.evicted}"
+    if result.as_columns is not None:
+        evicted += f" as_columns={result.as_columns}"
     print(f"produced={result.produced} send_failed={result.send_failed} torn={result.torn} "
           f"uncovered={result.uncovered} dead={result.dead}{evicted} "
           f"drained={result.drained} clean_exits={result.clean_exits}")
@@ -1101,6 +1178,9 @@ def parse(argv: list[str] | None) -> Options:
                    help="seconds between the S3 faults")
     p.add_argument("--s3-fault-s", type=float, default=5.0,
                    help="seconds of 503 answers, then as many of slowness, per S3 fault")
+    p.add_argument("--format", choices=("json", "avro"), default="json",
+                   help="the events: JSON, or registry Avro (Spark sink: batches of a "
+                        "backlog go as columns)")
     p.add_argument("--s3-delay-s", type=float, default=0.2,
                    help="while S3 is slow: seconds each chunk of bytes is held, either way")
     a = p.parse_args(argv)
@@ -1112,6 +1192,9 @@ def parse(argv: list[str] | None) -> Options:
         p.error("--catalog is the Spark sink's: --sink spark")
     if a.catalog_restarts and a.catalog != "postgres":
         p.error("--catalog-restarts restart a PostgreSQL catalog: --catalog postgres")
+    if a.format == "avro" and a.sink != "spark":
+        p.error("--format avro is the Spark sink's (gobblin_compaction as columns): "
+                "--sink spark")
     if a.freezes and a.sink != "spark":
         p.error("--freezes freeze the members of the Iceberg staging path: --sink spark")
     spark = a.sink == "spark"
@@ -1127,7 +1210,8 @@ def parse(argv: list[str] | None) -> Options:
         freeze_interval_s=a.freeze_interval_s, merge=a.merge, catalog=a.catalog,
         catalog_restarts=a.catalog_restarts, catalog_interval_s=a.catalog_interval_s,
         catalog_down_s=a.catalog_down_s, s3=a.s3, s3_faults=a.s3_faults,
-        s3_interval_s=a.s3_interval_s, s3_fault_s=a.s3_fault_s, s3_delay_s=a.s3_delay_s)
+        s3_interval_s=a.s3_interval_s, s3_fault_s=a.s3_fault_s, s3_delay_s=a.s3_delay_s,
+        format=a.format)
 
 
 def run(opts: Options) -> Result:

@@ -97,6 +97,9 @@ class BatchColumns:
             return None
         self._refused.pop(id_bytes, None)
         self.batches += 1
+        first = records[0]
+        logger.debug("%s: %s[%d]@%d..%d as columns (%d messages)", self.label, first.topic,
+                     first.partition, first.offset, records[-1].offset, len(records))
         return ColumnRows(_with_coordinates(mapped.table, mapped.source, records))
 
     def _marked_schema(self, id_bytes: bytes) -> str | None:

@@ -16,6 +16,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -73,6 +74,24 @@ async def test_cluster_chaos_three_broker_kills_and_ten_member_kills_lose_nothin
     assert result.last_line().endswith("kills=10 broker_kills=3")
 
 
+def assert_two_zombies_appended_nothing_twice(result: Any, last: str,
+                                              sends_may_fail: bool = False) -> None:
+    """Both freezes made a zombie, every partition drained, every event in the staging
+    table once; the last line ends with ``last``. ``sends_may_fail``: a broker of the
+    cluster may refuse a send (not counted as produced)."""
+    assert result.freezes == 2
+    assert result.evicted == 2, f"each frozen member woke up evicted (a zombie): {result.notes}"
+    assert result.produced > 0 and (sends_may_fail or result.send_failed == 0)
+    assert result.drained, "the members committed every partition up to its high-water mark"
+    assert result.lost == 0, result.notes
+    assert result.dup == 0, (
+        f"{result.dup} row(s) twice in the staging table: a member frozen past its session "
+        "committed an append of partitions the group had given to another member")
+    assert result.uncovered == 0 and result.dead == 0, result.notes
+    assert result.clean_exits, result.notes
+    assert result.last_line().endswith(last)
+
+
 @pytest.mark.fencing
 async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: Path) -> None:
     """Two members append to one Iceberg staging table through pyiceberg; twice, one of
@@ -92,17 +111,28 @@ async def test_two_freezes_of_pyiceberg_members_append_nothing_twice(tmp_path: P
                         "--no-merge", "--work-dir", str(tmp_path / "chaos")])
     result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 150)
     chaos.report(result)
-    assert result.freezes == 2
-    assert result.evicted == 2, f"each frozen member woke up evicted (a zombie): {result.notes}"
-    assert result.produced > 0 and result.send_failed == 0
-    assert result.drained, "the members committed every partition up to its high-water mark"
-    assert result.lost == 0, result.notes
-    assert result.dup == 0, (
-        f"{result.dup} row(s) twice in the staging table: a member frozen past its session "
-        "committed an append of partitions the group had given to another member")
-    assert result.uncovered == 0 and result.dead == 0, result.notes
-    assert result.clean_exits, result.notes
-    assert result.last_line().endswith("kills=0 freezes=2")
+    assert_two_zombies_appended_nothing_twice(result, "kills=0 freezes=2")
+
+
+@pytest.mark.fencing
+async def test_two_freezes_with_avro_batches_as_columns_append_nothing_twice(
+        tmp_path: Path) -> None:
+    """The same zombies on registry Avro events, whose backlogs (each member's start, the
+    partitions a frozen member lost) are decoded and mapped as Arrow columns: the rows
+    of a batch as columns reach the table through the same fence as rows as dicts, and
+    the thawed zombie's append is refused. Every event once; some batches went as
+    columns (``as_columns``: the members' DEBUG lines), or the run proved nothing of
+    them."""
+    chaos = load_bench()
+    opts = chaos.parse(["--sink", "spark", "--appends", "pyiceberg", "--format", "avro",
+                        "--kills", "0", "--freezes", "2", "--partitions", "2",
+                        "--rate", "300", "--drain-timeout-s", "60", "--no-merge",
+                        "--work-dir", str(tmp_path / "chaos")])
+    result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 150)
+    chaos.report(result)
+    assert result.as_columns is not None and result.as_columns > 0, (
+        "no batch went as columns: the run proved nothing of them")
+    assert_two_zombies_appended_nothing_twice(result, "kills=0 freezes=2")
 
 
 @pytest.mark.fencing
@@ -118,14 +148,5 @@ async def test_two_freezes_on_the_cluster_append_nothing_twice(tmp_path: Path) -
                         "--work-dir", str(tmp_path / "chaos")])
     result = await asyncio.wait_for(asyncio.to_thread(chaos.run, opts), 170)
     chaos.report(result)
-    assert result.freezes == 2
-    assert result.evicted == 2, f"each frozen member woke up evicted (a zombie): {result.notes}"
-    assert result.produced > 0
-    assert result.drained, "the members committed every partition up to its end offset"
-    assert result.lost == 0, result.notes
-    assert result.dup == 0, (
-        f"{result.dup} row(s) twice in the staging table: a member frozen past its session "
-        "committed an append of partitions the group had given to another member")
-    assert result.uncovered == 0 and result.dead == 0, result.notes
-    assert result.clean_exits, result.notes
-    assert result.last_line().endswith("kills=0 broker_kills=0 freezes=2")
+    assert_two_zombies_appended_nothing_twice(result, "kills=0 broker_kills=0 freezes=2",
+                                              sends_may_fail=True)

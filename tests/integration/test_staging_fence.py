@@ -25,13 +25,14 @@ import gc
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
 
+from actors.column_rows import ColumnRows
 from actors.errors import SinkError
 from actors.metrics import Metrics
 from actors.offsets import Entry
@@ -39,6 +40,7 @@ from actors.sinks.runner import END, SinkBatch, run_sink
 from actors.sinks.spark import iceberg
 from actors.sinks.spark.actor import SparkActor
 from actors.sinks.spark.sink import SparkSink
+from actors.sinks.table.rows import COORDINATES, arrow_type, column_batch
 from processors.base import Row
 from tests.gobblin_events import TOPIC, events
 from tests.lake import IcebergReader, opened_sink, spark_settings, staging_writer
@@ -229,7 +231,7 @@ async def test_a_later_batch_reusing_an_id_never_inherits_a_doubt(
     assert reader.offsets(table) == {P0: 13}
 
 
-async def run_worker_sink(sink: SparkSink, batches: list[tuple[list[Row], Entry]],
+async def run_worker_sink(sink: SparkSink, batches: list[tuple[Sequence[Row], Entry]],
                           ) -> list[Entry]:
     """The worker's sink loop (its retries with backoff) over ``batches``; the entries
     acked (their offsets would be committed to Kafka)."""
@@ -244,29 +246,50 @@ async def run_worker_sink(sink: SparkSink, batches: list[tuple[list[Row], Entry]
     return acked
 
 
+def as_columns(rows: list[Row], actor: SparkActor, table: str) -> ColumnRows:
+    """``rows`` as a batch decoded and mapped as columns (actors/worker/columns.py) hands
+    them to the sink: one Arrow table of the staging table's column types."""
+    import pyarrow as pa
+
+    writer = staging_writer(actor, table)
+    schema = pa.schema([(c.name, arrow_type(c.type))
+                        for c in (*writer.columns, *COORDINATES)])
+    columns = ColumnRows(pa.Table.from_pylist(rows, schema=schema))
+    # converted as they are, as the worker's are (no fallback to the rows one by one)
+    assert column_batch(columns.table, (*writer.columns, *COORDINATES)) is not None
+    return columns
+
+
+@pytest.mark.parametrize("shape", ["dicts", "columns"])
 async def test_a_stale_writer_is_fenced_and_its_retry_commits_nothing_twice(
         actors: list[SparkActor], catalog: dict[str, Any],
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, shape: str) -> None:
     """Two writers of one table: the stale one (a member frozen past its session) read
     the partition's offset (0) before the new owner appended 0-9; its append of 0-9 is
     refused by the catalog's fence: nothing of it written, counted, logged with the
     table, the partition, the expected and the found offsets. The worker's retry drops
     the rows the table holds: the batch is done without an append (acked: committed),
-    and the next batch continues from the table's offset."""
+    and the next batch continues from the table's offset. The same with the rows of
+    each batch as columns (``columns``: a batch decoded and mapped as Arrow columns),
+    whose retry drops the held rows from its table."""
     table = "stg_fenced"
     stale_actor, owner_actor = actors
     stale = await opened_sink(stale_actor, table)
     owner = await opened_sink(owner_actor, table)
+
+    def shaped(rows: list[Row]) -> Sequence[Row]:
+        return rows if shape == "dicts" else as_columns(rows, stale_actor, table)
+
     assert await stale.assigned([(TOPIC, 0)]) == {}  # before it froze
     assert await owner.assigned([(TOPIC, 0)]) == {}  # the new owner, after the session
     async with asyncio.timeout(60):
-        await owner.write_at(events(0, 0, 10), at(0, 10, 10))
+        await owner.write_at(shaped(events(0, 0, 10)), at(0, 10, 10))
     reader = IcebergReader(spark_settings(section(catalog)))
     assert offsets_of(reader, table) == list(range(10))
 
     caplog.set_level(logging.WARNING)
     # Its batch: messages 0-11, rows of 0-9 (10 and 11 made none: filtered).
-    late, rows = at(0, 12, 12), events(0, 0, 10)
+    late, rows = at(0, 12, 12), shaped(events(0, 0, 10))
     with pytest.raises(SinkError, match="kstage fence:"):
         async with asyncio.timeout(60):
             await stale.write_at(rows, late)
@@ -286,7 +309,8 @@ async def test_a_stale_writer_is_fenced_and_its_retry_commits_nothing_twice(
     acked = await run_worker_sink(stale, [(rows, late)])
     assert [e.next_offset for e in acked] == [12]
     assert len(reader.summaries(table)) == 1
-    acked = await run_worker_sink(stale, [(events(0, 12, 3), at(0, 15, 3))])
+    assert len(rows) == 0  # the retry dropped the held rows, in place
+    acked = await run_worker_sink(stale, [(shaped(events(0, 12, 3)), at(0, 15, 3))])
     assert [e.next_offset for e in acked] == [15]
     assert offsets_of(reader, table) == [*range(10), 12, 13, 14]  # every row once
     summaries = reader.summaries(table)

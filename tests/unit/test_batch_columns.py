@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -203,13 +204,18 @@ async def test_columns_give_the_rows_of_one_message_at_a_time(
     assert got == direct
 
 
-async def test_the_real_events_land_as_columns_in_the_staging_batch() -> None:
+async def test_the_real_events_land_as_columns_in_the_staging_batch(
+        caplog: pytest.LogCaptureFixture) -> None:
     batch = records([event(i) for i in range(50)])
     columnar = pipeline(GobblinCompactionProcessor({}))
     assert columnar.columns is not None
     await columnar.load_schemas(batch)
+    caplog.set_level(logging.DEBUG, logger="actors.worker.columns")
     rows = columnar.columns.rows(batch)
     assert isinstance(rows, ColumnRows) and len(rows) == 50
+    # each batch as columns is named at DEBUG (bench/chaos.py --format avro counts them)
+    assert [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records] == [
+        "gobblin[3]@0..49 as columns (50 messages)"]
     columns = (*GobblinCompactionProcessor.columns, *COORDINATES)
     fast = column_batch(rows.table, columns)
     slow, rejected = record_batch(list(rows), columns, "t")
@@ -365,11 +371,14 @@ def test_rows_from_cuts_dicts_and_columns_in_place() -> None:
     table = pa.table({"_offset": pa.array([5, 6, 7], pa.int64()), "v": ["a", "b", "c"]})
     rows = ColumnRows(table)
     assert [r["v"] for r in rows] == ["a", "b", "c"]
-    rows_from(rows, 6)
+    assert rows_from(rows, 6) is rows
     assert len(rows) == 2 and [r["v"] for r in rows] == ["b", "c"]
     dicts = [{"_offset": 5}, {"_offset": 7}]
-    rows_from(dicts, 6)
+    assert rows_from(dicts, 6) is dicts
     assert dicts == [{"_offset": 7}]
+    # an immutable sequence cannot be cut in place: the rows kept, never all of them
+    held = ({"_offset": 5}, {"_offset": 7})
+    assert rows_from(held, 6) == [{"_offset": 7}]
 
 
 BLOCK_RUNNER = """

@@ -150,7 +150,7 @@ class SparkTableSink(TableSink):
             floor = (await writer.load_floors([stream])).get(stream, 0)
         if floor and rows:
             # In place: a retry of this batch passes the same rows (see TableSink.write).
-            rows_from(rows, floor)
+            rows = rows_from(rows, floor)
         if not await self._write(rows, position, stream):
             writer.finished(position)
 
