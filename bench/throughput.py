@@ -27,8 +27,8 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
 * raw (the baseline): the loop of (a) below, and per record the same work kstage does
   before its sink: ``fastavro.schemaless_reader`` with the pre-parsed schema, then the
   very ``gobblin_compaction`` processor's ``transform`` (mapping + Kafka coordinates);
-  one ``commit()`` per ``getmany`` batch of 500. It does **not** write a table or check
-  column types: that cost is what the target ratio allows kstage.
+  one ``commit()`` per ``getmany`` batch of ``max_poll_records``. It does **not** write
+  a table or check column types: that cost is what the target ratio allows kstage.
 * kstage: ``gobblin_compaction`` -> ``sink: {type: spark}`` (Spark ``local[2]``,
   ``spark.driver.memory=512m``, a fresh warehouse per run), ``commit: {mode: batch,
   max_messages: 1}``, i.e. a commit after each durable write: a row's offset is
@@ -37,12 +37,11 @@ schema id 1 in a ``file://`` registry. Every event maps to exactly one row.
   warehouse). ``flush_max_rows``
   60 000 (``--flush-rows``), ``flush_max_interval_s`` 5 (``--flush-interval-s``),
   ``flush_min_rows`` kstage's default 1 000 (``--flush-min-rows``, for experiments),
-  ``max_poll_records`` 500, ``max_in_flight`` ``flush_max_rows`` + 10 000: the sink hands
-  poll batches to the table writer without waiting (pipelined), so an append gathers
-  many polls while the previous one is written; a worker at ``max_in_flight`` makes
-  its table flush at once (``flush_soon``) instead of waiting for the interval. The
-  sizes of
-  the appends are printed per round.
+  ``max_poll_records`` kstage's default (2 000), ``max_in_flight`` ``flush_max_rows`` +
+  10 000: the sink hands poll batches to the table writer without waiting (pipelined),
+  so an append gathers many polls while the previous one is written; a worker at
+  ``max_in_flight`` makes its table flush at once (``flush_soon``) instead of waiting
+  for the interval. The sizes of the appends are printed per round.
 * Spark session start-up (JVM launch, ``getOrCreate``, ``CREATE TABLE``; 6-17 s here,
   from kstage's first log line) happens when the sink opens, before the group join: it is
   **outside** the timed window (assignment -> last commit) and printed per round. The
@@ -87,9 +86,10 @@ each (an increasing ``id`` field plus filler fields) are produced once to a new
 times by each of, alternately:
 
 (a) **raw aiokafka**: the floor any Python consumer on aiokafka pays, in this process.
-    ``getmany(max_records=500)``, ``json.loads`` of every value, one ``commit()`` per
-    batch; done once the committed position reaches the fetch high-water mark
-    (``consumer.highwater``: ``end_offsets`` is wrong on this broker for batched produce).
+    ``getmany(max_records=N)`` (N: kstage's default ``max_poll_records``), ``json.loads``
+    of every value, one ``commit()`` per batch; done once the committed position reaches
+    the fetch high-water mark (``consumer.highwater``: ``end_offsets`` is wrong on this
+    broker for batched produce).
 (b) **kstage**: ``python -m service run -c CFG --drain`` as a subprocess with the
     ``json_rows`` processor, ``json`` format, the ``null`` sink and ``batch`` commits
     (``max_messages: 1000``), i.e. the full pipeline (fetch -> decode/transform -> sink ->
@@ -168,9 +168,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from service.broker import EmbeddedBroker
+from settings.topics import GroupSettings
 
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
-MAX_RECORDS = 500
+# kstage's default max_poll_records: the raw loop's getmany and kstage's config
+MAX_RECORDS = GroupSettings.model_fields["max_poll_records"].default
 POLL_MS = 200
 IDLE_TIMEOUT_S = 60.0  # raw loop: give up after this long without a message
 KSTAGE_TIMEOUT_S = 600.0

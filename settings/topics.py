@@ -280,7 +280,13 @@ class GroupSettings(Model):
         "The sought position is committed at once. Applies once per process run: a "
         "worker restarted by the supervisor, and partitions assigned later by a "
         "rebalance, continue from the committed offsets.")
-    max_poll_records: int = Field(500, ge=1, description="Records per fetch.")
+    max_poll_records: int = Field(
+        2000, ge=1, description="Records per fetch: at most this many reach the worker as "
+        "one batch (a backlog's batches are this large; a live topic's hold what arrived "
+        "since the last fetch). Each batch has a fixed cost (its walk, its ship, a "
+        "registry-Avro batch's decode as columns), so larger batches cost less CPU per "
+        "event; the memory of what is fetched is bounded by the fetch sizes and "
+        "commit.max_in_flight(_mb), not by this.")
     max_poll_interval_ms: int = Field(300000, ge=1000, description="Kafka max.poll.interval.ms.")
     session_timeout_ms: int = Field(10000, ge=1000, description="Kafka session.timeout.ms.")
     heartbeat_interval_ms: int = Field(3000, ge=100, description="Kafka heartbeat.interval.ms.")
