@@ -32,7 +32,7 @@ supervisor: {shutdown_grace_s: 30, abort_grace_s: 10, max_restarts: 5, restart_w
 groups:
   - group_id: wherehows-etl                 # defaults to `name`
     auto_offset_reset: earliest             # earliest | latest | none (= refuse to start without a committed offset)
-    max_poll_records: 500
+    max_poll_records: 2000
     max_poll_interval_ms: 300000
     commit: {mode: batch, max_messages: 1000, max_interval_s: 10}   # none | auto | per_message | batch | savepoint
     failure:
@@ -83,7 +83,7 @@ def test_example_loads_as_written_without_kafka_bootstrap(tmp_path: Path) -> Non
     assert group.group_id == "wherehows-etl"
     assert s.group_id(group) == "wherehows-etl"
     assert group.auto_offset_reset == "earliest"
-    assert group.max_poll_records == 500
+    assert group.max_poll_records == 2000
     assert group.max_poll_interval_ms == 300000
     assert group.commit.mode is CommitMode.BATCH
     assert group.commit.max_messages == 1000
@@ -124,7 +124,7 @@ def test_group_defaults(tmp_path: Path) -> None:
     assert s.group_id(group) == "kstage"
     assert group.commit.mode is CommitMode.BATCH
     assert group.failure.mode is FailureMode.CONTINUE
-    assert group.max_poll_records == 500
+    assert group.max_poll_records == 2000
     assert group.topics[0].sink.type == "null"
     assert group.topics[0].format == "json"
 
